@@ -1,0 +1,1 @@
+"""The ``taskloom`` command line."""

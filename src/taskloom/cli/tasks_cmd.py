@@ -1,0 +1,110 @@
+"""``taskloom tasks``: list task records from the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from taskloom.settings import db_path
+from taskloom.store import Store
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d"
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size if path else None
+    except OSError:
+        return None
+
+
+def _human(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{n}B"
+
+
+def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[dict[str, Any]]]:
+    """Return the chosen session id and its task rows (every session's with ``all_sessions``)."""
+    store = Store(db_path())
+    try:
+        if all_sessions:
+            chosen = None
+        elif session is not None:
+            chosen = session
+        else:
+            sessions = store.list_sessions()
+            chosen = sessions[0].id if sessions else None
+            if chosen is None:
+                return None, []
+        records = store.list_tasks(chosen)
+    finally:
+        store.close()
+    now = time.time()
+    rows = []
+    for rec in records:
+        rows.append(
+            {
+                "id": rec["id"],
+                "type": rec["type"],
+                "status": rec["status"],
+                "description": rec.get("description", ""),
+                "session_id": rec.get("session_id"),
+                "owner": rec.get("owner"),
+                "start_time": rec.get("start_time"),
+                "end_time": rec.get("end_time"),
+                "age_s": round(now - (rec.get("start_time") or now), 3),
+                "exit_code": rec.get("exit_code"),
+                "output_file": rec.get("output_file") or None,
+                "output_size": _size(rec.get("output_file") or ""),
+            }
+        )
+    return chosen, rows
+
+
+def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int:
+    """Print the tasks; returns the exit code."""
+    chosen, rows = collect(session, all_sessions)
+    if as_json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not rows:
+        where = "any session" if all_sessions else (f"session {chosen}" if chosen else "the store")
+        print(f"No tasks in {where}.")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    title = "all sessions" if all_sessions else f"session {chosen}"
+    table = Table(title=f"Tasks ({title})")
+    for name in ("id", "type", "status", "description", "age", "output"):
+        table.add_column(name, overflow="fold" if name == "description" else "ellipsis")
+    for row in rows:
+        table.add_row(
+            row["id"],
+            row["type"],
+            row["status"],
+            row["description"],
+            _age(row["age_s"]),
+            _human(row["output_size"]),
+        )
+    Console().print(table)
+    return 0

@@ -1,0 +1,70 @@
+"""The error hierarchy: one root, typed branches that callers can catch precisely."""
+
+from __future__ import annotations
+
+
+class TaskloomError(Exception):
+    """Root of every error taskloom raises on purpose."""
+
+
+class UserError(TaskloomError):
+    """Bad input from a person: a flag, a setting, a file. Reported without a traceback."""
+
+
+class ToolError(TaskloomError):
+    """A tool call that cannot be carried out; its message goes back to the model."""
+
+
+class TaskError(TaskloomError):
+    """A task operation that cannot be done (unknown id, wrong owner, not running...)."""
+
+
+class TaskNotFound(TaskError):
+    """No task with this id exists in the runtime or the store."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task with id {task_id!r}")
+        self.task_id = task_id
+
+
+class TaskAccessDenied(TaskError):
+    """The caller is neither the task's owner nor its session."""
+
+    def __init__(self, task_id: str, caller: str, owner: str) -> None:
+        super().__init__(
+            f"task {task_id} belongs to {owner!r}; {caller!r} may not read or stop it"
+        )
+        self.task_id = task_id
+        self.caller = caller
+        self.owner = owner
+
+
+class InvalidTransition(TaskError):
+    """A status change that the task state machine does not allow."""
+
+    def __init__(self, task_id: str, old: str, new: str) -> None:
+        super().__init__(f"task {task_id}: illegal status transition {old} -> {new}")
+        self.task_id = task_id
+        self.old = old
+        self.new = new
+
+
+class OutputError(TaskloomError):
+    """A task output file could not be created, written or read safely."""
+
+
+class StoreError(TaskloomError):
+    """The embedded store is unusable (corrupt, newer schema, locked too long)."""
+
+
+class ProcessError(TaskloomError):
+    """A child process failed to start or to die."""
+
+    def __init__(self, message: str, exit_code: int | None = None, stderr: str = "") -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.stderr = stderr
+
+
+class ModelError(TaskloomError):
+    """The language model provider answered with an error or not at all."""

@@ -1,0 +1,16 @@
+"""Child processes: spawn in a new process group, verified tree kill, orphan sweep."""
+
+from taskloom.process.kill import KillReport, kill_tree
+from taskloom.process.spawn import SESSION_ENV, TASK_ENV, Child, process_start_time, spawn_shell
+from taskloom.process.sweep import sweep_orphans
+
+__all__ = [
+    "SESSION_ENV",
+    "TASK_ENV",
+    "Child",
+    "KillReport",
+    "kill_tree",
+    "process_start_time",
+    "spawn_shell",
+    "sweep_orphans",
+]

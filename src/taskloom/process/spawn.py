@@ -1,0 +1,160 @@
+"""Spawning shell commands whose output goes straight to a file descriptor.
+
+The child runs in a new session (hence a new process group) so one signal reaches the whole
+group, and it carries ``TASKLOOM_TASK_ID`` in its environment: descendants inherit it even
+after they leave the group (``setsid``) or are re-parented, which is how a kill or the orphan
+sweep finds them. stdout and stderr are the output file itself: bytes go from the child to the
+page cache without passing through Python.
+
+stdin is a pipe we keep open and never write: a command that asks a question blocks (and the
+stall watchdog reports it) instead of reading end-of-file and going on with a default answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+from taskloom.errors import ProcessError
+
+TASK_ENV = "TASKLOOM_TASK_ID"
+SESSION_ENV = "TASKLOOM_SESSION_ID"
+
+
+def default_shell() -> str:
+    """Return the shell used for commands: bash when installed, else ``/bin/sh``."""
+    return shutil.which("bash") or "/bin/sh"
+
+
+def process_start_time(pid: int) -> float | None:
+    """Return a process's start time as psutil reports it, or None if it is gone."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+
+
+class Child:
+    """A spawned process group leader and the means to await its exit.
+
+    Attributes:
+        pid: The leader's pid (also the process group id).
+        pid_start: The leader's start time, recorded with the pid for the orphan sweep.
+        task_id: The task whose tag the process tree carries.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], task_id: str) -> None:
+        """Wrap a started ``Popen``; use :func:`spawn_shell` instead of calling this."""
+        self.popen = popen
+        self.pid = popen.pid
+        self.pgid = popen.pid  # start_new_session makes the leader its group's id
+        self.task_id = task_id
+        self.pid_start = process_start_time(self.pid) or 0.0
+        self._exited: asyncio.Future[int] | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once reaped (negative: killed by that signal)."""
+        return self.popen.returncode
+
+    def close_stdin(self) -> None:
+        """Close our end of the child's stdin (it reads end-of-file)."""
+        stdin = self.popen.stdin
+        if stdin is not None and not stdin.closed:
+            try:
+                stdin.close()
+            except OSError:
+                pass
+
+    def wait(self) -> asyncio.Future[int]:
+        """Return a future resolved with the exit status; the child is reaped then.
+
+        A pidfd registered with the loop wakes us on exit: no thread, no polling. Kernels
+        without pidfd fall back to a waiting thread.
+        """
+        if self._exited is not None:
+            return self._exited
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        self._exited = fut
+        if self.popen.returncode is not None:
+            fut.set_result(self.popen.returncode)
+            return fut
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            task = loop.create_task(asyncio.to_thread(self.popen.wait))
+            task.add_done_callback(lambda t: _settle(fut, t))
+            return fut
+
+        def on_exit() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            code = self.popen.wait()
+            self.close_stdin()
+            if not fut.done():
+                fut.set_result(code)
+
+        loop.add_reader(pidfd, on_exit)
+        return fut
+
+
+def _settle(fut: asyncio.Future[int], task: asyncio.Task[int]) -> None:
+    if fut.done():
+        return
+    if task.cancelled():
+        fut.cancel()
+    elif (exc := task.exception()) is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(task.result())
+
+
+def spawn_shell(
+    command: str,
+    *,
+    output_fd: int,
+    task_id: str,
+    session_id: str = "",
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    shell: str | None = None,
+) -> Child:
+    """Start ``command`` under a shell in a new session with output bound to ``output_fd``.
+
+    Args:
+        command: The command line.
+        output_fd: An open, writable descriptor receiving both stdout and stderr.
+        task_id: Stamped into the environment as ``TASKLOOM_TASK_ID``.
+        session_id: Stamped into the environment as ``TASKLOOM_SESSION_ID``.
+        cwd: Working directory (default: ours).
+        env: Environment (default: ours); the tags are added to it.
+        shell: Shell executable (default: :func:`default_shell`).
+
+    Raises:
+        ProcessError: The shell could not be started.
+    """
+    child_env = dict(os.environ if env is None else env)
+    child_env[TASK_ENV] = task_id
+    if session_id:
+        child_env[SESSION_ENV] = session_id
+    try:
+        popen = subprocess.Popen(
+            [shell or default_shell(), "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=output_fd,
+            stderr=output_fd,
+            cwd=cwd,
+            env=child_env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        raise ProcessError(f"cannot start shell for {command!r}: {exc}") from exc
+    return Child(popen, task_id)

@@ -1,0 +1,57 @@
+"""The store's versioned schema: each migration moves ``PRAGMA user_version`` up by one."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, task records, the durable notification queue, process records.
+    """
+    CREATE TABLE sessions (
+        id          TEXT PRIMARY KEY,
+        pid         INTEGER NOT NULL,
+        pid_start   REAL NOT NULL,
+        cwd         TEXT NOT NULL DEFAULT '',
+        started_at  REAL NOT NULL,
+        ended_at    REAL
+    );
+    CREATE TABLE tasks (
+        id          TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL,
+        type        TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        owner       TEXT NOT NULL DEFAULT '',
+        start_time  REAL NOT NULL,
+        end_time    REAL,
+        output_file TEXT NOT NULL DEFAULT '',
+        notified    INTEGER NOT NULL DEFAULT 0,
+        data        TEXT NOT NULL
+    );
+    CREATE INDEX tasks_by_session ON tasks(session_id, start_time);
+    CREATE TABLE notifications (
+        id           TEXT PRIMARY KEY,
+        seq          INTEGER NOT NULL,
+        session_id   TEXT NOT NULL,
+        owner        TEXT NOT NULL,
+        task_id      TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        priority     TEXT NOT NULL,
+        body         TEXT NOT NULL,
+        created_at   REAL NOT NULL,
+        delivered_at REAL
+    );
+    CREATE INDEX notifications_pending ON notifications(session_id, delivered_at, seq);
+    CREATE TABLE processes (
+        pid         INTEGER NOT NULL,
+        pid_start   REAL NOT NULL,
+        pgid        INTEGER NOT NULL,
+        session_id  TEXT NOT NULL,
+        task_id     TEXT NOT NULL,
+        owner_pid   INTEGER NOT NULL,
+        owner_start REAL NOT NULL,
+        detached    INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (pid, pid_start)
+    );
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

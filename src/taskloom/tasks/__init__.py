@@ -1,0 +1,1 @@
+"""The Task runtime: one abstraction for everything that runs concurrently."""

@@ -1,0 +1,660 @@
+"""The TaskRuntime: registers, tracks, persists, notifies, evicts and kills every task.
+
+Every state change goes through :meth:`TaskRuntime.update`, which is atomic: the terminal
+transition, the ``notified`` flag and the enqueueing of the notification happen in one step, so
+however completion, kill and cleanup race, a task that ends yields exactly one notification.
+
+Owner scoping (seed 002): a task belongs to the agent (or session) that started it. Only that
+owner, or the session itself, may read or stop it, and only that owner is notified of it. When an
+owner closes, its tasks are handled by their exit policy (``cancel`` kills, ``wait`` waits,
+``detach`` lets go) and notifications for it are dropped: there is no one left to receive them.
+
+Call the synchronous methods from the event loop's thread (or with no loop running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol, TypeVar
+
+import anyio
+
+from taskloom.clock import SYSTEM_CLOCK, Clock
+from taskloom.errors import TaskAccessDenied, TaskNotFound, UserError
+from taskloom.process.kill import kill_tree
+from taskloom.process.spawn import process_start_time
+from taskloom.process.sweep import is_same_process, sweep_orphans
+from taskloom.settings import DEFAULT_OUTPUT_CAP_BYTES, db_path, taskloom_home
+from taskloom.store import SessionRow, Store
+from taskloom.tasks.ids import new_task_id
+from taskloom.tasks.notifications import (
+    Notification,
+    NotificationQueue,
+    Priority,
+    render_terminal,
+)
+from taskloom.tasks.output import DiskTaskOutput, output_path
+from taskloom.tasks.watchdog import Watchdog
+from taskloom.tasks.types import (
+    AgentTaskState,
+    ShellTaskState,
+    TaskState,
+    TaskStatus,
+    TaskType,
+    check_transition,
+    state_from_dict,
+)
+
+#: Agent tasks stay visible this long after they end, for a UI panel showing them.
+PANEL_GRACE_S = 30.0
+#: How often the safety-net eviction sweep runs.
+DEFAULT_SWEEP_INTERVAL_S = 60.0
+#: Bound on how long ``close`` spends cancelling tasks.
+DEFAULT_CLOSE_TIMEOUT_S = 10.0
+
+S = TypeVar("S", bound=TaskState)
+
+
+class TaskHandle(Protocol):
+    """The live side of a task (a process, an agent loop): what the runtime can ask of it."""
+
+    async def kill(self) -> None:
+        """Stop the task and record its terminal state through the runtime."""
+        ...
+
+    async def detach(self) -> None:
+        """Let the task run on without this session (exit policy ``detach``)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """A change seen by subscribers."""
+
+    kind: Literal["registered", "updated", "evicted"]
+    state: TaskState
+
+
+class Subscription:
+    """An async stream of :class:`TaskEvent`; bounded, the oldest events are dropped first.
+
+    A slow UI loses intermediate states, never the newest one. ``lagged`` counts drops.
+    """
+
+    def __init__(self, runtime: TaskRuntime, maxlen: int) -> None:
+        self._runtime = runtime
+        self._events: deque[TaskEvent] = deque(maxlen=maxlen)
+        self._ready = asyncio.Event()
+        self.lagged = 0
+        self.closed = False
+
+    def _push(self, event: TaskEvent) -> None:
+        if len(self._events) == self._events.maxlen:
+            self.lagged += 1
+        self._events.append(event)
+        self._ready.set()
+
+    async def get(self, timeout: float | None = None) -> TaskEvent | None:
+        """Return the next event, or None on timeout or when closed."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not self._events:
+                    if self.closed:
+                        return None
+                    self._ready.clear()
+                    await self._ready.wait()
+        except TimeoutError:
+            return None
+        return self._events.popleft()
+
+    def close(self) -> None:
+        """Stop receiving events."""
+        self.closed = True
+        self._runtime._subscribers.discard(self)
+        self._ready.set()
+
+    def __aiter__(self) -> AsyncIterator[TaskEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[TaskEvent]:
+        while (event := await self.get()) is not None:
+            yield event
+
+
+class TaskRuntime:
+    """The task registry of one session (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str | None = None,
+        home: Path | None = None,
+        store: Store | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        output_cap: int = DEFAULT_OUTPUT_CAP_BYTES,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL_S,
+        kill_grace: float = 2.0,
+    ) -> None:
+        """Create a runtime; call :meth:`start` (or use ``async with``) before use.
+
+        Args:
+            session_id: Resume this session (its undelivered notifications are replayed);
+                None starts a new one.
+            home: State directory (default ``$TASKLOOM_HOME``).
+            store: An open store to share (default: the home's ``taskloom.db``).
+            clock: Time source; tests pass a :class:`~taskloom.testing.FakeClock`.
+            output_cap: Size cap of each task's output file.
+            sweep_interval: Seconds between safety-net eviction sweeps.
+            kill_grace: Seconds between SIGTERM and SIGKILL when killing processes.
+        """
+        self.home = home or taskloom_home()
+        self.session_id = session_id or str(uuid.uuid4())
+        self._owns_store = store is None
+        self.store = store or Store(db_path(self.home))
+        self.clock = clock
+        self.output_cap = output_cap
+        self.sweep_interval = sweep_interval
+        self.kill_grace = kill_grace
+        self.notifications = NotificationQueue(self.store, self.session_id, clock)
+        self.notifications.on_ack = self._on_ack
+        self._tasks: dict[str, TaskState] = {}
+        self._handles: dict[str, TaskHandle] = {}
+        self._waiters: dict[str, list[asyncio.Future[TaskState]]] = {}
+        self._subscribers: set[Subscription] = set()
+        self._closed_owners: set[str] = set()
+        self.watchdog = Watchdog(clock)
+        self._lock = threading.RLock()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._started = False
+        self._closed = False
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    async def start(self) -> TaskRuntime:
+        """Sweep orphans, settle crashed sessions, replay undelivered notifications."""
+        if self._started:
+            return self
+        self._started = True
+        own = self.store.get_session(self.session_id)
+        if own is not None and own.ended_at is None and own.pid != os.getpid() and (
+            is_same_process(own.pid, own.pid_start)
+        ):
+            raise UserError(f"session {self.session_id} is in use by process {own.pid}")
+        swept = await sweep_orphans(self.store, grace=self.kill_grace)
+        self._settle_dead_sessions({s.row.task_id for s in swept})
+        now = self.clock.time()
+        self.store.upsert_session(
+            SessionRow(
+                id=self.session_id,
+                pid=os.getpid(),
+                pid_start=process_start_time(os.getpid()) or 0.0,
+                cwd=os.getcwd(),
+                started_at=own.started_at if own else now,
+                ended_at=None,
+            )
+        )
+        self.notifications.replay()
+        if own is not None:
+            self._load_session_tasks()
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
+        return self
+
+    async def __aenter__(self) -> TaskRuntime:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _settle_dead_sessions(self, swept_tasks: set[str]) -> None:
+        """Mark what crashed sessions left ``running`` as ended, so nobody waits on it."""
+        now = self.clock.time()
+        live = {TaskStatus.PENDING.value, TaskStatus.RUNNING.value}
+        detached_alive = {
+            r.task_id
+            for r in self.store.list_processes()
+            if r.detached and is_same_process(r.pid, r.pid_start)
+        }
+        for session in self.store.open_sessions():
+            if session.pid == os.getpid() or is_same_process(session.pid, session.pid_start):
+                continue
+            for data in self.store.list_tasks(session.id, statuses=live):
+                if data["id"] in detached_alive:
+                    continue
+                was_ours = data["id"] in swept_tasks or data.get("exit_policy") != "detach"
+                data.update(
+                    status=TaskStatus.KILLED.value if was_ours else TaskStatus.FAILED.value,
+                    end_time=now,
+                    notified=False,
+                )
+                if data["type"] == TaskType.LOCAL_BASH.value:
+                    data["interrupted"] = True
+                self.store.upsert_task(data)
+            self.store.end_session(session.id, now)
+
+    def _load_session_tasks(self) -> None:
+        """On resume, notify tasks that ended while no process of the session was alive."""
+        for data in self.store.list_tasks(self.session_id):
+            state = state_from_dict(data)
+            if state.terminal and not state.notified:
+                with self._lock:
+                    self._tasks[state.id] = state
+                self.update(state.id, lambda s: s.replace(notified=True), _notify=True)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.sweep_interval)
+            self.sweep()
+
+    async def close(
+        self, timeout: float = DEFAULT_CLOSE_TIMEOUT_S, wait_limit: float | None = 3600.0
+    ) -> None:
+        """End the session: apply every task's exit policy, then release the store.
+
+        Tasks with policy ``wait`` are awaited up to ``wait_limit`` seconds (then cancelled);
+        cancelling the rest is shielded from outside cancellation and bounded by ``timeout``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        waiting = [s for s in self.list() if not s.terminal and s.exit_policy == "wait"]
+        if waiting:
+            with anyio.move_on_after(wait_limit):
+                await asyncio.gather(*(self.wait(s.id, timeout=wait_limit) for s in waiting))
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):
+            owners = {s.owner for s in self.list() if not s.terminal}
+            await asyncio.gather(*(self._close_owner(o) for o in owners))
+            await self._kill_lingering()
+        await self.watchdog.close()
+        for sub in list(self._subscribers):
+            sub.close()
+        self.store.end_session(self.session_id, self.clock.time())
+        self.store.flush()
+        if self._owns_store:
+            self.store.close()
+
+    async def _kill_lingering(self) -> None:
+        """Kill what finished commands of this session left running (found by their tag)."""
+        rows = [
+            r
+            for r in self.store.list_processes()
+            if r.session_id == self.session_id and not r.detached
+        ]
+        for row in rows:
+            await kill_tree(None, tag=row.task_id, grace=self.kill_grace)
+            self.store.remove_process(row.pid, row.pid_start)
+
+    # -- registration and updates -------------------------------------------------------------
+
+    def new_id(self, task_type: TaskType) -> str:
+        """Return an id for a new task, unused in this runtime."""
+        while True:
+            task_id = new_task_id(task_type)
+            if task_id not in self._tasks:
+                return task_id
+
+    def output_path(self, task_id: str) -> Path:
+        """Where ``task_id``'s output file lives."""
+        return output_path(self.session_id, task_id, self.home)
+
+    def create_output(self, task_id: str) -> DiskTaskOutput:
+        """Create ``task_id``'s output file (exclusively, refusing symlinks)."""
+        return DiskTaskOutput(self.output_path(task_id), self.output_cap)
+
+    def register(self, state: S, handle: TaskHandle | None = None) -> S:
+        """Add a task, or resume one with the same id.
+
+        On resume (the id is known and ended) the task goes back to ``running`` under the same
+        id; its start time, messages, pending messages and retain flag survive, and it will be
+        notified again when it next ends.
+
+        Raises:
+            InvalidTransition: The id is known and the status change is not allowed.
+        """
+        with self._lock:
+            existing = self._tasks.get(state.id) or self._load(state.id)
+            merged: TaskState = state.replace(
+                session_id=state.session_id or self.session_id,
+                start_time=state.start_time or self.clock.time(),
+            )
+            if existing is not None:
+                check_transition(state.id, existing.status, merged.status, resume=True)
+                keep: dict[str, object] = {"start_time": existing.start_time}
+                if isinstance(existing, AgentTaskState):
+                    keep.update(
+                        messages=existing.messages,
+                        pending_messages=existing.pending_messages,
+                        retain=existing.retain,
+                    )
+                if existing.terminal:
+                    keep.update(notified=False, end_time=None)
+                    if isinstance(merged, AgentTaskState):
+                        keep["evict_after"] = None
+                merged = merged.replace(**keep)
+            self._tasks[state.id] = merged
+            if handle is not None:
+                self._handles[state.id] = handle
+            self.store.upsert_task(merged.to_dict())
+        self._publish("registered", merged)
+        return merged  # type: ignore[return-value]
+
+    def attach_handle(self, task_id: str, handle: TaskHandle) -> None:
+        """Give a registered task its live handle (used for kill, detach, background)."""
+        self._handles[task_id] = handle
+
+    def update(
+        self, task_id: str, fn: Callable[[S], S], *, _notify: bool = False
+    ) -> S | None:
+        """Apply ``fn`` to a task's state atomically; returns the new state (None if unknown).
+
+        A no-op update (``fn`` returns its argument or an equal state) changes and publishes
+        nothing. On the terminal transition the end time is stamped and, unless already done,
+        the notification is queued in the same step.
+
+        Raises:
+            InvalidTransition: ``fn`` changed the status in a way the state machine forbids.
+        """
+        with self._lock:
+            old = self._tasks.get(task_id)
+            if old is None:
+                return None
+            new: TaskState = fn(old)  # type: ignore[arg-type]
+            if new is old or new == old:
+                return old  # type: ignore[return-value]
+            check_transition(task_id, old.status, new.status)
+            deliver = _notify
+            if new.terminal and not old.terminal:
+                now = self.clock.time()
+                changes: dict[str, object] = {}
+                if new.end_time is None:
+                    changes["end_time"] = now
+                if isinstance(new, AgentTaskState) and new.evict_after is None:
+                    changes["evict_after"] = now + PANEL_GRACE_S
+                if not new.notified:
+                    changes["notified"] = True
+                    # A foreground caller receives the result itself: no notification.
+                    deliver = new.is_backgrounded
+                new = new.replace(**changes)
+            self._tasks[task_id] = new
+            self.store.upsert_task(new.to_dict())
+            if deliver and new.owner not in self._closed_owners:
+                self.notifications.enqueue(
+                    owner=new.owner,
+                    task_id=task_id,
+                    text=render_terminal(new),
+                    priority=_priority_of(new),
+                )
+            waiters = self._waiters.pop(task_id, []) if new.terminal else []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(new)
+        self._publish("updated", new)
+        return new  # type: ignore[return-value]
+
+    def notify(
+        self, task_id: str, text: str, *, kind: str = "stall", priority: Priority = "next"
+    ) -> Notification | None:
+        """Queue a notification about a task that has not ended (e.g. a stalled command)."""
+        state = self.get(task_id)
+        if state is None or state.owner in self._closed_owners:
+            return None
+        return self.notifications.enqueue(
+            owner=state.owner, task_id=task_id, text=text, kind=kind, priority=priority
+        )
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def _load(self, task_id: str) -> TaskState | None:
+        data = self.store.get_task(task_id)
+        if data is None or data.get("session_id") != self.session_id:
+            return None
+        return state_from_dict(data)
+
+    def get(self, task_id: str, caller: str | None = None) -> TaskState | None:
+        """Return a task's state (evicted tasks are read back from the store).
+
+        Raises:
+            TaskAccessDenied: ``caller`` is given and is neither the owner nor the session.
+        """
+        state = self._tasks.get(task_id) or self._load(task_id)
+        if state is not None and caller is not None:
+            self._check_access(state, caller)
+        return state
+
+    def authorize(self, task_id: str, caller: str | None) -> TaskState:
+        """Return the task if ``caller`` may read or stop it.
+
+        Raises:
+            TaskNotFound: No such task in this session.
+            TaskAccessDenied: ``caller`` is neither the owner nor the session.
+        """
+        state = self.get(task_id)
+        if state is None:
+            raise TaskNotFound(task_id)
+        if caller is not None:
+            self._check_access(state, caller)
+        return state
+
+    def _check_access(self, state: TaskState, caller: str) -> None:
+        if caller not in (state.owner, self.session_id):
+            raise TaskAccessDenied(state.id, caller, state.owner)
+
+    def list(
+        self,
+        *,
+        owner: str | None = None,
+        statuses: Iterable[TaskStatus] | None = None,
+        types: Iterable[TaskType] | None = None,
+        include_evicted: bool = False,
+    ) -> list[TaskState]:
+        """Return tasks matching every given filter, oldest first."""
+        wanted_status = set(statuses) if statuses is not None else None
+        wanted_type = set(types) if types is not None else None
+        states = dict(self._tasks)
+        if include_evicted:
+            for data in self.store.list_tasks(self.session_id):
+                states.setdefault(data["id"], state_from_dict(data))
+        return sorted(
+            (
+                s
+                for s in states.values()
+                if (owner is None or s.owner == owner)
+                and (wanted_status is None or s.status in wanted_status)
+                and (wanted_type is None or s.type in wanted_type)
+            ),
+            key=lambda s: s.start_time,
+        )
+
+    def has_live_tasks(self, owner: str | None = None) -> bool:
+        """Whether any task (of ``owner``) is pending or running."""
+        return any(
+            not s.terminal and (owner is None or s.owner == owner) for s in self._tasks.values()
+        )
+
+    def subscribe(self, maxlen: int = 1024) -> Subscription:
+        """Return a stream of changes (registrations, updates, evictions)."""
+        sub = Subscription(self, maxlen)
+        self._subscribers.add(sub)
+        return sub
+
+    def _publish(self, kind: Literal["registered", "updated", "evicted"], state: TaskState) -> None:
+        if self._subscribers:
+            event = TaskEvent(kind, state)
+            for sub in list(self._subscribers):
+                sub._push(event)
+
+    async def wait(self, task_id: str, timeout: float | None = None) -> TaskState:
+        """Wait until the task ends or ``timeout`` passes; return its state then.
+
+        The wait is woken by the terminal transition itself.
+
+        Raises:
+            TaskNotFound: No such task.
+        """
+        state = self.authorize(task_id, None)
+        if state.terminal:
+            return state
+        fut: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._waiters.setdefault(task_id, []).append(fut)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            return self.authorize(task_id, None)
+        finally:
+            with self._lock:
+                waiters = self._waiters.get(task_id)
+                if waiters and fut in waiters:
+                    waiters.remove(fut)
+
+    # -- control ------------------------------------------------------------------------------
+
+    async def kill(self, task_id: str, caller: str | None = None) -> TaskState:
+        """Stop a task through its kind's handle; a task already ended is left as it is.
+
+        Raises:
+            TaskNotFound: No such task.
+            TaskAccessDenied: ``caller`` may not stop it.
+        """
+        state = self.authorize(task_id, caller)
+        if state.terminal:
+            return state
+        handle = self._handles.get(task_id)
+        if handle is not None:
+            await handle.kill()
+        # Whatever the handle did, the task is ended now.
+        self.update(task_id, _mark_killed)
+        return self.authorize(task_id, None)
+
+    async def kill_owned(self, owner: str) -> list[TaskState]:
+        """Kill every live task started by ``owner``, concurrently."""
+        live = [s.id for s in self.list(owner=owner) if not s.terminal]
+        return list(await asyncio.gather(*(self.kill(t) for t in live)))
+
+    async def kill_shells_for_agent(self, agent_id: str) -> list[TaskState]:
+        """Kill every live shell an agent started (when that agent ends)."""
+        live = [
+            s.id
+            for s in self.list(types=[TaskType.LOCAL_BASH])
+            if not s.terminal
+            and (s.owner == agent_id or (isinstance(s, ShellTaskState) and s.agent_id == agent_id))
+        ]
+        return list(await asyncio.gather(*(self.kill(t) for t in live)))
+
+    async def close_owner(self, owner: str, wait_limit: float | None = 3600.0) -> None:
+        """An owner is going away: apply its tasks' exit policies, drop its notifications.
+
+        ``cancel`` tasks are killed, ``wait`` tasks are awaited (up to ``wait_limit``, then
+        killed), ``detach`` tasks are let go.
+        """
+        waiting = [
+            s.id for s in self.list(owner=owner) if not s.terminal and s.exit_policy == "wait"
+        ]
+        if waiting:
+            await asyncio.gather(*(self.wait(t, timeout=wait_limit) for t in waiting))
+        await self._close_owner(owner)
+
+    async def _close_owner(self, owner: str) -> None:
+        jobs = []
+        for state in self.list(owner=owner):
+            if state.terminal:
+                continue
+            handle = self._handles.get(state.id)
+            if state.exit_policy == "detach" and handle is not None:
+                jobs.append(handle.detach())
+            else:
+                jobs.append(self.kill(state.id))
+        await asyncio.gather(*jobs, return_exceptions=True)
+        if owner != self.session_id:
+            self._closed_owners.add(owner)
+            self.notifications.discard_owner(owner)
+
+    def background(self, task_id: str) -> bool:
+        """Move a running foreground task to the background; False if it is not one.
+
+        Its output is not touched (it is already on disk); its end will be notified.
+        """
+        state = self.get(task_id)
+        if state is None or state.terminal or state.is_backgrounded:
+            return False
+        self.update(task_id, lambda s: s.replace(is_backgrounded=True))
+        handle = self._handles.get(task_id)
+        on_background = getattr(handle, "on_background", None)
+        if on_background is not None:
+            on_background()
+        return True
+
+    def release_handle(self, task_id: str) -> None:
+        """Forget a task's live handle (its resources are gone)."""
+        self._handles.pop(task_id, None)
+
+    # -- notifications ------------------------------------------------------------------------
+
+    def drain(self, owner: str | None = None, priority: Priority | None = None) -> list[Notification]:
+        """Hand out every pending notification (for ``owner``) as one batch; see :meth:`ack`."""
+        return self.notifications.drain(owner, priority)
+
+    def ack(self, notifications: Iterable[Notification]) -> None:
+        """Record delivery of drained notifications; their ended tasks become evictable."""
+        self.notifications.ack(notifications)
+
+    def _on_ack(self, notes: list[Notification]) -> None:
+        for note in notes:
+            self.evict(note.task_id)
+
+    # -- eviction -----------------------------------------------------------------------------
+
+    def evict(self, task_id: str) -> bool:
+        """Drop an ended, notified task from memory (its record stays in the store).
+
+        Agent tasks stay for :data:`PANEL_GRACE_S` after they end, for a UI that shows them.
+        """
+        with self._lock:
+            state = self._tasks.get(task_id)
+            if state is None or not state.terminal or not state.notified:
+                return False
+            if isinstance(state, AgentTaskState) and (state.evict_after or 0) > self.clock.time():
+                return False
+            del self._tasks[task_id]
+            self._handles.pop(task_id, None)
+        self._publish("evicted", state)
+        return True
+
+    def sweep(self) -> int:
+        """Evict every task that may be evicted; returns how many were."""
+        return sum(self.evict(task_id) for task_id in list(self._tasks))
+
+
+def _mark_killed(state: TaskState) -> TaskState:
+    if state.terminal:
+        return state
+    if isinstance(state, ShellTaskState):
+        return state.replace(status=TaskStatus.KILLED, interrupted=True)
+    return state.replace(status=TaskStatus.KILLED)
+
+
+def _priority_of(state: TaskState) -> Priority:
+    # Monitors ask for prompt attention; ordinary background work waits for a turn boundary.
+    if isinstance(state, ShellTaskState) and state.kind == "monitor":
+        return "next"
+    return "later"
+
+
+__all__ = [
+    "PANEL_GRACE_S",
+    "Subscription",
+    "TaskEvent",
+    "TaskHandle",
+    "TaskRuntime",
+]

@@ -1,0 +1,347 @@
+"""LocalShellTask: shell commands in the foreground, the background, or moved between them.
+
+Four ways into the background (seed §5.6): ``run_in_background`` from the start; a foreground
+command passing its timeout (auto-background, the default; with it off the command is killed);
+:meth:`TaskRuntime.background` while a caller waits on it; and the same from a UI. Moving to
+the background never touches the output: the child writes to the output file from the start.
+
+While in the background a command is watched: its output file must stay under the cap, and
+when it stops growing for 45 s and its tail looks like a question (``(y/n)``, ``Press Enter``...)
+its owner is told, once, that it seems to wait for input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from taskloom.errors import TaskloomError
+from taskloom.process.kill import find_tree, kill_tree
+from taskloom.process.spawn import Child, process_start_time, spawn_shell
+from taskloom.store import ProcessRow
+from taskloom.tasks.notifications import render_notification
+from taskloom.tasks.output import DiskTaskOutput, read_tail
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import ExitPolicy, ShellTaskState, TaskStatus, TaskType
+from taskloom.tasks.watchdog import (
+    STALL_CHECK_INTERVAL_S,
+    STALL_TAIL_BYTES,
+    STALL_THRESHOLD_S,
+    Watch,
+    looks_like_prompt,
+)
+
+log = logging.getLogger(__name__)
+
+#: Default foreground timeout (the Bash tool's default, 2 minutes).
+DEFAULT_TIMEOUT_S = 120.0
+#: Longest foreground timeout a caller may ask for (the Bash tool's cap, 10 minutes).
+MAX_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShellOutcome:
+    """What a caller of :func:`run_shell` gets back.
+
+    Attributes:
+        task_id: The task's id (to read its output, wait on it or stop it).
+        status: The status when the call returned (``running`` if backgrounded).
+        exit_code: The exit status if it ended (negative: killed by that signal).
+        output_file: Path of the full output.
+        backgrounded: Still running in the background; its end will be notified.
+        timed_out: The foreground timeout passed (then it was backgrounded or killed).
+    """
+
+    task_id: str
+    status: TaskStatus
+    exit_code: int | None
+    output_file: str
+    backgrounded: bool
+    timed_out: bool = False
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the command was stopped instead of exiting by itself."""
+        return self.status == TaskStatus.KILLED
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    """Stall-watch thresholds (seconds) for background commands."""
+
+    stall_after: float = STALL_THRESHOLD_S
+    check_every: float = STALL_CHECK_INTERVAL_S
+
+
+class ShellHandle:
+    """The live side of a shell task: its process, output file and watch."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        task_id: str,
+        child: Child,
+        output: DiskTaskOutput,
+        watch: WatchSettings,
+    ) -> None:
+        """Supervise ``child`` (already spawned) for task ``task_id``."""
+        self.runtime = runtime
+        self.task_id = task_id
+        self.child = child
+        self.output = output
+        self.watch_settings = watch
+        self.backgrounded = asyncio.Event()
+        self._killing = False
+        self._detached = False
+        self._stall_notified = False
+        self._stop_watch: object = None
+        self.finished: asyncio.Task[ShellTaskState | None] = asyncio.get_running_loop().create_task(
+            self._supervise()
+        )
+
+    async def _supervise(self) -> ShellTaskState | None:
+        code = await self.child.wait()
+        self._unwatch()
+        killed = self._killing or self.output.capped
+
+        def finish(state: ShellTaskState) -> ShellTaskState:
+            if state.terminal:
+                return state
+            if killed:
+                status = TaskStatus.KILLED
+            else:
+                status = TaskStatus.COMPLETED if code == 0 else TaskStatus.FAILED
+            return state.replace(status=status, exit_code=code, interrupted=killed, pid=None)
+
+        state = self.runtime.update(self.task_id, finish)
+        lingering, _ = find_tree(None, tag=self.task_id)
+        if not lingering and not self._detached:
+            # Descendants still alive keep the record: session close and the orphan sweep
+            # will find them by their tag.
+            self.runtime.store.remove_process(self.child.pid, self.child.pid_start)
+        self.output.close()
+        self.runtime.release_handle(self.task_id)
+        return state
+
+    async def kill(self) -> None:
+        """Stop the command and every process it started; wait until it is recorded."""
+        if self.finished.done():
+            await self._kill_lingering()
+            return
+        self._killing = True
+        self.child.close_stdin()
+        report = await kill_tree(
+            self.child.pgid,
+            leader=self.child.pid,
+            leader_start=self.child.pid_start or None,
+            tag=self.task_id,
+            grace=self.runtime.kill_grace,
+        )
+        if not report.verified:
+            log.warning("task %s: processes survived the kill: %s", self.task_id, report.survivors)
+        with anyio.move_on_after(5.0):
+            await asyncio.shield(self.finished)
+
+    async def _kill_lingering(self) -> None:
+        await kill_tree(None, tag=self.task_id, grace=self.runtime.kill_grace)
+        self.runtime.store.remove_process(self.child.pid, self.child.pid_start)
+
+    async def detach(self) -> None:
+        """Let the command outlive the session; the orphan sweep will leave it alone."""
+        self._detached = True
+        self._unwatch()
+        self.runtime.store.set_process_detached(self.task_id)
+        self.runtime.release_handle(self.task_id)
+
+    def on_background(self) -> None:
+        """Called by the runtime when the task moves to the background."""
+        self.backgrounded.set()
+        self._start_watch()
+
+    def _start_watch(self) -> None:
+        if self._stop_watch is not None or self.finished.done():
+            return
+        settings = self.watch_settings
+        self._stop_watch = self.runtime.watchdog.watch(
+            Watch(
+                task_id=self.task_id,
+                probe=self.output.size,
+                stall_after=settings.stall_after,
+                check_every=settings.check_every,
+                on_stall=self._on_stall,
+                on_tick=self._check_cap,
+            )
+        )
+
+    def _unwatch(self) -> None:
+        stop = self._stop_watch
+        if callable(stop):
+            stop()
+        self._stop_watch = None
+
+    async def _check_cap(self) -> None:
+        if not self._killing and not self.output.capped and self.output.enforce_cap():
+            await self.runtime.kill(self.task_id)
+
+    def _on_stall(self) -> None:
+        if self._stall_notified:
+            return
+        tail = read_tail(self.output.path, STALL_TAIL_BYTES).decode("utf-8", "replace")
+        if not looks_like_prompt(tail):
+            return
+        self._stall_notified = True
+        state = self.runtime.get(self.task_id)
+        if state is None or state.terminal:
+            return
+        last = "\n".join(line for line in tail.splitlines() if line.strip())[-400:]
+        text = render_notification(
+            task_id=self.task_id,
+            tool_use_id=state.tool_use_id,
+            output_file=state.output_file,
+            status=state.status.value,
+            summary=(
+                f'Background command "{state.description}" appears to be waiting for '
+                "interactive input"
+            ),
+            result=(
+                f"Its output has not changed for {int(self.watch_settings.stall_after)}s and "
+                f"ends with:\n{last}\nNo one can answer it. Stop it with TaskStop and run it "
+                "non-interactively (a --yes flag, or input piped in)."
+            ),
+        )
+        self.runtime.notify(self.task_id, text, kind="stall", priority="next")
+
+
+async def run_shell(
+    runtime: TaskRuntime,
+    command: str,
+    *,
+    owner: str | None = None,
+    description: str = "",
+    tool_use_id: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    run_in_background: bool = False,
+    auto_background: bool = True,
+    exit_policy: ExitPolicy = "cancel",
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    agent_id: str | None = None,
+    watch: WatchSettings | None = None,
+) -> ShellOutcome:
+    """Run ``command`` as a shell task and return when it ends or goes to the background.
+
+    Args:
+        runtime: The runtime that tracks the task.
+        command: The command line (run by bash, or ``/bin/sh``).
+        owner: Who started it (default: the session); only it is notified.
+        description: Short label used in notifications (default: the command).
+        tool_use_id: The ``tool_use`` block that asked for it.
+        timeout: Foreground limit in seconds (at most :data:`MAX_TIMEOUT_S`).
+        run_in_background: Start in the background and return at once.
+        auto_background: At the timeout, move to the background (True) or kill (False).
+        exit_policy: What happens when the owner closes while it runs.
+        cwd: Working directory.
+        env: Environment (default: ours).
+        agent_id: The agent that started it (for :meth:`TaskRuntime.kill_shells_for_agent`).
+        watch: Stall thresholds for the background watch.
+
+    Raises:
+        TaskloomError: The output file or the process could not be created (the task is then
+            recorded as failed).
+    """
+    task_id = runtime.new_id(TaskType.LOCAL_BASH)
+    owner = owner or runtime.session_id
+    path = runtime.output_path(task_id)
+    state = runtime.register(
+        ShellTaskState(
+            id=task_id,
+            description=description or command,
+            owner=owner,
+            tool_use_id=tool_use_id,
+            output_file=str(path),
+            exit_policy=exit_policy,
+            is_backgrounded=run_in_background,
+            command=command,
+            agent_id=agent_id,
+        )
+    )
+    try:
+        output = runtime.create_output(task_id)
+        try:
+            child = spawn_shell(
+                command, output_fd=output.fd, task_id=task_id, session_id=runtime.session_id,
+                cwd=cwd, env=env,
+            )
+        except BaseException:
+            output.close()
+            raise
+    except TaskloomError:
+        runtime.update(task_id, lambda s: s.replace(status=TaskStatus.FAILED))
+        raise
+    runtime.store.add_process(
+        ProcessRow(
+            pid=child.pid,
+            pid_start=child.pid_start,
+            pgid=child.pgid,
+            session_id=runtime.session_id,
+            task_id=task_id,
+            owner_pid=os.getpid(),
+            owner_start=process_start_time(os.getpid()) or 0.0,
+        )
+    )
+    handle = ShellHandle(runtime, task_id, child, output, watch or WatchSettings())
+    runtime.attach_handle(task_id, handle)
+    state = runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
+    if run_in_background:
+        handle.on_background()
+        return _outcome(runtime, task_id, backgrounded=True)
+    return await _wait_foreground(runtime, handle, min(timeout, MAX_TIMEOUT_S), auto_background)
+
+
+async def _wait_foreground(
+    runtime: TaskRuntime, handle: ShellHandle, timeout: float, auto_background: bool
+) -> ShellOutcome:
+    moved = asyncio.ensure_future(handle.backgrounded.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {handle.finished, moved}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+    except asyncio.CancelledError:
+        # The caller was aborted: the command must not outlive its foreground call.
+        with anyio.CancelScope(shield=True):
+            await runtime.kill(handle.task_id)
+        raise
+    finally:
+        moved.cancel()
+    if handle.finished in done:
+        return _outcome(runtime, handle.task_id, backgrounded=False)
+    if moved in done:
+        return _outcome(runtime, handle.task_id, backgrounded=True)
+    if auto_background:
+        runtime.background(handle.task_id)
+        if not handle.finished.done():
+            return _outcome(runtime, handle.task_id, backgrounded=True, timed_out=True)
+        return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
+    await runtime.kill(handle.task_id)
+    return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
+
+
+def _outcome(
+    runtime: TaskRuntime, task_id: str, *, backgrounded: bool, timed_out: bool = False
+) -> ShellOutcome:
+    state = runtime.get(task_id)
+    assert isinstance(state, ShellTaskState)
+    return ShellOutcome(
+        task_id=task_id,
+        status=state.status,
+        exit_code=state.exit_code,
+        output_file=state.output_file,
+        backgrounded=backgrounded and not state.terminal,
+        timed_out=timed_out,
+    )

@@ -1,0 +1,283 @@
+"""Task types, statuses, the status machine and the frozen state variants.
+
+States are plain immutable data (no process handles, no callbacks): they are persisted as JSON
+in the store, compared for no-op updates and handed to UIs. Live resources belong to the
+runtime's handle table instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from taskloom.errors import InvalidTransition
+
+
+class TaskType(enum.StrEnum):
+    """What a task runs (DESIGN §3.1)."""
+
+    LOCAL_BASH = "local_bash"
+    LOCAL_AGENT = "local_agent"
+    REMOTE_AGENT = "remote_agent"
+    IN_PROCESS_TEAMMATE = "in_process_teammate"
+    LOCAL_WORKFLOW = "local_workflow"
+    MONITOR_MCP = "monitor_mcp"
+    DREAM = "dream"
+
+
+class TaskStatus(enum.StrEnum):
+    """Where a task is in its life."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    KILLED = "killed"
+
+
+TERMINAL: frozenset[TaskStatus] = frozenset(
+    {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.KILLED}
+)
+
+# A pending task may also end without ever running: it failed to start or was stopped first.
+_ALLOWED: dict[TaskStatus, frozenset[TaskStatus]] = {
+    TaskStatus.PENDING: frozenset(
+        {TaskStatus.RUNNING, TaskStatus.FAILED, TaskStatus.KILLED}
+    ),
+    TaskStatus.RUNNING: TERMINAL,
+    TaskStatus.COMPLETED: frozenset(),
+    TaskStatus.FAILED: frozenset(),
+    TaskStatus.KILLED: frozenset(),
+}
+
+ExitPolicy = Literal["cancel", "wait", "detach"]
+EXIT_POLICIES: tuple[ExitPolicy, ...] = ("cancel", "wait", "detach")
+
+
+def is_terminal(status: TaskStatus | str) -> bool:
+    """Tell whether ``status`` is one a task never leaves (except by resume)."""
+    return TaskStatus(status) in TERMINAL
+
+
+def can_transition(old: TaskStatus, new: TaskStatus, *, resume: bool = False) -> bool:
+    """Tell whether ``old -> new`` is allowed; ``resume`` admits terminal -> running."""
+    if old == new:
+        return True
+    if resume and old in TERMINAL and new == TaskStatus.RUNNING:
+        return True
+    return new in _ALLOWED[old]
+
+
+def check_transition(
+    task_id: str, old: TaskStatus, new: TaskStatus, *, resume: bool = False
+) -> None:
+    """Raise :class:`InvalidTransition` unless ``old -> new`` is allowed."""
+    if not can_transition(old, new, resume=resume):
+        raise InvalidTransition(task_id, old.value, new.value)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskState:
+    """Fields common to every task (DESIGN §3.1).
+
+    Attributes:
+        id: Type-prefixed task id.
+        type: The variant tag.
+        status: Current status.
+        description: Short human-readable label.
+        owner: The agent id or session id that started the task; only it (or its session)
+            reads, stops and is notified of it.
+        session_id: The session whose runtime holds the task.
+        tool_use_id: The ``tool_use`` block that started it, if any.
+        start_time: Wall-clock start (seconds since the epoch).
+        end_time: Wall-clock end, set on the terminal transition.
+        output_file: Path of the task's output file ('' when it has none).
+        output_offset: How far a reader has consumed the output (bytes).
+        notified: Whether the terminal notification was handed to the queue (or waived).
+        exit_policy: What happens to the task when its owner closes.
+        is_backgrounded: False while a caller waits on it in the foreground.
+    """
+
+    TYPE: ClassVar[TaskType]
+
+    id: str
+    type: TaskType
+    status: TaskStatus = TaskStatus.PENDING
+    description: str = ""
+    owner: str = ""
+    session_id: str = ""
+    tool_use_id: str | None = None
+    start_time: float = 0.0
+    end_time: float | None = None
+    output_file: str = ""
+    output_offset: int = 0
+    notified: bool = False
+    exit_policy: ExitPolicy = "cancel"
+    is_backgrounded: bool = True
+
+    def replace(self, **changes: Any) -> TaskState:
+        """Return a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task has ended."""
+        return self.status in TERMINAL
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (enums as strings, tuples as lists)."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShellTaskState(TaskState):
+    """A shell command (``local_bash``).
+
+    Attributes:
+        command: The command line given to the shell.
+        exit_code: The exit status once ended; negative for a signal, as in ``subprocess``.
+        interrupted: Whether it was killed or timed out rather than exiting by itself.
+        pid: The shell's pid while it runs (process group leader).
+        kind: ``bash`` for commands, ``monitor`` for long-lived watchers.
+        agent_id: The agent that started it, for :meth:`kill_shells_for_agent`.
+    """
+
+    TYPE: ClassVar[TaskType] = TaskType.LOCAL_BASH
+    type: TaskType = TaskType.LOCAL_BASH
+    command: str = ""
+    exit_code: int | None = None
+    interrupted: bool = False
+    pid: int | None = None
+    kind: Literal["bash", "monitor"] = "bash"
+    agent_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentTaskState(TaskState):
+    """A subagent (``local_agent``); the loop that drives it comes with the engine.
+
+    Attributes:
+        prompt: The task given to the agent.
+        agent_type: The agent definition's name.
+        result: The final answer, once completed.
+        error: Why it failed, once failed.
+        messages: Messages held for a UI that views the agent (kept across resume).
+        pending_messages: Messages sent to it that it has not yet consumed.
+        retain: Whether a UI holds the task open (delays eviction).
+        evict_after: Earliest eviction time for a retained task (epoch seconds).
+        total_tokens: Tokens used so far.
+        tool_uses: Tool calls made so far.
+    """
+
+    TYPE: ClassVar[TaskType] = TaskType.LOCAL_AGENT
+    type: TaskType = TaskType.LOCAL_AGENT
+    prompt: str = ""
+    agent_type: str = "general-purpose"
+    result: str | None = None
+    error: str | None = None
+    messages: tuple[Any, ...] = ()
+    pending_messages: tuple[Any, ...] = ()
+    retain: bool = False
+    evict_after: float | None = None
+    total_tokens: int = 0
+    tool_uses: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RemoteAgentTaskState(TaskState):
+    """An agent running elsewhere (``remote_agent``)."""
+
+    TYPE: ClassVar[TaskType] = TaskType.REMOTE_AGENT
+    type: TaskType = TaskType.REMOTE_AGENT
+    prompt: str = ""
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TeammateTaskState(TaskState):
+    """A long-lived team member (``in_process_teammate``), addressed ``name@team``."""
+
+    TYPE: ClassVar[TaskType] = TaskType.IN_PROCESS_TEAMMATE
+    type: TaskType = TaskType.IN_PROCESS_TEAMMATE
+    name: str = ""
+    team_name: str = ""
+    result: str | None = None
+    error: str | None = None
+    pending_messages: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkflowTaskState(TaskState):
+    """A scripted workflow (``local_workflow``)."""
+
+    TYPE: ClassVar[TaskType] = TaskType.LOCAL_WORKFLOW
+    type: TaskType = TaskType.LOCAL_WORKFLOW
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MonitorMcpTaskState(TaskState):
+    """A watcher on an MCP server (``monitor_mcp``)."""
+
+    TYPE: ClassVar[TaskType] = TaskType.MONITOR_MCP
+    type: TaskType = TaskType.MONITOR_MCP
+    server: str = ""
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DreamTaskState(TaskState):
+    """A background memory-consolidation pass (``dream``)."""
+
+    TYPE: ClassVar[TaskType] = TaskType.DREAM
+    type: TaskType = TaskType.DREAM
+    result: str | None = None
+    error: str | None = None
+
+
+STATE_CLASSES: dict[TaskType, type[TaskState]] = {
+    cls.TYPE: cls
+    for cls in (
+        ShellTaskState,
+        AgentTaskState,
+        RemoteAgentTaskState,
+        TeammateTaskState,
+        WorkflowTaskState,
+        MonitorMcpTaskState,
+        DreamTaskState,
+    )
+}
+
+
+def state_from_dict(data: dict[str, Any]) -> TaskState:
+    """Rebuild a state from :meth:`TaskState.to_dict` output; unknown keys are ignored.
+
+    Ignoring unknown keys lets an older taskloom read rows a newer one wrote.
+    """
+    cls = STATE_CLASSES[TaskType(data["type"])]
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            continue
+        if key == "type":
+            value = TaskType(value)
+        elif key == "status":
+            value = TaskStatus(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    return cls(**kwargs)

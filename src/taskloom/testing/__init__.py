@@ -1,0 +1,5 @@
+"""Public test helpers: a fake clock now; scripted models come with the engine."""
+
+from taskloom.testing.clock import FakeClock
+
+__all__ = ["FakeClock"]

@@ -1,0 +1,84 @@
+"""Test-wide guards: every test runs in its own TASKLOOM_HOME and must leave nothing behind.
+
+- Processes: every child we start inherits ``TASKLOOM_TEST_RUN``; after each test no process
+  carrying it may be alive (zombies excepted). Leftovers are killed and the test fails.
+- Temp dirs: nothing new may remain in the system temp directory at the end of the session
+  (pytest's own ``pytest-of-*`` base excepted).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+RUN_MARK = "TASKLOOM_TEST_RUN"
+os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
+_TEMP_BEFORE = set(os.listdir(tempfile.gettempdir()))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        func = getattr(item, "function", None)
+        if func is not None and inspect.iscoroutinefunction(func):
+            item.add_marker(pytest.mark.anyio)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def leftover_processes() -> list[psutil.Process]:
+    """Live processes (not zombies) that carry this test run's mark, other than us."""
+    mark = os.environ[RUN_MARK]
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid", "environ", "status"]):
+        if proc.pid == me or proc.info.get("status") == psutil.STATUS_ZOMBIE:
+            continue
+        env = proc.info.get("environ") or {}
+        if env.get(RUN_MARK) == mark:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private TASKLOOM_HOME per test; fails the test if it leaves processes behind."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("TASKLOOM_HOME", str(path))
+    yield path
+    left = leftover_processes()
+    if left:
+        desc = [(p.pid, " ".join(p.cmdline()) if p.is_running() else "?") for p in left]
+        for proc in left:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=5)
+        pytest.fail(f"test left processes behind: {desc}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    new = {
+        name
+        for name in set(os.listdir(tempfile.gettempdir())) - _TEMP_BEFORE
+        if not name.startswith("pytest-of-")
+    }
+    problems = []
+    if new:
+        problems.append(f"temp entries left behind: {sorted(new)}")
+    left = leftover_processes()
+    if left:
+        problems.append(f"processes left behind: {[p.pid for p in left]}")
+    if problems:
+        print("\nLEAK CHECK FAILED: " + "; ".join(problems))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

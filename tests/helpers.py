@@ -1,0 +1,36 @@
+"""Small helpers shared by tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+
+async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    """Wait (bounded) for a condition that has no event to wait on, e.g. file content."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
+        await asyncio.sleep(0.01)
+
+
+def file_contains(path: str | Path, text: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return text in Path(path).read_text(errors="replace")
+        except FileNotFoundError:
+            return False
+
+    return check
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import tempfile
@@ -59,10 +60,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     if left:
         desc = [(p.pid, " ".join(p.cmdline()) if p.is_running() else "?") for p in left]
         for proc in left:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
-            except psutil.NoSuchProcess:
-                pass
         psutil.wait_procs(left, timeout=5)
         pytest.fail(f"test left processes behind: {desc}")
 

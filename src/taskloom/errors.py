@@ -31,9 +31,7 @@ class TaskAccessDenied(TaskError):
     """The caller is neither the task's owner nor its session."""
 
     def __init__(self, task_id: str, caller: str, owner: str) -> None:
-        super().__init__(
-            f"task {task_id} belongs to {owner!r}; {caller!r} may not read or stop it"
-        )
+        super().__init__(f"task {task_id} belongs to {owner!r}; {caller!r} may not read or stop it")
         self.task_id = task_id
         self.caller = caller
         self.owner = owner

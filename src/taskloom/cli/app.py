@@ -21,9 +21,7 @@ app = typer.Typer(
 
 @app.command()
 def demo(
-    fast: Annotated[
-        bool, typer.Option("--fast", help="Shorter waits (for tests and CI).")
-    ] = False,
+    fast: Annotated[bool, typer.Option("--fast", help="Shorter waits (for tests and CI).")] = False,
 ) -> None:
     """Run a few background shell tasks and show their notifications."""
     from taskloom.cli.demo import run_demo
@@ -36,9 +34,7 @@ def tasks(
     session: Annotated[
         str | None, typer.Option("--session", help="Session id (default: the latest).")
     ] = None,
-    all_sessions: Annotated[
-        bool, typer.Option("--all", help="Tasks of every session.")
-    ] = False,
+    all_sessions: Annotated[bool, typer.Option("--all", help="Tasks of every session.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
 ) -> None:
     """List tasks from the store (works while their session runs)."""

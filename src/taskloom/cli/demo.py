@@ -42,18 +42,22 @@ async def _demo(console: Console, fast: bool) -> int:
         )
         tests = await run_shell(
             rt,
-            f"for i in 1 2 3; do echo \"test $i passed\"; sleep {unit}; done; "
+            f'for i in 1 2 3; do echo "test $i passed"; sleep {unit}; done; '
             "echo 'test 4 FAILED' >&2; exit 1",
             description="tests",
             run_in_background=True,
         )
         server = await run_shell(
-            rt, "echo 'serving on :8080'; sleep 300", description="dev server",
+            rt,
+            "echo 'serving on :8080'; sleep 300",
+            description="dev server",
             run_in_background=True,
         )
         console.print("started build, tests and dev server in the background")
         slow = await run_shell(
-            rt, f"sleep {3 * unit}; echo 'report written'", description="report",
+            rt,
+            f"sleep {3 * unit}; echo 'report written'",
+            description="report",
             timeout=unit,
         )
         console.print(

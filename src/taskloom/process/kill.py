@@ -13,6 +13,7 @@ parent's job (ours for the leader, which :class:`~taskloom.process.spawn.Child` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -110,12 +111,12 @@ def find_tree(
     return [p for p in found.values() if _alive(p)], group_ours
 
 
-def _signal_all(procs: list[psutil.Process], pgid: int | None, sig: int, report: KillReport) -> None:
+def _signal_all(
+    procs: list[psutil.Process], pgid: int | None, sig: int, report: KillReport
+) -> None:
     if pgid is not None and pgid > 1:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
     for proc in procs:
         try:
             proc.send_signal(sig)

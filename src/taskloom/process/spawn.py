@@ -13,6 +13,7 @@ stall watchdog reports it) instead of reading end-of-file and going on with a de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -67,10 +68,8 @@ class Child:
         """Close our end of the child's stdin (it reads end-of-file)."""
         stdin = self.popen.stdin
         if stdin is not None and not stdin.closed:
-            try:
+            with contextlib.suppress(OSError):
                 stdin.close()
-            except OSError:
-                pass
 
     def wait(self) -> asyncio.Future[int]:
         """Return a future resolved with the exit status; the child is reaped then.

@@ -193,7 +193,12 @@ class NotificationQueue:
         return loaded
 
     def enqueue(
-        self, *, owner: str, task_id: str, text: str, kind: str = "terminal",
+        self,
+        *,
+        owner: str,
+        task_id: str,
+        text: str,
+        kind: str = "terminal",
         priority: Priority = "later",
     ) -> Notification:
         """Queue a notification durably (committed before it can be drained)."""
@@ -236,7 +241,9 @@ class NotificationQueue:
             return bool(self._pending)
         return any(n.owner == owner for n in self._pending.values())
 
-    def drain(self, owner: str | None = None, priority: Priority | None = None) -> list[Notification]:
+    def drain(
+        self, owner: str | None = None, priority: Priority | None = None
+    ) -> list[Notification]:
         """Hand out every pending notification (for ``owner``) as one batch.
 
         Each is handed out once. It stays in the store until :meth:`ack`; if the process dies

@@ -20,9 +20,7 @@ from pathlib import Path
 from taskloom.errors import OutputError
 from taskloom.settings import DEFAULT_OUTPUT_CAP_BYTES, ensure_private_dir, tasks_dir
 
-_OPEN_FLAGS = (
-    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-)
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -71,10 +69,15 @@ class DiskTaskOutput:
         try:
             self._fd = os.open(path.name, _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
         except OSError as exc:
-            reason = "it already exists (a planted file or symlink?)" if exc.errno in (
-                errno.EEXIST,
-                errno.ELOOP,
-            ) else exc.strerror
+            reason = (
+                "it already exists (a planted file or symlink?)"
+                if exc.errno
+                in (
+                    errno.EEXIST,
+                    errno.ELOOP,
+                )
+                else exc.strerror
+            )
             raise OutputError(f"refusing to write task output {path}: {reason}") from exc
         finally:
             os.close(dir_fd)

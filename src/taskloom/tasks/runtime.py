@@ -19,11 +19,9 @@ import contextlib
 import os
 import threading
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -34,6 +32,7 @@ from taskloom.process.spawn import process_start_time
 from taskloom.process.sweep import is_same_process, sweep_orphans
 from taskloom.settings import DEFAULT_OUTPUT_CAP_BYTES, db_path, taskloom_home
 from taskloom.store import SessionRow, Store
+from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.notifications import (
     Notification,
@@ -42,7 +41,6 @@ from taskloom.tasks.notifications import (
     render_terminal,
 )
 from taskloom.tasks.output import DiskTaskOutput, output_path
-from taskloom.tasks.watchdog import Watchdog
 from taskloom.tasks.types import (
     AgentTaskState,
     ShellTaskState,
@@ -52,6 +50,7 @@ from taskloom.tasks.types import (
     check_transition,
     state_from_dict,
 )
+from taskloom.tasks.watchdog import Watchdog
 
 #: Agent tasks stay visible this long after they end, for a UI panel showing them.
 PANEL_GRACE_S = 30.0
@@ -61,6 +60,9 @@ DEFAULT_SWEEP_INTERVAL_S = 60.0
 DEFAULT_CLOSE_TIMEOUT_S = 10.0
 
 S = TypeVar("S", bound=TaskState)
+# The runtime has a ``list`` method; these keep annotations in the class unambiguous.
+States = list[TaskState]
+Notifications = list[Notification]
 
 
 class TaskHandle(Protocol):
@@ -73,60 +75,6 @@ class TaskHandle(Protocol):
     async def detach(self) -> None:
         """Let the task run on without this session (exit policy ``detach``)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class TaskEvent:
-    """A change seen by subscribers."""
-
-    kind: Literal["registered", "updated", "evicted"]
-    state: TaskState
-
-
-class Subscription:
-    """An async stream of :class:`TaskEvent`; bounded, the oldest events are dropped first.
-
-    A slow UI loses intermediate states, never the newest one. ``lagged`` counts drops.
-    """
-
-    def __init__(self, runtime: TaskRuntime, maxlen: int) -> None:
-        self._runtime = runtime
-        self._events: deque[TaskEvent] = deque(maxlen=maxlen)
-        self._ready = asyncio.Event()
-        self.lagged = 0
-        self.closed = False
-
-    def _push(self, event: TaskEvent) -> None:
-        if len(self._events) == self._events.maxlen:
-            self.lagged += 1
-        self._events.append(event)
-        self._ready.set()
-
-    async def get(self, timeout: float | None = None) -> TaskEvent | None:
-        """Return the next event, or None on timeout or when closed."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not self._events:
-                    if self.closed:
-                        return None
-                    self._ready.clear()
-                    await self._ready.wait()
-        except TimeoutError:
-            return None
-        return self._events.popleft()
-
-    def close(self) -> None:
-        """Stop receiving events."""
-        self.closed = True
-        self._runtime._subscribers.discard(self)
-        self._ready.set()
-
-    def __aiter__(self) -> AsyncIterator[TaskEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[TaskEvent]:
-        while (event := await self.get()) is not None:
-            yield event
 
 
 class TaskRuntime:
@@ -184,8 +132,11 @@ class TaskRuntime:
             return self
         self._started = True
         own = self.store.get_session(self.session_id)
-        if own is not None and own.ended_at is None and own.pid != os.getpid() and (
-            is_same_process(own.pid, own.pid_start)
+        if (
+            own is not None
+            and own.ended_at is None
+            and own.pid != os.getpid()
+            and (is_same_process(own.pid, own.pid_start))
         ):
             raise UserError(f"session {self.session_id} is in use by process {own.pid}")
         swept = await sweep_orphans(self.store, grace=self.kill_grace)
@@ -353,9 +304,7 @@ class TaskRuntime:
         """Give a registered task its live handle (used for kill, detach, background)."""
         self._handles[task_id] = handle
 
-    def update(
-        self, task_id: str, fn: Callable[[S], S], *, _notify: bool = False
-    ) -> S | None:
+    def update(self, task_id: str, fn: Callable[[S], S], *, _notify: bool = False) -> S | None:
         """Apply ``fn`` to a task's state atomically; returns the new state (None if unknown).
 
         A no-op update (``fn`` returns its argument or an equal state) changes and publishes
@@ -457,7 +406,7 @@ class TaskRuntime:
         statuses: Iterable[TaskStatus] | None = None,
         types: Iterable[TaskType] | None = None,
         include_evicted: bool = False,
-    ) -> list[TaskState]:
+    ) -> States:
         """Return tasks matching every given filter, oldest first."""
         wanted_status = set(statuses) if statuses is not None else None
         wanted_type = set(types) if types is not None else None
@@ -484,15 +433,15 @@ class TaskRuntime:
 
     def subscribe(self, maxlen: int = 1024) -> Subscription:
         """Return a stream of changes (registrations, updates, evictions)."""
-        sub = Subscription(self, maxlen)
+        sub = Subscription(maxlen, self._subscribers.discard)
         self._subscribers.add(sub)
         return sub
 
-    def _publish(self, kind: Literal["registered", "updated", "evicted"], state: TaskState) -> None:
+    def _publish(self, kind: EventKind, state: TaskState) -> None:
         if self._subscribers:
             event = TaskEvent(kind, state)
             for sub in list(self._subscribers):
-                sub._push(event)
+                sub.push(event)
 
     async def wait(self, task_id: str, timeout: float | None = None) -> TaskState:
         """Wait until the task ends or ``timeout`` passes; return its state then.
@@ -537,12 +486,12 @@ class TaskRuntime:
         self.update(task_id, _mark_killed)
         return self.authorize(task_id, None)
 
-    async def kill_owned(self, owner: str) -> list[TaskState]:
+    async def kill_owned(self, owner: str) -> States:
         """Kill every live task started by ``owner``, concurrently."""
         live = [s.id for s in self.list(owner=owner) if not s.terminal]
         return list(await asyncio.gather(*(self.kill(t) for t in live)))
 
-    async def kill_shells_for_agent(self, agent_id: str) -> list[TaskState]:
+    async def kill_shells_for_agent(self, agent_id: str) -> States:
         """Kill every live shell an agent started (when that agent ends)."""
         live = [
             s.id
@@ -566,7 +515,7 @@ class TaskRuntime:
         await self._close_owner(owner)
 
     async def _close_owner(self, owner: str) -> None:
-        jobs = []
+        jobs: list[Awaitable[object]] = []
         for state in self.list(owner=owner):
             if state.terminal:
                 continue
@@ -601,7 +550,7 @@ class TaskRuntime:
 
     # -- notifications ------------------------------------------------------------------------
 
-    def drain(self, owner: str | None = None, priority: Priority | None = None) -> list[Notification]:
+    def drain(self, owner: str | None = None, priority: Priority | None = None) -> Notifications:
         """Hand out every pending notification (for ``owner``) as one batch; see :meth:`ack`."""
         return self.notifications.drain(owner, priority)
 
@@ -609,7 +558,7 @@ class TaskRuntime:
         """Record delivery of drained notifications; their ended tasks become evictable."""
         self.notifications.ack(notifications)
 
-    def _on_ack(self, notes: list[Notification]) -> None:
+    def _on_ack(self, notes: Notifications) -> None:
         for note in notes:
             self.evict(note.task_id)
 

@@ -98,6 +98,8 @@ class ShellHandle:
         self.watch_settings = watch
         self.backgrounded = asyncio.Event()
         self._killing = False
+        self._kill_done = asyncio.Event()
+        self._over_cap = False
         self._detached = False
         self._stall_notified = False
         self._stop_watch: object = None
@@ -108,7 +110,13 @@ class ShellHandle:
     async def _supervise(self) -> ShellTaskState | None:
         code = await self.child.wait()
         self._unwatch()
-        killed = self._killing or self.output.capped
+        if self._killing:
+            # Let the tree kill finish: the rest of the tree may still be writing.
+            with anyio.move_on_after(10.0):
+                await self._kill_done.wait()
+        if self._over_cap:
+            self.output.enforce_cap()
+        killed = self._killing
 
         def finish(state: ShellTaskState) -> ShellTaskState:
             if state.terminal:
@@ -136,13 +144,16 @@ class ShellHandle:
             return
         self._killing = True
         self.child.close_stdin()
-        report = await kill_tree(
-            self.child.pgid,
-            leader=self.child.pid,
-            leader_start=self.child.pid_start or None,
-            tag=self.task_id,
-            grace=self.runtime.kill_grace,
-        )
+        try:
+            report = await kill_tree(
+                self.child.pgid,
+                leader=self.child.pid,
+                leader_start=self.child.pid_start or None,
+                tag=self.task_id,
+                grace=self.runtime.kill_grace,
+            )
+        finally:
+            self._kill_done.set()
         if not report.verified:
             log.warning("task %s: processes survived the kill: %s", self.task_id, report.survivors)
         with anyio.move_on_after(5.0):
@@ -186,7 +197,10 @@ class ShellHandle:
         self._stop_watch = None
 
     async def _check_cap(self) -> None:
-        if not self._killing and not self.output.capped and self.output.enforce_cap():
+        # The child shares the descriptor: stop it first, then cut the file back to the cap
+        # (done in _supervise once the whole tree is dead).
+        if not self._killing and self.output.size() > self.output.cap:
+            self._over_cap = True
             await self.runtime.kill(self.task_id)
 
     def _on_stall(self) -> None:
@@ -258,7 +272,7 @@ async def run_shell(
     task_id = runtime.new_id(TaskType.LOCAL_BASH)
     owner = owner or runtime.session_id
     path = runtime.output_path(task_id)
-    state = runtime.register(
+    runtime.register(
         ShellTaskState(
             id=task_id,
             description=description or command,
@@ -275,8 +289,12 @@ async def run_shell(
         output = runtime.create_output(task_id)
         try:
             child = spawn_shell(
-                command, output_fd=output.fd, task_id=task_id, session_id=runtime.session_id,
-                cwd=cwd, env=env,
+                command,
+                output_fd=output.fd,
+                task_id=task_id,
+                session_id=runtime.session_id,
+                cwd=cwd,
+                env=env,
             )
         except BaseException:
             output.close()
@@ -297,7 +315,7 @@ async def run_shell(
     )
     handle = ShellHandle(runtime, task_id, child, output, watch or WatchSettings())
     runtime.attach_handle(task_id, handle)
-    state = runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
+    runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
     if run_in_background:
         handle.on_background()
         return _outcome(runtime, task_id, backgrounded=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from taskloom.errors import InvalidTransition
 
@@ -43,9 +43,7 @@ TERMINAL: frozenset[TaskStatus] = frozenset(
 
 # A pending task may also end without ever running: it failed to start or was stopped first.
 _ALLOWED: dict[TaskStatus, frozenset[TaskStatus]] = {
-    TaskStatus.PENDING: frozenset(
-        {TaskStatus.RUNNING, TaskStatus.FAILED, TaskStatus.KILLED}
-    ),
+    TaskStatus.PENDING: frozenset({TaskStatus.RUNNING, TaskStatus.FAILED, TaskStatus.KILLED}),
     TaskStatus.RUNNING: TERMINAL,
     TaskStatus.COMPLETED: frozenset(),
     TaskStatus.FAILED: frozenset(),
@@ -117,7 +115,7 @@ class TaskState:
     exit_policy: ExitPolicy = "cancel"
     is_backgrounded: bool = True
 
-    def replace(self, **changes: Any) -> TaskState:
+    def replace(self, **changes: Any) -> Self:
         """Return a copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
 

@@ -126,6 +126,8 @@ class Watchdog:
         now = self.clock.monotonic()
         if watch.on_tick is not None:
             await _call(watch.on_tick)
+            if watch._done:  # the tick ended the task
+                return
         if watch.deadline is not None and not watch.deadline_fired and now >= watch.deadline:
             watch.deadline_fired = True
             await _call(watch.on_deadline or watch.kill)

@@ -1,0 +1,71 @@
+"""The command line, driven as a user or a script would drive it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.shell import run_shell
+
+
+def taskloom(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taskloom", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_demo_runs_tasks_and_prints_their_notifications() -> None:
+    proc = taskloom("demo", "--fast")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.count("<task-notification>") == 4
+    for summary in (
+        'Background command "build" completed (exit code 0)',
+        'Background command "tests" failed with exit code 1',
+        'Background command "report" completed (exit code 0)',
+        'Background command "dev server" was stopped',
+    ):
+        assert summary in out
+    assert "test 4 FAILED" in out
+    listed = json.loads(taskloom("tasks", "--json").stdout)
+    assert sorted(t["status"] for t in listed) == ["completed", "completed", "failed", "killed"]
+
+
+async def test_tasks_lists_a_running_session_from_another_process() -> None:
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "echo hi; sleep 300", run_in_background=True,
+                              description="long job")
+        rt.store.flush()
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "tasks", "--session", rt.session_id, "--json"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        rows = json.loads(proc.stdout)
+        assert [(r["id"], r["status"], r["description"]) for r in rows] == [
+            (out.task_id, "running", "long job")
+        ]
+        assert rows[0]["output_file"] == out.output_file
+        table = subprocess.run(
+            [sys.executable, "-m", "taskloom", "tasks"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert out.task_id in table.stdout and "running" in table.stdout
+        assert re.search(r"long job", table.stdout)
+        await rt.kill(out.task_id)
+
+
+def test_all_and_unknown_session() -> None:
+    assert taskloom("tasks", "--all").stdout.strip() == "No tasks in any session."
+    proc = taskloom("tasks", "--session", "nope", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout) == []
+
+
+def test_bad_flag_is_a_usage_error_with_exit_code_2() -> None:
+    proc = taskloom("tasks", "--bogus")
+    assert proc.returncode == 2
+    assert "--bogus" in proc.stderr

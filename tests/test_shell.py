@@ -1,0 +1,203 @@
+"""Shell tasks: foreground, background, auto-background, stall watch, cap, exit policies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import alive, file_contains, wait_until
+from taskloom.process.kill import find_tree
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.shell import WatchSettings, run_shell
+from taskloom.tasks.types import TaskStatus
+from taskloom.testing import FakeClock
+
+
+async def test_foreground_command_returns_its_exit_code_without_notification() -> None:
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "echo hello; echo oops >&2; exit 3", timeout=10)
+        assert (out.status, out.exit_code, out.backgrounded) == ("failed", 3, False)
+        assert Path(out.output_file).read_text() == "hello\noops\n"
+        assert rt.drain() == []  # the caller got the result itself
+
+
+async def test_auto_background_keeps_output_and_notifies_completion() -> None:
+    async with TaskRuntime() as rt:
+        started = time.monotonic()
+        out = await run_shell(rt, "sleep 3; echo done", timeout=1.0)
+        assert 0.9 < time.monotonic() - started < 2.5
+        assert out.backgrounded and out.timed_out and out.status == "running"
+        state = await rt.wait(out.task_id, timeout=10)
+        assert state.status == TaskStatus.COMPLETED
+        assert Path(out.output_file).read_text() == "done\n"
+        notes = rt.drain()
+        assert len(notes) == 1
+        assert "completed (exit code 0)" in notes[0].text
+        assert f"<output-file>{out.output_file}</output-file>" in notes[0].text
+
+
+async def test_timeout_without_auto_background_kills() -> None:
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "sleep 30", timeout=0.3, auto_background=False)
+        assert out.timed_out and out.status == TaskStatus.KILLED and out.interrupted
+        assert not out.backgrounded
+        assert find_tree(None, tag=out.task_id)[0] == []
+
+
+async def test_background_moves_a_running_foreground_command() -> None:
+    async with TaskRuntime() as rt:
+        call = asyncio.create_task(
+            run_shell(rt, "echo first; read line; echo got $line", timeout=60)
+        )
+        sub = rt.subscribe()
+        task_id = None
+        while task_id is None:
+            event = await sub.get(timeout=10)
+            assert event is not None
+            if event.state.status == TaskStatus.RUNNING:
+                task_id = event.state.id
+        assert rt.background(task_id)
+        out = await asyncio.wait_for(call, 10)
+        assert out.backgrounded and not out.timed_out
+        assert rt.get(task_id).is_backgrounded  # type: ignore[union-attr]
+        await wait_until(file_contains(out.output_file, "first"), what="first output")
+        await rt.kill(task_id)
+        assert [n.task_id for n in rt.drain()] == [task_id]
+
+
+async def test_cancelled_foreground_call_kills_its_command() -> None:
+    async with TaskRuntime() as rt:
+        call = asyncio.create_task(run_shell(rt, "sleep 30", timeout=60))
+        sub = rt.subscribe()
+        while True:
+            event = await sub.get(timeout=10)
+            assert event is not None
+            if event.state.status == TaskStatus.RUNNING:
+                break
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        state = rt.get(event.state.id)
+        assert state is not None and state.status == TaskStatus.KILLED
+
+
+async def test_stall_watchdog_notifies_once_for_a_prompt_and_never_for_silence() -> None:
+    clock = FakeClock()
+    async with TaskRuntime(clock=clock) as rt:
+        prompt = await run_shell(
+            rt, "python3 -c \"input('Continue? (y/n) ')\"", run_in_background=True,
+            description="ask",
+        )
+        silent = await run_shell(rt, "sleep 300", run_in_background=True)
+        await wait_until(file_contains(prompt.output_file, "Continue? (y/n)"), what="prompt")
+        for _ in range(120):  # two minutes of fake time, one watchdog tick a second
+            await clock.advance(1.0)
+        notes = rt.drain()
+        assert [n.task_id for n in notes] == [prompt.task_id]
+        assert notes[0].kind == "stall"
+        assert "appears to be waiting for interactive input" in notes[0].text
+        assert "<status>running</status>" in notes[0].text
+        for _ in range(120):
+            await clock.advance(1.0)
+        assert rt.drain() == []
+        assert not rt.get(prompt.task_id).terminal  # type: ignore[union-attr]
+        for task in (prompt, silent):
+            await rt.kill(task.task_id)
+
+
+async def test_stall_watchdog_with_short_real_thresholds() -> None:
+    async with TaskRuntime() as rt:
+        rt.watchdog.tick = 0.05
+        out = await run_shell(
+            rt,
+            "printf 'Are you sure you want to delete it? '; sleep 30",
+            run_in_background=True,
+            watch=WatchSettings(stall_after=0.3, check_every=0.05),
+        )
+        assert await rt.notifications.wait_pending(timeout=10)
+        notes = rt.drain()
+        assert [n.kind for n in notes] == ["stall"]
+        await rt.kill(out.task_id)
+
+
+async def test_output_cap_stops_a_runaway_command() -> None:
+    async with TaskRuntime(output_cap=64 * 1024) as rt:
+        rt.watchdog.tick = 0.05
+        out = await run_shell(rt, "yes", run_in_background=True)
+        state = await rt.wait(out.task_id, timeout=20)
+        assert state.status == TaskStatus.KILLED
+        data = Path(out.output_file).read_bytes()
+        assert data.endswith(b"\n[output truncated: exceeded 64KB disk cap]\n")
+        assert len(data) == 64 * 1024 + len(b"\n[output truncated: exceeded 64KB disk cap]\n")
+
+
+async def test_hundred_shells_finishing_together_give_one_batch_of_100(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    async with TaskRuntime() as rt:
+        outs = [
+            await run_shell(
+                rt, f"while [ ! -e {go} ]; do sleep 0.01; done; echo {i}", run_in_background=True
+            )
+            for i in range(100)
+        ]
+        go.touch()  # every command exits within ~10 ms of this
+        states = await asyncio.gather(*(rt.wait(o.task_id, timeout=30) for o in outs))
+        assert {s.status for s in states} == {TaskStatus.COMPLETED}
+        ends = [s.end_time for s in states]
+        assert max(ends) - min(ends) < 1.0  # type: ignore[operator]
+        batch = rt.drain()
+        assert len(batch) == 100
+        assert {n.task_id for n in batch} == {o.task_id for o in outs}
+        assert rt.drain() == []
+
+
+async def test_kill_shells_for_agent_only_touches_that_agents_shells() -> None:
+    async with TaskRuntime() as rt:
+        mine = await run_shell(rt, "sleep 300", run_in_background=True, owner="a1111111")
+        also = await run_shell(rt, "sleep 300", run_in_background=True, agent_id="a1111111")
+        other = await run_shell(rt, "sleep 300", run_in_background=True, owner="a2222222")
+        killed = await rt.kill_shells_for_agent("a1111111")
+        assert {s.id for s in killed} == {mine.task_id, also.task_id}
+        assert not rt.get(other.task_id).terminal  # type: ignore[union-attr]
+
+
+async def test_exit_policies_when_the_owner_closes() -> None:
+    async with TaskRuntime() as rt:
+        cancel = await run_shell(rt, "sleep 300", run_in_background=True, owner="a0000001")
+        wait = await run_shell(
+            rt, "sleep 0.5; echo waited", run_in_background=True, owner="a0000001",
+            exit_policy="wait",
+        )
+        detach = await run_shell(
+            rt, "sleep 300", run_in_background=True, owner="a0000001", exit_policy="detach"
+        )
+        detached_pid = rt.get(detach.task_id).pid  # type: ignore[union-attr]
+        await rt.close_owner("a0000001", wait_limit=10)
+        assert rt.get(cancel.task_id).status == TaskStatus.KILLED  # type: ignore[union-attr]
+        assert rt.get(wait.task_id).status == TaskStatus.COMPLETED  # type: ignore[union-attr]
+        assert Path(wait.output_file).read_text() == "waited\n"
+        assert alive(detached_pid)
+        # The owner is gone: nothing is queued for it any more.
+        assert rt.drain(owner="a0000001") == []
+    # A detached command outlives the session, and the next session's sweep spares it.
+    async with TaskRuntime():
+        assert alive(detached_pid)
+    os.killpg(detached_pid, 9)
+    await wait_until(lambda: not alive(detached_pid), what="detached command to die")
+
+
+async def test_close_kills_running_tasks_and_leftover_descendants() -> None:
+    rt = TaskRuntime()
+    await rt.start()
+    running = await run_shell(rt, "sleep 300", run_in_background=True)
+    # A finished command that left a daemon behind: found by its tag at close.
+    daemon = await run_shell(rt, "sleep 300 >/dev/null 2>&1 &", timeout=10)
+    assert daemon.status == TaskStatus.COMPLETED
+    assert find_tree(None, tag=daemon.task_id)[0] != []
+    await rt.close()
+    assert find_tree(None, tag=running.task_id)[0] == []
+    assert find_tree(None, tag=daemon.task_id)[0] == []

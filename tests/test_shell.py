@@ -44,6 +44,7 @@ async def test_timeout_without_auto_background_kills() -> None:
     async with TaskRuntime() as rt:
         out = await run_shell(rt, "sleep 30", timeout=0.3, auto_background=False)
         assert out.timed_out and out.status == TaskStatus.KILLED and out.interrupted
+        assert out.exit_code == 128 + 15  # SIGTERM, reported the way shells do
         assert not out.backgrounded
         assert find_tree(None, tag=out.task_id)[0] == []
 

@@ -10,7 +10,10 @@ The layout (DESIGN §3.6)::
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 from pathlib import Path
 
 #: Default cap on one task's output file (DESIGN §3.2).
@@ -39,13 +42,28 @@ def tasks_dir(session_id: str, home: Path | None = None) -> Path:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` and its parents with mode 0700 and return it.
+    """Create ``path`` and any missing parents with mode 0700 and return it.
 
-    Existing directories are tightened to 0700 when we own them, so output written by one user
-    is never readable by another through a loose parent.
+    An existing directory we own is tightened to 0700, so output written by one user is never
+    readable by another through a loose directory. A symlink is refused (never followed, never
+    chmod-ed): it could point anywhere.
+
+    Raises:
+        OSError: ``path`` (or a parent it had to create) is a symlink or not a directory.
     """
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
+    missing = []
+    probe = path
+    while not os.path.lexists(probe):
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made concurrently; checked below
+            os.mkdir(directory, 0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, "refusing a symlinked directory", str(path))
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, "not a directory", str(path))
     if st.st_uid == os.getuid() and st.st_mode & 0o077:
-        path.chmod(0o700)
+        os.chmod(path, 0o700)
     return path

@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import psutil
@@ -59,7 +60,7 @@ def find_tree(
     *,
     leader: int | None = None,
     leader_start: float | None = None,
-    tag: str | None = None,
+    tag: str | Collection[str] | None = None,
 ) -> tuple[list[psutil.Process], bool]:
     """Return the live members of a task's process tree (see the module docstring).
 
@@ -72,7 +73,8 @@ def find_tree(
         leader: The leader's pid, for its descendants.
         leader_start: The leader's recorded start time (None: trust the pid alone, for a
             child we have not reaped yet and so cannot have been replaced).
-        tag: The task id stamped in the environment of its processes.
+        tag: The task id stamped in the environment of its processes (or several ids: one
+            scan of the process table serves them all).
 
     Returns:
         The living members, and whether the group id is known to be ours.
@@ -91,8 +93,9 @@ def find_tree(
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     scan_group = pgid is not None and group_ours
-    if scan_group or tag is not None:
-        attrs = ["pid", "environ"] if tag is not None else ["pid"]
+    tags = None if tag is None else frozenset([tag] if isinstance(tag, str) else tag)
+    if scan_group or tags:
+        attrs = ["pid", "environ"] if tags else ["pid"]
         for proc in psutil.process_iter(attrs):
             pid = proc.pid
             if pid == me or pid in found:
@@ -104,9 +107,9 @@ def find_tree(
                         continue
                 except OSError:
                     continue
-            if tag is not None:
+            if tags:
                 environ = proc.info.get("environ") or {}
-                if environ.get(TASK_ENV) == tag:
+                if environ.get(TASK_ENV) in tags:
                     found[pid] = proc
     return [p for p in found.values() if _alive(p)], group_ours
 
@@ -170,7 +173,7 @@ async def kill_tree(
     *,
     leader: int | None = None,
     leader_start: float | None = None,
-    tag: str | None = None,
+    tag: str | Collection[str] | None = None,
     grace: float = DEFAULT_GRACE_S,
 ) -> KillReport:
     """Kill a task's whole process tree and verify it is gone.

@@ -9,6 +9,7 @@ carry the task's tag. A pid reused by an unrelated program is never touched.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from taskloom.process.kill import KillReport, kill_tree
@@ -35,15 +36,31 @@ class SweptProcess:
 async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProcess]:
     """Kill the process trees of every non-detached record whose owner process is gone.
 
-    Records of live owners are left alone; swept records are deleted.
+    Records of live owners are left alone; swept records are deleted, and so are detached
+    records whose process has ended. Trees whose leader still runs are killed through their
+    group as well; everything else that carries a swept tag is found in one scan.
     """
     swept: list[SweptProcess] = []
+    orphaned: list[ProcessRow] = []
     for row in store.list_processes():
-        if row.detached or is_same_process(row.owner_pid, row.owner_start):
+        if row.detached:
+            if not is_same_process(row.pid, row.pid_start):
+                store.remove_process(row.pid, row.pid_start)
             continue
-        report = await kill_tree(
-            row.pgid, leader=row.pid, leader_start=row.pid_start, tag=row.task_id, grace=grace
+        if not is_same_process(row.owner_pid, row.owner_start):
+            orphaned.append(row)
+    if not orphaned:
+        return swept
+    led = [r for r in orphaned if is_same_process(r.pid, r.pid_start)]
+    reports = await asyncio.gather(
+        *(
+            kill_tree(r.pgid, leader=r.pid, leader_start=r.pid_start, tag=r.task_id, grace=grace)
+            for r in led
         )
+    )
+    by_row = {(r.pid, r.pid_start): rep for r, rep in zip(led, reports, strict=True)}
+    rest = await kill_tree(None, tag={r.task_id for r in orphaned}, grace=grace)
+    for row in orphaned:
         store.remove_process(row.pid, row.pid_start)
-        swept.append(SweptProcess(row, report))
+        swept.append(SweptProcess(row, by_row.get((row.pid, row.pid_start), rest)))
     return swept

@@ -11,7 +11,9 @@ that is not durable).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -25,6 +27,8 @@ from taskloom.settings import ensure_private_dir
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _BUSY_TIMEOUT_MS = 10_000
+_CHECKPOINT_EVERY_COMMITS = 500
+_CHECKPOINT_INTERVAL_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,21 +82,34 @@ class Store:
         ensure_private_dir(self.path.parent)
         self._lock = threading.RLock()
         self._pending: list[tuple[str, Sequence[Any]]] = []
+        # Task records queued for the next commit, by id: a task updated several times in one
+        # loop iteration is serialised and written once.
+        self._pending_tasks: dict[str, dict[str, Any]] = {}
         self._flush_scheduled = False
+        self._commits = 0
+        self._checkpointer: threading.Thread | None = None
+        self._ckpt_wake = threading.Event()
+        self._ckpt_stop = threading.Event()
+        # SQLite gives the -wal and -shm files the database file's mode: create it private.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        self._conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30
+        )
         try:
-            self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30
-            )
             self._conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or power
             # loss can drop the last transactions. That is the durability we promise.
             self._conn.execute("PRAGMA synchronous = NORMAL")
+            # Checkpoints fsync; a thread of ours runs them so the event loop never waits on
+            # the disk (see _checkpoint_loop).
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
             self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
-        if self.path.exists():
-            self.path.chmod(0o600)
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+            raise
 
     # -- schema -------------------------------------------------------------------------------
 
@@ -127,17 +144,20 @@ class Store:
         """Queue a write; it commits with the others at the end of this loop iteration."""
         with self._lock:
             self._pending.append((sql, params))
-            if self._flush_scheduled:
-                return
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
-            if loop is None:
-                self._flush_locked()
-            else:
-                self._flush_scheduled = True
-                loop.call_soon(self.flush)
+            self._schedule_locked()
+
+    def _schedule_locked(self) -> None:
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self._flush_locked()
+        else:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Commit every queued write in one transaction."""
@@ -146,12 +166,15 @@ class Store:
 
     def _flush_locked(self) -> None:
         self._flush_scheduled = False
-        if not self._pending:
+        if not self._pending and not self._pending_tasks:
             return
         batch, self._pending = self._pending, []
+        tasks, self._pending_tasks = self._pending_tasks, {}
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
+            if tasks:
+                conn.executemany(_UPSERT_TASK, [_task_params(d) for d in tasks.values()])
             for sql, params in batch:
                 conn.execute(sql, params)
             conn.execute("COMMIT")
@@ -159,6 +182,31 @@ class Store:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise StoreError(f"store write failed: {exc}") from exc
+        self._commits += 1
+        if self._checkpointer is None:
+            self._checkpointer = threading.Thread(
+                target=self._checkpoint_loop, name="taskloom-checkpoint", daemon=True
+            )
+            self._checkpointer.start()
+        elif self._commits % _CHECKPOINT_EVERY_COMMITS == 0:
+            self._ckpt_wake.set()
+
+    def _checkpoint_loop(self) -> None:
+        """Copy the WAL back into the database now and then, off the event loop's thread."""
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            seen = 0
+            while not self._ckpt_stop.is_set():
+                self._ckpt_wake.wait(_CHECKPOINT_INTERVAL_S)
+                self._ckpt_wake.clear()
+                if self._commits != seen:
+                    seen = self._commits
+                    # PASSIVE never blocks writers; a busy database is simply tried again later.
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -168,11 +216,17 @@ class Store:
             return cur.fetchall()
 
     def close(self) -> None:
-        """Commit what is queued and close the connection."""
+        """Commit what is queued, checkpoint, and close the connection."""
         with self._lock:
             try:
                 self._flush_locked()
             finally:
+                self._ckpt_stop.set()
+                self._ckpt_wake.set()
+                if self._checkpointer is not None:
+                    self._checkpointer.join(timeout=10)
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 self._conn.close()
 
     # -- sessions -----------------------------------------------------------------------------
@@ -211,29 +265,10 @@ class Store:
     # -- tasks --------------------------------------------------------------------------------
 
     def upsert_task(self, data: dict[str, Any]) -> None:
-        """Write a task record from a state's ``to_dict()``."""
-        self.write(
-            "INSERT INTO tasks(id, session_id, type, status, description, owner, start_time, "
-            "end_time, output_file, notified, data) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
-            "description = excluded.description, owner = excluded.owner, "
-            "start_time = excluded.start_time, end_time = excluded.end_time, "
-            "output_file = excluded.output_file, notified = excluded.notified, "
-            "data = excluded.data",
-            (
-                data["id"],
-                data["session_id"],
-                data["type"],
-                data["status"],
-                data["description"],
-                data["owner"],
-                data["start_time"],
-                data["end_time"],
-                data["output_file"],
-                int(data["notified"]),
-                json.dumps(data, separators=(",", ":")),
-            ),
-        )
+        """Queue a task record (a state's ``to_dict()``); the latest one per id is written."""
+        with self._lock:
+            self._pending_tasks[data["id"]] = data
+            self._schedule_locked()
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         """Return a task record's state dict, or None."""
@@ -328,6 +363,32 @@ class Store:
         """Return every recorded process."""
         rows = self._query("SELECT * FROM processes")
         return [ProcessRow(**{**dict(r), "detached": bool(r["detached"])}) for r in rows]
+
+
+_UPSERT_TASK = (
+    "INSERT INTO tasks(id, session_id, type, status, description, owner, start_time, "
+    "end_time, output_file, notified, data) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
+    "description = excluded.description, owner = excluded.owner, "
+    "start_time = excluded.start_time, end_time = excluded.end_time, "
+    "output_file = excluded.output_file, notified = excluded.notified, data = excluded.data"
+)
+
+
+def _task_params(data: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        data["id"],
+        data["session_id"],
+        data["type"],
+        data["status"],
+        data["description"],
+        data["owner"],
+        data["start_time"],
+        data["end_time"],
+        data["output_file"],
+        int(data["notified"]),
+        json.dumps(data, separators=(",", ":")),
+    )
 
 
 def _split_sql(script: str) -> list[str]:

@@ -13,6 +13,7 @@ from taskloom.tasks.types import TaskType
 
 ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 ID_LENGTH = 8
+_SPACE = len(ID_ALPHABET) ** ID_LENGTH
 
 PREFIXES: dict[TaskType, str] = {
     TaskType.LOCAL_BASH: "b",
@@ -25,21 +26,26 @@ PREFIXES: dict[TaskType, str] = {
 }
 
 _TYPE_BY_PREFIX = {prefix: task_type for task_type, prefix in PREFIXES.items()}
-TASK_ID_RE = re.compile(r"^[bartwmd][0-9a-z]{8}$")
+TASK_ID_RE = re.compile(r"[bartwmd][0-9a-z]{8}")
 
 
 def new_task_id(task_type: TaskType) -> str:
     """Return a fresh id for a task of ``task_type``.
 
-    ``secrets.choice`` draws uniformly (no modulo bias, unlike ``byte % 36``).
+    One draw of ``secrets.randbelow(36**8)`` written in base 36: uniform over all ids (no
+    modulo bias, unlike ``byte % 36``) and one CSPRNG call instead of eight.
     """
-    tail = "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
-    return PREFIXES[task_type] + tail
+    n = secrets.randbelow(_SPACE)
+    chars = []
+    for _ in range(ID_LENGTH):
+        n, digit = divmod(n, 36)
+        chars.append(ID_ALPHABET[digit])
+    return PREFIXES[task_type] + "".join(chars)
 
 
 def is_task_id(value: str) -> bool:
     """Tell whether ``value`` has the shape of a task id."""
-    return TASK_ID_RE.match(value) is not None
+    return TASK_ID_RE.fullmatch(value) is not None
 
 
 def type_of(task_id: str) -> TaskType | None:

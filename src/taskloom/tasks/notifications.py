@@ -24,7 +24,6 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
-from xml.sax.saxutils import escape
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.store import NotificationRow, Store
@@ -65,6 +64,11 @@ class Notification:
     priority: Priority
     text: str
     created_at: float
+
+
+def escape(text: str) -> str:
+    """XML-escape ``&``, ``<`` and ``>`` (xml.sax.saxutils would pull in urllib at start-up)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _tag(name: str, value: object) -> str:

@@ -114,6 +114,8 @@ class TaskRuntime:
         self.notifications = NotificationQueue(self.store, self.session_id, clock)
         self.notifications.on_ack = self._on_ack
         self._tasks: dict[str, TaskState] = {}
+        # Every id this session has (in memory or evicted): the store is asked only for these.
+        self._known_ids: set[str] = set()
         self._handles: dict[str, TaskHandle] = {}
         self._waiters: dict[str, list[asyncio.Future[TaskState]]] = {}
         self._subscribers: set[Subscription] = set()
@@ -194,6 +196,7 @@ class TaskRuntime:
         """On resume, notify tasks that ended while no process of the session was alive."""
         for data in self.store.list_tasks(self.session_id):
             state = state_from_dict(data)
+            self._known_ids.add(state.id)
             if state.terminal and not state.notified:
                 with self._lock:
                     self._tasks[state.id] = state
@@ -242,8 +245,9 @@ class TaskRuntime:
             for r in self.store.list_processes()
             if r.session_id == self.session_id and not r.detached
         ]
+        if rows:
+            await kill_tree(None, tag={r.task_id for r in rows}, grace=self.kill_grace)
         for row in rows:
-            await kill_tree(None, tag=row.task_id, grace=self.kill_grace)
             self.store.remove_process(row.pid, row.pid_start)
 
     # -- registration and updates -------------------------------------------------------------
@@ -252,7 +256,7 @@ class TaskRuntime:
         """Return an id for a new task, unused in this runtime."""
         while True:
             task_id = new_task_id(task_type)
-            if task_id not in self._tasks:
+            if task_id not in self._known_ids:
                 return task_id
 
     def output_path(self, task_id: str) -> Path:
@@ -275,6 +279,7 @@ class TaskRuntime:
         """
         with self._lock:
             existing = self._tasks.get(state.id) or self._load(state.id)
+            self._known_ids.add(state.id)
             merged: TaskState = state.replace(
                 session_id=state.session_id or self.session_id,
                 start_time=state.start_time or self.clock.time(),
@@ -365,6 +370,8 @@ class TaskRuntime:
     # -- queries ------------------------------------------------------------------------------
 
     def _load(self, task_id: str) -> TaskState | None:
+        if task_id not in self._known_ids:
+            return None
         data = self.store.get_task(task_id)
         if data is None or data.get("session_id") != self.session_id:
             return None

@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from taskloom.errors import TaskloomError
-from taskloom.process.kill import find_tree, kill_tree
+from taskloom.process.kill import kill_tree
 from taskloom.process.spawn import Child, process_start_time, spawn_shell
 from taskloom.store import ProcessRow
 from taskloom.tasks.notifications import render_notification
@@ -52,7 +52,7 @@ class ShellOutcome:
     Attributes:
         task_id: The task's id (to read its output, wait on it or stop it).
         status: The status when the call returned (``running`` if backgrounded).
-        exit_code: The exit status if it ended (negative: killed by that signal).
+        exit_code: The exit status if it ended (128 + N: killed by signal N).
         output_file: Path of the full output.
         backgrounded: Still running in the background; its end will be notified.
         timed_out: The foreground timeout passed (then it was backgrounded or killed).
@@ -108,7 +108,9 @@ class ShellHandle:
         )
 
     async def _supervise(self) -> ShellTaskState | None:
-        code = await self.child.wait()
+        raw = await self.child.wait()
+        # Report a death by signal N the way shells do: 128 + N.
+        code = 128 - raw if raw < 0 else raw
         self._unwatch()
         if self._killing:
             # Let the tree kill finish: the rest of the tree may still be writing.
@@ -128,11 +130,8 @@ class ShellHandle:
             return state.replace(status=status, exit_code=code, interrupted=killed, pid=None)
 
         state = self.runtime.update(self.task_id, finish)
-        lingering, _ = find_tree(None, tag=self.task_id)
-        if not lingering and not self._detached:
-            # Descendants still alive keep the record: session close and the orphan sweep
-            # will find them by their tag.
-            self.runtime.store.remove_process(self.child.pid, self.child.pid_start)
+        # The process record stays until the session closes: descendants that outlived the
+        # shell (``cmd &``) are found then, by their tag, in one scan for all tasks.
         self.output.close()
         self.runtime.release_handle(self.task_id)
         return state
@@ -161,7 +160,6 @@ class ShellHandle:
 
     async def _kill_lingering(self) -> None:
         await kill_tree(None, tag=self.task_id, grace=self.runtime.kill_grace)
-        self.runtime.store.remove_process(self.child.pid, self.child.pid_start)
 
     async def detach(self) -> None:
         """Let the command outlive the session; the orphan sweep will leave it alone."""

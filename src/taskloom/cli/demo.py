@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from taskloom.cli._run import run_main
 from taskloom.tasks.output import read_tail
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
@@ -104,4 +105,5 @@ class _Null:
 
 def run_demo(fast: bool = False) -> int:
     """Run the demo; returns the exit code."""
-    return asyncio.run(_demo(Console(), fast))
+    console = Console()
+    return run_main(lambda: _demo(console, fast))

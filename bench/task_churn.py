@@ -81,7 +81,7 @@ async def churn(n_tasks: int, burst: int, n_isolated: int) -> dict[str, object]:
         async def consumer() -> None:
             nonlocal duplicates
             while len(received) < n_tasks:
-                await rt.notifications.wait_pending()
+                await rt.notifications.wait_pending(timeout=60)
                 batch = rt.drain()
                 t1 = time.perf_counter()
                 for note in batch:

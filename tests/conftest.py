@@ -19,6 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from taskloom.settings import db_path
+from taskloom.store import Store
+
 RUN_MARK = "TASKLOOM_TEST_RUN"
 os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
 _TEMP_BEFORE = set(os.listdir(tempfile.gettempdir()))
@@ -64,6 +67,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
                 proc.kill()
         psutil.wait_procs(left, timeout=5)
         pytest.fail(f"test left processes behind: {desc}")
+
+
+@pytest.fixture
+def store(home: Path) -> Iterator[Store]:
+    """An open store in the test's TASKLOOM_HOME, closed afterwards."""
+    s = Store(db_path())
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -7,14 +7,11 @@ import contextlib
 import sqlite3
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskloom.settings import db_path
 from taskloom.store import Store
 from taskloom.tasks.notifications import (
     RESULT_CAP_CHARS,
@@ -41,15 +38,6 @@ DESIGN_EXAMPLE = """\
 </task-notification>"""
 
 USAGE = {"total_tokens": 45230, "tool_uses": 12, "duration_ms": 34500}
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[Store]:
-    s = Store(db_path())
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

@@ -24,15 +24,6 @@ from taskloom.store.schema import SCHEMA_VERSION
 from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskStatus
 
 
-@pytest.fixture
-def store(home: Path) -> Iterator[Store]:
-    s = Store(db_path())
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 @contextlib.contextmanager
 def other_connection(path: Path) -> Iterator[sqlite3.Connection]:
     conn = sqlite3.connect(path, timeout=10)

@@ -1,7 +1,8 @@
 """Child processes: spawn in a new process group, verified tree kill, orphan sweep."""
 
+from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.kill import KillReport, kill_tree
-from taskloom.process.spawn import SESSION_ENV, TASK_ENV, Child, process_start_time, spawn_shell
+from taskloom.process.spawn import SESSION_ENV, TASK_ENV, Child, spawn_shell
 from taskloom.process.sweep import sweep_orphans
 
 __all__ = [
@@ -9,6 +10,8 @@ __all__ = [
     "TASK_ENV",
     "Child",
     "KillReport",
+    "boot_id",
+    "is_same_process",
     "kill_tree",
     "process_start_time",
     "spawn_shell",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from taskloom.process.identity import process_start_time
 from taskloom.process.spawn import TASK_ENV
 
 DEFAULT_GRACE_S = 2.0
@@ -85,7 +86,10 @@ def find_tree(
     if leader is not None:
         try:
             root = psutil.Process(leader)
-            if leader_start is None or abs(root.create_time() - leader_start) < 0.01:
+            started = process_start_time(leader)
+            if leader_start is None or (
+                started is not None and abs(started - leader_start) < 0.005
+            ):
                 found[root.pid] = root
                 group_ours = pgid == leader and _alive(root)
                 for child in root.children(recursive=True):

@@ -20,9 +20,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-import psutil
-
 from taskloom.errors import ProcessError
+from taskloom.process.identity import process_start_time
 
 TASK_ENV = "TASKLOOM_TASK_ID"
 SESSION_ENV = "TASKLOOM_SESSION_ID"
@@ -31,14 +30,6 @@ SESSION_ENV = "TASKLOOM_SESSION_ID"
 def default_shell() -> str:
     """Return the shell used for commands: bash when installed, else ``/bin/sh``."""
     return shutil.which("bash") or "/bin/sh"
-
-
-def process_start_time(pid: int) -> float | None:
-    """Return a process's start time as psutil reports it, or None if it is gone."""
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return None
 
 
 class Child:

@@ -1,9 +1,9 @@
 """The start-up orphan sweep: kill what crashed sessions left running.
 
-A process record names the child (pid + start time), its group, its task tag and the session
-process that owned it (pid + start time). A record is swept only when its owner is gone —
-the owner pid is dead or now belongs to a younger process — and only processes that are
-provably ours are signalled: the leader must match both pid and start time, other members must
+A process record names the child (pid + start time + boot id), its group, its task tag and the
+session process that owned it (pid + start time). A record is swept only when its owner is
+gone — the owner pid is dead or now belongs to another process — and only processes that are
+provably ours are signalled: the leader must match pid, start time and boot, other members must
 carry the task's tag. A pid reused by an unrelated program is never touched.
 """
 
@@ -12,17 +12,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from taskloom.process.identity import is_same_process
 from taskloom.process.kill import KillReport, kill_tree
-from taskloom.process.spawn import process_start_time
 from taskloom.store import ProcessRow, Store
-
-_START_TOLERANCE_S = 0.01
-
-
-def is_same_process(pid: int, start: float) -> bool:
-    """Tell whether ``pid`` is alive and is the process that started at ``start``."""
-    actual = process_start_time(pid)
-    return actual is not None and abs(actual - start) < _START_TOLERANCE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,25 +25,36 @@ class SweptProcess:
     report: KillReport
 
 
+def leader_alive(row: ProcessRow) -> bool:
+    """Whether the recorded group leader is still the process we started."""
+    return is_same_process(row.pid, row.pid_start, row.boot_id)
+
+
+def owner_alive(row: ProcessRow) -> bool:
+    """Whether the session process that owns the record is still running."""
+    return is_same_process(row.owner_pid, row.owner_start, row.boot_id)
+
+
 async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProcess]:
     """Kill the process trees of every non-detached record whose owner process is gone.
 
-    Records of live owners are left alone; swept records are deleted, and so are detached
-    records whose process has ended. Trees whose leader still runs are killed through their
-    group as well; everything else that carries a swept tag is found in one scan.
+    Records of live owners are left alone. A swept record is deleted once its kill is verified
+    (one with survivors stays, to be tried again); so is a detached record whose process has
+    ended. Trees whose leader still runs are killed through their group as well; everything
+    else that carries a swept tag is found in one scan.
     """
     swept: list[SweptProcess] = []
     orphaned: list[ProcessRow] = []
     for row in store.list_processes():
         if row.detached:
-            if not is_same_process(row.pid, row.pid_start):
+            if not leader_alive(row):
                 store.remove_process(row.pid, row.pid_start)
             continue
-        if not is_same_process(row.owner_pid, row.owner_start):
+        if not owner_alive(row):
             orphaned.append(row)
     if not orphaned:
         return swept
-    led = [r for r in orphaned if is_same_process(r.pid, r.pid_start)]
+    led = [r for r in orphaned if leader_alive(r)]
     reports = await asyncio.gather(
         *(
             kill_tree(r.pgid, leader=r.pid, leader_start=r.pid_start, tag=r.task_id, grace=grace)
@@ -61,6 +64,8 @@ async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProces
     by_row = {(r.pid, r.pid_start): rep for r, rep in zip(led, reports, strict=True)}
     rest = await kill_tree(None, tag={r.task_id for r in orphaned}, grace=grace)
     for row in orphaned:
-        store.remove_process(row.pid, row.pid_start)
-        swept.append(SweptProcess(row, by_row.get((row.pid, row.pid_start), rest)))
+        report = by_row.get((row.pid, row.pid_start), rest)
+        if report.verified and rest.verified:
+            store.remove_process(row.pid, row.pid_start)
+        swept.append(SweptProcess(row, report))
     return swept

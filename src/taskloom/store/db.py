@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -29,6 +30,9 @@ from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 _BUSY_TIMEOUT_MS = 10_000
 _CHECKPOINT_EVERY_COMMITS = 500
 _CHECKPOINT_INTERVAL_S = 2.0
+_RETRY_DELAY_S = 0.5
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,7 @@ class ProcessRow:
     task_id: str
     owner_pid: int
     owner_start: float
+    boot_id: str = ""
     detached: bool = False
 
 
@@ -71,6 +76,7 @@ class SessionRow:
     cwd: str
     started_at: float
     ended_at: float | None
+    boot_id: str = ""
 
 
 class Store:
@@ -157,7 +163,17 @@ class Store:
             self._flush_locked()
         else:
             self._flush_scheduled = True
-            loop.call_soon(self.flush)
+            loop.call_soon(self._scheduled_flush, loop)
+
+    def _scheduled_flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self.flush()
+        except StoreError:
+            # Nothing was lost (the batch is queued again); try again shortly.
+            log.exception("store commit failed; retrying")
+            with self._lock:
+                self._flush_scheduled = True
+            loop.call_later(_RETRY_DELAY_S, self._scheduled_flush, loop)
 
     def flush(self) -> None:
         """Commit every queued write in one transaction."""
@@ -170,17 +186,21 @@ class Store:
             return
         batch, self._pending = self._pending, []
         tasks, self._pending_tasks = self._pending_tasks, {}
-        conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            if tasks:
-                conn.executemany(_UPSERT_TASK, [_task_params(d) for d in tasks.values()])
-            for sql, params in batch:
-                conn.execute(sql, params)
-            conn.execute("COMMIT")
+            try:
+                self._commit(batch, tasks, skip_invalid=False)
+            except sqlite3.IntegrityError as exc:
+                # A statement that can never succeed must not block the rest of the batch
+                # forever: commit the others, and report the bad ones.
+                rejected = self._commit(batch, tasks, skip_invalid=True)
+                raise StoreError(
+                    f"store write rejected ({len(rejected)} statement(s)): {exc}"
+                ) from exc
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            # Put the batch back in front of what was queued meanwhile: a later flush retries.
+            self._pending = batch + self._pending
+            tasks.update(self._pending_tasks)
+            self._pending_tasks = tasks
             raise StoreError(f"store write failed: {exc}") from exc
         self._commits += 1
         if self._checkpointer is None:
@@ -190,6 +210,34 @@ class Store:
             self._checkpointer.start()
         elif self._commits % _CHECKPOINT_EVERY_COMMITS == 0:
             self._ckpt_wake.set()
+
+    def _commit(
+        self,
+        batch: list[tuple[str, Sequence[Any]]],
+        tasks: dict[str, dict[str, Any]],
+        *,
+        skip_invalid: bool,
+    ) -> list[str]:
+        """Run one transaction; returns the statements skipped as invalid."""
+        conn = self._conn
+        rejected: list[str] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            if tasks:
+                conn.executemany(_UPSERT_TASK, [_task_params(d) for d in tasks.values()])
+            for sql, params in batch:
+                try:
+                    conn.execute(sql, params)
+                except sqlite3.IntegrityError:
+                    if not skip_invalid:
+                        raise
+                    rejected.append(sql)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return rejected
 
     def _checkpoint_loop(self) -> None:
         """Copy the WAL back into the database now and then, off the event loop's thread."""
@@ -234,10 +282,11 @@ class Store:
     def upsert_session(self, row: SessionRow) -> None:
         """Record that ``row.id`` is (again) run by process ``row.pid``."""
         self.write(
-            "INSERT INTO sessions(id, pid, pid_start, cwd, started_at, ended_at) "
-            "VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT(id) DO UPDATE SET pid = excluded.pid, "
-            "pid_start = excluded.pid_start, cwd = excluded.cwd, ended_at = NULL",
-            (row.id, row.pid, row.pid_start, row.cwd, row.started_at),
+            "INSERT INTO sessions(id, pid, pid_start, boot_id, cwd, started_at, ended_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, NULL) ON CONFLICT(id) DO UPDATE SET pid = excluded.pid, "
+            "pid_start = excluded.pid_start, boot_id = excluded.boot_id, cwd = excluded.cwd, "
+            "ended_at = NULL",
+            (row.id, row.pid, row.pid_start, row.boot_id, row.cwd, row.started_at),
         )
 
     def end_session(self, session_id: str, when: float | None = None) -> None:
@@ -338,7 +387,7 @@ class Store:
         """Record a spawned process group leader for the orphan sweep."""
         self.write(
             "INSERT OR REPLACE INTO processes(pid, pid_start, pgid, session_id, task_id, "
-            "owner_pid, owner_start, detached) VALUES (?,?,?,?,?,?,?,?)",
+            "owner_pid, owner_start, boot_id, detached) VALUES (?,?,?,?,?,?,?,?,?)",
             (
                 row.pid,
                 row.pid_start,
@@ -347,6 +396,7 @@ class Store:
                 row.task_id,
                 row.owner_pid,
                 row.owner_start,
+                row.boot_id,
                 int(row.detached),
             ),
         )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 MIGRATIONS: tuple[str, ...] = (
-    # 1: sessions, task records, the durable notification queue, process records.
+    # 1: sessions, task records, the durable notification queue, process records. Process
+    # identities are (pid, start in seconds since boot, boot id): see process/identity.py.
     """
     CREATE TABLE sessions (
         id          TEXT PRIMARY KEY,
         pid         INTEGER NOT NULL,
         pid_start   REAL NOT NULL,
+        boot_id     TEXT NOT NULL DEFAULT '',
         cwd         TEXT NOT NULL DEFAULT '',
         started_at  REAL NOT NULL,
         ended_at    REAL
@@ -48,6 +50,7 @@ MIGRATIONS: tuple[str, ...] = (
         task_id     TEXT NOT NULL,
         owner_pid   INTEGER NOT NULL,
         owner_start REAL NOT NULL,
+        boot_id     TEXT NOT NULL DEFAULT '',
         detached    INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (pid, pid_start)
     );

@@ -117,6 +117,8 @@ def summarize(state: TaskState) -> str:
         if state.status == TaskStatus.KILLED:
             return f"{label} was stopped"
         if state.status == TaskStatus.COMPLETED:
+            if state.exit_code is None:  # a detached command whose exit nobody collected
+                return f"{label} completed (exit code unknown)"
             return f"{label} completed (exit code {state.exit_code})"
         if state.exit_code is None:
             return f"{label} failed"
@@ -272,6 +274,7 @@ class NotificationQueue:
         if not done:
             return
         self._store.ack_notifications((n.id for n in done), self._clock.time())
+        self._store.flush()  # acknowledged durably: a crash now must not deliver it twice
         if self.on_ack is not None:
             self.on_ack(done)
 
@@ -291,7 +294,7 @@ class NotificationQueue:
         self.ack(gone)
         return gone
 
-    async def wait_pending(self, owner: str | None = None, timeout: float | None = None) -> bool:
+    async def wait_pending(self, timeout: float, owner: str | None = None) -> bool:
         """Wait until something is pending (for ``owner``); False on timeout."""
         try:
             async with asyncio.timeout(timeout):

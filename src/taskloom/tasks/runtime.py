@@ -21,17 +21,17 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import anyio
-
+from taskloom._aio import finish_despite_cancel
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import TaskAccessDenied, TaskNotFound, UserError
+from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.kill import kill_tree
-from taskloom.process.spawn import process_start_time
-from taskloom.process.sweep import is_same_process, sweep_orphans
+from taskloom.process.sweep import sweep_orphans
 from taskloom.settings import DEFAULT_OUTPUT_CAP_BYTES, db_path, taskloom_home
 from taskloom.store import SessionRow, Store
+from taskloom.tasks._recovery import settle_dead_sessions
 from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.notifications import (
@@ -123,13 +123,19 @@ class TaskRuntime:
         self.watchdog = Watchdog(clock)
         self._lock = threading.RLock()
         self._sweeper: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Task[None] | None = None
+        self._stop_waiting = asyncio.Event()
         self._started = False
         self._closed = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
     async def start(self) -> TaskRuntime:
-        """Sweep orphans, settle crashed sessions, replay undelivered notifications."""
+        """Sweep orphans, settle crashed sessions, replay undelivered notifications.
+
+        Raises:
+            UserError: The session is being run by another live process.
+        """
         if self._started:
             return self
         self._started = True
@@ -138,20 +144,23 @@ class TaskRuntime:
             own is not None
             and own.ended_at is None
             and own.pid != os.getpid()
-            and (is_same_process(own.pid, own.pid_start))
+            and is_same_process(own.pid, own.pid_start, own.boot_id)
         ):
+            if self._owns_store:
+                self.store.close()
             raise UserError(f"session {self.session_id} is in use by process {own.pid}")
-        swept = await sweep_orphans(self.store, grace=self.kill_grace)
-        self._settle_dead_sessions({s.row.task_id for s in swept})
-        now = self.clock.time()
+        records = self.store.list_processes()
+        await sweep_orphans(self.store, grace=self.kill_grace)
+        settle_dead_sessions(self.store, records, self.clock.time())
         self.store.upsert_session(
             SessionRow(
                 id=self.session_id,
                 pid=os.getpid(),
                 pid_start=process_start_time(os.getpid()) or 0.0,
                 cwd=os.getcwd(),
-                started_at=own.started_at if own else now,
+                started_at=own.started_at if own else self.clock.time(),
                 ended_at=None,
+                boot_id=boot_id(),
             )
         )
         self.notifications.replay()
@@ -165,32 +174,6 @@ class TaskRuntime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    def _settle_dead_sessions(self, swept_tasks: set[str]) -> None:
-        """Mark what crashed sessions left ``running`` as ended, so nobody waits on it."""
-        now = self.clock.time()
-        live = {TaskStatus.PENDING.value, TaskStatus.RUNNING.value}
-        detached_alive = {
-            r.task_id
-            for r in self.store.list_processes()
-            if r.detached and is_same_process(r.pid, r.pid_start)
-        }
-        for session in self.store.open_sessions():
-            if session.pid == os.getpid() or is_same_process(session.pid, session.pid_start):
-                continue
-            for data in self.store.list_tasks(session.id, statuses=live):
-                if data["id"] in detached_alive:
-                    continue
-                was_ours = data["id"] in swept_tasks or data.get("exit_policy") != "detach"
-                data.update(
-                    status=TaskStatus.KILLED.value if was_ours else TaskStatus.FAILED.value,
-                    end_time=now,
-                    notified=False,
-                )
-                if data["type"] == TaskType.LOCAL_BASH.value:
-                    data["interrupted"] = True
-                self.store.upsert_task(data)
-            self.store.end_session(session.id, now)
 
     def _load_session_tasks(self) -> None:
         """On resume, notify tasks that ended while no process of the session was alive."""
@@ -208,35 +191,56 @@ class TaskRuntime:
             self.sweep()
 
     async def close(
-        self, timeout: float = DEFAULT_CLOSE_TIMEOUT_S, wait_limit: float | None = 3600.0
+        self, timeout: float = DEFAULT_CLOSE_TIMEOUT_S, wait_limit: float = 3600.0
     ) -> None:
         """End the session: apply every task's exit policy, then release the store.
 
-        Tasks with policy ``wait`` are awaited up to ``wait_limit`` seconds (then cancelled);
-        cancelling the rest is shielded from outside cancellation and bounded by ``timeout``.
+        Tasks with policy ``wait`` are awaited up to ``wait_limit`` seconds; cancelling the
+        caller ends that wait early. Then the remaining tasks are stopped within ``timeout``
+        seconds; that part runs to its end even if the caller is cancelled again (the
+        cancellation is re-raised afterwards). Calling ``close`` twice waits for the first.
         """
-        if self._closed:
-            return
-        self._closed = True
+        if self._close_task is None:
+            self._close_task = asyncio.get_running_loop().create_task(
+                self._close(timeout, wait_limit)
+            )
+        await finish_despite_cancel(self._close_task, on_cancel=self._stop_waiting.set)
+
+    async def _close(self, timeout: float, wait_limit: float) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        waiting = [s for s in self.list() if not s.terminal and s.exit_policy == "wait"]
+        waiting = [s.id for s in self.list() if not s.terminal and s.exit_policy == "wait"]
         if waiting:
-            with anyio.move_on_after(wait_limit):
-                await asyncio.gather(*(self.wait(s.id, timeout=wait_limit) for s in waiting))
-        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout):
-            owners = {s.owner for s in self.list() if not s.terminal}
-            await asyncio.gather(*(self._close_owner(o) for o in owners))
-            await self._kill_lingering()
+            await self._wait_all(waiting, wait_limit)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                owners = {s.owner for s in self.list() if not s.terminal}
+                await asyncio.gather(*(self._close_owner(o) for o in owners))
+                await self._kill_lingering()
         await self.watchdog.close()
         for sub in list(self._subscribers):
             sub.close()
+        self._closed = True
         self.store.end_session(self.session_id, self.clock.time())
         self.store.flush()
         if self._owns_store:
             self.store.close()
+
+    async def _wait_all(self, task_ids: Iterable[str], limit: float) -> None:
+        """Wait for tasks to end, up to ``limit`` or until ``_stop_waiting`` is set."""
+        waits: asyncio.Future[Any] = asyncio.gather(
+            *(self.wait(t, timeout=limit) for t in task_ids)
+        )
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop_waiting.wait())
+        try:
+            await asyncio.wait([waits, stop], timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            waits.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waits
 
     async def _kill_lingering(self) -> None:
         """Kill what finished commands of this session left running (found by their tag)."""
@@ -245,10 +249,12 @@ class TaskRuntime:
             for r in self.store.list_processes()
             if r.session_id == self.session_id and not r.detached
         ]
-        if rows:
-            await kill_tree(None, tag={r.task_id for r in rows}, grace=self.kill_grace)
-        for row in rows:
-            self.store.remove_process(row.pid, row.pid_start)
+        if not rows:
+            return
+        report = await kill_tree(None, tag={r.task_id for r in rows}, grace=self.kill_grace)
+        if report.verified:
+            for row in rows:
+                self.store.remove_process(row.pid, row.pid_start)
 
     # -- registration and updates -------------------------------------------------------------
 
@@ -450,7 +456,7 @@ class TaskRuntime:
             for sub in list(self._subscribers):
                 sub.push(event)
 
-    async def wait(self, task_id: str, timeout: float | None = None) -> TaskState:
+    async def wait(self, task_id: str, timeout: float) -> TaskState:
         """Wait until the task ends or ``timeout`` passes; return its state then.
 
         The wait is woken by the terminal transition itself.
@@ -487,10 +493,12 @@ class TaskRuntime:
         if state.terminal:
             return state
         handle = self._handles.get(task_id)
-        if handle is not None:
-            await handle.kill()
-        # Whatever the handle did, the task is ended now.
-        self.update(task_id, _mark_killed)
+        try:
+            if handle is not None:
+                await handle.kill()
+        finally:
+            # Whatever the handle did (or raised), the task is ended now.
+            self.update(task_id, _mark_killed)
         return self.authorize(task_id, None)
 
     async def kill_owned(self, owner: str) -> States:
@@ -508,7 +516,7 @@ class TaskRuntime:
         ]
         return list(await asyncio.gather(*(self.kill(t) for t in live)))
 
-    async def close_owner(self, owner: str, wait_limit: float | None = 3600.0) -> None:
+    async def close_owner(self, owner: str, wait_limit: float = 3600.0) -> None:
         """An owner is going away: apply its tasks' exit policies, drop its notifications.
 
         ``cancel`` tasks are killed, ``wait`` tasks are awaited (up to ``wait_limit``, then
@@ -518,7 +526,7 @@ class TaskRuntime:
             s.id for s in self.list(owner=owner) if not s.terminal and s.exit_policy == "wait"
         ]
         if waiting:
-            await asyncio.gather(*(self.wait(t, timeout=wait_limit) for t in waiting))
+            await self._wait_all(waiting, wait_limit)
         await self._close_owner(owner)
 
     async def _close_owner(self, owner: str) -> None:

@@ -13,17 +13,18 @@ its owner is told, once, that it seems to wait for input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
-
+from taskloom._aio import finish_despite_cancel
 from taskloom.errors import TaskloomError
+from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.kill import kill_tree
-from taskloom.process.spawn import Child, process_start_time, spawn_shell
+from taskloom.process.spawn import Child, spawn_shell
 from taskloom.store import ProcessRow
 from taskloom.tasks.notifications import render_notification
 from taskloom.tasks.output import DiskTaskOutput, read_tail
@@ -102,7 +103,17 @@ class ShellHandle:
         self._over_cap = False
         self._detached = False
         self._stall_notified = False
-        self._stop_watch: object = None
+        # The cap is checked from the start (foreground too); stall detection is switched on
+        # when the command goes to the background.
+        self._watch = Watch(
+            task_id=task_id,
+            probe=output.size,
+            stall_after=None,
+            check_every=watch.check_every,
+            on_stall=self._on_stall,
+            on_tick=self._check_cap,
+        )
+        self._stop_watch: Callable[[], None] | None = runtime.watchdog.watch(self._watch)
         self.finished: asyncio.Task[ShellTaskState | None] = asyncio.get_running_loop().create_task(
             self._supervise()
         )
@@ -111,29 +122,22 @@ class ShellHandle:
         raw = await self.child.wait()
         # Report a death by signal N the way shells do: 128 + N.
         code = 128 - raw if raw < 0 else raw
-        self._unwatch()
-        if self._killing:
-            # Let the tree kill finish: the rest of the tree may still be writing.
-            with anyio.move_on_after(10.0):
-                await self._kill_done.wait()
-        if self._over_cap:
-            self.output.enforce_cap()
         killed = self._killing
-
-        def finish(state: ShellTaskState) -> ShellTaskState:
-            if state.terminal:
-                return state
+        try:
+            self._unwatch()
             if killed:
-                status = TaskStatus.KILLED
-            else:
-                status = TaskStatus.COMPLETED if code == 0 else TaskStatus.FAILED
-            return state.replace(status=status, exit_code=code, interrupted=killed, pid=None)
-
-        state = self.runtime.update(self.task_id, finish)
-        # The process record stays until the session closes: descendants that outlived the
-        # shell (``cmd &``) are found then, by their tag, in one scan for all tasks.
-        self.output.close()
-        self.runtime.release_handle(self.task_id)
+                # Let the tree kill finish: the rest of the tree may still be writing.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kill_done.wait(), 10.0)
+            if self._over_cap:
+                self.output.enforce_cap()
+        finally:
+            # Whatever failed above, the task must end and its notification go out.
+            state = self.runtime.update(self.task_id, _finisher(code, killed))
+            # The process record stays until the session closes: descendants that outlived
+            # the shell (``cmd &``) are found then, by their tag, in one scan for all tasks.
+            self.output.close()
+            self.runtime.release_handle(self.task_id)
         return state
 
     async def kill(self) -> None:
@@ -155,44 +159,36 @@ class ShellHandle:
             self._kill_done.set()
         if not report.verified:
             log.warning("task %s: processes survived the kill: %s", self.task_id, report.survivors)
-        with anyio.move_on_after(5.0):
-            await asyncio.shield(self.finished)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.finished), 5.0)
 
     async def _kill_lingering(self) -> None:
         await kill_tree(None, tag=self.task_id, grace=self.runtime.kill_grace)
 
     async def detach(self) -> None:
-        """Let the command outlive the session; the orphan sweep will leave it alone."""
+        """Let the command outlive the session; the orphan sweep will leave it alone.
+
+        We stop supervising it (its end can no longer be reported by this session); a later
+        session records it as ended once its process is gone.
+        """
         self._detached = True
         self._unwatch()
+        self.finished.cancel()
+        self.output.close()
         self.runtime.store.set_process_detached(self.task_id)
         self.runtime.release_handle(self.task_id)
 
     def on_background(self) -> None:
         """Called by the runtime when the task moves to the background."""
         self.backgrounded.set()
-        self._start_watch()
-
-    def _start_watch(self) -> None:
-        if self._stop_watch is not None or self.finished.done():
-            return
-        settings = self.watch_settings
-        self._stop_watch = self.runtime.watchdog.watch(
-            Watch(
-                task_id=self.task_id,
-                probe=self.output.size,
-                stall_after=settings.stall_after,
-                check_every=settings.check_every,
-                on_stall=self._on_stall,
-                on_tick=self._check_cap,
-            )
-        )
+        if self._watch.stall_after is None:
+            self._watch.stall_after = self.watch_settings.stall_after
+            self._watch.last_check = float("-inf")
 
     def _unwatch(self) -> None:
-        stop = self._stop_watch
-        if callable(stop):
+        stop, self._stop_watch = self._stop_watch, None
+        if stop is not None:
             stop()
-        self._stop_watch = None
 
     async def _check_cap(self) -> None:
         # The child shares the descriptor: stop it first, then cut the file back to the cap
@@ -309,6 +305,7 @@ async def run_shell(
             task_id=task_id,
             owner_pid=os.getpid(),
             owner_start=process_start_time(os.getpid()) or 0.0,
+            boot_id=boot_id(),
         )
     )
     handle = ShellHandle(runtime, task_id, child, output, watch or WatchSettings())
@@ -330,8 +327,7 @@ async def _wait_foreground(
         )
     except asyncio.CancelledError:
         # The caller was aborted: the command must not outlive its foreground call.
-        with anyio.CancelScope(shield=True):
-            await runtime.kill(handle.task_id)
+        await finish_despite_cancel(runtime.kill(handle.task_id))
         raise
     finally:
         moved.cancel()
@@ -346,6 +342,19 @@ async def _wait_foreground(
         return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
     await runtime.kill(handle.task_id)
     return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
+
+
+def _finisher(code: int, killed: bool) -> Callable[[ShellTaskState], ShellTaskState]:
+    def finish(state: ShellTaskState) -> ShellTaskState:
+        if state.terminal:
+            return state
+        if killed:
+            status = TaskStatus.KILLED
+        else:
+            status = TaskStatus.COMPLETED if code == 0 else TaskStatus.FAILED
+        return state.replace(status=status, exit_code=code, interrupted=killed, pid=None)
+
+    return finish
 
 
 def _outcome(

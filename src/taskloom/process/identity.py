@@ -1,0 +1,63 @@
+"""Telling whether a pid is still the process we recorded.
+
+A pid alone can be reused. We record the process's start time as the kernel counts it — clock
+ticks since boot, from ``/proc/<pid>/stat`` — plus the boot's id. Unlike a wall-clock start
+time (what ``psutil.create_time`` derives), neither moves when the system clock is stepped
+(NTP, a VM resume, ``date -s``), and a record from before a reboot never matches anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import psutil
+
+_TOLERANCE_S = 0.005
+
+
+@functools.cache
+def boot_id() -> str:
+    """An id of the current boot (random per boot on Linux)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return f"boot-{psutil.boot_time():.0f}"
+
+
+@functools.cache
+def _ticks_per_second() -> int:
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return 100
+
+
+def process_start_time(pid: int) -> float | None:
+    """Seconds from boot to the start of ``pid``, or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _psutil_start(pid)
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return int(fields[19]) / _ticks_per_second()  # field 22, starttime
+
+
+def _psutil_start(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time() - psutil.boot_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def is_same_process(pid: int, start: float, boot: str) -> bool:
+    """Tell whether ``pid`` is alive and is the process recorded as (``start``, ``boot``)."""
+    if boot != boot_id():
+        return False
+    actual = process_start_time(pid)
+    return actual is not None and abs(actual - start) < _TOLERANCE_S

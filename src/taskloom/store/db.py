@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,7 @@ class Store:
         self._pending: list[tuple[str, Sequence[Any]]] = []
         # Task records queued for the next commit, by id: a task updated several times in one
         # loop iteration is serialised and written once.
-        self._pending_tasks: dict[str, dict[str, Any]] = {}
+        self._pending_tasks: dict[str, Callable[[], dict[str, Any]]] = {}
         self._flush_scheduled = False
         self._commits = 0
         self._checkpointer: threading.Thread | None = None
@@ -214,7 +214,7 @@ class Store:
     def _commit(
         self,
         batch: list[tuple[str, Sequence[Any]]],
-        tasks: dict[str, dict[str, Any]],
+        tasks: dict[str, Callable[[], dict[str, Any]]],
         *,
         skip_invalid: bool,
     ) -> list[str]:
@@ -224,7 +224,7 @@ class Store:
         try:
             conn.execute("BEGIN IMMEDIATE")
             if tasks:
-                conn.executemany(_UPSERT_TASK, [_task_params(d) for d in tasks.values()])
+                conn.executemany(_UPSERT_TASK, [_task_params(make()) for make in tasks.values()])
             for sql, params in batch:
                 try:
                     conn.execute(sql, params)
@@ -315,8 +315,12 @@ class Store:
 
     def upsert_task(self, data: dict[str, Any]) -> None:
         """Queue a task record (a state's ``to_dict()``); the latest one per id is written."""
+        self.upsert_task_lazy(data["id"], lambda: data)
+
+    def upsert_task_lazy(self, task_id: str, make: Callable[[], dict[str, Any]]) -> None:
+        """Queue a task record built by ``make()`` at commit time (only the latest is built)."""
         with self._lock:
-            self._pending_tasks[data["id"]] = data
+            self._pending_tasks[task_id] = make
             self._schedule_locked()
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
@@ -375,10 +379,13 @@ class Store:
     def ack_notifications(self, ids: Iterable[str], when: float | None = None) -> None:
         """Mark notifications as delivered; they will not be replayed."""
         stamp = when if when is not None else time.time()
-        for nid in ids:
+        wanted = list(ids)
+        for start in range(0, len(wanted), 500):  # stay far below SQLite's variable limit
+            chunk = wanted[start : start + 500]
             self.write(
-                "UPDATE notifications SET delivered_at = ? WHERE id = ? AND delivered_at IS NULL",
-                (stamp, nid),
+                "UPDATE notifications SET delivered_at = ? WHERE delivered_at IS NULL AND id IN "
+                f"({','.join('?' * len(chunk))})",
+                (stamp, *chunk),
             )
 
     # -- process records ----------------------------------------------------------------------

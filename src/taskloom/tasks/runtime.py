@@ -307,7 +307,7 @@ class TaskRuntime:
             self._tasks[state.id] = merged
             if handle is not None:
                 self._handles[state.id] = handle
-            self.store.upsert_task(merged.to_dict())
+            self.store.upsert_task_lazy(merged.id, merged.to_dict)
         self._publish("registered", merged)
         return merged  # type: ignore[return-value]
 
@@ -347,7 +347,7 @@ class TaskRuntime:
                     deliver = new.is_backgrounded
                 new = new.replace(**changes)
             self._tasks[task_id] = new
-            self.store.upsert_task(new.to_dict())
+            self.store.upsert_task_lazy(task_id, new.to_dict)
             if deliver and new.owner not in self._closed_owners:
                 self.notifications.enqueue(
                     owner=new.owner,

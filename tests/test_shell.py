@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import alive, file_contains, wait_until
+from taskloom.errors import OutputError
 from taskloom.process.kill import find_tree
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import WatchSettings, run_shell
@@ -202,3 +203,23 @@ async def test_close_kills_running_tasks_and_leftover_descendants() -> None:
     await rt.close()
     assert find_tree(None, tag=running.task_id)[0] == []
     assert find_tree(None, tag=daemon.task_id)[0] == []
+
+
+async def test_planted_symlink_at_the_output_path_fails_the_command_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "victim"
+    target.write_text("precious\n")
+    async with TaskRuntime() as rt:
+        # An attacker who guessed the next id plants a link where its output will go.
+        monkeypatch.setattr(rt, "new_id", lambda task_type: "bguessed0")
+        path = rt.output_path("bguessed0")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+        with pytest.raises(OutputError, match="refusing to write task output"):
+            await run_shell(rt, "echo pwned", run_in_background=True)
+        state = rt.get("bguessed0")
+        assert state is not None and state.status == TaskStatus.FAILED
+        assert rt.drain() == []  # the caller got the error; no notification repeats it
+        assert rt.store.list_processes() == []  # nothing was started
+    assert target.read_text() == "precious\n"

@@ -126,7 +126,6 @@ class TaskRuntime:
         self._close_task: asyncio.Task[None] | None = None
         self._stop_waiting = asyncio.Event()
         self._started = False
-        self._closed = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -222,7 +221,6 @@ class TaskRuntime:
         await self.watchdog.close()
         for sub in list(self._subscribers):
             sub.close()
-        self._closed = True
         self.store.end_session(self.session_id, self.clock.time())
         self.store.flush()
         if self._owns_store:

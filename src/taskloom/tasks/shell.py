@@ -294,7 +294,8 @@ async def run_shell(
             output.close()
             raise
     except TaskloomError:
-        runtime.update(task_id, lambda s: s.replace(status=TaskStatus.FAILED))
+        # The caller gets the error now; a notification later would only repeat it.
+        runtime.update(task_id, lambda s: s.replace(status=TaskStatus.FAILED, notified=True))
         raise
     runtime.store.add_process(
         ProcessRow(

@@ -27,11 +27,11 @@ os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
 _TEMP_BEFORE = set(os.listdir(tempfile.gettempdir()))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        func = getattr(item, "function", None)
-        if func is not None and inspect.iscoroutinefunction(func):
-            item.add_marker(pytest.mark.anyio)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    # Mark coroutine tests for anyio before their items (and parametrizations) are made.
+    if name.startswith("test") and inspect.iscoroutinefunction(obj):
+        pytest.mark.anyio(obj)
 
 
 @pytest.fixture

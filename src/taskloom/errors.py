@@ -65,4 +65,27 @@ class ProcessError(TaskloomError):
 
 
 class ModelError(TaskloomError):
-    """The language model provider answered with an error or not at all."""
+    """The language model provider answered with an error or not at all.
+
+    Attributes:
+        status: The HTTP status, when there was an answer.
+        error_type: The provider's error type (``overloaded_error``, ``invalid_request_error``).
+        retryable: Whether trying again later may succeed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error_type: str | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.retryable = retryable
+
+
+class PermissionDenied(ToolError):
+    """A tool call refused by the permission mode, a rule or a hook."""

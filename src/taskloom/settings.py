@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
+import logging
 import os
 import stat
 from pathlib import Path
+from typing import Any
+
+from taskloom.errors import UserError
 
 #: Default cap on one task's output file (DESIGN §3.2).
 DEFAULT_OUTPUT_CAP_BYTES = 5 * 1024**3
@@ -67,3 +72,186 @@ def ensure_private_dir(path: Path) -> Path:
     if st.st_uid == os.getuid() and st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
+
+
+# --- Settings files (Claude Code compatible) -------------------------------------------------
+
+_log = logging.getLogger("taskloom.settings")
+
+#: Lists that accumulate across settings files instead of being replaced: a project must not be
+#: able to drop a user's deny rule just by having its own ``deny`` list.
+_CONCAT_LISTS = frozenset(
+    {
+        ("permissions", "allow"),
+        ("permissions", "deny"),
+        ("permissions", "ask"),
+        ("permissions", "additionalDirectories"),
+    }
+)
+
+#: Project files, lowest precedence first; ``.taskloom`` wins over ``.claude`` at each level.
+_PROJECT_FILES = (
+    ".claude/settings.json",
+    ".taskloom/settings.json",
+    ".claude/settings.local.json",
+    ".taskloom/settings.local.json",
+)
+
+
+def find_project_root(cwd: Path) -> Path:
+    """Return the git repository root above ``cwd`` (a ``.git`` dir or file), else ``cwd``.
+
+    A ``.git`` *file* marks a worktree or submodule root, which is a project root too.
+    """
+    start = Path(cwd).absolute()
+    for candidate in (start, *start.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return start
+
+
+def load_settings(
+    cwd: Path, extra: Path | str | None = None, home: Path | None = None
+) -> dict[str, Any]:
+    """Load and merge every settings file that applies to ``cwd``.
+
+    Precedence, lowest first: ``~/.claude/settings.json``, ``$TASKLOOM_HOME/settings.json``,
+    then in the project root (see :func:`find_project_root`) ``.claude/settings.json``,
+    ``.taskloom/settings.json``, ``.claude/settings.local.json``,
+    ``.taskloom/settings.local.json``, and last ``extra``. Dicts merge recursively, later
+    scalars (and lists) win, except ``permissions.allow/deny/ask/additionalDirectories``,
+    which are concatenated without duplicates. A missing file is skipped silently; a malformed
+    one is skipped with a warning on the ``taskloom.settings`` logger.
+
+    Args:
+        cwd: The working directory of the session.
+        extra: The ``--settings`` value: a file path, or inline JSON starting with ``{``.
+        home: The taskloom state directory; defaults to :func:`taskloom_home`.
+
+    Returns:
+        The merged settings (a fresh dict the caller may modify).
+
+    Raises:
+        UserError: ``extra`` is missing, unreadable or not a JSON object. It was asked for
+            explicitly, so silently running without it would be worse than stopping.
+    """
+    return _load_all(cwd, extra, home)[0]
+
+
+def settings_sources(
+    cwd: Path, extra: Path | str | None = None, home: Path | None = None
+) -> list[str]:
+    """Return which settings sources :func:`load_settings` would read, lowest precedence first.
+
+    Only sources that exist and parse are listed; inline ``--settings`` JSON is listed as
+    ``"--settings (inline JSON)"``. Meant for diagnostics (``taskloom doctor``, ``--verbose``).
+    """
+    return _load_all(cwd, extra, home)[1]
+
+
+def merge_settings(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Return ``base`` overlaid with ``override`` by the rules of :func:`load_settings`.
+
+    Neither argument is modified.
+    """
+    return _merge(_merge({}, base, ()), override, ())
+
+
+def _load_all(
+    cwd: Path, extra: Path | str | None, home: Path | None
+) -> tuple[dict[str, Any], list[str]]:
+    root = find_project_root(cwd)
+    candidates = [
+        Path.home() / ".claude" / "settings.json",
+        (home or taskloom_home()) / "settings.json",
+        *(root / name for name in _PROJECT_FILES),
+    ]
+    merged: dict[str, Any] = {}
+    sources: list[str] = []
+    seen: set[str] = set()
+    for path in candidates:
+        # When the project is the home directory, ~/.claude/settings.json is both the user and
+        # the project file; reading it once keeps the diagnostics honest.
+        key = os.path.realpath(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        data = _read_optional(path)
+        if data is not None:
+            merged = _merge(merged, data, ())
+            sources.append(str(path))
+    if extra is not None:
+        data, label = _read_extra(extra)
+        merged = _merge(merged, data, ())
+        sources.append(label)
+    return merged, sources
+
+
+def _read_optional(path: Path) -> dict[str, Any] | None:
+    """Parse one settings file; None when it is missing or (with a warning) malformed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        _log.warning("skipping settings file %s: cannot read it: %s", path, exc)
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _log.warning("skipping settings file %s: invalid JSON: %s", path, exc)
+        return None
+    if not isinstance(data, dict):
+        _log.warning(
+            "skipping settings file %s: expected a JSON object, got %s", path, type(data).__name__
+        )
+        return None
+    return data
+
+
+def _read_extra(extra: Path | str) -> tuple[dict[str, Any], str]:
+    """Parse the ``--settings`` value (inline JSON or a path) or raise UserError."""
+    if isinstance(extra, str) and extra.lstrip().startswith("{"):
+        label, text = "--settings (inline JSON)", extra
+    else:
+        label = str(extra)
+        try:
+            text = Path(extra).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"--settings {label}: cannot read it: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--settings {label}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--settings {label}: expected a JSON object, got {type(data).__name__}")
+    return data, label
+
+
+def _merge(
+    base: dict[str, Any], override: dict[str, Any], where: tuple[str, ...]
+) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        path = (*where, key)
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            out[key] = _merge(old, value, path)
+        elif path in _CONCAT_LISTS and isinstance(old, list) and isinstance(value, list):
+            out[key] = _dedup([*old, *value])
+        elif isinstance(value, dict):
+            out[key] = _merge({}, value, path)  # a private copy: callers may mutate the result
+        elif isinstance(value, list):
+            out[key] = _dedup(value) if path in _CONCAT_LISTS else list(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _dedup(items: list[Any]) -> list[Any]:
+    """Drop repeated items, keeping the first of each (unhashable items are compared by ==)."""
+    out: list[Any] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out

@@ -1,0 +1,296 @@
+"""Headless print mode: ``taskloom -p PROMPT`` with Claude Code's output formats.
+
+``text`` prints the final answer; ``json`` prints the result object; ``stream-json`` prints
+one JSON object a line: the ``system/init`` object, every assistant and user message, task
+events (``task_started``, ``task_updated``, ``task_notification``) and last the ``result``.
+Exit codes: 0 success, 1 runtime error (including the turn limit), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from taskloom.engine import AssistantTurn, EngineConfig, Finished, UserTurn
+from taskloom.errors import ModelError, TaskloomError, UserError
+from taskloom.tasks._subscription import Subscription
+from taskloom.tasks.notifications import summarize
+from taskloom.tasks.runtime import TaskRuntime
+
+OUTPUT_FORMATS = ("text", "json", "stream-json")
+
+
+@dataclass
+class PrintOptions:
+    """The print-mode flags (DESIGN §3.5)."""
+
+    prompt: str | None
+    output_format: str = "text"
+    verbose: bool = False
+    model: str | None = None
+    max_turns: int | None = None
+    permission_mode: str | None = None
+    skip_permissions: bool = False
+    allowed_tools: list[str] = field(default_factory=list)
+    disallowed_tools: list[str] = field(default_factory=list)
+    append_system_prompt: str | None = None
+    settings: str | None = None
+    resume: str | None = None
+
+
+class Emitter:
+    """Writes events in the chosen output format."""
+
+    def __init__(self, fmt: str, session_id: str, out: TextIO) -> None:
+        self.fmt = fmt
+        self.session_id = session_id
+        self.out = out
+        self._task_status: dict[str, str] = {}
+
+    def line(self, obj: dict[str, Any]) -> None:
+        """Write one object as a JSON line (stream-json only)."""
+        if self.fmt == "stream-json":
+            obj.setdefault("session_id", self.session_id)
+            obj.setdefault("uuid", str(uuid.uuid4()))
+            self.out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+            self.out.flush()
+
+    def task_event(self, kind: str, state: Any) -> None:
+        """Print a task's start, and each change of its status."""
+        status = state.status.value
+        if kind == "registered":
+            self._task_status[state.id] = status
+            self.line(
+                {
+                    "type": "system",
+                    "subtype": "task_started",
+                    "task_id": state.id,
+                    "task_type": state.type.value,
+                    "description": state.description,
+                    "tool_use_id": state.tool_use_id,
+                    "output_file": state.output_file or None,
+                }
+            )
+        elif kind == "updated" and self._task_status.get(state.id) != status:
+            self._task_status[state.id] = status
+            self.line(
+                {
+                    "type": "system",
+                    "subtype": "task_updated",
+                    "task_id": state.id,
+                    "task_type": state.type.value,
+                    "status": status,
+                    "exit_code": getattr(state, "exit_code", None),
+                }
+            )
+
+
+async def _pump(sub: Subscription, emitter: Emitter) -> None:
+    async for event in sub:
+        emitter.task_event(event.kind, event.state)
+
+
+def _flush_events(sub: Subscription, emitter: Emitter) -> None:
+    # Print what has happened to tasks before the message that may mention it.
+    while sub._events:
+        event = sub._events.popleft()
+        emitter.task_event(event.kind, event.state)
+
+
+def _read_prompt(prompt: str | None) -> str:
+    if prompt is None and not sys.stdin.isatty():
+        prompt = sys.stdin.read()
+    if not prompt or not prompt.strip():
+        raise UsageError(
+            "Input must be provided either through stdin or as a prompt argument when using --print"
+        )
+    return prompt
+
+
+class UsageError(UserError):
+    """A bad combination of flags or arguments (exit code 2)."""
+
+
+async def run_print(opts: PrintOptions) -> int:
+    """Run one headless prompt; returns the exit code."""
+    from taskloom.models.resolve import resolve_model
+    from taskloom.permissions import PermissionPolicy
+    from taskloom.prompts import main_system_prompt
+    from taskloom.session import Session
+    from taskloom.settings import find_project_root, load_settings
+    from taskloom.tools.registry import core_tools
+
+    started = time.monotonic()
+    out = sys.stdout
+    if opts.output_format not in OUTPUT_FORMATS:
+        raise UsageError(
+            f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}, "
+            f"not {opts.output_format!r}"
+        )
+    prompt = _read_prompt(opts.prompt)
+    cwd = Path.cwd()
+    settings = load_settings(cwd, opts.settings)
+    model = resolve_model(opts.model, settings)
+    policy = PermissionPolicy.from_settings(
+        settings,
+        mode=opts.permission_mode,
+        allowed_tools=opts.allowed_tools,
+        disallowed_tools=opts.disallowed_tools,
+        project_root=find_project_root(cwd),
+        skip_permissions=opts.skip_permissions,
+    )
+    tools = [
+        t
+        for t in core_tools(str(settings.get("toolProfile") or "claude"))
+        if not policy.hides(t.name, t.kind)
+    ]
+    async with TaskRuntime(session_id=opts.resume) as runtime:
+        config = EngineConfig(
+            model=model,
+            system_prompt=main_system_prompt(cwd, opts.append_system_prompt),
+            tools=tools,
+            owner=runtime.session_id,
+            cwd=cwd,
+            max_turns=opts.max_turns,
+            permissions=policy,
+            headless=True,
+            settings=settings,
+        )
+        session = Session.resume(runtime, config) if opts.resume else Session(runtime, config)
+        emitter = Emitter(opts.output_format, runtime.session_id, out)
+        emitter.line(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": str(cwd),
+                "session_id": runtime.session_id,
+                "tools": [t.name for t in tools],
+                "mcp_servers": [],
+                "model": config.model_name or model.name,
+                "permissionMode": str(policy.mode),
+                "slash_commands": [],
+                "apiKeySource": _api_key_source(),
+                "output_style": "default",
+                "agents": [],
+            }
+        )
+        sub = runtime.subscribe()
+        pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
+        finished: Finished | None = None
+        error: str | None = None
+        try:
+            async for event in session.run(prompt):
+                _flush_events(sub, emitter)
+                if isinstance(event, AssistantTurn):
+                    emitter.line(
+                        {
+                            "type": "assistant",
+                            "message": event.message.full(),
+                            "parent_tool_use_id": None,
+                        }
+                    )
+                elif isinstance(event, UserTurn):
+                    for note in event.notifications:
+                        _emit_notification(emitter, runtime, note)
+                    if event.origin != "prompt":
+                        emitter.line(
+                            {
+                                "type": "user",
+                                "message": event.message.wire(),
+                                "parent_tool_use_id": None,
+                            }
+                        )
+                elif isinstance(event, Finished):
+                    finished = event
+        except ModelError as exc:
+            error = f"API Error: {exc}"
+        finally:
+            _flush_events(sub, emitter)
+            sub.close()
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            session.close()
+            aclose = getattr(model, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        engine = session.engine
+        subtype = "success"
+        if error is not None:
+            subtype = "error_during_execution"
+        elif finished is not None and finished.reason == "max_turns":
+            subtype = "error_max_turns"
+        result_text = error or (finished.result if finished else "")
+        result = {
+            "type": "result",
+            "subtype": subtype,
+            "is_error": subtype != "success",
+            "duration_ms": int((time.monotonic() - started) * 1000),
+            "duration_api_ms": int(engine.api_seconds * 1000),
+            "num_turns": engine.num_turns,
+            "result": result_text,
+            "session_id": runtime.session_id,
+            "total_cost_usd": 0,
+            "usage": engine.usage.model_dump(),
+            "permission_denials": [],
+        }
+        if subtype == "error_max_turns":
+            result["result"] = finished.result if finished else ""
+        if opts.output_format == "stream-json":
+            emitter.line(result)
+        elif opts.output_format == "json":
+            result["uuid"] = str(uuid.uuid4())
+            out.write(json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n")
+        else:
+            if subtype == "success":
+                out.write(result_text + ("\n" if not result_text.endswith("\n") else ""))
+            elif subtype == "error_max_turns":
+                sys.stderr.write(f"Error: Reached max turns ({opts.max_turns})\n")
+            else:
+                sys.stderr.write(f"{result_text}\n")
+        out.flush()
+        return 0 if subtype == "success" else 1
+
+
+def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> None:
+    state = runtime.get(note.task_id)
+    emitter.line(
+        {
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": note.task_id,
+            "status": state.status.value if state else None,
+            "output_file": (state.output_file or None) if state else None,
+            "summary": summarize(state) if state and state.terminal else note.kind,
+            "kind": note.kind,
+        }
+    )
+
+
+def _api_key_source() -> str:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY"):
+        if os.environ.get(name):
+            return name
+    return "none"
+
+
+def main_print(opts: PrintOptions) -> int:
+    """Run print mode with signal handling; map errors to exit codes."""
+    from taskloom.cli._run import run_main
+
+    try:
+        return run_main(lambda: run_print(opts))
+    except UsageError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 2
+    except TaskloomError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1

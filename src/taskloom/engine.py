@@ -1,0 +1,343 @@
+"""The conversation loop shared by the main session and every subagent.
+
+:meth:`Engine.run` is one async generator of typed events. Each turn it builds the request,
+streams the model, and runs the tool calls of the answer: consecutive concurrency-safe calls
+together, the others one by one, the results kept in call order. It stops when the model ends
+its turn with nothing left to wait for, or at the turn limit. Between turns, notifications
+pending for this agent are handed over in one user message; with ``wait_for_tasks`` the loop
+does not end while a task the agent owns is running or a notification for it is undelivered —
+each delivery starts a new turn.
+
+Cancelling the task that iterates the generator cancels every tool call in flight (and so the
+commands and agents they run). A tool never raises out of the loop: any failure, including a
+malformed input, comes back to the model as a tool error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from taskloom.errors import ModelError, TaskloomError
+from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from taskloom.models.base import MessageComplete, Model, ModelRequest
+from taskloom.tasks.notifications import Notification, render_batch
+from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.permissions import PermissionPolicy
+    from taskloom.tasks.runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
+
+#: How long one wait for a notification lasts before the loop looks again.
+_NOTIFICATION_POLL_S = 30.0
+
+
+@dataclass
+class EngineConfig:
+    """How an engine runs.
+
+    Attributes:
+        model: The model to ask.
+        system_prompt: The system prompt.
+        tools: The tools offered.
+        owner: Whose calls these are (the agent id, or the session id on the main thread).
+        cwd: Working directory for tools.
+        agent_id: The subagent's id, None on the main thread.
+        model_name: The model id to request (default: the model's own name).
+        max_turns: Most model requests in one :meth:`Engine.run` (None: no limit).
+        max_tokens: Cap on each response.
+        permissions: The permission policy (None: everything allowed).
+        headless: No one can answer a permission prompt: an ``ask`` is a denial.
+        wait_for_tasks: Do not end while owned tasks run or notifications are pending.
+        settings: Effective settings, passed to tools.
+    """
+
+    model: Model
+    system_prompt: str
+    tools: Sequence[Tool[Any]]
+    owner: str
+    cwd: Path
+    agent_id: str | None = None
+    model_name: str | None = None
+    max_turns: int | None = None
+    max_tokens: int = 16_000
+    permissions: PermissionPolicy | None = None
+    headless: bool = True
+    wait_for_tasks: bool = True
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    """A user message entered the conversation (the prompt, tool results, notifications).
+
+    Attributes:
+        message: The message.
+        origin: ``prompt``, ``tool_results`` or ``notifications``.
+        notifications: The notifications it delivers, if any.
+    """
+
+    message: Message
+    origin: Literal["prompt", "tool_results", "notifications"]
+    notifications: tuple[Notification, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantTurn:
+    """The model answered."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDone:
+    """One tool call finished (before the results go back to the model)."""
+
+    call: ToolUseBlock
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The run is over.
+
+    Attributes:
+        reason: ``end_turn`` when the model was done, ``max_turns`` at the turn limit.
+        result: The text of the last assistant message.
+    """
+
+    reason: Literal["end_turn", "max_turns"]
+    result: str
+
+
+EngineEvent = UserTurn | AssistantTurn | ToolDone | Finished
+
+
+class Engine:
+    """One agent's conversation: its messages, usage, and the loop that extends them."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        runtime: TaskRuntime,
+        messages: list[Message] | None = None,
+        files: FileState | None = None,
+    ) -> None:
+        """Continue ``messages`` (empty for a new conversation)."""
+        self.config = config
+        self.runtime = runtime
+        self.messages: list[Message] = list(messages or [])
+        self.files = files or FileState()
+        self.tools = {t.name: t for t in config.tools}
+        self.usage = Usage()
+        self.context_tokens = 0
+        self.num_turns = 0
+        self.tool_uses = 0
+        self.api_seconds = 0.0
+
+    async def run(self, prompt: str | Message | None = None) -> AsyncIterator[EngineEvent]:
+        """Add ``prompt`` (if any) and run until the model is done; yields every event."""
+        if prompt is not None:
+            message = Message.user(prompt) if isinstance(prompt, str) else prompt
+            pending = self._take_notifications()
+            if pending:
+                message = _with_notes(message, pending)
+            self.messages.append(message)
+            yield UserTurn(message, "prompt", tuple(pending))
+            self._ack(pending)
+        turns = 0
+        while True:
+            if self.config.max_turns is not None and turns >= self.config.max_turns:
+                yield Finished("max_turns", self._last_text())
+                return
+            answer = await self._ask_model()
+            turns += 1
+            self.num_turns += 1
+            self.messages.append(answer)
+            yield AssistantTurn(answer)
+            calls = answer.tool_uses()
+            if calls:
+                results: list[ToolResultBlock] = []
+                async for call, result in self._run_tools(calls):
+                    yield ToolDone(call, result)
+                    results.append(_result_block(call, result))
+                notes = self._take_notifications()
+                message = _with_notes(Message(role="user", content=list(results)), notes)
+                self.messages.append(message)
+                yield UserTurn(message, "tool_results", tuple(notes))
+                self._ack(notes)
+                continue
+            notes = await self._await_notifications()
+            if not notes:
+                yield Finished("end_turn", answer.text())
+                return
+            message = Message(role="user", content=[TextBlock(text=render_batch(notes))])
+            self.messages.append(message)
+            yield UserTurn(message, "notifications", tuple(notes))
+            self._ack(notes)
+
+    # -- model --------------------------------------------------------------------------------
+
+    def request(self) -> ModelRequest:
+        """The request the next turn will make."""
+        cfg = self.config
+        return ModelRequest(
+            model=cfg.model_name or cfg.model.name,
+            system=cfg.system_prompt,
+            messages=list(self.messages),
+            tools=[t.spec() for t in cfg.tools],
+            max_tokens=cfg.max_tokens,
+            agent_id=cfg.agent_id,
+        )
+
+    async def _ask_model(self) -> Message:
+        final: Message | None = None
+        started = time.monotonic()
+        try:
+            async with self.config.model.stream(self.request()) as events:
+                async for event in events:
+                    if isinstance(event, MessageComplete):
+                        final = event.message
+        finally:
+            self.api_seconds += time.monotonic() - started
+        if final is None:
+            raise ModelError("the model's stream ended without a complete message")
+        if final.usage is not None:
+            u = final.usage
+            self.context_tokens = u.context_tokens
+            self.usage = Usage(
+                input_tokens=self.usage.input_tokens + u.input_tokens,
+                output_tokens=self.usage.output_tokens + u.output_tokens,
+                cache_creation_input_tokens=self.usage.cache_creation_input_tokens
+                + u.cache_creation_input_tokens,
+                cache_read_input_tokens=self.usage.cache_read_input_tokens
+                + u.cache_read_input_tokens,
+            )
+        return final
+
+    def _last_text(self) -> str:
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                return message.text()
+        return ""
+
+    # -- tools --------------------------------------------------------------------------------
+
+    async def _run_tools(
+        self, calls: list[ToolUseBlock]
+    ) -> AsyncIterator[tuple[ToolUseBlock, ToolResult]]:
+        """Run ``calls``: runs of concurrency-safe calls together, others alone, in order."""
+        i = 0
+        while i < len(calls):
+            j = i + 1
+            if self._concurrent(calls[i]):
+                while j < len(calls) and self._concurrent(calls[j]):
+                    j += 1
+            group = calls[i:j]
+            results = await asyncio.gather(*(self._run_one(c) for c in group))
+            for call, result in zip(group, results, strict=True):
+                yield call, result
+            i = j
+
+    def _concurrent(self, call: ToolUseBlock) -> bool:
+        tool = self.tools.get(call.name)
+        return tool is not None and tool.concurrency_safe
+
+    async def _run_one(self, call: ToolUseBlock) -> ToolResult:
+        self.tool_uses += 1
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return tool_error(f"No such tool available: {call.name}")
+        params = tool.validate(call.input)
+        if isinstance(params, ToolResult):
+            return params
+        ctx = ToolContext(
+            runtime=self.runtime,
+            owner=self.config.owner,
+            cwd=self.config.cwd,
+            tool_use_id=call.id,
+            files=self.files,
+            agent_id=self.config.agent_id,
+            settings=self.config.settings,
+        )
+        denied = self._check_permission(tool, params, ctx, call.input)
+        if denied is not None:
+            return denied
+        try:
+            return await tool.call(params, ctx)
+        except TaskloomError as exc:
+            return tool_error(f"Error: {exc}")
+        except Exception as exc:  # a tool bug must not end the conversation
+            log.exception("tool %s failed", tool.name)
+            return tool_error(f"Error: {type(exc).__name__}: {exc}")
+
+    def _check_permission(
+        self, tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any]
+    ) -> ToolResult | None:
+        policy = self.config.permissions
+        if policy is None:
+            return None
+        from taskloom.permissions import PermissionRequest
+
+        request = PermissionRequest(
+            tool_name=tool.name,
+            kind=tool.kind,
+            target=tool.permission_target(params, ctx),
+            cwd=ctx.cwd,
+            input=raw,
+        )
+        decision = policy.decide(request)
+        if decision.behavior == "ask" and self.config.headless:
+            decision = policy.headless(decision)
+        if decision.behavior == "allow":
+            return None
+        return tool_error(decision.reason)
+
+    # -- notifications ------------------------------------------------------------------------
+
+    def _take_notifications(self) -> list[Notification]:
+        return self.runtime.drain(owner=self.config.owner)
+
+    def _ack(self, notes: Sequence[Notification]) -> None:
+        # Called once the consumer has processed the event carrying them (e.g. written it
+        # to the transcript): only then are they delivered.
+        if notes:
+            self.runtime.ack(notes)
+
+    def _must_wait(self) -> bool:
+        owner = self.config.owner
+        live = any(
+            not s.terminal and s.exit_policy != "detach" for s in self.runtime.list(owner=owner)
+        )
+        return live or self.runtime.notifications.has_pending(owner)
+
+    async def _await_notifications(self) -> list[Notification]:
+        """At the end of a turn: what to deliver now, waiting while owned tasks still run."""
+        notes = self._take_notifications()
+        if notes or not self.config.wait_for_tasks:
+            return notes
+        while self._must_wait():
+            await self.runtime.notifications.wait_pending(
+                timeout=_NOTIFICATION_POLL_S, owner=self.config.owner
+            )
+            notes = self._take_notifications()
+            if notes:
+                return notes
+        return []
+
+
+def _result_block(call: ToolUseBlock, result: ToolResult) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=call.id, content=result.content, is_error=result.is_error)
+
+
+def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:
+    if not notes:
+        return message
+    return Message(role="user", content=[*message.content, TextBlock(text=render_batch(notes))])

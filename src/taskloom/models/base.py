@@ -1,0 +1,112 @@
+"""The Model protocol: one streamed request in, typed events out, the full message last.
+
+``async with model.stream(request) as events: async for event in events: ...`` yields
+:class:`TextDelta`, :class:`ThinkingDelta`, :class:`ToolUseStart` and :class:`ToolInputDelta`
+as they arrive, and always ends with one :class:`MessageComplete` carrying the assembled
+assistant :class:`~taskloom.messages.Message` (content, ``stop_reason``, ``usage``). Leaving
+the ``async with`` early closes the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from taskloom.messages import Message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as offered to the model."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """Everything one model call needs.
+
+    Attributes:
+        model: The provider's model id.
+        system: The system prompt.
+        messages: The conversation so far (user first, alternating).
+        tools: The tools offered.
+        max_tokens: Cap on the response length.
+        agent_id: Who is asking (``None`` for the main thread); lets test models route.
+        metadata: Free-form extras (e.g. the agent type) for test models and logs.
+    """
+
+    model: str
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    max_tokens: int = 16_000
+    agent_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of text in content block ``index``."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    """A piece of visible reasoning in content block ``index``."""
+
+    index: int
+    thinking: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseStart:
+    """The model began a tool call in content block ``index``."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInputDelta:
+    """A chunk of a tool call's JSON input (concatenate the chunks, then parse)."""
+
+    index: int
+    partial_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class MessageComplete:
+    """The last event: the whole assistant message with its stop reason and usage."""
+
+    message: Message
+
+
+StreamEvent = TextDelta | ThinkingDelta | ToolUseStart | ToolInputDelta | MessageComplete
+
+
+class Model(Protocol):
+    """A language model provider.
+
+    Attributes:
+        name: The model id requests are made for by default.
+    """
+
+    name: str
+
+    def stream(
+        self, request: ModelRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[StreamEvent]]:
+        """Open a streamed response to ``request``.
+
+        Raises:
+            ModelError: The provider refused or failed (after retries where they apply).
+        """
+        ...

@@ -1,0 +1,274 @@
+"""Permission modes and the policy that turns rules and a mode into a decision.
+
+Order of evaluation, whatever order the rules came in:
+
+1. a matching **deny** rule denies (in every mode, bypassPermissions included);
+2. **plan** mode denies edit and execute tools, even ones an allow rule names;
+3. **bypassPermissions** allows the rest;
+4. a matching **ask** rule asks (dontAsk: denies);
+5. a matching **allow** rule allows;
+6. the mode: read and other tools are allowed; acceptEdits allows edits inside the working
+   directories; anything else asks (dontAsk: denies).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from taskloom.errors import UserError
+from taskloom.permissions.matchers import find_rule, suggest_rule, tool_matches, uncovered_commands
+from taskloom.permissions.rules import (
+    Behavior,
+    Decision,
+    PermissionRequest,
+    Rule,
+    parse_rule,
+    split_rule_list,
+)
+
+if TYPE_CHECKING:
+    from taskloom.tools.base import ToolKind
+
+
+class PermissionMode(StrEnum):
+    """How tool calls that no rule decides are treated (Claude Code's mode names)."""
+
+    DEFAULT = "default"
+    ACCEPT_EDITS = "acceptEdits"
+    PLAN = "plan"
+    BYPASS_PERMISSIONS = "bypassPermissions"
+    DONT_ASK = "dontAsk"
+
+
+def parse_mode(value: str, source: str) -> PermissionMode:
+    """Parse a mode name.
+
+    Raises:
+        UserError: ``value`` is not a mode; the message lists the valid ones.
+    """
+    try:
+        return PermissionMode(value)
+    except ValueError:
+        valid = ", ".join(m.value for m in PermissionMode)
+        raise UserError(
+            f"unknown permission mode {value!r} in {source}; use one of {valid}"
+        ) from None
+
+
+class PermissionPolicy:
+    """Decides whether a tool call may run.
+
+    Args:
+        mode: The permission mode.
+        rules: Allow, deny and ask rules, in any order.
+        project_root: Where ``/path`` rules are based.
+        additional_directories: Directories besides the cwd where acceptEdits allows edits.
+    """
+
+    def __init__(
+        self,
+        mode: PermissionMode | str,
+        rules: Iterable[Rule],
+        project_root: Path,
+        *,
+        additional_directories: Iterable[Path] = (),
+    ) -> None:
+        self.mode = parse_mode(str(mode), "the permission policy")
+        self.rules = tuple(rules)
+        self.project_root = Path(project_root)
+        self.additional_directories = tuple(Path(d) for d in additional_directories)
+        self._by_behavior: dict[Behavior, list[Rule]] = {"allow": [], "deny": [], "ask": []}
+        for rule in self.rules:
+            self._by_behavior[rule.behavior].append(rule)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Mapping[str, Any],
+        *,
+        mode: str | None = None,
+        allowed_tools: Sequence[str] = (),
+        disallowed_tools: Sequence[str] = (),
+        project_root: Path,
+        skip_permissions: bool = False,
+    ) -> PermissionPolicy:
+        """Build the policy from merged settings and the CLI flags.
+
+        Args:
+            settings: Merged settings; ``permissions.allow/deny/ask``, ``defaultMode``,
+                ``additionalDirectories`` and ``disableBypassPermissionsMode`` are read.
+            mode: ``--permission-mode``; None falls back to ``permissions.defaultMode``.
+            allowed_tools: ``--allowedTools`` values, each one or more rules separated by
+                commas or spaces outside parentheses.
+            disallowed_tools: ``--disallowedTools`` values, likewise.
+            project_root: Where ``/path`` rules and relative additional directories are based.
+            skip_permissions: ``--dangerously-skip-permissions``: bypassPermissions mode.
+
+        Raises:
+            UserError: A malformed rule or mode, a settings value of the wrong type, or
+                bypass requested while ``disableBypassPermissionsMode`` is ``"disable"``.
+        """
+        perms = settings.get("permissions", {})
+        if not isinstance(perms, Mapping):
+            raise UserError("settings: 'permissions' must be a JSON object")
+        rules: list[Rule] = []
+        behaviors: tuple[Behavior, ...] = ("allow", "deny", "ask")
+        for behavior in behaviors:
+            source = f"settings permissions.{behavior}"
+            rules += [parse_rule(text, behavior, source) for text in _strings(perms, behavior)]
+        flags: tuple[tuple[Sequence[str], Behavior, str], ...] = (
+            (allowed_tools, "allow", "--allowedTools"),
+            (disallowed_tools, "deny", "--disallowedTools"),
+        )
+        for values, behavior, source in flags:
+            for value in values:
+                rules += [parse_rule(t, behavior, source) for t in split_rule_list(value)]
+        chosen = cls._choose_mode(perms, mode, skip_permissions)
+        extra = [
+            project_root / Path(d).expanduser() for d in _strings(perms, "additionalDirectories")
+        ]
+        return cls(chosen, rules, project_root, additional_directories=extra)
+
+    @staticmethod
+    def _choose_mode(
+        perms: Mapping[str, Any], mode: str | None, skip_permissions: bool
+    ) -> PermissionMode:
+        if skip_permissions:
+            chosen = PermissionMode.BYPASS_PERMISSIONS
+            source = "--dangerously-skip-permissions"
+        elif mode is not None:
+            chosen, source = parse_mode(mode, "--permission-mode"), "--permission-mode"
+        else:
+            default = perms.get("defaultMode", PermissionMode.DEFAULT.value)
+            if not isinstance(default, str):
+                raise UserError("settings: permissions.defaultMode must be a string")
+            source = "settings permissions.defaultMode"
+            chosen = parse_mode(default, source)
+        if (
+            chosen is PermissionMode.BYPASS_PERMISSIONS
+            and perms.get("disableBypassPermissionsMode") == "disable"
+        ):
+            raise UserError(
+                f"bypassPermissions mode (from {source}) is disabled by the settings "
+                "permissions.disableBypassPermissionsMode"
+            )
+        return chosen
+
+    def decide(self, request: PermissionRequest) -> Decision:
+        """Decide one tool call (see the module docstring for the order)."""
+        name = request.tool_name
+        root = self.project_root
+        deny = find_rule(self._by_behavior["deny"], request, root, every_part=False)
+        if deny is not None:
+            return Decision(
+                "deny",
+                f"Permission to use {name} has been denied by the rule {deny} ({deny.source}).",
+                deny,
+                name,
+            )
+        if self.mode is PermissionMode.PLAN and request.kind in ("edit", "execute"):
+            doing = "edit files" if request.kind == "edit" else "run commands"
+            return Decision(
+                "deny",
+                f"{name} is not allowed in plan mode: plan mode may read and plan but not "
+                f"{doing}. Present the plan and wait for it to be approved.",
+                None,
+                name,
+            )
+        if self.mode is PermissionMode.BYPASS_PERMISSIONS:
+            return Decision("allow", "bypassPermissions mode", None, name)
+        ask = find_rule(self._by_behavior["ask"], request, root, every_part=False)
+        if ask is not None:
+            return self._ask(request, f"the rule {ask} ({ask.source}) requires approval", ask)
+        allow = find_rule(self._by_behavior["allow"], request, root, every_part=True)
+        if allow is not None:
+            return Decision("allow", f"allowed by the rule {allow} ({allow.source})", allow, name)
+        if request.kind == "read":
+            return Decision("allow", "read-only tools need no approval", None, name)
+        if request.kind == "other":
+            return Decision("allow", f"{name} needs no approval", None, name)
+        if (
+            self.mode is PermissionMode.ACCEPT_EDITS
+            and request.kind == "edit"
+            and request.target is not None
+            and self._in_working_dirs(request.target, request.cwd)
+        ):
+            return Decision(
+                "allow", "acceptEdits mode allows edits in the working directories", None, name
+            )
+        return self._ask(request, f"{name} needs approval in {self.mode.value} mode", None)
+
+    def headless(self, decision: Decision) -> Decision:
+        """Same as the module-level :func:`headless`, for callers holding a policy."""
+        return headless(decision)
+
+    def hides(self, tool_name: str, kind: ToolKind) -> bool:
+        """Whether a deny rule without content covers the whole tool.
+
+        Claude Code leaves such tools out of what the model is offered; callers building the
+        tool list can do the same.
+        """
+        probe = PermissionRequest(tool_name, kind, None, self.project_root)
+        return any(r.content is None and tool_matches(r, probe) for r in self._by_behavior["deny"])
+
+    def _ask(self, request: PermissionRequest, reason: str, rule: Rule | None) -> Decision:
+        name = request.tool_name
+        suggestion = None
+        if rule is None:  # an allow rule would help; after an ask rule, it would not
+            uncovered = uncovered_commands(self._by_behavior["allow"], request)
+            suggestion = suggest_rule(request, uncovered[0] if uncovered else None)
+        if self.mode is PermissionMode.DONT_ASK:
+            hint = f" Allow it with the rule {suggestion}." if suggestion else ""
+            return Decision(
+                "deny",
+                f"Permission to use {name} has been denied: {reason}, and dontAsk mode denies "
+                f"instead of asking.{hint}",
+                rule,
+                name,
+                suggestion,
+            )
+        return Decision("ask", reason[:1].upper() + reason[1:], rule, name, suggestion)
+
+    def _in_working_dirs(self, target: str, cwd: Path) -> bool:
+        path = os.path.normpath(os.path.join(cwd, target))
+        for directory in (cwd, *self.additional_directories):
+            base = os.path.normpath(directory)
+            if path == base or path.startswith(base.rstrip("/") + "/"):
+                return True
+        return False
+
+
+def headless(decision: Decision) -> Decision:
+    """Turn an ``ask`` into a ``deny`` for a run that has nobody to ask.
+
+    Other decisions are returned unchanged. The message names the tool and how to allow it,
+    like Claude Code's print mode.
+    """
+    if decision.behavior != "ask":
+        return decision
+    name = decision.tool_name or "this tool"
+    if decision.rule is not None:
+        reason = (
+            f"Permission to use {name} has been denied because the ask rule {decision.rule} "
+            f"({decision.rule.source}) requires approval and taskloom is running in "
+            "non-interactive mode. Remove the rule, or pass --dangerously-skip-permissions."
+        )
+    else:
+        suggestion = decision.suggestion or name
+        reason = (
+            f"Permission to use {name} has been denied because taskloom is running in "
+            f'non-interactive mode. Allow it with --allowedTools "{suggestion}" or a '
+            "permissions.allow rule in settings, or pass --dangerously-skip-permissions."
+        )
+    return Decision("deny", reason, decision.rule, decision.tool_name, decision.suggestion)
+
+
+def _strings(perms: Mapping[str, Any], key: str) -> list[str]:
+    value = perms.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"settings: permissions.{key} must be a list of strings")
+    return value

@@ -1,0 +1,57 @@
+"""A Session: the runtime, the main conversation and its transcript.
+
+``$TASKLOOM_HOME/sessions/<id>/transcript.jsonl`` receives every message as it enters the
+conversation; ``Session.resume`` reads it back so a later process continues where this one
+stopped (the runtime, opened with the same session id, replays undelivered notifications).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
+from taskloom.messages import Message
+from taskloom.settings import session_dir
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.transcript import TranscriptWriter, load_messages
+
+
+def transcript_path(session_id: str, home: Path | None = None) -> Path:
+    """Where a session's transcript lives."""
+    return session_dir(session_id, home) / "transcript.jsonl"
+
+
+class Session:
+    """The main thread of one session."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        config: EngineConfig,
+        messages: list[Message] | None = None,
+    ) -> None:
+        """Drive ``config`` on ``runtime``, continuing ``messages`` if given."""
+        self.runtime = runtime
+        self.id = runtime.session_id
+        self.engine = Engine(config, runtime, messages)
+        self.transcript = TranscriptWriter(transcript_path(self.id, runtime.home), self.id)
+
+    @classmethod
+    def resume(cls, runtime: TaskRuntime, config: EngineConfig) -> Session:
+        """Continue the conversation recorded for ``runtime.session_id``."""
+        messages = load_messages(transcript_path(runtime.session_id, runtime.home))
+        return cls(runtime, config, messages)
+
+    async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
+        """Run the engine on ``prompt``, recording each message before passing it on."""
+        async for event in self.engine.run(prompt):
+            if isinstance(event, UserTurn):
+                self.transcript.append(event.message, origin=event.origin)
+            elif isinstance(event, AssistantTurn):
+                self.transcript.append(event.message)
+            yield event
+
+    def close(self) -> None:
+        """Close the transcript."""
+        self.transcript.close()

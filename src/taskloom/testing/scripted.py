@@ -1,0 +1,247 @@
+"""Scripted and function models: deterministic stand-ins for a language model.
+
+``ScriptedModel`` answers each request with the next scripted :class:`Turn` and records every
+request; ``FunctionModel`` answers with whatever a function of the request returns (to route
+by agent, prompt or turn). Both stream like a real provider: text in pieces, tool inputs as
+JSON chunks, then the complete message with a usage estimate.
+
+A scripted-turn file (``--model scripted:FILE``) is YAML or JSON::
+
+    turns:
+      - text: "Let me look."
+        tool_calls:
+          - {name: Bash, input: {command: "ls"}}
+      - text: "Done."
+
+(a bare list of turns works too). A turn may also give ``thinking``, ``stop_reason``,
+``usage`` (``{input_tokens, output_tokens}``) and ``delay`` (seconds before answering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from taskloom.errors import ModelError, UserError
+from taskloom.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from taskloom.models.base import (
+    MessageComplete,
+    ModelRequest,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStart,
+)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A scripted tool call; ``id`` is generated when not given."""
+
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted model response."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    thinking: str = ""
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    delay: float = 0.0
+
+    @classmethod
+    def parse(cls, raw: Turn | str | dict[str, Any]) -> Turn:
+        """Accept a Turn, a plain string (text only) or a dict as in scripted files."""
+        if isinstance(raw, Turn):
+            return raw
+        if isinstance(raw, str):
+            return cls(text=raw)
+        if not isinstance(raw, dict):
+            raise UserError(f"a scripted turn must be a string or a mapping, got {raw!r}")
+        unknown = set(raw) - {"text", "tool_calls", "thinking", "stop_reason", "usage", "delay"}
+        if unknown:
+            raise UserError(f"unknown field(s) in scripted turn: {', '.join(sorted(unknown))}")
+        calls = []
+        for call in raw.get("tool_calls") or ():
+            if isinstance(call, ToolCall):
+                calls.append(call)
+            elif isinstance(call, dict) and isinstance(call.get("name"), str):
+                calls.append(ToolCall(call["name"], dict(call.get("input") or {}), call.get("id")))
+            else:
+                raise UserError(f"a scripted tool call needs a name: {call!r}")
+        usage = raw.get("usage")
+        return cls(
+            text=str(raw.get("text") or ""),
+            tool_calls=tuple(calls),
+            thinking=str(raw.get("thinking") or ""),
+            stop_reason=raw.get("stop_reason"),
+            usage=Usage(**usage) if isinstance(usage, dict) else None,
+            delay=float(raw.get("delay") or 0.0),
+        )
+
+
+def load_turns(path: Path | str) -> list[Turn]:
+    """Read a scripted-turn file (YAML or JSON).
+
+    Raises:
+        UserError: The file is missing or malformed (the message names it).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read scripted model file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml  # only scripted runs pay for it
+
+            data = yaml.safe_load(text)
+    except Exception as exc:
+        raise UserError(f"scripted model file {path} is not valid YAML/JSON: {exc}") from exc
+    if isinstance(data, dict):
+        data = data.get("turns")
+    if not isinstance(data, list):
+        raise UserError(f"scripted model file {path} must hold a list of turns under 'turns'")
+    return [Turn.parse(t) for t in data]
+
+
+_ids = itertools.count(1)
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _request_text(request: ModelRequest) -> str:
+    return request.system + "".join(json.dumps(m.wire()) for m in request.messages)
+
+
+async def _events(turn: Turn, request: ModelRequest, name: str) -> AsyncIterator[StreamEvent]:
+    if turn.delay:
+        await asyncio.sleep(turn.delay)
+    blocks: list[TextBlock | ThinkingBlock | ToolUseBlock] = []
+    index = 0
+    if turn.thinking:
+        yield ThinkingDelta(index, turn.thinking)
+        blocks.append(ThinkingBlock(thinking=turn.thinking))
+        index += 1
+    if turn.text:
+        half = len(turn.text) // 2
+        for piece in (turn.text[:half], turn.text[half:]):
+            if piece:
+                yield TextDelta(index, piece)
+        blocks.append(TextBlock(text=turn.text))
+        index += 1
+    for call in turn.tool_calls:
+        call_id = call.id or f"toolu_scripted_{next(_ids):06d}"
+        yield ToolUseStart(index, call_id, call.name)
+        raw = json.dumps(call.input)
+        half = len(raw) // 2
+        yield ToolInputDelta(index, raw[:half])
+        yield ToolInputDelta(index, raw[half:])
+        blocks.append(ToolUseBlock(id=call_id, name=call.name, input=call.input))
+        index += 1
+    output = turn.text + turn.thinking + "".join(json.dumps(c.input) for c in turn.tool_calls)
+    usage = turn.usage or Usage(
+        input_tokens=_estimate_tokens(_request_text(request)),
+        output_tokens=_estimate_tokens(output),
+    )
+    stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
+    yield MessageComplete(
+        Message(
+            role="assistant",
+            content=list(blocks),
+            id=f"msg_scripted_{next(_ids):06d}",
+            model=name,
+            stop_reason=stop,
+            usage=usage,
+        )
+    )
+
+
+class ScriptedModel:
+    """Answers requests with scripted turns, in order; records every request.
+
+    Example:
+        >>> model = ScriptedModel(["Hello!"])
+        >>> # ... run a session with it ...
+        >>> model.assert_complete()
+    """
+
+    def __init__(
+        self, turns: Iterable[Turn | str | dict[str, Any]], *, name: str = "scripted"
+    ) -> None:
+        """Script ``turns`` (see :meth:`Turn.parse` for the accepted forms)."""
+        self.name = name
+        self.turns = [Turn.parse(t) for t in turns]
+        self.requests: list[ModelRequest] = []
+
+    @classmethod
+    def from_file(cls, path: Path | str) -> ScriptedModel:
+        """Load turns from a scripted-turn file."""
+        return cls(load_turns(path), name=f"scripted:{Path(path).name}")
+
+    @property
+    def remaining(self) -> int:
+        """Turns not used yet."""
+        return len(self.turns) - len(self.requests)
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        """Answer ``request`` with the next turn.
+
+        Raises:
+            ModelError: Every turn has been used.
+        """
+        n = len(self.requests)
+        self.requests.append(request)
+        if n >= len(self.turns):
+            raise ModelError(
+                f"scripted model has no turn left for request {n + 1} "
+                f"(it was given {len(self.turns)})"
+            )
+        yield _events(self.turns[n], request, self.name)
+
+    def assert_complete(self) -> None:
+        """Fail unless every scripted turn was requested."""
+        if self.remaining:
+            raise AssertionError(
+                f"{self.remaining} of {len(self.turns)} scripted turns were never requested"
+            )
+
+
+Responder = Callable[[ModelRequest], "Turn | str | dict[str, Any] | Awaitable[Any]"]
+
+
+class FunctionModel:
+    """Answers each request with ``fn(request)`` (a turn, or an awaitable of one)."""
+
+    def __init__(self, fn: Responder, *, name: str = "function") -> None:
+        """Use ``fn`` to produce every turn."""
+        self.name = name
+        self.fn = fn
+        self.requests: list[ModelRequest] = []
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        """Answer ``request`` with whatever the function returns."""
+        self.requests.append(request)
+        result = self.fn(request)
+        if inspect.isawaitable(result):
+            result = await result
+        yield _events(Turn.parse(result), request, self.name)

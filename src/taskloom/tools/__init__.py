@@ -1,0 +1,1 @@
+"""Model-facing tools: a pydantic input model each, run by the engine."""

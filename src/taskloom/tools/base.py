@@ -1,0 +1,189 @@
+"""The Tool base: typed input, JSON schema, flags, and the context a call runs in.
+
+A tool declares a pydantic ``Input`` model. Its JSON schema (what the model is offered) has
+``additionalProperties: false`` at every object level. Raw input from the model is validated
+before the call; a failure becomes a tool error that names each offending field, so the model
+can correct itself — it never reaches ``call`` and never raises out of the engine.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from taskloom.models.base import ToolSpec
+
+if TYPE_CHECKING:
+    from taskloom.tasks.runtime import TaskRuntime
+
+
+class ToolInput(BaseModel):
+    """Base of every tool's input model: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+InputT = TypeVar("InputT", bound=ToolInput)
+
+#: What a tool does, for permission modes: ``read`` is allowed by default, ``edit`` is
+#: allowed in acceptEdits mode, ``execute`` always needs a rule or a bypass.
+ToolKind = Literal["read", "edit", "execute", "other"]
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """What a tool returns.
+
+    Attributes:
+        content: The text the model sees.
+        is_error: Whether it is reported to the model as an error.
+        data: Structured detail for programmatic consumers (``stream-json``), optional.
+    """
+
+    content: str
+    is_error: bool = False
+    data: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class FileState:
+    """What this agent has read, so Edit/Write can insist on a read first (and notice changes).
+
+    Maps absolute paths to the file's mtime (ns) when it was read or last written by us.
+    """
+
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def clone(self) -> FileState:
+        """An independent copy (a subagent starts from its parent's knowledge)."""
+        return FileState(dict(self.seen))
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """Where and for whom a tool call runs.
+
+    Attributes:
+        runtime: The session's task runtime.
+        owner: The agent id (or session id for the main thread) that makes the call.
+        cwd: The working directory of the agent.
+        tool_use_id: The id of the ``tool_use`` block being answered.
+        files: What this agent has read.
+        agent_id: The calling subagent's id, None on the main thread.
+        settings: Effective settings (a merged dict).
+    """
+
+    runtime: TaskRuntime
+    owner: str
+    cwd: Path
+    tool_use_id: str = ""
+    files: FileState = field(default_factory=FileState)
+    agent_id: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def tool_error(message: str) -> ToolResult:
+    """A tool error in the form Claude Code shows models."""
+    return ToolResult(f"<tool_use_error>{message}</tool_use_error>", is_error=True)
+
+
+class Tool(ABC, Generic[InputT]):
+    """A model-facing tool.
+
+    Subclasses set ``name``, ``description``, ``Input``, ``kind`` and the flags, and
+    implement :meth:`call`.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Input: ClassVar[type[ToolInput]]
+    kind: ClassVar[ToolKind] = "other"
+    #: Safe to run at the same time as other concurrency-safe calls of the same message.
+    concurrency_safe: ClassVar[bool] = False
+    _schema_cache: ClassVar[dict[type, dict[str, Any]]] = {}
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the tool never changes anything."""
+        return self.kind == "read"
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON schema of the input, closed at every level."""
+        cls = type(self)
+        cached = Tool._schema_cache.get(cls)
+        if cached is None:
+            cached = _close_objects(self.Input.model_json_schema())
+            Tool._schema_cache[cls] = cached
+        return copy.deepcopy(cached)
+
+    def spec(self) -> ToolSpec:
+        """How the tool is offered to the model."""
+        return ToolSpec(self.name, self.description, self.input_schema())
+
+    def validate(self, raw: Any) -> InputT | ToolResult:
+        """Parse the model's input; on failure return a tool error naming every bad field."""
+        if not isinstance(raw, dict):
+            return tool_error(
+                f"InputValidationError: {self.name} input must be a JSON object, "
+                f"got {type(raw).__name__}"
+            )
+        try:
+            return self.Input.model_validate(raw)  # type: ignore[return-value]
+        except ValidationError as exc:
+            return tool_error(f"InputValidationError: {self.name}: {describe_errors(exc)}")
+
+    def permission_target(self, params: InputT, ctx: ToolContext) -> str | None:
+        """What permission rules match against (a command, a path); None for nothing."""
+        return None
+
+    @abstractmethod
+    async def call(self, params: InputT, ctx: ToolContext) -> ToolResult:
+        """Run the tool. Expected failures are returned as errors, not raised."""
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One readable line per error, each naming the field (``timeout: ...``)."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "input"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{where}: unexpected field")
+        elif err["type"] == "missing":
+            parts.append(f"{where}: required field is missing")
+        else:
+            parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _close_objects(schema: dict[str, Any]) -> dict[str, Any]:
+    """Inline ``$defs`` and set ``additionalProperties: false`` on every object."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(copy.deepcopy(defs[ref.removeprefix("#/$defs/")]))
+            out = {k: walk(v) for k, v in node.items() if k != "title"}
+            options = out.get("anyOf")
+            if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+                # ``x: T | None = None`` is an optional T for the model, not a nullable one.
+                (kept,) = [o for o in options if o != {"type": "null"}]
+                del out["anyOf"]
+                out = {**kept, **out}
+                if out.get("default", 0) is None:
+                    del out["default"]
+            if out.get("type") == "object":
+                out.setdefault("additionalProperties", False)
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    closed: dict[str, Any] = walk(schema)
+    return closed

@@ -1,0 +1,100 @@
+"""The generic job tools of seed 002 (``job_output``, ``job_list``, ``job_kill``).
+
+The same runtime as TaskOutput/TaskStop under another vocabulary, chosen with the setting
+``toolProfile: "jobs"``. While a job lives ``job_output`` reports only its status; once it has
+settled it returns the final output, as often as asked.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from taskloom.tasks.output import read_tail
+from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskState
+from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.tasks import MAX_OUTPUT_BYTES, find_task
+
+
+def _final_output(state: TaskState) -> str:
+    if isinstance(state, AgentTaskState):
+        return state.result or state.error or ""
+    if isinstance(state, ShellTaskState) and state.output_file:
+        return read_tail(state.output_file, MAX_OUTPUT_BYTES).decode("utf-8", "replace")
+    return ""
+
+
+def _line(state: TaskState) -> str:
+    code = ""
+    if isinstance(state, ShellTaskState) and state.exit_code is not None:
+        code = f" exit={state.exit_code}"
+    return f"{state.id} {state.type.value} {state.status.value}{code} {state.description}"
+
+
+class JobIdInput(ToolInput):
+    """A job id."""
+
+    job_id: str = Field(description="The job id returned when the job started.")
+
+
+class JobOutputTool(Tool[JobIdInput]):
+    """``job_output``: a job's status, and its final output once settled."""
+
+    name = "job_output"
+    description = (
+        "Get a background job's status; once it has finished, its final output. Keep the "
+        "job ids you start, do independent work instead of polling, and collect the jobs "
+        "you need before answering."
+    )
+    Input = JobIdInput
+    kind = "other"
+    concurrency_safe = True
+
+    async def call(self, params: JobIdInput, ctx: ToolContext) -> ToolResult:
+        """Report the job."""
+        found = find_task(ctx.runtime, params.job_id, ctx.owner)
+        if isinstance(found, ToolResult):
+            return found
+        if not found.terminal:
+            return ToolResult(f"{_line(found)}\n(still running; you will be notified)")
+        return ToolResult(f"{_line(found)}\n{_final_output(found)}".rstrip())
+
+
+class JobListInput(ToolInput):
+    """No input."""
+
+
+class JobListTool(Tool[JobListInput]):
+    """``job_list``: the caller's jobs."""
+
+    name = "job_list"
+    description = "List your background jobs with their status."
+    Input = JobListInput
+    kind = "other"
+    concurrency_safe = True
+
+    async def call(self, params: JobListInput, ctx: ToolContext) -> ToolResult:
+        """List jobs owned by the caller."""
+        owner = None if ctx.owner == ctx.runtime.session_id else ctx.owner
+        jobs = ctx.runtime.list(owner=owner, include_evicted=True)
+        if not jobs:
+            return ToolResult("No jobs.")
+        return ToolResult("\n".join(_line(j) for j in jobs))
+
+
+class JobKillTool(Tool[JobIdInput]):
+    """``job_kill``: cancel a job."""
+
+    name = "job_kill"
+    description = "Cancel a running background job."
+    Input = JobIdInput
+    kind = "other"
+
+    async def call(self, params: JobIdInput, ctx: ToolContext) -> ToolResult:
+        """Kill the job."""
+        found = find_task(ctx.runtime, params.job_id, ctx.owner)
+        if isinstance(found, ToolResult):
+            return found
+        if found.terminal:
+            return tool_error(f"Job {params.job_id} is not running ({found.status.value})")
+        final = await ctx.runtime.kill(params.job_id, caller=ctx.owner)
+        return ToolResult(f"Cancelled: {_line(final)}")

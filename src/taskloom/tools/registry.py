@@ -1,0 +1,41 @@
+"""The core tool set, in one of two profiles.
+
+``claude`` (default) offers TaskOutput and TaskStop; ``jobs`` (setting ``toolProfile``) offers
+the seed-002 job tools ``job_output``, ``job_list`` and ``job_kill`` over the same runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taskloom.errors import UserError
+from taskloom.tools.base import Tool
+
+PROFILES = ("claude", "jobs")
+
+
+def core_tools(profile: str = "claude") -> list[Tool[Any]]:
+    """The built-in tools for ``profile``.
+
+    Raises:
+        UserError: Unknown profile.
+    """
+    if profile not in PROFILES:
+        raise UserError(f"unknown toolProfile {profile!r}; use one of {', '.join(PROFILES)}")
+    from taskloom.tools.bash import BashTool
+    from taskloom.tools.edit import Edit
+    from taskloom.tools.glob import Glob
+    from taskloom.tools.grep import Grep
+    from taskloom.tools.read import Read
+    from taskloom.tools.write import Write
+
+    tools: list[Tool[Any]] = [BashTool(), Glob(), Grep(), Read(), Edit(), Write()]
+    if profile == "jobs":
+        from taskloom.tools.jobs import JobKillTool, JobListTool, JobOutputTool
+
+        tools += [JobOutputTool(), JobListTool(), JobKillTool()]
+    else:
+        from taskloom.tools.tasks import TaskOutputTool, TaskStopTool
+
+        tools += [TaskOutputTool(), TaskStopTool()]
+    return tools

@@ -1,0 +1,142 @@
+"""Tools over the task runtime: TaskOutput and TaskStop (Claude Code's names).
+
+Both act only on tasks the calling agent owns (or, for the main thread, any task of the
+session): one agent cannot read or stop another's work.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from taskloom.errors import TaskAccessDenied, TaskNotFound
+from taskloom.tasks.output import read_delta
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskState
+from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+
+MAX_OUTPUT_BYTES = 30_000
+DEFAULT_WAIT_MS = 30_000
+MAX_WAIT_MS = 600_000
+
+
+def find_task(runtime: TaskRuntime, task_id: str, caller: str) -> TaskState | ToolResult:
+    """The task if ``caller`` may see it, else a tool error saying why."""
+    try:
+        return runtime.authorize(task_id, caller)
+    except TaskNotFound:
+        return tool_error(f"No task found with ID: {task_id}")
+    except TaskAccessDenied:
+        return tool_error(f"Task {task_id} belongs to another agent; you may not use it")
+
+
+def describe(
+    runtime: TaskRuntime, state: TaskState, retrieval: str
+) -> tuple[str, dict[str, object]]:
+    """Render a task for the model, consuming the shell output added since the last read."""
+    lines = [
+        f"<retrieval_status>{retrieval}</retrieval_status>",
+        f"<task_id>{state.id}</task_id>",
+        f"<task_type>{state.type.value}</task_type>",
+        f"<status>{state.status.value}</status>",
+    ]
+    data: dict[str, object] = {
+        "retrieval_status": retrieval,
+        "task_id": state.id,
+        "task_type": state.type.value,
+        "status": state.status.value,
+        "description": state.description,
+    }
+    if isinstance(state, ShellTaskState):
+        if state.exit_code is not None:
+            lines.append(f"<exit_code>{state.exit_code}</exit_code>")
+            data["exit_code"] = state.exit_code
+        chunk, offset = read_delta(state.output_file, state.output_offset, MAX_OUTPUT_BYTES)
+        runtime.update(state.id, lambda s: s.replace(output_offset=offset))
+        text = chunk.decode("utf-8", "replace")
+        more, _ = read_delta(state.output_file, offset, 1)
+        if more:
+            text += f"\n[more output follows; call TaskOutput again or read {state.output_file}]"
+        lines.append(f"<output>\n{text.rstrip()}\n</output>" if text.strip() else "<output/>")
+        data["output"] = text
+    elif isinstance(state, AgentTaskState):
+        answer = state.result if state.result is not None else state.error
+        if answer is not None:
+            lines.append(f"<result>\n{answer}\n</result>")
+            data["result"] = answer
+    if state.output_file:
+        lines.append(f"<output_file>{state.output_file}</output_file>")
+    return "\n".join(lines), data
+
+
+class TaskOutputInput(ToolInput):
+    """Input of :class:`TaskOutputTool`."""
+
+    task_id: str = Field(description="The id of the task (from Bash, Agent or a notification).")
+    block: bool = Field(default=True, description="Wait for the task to finish.")
+    timeout: int = Field(
+        default=DEFAULT_WAIT_MS, ge=0, le=MAX_WAIT_MS, description="Longest wait in ms."
+    )
+
+
+class TaskOutputTool(Tool[TaskOutputInput]):
+    """Read a background task's status and new output (or an agent's result)."""
+
+    name = "TaskOutput"
+    description = (
+        "Get the status and output of a background task. For a shell command it returns the "
+        "exit code and the output written since your last read; for an agent, its final "
+        "answer. With block=true (default) it waits up to `timeout` ms for the task to end. "
+        "You are notified when tasks end, so prefer doing other work to waiting here."
+    )
+    Input = TaskOutputInput
+    kind = "other"
+    concurrency_safe = True
+
+    async def call(self, params: TaskOutputInput, ctx: ToolContext) -> ToolResult:
+        """Wait if asked, then describe the task."""
+        found = find_task(ctx.runtime, params.task_id, ctx.owner)
+        if isinstance(found, ToolResult):
+            return found
+        state = found
+        if not state.terminal and params.block:
+            state = await ctx.runtime.wait(state.id, timeout=params.timeout / 1000)
+        retrieval = "success" if state.terminal else ("timeout" if params.block else "not_ready")
+        text, data = describe(ctx.runtime, state, retrieval)
+        return ToolResult(text, data=data)
+
+
+class TaskStopInput(ToolInput):
+    """Input of :class:`TaskStopTool`."""
+
+    task_id: str | None = Field(default=None, description="The id of the task to stop.")
+    shell_id: str | None = Field(default=None, description="Deprecated: use task_id.")
+
+    @model_validator(mode="after")
+    def _one_id(self) -> TaskStopInput:
+        if not (self.task_id or self.shell_id):
+            raise ValueError("task_id is required")
+        return self
+
+
+class TaskStopTool(Tool[TaskStopInput]):
+    """Stop a running background task."""
+
+    name = "TaskStop"
+    description = (
+        "Stop a running background task (shell command or agent) by its id. The command and "
+        "every process it started are terminated."
+    )
+    Input = TaskStopInput
+    kind = "other"
+
+    async def call(self, params: TaskStopInput, ctx: ToolContext) -> ToolResult:
+        """Kill the task through the runtime."""
+        task_id = params.task_id or params.shell_id or ""
+        found = find_task(ctx.runtime, task_id, ctx.owner)
+        if isinstance(found, ToolResult):
+            return found
+        if found.terminal:
+            return tool_error(f"Task {task_id} is not running (status: {found.status.value})")
+        final = await ctx.runtime.kill(task_id, caller=ctx.owner)
+        data = {"task_id": task_id, "status": final.status.value, "description": final.description}
+        return ToolResult(f"Stopped task {task_id} ({final.description}).", data=data)

@@ -1,0 +1,98 @@
+"""The Write tool: create a file, or replace one that was Read first and has not changed since."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field
+
+from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.read import check_fresh, resolve_file_path, target_path
+
+
+class WriteInput(ToolInput):
+    """Input of :class:`Write`."""
+
+    file_path: str = Field(description="The absolute path of the file to write.")
+    content: str = Field(description="The complete new content of the file.")
+
+
+class Write(Tool[WriteInput]):
+    """Creates or overwrites a whole file."""
+
+    name = "Write"
+    description = (
+        "Writes a file to the local filesystem, replacing it entirely if it exists.\n\n"
+        "Usage:\n"
+        "- file_path must be an absolute path. Missing parent directories are created.\n"
+        "- Overwriting an existing file requires that you Read it first in this conversation "
+        "and that it has not changed since; otherwise the call fails.\n"
+        "- To change part of an existing file, prefer Edit: it sends only the changed text and "
+        "cannot lose the rest of the file by accident.\n"
+        "- An existing file that uses CRLF line endings keeps them.\n"
+        "- Do not create documentation or README files unless asked to."
+    )
+    Input = WriteInput
+    kind = "edit"
+
+    def permission_target(self, params: WriteInput, ctx: ToolContext) -> str | None:
+        """The absolute path of the file."""
+        return target_path(params.file_path, ctx)
+
+    async def call(self, params: WriteInput, ctx: ToolContext) -> ToolResult:
+        """Write the file, insisting on a fresh Read before replacing an existing one."""
+        path = resolve_file_path(params.file_path, ctx)
+        if isinstance(path, ToolResult):
+            return path
+        if os.path.isdir(path):
+            return tool_error(f"{path} is a directory; Write only writes files.")
+        content = params.content
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            stat = None
+        except OSError as exc:
+            return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
+        try:
+            if stat is None:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                # "x": a file that appears between the check and now was not read by us.
+                mtime_ns = _write(path, content, "xb")
+            else:
+                stale = check_fresh(path, stat.st_mtime_ns, ctx, "writing to")
+                if stale is not None:
+                    return stale
+                if _uses_crlf(path) and "\r\n" not in content:
+                    # The model saw the file without its \r (Read strips them): keep the
+                    # file's convention rather than silently converting it to LF.
+                    content = content.replace("\n", "\r\n")
+                mtime_ns = _write(path, content, "wb")
+        except FileExistsError:
+            return tool_error(f"{path} was created by someone else just now. Read it first.")
+        except OSError as exc:
+            return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
+        ctx.files.seen[path] = mtime_ns
+        if stat is None:
+            return ToolResult(
+                f"File created successfully at: {path}", data={"type": "create", "filePath": path}
+            )
+        return ToolResult(
+            f"The file {path} has been updated successfully.",
+            data={"type": "update", "filePath": path},
+        )
+
+
+def _write(path: str, content: str, mode: str) -> int:
+    """Write ``content`` as UTF-8 in place (keeping the file's inode and mode); its new mtime."""
+    with open(path, mode) as f:
+        f.write(content.encode("utf-8"))
+        f.flush()
+        return os.fstat(f.fileno()).st_mtime_ns
+
+
+def _uses_crlf(path: str) -> bool:
+    """Whether the file's first line ends in CRLF (how editors decide a file's convention)."""
+    with open(path, "rb") as f:
+        head = f.read(8192)
+    newline = head.find(b"\n")
+    return newline > 0 and head[newline - 1 : newline] == b"\r"

@@ -1,0 +1,294 @@
+"""``taskloom -p`` end to end, as scripts drive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fake_servers import FakeAnthropicServer
+
+
+def write_turns(path: Path, turns: list[Any]) -> str:
+    path.write_text(yaml.safe_dump({"turns": turns}))
+    return f"scripted:{path}"
+
+
+def run(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taskloom", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        input=stdin,
+        env=env if env is not None else clean_env(),
+    )
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env.update(extra)
+    return env
+
+
+def lines(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def test_stream_json_ends_with_the_result(tmp_path: Path) -> None:
+    model = write_turns(
+        tmp_path / "t.yaml",
+        [
+            {"text": "Looking.", "tool_calls": [{"name": "Glob", "input": {"pattern": "*.txt"}}]},
+            {"text": "There is one text file."},
+        ],
+    )
+    (tmp_path / "a.txt").write_text("x")
+    proc = run(
+        "-p",
+        "what is here?",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        model,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = lines(proc.stdout)
+    assert events[0]["type"] == "system" and events[0]["subtype"] == "init"
+    assert "Bash" in events[0]["tools"] and "TaskOutput" in events[0]["tools"]
+    kinds = [e["type"] for e in events]
+    assert kinds == ["system", "assistant", "user", "assistant", "result"]
+    result = events[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False
+    assert result["num_turns"] == 2 and result["result"] == "There is one text file."
+    assert result["session_id"] == events[0]["session_id"]
+    tool_result = events[2]["message"]["content"][0]
+    assert tool_result["type"] == "tool_result" and "a.txt" in tool_result["content"]
+
+
+def test_max_turns_gives_error_max_turns(tmp_path: Path) -> None:
+    model = write_turns(
+        tmp_path / "t.yaml",
+        [{"tool_calls": [{"name": "Glob", "input": {"pattern": "*"}}]}, {"text": "done"}],
+    )
+    proc = run(
+        "-p",
+        "go",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        model,
+        "--max-turns",
+        "1",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    result = lines(proc.stdout)[-1]
+    assert result["type"] == "result" and result["subtype"] == "error_max_turns"
+    assert result["is_error"] is True and result["num_turns"] == 1
+
+
+def test_text_and_json_formats(tmp_path: Path) -> None:
+    model = write_turns(tmp_path / "t.yaml", [{"text": "Forty-two."}])
+    text = run("-p", "answer", "--model", model, cwd=tmp_path)
+    assert (text.returncode, text.stdout) == (0, "Forty-two.\n")
+    model = write_turns(tmp_path / "t.yaml", [{"text": "Forty-two."}])
+    as_json = run("-p", "answer", "--output-format", "json", "--model", model, cwd=tmp_path)
+    result = json.loads(as_json.stdout)
+    assert result["type"] == "result" and result["result"] == "Forty-two."
+    assert result["num_turns"] == 1 and "usage" in result
+    piped = run("-p", "--model", model, cwd=tmp_path, stdin="from stdin")
+    assert piped.returncode == 0 and piped.stdout == "Forty-two.\n"
+
+
+def test_background_command_keeps_the_run_alive_until_its_notification_is_answered(
+    tmp_path: Path, home: Path
+) -> None:
+    model = write_turns(
+        tmp_path / "t.yaml",
+        [
+            {
+                "text": "Starting.",
+                "tool_calls": [
+                    {
+                        "name": "Bash",
+                        "input": {
+                            "command": "sleep 1; echo hi",
+                            "run_in_background": True,
+                            "description": "say hi",
+                        },
+                    }
+                ],
+            },
+            {"text": "It is running; I will wait."},
+            {"text": "It printed hi."},
+        ],
+    )
+    proc = run(
+        "-p",
+        "run it",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        model,
+        "--allowedTools",
+        "Bash",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = lines(proc.stdout)
+    result = events[-1]
+    assert result["result"] == "It printed hi." and result["num_turns"] == 3
+    subtypes = [e.get("subtype") for e in events if e["type"] == "system"]
+    assert subtypes[:2] == ["init", "task_started"] and "task_notification" in subtypes
+    notified = [e for e in events if e.get("subtype") == "task_notification"]
+    assert notified[0]["status"] == "completed"
+    assert "completed (exit code 0)" in notified[0]["summary"]
+    # The transcript holds the notification as a user message.
+    transcript = home / "sessions" / result["session_id"] / "transcript.jsonl"
+    records = [json.loads(x) for x in transcript.read_text().splitlines()]
+    notes = [r for r in records if r.get("origin") == "notifications"]
+    assert len(notes) == 1 and notes[0]["type"] == "user"
+    assert "<task-notification>" in notes[0]["message"]["content"][0]["text"]
+    assert [r["type"] for r in records] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+
+def test_headless_permission_ask_is_a_denial_unless_skipped(tmp_path: Path) -> None:
+    turns = [
+        {"tool_calls": [{"name": "Bash", "input": {"command": "touch made-it"}}]},
+        {"text": "ok"},
+    ]
+    model = write_turns(tmp_path / "t.yaml", turns)
+    proc = run("-p", "go", "--output-format", "stream-json", "--model", model, cwd=tmp_path)
+    assert proc.returncode == 0
+    denied = lines(proc.stdout)[2]["message"]["content"][0]
+    assert denied["is_error"] is True and "non-interactive" in denied["content"]
+    assert not (tmp_path / "made-it").exists()
+    model = write_turns(tmp_path / "t.yaml", turns)
+    proc = run("-p", "go", "--model", model, "--dangerously-skip-permissions", cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "made-it").exists()
+
+
+def test_resume_continues_the_transcript_and_replays_undelivered_notifications(
+    tmp_path: Path,
+) -> None:
+    model = write_turns(
+        tmp_path / "t.yaml",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "Bash",
+                        "input": {
+                            "command": "sleep 30",
+                            "run_in_background": True,
+                            "description": "long",
+                        },
+                    }
+                ]
+            },
+            {"text": "Waiting for it."},
+        ],
+    )
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "taskloom",
+            "-p",
+            "start it",
+            "--output-format",
+            "stream-json",
+            "--model",
+            model,
+            "--dangerously-skip-permissions",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    assert first.stdout is not None
+    session_id = task_id = None
+    for line in first.stdout:
+        event = json.loads(line)
+        session_id = event["session_id"]
+        if event.get("subtype") == "task_started":
+            task_id = event["task_id"]
+        if event["type"] == "assistant" and event["message"]["content"][0].get("text"):
+            break  # it is now waiting for the task
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    first.stdout.close()
+    assert session_id and task_id
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="Resumed: the long command was stopped.")
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test-key")
+        proc = run(
+            "-p",
+            "what happened?",
+            "--output-format",
+            "stream-json",
+            "--resume",
+            session_id,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stderr
+        events = lines(proc.stdout)
+        assert events[-1]["session_id"] == session_id
+        notified = [e for e in events if e.get("subtype") == "task_notification"]
+        assert [e["task_id"] for e in notified] == [task_id]
+        sent = server.requests[0].body["messages"]
+    # The model saw the old conversation, then the new prompt with the notification.
+    assert sent[0]["content"][0]["text"] == "start it"
+    last = sent[-1]["content"]
+    assert last[0]["text"] == "what happened?"
+    assert f"<task-id>{task_id}</task-id>" in last[1]["text"]
+    assert "<status>killed</status>" in last[1]["text"]
+
+
+def test_missing_model_configuration_is_one_clear_line(tmp_path: Path) -> None:
+    proc = run("-p", "hello", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1
+    for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        assert var in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-p", "x", "--output-format", "yaml"],
+        ["-p", "x", "--max-turns", "0"],
+        ["-p", "x", "--permission-mode", "yolo"],
+        ["-p", "x", "--no-such-flag"],
+        ["-p"],
+        ["x"],
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: list[str]) -> None:
+    proc = run(*args, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip()

@@ -6,168 +6,121 @@ modules are imported inside their commands so each pays only for what it uses at
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
-from typing import Annotated
-
-import typer
 
 SUBCOMMANDS = ("demo", "tasks")
-#: Flags that take several values, as in Claude Code (``--allowedTools A B``).
-_VARIADIC = {"--allowedTools", "--allowed-tools", "--disallowedTools", "--disallowed-tools"}
-
-app = typer.Typer(
-    name="taskloom",
-    help="A multi-agent task runtime for LLM coding agents.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-
-@app.command()
-def demo(
-    fast: Annotated[bool, typer.Option("--fast", help="Shorter waits (for tests and CI).")] = False,
-) -> None:
-    """Run a few background shell tasks and show their notifications."""
-    from taskloom.cli.demo import run_demo
-
-    raise typer.Exit(run_demo(fast=fast))
-
-
-@app.command()
-def tasks(
-    session: Annotated[
-        str | None, typer.Option("--session", help="Session id (default: the latest).")
-    ] = None,
-    all_sessions: Annotated[bool, typer.Option("--all", help="Tasks of every session.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
-) -> None:
-    """List tasks from the store (works while their session runs)."""
-    from taskloom.cli.tasks_cmd import list_tasks
-
-    raise typer.Exit(list_tasks(session=session, all_sessions=all_sessions, as_json=as_json))
-
-
-print_app = typer.Typer(
-    name="taskloom",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    help=(
-        "Run a prompt headless: taskloom -p PROMPT [options]. "
-        f"Other commands: {', '.join(SUBCOMMANDS)} (taskloom COMMAND --help)."
-    ),
-)
-
-
-@print_app.command()
-def print_mode(
-    prompt: Annotated[str | None, typer.Argument(help="The prompt (default: stdin).")] = None,
-    print_: Annotated[
-        bool, typer.Option("-p", "--print", help="Print the response and exit (headless).")
-    ] = False,
-    output_format: Annotated[
-        str, typer.Option("--output-format", help="text, json or stream-json.")
-    ] = "text",
-    verbose: Annotated[bool, typer.Option("--verbose", help="Full turn-by-turn output.")] = False,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="claude-…, sonnet|opus|haiku, openai:ID or scripted:FILE."),
-    ] = None,
-    max_turns: Annotated[
-        int | None, typer.Option("--max-turns", min=1, help="Most model turns.")
-    ] = None,
-    permission_mode: Annotated[
-        str | None,
-        typer.Option(
-            "--permission-mode",
-            help="default, acceptEdits, plan, bypassPermissions or dontAsk.",
-        ),
-    ] = None,
-    skip_permissions: Annotated[
-        bool,
-        typer.Option("--dangerously-skip-permissions", help="Allow every tool call."),
-    ] = False,
-    allowed_tools: Annotated[
-        list[str] | None,
-        typer.Option("--allowedTools", "--allowed-tools", help="Permission rules to allow."),
-    ] = None,
-    disallowed_tools: Annotated[
-        list[str] | None,
-        typer.Option("--disallowedTools", "--disallowed-tools", help="Rules to deny."),
-    ] = None,
-    append_system_prompt: Annotated[
-        str | None, typer.Option("--append-system-prompt", help="Added to the system prompt.")
-    ] = None,
-    settings: Annotated[
-        str | None, typer.Option("--settings", help="A settings file or JSON string.")
-    ] = None,
-    resume: Annotated[
-        str | None, typer.Option("--resume", "-r", help="Continue this session id.")
-    ] = None,
-) -> None:
-    """Run a prompt headless (Claude Code's print mode)."""
-    if not print_:
-        raise typer.BadParameter(
-            "interactive mode is not available yet: pass -p/--print", param_hint="-p"
-        )
-    if permission_mode is not None and permission_mode not in _MODES:
-        raise typer.BadParameter(
-            f"must be one of {', '.join(_MODES)}", param_hint="--permission-mode"
-        )
-    from taskloom.cli.print_mode import OUTPUT_FORMATS, PrintOptions, main_print
-
-    if output_format not in OUTPUT_FORMATS:
-        raise typer.BadParameter(
-            f"must be one of {', '.join(OUTPUT_FORMATS)}", param_hint="--output-format"
-        )
-    options = PrintOptions(
-        prompt=prompt,
-        output_format=output_format,
-        verbose=verbose,
-        model=model,
-        max_turns=max_turns,
-        permission_mode=permission_mode,
-        skip_permissions=skip_permissions,
-        allowed_tools=list(allowed_tools or []),
-        disallowed_tools=list(disallowed_tools or []),
-        append_system_prompt=append_system_prompt,
-        settings=settings,
-        resume=resume,
-    )
-    raise typer.Exit(main_print(options))
 
 
 _MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
 
 
-def expand_variadic(args: list[str]) -> list[str]:
-    """Rewrite ``--allowedTools A B -x`` as ``--allowedTools A --allowedTools B -x``."""
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        flag, eq, _ = arg.partition("=")
-        if flag in _VARIADIC and not eq:
-            i += 1
-            taken = 0
-            while i < len(args) and not args[i].startswith("-"):
-                out += [flag, args[i]]
-                i += 1
-                taken += 1
-            if not taken:
-                out.append(flag)  # let the parser report the missing value
-            continue
-        out.append(arg)
-        i += 1
-    return out
+def _print_parser() -> argparse.ArgumentParser:
+    # argparse, not typer, on this path: print mode is what scripts start again and again,
+    # and typer costs ~0.1 s at import (DESIGN §3.7).
+    parser = argparse.ArgumentParser(
+        prog="taskloom",
+        description="Run a prompt headless (Claude Code's print mode).",
+        epilog=f"Other commands: {', '.join(SUBCOMMANDS)} (taskloom COMMAND --help).",
+    )
+    parser.add_argument("prompt", nargs="?", help="The prompt (default: stdin).")
+    parser.add_argument(
+        "-p",
+        "--print",
+        dest="print_",
+        action="store_true",
+        help="Print the response and exit (headless).",
+    )
+    parser.add_argument("--output-format", default="text", choices=("text", "json", "stream-json"))
+    parser.add_argument("--verbose", action="store_true", help="Full turn-by-turn output.")
+    parser.add_argument("--model", help="claude-…, sonnet|opus|haiku, openai:ID or scripted:FILE.")
+    parser.add_argument("--max-turns", type=_positive_int, help="Most model turns.")
+    parser.add_argument("--permission-mode", choices=_MODES)
+    parser.add_argument(
+        "--dangerously-skip-permissions",
+        dest="skip_permissions",
+        action="store_true",
+        help="Allow every tool call.",
+    )
+    parser.add_argument(
+        "--allowedTools",
+        "--allowed-tools",
+        dest="allowed_tools",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RULE",
+        help="Permission rules to allow.",
+    )
+    parser.add_argument(
+        "--disallowedTools",
+        "--disallowed-tools",
+        dest="disallowed_tools",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RULE",
+        help="Permission rules to deny.",
+    )
+    parser.add_argument("--append-system-prompt", help="Added to the system prompt.")
+    parser.add_argument("--settings", help="A settings file or JSON string.")
+    parser.add_argument("-r", "--resume", help="Continue this session id.")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def run_print_mode(args: list[str]) -> int:
+    """Parse print-mode arguments and run; returns the exit code (2 for usage errors)."""
+    parser = _print_parser()
+    ns = parser.parse_args(args)
+    if not ns.print_:
+        parser.error("interactive mode is not available yet: pass -p/--print")
+    # pydantic looks for plugins by scanning every installed distribution the first time a
+    # model is built (~10 ms). We use none; skip the scan without leaking the setting into
+    # the environment of the commands we run.
+    previous = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
+    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+    try:
+        from taskloom.cli.print_mode import PrintOptions, main_print
+    finally:
+        if previous is None:
+            del os.environ["PYDANTIC_DISABLE_PLUGINS"]
+        else:
+            os.environ["PYDANTIC_DISABLE_PLUGINS"] = previous
+
+    options = PrintOptions(
+        prompt=ns.prompt,
+        output_format=ns.output_format,
+        verbose=ns.verbose,
+        model=ns.model,
+        max_turns=ns.max_turns,
+        permission_mode=ns.permission_mode,
+        skip_permissions=ns.skip_permissions,
+        allowed_tools=list(ns.allowed_tools),
+        disallowed_tools=list(ns.disallowed_tools),
+        append_system_prompt=ns.append_system_prompt,
+        settings=ns.settings,
+        resume=ns.resume,
+    )
+    return main_print(options)
 
 
 def main() -> None:
     """Console-script entry point: subcommands, or print mode."""
     args = sys.argv[1:]
-    if not args or args[0] in SUBCOMMANDS or (args[0] in ("--help", "-h") and len(args) == 1):
-        if args and args[0] in ("--help", "-h"):
-            print_app(args=["--help"], prog_name="taskloom")
+    if args and args[0] in SUBCOMMANDS:
+        from taskloom.cli.commands import app  # typer is loaded only for subcommands
+
         app(args=args, prog_name="taskloom")
         return
-    print_app(args=expand_variadic(args), prog_name="taskloom")
+    if not args:
+        _print_parser().print_help()
+        sys.exit(2)
+    sys.exit(run_print_mode(args))

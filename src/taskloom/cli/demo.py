@@ -1,109 +1,126 @@
-"""``taskloom demo``: the task runtime at work on a few real shell commands.
+"""``taskloom demo``: a real session on a shipped scripted scenario.
 
-Until the engine exists there is no model in the loop: the demo plays the part a model would —
-it starts background commands, lets one overrun its foreground timeout, stops one, and prints
-the ``<task-notification>`` blocks the model would be shown.
+The model is scripted (see :mod:`taskloom.cli.demo_scenario`); everything else is real: a
+temporary git repository, the engine, the tools, background shell tasks, a stop, output
+collection and notifications. With a terminal, a live line per running task shows its
+elapsed time.
 """
 
 from __future__ import annotations
 
-import asyncio
+import subprocess
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
+from rich.text import Text
 
 from taskloom.cli._run import run_main
-from taskloom.tasks.output import read_tail
+from taskloom.cli.demo_scenario import PROJECT_FILES, scenario_model
+from taskloom.engine import AssistantTurn, EngineConfig, Finished, ToolDone, UserTurn
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.tasks.shell import run_shell
 from taskloom.tasks.types import TaskState
 
+PROMPT = "Check that this project's tests pass, and tell me what you find."
 
-def _live_table(states: list[TaskState], now: float) -> Table:
-    table = Table(show_header=True, header_style="bold", box=None)
-    for name in ("task", "status", "elapsed", "description"):
-        table.add_column(name)
+
+def _make_repo(root: Path) -> None:
+    for name, text in PROJECT_FILES.items():
+        (root / name).write_text(text)
+    git = ["git", "-c", "user.name=taskloom demo", "-c", "user.email=demo@localhost"]
+    try:
+        subprocess.run([*git, "init", "-q"], cwd=root, check=True, timeout=30)
+        subprocess.run([*git, "add", "."], cwd=root, check=True, timeout=30)
+        subprocess.run([*git, "commit", "-qm", "calc"], cwd=root, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pass  # a plain directory will do
+
+
+def _task_lines(states: list[TaskState]) -> Group:
+    now = time.time()
+    lines = []
     for s in states:
-        elapsed = (s.end_time or now) - s.start_time
-        table.add_row(s.id, s.status.value, f"{elapsed:5.1f}s", s.description)
-    return table
+        if s.terminal:
+            continue
+        elapsed = now - s.start_time
+        lines.append(Text(f"  ⏵ {s.id}  {s.description}  {elapsed:4.1f}s", style="cyan"))
+    return Group(*lines)
 
 
-async def _demo(console: Console, fast: bool) -> int:
-    unit = 0.2 if fast else 1.0
-    async with TaskRuntime() as rt:
-        console.print(f"[bold]taskloom demo[/bold] — session {rt.session_id}")
-        build = await run_shell(
-            rt,
-            f"echo compiling; sleep {2 * unit}; echo 'build ok'",
-            description="build",
-            run_in_background=True,
-        )
-        tests = await run_shell(
-            rt,
-            f'for i in 1 2 3; do echo "test $i passed"; sleep {unit}; done; '
-            "echo 'test 4 FAILED' >&2; exit 1",
-            description="tests",
-            run_in_background=True,
-        )
-        server = await run_shell(
-            rt,
-            "echo 'serving on :8080'; sleep 300",
-            description="dev server",
-            run_in_background=True,
-        )
-        console.print("started build, tests and dev server in the background")
-        slow = await run_shell(
-            rt,
-            f"sleep {3 * unit}; echo 'report written'",
-            description="report",
-            timeout=unit,
-        )
-        console.print(
-            f"'report' passed its {unit:.1f}s foreground timeout: moved to the background "
-            f"as {slow.task_id}",
-            soft_wrap=True,
-        )
-        ids = [build.task_id, tests.task_id, slow.task_id]
-        live = Live(console=console, auto_refresh=False, transient=True)
-        with live if console.is_terminal else _Null():
-            deadline = time.monotonic() + 60
-            while not all(rt.get(i).terminal for i in ids):  # type: ignore[union-attr]
-                states = [rt.get(i) for i in [*ids, server.task_id]]
-                if console.is_terminal:
-                    live.update(_live_table([s for s in states if s], time.time()), refresh=True)
-                if time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.1)
-        stopped = await rt.kill(server.task_id)
-        console.print(f"stopped the dev server ({stopped.id}): {stopped.status.value}")
-        batch = rt.drain()
-        console.print(f"\n[bold]{len(batch)} notifications, delivered as one message:[/bold]")
-        for note in batch:
-            console.print(note.text, markup=False, highlight=False, soft_wrap=True)
-        rt.ack(batch)
-        failed = rt.get(tests.task_id)
-        if failed is not None:
-            tail = read_tail(failed.output_file, 200).decode(errors="replace").strip()
-            console.print(
-                f"\nlast output of the failed tests ({failed.output_file}):", soft_wrap=True
+def _call_line(call: Any) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in call.input.items())
+    return f"{call.name}({args})"
+
+
+async def _demo(console: Console) -> int:
+    from taskloom.permissions import PermissionMode, PermissionPolicy
+    from taskloom.prompts import main_system_prompt
+    from taskloom.session import Session
+    from taskloom.tools.registry import core_tools
+
+    with tempfile.TemporaryDirectory(prefix="taskloom-demo-") as tmp:
+        repo = Path(tmp)
+        _make_repo(repo)
+        console.print(f"[bold]taskloom demo[/bold] — a scripted model works in {repo}")
+        console.print(f"[bold]> {PROMPT}[/bold]\n")
+        async with TaskRuntime() as rt:
+            config = EngineConfig(
+                model=scenario_model(),
+                system_prompt=main_system_prompt(repo),
+                tools=core_tools(),
+                owner=rt.session_id,
+                cwd=repo,
+                permissions=PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, [], repo),
             )
-            console.print(tail, markup=False, highlight=False, soft_wrap=True)
-        console.print("\nList them any time with: taskloom tasks")
-        return 0 if len(batch) == 4 else 1
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+            session = Session(rt, config)
+            finished: Finished | None = None
+            live = Live(console=console, transient=True, auto_refresh=console.is_terminal)
+            if console.is_terminal:
+                live.start()
+            try:
+                async for event in session.run(PROMPT):
+                    if isinstance(event, AssistantTurn):
+                        if event.message.text():
+                            console.print(f"[green]assistant:[/green] {event.message.text()}")
+                        for call in event.message.tool_uses():
+                            console.print(f"  [dim]→ {_call_line(call)}[/dim]", soft_wrap=True)
+                    elif isinstance(event, ToolDone):
+                        first = event.result.content.strip().splitlines()[:1]
+                        mark = "[red]✗[/red]" if event.result.is_error else "[dim]←[/dim]"
+                        console.print(
+                            f"  {mark} [dim]{first[0] if first else ''}[/dim]", soft_wrap=True
+                        )
+                    elif isinstance(event, UserTurn) and event.notifications:
+                        for note in event.notifications:
+                            console.print("[yellow]notification:[/yellow]")
+                            console.print(note.text, markup=False, highlight=False, soft_wrap=True)
+                    elif isinstance(event, Finished):
+                        finished = event
+                    if console.is_terminal:
+                        live.update(_task_lines(rt.list()))
+            finally:
+                if console.is_terminal:
+                    live.stop()
+                session.close()
+            states = rt.list(include_evicted=True)
+        console.print()
+        for s in states:
+            code = getattr(s, "exit_code", None)
+            console.print(f"task {s.id}  {s.status.value:<9} exit={code}  {s.description}")
+        console.print(
+            f"\nsession {rt.session_id}: {session.engine.num_turns} model turns. "
+            "List its tasks with: taskloom tasks"
+        )
+        ok = finished is not None and "tests pass" in " ".join(
+            m.text() for m in session.engine.messages if m.role == "assistant"
+        )
+        return 0 if ok else 1
 
 
 def run_demo(fast: bool = False) -> int:
-    """Run the demo; returns the exit code."""
+    """Run the demo and return its exit code (``fast`` is kept for compatibility)."""
     console = Console()
-    return run_main(lambda: _demo(console, fast))
+    return run_main(lambda: _demo(console))

@@ -1,0 +1,146 @@
+"""TaskOutput, TaskStop and the job profile, over real shell tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import file_contains, wait_until
+from taskloom.engine import Engine, EngineConfig, Finished, ToolDone
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.shell import run_shell
+from taskloom.testing import ScriptedModel, ToolCall, Turn
+from taskloom.tools.base import ToolContext, ToolResult
+from taskloom.tools.bash import BashTool
+from taskloom.tools.jobs import JobKillTool, JobListTool, JobOutputTool
+from taskloom.tools.registry import core_tools
+from taskloom.tools.tasks import TaskOutputTool, TaskStopTool
+
+
+def ctx(rt: TaskRuntime, owner: str | None = None) -> ToolContext:
+    return ToolContext(runtime=rt, owner=owner or rt.session_id, cwd=Path.cwd())
+
+
+async def call(tool: Any, rt: TaskRuntime, owner: str | None = None, **raw: Any) -> ToolResult:
+    params = tool.validate(raw)
+    assert not isinstance(params, ToolResult), params
+    return await tool.call(params, ctx(rt, owner))
+
+
+async def test_task_output_blocks_until_the_end_and_returns_new_output_only() -> None:
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "echo one; sleep 0.5; echo two", run_in_background=True)
+        await wait_until(file_contains(out.output_file, "one"), what="first line")
+        early = await call(TaskOutputTool(), rt, task_id=out.task_id, block=False)
+        assert "<retrieval_status>not_ready</retrieval_status>" in early.content
+        assert "one" in early.content and "two" not in early.content
+        started = time.monotonic()
+        done = await call(TaskOutputTool(), rt, task_id=out.task_id, timeout=10_000)
+        assert time.monotonic() - started < 5  # woken by the end, not by the timeout
+        assert "<retrieval_status>success</retrieval_status>" in done.content
+        assert "<exit_code>0</exit_code>" in done.content
+        assert "two" in done.content and "one" not in done.content  # only what is new
+        again = await call(TaskOutputTool(), rt, task_id=out.task_id)
+        assert "<output/>" in again.content
+
+
+async def test_task_output_times_out_with_the_current_state() -> None:
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "sleep 30", run_in_background=True)
+        result = await call(TaskOutputTool(), rt, task_id=out.task_id, timeout=200)
+        assert "<retrieval_status>timeout</retrieval_status>" in result.content
+        assert "<status>running</status>" in result.content
+        await rt.kill(out.task_id)
+
+
+async def test_task_tools_refuse_other_agents_tasks_and_unknown_ids() -> None:
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "sleep 30", run_in_background=True, owner="a11111111")
+        stranger = await call(TaskStopTool(), rt, owner="a22222222", task_id=out.task_id)
+        assert stranger.is_error and "another agent" in stranger.content
+        unknown = await call(TaskOutputTool(), rt, task_id="bnothere0")
+        assert unknown.is_error and "No task found with ID: bnothere0" in unknown.content
+        stopped = await call(TaskStopTool(), rt, owner="a11111111", task_id=out.task_id)
+        assert not stopped.is_error and out.task_id in stopped.content
+        assert rt.get(out.task_id).status == "killed"  # type: ignore[union-attr]
+        again = await call(TaskStopTool(), rt, shell_id=out.task_id)
+        assert again.is_error and "not running" in again.content
+
+
+def test_task_stop_needs_an_id() -> None:
+    result = TaskStopTool().validate({})
+    assert isinstance(result, ToolResult) and "task_id" in result.content
+
+
+async def test_job_profile_over_the_same_runtime() -> None:
+    async with TaskRuntime() as rt:
+        fast = await run_shell(rt, "echo finished", run_in_background=True, description="fast")
+        slow = await run_shell(rt, "sleep 30", run_in_background=True, description="slow")
+        await rt.wait(fast.task_id, timeout=10)
+        listed = await call(JobListTool(), rt)
+        assert fast.task_id in listed.content and slow.task_id in listed.content
+        running = await call(JobOutputTool(), rt, job_id=slow.task_id)
+        assert "still running" in running.content
+        for _ in range(2):  # settled output is returned idempotently
+            settled = await call(JobOutputTool(), rt, job_id=fast.task_id)
+            assert "completed" in settled.content and "finished" in settled.content
+        killed = await call(JobKillTool(), rt, job_id=slow.task_id)
+        assert "Cancelled" in killed.content and "killed" in killed.content
+    names = [t.name for t in core_tools("jobs")]
+    assert {"job_output", "job_list", "job_kill"} <= set(names) and "TaskOutput" not in names
+
+
+async def test_cancelling_the_run_kills_its_foreground_command() -> None:
+    model = ScriptedModel([Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 30"}),)), "x"])
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                model=model,
+                system_prompt="",
+                tools=[BashTool()],
+                owner=rt.session_id,
+                cwd=Path.cwd(),
+            ),
+            rt,
+        )
+
+        async def drive() -> list[Any]:
+            return [e async for e in engine.run("go")]
+
+        running = asyncio.create_task(drive())
+        sub = rt.subscribe()
+        while True:
+            event = await sub.get(timeout=10)
+            assert event is not None
+            if event.state.status == "running":
+                break
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert rt.get(event.state.id).status == "killed"  # type: ignore[union-attr]
+
+
+async def test_bash_result_is_truncated_with_a_pointer_to_the_file() -> None:
+    model = ScriptedModel([Turn(tool_calls=(ToolCall("Bash", {"command": "seq 1 20000"}),)), "ok"])
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                model=model,
+                system_prompt="",
+                tools=[BashTool()],
+                owner=rt.session_id,
+                cwd=Path.cwd(),
+            ),
+            rt,
+        )
+        events = [e async for e in engine.run("go")]
+    result = next(e.result for e in events if isinstance(e, ToolDone))
+    assert isinstance(events[-1], Finished)
+    assert result.content.startswith("1\n2\n3\n")
+    assert result.content.endswith("19999\n20000")
+    assert "output truncated; full output in" in result.content
+    assert len(result.content) < 31_000

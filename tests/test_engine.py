@@ -249,3 +249,86 @@ async def test_malformed_inputs_name_the_field() -> None:
     assert "colour: unexpected field" in texts[2]
     assert "timeout" in texts[3]
     assert all(isinstance(e, (UserTurn, AssistantTurn, ToolDone, Finished)) for e in events)
+
+
+async def test_write_then_edit_in_one_message_run_in_order(tmp_path: Path) -> None:
+    from taskloom.tools.edit import Edit
+    from taskloom.tools.write import Write
+
+    target = tmp_path / "notes.txt"
+    model = ScriptedModel(
+        [
+            Turn(
+                tool_calls=(
+                    ToolCall("Write", {"file_path": str(target), "content": "alpha\nbeta\n"}),
+                    ToolCall(
+                        "Edit",
+                        {"file_path": str(target), "old_string": "beta", "new_string": "gamma"},
+                    ),
+                )
+            ),
+            "done",
+        ]
+    )
+    async with TaskRuntime() as rt:
+        engine = Engine(config(model, rt, [Write(), Edit()]), rt)
+        events = await collect(engine, "go")
+    results = [e.result for e in events if isinstance(e, ToolDone)]
+    assert [r.is_error for r in results] == [False, False]
+    assert target.read_text() == "alpha\ngamma\n"
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["Read", "Glob", "Grep", "Write", "Edit"]),
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "file_path",
+                        "pattern",
+                        "path",
+                        "content",
+                        "old_string",
+                        "new_string",
+                        "offset",
+                        "limit",
+                        "output_mode",
+                        "-i",
+                        "glob",
+                        "extra",
+                    ]
+                ),
+                json_values,
+                max_size=4,
+            ),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_random_inputs_to_file_tools_never_raise(calls: list[tuple[str, dict[str, Any]]]) -> None:
+    from taskloom.tools.registry import core_tools
+
+    # Writes only with inputs that cannot validate: a valid random path could be anywhere.
+    safe = [
+        (n, i)
+        for n, i in calls
+        if n not in ("Write", "Edit") or not isinstance(i.get("file_path"), str)
+    ]
+    if not safe:
+        return
+    model = ScriptedModel([Turn(tool_calls=tuple(ToolCall(n, i) for n, i in safe)), "done"])
+
+    async def main() -> list[Any]:
+        async with TaskRuntime() as rt:
+            tools = [t for t in core_tools() if t.name != "Bash"]
+            engine = Engine(config(model, rt, tools), rt)
+            return await collect(engine, "go")
+
+    events = asyncio.run(main())
+    assert len([e for e in events if isinstance(e, ToolDone)]) == len(safe)
+    assert isinstance(events[-1], Finished)

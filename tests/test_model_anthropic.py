@@ -16,7 +16,8 @@ from httpx_sse import connect_sse
 from fake_servers import ErrorReply, FakeAnthropicServer, ToolCall, Turn
 from taskloom.errors import ModelError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from taskloom.models.anthropic import AnthropicModel, parse_tool_input
+from taskloom.models._http import parse_tool_input
+from taskloom.models.anthropic import AnthropicModel
 from taskloom.models.base import (
     MessageComplete,
     ModelRequest,

@@ -33,7 +33,7 @@ from taskloom.messages import (
     ToolUseBlock,
     Usage,
 )
-from taskloom.models.anthropic import (
+from taskloom.models._http import (
     EventParser,
     HttpTransport,
     RetryPolicy,

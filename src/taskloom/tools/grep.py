@@ -23,8 +23,8 @@ from typing import Literal
 from pydantic import Field
 
 from taskloom._aio import finish_despite_cancel
+from taskloom.tools._walk import VCS_DIRS, is_binary_file, iter_search_files
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
-from taskloom.tools.glob import VCS_DIRS, is_binary_file, iter_search_files
 from taskloom.tools.read import truncate_line
 
 Mode = Literal["content", "files_with_matches", "count"]

@@ -182,8 +182,16 @@ def test_headless_permission_ask_is_a_denial_unless_skipped(tmp_path: Path) -> N
     model = write_turns(tmp_path / "t.yaml", turns)
     proc = run("-p", "go", "--output-format", "stream-json", "--model", model, cwd=tmp_path)
     assert proc.returncode == 0
-    denied = lines(proc.stdout)[2]["message"]["content"][0]
+    events = lines(proc.stdout)
+    denied = events[2]["message"]["content"][0]
     assert denied["is_error"] is True and "non-interactive" in denied["content"]
+    assert events[-1]["permission_denials"] == [
+        {
+            "tool_name": "Bash",
+            "tool_use_id": denied["tool_use_id"],
+            "tool_input": {"command": "touch made-it"},
+        }
+    ]
     assert not (tmp_path / "made-it").exists()
     model = write_turns(tmp_path / "t.yaml", turns)
     proc = run("-p", "go", "--model", model, "--dangerously-skip-permissions", cwd=tmp_path)
@@ -267,6 +275,13 @@ def test_resume_continues_the_transcript_and_replays_undelivered_notifications(
     assert last[0]["text"] == "what happened?"
     assert f"<task-id>{task_id}</task-id>" in last[1]["text"]
     assert "<status>killed</status>" in last[1]["text"]
+
+
+def test_resume_of_an_unknown_session_is_an_error(tmp_path: Path) -> None:
+    model = write_turns(tmp_path / "t.yaml", [{"text": "x"}])
+    proc = run("-p", "hi", "--model", model, "--resume", "no-such-session", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "No conversation found with session ID: no-such-session" in proc.stderr
 
 
 def test_missing_model_configuration_is_one_clear_line(tmp_path: Path) -> None:

@@ -141,6 +141,8 @@ class Engine:
         self.num_turns = 0
         self.tool_uses = 0
         self.api_seconds = 0.0
+        #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
+        self.denials: list[dict[str, Any]] = []
 
     async def run(self, prompt: str | Message | None = None) -> AsyncIterator[EngineEvent]:
         """Add ``prompt`` (if any) and run until the model is done; yields every event."""
@@ -269,6 +271,9 @@ class Engine:
         )
         denied = self._check_permission(tool, params, ctx, call.input)
         if denied is not None:
+            self.denials.append(
+                {"tool_name": call.name, "tool_use_id": call.id, "tool_input": call.input}
+            )
             return denied
         try:
             return await tool.call(params, ctx)

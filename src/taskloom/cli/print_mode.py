@@ -124,7 +124,7 @@ async def run_print(opts: PrintOptions) -> int:
     from taskloom.models.resolve import resolve_model
     from taskloom.permissions import PermissionPolicy
     from taskloom.prompts import main_system_prompt
-    from taskloom.session import Session
+    from taskloom.session import Session, transcript_path
     from taskloom.settings import find_project_root, load_settings
     from taskloom.tools.registry import core_tools
 
@@ -152,6 +152,8 @@ async def run_print(opts: PrintOptions) -> int:
         for t in core_tools(str(settings.get("toolProfile") or "claude"))
         if not policy.hides(t.name, t.kind)
     ]
+    if opts.resume and not transcript_path(opts.resume).is_file():
+        raise UserError(f"No conversation found with session ID: {opts.resume}")
     async with TaskRuntime(session_id=opts.resume) as runtime:
         config = EngineConfig(
             model=model,
@@ -240,7 +242,7 @@ async def run_print(opts: PrintOptions) -> int:
             "session_id": runtime.session_id,
             "total_cost_usd": 0,
             "usage": engine.usage.model_dump(),
-            "permission_denials": [],
+            "permission_denials": engine.denials,
         }
         if subtype == "error_max_turns":
             result["result"] = finished.result if finished else ""

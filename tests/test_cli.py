@@ -14,7 +14,9 @@ from taskloom.tasks.shell import run_shell
 def taskloom(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "taskloom", *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -35,12 +37,15 @@ def test_demo_runs_a_scripted_session_with_real_tasks() -> None:
 
 async def test_tasks_lists_a_running_session_from_another_process() -> None:
     async with TaskRuntime() as rt:
-        out = await run_shell(rt, "echo hi; sleep 300", run_in_background=True,
-                              description="long job")
+        out = await run_shell(
+            rt, "echo hi; sleep 300", run_in_background=True, description="long job"
+        )
         rt.store.flush()
         proc = subprocess.run(
             [sys.executable, "-m", "taskloom", "tasks", "--session", rt.session_id, "--json"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert proc.returncode == 0, proc.stderr
         rows = json.loads(proc.stdout)
@@ -50,7 +55,9 @@ async def test_tasks_lists_a_running_session_from_another_process() -> None:
         assert rows[0]["output_file"] == out.output_file
         table = subprocess.run(
             [sys.executable, "-m", "taskloom", "tasks"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert out.task_id in table.stdout and "running" in table.stdout
         assert re.search(r"long job", table.stdout)

@@ -19,6 +19,7 @@ from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.models._http import parse_tool_input
 from taskloom.models.anthropic import AnthropicModel
 from taskloom.models.base import (
+    INVALID_INPUT_KEY,
     MessageComplete,
     ModelRequest,
     StreamEvent,
@@ -314,8 +315,9 @@ def test_tool_input_parsing() -> None:
     assert parse_tool_input('{"a": [1, 2]}', "T") == {"a": [1, 2]}
     # Cut short by max_tokens: what is complete is kept, for the tool to report what's missing.
     assert parse_tool_input('{"a": 1, "b": "unfinish', "T") == {"a": 1}
-    with pytest.raises(ModelError, match="not a JSON object"):
-        parse_tool_input("[1, 2]", "T")
+    # Not an object: kept as it came, for the tool to report as an input error.
+    assert parse_tool_input("[1, 2]", "T") == {INVALID_INPUT_KEY: "[1, 2]"}
+    assert parse_tool_input("ls -la", "T") == {INVALID_INPUT_KEY: "ls -la"}
 
 
 async def test_official_sdk_reads_the_same_stream(

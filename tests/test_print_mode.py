@@ -307,3 +307,16 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str]) -> None:
     proc = run(*args, cwd=tmp_path)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stderr.strip()
+
+
+def test_undecodable_file_names_do_not_break_the_run(tmp_path: Path) -> None:
+    os.close(os.open(os.path.join(os.fsencode(tmp_path), b"bad\xff.txt"), os.O_CREAT, 0o600))
+    model = write_turns(
+        tmp_path / "t.yaml",
+        [{"tool_calls": [{"name": "Glob", "input": {"pattern": "*.txt"}}]}, {"text": "listed"}],
+    )
+    proc = run("-p", "list", "--output-format", "stream-json", "--model", model, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    events = lines(proc.stdout)
+    assert events[-1]["result"] == "listed"
+    assert "bad" in events[2]["message"]["content"][0]["content"]

@@ -130,7 +130,9 @@ async def test_eviction_after_delivery_and_agent_grace_period() -> None:
         sh = shell(rt)
         agent = rt.register(
             AgentTaskState(
-                id=rt.new_id(TaskType.LOCAL_AGENT), owner=rt.session_id, description="look",
+                id=rt.new_id(TaskType.LOCAL_AGENT),
+                owner=rt.session_id,
+                description="look",
                 status=TaskStatus.RUNNING,
             )
         )
@@ -155,22 +157,32 @@ async def test_resume_merges_and_returns_to_running_under_the_same_id() -> None:
     async with TaskRuntime() as rt:
         first = rt.register(
             AgentTaskState(
-                id=rt.new_id(TaskType.LOCAL_AGENT), owner=rt.session_id, description="dig",
-                status=TaskStatus.RUNNING, messages=("m1",), pending_messages=("p1",),
-                retain=True, start_time=1000.0,
+                id=rt.new_id(TaskType.LOCAL_AGENT),
+                owner=rt.session_id,
+                description="dig",
+                status=TaskStatus.RUNNING,
+                messages=("m1",),
+                pending_messages=("p1",),
+                retain=True,
+                start_time=1000.0,
             )
         )
         rt.update(first.id, lambda s: s.replace(status=TaskStatus.COMPLETED, result="r"))
         assert len(rt.drain()) == 1
         again = rt.register(
             AgentTaskState(
-                id=first.id, owner=rt.session_id, description="dig more",
+                id=first.id,
+                owner=rt.session_id,
+                description="dig more",
                 status=TaskStatus.RUNNING,
             )
         )
         assert again.status == TaskStatus.RUNNING and again.description == "dig more"
         assert (again.start_time, again.messages, again.pending_messages, again.retain) == (
-            1000.0, ("m1",), ("p1",), True,
+            1000.0,
+            ("m1",),
+            ("p1",),
+            True,
         )
         assert not again.notified and again.end_time is None
         rt.update(again.id, lambda s: s.replace(status=TaskStatus.COMPLETED, result="r2"))
@@ -219,7 +231,9 @@ async def test_session_sigkilled_with_undelivered_notifications_replays_exactly_
 async def test_resumed_session_notifies_tasks_that_died_with_it() -> None:
     session_id = str(uuid.uuid4())
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "orphans", session_id], stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(SCRIPT), "orphans", session_id],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     info = json.loads(proc.stdout.readline())

@@ -91,7 +91,9 @@ async def test_stall_watchdog_notifies_once_for_a_prompt_and_never_for_silence()
     clock = FakeClock()
     async with TaskRuntime(clock=clock) as rt:
         prompt = await run_shell(
-            rt, "python3 -c \"input('Continue? (y/n) ')\"", run_in_background=True,
+            rt,
+            "python3 -c \"input('Continue? (y/n) ')\"",
+            run_in_background=True,
             description="ask",
         )
         silent = await run_shell(rt, "sleep 300", run_in_background=True)
@@ -171,7 +173,10 @@ async def test_exit_policies_when_the_owner_closes() -> None:
     async with TaskRuntime() as rt:
         cancel = await run_shell(rt, "sleep 300", run_in_background=True, owner="a0000001")
         wait = await run_shell(
-            rt, "sleep 0.5; echo waited", run_in_background=True, owner="a0000001",
+            rt,
+            "sleep 0.5; echo waited",
+            run_in_background=True,
+            owner="a0000001",
             exit_policy="wait",
         )
         detach = await run_shell(

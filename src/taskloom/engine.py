@@ -151,6 +151,11 @@ class Engine:
             pending = self._take_notifications()
             if pending:
                 message = _with_notes(message, pending)
+            if self.messages and self.messages[-1].role == "user":
+                # The conversation already ends with a user message (a run that stopped after
+                # its tool results): one user message, or the API refuses the request.
+                previous = self.messages.pop()
+                message = Message(role="user", content=[*previous.content, *message.content])
             self.messages.append(message)
             yield UserTurn(message, "prompt", tuple(pending))
             self._ack(pending)
@@ -176,6 +181,15 @@ class Engine:
                 yield UserTurn(message, "tool_results", tuple(notes))
                 self._ack(notes)
                 continue
+            if not self._must_wait() and not self.runtime.notifications.has_pending(
+                self.config.owner
+            ):
+                yield Finished("end_turn", answer.text())
+                return
+            if self.config.max_turns is not None and turns >= self.config.max_turns:
+                # More would have to happen (tasks to wait for), but no turn is left for it.
+                yield Finished("max_turns", answer.text())
+                return
             notes = await self._await_notifications()
             if not notes:
                 yield Finished("end_turn", answer.text())
@@ -211,6 +225,7 @@ class Engine:
             self.api_seconds += time.monotonic() - started
         if final is None:
             raise ModelError("the model's stream ended without a complete message")
+        final = _without_empty_text(final)
         if final.usage is not None:
             u = final.usage
             self.context_tokens = u.context_tokens
@@ -329,17 +344,36 @@ class Engine:
         if notes or not self.config.wait_for_tasks:
             return notes
         while self._must_wait():
-            await self.runtime.notifications.wait_pending(
-                timeout=_NOTIFICATION_POLL_S, owner=self.config.owner
-            )
+            await self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner=self.config.owner)
             notes = self._take_notifications()
             if notes:
                 return notes
         return []
 
 
+#: What stands in for an answer with no content (the API refuses empty messages).
+NO_CONTENT = "(no content)"
+
+
+def _without_empty_text(message: Message) -> Message:
+    content = [b for b in message.content if not (isinstance(b, TextBlock) and not b.text)]
+    if not content:
+        content = [TextBlock(text=NO_CONTENT)]
+    if len(content) == len(message.content):
+        return message
+    return message.model_copy(update={"content": content})
+
+
+def _clean(text: str) -> str:
+    # Tool output can carry undecodable bytes (as lone surrogates, e.g. from file names);
+    # they would break the JSON of transcripts and requests.
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _result_block(call: ToolUseBlock, result: ToolResult) -> ToolResultBlock:
-    return ToolResultBlock(tool_use_id=call.id, content=result.content, is_error=result.is_error)
+    return ToolResultBlock(
+        tool_use_id=call.id, content=_clean(result.content), is_error=result.is_error
+    )
 
 
 def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:

@@ -14,7 +14,7 @@ from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, Us
 from taskloom.messages import Message
 from taskloom.settings import session_dir
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.transcript import TranscriptWriter, load_messages
+from taskloom.transcript import TranscriptWriter, load_messages, repair
 
 
 def transcript_path(session_id: str, home: Path | None = None) -> Path:
@@ -40,14 +40,20 @@ class Session:
     @classmethod
     def resume(cls, runtime: TaskRuntime, config: EngineConfig) -> Session:
         """Continue the conversation recorded for ``runtime.session_id``."""
-        messages = load_messages(transcript_path(runtime.session_id, runtime.home))
-        return cls(runtime, config, messages)
+        messages, added = repair(load_messages(transcript_path(runtime.session_id, runtime.home)))
+        session = cls(runtime, config, messages)
+        for message in added:  # recorded, so the next resume starts from a valid conversation
+            session.transcript.append(message, origin="tool_results")
+        return session
 
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
         """Run the engine on ``prompt``, recording each message before passing it on."""
         async for event in self.engine.run(prompt):
             if isinstance(event, UserTurn):
                 self.transcript.append(event.message, origin=event.origin)
+                # Recorded: delivered. Acknowledge now, whatever the consumer does next.
+                if event.notifications:
+                    self.runtime.ack(event.notifications)
             elif isinstance(event, AssistantTurn):
                 self.transcript.append(event.message)
             yield event

@@ -75,22 +75,55 @@ def load_messages(path: Path) -> list[Message]:
             messages.append(Message.model_validate(record["message"]))
         except (ValueError, KeyError) as exc:
             log.warning("%s:%d: unreadable transcript line skipped (%s)", path, number, exc)
-    return _close_open_calls(messages)
+    return messages
 
 
-def _close_open_calls(messages: list[Message]) -> list[Message]:
-    if not messages or messages[-1].role != "assistant":
-        return messages
-    calls = messages[-1].tool_uses()
-    if not calls:
-        return messages
-    results = [
-        ToolResultBlock(
-            tool_use_id=c.id,
-            content="<tool_use_error>Interrupted: the session stopped before this call "
-            "finished.</tool_use_error>",
-            is_error=True,
-        )
-        for c in calls
-    ]
-    return [*messages, Message(role="user", content=list(results))]
+INTERRUPTED = (
+    "<tool_use_error>Interrupted: the session stopped before this call finished.</tool_use_error>"
+)
+
+
+def repair(messages: list[Message]) -> tuple[list[Message], list[Message]]:
+    """Make a loaded conversation one the API accepts; return it and the messages added.
+
+    - Consecutive user messages (a prompt recorded after a run stopped on its tool results)
+      are merged into one.
+    - Every ``tool_use`` must be answered by a ``tool_result`` in the next message; calls a
+      stopped session left unanswered get an "interrupted" result.
+
+    Only a trailing repair is returned as ``added`` (for the caller to record); repairs inside
+    the conversation are made again, identically, at each load.
+    """
+    merged: list[Message] = []
+    for message in messages:
+        if merged and merged[-1].role == message.role == "user":
+            previous = merged.pop()
+            message = Message(role="user", content=[*previous.content, *message.content])
+        merged.append(message)
+    out: list[Message] = []
+    added: list[Message] = []
+    for i, message in enumerate(merged):
+        out.append(message)
+        calls = message.tool_uses() if message.role == "assistant" else []
+        if not calls:
+            continue
+        following = merged[i + 1] if i + 1 < len(merged) else None
+        answered = set()
+        if following is not None and following.role == "user":
+            answered = {b.tool_use_id for b in following.content if isinstance(b, ToolResultBlock)}
+        missing = [
+            ToolResultBlock(tool_use_id=c.id, content=INTERRUPTED, is_error=True)
+            for c in calls
+            if c.id not in answered
+        ]
+        if not missing:
+            continue
+        if following is None:
+            added.append(Message(role="user", content=list(missing)))
+            out.append(added[-1])
+        elif following.role == "user":
+            # Results first: the API wants tool_result blocks before any text.
+            merged[i + 1] = Message(role="user", content=[*missing, *following.content])
+        else:
+            out.append(Message(role="user", content=list(missing)))
+    return out, added

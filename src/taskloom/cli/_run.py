@@ -1,8 +1,8 @@
 """Running a command's coroutine so that termination signals still clean up.
 
-SIGTERM and SIGHUP cancel the main task, as Ctrl-C (SIGINT) already does under
-``asyncio.run``: ``async with TaskRuntime()`` blocks then close, which kills the session's
-commands instead of leaving them to the next session's orphan sweep.
+SIGINT, SIGTERM and SIGHUP cancel the main task: ``async with TaskRuntime()`` blocks then
+close, which kills the session's commands instead of leaving them to the next session's
+orphan sweep.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ def run_main(main: Callable[[], Awaitable[int]]) -> int:
             received.append(signum)
             task.cancel()
 
-        for signum in (signal.SIGTERM, signal.SIGHUP):
+        # SIGINT too: left to asyncio, a second Ctrl-C raises KeyboardInterrupt in the middle
+        # of cleanup; here every signal only asks the main task to cancel, and cleanup runs
+        # to its end (see finish_despite_cancel).
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(signum, on_signal, signum)
         try:
             return await main()

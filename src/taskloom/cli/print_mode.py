@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -26,6 +27,8 @@ from taskloom.tasks.notifications import summarize
 from taskloom.tasks.runtime import TaskRuntime
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,8 +103,7 @@ async def _pump(sub: Subscription, emitter: Emitter) -> None:
 
 def _flush_events(sub: Subscription, emitter: Emitter) -> None:
     # Print what has happened to tasks before the message that may mention it.
-    while sub._events:
-        event = sub._events.popleft()
+    for event in sub.drain_nowait():
         emitter.task_event(event.kind, event.state)
 
 
@@ -130,11 +132,8 @@ async def run_print(opts: PrintOptions) -> int:
 
     started = time.monotonic()
     out = sys.stdout
-    if opts.output_format not in OUTPUT_FORMATS:
-        raise UsageError(
-            f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}, "
-            f"not {opts.output_format!r}"
-        )
+    if opts.output_format not in OUTPUT_FORMATS:  # argparse checks too; this is for callers
+        raise UsageError(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
     prompt = _read_prompt(opts.prompt)
     cwd = Path.cwd()
     settings = load_settings(cwd, opts.settings)
@@ -214,6 +213,13 @@ async def run_print(opts: PrintOptions) -> int:
                     finished = event
         except ModelError as exc:
             error = f"API Error: {exc}"
+        except BrokenPipeError:
+            raise  # the reader went away: nothing more can be reported to it
+        except TaskloomError as exc:
+            error = f"Error: {exc}"
+        except Exception as exc:  # report, as a result, rather than die with a traceback
+            log.exception("the run failed")
+            error = f"Internal error: {type(exc).__name__}: {exc}"
         finally:
             _flush_events(sub, emitter)
             sub.close()
@@ -244,8 +250,6 @@ async def run_print(opts: PrintOptions) -> int:
             "usage": engine.usage.model_dump(),
             "permission_denials": engine.denials,
         }
-        if subtype == "error_max_turns":
-            result["result"] = finished.result if finished else ""
         if opts.output_format == "stream-json":
             emitter.line(result)
         elif opts.output_format == "json":
@@ -295,4 +299,9 @@ def main_print(opts: PrintOptions) -> int:
         return 2
     except TaskloomError as exc:
         sys.stderr.write(f"Error: {exc}\n")
+        return 1
+    except BrokenPipeError:
+        # stdout was closed by its reader (e.g. piped into head): exit quietly.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silences the final flush
         return 1

@@ -23,9 +23,7 @@ from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
 from pydantic_core import from_json
 
 from taskloom.errors import ModelError
-from taskloom.models.base import (
-    StreamEvent,
-)
+from taskloom.models.base import INVALID_INPUT_KEY, StreamEvent
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 # Anthropic's transient error types, and OpenAI's (which only names them in stream events).
@@ -148,11 +146,9 @@ def parse_tool_input(raw: str, tool: str) -> dict[str, Any]:
         except ValueError:
             value = None
     if not isinstance(value, dict):
-        raise ModelError(
-            f"tool call {tool!r}: input is not a JSON object: {raw[:200]!r}",
-            error_type="invalid_tool_input",
-            retryable=True,
-        )
+        # Keep what the model sent: the tool reports it as a tool error the model can fix,
+        # instead of the whole run failing on one bad call.
+        return {INVALID_INPUT_KEY: raw[:2000]}
     return value
 
 

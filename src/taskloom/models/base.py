@@ -16,6 +16,9 @@ from typing import Any, Protocol
 
 from taskloom.messages import Message
 
+#: Key under which an adapter passes on a tool input that was not a JSON object.
+INVALID_INPUT_KEY = "__invalid_input__"
+
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:

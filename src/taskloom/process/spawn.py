@@ -145,6 +145,6 @@ def spawn_shell(
             start_new_session=True,
             close_fds=True,
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
         raise ProcessError(f"cannot start shell for {command!r}: {exc}") from exc
     return Child(popen, task_id)

@@ -53,6 +53,12 @@ class Subscription:
             return None
         return self._events.popleft()
 
+    def drain_nowait(self) -> list[TaskEvent]:
+        """Take every event already queued, without waiting."""
+        events = list(self._events)
+        self._events.clear()
+        return events
+
     def close(self) -> None:
         """Stop receiving events."""
         self.closed = True

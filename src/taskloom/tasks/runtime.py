@@ -125,6 +125,7 @@ class TaskRuntime:
         self._sweeper: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._stop_waiting = asyncio.Event()
+        self._ended = asyncio.Event()
         self._started = False
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -326,7 +327,11 @@ class TaskRuntime:
         with self._lock:
             old = self._tasks.get(task_id)
             if old is None:
-                return None
+                # An evicted task is still the session's: bring it back to change it.
+                old = self._load(task_id)
+                if old is None:
+                    return None
+                self._tasks[task_id] = old
             new: TaskState = fn(old)  # type: ignore[arg-type]
             if new is old or new == old:
                 return old  # type: ignore[return-value]
@@ -354,6 +359,8 @@ class TaskRuntime:
                     priority=_priority_of(new),
                 )
             waiters = self._waiters.pop(task_id, []) if new.terminal else []
+            if new.terminal and not old.terminal:
+                self._ended.set()
         for fut in waiters:
             if not fut.done():
                 fut.set_result(new)
@@ -441,6 +448,21 @@ class TaskRuntime:
         return any(
             not s.terminal and (owner is None or s.owner == owner) for s in self._tasks.values()
         )
+
+    async def wait_for_change(self, timeout: float, owner: str | None = None) -> None:
+        """Wait until a notification is pending (for ``owner``) or any task ends, or timeout."""
+        if self.notifications.has_pending(owner):
+            return
+        self._ended.clear()
+        pending = asyncio.ensure_future(self.notifications.wait_pending(timeout, owner))
+        ended = asyncio.ensure_future(self._ended.wait())
+        try:
+            await asyncio.wait(
+                [pending, ended], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            pending.cancel()
+            ended.cancel()
 
     def subscribe(self, maxlen: int = 1024) -> Subscription:
         """Return a stream of changes (registrations, updates, evictions)."""

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.errors import TaskloomError
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.kill import kill_tree
 from taskloom.process.spawn import Child, spawn_shell
@@ -293,8 +292,9 @@ async def run_shell(
         except BaseException:
             output.close()
             raise
-    except TaskloomError:
-        # The caller gets the error now; a notification later would only repeat it.
+    except BaseException:
+        # Whatever failed, the task must not stay pending (a headless run would wait on it
+        # for ever). The caller gets the error now; a notification would only repeat it.
         runtime.update(task_id, lambda s: s.replace(status=TaskStatus.FAILED, notified=True))
         raise
     runtime.store.add_process(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from taskloom.models.base import ToolSpec
+from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
 
 if TYPE_CHECKING:
     from taskloom.tasks.runtime import TaskRuntime
@@ -131,6 +131,11 @@ class Tool(ABC, Generic[InputT]):
             return tool_error(
                 f"InputValidationError: {self.name} input must be a JSON object, "
                 f"got {type(raw).__name__}"
+            )
+        if INVALID_INPUT_KEY in raw:
+            return tool_error(
+                f"InputValidationError: {self.name} input must be a JSON object, got: "
+                f"{raw[INVALID_INPUT_KEY]}"
             )
         try:
             return self.Input.model_validate(raw)  # type: ignore[return-value]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,6 +30,7 @@ from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.hooks import HookConfig, HookOutcome
     from taskloom.permissions import PermissionPolicy
     from taskloom.tasks.runtime import TaskRuntime
 
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 #: How long one wait for a notification lasts before the loop looks again.
 _NOTIFICATION_POLL_S = 30.0
+#: After a first notification, how long (ms) to wait for others still arriving: tasks that
+#: end together are delivered in one message, not one turn each. Setting notificationBatchMs.
+DEFAULT_BATCH_WINDOW_MS = 100
 
 
 @dataclass
@@ -57,6 +61,12 @@ class EngineConfig:
         headless: No one can answer a permission prompt: an ``ask`` is a denial.
         wait_for_tasks: Do not end while owned tasks run or notifications are pending.
         settings: Effective settings, passed to tools.
+        inbox: Returns (and removes) messages sent to this agent while it runs; they are
+            delivered at its next tool boundary, or before it would end.
+        hooks: Hook configuration (PreToolUse, PostToolUse, PostToolUseFailure run here).
+        session_id: For hook input.
+        transcript_path: For hook input.
+        metadata: Extra request metadata (e.g. the agent type), for logs and test models.
     """
 
     model: Model
@@ -72,6 +82,11 @@ class EngineConfig:
     headless: bool = True
     wait_for_tasks: bool = True
     settings: dict[str, Any] = field(default_factory=dict)
+    inbox: Callable[[], list[str]] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    hooks: HookConfig | None = None
+    session_id: str = ""
+    transcript_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +100,7 @@ class UserTurn:
     """
 
     message: Message
-    origin: Literal["prompt", "tool_results", "notifications"]
+    origin: Literal["prompt", "tool_results", "notifications", "messages"]
     notifications: tuple[Notification, ...] = ()
 
 
@@ -176,10 +191,18 @@ class Engine:
                     yield ToolDone(call, result)
                     results.append(_result_block(call, result))
                 notes = self._take_notifications()
-                message = _with_notes(Message(role="user", content=list(results)), notes)
+                steering = [TextBlock(text=t) for t in self._take_inbox()]
+                message = _with_notes(Message(role="user", content=[*results, *steering]), notes)
                 self.messages.append(message)
                 yield UserTurn(message, "tool_results", tuple(notes))
                 self._ack(notes)
+                continue
+            sent = self._take_inbox()
+            if sent:
+                # Sent while it was answering: it must see them before it is done.
+                message = Message(role="user", content=[TextBlock(text=t) for t in sent])
+                self.messages.append(message)
+                yield UserTurn(message, "messages")
                 continue
             if not self._must_wait() and not self.runtime.notifications.has_pending(
                 self.config.owner
@@ -211,6 +234,7 @@ class Engine:
             tools=[t.spec() for t in cfg.tools],
             max_tokens=cfg.max_tokens,
             agent_id=cfg.agent_id,
+            metadata=dict(cfg.metadata),
         )
 
     async def _ask_model(self) -> Message:
@@ -275,6 +299,20 @@ class Engine:
         params = tool.validate(call.input)
         if isinstance(params, ToolResult):
             return params
+        raw = call.input
+        pre = await self.run_hook(
+            "PreToolUse", tool.name, tool_name=tool.name, tool_input=raw, tool_use_id=call.id
+        )
+        if pre is not None:
+            if pre.blocked:
+                return tool_error(f"Blocked by a PreToolUse hook: {pre.block_reason}")
+            if pre.updated_input is not None:
+                raw = {**raw, **pre.updated_input}
+                params = tool.validate(raw)
+                if isinstance(params, ToolResult):
+                    return params
+            if pre.permission_decision == "deny":
+                return tool_error(f"Denied by a PreToolUse hook: {pre.permission_reason}")
         ctx = ToolContext(
             runtime=self.runtime,
             owner=self.config.owner,
@@ -284,19 +322,54 @@ class Engine:
             agent_id=self.config.agent_id,
             settings=self.config.settings,
         )
-        denied = self._check_permission(tool, params, ctx, call.input)
+        hook_allows = pre is not None and pre.permission_decision == "allow"
+        denied = None if hook_allows else self._check_permission(tool, params, ctx, raw)
         if denied is not None:
-            self.denials.append(
-                {"tool_name": call.name, "tool_use_id": call.id, "tool_input": call.input}
-            )
+            self.denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": raw})
             return denied
         try:
-            return await tool.call(params, ctx)
+            result = await tool.call(params, ctx)
         except TaskloomError as exc:
-            return tool_error(f"Error: {exc}")
+            result = tool_error(f"Error: {exc}")
         except Exception as exc:  # a tool bug must not end the conversation
             log.exception("tool %s failed", tool.name)
-            return tool_error(f"Error: {type(exc).__name__}: {exc}")
+            result = tool_error(f"Error: {type(exc).__name__}: {exc}")
+        event = "PostToolUseFailure" if result.is_error else "PostToolUse"
+        post = await self.run_hook(
+            event,
+            tool.name,
+            tool_name=tool.name,
+            tool_input=raw,
+            tool_use_id=call.id,
+            tool_response=result.content,
+        )
+        if post is not None and (post.blocked or post.additional_context):
+            feedback = "\n".join([post.block_reason, *post.additional_context]).strip()
+            result = ToolResult(
+                f"{result.content}\n\n<hook-feedback>{feedback}</hook-feedback>",
+                is_error=result.is_error,
+                data=result.data,
+            )
+        return result
+
+    async def run_hook(self, event: str, target: str | None, **payload: Any) -> HookOutcome | None:
+        """Run the hooks of ``event`` (None when none is configured for it)."""
+        hooks = self.config.hooks
+        if not hooks or not hooks.matching(event, target):
+            return None
+        from taskloom.hooks import run_hooks
+
+        payload.setdefault("agent_id", self.config.agent_id)
+        payload.setdefault("agent_type", self.config.metadata.get("agent_type"))
+        return await run_hooks(
+            hooks,
+            event,
+            payload,
+            target=target,
+            cwd=self.config.cwd,
+            session_id=self.config.session_id,
+            transcript_path=self.config.transcript_path,
+        )
 
     def _check_permission(
         self, tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any]
@@ -318,9 +391,12 @@ class Engine:
             decision = policy.headless(decision)
         if decision.behavior == "allow":
             return None
-        return tool_error(decision.reason)
+        return tool_error(tool.denied_message(params, decision.reason, decision.rule))
 
     # -- notifications ------------------------------------------------------------------------
+
+    def _take_inbox(self) -> list[str]:
+        return self.config.inbox() if self.config.inbox is not None else []
 
     def _take_notifications(self) -> list[Notification]:
         return self.runtime.drain(owner=self.config.owner)
@@ -331,12 +407,14 @@ class Engine:
         if notes:
             self.runtime.ack(notes)
 
-    def _must_wait(self) -> bool:
-        owner = self.config.owner
-        live = any(
-            not s.terminal and s.exit_policy != "detach" for s in self.runtime.list(owner=owner)
+    def _live_tasks(self) -> bool:
+        return any(
+            not s.terminal and s.exit_policy != "detach"
+            for s in self.runtime.list(owner=self.config.owner)
         )
-        return live or self.runtime.notifications.has_pending(owner)
+
+    def _must_wait(self) -> bool:
+        return self._live_tasks() or self.runtime.notifications.has_pending(self.config.owner)
 
     async def _await_notifications(self) -> list[Notification]:
         """At the end of a turn: what to deliver now, waiting while owned tasks still run."""
@@ -345,10 +423,21 @@ class Engine:
             return notes
         while self._must_wait():
             await self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner=self.config.owner)
+            if self.runtime.notifications.has_pending(self.config.owner):
+                await self._gather_more()
             notes = self._take_notifications()
             if notes:
                 return notes
         return []
+
+    async def _gather_more(self) -> None:
+        """Let tasks that end at about the same time join the batch (bounded to 1 s)."""
+        window = float(self.config.settings.get("notificationBatchMs", DEFAULT_BATCH_WINDOW_MS))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(window * 10, 1000) / 1000
+        while self._live_tasks() and loop.time() < deadline:
+            if not await self.runtime.wait_for_task_end(window / 1000):
+                return  # quiet for a whole window: deliver what there is
 
 
 #: What stands in for an answer with no content (the API refuses empty messages).

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from taskloom.agents.run import MAX_STOP_CONTINUATIONS
 from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
+from taskloom.errors import UserError
 from taskloom.messages import Message
 from taskloom.settings import session_dir
 from taskloom.tasks.runtime import TaskRuntime
@@ -35,6 +37,7 @@ class Session:
         self.runtime = runtime
         self.id = runtime.session_id
         self.engine = Engine(config, runtime, messages)
+        self._source = "resume" if messages else "startup"
         self.transcript = TranscriptWriter(transcript_path(self.id, runtime.home), self.id)
 
     @classmethod
@@ -47,8 +50,42 @@ class Session:
         return session
 
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
-        """Run the engine on ``prompt``, recording each message before passing it on."""
-        async for event in self.engine.run(prompt):
+        """Run the engine on ``prompt``, recording each message before passing it on.
+
+        Hooks: SessionStart and UserPromptSubmit see the prompt first (exit 2 of the latter
+        refuses it; their output is added to it); Stop hooks that exit 2 send the agent back
+        to work with their stderr, at most :data:`MAX_STOP_CONTINUATIONS` times.
+
+        Raises:
+            UserError: A UserPromptSubmit hook refused the prompt.
+        """
+        engine = self.engine
+        if isinstance(prompt, str):
+            started = await engine.run_hook("SessionStart", None, source=self._source)
+            submit = await engine.run_hook("UserPromptSubmit", None, prompt=prompt)
+            if submit is not None and submit.blocked:
+                raise UserError(f"Prompt blocked by a UserPromptSubmit hook: {submit.block_reason}")
+            extra = [
+                *(started.additional_context if started else []),
+                *(submit.additional_context if submit else []),
+            ]
+            if extra:
+                prompt = "\n\n".join([prompt, *extra])
+        async for event in self._record(engine.run(prompt)):
+            yield event
+        for again in range(MAX_STOP_CONTINUATIONS):
+            stop = await engine.run_hook("Stop", None, stop_hook_active=again > 0)
+            if stop is None or not stop.blocked or not stop.block_reason.strip():
+                break
+            async for event in self._record(engine.run(stop.block_reason)):
+                yield event
+
+    async def end(self, reason: str = "other") -> None:
+        """Run the SessionEnd hooks."""
+        await self.engine.run_hook("SessionEnd", None, reason=reason)
+
+    async def _record(self, events: AsyncIterator[EngineEvent]) -> AsyncIterator[EngineEvent]:
+        async for event in events:
             if isinstance(event, UserTurn):
                 self.transcript.append(event.message, origin=event.origin)
                 # Recorded: delivered. Acknowledge now, whatever the consumer does next.

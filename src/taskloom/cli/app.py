@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-SUBCOMMANDS = ("demo", "tasks")
+SUBCOMMANDS = ("demo", "tasks", "agents")
 
 
 _MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")

@@ -1,4 +1,4 @@
-"""The ``taskloom`` subcommands (``demo``, ``tasks``), on typer."""
+"""The ``taskloom`` subcommands (``demo``, ``tasks``, ``agents``), on typer."""
 
 from __future__ import annotations
 
@@ -37,3 +37,13 @@ def tasks(
     from taskloom.cli.tasks_cmd import list_tasks
 
     raise typer.Exit(list_tasks(session=session, all_sessions=all_sessions, as_json=as_json))
+
+
+@app.command()
+def agents(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
+) -> None:
+    """List the agents in effect here, where each is defined, and what shadows what."""
+    from taskloom.cli.agents_cmd import list_agents
+
+    raise typer.Exit(list_agents(as_json=as_json))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from taskloom._aio import finish_despite_cancel
 from taskloom.engine import AssistantTurn, EngineConfig, Finished, UserTurn
 from taskloom.errors import ModelError, TaskloomError, UserError
 from taskloom.tasks._subscription import Subscription
@@ -56,7 +57,7 @@ class Emitter:
         self.fmt = fmt
         self.session_id = session_id
         self.out = out
-        self._task_status: dict[str, str] = {}
+        self._task_status: dict[str, Any] = {}
 
     def line(self, obj: dict[str, Any]) -> None:
         """Write one object as a JSON line (stream-json only)."""
@@ -70,7 +71,6 @@ class Emitter:
         """Print a task's start, and each change of its status."""
         status = state.status.value
         if kind == "registered":
-            self._task_status[state.id] = status
             self.line(
                 {
                     "type": "system",
@@ -82,18 +82,34 @@ class Emitter:
                     "output_file": state.output_file or None,
                 }
             )
-        elif kind == "updated" and self._task_status.get(state.id) != status:
-            self._task_status[state.id] = status
-            self.line(
-                {
-                    "type": "system",
-                    "subtype": "task_updated",
-                    "task_id": state.id,
-                    "task_type": state.type.value,
-                    "status": status,
-                    "exit_code": getattr(state, "exit_code", None),
-                }
+        elif kind == "updated":
+            progress = (
+                status,
+                getattr(state, "tool_uses", None),
+                getattr(state, "total_tokens", None),
+                getattr(state, "activities", None),
             )
+            if self._task_status.get(state.id) == progress:
+                return
+            self._task_status[state.id] = progress
+            event: dict[str, Any] = {
+                "type": "system",
+                "subtype": "task_updated",
+                "task_id": state.id,
+                "task_type": state.type.value,
+                "status": status,
+            }
+            if hasattr(state, "exit_code"):
+                event["exit_code"] = state.exit_code
+            if state.type.value == "local_agent":
+                event["progress"] = {
+                    "tool_use_count": state.tool_uses,
+                    "input_tokens": state.input_tokens,
+                    "output_tokens": state.output_tokens,
+                    "total_tokens": state.total_tokens,
+                    "recent_activities": list(state.activities),
+                }
+            self.line(event)
 
 
 async def _pump(sub: Subscription, emitter: Emitter) -> None:
@@ -123,12 +139,15 @@ class UsageError(UserError):
 
 async def run_print(opts: PrintOptions) -> int:
     """Run one headless prompt; returns the exit code."""
+    from taskloom.hooks import HookConfig
     from taskloom.models.resolve import resolve_model
     from taskloom.permissions import PermissionPolicy
     from taskloom.prompts import main_system_prompt
     from taskloom.session import Session, transcript_path
     from taskloom.settings import find_project_root, load_settings
+    from taskloom.tools.agent import AgentTool
     from taskloom.tools.registry import core_tools
+    from taskloom.tools.send_message import SendMessageTool
 
     started = time.monotonic()
     out = sys.stdout
@@ -146,14 +165,21 @@ async def run_print(opts: PrintOptions) -> int:
         project_root=find_project_root(cwd),
         skip_permissions=opts.skip_permissions,
     )
-    tools = [
-        t
-        for t in core_tools(str(settings.get("toolProfile") or "claude"))
-        if not policy.hides(t.name, t.kind)
-    ]
+    profile = str(settings.get("toolProfile") or "claude")
     if opts.resume and not transcript_path(opts.resume).is_file():
         raise UserError(f"No conversation found with session ID: {opts.resume}")
     async with TaskRuntime(session_id=opts.resume) as runtime:
+        hooks = HookConfig.from_settings(settings)
+        service = _agent_service(runtime, model, settings, policy, cwd, profile, hooks)
+        tools = [
+            t
+            for t in [
+                *core_tools(profile),
+                AgentTool(service),
+                SendMessageTool(service),
+            ]
+            if not policy.hides(t.name, t.kind)
+        ]
         config = EngineConfig(
             model=model,
             system_prompt=main_system_prompt(cwd, opts.append_system_prompt),
@@ -164,6 +190,9 @@ async def run_print(opts: PrintOptions) -> int:
             permissions=policy,
             headless=True,
             settings=settings,
+            hooks=hooks,
+            session_id=runtime.session_id,
+            transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
         )
         session = Session.resume(runtime, config) if opts.resume else Session(runtime, config)
         emitter = Emitter(opts.output_format, runtime.session_id, out)
@@ -180,7 +209,7 @@ async def run_print(opts: PrintOptions) -> int:
                 "slash_commands": [],
                 "apiKeySource": _api_key_source(),
                 "output_style": "default",
-                "agents": [],
+                "agents": sorted(service.catalog.names()),
             }
         )
         sub = runtime.subscribe()
@@ -226,6 +255,8 @@ async def run_print(opts: PrintOptions) -> int:
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
+            with contextlib.suppress(Exception):
+                await finish_despite_cancel(session.end())
             session.close()
             aclose = getattr(model, "aclose", None)
             if aclose is not None:
@@ -278,6 +309,40 @@ def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> Non
             "summary": summarize(state) if state and state.terminal else note.kind,
             "kind": note.kind,
         }
+    )
+
+
+def _agent_service(
+    runtime: TaskRuntime,
+    model: Any,
+    settings: dict[str, Any],
+    policy: Any,
+    cwd: Path,
+    profile: str,
+    hooks: Any,
+) -> Any:
+    from taskloom.agents.loader import load_agents
+    from taskloom.agents.service import AgentService
+    from taskloom.models.resolve import resolve_model
+    from taskloom.tools.registry import core_tools
+
+    resolver = None
+    if type(model).__name__ == "AnthropicModel":
+        # Aliases (sonnet, haiku...) name Claude models; other providers keep their model.
+        def resolver(spec: str) -> Any:
+            return resolve_model(spec, settings)
+
+    return AgentService(
+        runtime,
+        catalog=load_agents(cwd),
+        model=model,
+        model_name=model.name,
+        tools=lambda: core_tools(profile),
+        settings=settings,
+        policy=policy,
+        cwd=cwd,
+        resolve_model=resolver,
+        hooks=hooks,
     )
 
 

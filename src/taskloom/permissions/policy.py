@@ -85,6 +85,15 @@ class PermissionPolicy:
         for rule in self.rules:
             self._by_behavior[rule.behavior].append(rule)
 
+    def with_mode(self, mode: PermissionMode | str) -> PermissionPolicy:
+        """The same rules under another mode (a subagent's ``permissionMode``)."""
+        return PermissionPolicy(
+            mode,
+            self.rules,
+            self.project_root,
+            additional_directories=self.additional_directories,
+        )
+
     @classmethod
     def from_settings(
         cls,

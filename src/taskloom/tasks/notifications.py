@@ -38,7 +38,7 @@ Priority = Literal["next", "later"]
 PRIORITIES: tuple[Priority, ...] = ("next", "later")
 
 #: Longest agent result put inline in a notification; the rest is in the output file.
-RESULT_CAP_CHARS = 20_000
+RESULT_CAP_CHARS = 8_000
 
 
 @dataclass(frozen=True, slots=True)

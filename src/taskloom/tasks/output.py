@@ -83,6 +83,20 @@ class DiskTaskOutput:
             os.close(dir_fd)
 
     @classmethod
+    def reopen(cls, path: Path, cap: int = DEFAULT_OUTPUT_CAP_BYTES) -> DiskTaskOutput:
+        """Open an existing output file for appending (a resumed task), refusing symlinks."""
+        self = cls.__new__(cls)
+        self.path = path
+        self.cap = cap
+        self._capped = False
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise OutputError(f"cannot reopen task output {path}: {exc.strerror}") from exc
+        self._written = self.size()
+        return self
+
+    @classmethod
     def for_task(
         cls,
         session_id: str,

@@ -464,6 +464,15 @@ class TaskRuntime:
             pending.cancel()
             ended.cancel()
 
+    async def wait_for_task_end(self, timeout: float) -> bool:
+        """Wait until some task ends; False if none did within ``timeout``."""
+        self._ended.clear()
+        try:
+            await asyncio.wait_for(self._ended.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def subscribe(self, maxlen: int = 1024) -> Subscription:
         """Return a stream of changes (registrations, updates, evictions)."""
         sub = Subscription(maxlen, self._subscribers.discard)
@@ -563,6 +572,24 @@ class TaskRuntime:
         if owner != self.session_id:
             self._closed_owners.add(owner)
             self.notifications.discard_owner(owner)
+
+    def reopen_owner(self, owner: str) -> None:
+        """An owner that was closed is back (a resumed agent): notify it again."""
+        self._closed_owners.discard(owner)
+
+    def subtree(self, agent_id: str) -> States:
+        """The tasks started by ``agent_id`` and, recursively, by the agents it started."""
+        found: list[TaskState] = []
+        frontier = [agent_id]
+        states = self.list(include_evicted=True)
+        while frontier:
+            owner = frontier.pop()
+            for state in states:
+                if state.owner == owner:
+                    found.append(state)
+                    if isinstance(state, AgentTaskState):
+                        frontier.append(state.id)
+        return found
 
     def background(self, task_id: str) -> bool:
         """Move a running foreground task to the background; False if it is not one.

@@ -206,8 +206,12 @@ class AgentTaskState(TaskState):
         pending_messages: Messages sent to it that it has not yet consumed.
         retain: Whether a UI holds the task open (delays eviction).
         evict_after: Earliest eviction time for a retained task (epoch seconds).
-        total_tokens: Tokens used so far.
+        total_tokens: Tokens used so far (latest input, with cache, plus output so far).
         tool_uses: Tool calls made so far.
+        name: The name given at spawn (SendMessage can address it by name).
+        input_tokens: Input tokens of the latest request (input plus cache).
+        output_tokens: Output tokens so far.
+        activities: The last few things it did ("Reading src/app.py").
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_AGENT
@@ -222,6 +226,10 @@ class AgentTaskState(TaskState):
     evict_after: float | None = None
     total_tokens: int = 0
     tool_uses: int = 0
+    name: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    activities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,6 +15,14 @@ A scripted-turn file (``--model scripted:FILE``) is YAML or JSON::
 
 (a bare list of turns works too). A turn may also give ``thinking``, ``stop_reason``,
 ``usage`` (``{input_tokens, output_tokens}``) and ``delay`` (seconds before answering).
+
+Subagents are scripted by agent type under ``subagents``: a list of turns is shared, in order,
+by every agent of that type; a single turn answers each of their requests; ``"*"`` covers the
+types not named::
+
+    subagents:
+      general-purpose: {text: "Done: found 3 files."}
+      Explore: ["Looking...", {text: "It is in src/app.py"}]
 """
 
 from __future__ import annotations
@@ -94,7 +102,19 @@ class Turn:
 
 
 def load_turns(path: Path | str) -> list[Turn]:
-    """Read a scripted-turn file (YAML or JSON).
+    """Read the main turns of a scripted-turn file (YAML or JSON).
+
+    Raises:
+        UserError: The file is missing or malformed (the message names it).
+    """
+    return load_script(path)[0]
+
+
+SubagentScript = dict[str, "list[Turn] | Turn"]
+
+
+def load_script(path: Path | str) -> tuple[list[Turn], SubagentScript]:
+    """Read a scripted-turn file: the main turns and the subagents' scripts.
 
     Raises:
         UserError: The file is missing or malformed (the message names it).
@@ -113,11 +133,24 @@ def load_turns(path: Path | str) -> list[Turn]:
             data = yaml.safe_load(text)
     except Exception as exc:
         raise UserError(f"scripted model file {path} is not valid YAML/JSON: {exc}") from exc
+    subagents: SubagentScript = {}
     if isinstance(data, dict):
+        raw_agents = data.get("subagents") or {}
+        if not isinstance(raw_agents, dict):
+            raise UserError(f"scripted model file {path}: 'subagents' must be a mapping")
+        subagents = parse_subagents(raw_agents)
         data = data.get("turns")
     if not isinstance(data, list):
         raise UserError(f"scripted model file {path} must hold a list of turns under 'turns'")
-    return [Turn.parse(t) for t in data]
+    return [Turn.parse(t) for t in data], subagents
+
+
+def parse_subagents(raw: dict[str, Any]) -> SubagentScript:
+    """``{agent_type: [turns] | turn}`` with each turn parsed."""
+    return {
+        str(k): [Turn.parse(t) for t in v] if isinstance(v, list) else Turn.parse(v)
+        for k, v in raw.items()
+    }
 
 
 _ids = itertools.count(1)
@@ -184,17 +217,26 @@ class ScriptedModel:
     """
 
     def __init__(
-        self, turns: Iterable[Turn | str | dict[str, Any]], *, name: str = "scripted"
+        self,
+        turns: Iterable[Turn | str | dict[str, Any]],
+        *,
+        name: str = "scripted",
+        subagents: dict[str, Any] | None = None,
     ) -> None:
-        """Script ``turns`` (see :meth:`Turn.parse` for the accepted forms)."""
+        """Script ``turns`` for the main thread and ``subagents`` by agent type."""
         self.name = name
         self.turns = [Turn.parse(t) for t in turns]
+        self.subagents = parse_subagents(subagents or {})
         self.requests: list[ModelRequest] = []
+        self.agent_requests: list[ModelRequest] = []
 
     @classmethod
     def from_file(cls, path: Path | str) -> ScriptedModel:
         """Load turns from a scripted-turn file."""
-        return cls(load_turns(path), name=f"scripted:{Path(path).name}")
+        turns, subagents = load_script(path)
+        model = cls(turns, name=f"scripted:{Path(path).name}")
+        model.subagents = subagents
+        return model
 
     @property
     def remaining(self) -> int:
@@ -203,11 +245,15 @@ class ScriptedModel:
 
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
-        """Answer ``request`` with the next turn.
+        """Answer ``request`` with the next turn (a subagent's from its type's script).
 
         Raises:
             ModelError: Every turn has been used.
         """
+        if request.agent_id is not None and self.subagents:
+            self.agent_requests.append(request)
+            yield _events(self._agent_turn(request), request, self.name)
+            return
         n = len(self.requests)
         self.requests.append(request)
         if n >= len(self.turns):
@@ -216,6 +262,17 @@ class ScriptedModel:
                 f"(it was given {len(self.turns)})"
             )
         yield _events(self.turns[n], request, self.name)
+
+    def _agent_turn(self, request: ModelRequest) -> Turn:
+        kind = str(request.metadata.get("agent_type") or "")
+        script = self.subagents.get(kind, self.subagents.get("*"))
+        if script is None:
+            raise ModelError(f"scripted model has no script for subagent type {kind!r}")
+        if isinstance(script, Turn):
+            return script
+        if not script:
+            raise ModelError(f"scripted model ran out of turns for subagent type {kind!r}")
+        return script.pop(0)
 
     def assert_complete(self) -> None:
         """Fail unless every scripted turn was requested."""

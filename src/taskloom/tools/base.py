@@ -146,6 +146,10 @@ class Tool(ABC, Generic[InputT]):
         """What permission rules match against (a command, a path); None for nothing."""
         return None
 
+    def denied_message(self, params: InputT, reason: str, rule: Any) -> str:
+        """What the model is told when the permission policy refuses a call."""
+        return reason
+
     @abstractmethod
     async def call(self, params: InputT, ctx: ToolContext) -> ToolResult:
         """Run the tool. Expected failures are returned as errors, not raised."""

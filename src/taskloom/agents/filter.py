@@ -1,0 +1,83 @@
+"""Which tools a subagent gets, in the seeds' three layers and then its definition's lists.
+
+1. MCP tools (``mcp__…``) are always allowed.
+2. A deny list for every agent: TaskOutput, ExitPlanMode, EnterPlanMode, AskUserQuestion,
+   TaskStop — and Agent, unless nesting is enabled — so a subagent neither recurses nor waits
+   on a person.
+3. Background agents get an allow-list: a tool added later is not theirs until listed here.
+
+Then the definition: ``tools`` (None or ``*``: everything left) and ``disallowedTools``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from taskloom.tools.base import Tool
+
+ALL_AGENT_DISALLOWED = frozenset(
+    {"TaskOutput", "ExitPlanMode", "EnterPlanMode", "AskUserQuestion", "TaskStop", "Agent"}
+)
+ASYNC_AGENT_ALLOWED = frozenset(
+    {
+        "Read",
+        "Grep",
+        "Glob",
+        "Bash",
+        "Edit",
+        "Write",
+        "NotebookEdit",
+        "WebFetch",
+        "WebSearch",
+        "TodoWrite",
+        "Skill",
+        "ToolSearch",
+        "SendMessage",
+        "job_output",
+        "job_list",
+        "job_kill",
+    }
+)
+
+
+def _tool_name(entry: str) -> str:
+    # ``Bash(git:*)`` in a tools list names the tool; the rule part is for permissions.
+    return entry.split("(", 1)[0].strip()
+
+
+def filter_tools(
+    tools: Sequence[Tool[Any]],
+    *,
+    allowed: Iterable[str] | None,
+    disallowed: Iterable[str] = (),
+    is_async: bool,
+    allow_nesting: bool = False,
+) -> list[Tool[Any]]:
+    """The tools a subagent may use.
+
+    Args:
+        tools: Everything the parent could offer.
+        allowed: The definition's ``tools`` (None or containing ``*``: all).
+        disallowed: The definition's ``disallowedTools``.
+        is_async: Whether the agent runs in the background.
+        allow_nesting: Whether agents may start agents.
+    """
+    wanted = None if allowed is None else {_tool_name(t) for t in allowed}
+    if wanted is not None and "*" in wanted:
+        wanted = None
+    refused = {_tool_name(t) for t in disallowed}
+    out = []
+    for tool in tools:
+        name = tool.name
+        if not name.startswith("mcp__"):
+            if name in ALL_AGENT_DISALLOWED and not (name == "Agent" and allow_nesting):
+                continue
+            if is_async and name not in ASYNC_AGENT_ALLOWED and name != "Agent":
+                continue
+            if wanted is not None and name not in wanted:
+                continue
+        if name in refused:
+            continue
+        out.append(tool)
+    return out

@@ -1,0 +1,212 @@
+"""One subagent run: its engine, sidechain transcript, output file, progress and life cycle.
+
+The run's loop is driven by its own asyncio task from the start, whether the caller waits in
+the foreground or not: moving to the background is then only a matter of the caller no longer
+waiting — the loop, its iterator and every message carry on untouched. The task's state in the
+runtime follows it: progress (tool uses, tokens, the last activities) on every turn, the result
+or the error at the end. When the run ends, whatever it started is handled by its exit policy
+(shells are killed by default); a kill cancels the loop, which cancels its tool calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from taskloom._aio import finish_despite_cancel
+from taskloom.agents.activity import describe_activity
+from taskloom.engine import AssistantTurn, Engine, UserTurn
+from taskloom.errors import TaskloomError
+from taskloom.messages import Message
+from taskloom.settings import session_dir
+from taskloom.tasks.output import DiskTaskOutput
+from taskloom.tasks.types import AgentTaskState, TaskStatus
+from taskloom.transcript import TranscriptWriter
+
+if TYPE_CHECKING:
+    from taskloom.tasks.runtime import TaskRuntime
+
+#: How many recent activities an agent's progress keeps.
+MAX_ACTIVITIES = 5
+#: Most times SubagentStop hooks may send an agent back to work (no endless loops).
+MAX_STOP_CONTINUATIONS = 5
+
+
+def sidechain_path(runtime: TaskRuntime, agent_id: str) -> Any:
+    """Where a subagent's transcript lives."""
+    return session_dir(runtime.session_id, runtime.home) / "subagents" / f"agent-{agent_id}.jsonl"
+
+
+class AgentRun:
+    """A subagent and the loop that drives it (see the module docstring)."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        agent_id: str,
+        engine: Engine,
+        *,
+        on_end: Callable[[AgentRun], Any] | None = None,
+    ) -> None:
+        """Prepare a run of ``engine`` for task ``agent_id`` (registered by the caller)."""
+        self.runtime = runtime
+        self.agent_id = agent_id
+        self.engine = engine
+        engine.config.inbox = self.take_inbox  # messages from SendMessage reach this run
+        self.on_end = on_end
+        self.backgrounded = asyncio.Event()
+        self.driver: asyncio.Task[None] | None = None
+        self.started = time.monotonic()
+        self.transcript: TranscriptWriter | None = None
+        self.output: DiskTaskOutput | None = None
+
+    # -- the task handle ----------------------------------------------------------------------
+
+    async def kill(self) -> None:
+        """Cancel the loop (and so its tool calls); wait, bounded, for its cleanup."""
+        driver = self.driver
+        if driver is None or driver.done():
+            return
+        driver.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(driver), 30.0)
+
+    async def detach(self) -> None:
+        """Agents cannot outlive their session (seed 002): detaching stops them."""
+        await self.kill()
+
+    def on_background(self) -> None:
+        """The caller stopped waiting in the foreground."""
+        self.backgrounded.set()
+
+    # -- running ------------------------------------------------------------------------------
+
+    def start(self, prompt: str | Message) -> asyncio.Task[None]:
+        """Run the engine on ``prompt`` in a task of its own."""
+        self.started = time.monotonic()
+        self.backgrounded = asyncio.Event()
+        self.driver = asyncio.get_running_loop().create_task(self._drive(prompt))
+        return self.driver
+
+    def take_inbox(self) -> list[str]:
+        """Messages sent to the agent since its last tool boundary (removed from its state)."""
+        state = self.runtime.get(self.agent_id)
+        if not isinstance(state, AgentTaskState) or not state.pending_messages:
+            return []
+        taken = [m if isinstance(m, str) else str(m) for m in state.pending_messages]
+        self.runtime.update(self.agent_id, lambda s: s.replace(pending_messages=()))
+        return taken
+
+    def _open_files(self) -> None:
+        path = sidechain_path(self.runtime, self.agent_id)
+        self.transcript = TranscriptWriter(path, self.runtime.session_id)
+        out_path = self.runtime.output_path(self.agent_id)
+        if out_path.exists():
+            self.output = DiskTaskOutput.reopen(out_path, self.runtime.output_cap)
+        else:
+            self.output = self.runtime.create_output(self.agent_id)
+
+    def _close_files(self) -> None:
+        if self.transcript is not None:
+            self.transcript.close()
+            self.transcript = None
+        if self.output is not None:
+            self.output.close()
+            self.output = None
+
+    async def _drive(self, prompt: str | Message) -> None:
+        self._open_files()
+        engine = self.engine
+        kind = engine.config.metadata.get("agent_type")
+        try:
+            start = await engine.run_hook("SubagentStart", kind, agent_type=kind)
+            if start is not None and start.additional_context and isinstance(prompt, str):
+                prompt = "\n\n".join([prompt, *start.additional_context])
+            async for event in engine.run(prompt):
+                self._record(event)
+            for again in range(MAX_STOP_CONTINUATIONS):
+                stop = await engine.run_hook(
+                    "SubagentStop",
+                    kind,
+                    agent_type=kind,
+                    agent_transcript_path=str(sidechain_path(self.runtime, self.agent_id)),
+                    stop_hook_active=again > 0,
+                )
+                if stop is None or not stop.blocked or not stop.block_reason.strip():
+                    break
+                # Exit code 2: keep going, with the hook's stderr as the next input.
+                async for event in engine.run(stop.block_reason):
+                    self._record(event)
+            result = _final_text(self.engine.messages)
+            if self.output is not None:
+                self.output.append(f"\n{result}\n")
+            self.runtime.update(self.agent_id, lambda s: self._ended(s, result=result))
+        except asyncio.CancelledError:
+            raise  # the killer records the end
+        except Exception as exc:  # a failed agent must not take its parent down
+            error = str(exc) if isinstance(exc, TaskloomError) else f"{type(exc).__name__}: {exc}"
+            self.runtime.update(self.agent_id, lambda s: self._ended(s, error=error))
+        finally:
+            await finish_despite_cancel(self._cleanup())
+
+    async def _cleanup(self) -> None:
+        try:
+            # Shells it started are killed (exit policy cancel) unless they said otherwise.
+            await self.runtime.close_owner(self.agent_id, wait_limit=600.0)
+            if self.on_end is not None:
+                outcome = self.on_end(self)
+                if asyncio.iscoroutine(outcome):
+                    await outcome
+        finally:
+            self._close_files()
+
+    def _ended(
+        self, state: AgentTaskState, *, result: str | None = None, error: str | None = None
+    ) -> AgentTaskState:
+        if state.terminal:
+            return state
+        status = TaskStatus.COMPLETED if error is None else TaskStatus.FAILED
+        return state.replace(status=status, result=result, error=error, **self._totals(state))
+
+    def _totals(self, state: AgentTaskState) -> dict[str, int]:
+        engine = self.engine
+        return {
+            "input_tokens": engine.context_tokens,
+            "output_tokens": engine.usage.output_tokens,
+            "total_tokens": engine.context_tokens + engine.usage.output_tokens,
+            "tool_uses": engine.tool_uses,
+        }
+
+    def _record(self, event: Any) -> None:
+        transcript = self.transcript
+        if isinstance(event, AssistantTurn):
+            if transcript is not None:
+                transcript.append(event.message)
+            lines = []
+            if event.message.text().strip():
+                lines.append(event.message.text().strip())
+            activities = [describe_activity(c.name, c.input) for c in event.message.tool_uses()]
+            lines += [f"→ {a}" for a in activities]
+            if self.output is not None and lines:
+                self.output.append("\n".join(lines) + "\n")
+
+            def progress(state: AgentTaskState) -> AgentTaskState:
+                recent = (*state.activities, *activities)[-MAX_ACTIVITIES:]
+                return state.replace(activities=tuple(recent), **self._totals(state))
+
+            self.runtime.update(self.agent_id, progress)
+        elif isinstance(event, UserTurn) and transcript is not None:
+            transcript.append(event.message, origin=event.origin)
+            if event.notifications:
+                self.runtime.ack(event.notifications)
+            self.runtime.update(self.agent_id, lambda s: s.replace(**self._totals(s)))
+
+
+def _final_text(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if message.role == "assistant":
+            return message.text()
+    return ""

@@ -1,0 +1,372 @@
+"""Spawning, addressing and resuming subagents: what the Agent and SendMessage tools call.
+
+One ``AgentService`` per session. It knows the agent catalog, how to build a subagent's engine
+(its model, tools, prompt, permissions), the runs it started and the names they were given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from taskloom._aio import finish_despite_cancel
+from taskloom.agents.filter import filter_tools
+from taskloom.agents.run import AgentRun, sidechain_path
+from taskloom.engine import Engine, EngineConfig
+from taskloom.errors import ToolError
+from taskloom.prompts import environment
+from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
+from taskloom.tools.base import FileState, Tool, ToolContext
+from taskloom.transcript import load_messages, repair
+
+if TYPE_CHECKING:
+    from taskloom.agents.definition import AgentDefinition
+    from taskloom.agents.loader import AgentCatalog
+    from taskloom.hooks import HookConfig
+    from taskloom.models.base import Model
+    from taskloom.permissions import PermissionPolicy
+    from taskloom.tasks.runtime import TaskRuntime
+
+#: A foreground agent still running after this long moves to the background.
+DEFAULT_AUTO_BACKGROUND_MS = 120_000
+#: Most characters of a foreground agent's answer returned inline.
+MAX_RESULT_CHARS = 100_000
+
+AGENT_SUFFIX = """You are a subagent: you were given one task by another agent, which sees only your
+final message. Do the task with your tools, then answer with a complete, self-contained report
+of what you found or did (paths, commands, results). Do not ask questions: no one can answer."""
+
+
+@dataclass
+class SpawnRequest:
+    """What the Agent tool was asked."""
+
+    description: str
+    prompt: str
+    subagent_type: str | None = None
+    model: str | None = None
+    run_in_background: bool = False
+    name: str | None = None
+    mode: str | None = None
+    cwd: str | None = None
+
+
+@dataclass
+class SpawnResult:
+    """What the Agent tool reports."""
+
+    status: str  # completed | async_launched
+    agent_id: str
+    agent_type: str
+    description: str
+    prompt: str
+    output_file: str
+    content: str = ""
+    total_tool_uses: int = 0
+    total_tokens: int = 0
+    duration_ms: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def auto_background_ms(settings: dict[str, Any]) -> int:
+    """``TASKLOOM_AUTO_BACKGROUND_MS``, else the ``autoBackgroundMs`` setting, else 2 min."""
+    raw = os.environ.get("TASKLOOM_AUTO_BACKGROUND_MS") or settings.get("autoBackgroundMs")
+    try:
+        return DEFAULT_AUTO_BACKGROUND_MS if raw is None else max(0, int(raw))
+    except (TypeError, ValueError):
+        return DEFAULT_AUTO_BACKGROUND_MS
+
+
+class AgentService:
+    """The session's subagents."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        *,
+        catalog: AgentCatalog,
+        model: Model,
+        model_name: str,
+        tools: Callable[[], Sequence[Tool[Any]]],
+        settings: dict[str, Any],
+        policy: PermissionPolicy | None,
+        cwd: Path,
+        resolve_model: Callable[[str], Model] | None = None,
+        hooks: HookConfig | None = None,
+    ) -> None:
+        """Serve subagents built from ``catalog`` on ``runtime``.
+
+        Args:
+            runtime: The session's runtime.
+            catalog: The agent definitions.
+            model: The parent's model (``inherit``, and every scripted run, use it).
+            model_name: The parent's model id.
+            tools: Returns every tool a subagent could be given (filtered per agent).
+            settings: Effective settings.
+            policy: The session's permission policy (a subagent may change its mode).
+            cwd: The session's working directory.
+            resolve_model: Builds a model for an alias or id (``sonnet``, ``claude-…``).
+            hooks: The session's hooks (an agent's own hooks are added for its runs).
+        """
+        self.runtime = runtime
+        self.catalog = catalog
+        self.model = model
+        self.model_name = model_name
+        self.tools = tools
+        self.settings = settings
+        self.policy = policy
+        self.cwd = cwd
+        self.resolve_model = resolve_model
+        self.hooks = hooks
+        self.runs: dict[str, AgentRun] = {}
+        self.names: dict[str, str] = {}
+        self.allow_nesting = bool(settings.get("allowNestedAgents", False))
+        self._models: dict[str, Model] = {}
+
+    # -- building -----------------------------------------------------------------------------
+
+    def definition(self, subagent_type: str | None) -> AgentDefinition:
+        """The definition for ``subagent_type`` (default ``general-purpose``)."""
+        name = subagent_type or "general-purpose"
+        found = self.catalog.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.catalog.names()))
+            raise ToolError(f"Agent type '{name}' not found. Available agents: {known}")
+        return found
+
+    def _model_for(self, spec: str | None) -> tuple[Model, str]:
+        if not spec or spec == "inherit" or self.resolve_model is None:
+            return self.model, self.model_name
+        if spec not in self._models:
+            self._models[spec] = self.resolve_model(spec)
+        model = self._models[spec]
+        return model, model.name
+
+    def _hooks_for(self, definition: AgentDefinition) -> HookConfig | None:
+        if not definition.hooks:
+            return self.hooks
+        from taskloom.hooks import HookConfig
+
+        own = HookConfig.parse(definition.hooks, source=f"agent {definition.agent_type}")
+        return self.hooks.merged(own) if self.hooks else own
+
+    def _policy_for(self, mode: str | None) -> PermissionPolicy | None:
+        if self.policy is None or not mode:
+            return self.policy
+        return self.policy.with_mode(mode)
+
+    def build_engine(
+        self,
+        agent_id: str,
+        definition: AgentDefinition,
+        request: SpawnRequest,
+        *,
+        is_async: bool,
+        files: FileState | None,
+        messages: list[Any] | None = None,
+    ) -> Engine:
+        """The engine of one subagent: its model, tools, prompt and permissions."""
+        model, model_name = self._model_for(request.model or definition.model)
+        cwd = Path(request.cwd) if request.cwd else self.cwd
+        tools = filter_tools(
+            self.tools(),
+            allowed=definition.tools,
+            disallowed=definition.disallowed_tools,
+            is_async=is_async,
+            allow_nesting=self.allow_nesting,
+        )
+        prompt = "\n\n".join(
+            p for p in (definition.system_prompt.strip(), AGENT_SUFFIX, environment(cwd)) if p
+        )
+        config = EngineConfig(
+            model=model,
+            model_name=model_name,
+            system_prompt=prompt,
+            tools=tools,
+            owner=agent_id,
+            agent_id=agent_id,
+            cwd=cwd,
+            max_turns=definition.max_turns,
+            permissions=self._policy_for(request.mode or definition.permission_mode),
+            headless=True,
+            wait_for_tasks=False,
+            settings=self.settings,
+            metadata={"agent_type": definition.agent_type, "description": request.description},
+            hooks=self._hooks_for(definition),
+            session_id=self.runtime.session_id,
+            transcript_path=str(sidechain_path(self.runtime, agent_id)),
+        )
+        return Engine(config, self.runtime, messages, files.clone() if files else None)
+
+    # -- spawning -----------------------------------------------------------------------------
+
+    async def spawn(self, request: SpawnRequest, ctx: ToolContext) -> SpawnResult:
+        """Start a subagent; wait for it in the foreground unless it goes to the background.
+
+        Raises:
+            ToolError: Unknown agent type, a taken name, a bad cwd.
+        """
+        definition = self.definition(request.subagent_type)
+        if request.name and request.name in self.names:
+            raise ToolError(f"An agent named {request.name!r} already exists")
+        if request.cwd and not Path(request.cwd).is_dir():
+            raise ToolError(f"cwd {request.cwd!r} is not a directory")
+        is_async = request.run_in_background or definition.background
+        agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
+        self.runtime.register(
+            AgentTaskState(
+                id=agent_id,
+                status=TaskStatus.RUNNING,
+                description=request.description,
+                owner=ctx.owner,
+                tool_use_id=ctx.tool_use_id,
+                output_file=str(self.runtime.output_path(agent_id)),
+                is_backgrounded=is_async,
+                prompt=request.prompt,
+                agent_type=definition.agent_type,
+                name=request.name,
+            )
+        )
+        engine = self.build_engine(
+            agent_id, definition, request, is_async=is_async, files=ctx.files
+        )
+        run = AgentRun(self.runtime, agent_id, engine)
+        self.runs[agent_id] = run
+        if request.name:
+            self.names[request.name] = agent_id
+        self.runtime.attach_handle(agent_id, run)
+        driver = run.start(request.prompt)
+        if is_async:
+            return self._launched(agent_id, definition, request)
+        return await self._wait_foreground(run, driver, definition, request)
+
+    async def _wait_foreground(
+        self,
+        run: AgentRun,
+        driver: asyncio.Task[None],
+        definition: AgentDefinition,
+        request: SpawnRequest,
+    ) -> SpawnResult:
+        limit_ms = auto_background_ms(self.settings)
+        moved = asyncio.ensure_future(run.backgrounded.wait())
+        try:
+            await asyncio.wait(
+                [driver, moved],
+                timeout=limit_ms / 1000 if limit_ms else None,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except asyncio.CancelledError:
+            # The parent was cancelled: its foreground child goes with it.
+            await finish_despite_cancel(self.runtime.kill(run.agent_id))
+            raise
+        finally:
+            moved.cancel()
+        if not driver.done() and self.runtime.background(run.agent_id):
+            return self._launched(run.agent_id, definition, request)
+        await asyncio.shield(driver)
+        state = self.runtime.get(run.agent_id)
+        assert isinstance(state, AgentTaskState)
+        if state.status != TaskStatus.COMPLETED:
+            raise ToolError(f"Agent {run.agent_id} {state.status.value}: {state.error or ''}")
+        text = state.result or ""
+        if len(text) > MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"\n[truncated; full answer in {state.output_file}]"
+        return SpawnResult(
+            status="completed",
+            agent_id=run.agent_id,
+            agent_type=definition.agent_type,
+            description=request.description,
+            prompt=request.prompt,
+            output_file=state.output_file,
+            content=text,
+            total_tool_uses=state.tool_uses,
+            total_tokens=state.total_tokens,
+            duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
+        )
+
+    def _launched(
+        self, agent_id: str, definition: AgentDefinition, request: SpawnRequest
+    ) -> SpawnResult:
+        return SpawnResult(
+            status="async_launched",
+            agent_id=agent_id,
+            agent_type=definition.agent_type,
+            description=request.description,
+            prompt=request.prompt,
+            output_file=str(self.runtime.output_path(agent_id)),
+        )
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def resolve(self, to: str) -> str:
+        """The agent id ``to`` names (an id or a spawn name).
+
+        Raises:
+            ToolError: No such agent; the message lists the known names.
+        """
+        if to in self.names:
+            return self.names[to]
+        state = self.runtime.get(to)
+        if isinstance(state, AgentTaskState):
+            return to
+        known = sorted(self.names) or ["(none)"]
+        ids = sorted(self.runs)
+        raise ToolError(
+            f"No agent named or with id {to!r}. Known names: {', '.join(known)}"
+            + (f"; ids: {', '.join(ids)}" if ids else "")
+        )
+
+    async def send(self, to: str, message: str, ctx: ToolContext) -> str:
+        """Deliver ``message``: queued for a running agent, a resume for a stopped one."""
+        agent_id = self.resolve(to)
+        state = self.runtime.authorize(agent_id, ctx.owner)
+        assert isinstance(state, AgentTaskState)
+        if not state.terminal:
+            self.runtime.update(
+                agent_id, lambda s: s.replace(pending_messages=(*s.pending_messages, message))
+            )
+            return (
+                f"Message queued for agent {agent_id}; it will see it at its next tool "
+                "boundary, before its next model request."
+            )
+        self._resume(agent_id, state, message)
+        return (
+            f"Agent {agent_id} had {state.status.value}; it was resumed in the background with "
+            "your message. You will be notified when it finishes."
+        )
+
+    def _resume(self, agent_id: str, state: AgentTaskState, message: str) -> None:
+        run = self.runs.get(agent_id)
+        if run is None:  # not started by this process: rebuild it from its transcript
+            definition = self.definition(state.agent_type)
+            messages, _ = repair(load_messages(sidechain_path(self.runtime, agent_id)))
+            request = SpawnRequest(description=state.description, prompt=state.prompt)
+            engine = self.build_engine(
+                agent_id, definition, request, is_async=True, files=None, messages=messages
+            )
+            run = AgentRun(self.runtime, agent_id, engine)
+            self.runs[agent_id] = run
+        self.runtime.reopen_owner(agent_id)
+        self.runtime.register(
+            AgentTaskState(
+                id=agent_id,
+                status=TaskStatus.RUNNING,
+                description=state.description,
+                owner=state.owner,
+                tool_use_id=state.tool_use_id,
+                output_file=state.output_file,
+                is_backgrounded=True,
+                prompt=state.prompt,
+                agent_type=state.agent_type,
+                name=state.name,
+                tool_uses=state.tool_uses,
+                total_tokens=state.total_tokens,
+            )
+        )
+        self.runtime.attach_handle(agent_id, run)
+        run.start(message)

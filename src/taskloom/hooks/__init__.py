@@ -1,0 +1,37 @@
+"""Hooks in Claude Code's settings format: configuration and the runner."""
+
+from taskloom.hooks.config import (
+    AGENT_EVENTS,
+    DEFAULT_TIMEOUT_S,
+    TOOL_EVENTS,
+    CommandHook,
+    HookConfig,
+    HookEvent,
+    HookMatcher,
+    compile_matcher,
+)
+from taskloom.hooks.runner import (
+    KILL_GRACE_S,
+    MAX_CAPTURE_BYTES,
+    HookOutcome,
+    HookResult,
+    PermissionDecision,
+    run_hooks,
+)
+
+__all__ = [
+    "AGENT_EVENTS",
+    "DEFAULT_TIMEOUT_S",
+    "KILL_GRACE_S",
+    "MAX_CAPTURE_BYTES",
+    "TOOL_EVENTS",
+    "CommandHook",
+    "HookConfig",
+    "HookEvent",
+    "HookMatcher",
+    "HookOutcome",
+    "HookResult",
+    "PermissionDecision",
+    "compile_matcher",
+    "run_hooks",
+]

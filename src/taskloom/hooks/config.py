@@ -1,0 +1,250 @@
+"""Hook configuration in Claude Code's settings format, parsed into typed entries.
+
+The ``hooks`` setting maps an event name to a list of matcher entries, each holding command
+hooks::
+
+    {"hooks": {"PreToolUse": [{"matcher": "Bash|Write",
+                               "hooks": [{"type": "command", "command": "...", "timeout": 30}]}]}}
+
+Parsing never fails: a malformed piece is skipped with a warning on the ``taskloom.hooks``
+logger naming the event and index, because one bad line in a user's settings must not take
+every other hook (or the session) down with it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+_log = logging.getLogger("taskloom.hooks")
+
+#: Seconds a hook may run when its entry names no timeout (Claude Code's default).
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class HookEvent(enum.StrEnum):
+    """The events a hook can be attached to; values are Claude Code's event names."""
+
+    PRE_TOOL_USE = "PreToolUse"
+    POST_TOOL_USE = "PostToolUse"
+    POST_TOOL_USE_FAILURE = "PostToolUseFailure"
+    SUBAGENT_START = "SubagentStart"
+    SUBAGENT_STOP = "SubagentStop"
+    TASK_CREATED = "TaskCreated"
+    TASK_COMPLETED = "TaskCompleted"
+    STOP = "Stop"
+    SESSION_START = "SessionStart"
+    SESSION_END = "SessionEnd"
+    USER_PROMPT_SUBMIT = "UserPromptSubmit"
+
+
+#: Events whose matcher is tested against the tool name.
+TOOL_EVENTS = frozenset(
+    {HookEvent.PRE_TOOL_USE, HookEvent.POST_TOOL_USE, HookEvent.POST_TOOL_USE_FAILURE}
+)
+#: Events whose matcher is tested against the subagent's type.
+AGENT_EVENTS = frozenset({HookEvent.SUBAGENT_START, HookEvent.SUBAGENT_STOP})
+
+# A matcher made only of names and ``|`` is a list of exact names, not a regex: ``Edit`` must
+# not match ``NotebookEdit`` or ``MultiEdit`` by accident.
+_NAME_LIST = re.compile(r"[A-Za-z0-9_\-|]+")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandHook:
+    """One shell command to run on an event.
+
+    Attributes:
+        command: The command line, run with ``sh -c``.
+        timeout: Seconds before its process tree is killed.
+    """
+
+    command: str
+    timeout: float = DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True)
+class HookMatcher:
+    """A matcher entry: which targets it applies to and the hooks it runs.
+
+    Attributes:
+        matcher: The matcher as written (empty or ``*``: everything).
+        hooks: The command hooks of the entry, in order.
+    """
+
+    matcher: str
+    hooks: tuple[CommandHook, ...]
+    _test: Callable[[str], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Compile the matcher once (see :func:`compile_matcher`).
+
+        Raises:
+            re.error: The matcher is neither a name list nor a valid regular expression.
+        """
+        object.__setattr__(self, "_test", compile_matcher(self.matcher))
+
+    def matches(self, target: str | None) -> bool:
+        """Whether this entry applies to ``target`` (None matches only match-all entries)."""
+        if target is None:
+            return self.matcher.strip() in ("", "*")
+        return self._test(target)
+
+
+def compile_matcher(matcher: str) -> Callable[[str], bool]:
+    """Turn a matcher string into a predicate on a tool name or agent type.
+
+    Empty or ``*`` matches everything; ``Name`` or ``A|B`` matches those exact names; anything
+    else is a regular expression that must match the whole target.
+
+    Raises:
+        re.error: The matcher is an invalid regular expression.
+    """
+    text = matcher.strip()
+    if text in ("", "*"):
+        return lambda _: True
+    if _NAME_LIST.fullmatch(text):
+        names = frozenset(part for part in text.split("|") if part)
+        return names.__contains__
+    pattern = re.compile(text)
+    return lambda target: pattern.fullmatch(target) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class HookConfig:
+    """Every configured hook, by event.
+
+    Attributes:
+        events: Matcher entries per event, in settings order.
+    """
+
+    events: Mapping[HookEvent, tuple[HookMatcher, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> HookConfig:
+        """Parse the ``hooks`` key of merged settings (see :func:`taskloom.settings.load_settings`).
+
+        ``disableAllHooks: true`` yields an empty configuration, as in Claude Code.
+        """
+        if settings.get("disableAllHooks") is True:
+            return cls()
+        return cls.parse(settings.get("hooks"))
+
+    @classmethod
+    def parse(cls, value: Any, *, source: str = "hooks") -> HookConfig:
+        """Parse a ``hooks`` value (the settings key, or an agent definition's own hooks).
+
+        Args:
+            value: The mapping of event names to matcher entries; None means no hooks.
+            source: Names the origin in warnings (e.g. an agent file).
+        """
+        if value is None:
+            return cls()
+        if not isinstance(value, Mapping):
+            _log.warning("%s: expected an object of events, got %s", source, type(value).__name__)
+            return cls()
+        events: dict[HookEvent, tuple[HookMatcher, ...]] = {}
+        for name, entries in value.items():
+            try:
+                event = HookEvent(name)
+            except ValueError:
+                _log.warning("%s: unknown hook event %r skipped", source, name)
+                continue
+            parsed = _parse_entries(event, entries, source)
+            if parsed:
+                events[event] = events.get(event, ()) + parsed
+        return cls(MappingProxyType(events))
+
+    def merged(self, other: HookConfig) -> HookConfig:
+        """Return a configuration running this one's hooks and then ``other``'s.
+
+        Used to add an agent definition's own hooks for the duration of the agent's run.
+        """
+        events = dict(self.events)
+        for event, entries in other.events.items():
+            events[event] = events.get(event, ()) + entries
+        return HookConfig(MappingProxyType(events))
+
+    def matching(self, event: HookEvent | str, target: str | None = None) -> list[CommandHook]:
+        """Return the hooks to run for ``event``, in order, identical commands once.
+
+        Args:
+            event: The event (an unknown name has no hooks).
+            target: The tool name (tool events) or agent type (Subagent events); ignored by
+                other events, whose matchers are not consulted.
+        """
+        try:
+            key = HookEvent(event)
+        except ValueError:
+            return []
+        use_matcher = key in TOOL_EVENTS or key in AGENT_EVENTS
+        found: dict[str, CommandHook] = {}
+        for entry in self.events.get(key, ()):
+            if use_matcher and not entry.matches(target):
+                continue
+            for hook in entry.hooks:
+                # Claude Code runs an identical command once even if several entries match.
+                found.setdefault(hook.command, hook)
+        return list(found.values())
+
+    def __bool__(self) -> bool:
+        """True when at least one hook is configured."""
+        return any(self.events.values())
+
+
+def _parse_entries(event: HookEvent, entries: Any, source: str) -> tuple[HookMatcher, ...]:
+    if not isinstance(entries, list):
+        _log.warning("%s.%s: expected a list of entries, skipped", source, event)
+        return ()
+    out: list[HookMatcher] = []
+    for index, entry in enumerate(entries):
+        where = f"{source}.{event}[{index}]"
+        if not isinstance(entry, Mapping):
+            _log.warning("%s: entry is not an object, skipped", where)
+            continue
+        matcher = entry.get("matcher", "")
+        if matcher is None:
+            matcher = ""
+        if not isinstance(matcher, str):
+            _log.warning("%s: matcher is not a string, skipped", where)
+            continue
+        raw_hooks = entry.get("hooks")
+        if not isinstance(raw_hooks, list):
+            _log.warning("%s: 'hooks' is not a list, skipped", where)
+            continue
+        parsed = (_parse_hook(raw, f"{where}.hooks[{i}]") for i, raw in enumerate(raw_hooks))
+        hooks = [hook for hook in parsed if hook is not None]
+        if not hooks:
+            continue
+        try:
+            out.append(HookMatcher(matcher, tuple(hooks)))
+        except re.error as exc:
+            _log.warning("%s: invalid matcher %r (%s), skipped", where, matcher, exc)
+    return tuple(out)
+
+
+def _parse_hook(raw: Any, where: str) -> CommandHook | None:
+    if not isinstance(raw, Mapping):
+        _log.warning("%s: hook is not an object, skipped", where)
+        return None
+    kind = raw.get("type")
+    if kind != "command":
+        _log.warning("%s: unsupported hook type %r, skipped", where, kind)
+        return None
+    command = raw.get("command")
+    if not isinstance(command, str) or not command.strip():
+        _log.warning("%s: 'command' must be a non-empty string, skipped", where)
+        return None
+    timeout = raw.get("timeout", DEFAULT_TIMEOUT_S)
+    # bool is an int subclass; `"timeout": true` is a mistake, not one second.
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        _log.warning("%s: 'timeout' must be a positive number of seconds, skipped", where)
+        return None
+    return CommandHook(command, float(timeout))

@@ -1,0 +1,332 @@
+"""Running the command hooks of one event and folding their answers into one outcome.
+
+Each hook is ``sh -c COMMAND`` in its own session, tagged with a private ``TASKLOOM_TASK_ID``
+so :func:`~taskloom.process.kill.kill_tree` also finds descendants that left its group. The
+event JSON goes to stdin; stdout and stderr come back on separate, bounded pipes. Nothing of a
+hook outlives it: at its timeout the tree is killed (and the kill verified), and after a normal
+exit whatever is still in its group or holding its pipes is killed the same way — hooks are
+short checks, not a way to start daemons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from taskloom._aio import finish_despite_cancel
+from taskloom.hooks.config import HookConfig, HookEvent
+from taskloom.process.kill import kill_tree
+from taskloom.process.spawn import TASK_ENV
+
+_log = logging.getLogger("taskloom.hooks")
+
+#: Bytes of stdout (and, separately, of stderr) kept per hook.
+MAX_CAPTURE_BYTES = 1024 * 1024
+#: Seconds between SIGTERM and SIGKILL when a hook's tree is killed.
+KILL_GRACE_S = 1.0
+# After the hook's shell exits, how long its pipes may stay open before whoever holds them is
+# killed: long enough for buffered output to arrive, short enough not to stall a tool call.
+_DRAIN_S = 0.5
+_SHELL = "/bin/sh"
+
+PermissionDecision = Literal["allow", "deny", "ask"]
+_RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+# Events where plain (non-JSON) stdout of a successful hook is context for the model.
+_STDOUT_IS_CONTEXT = frozenset(
+    {HookEvent.USER_PROMPT_SUBMIT, HookEvent.SESSION_START, HookEvent.SUBAGENT_START}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HookResult:
+    """What one hook did.
+
+    Attributes:
+        command: The command line.
+        exit_code: Its exit status (negative: killed by that signal); None if it never started.
+        stdout: Captured standard output (at most :data:`MAX_CAPTURE_BYTES`).
+        stderr: Captured standard error (same bound), or why the hook could not start.
+        timed_out: Whether it was killed at its timeout.
+        duration: Seconds from start to the end of its process tree.
+    """
+
+    command: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration: float
+
+
+@dataclass(slots=True)
+class HookOutcome:
+    """The combined answer of every hook run for one event.
+
+    Attributes:
+        blocked: A hook exited with 2 or answered ``decision: block``. For PreToolUse the tool
+            call is refused; for Stop / SubagentStop the agent keeps going with
+            ``block_reason`` as its next input; for UserPromptSubmit the prompt is dropped.
+        block_reason: The blocking hooks' stderr (exit 2) or JSON ``reason``, one per line.
+        permission_decision: The strictest ``permissionDecision`` given: deny, then ask,
+            then allow; None when no hook gave one.
+        permission_reason: The reason that came with the winning decision.
+        updated_input: Replacement tool input (later hooks' keys override earlier ones).
+        additional_context: Text for the model (``additionalContext``, or plain stdout of
+            UserPromptSubmit, SessionStart and SubagentStart hooks).
+        stop: A hook answered ``continue: false``: end the agent's turn loop.
+        stop_reason: The ``stopReason`` that came with it (shown to the user).
+        system_messages: ``systemMessage`` texts for the user.
+        errors: Non-blocking failures (other exit codes, timeouts, bad JSON).
+        results: One result per hook that ran, in configuration order.
+    """
+
+    blocked: bool = False
+    block_reason: str = ""
+    permission_decision: PermissionDecision | None = None
+    permission_reason: str = ""
+    updated_input: dict[str, Any] | None = None
+    additional_context: list[str] = field(default_factory=list)
+    stop: bool = False
+    stop_reason: str = ""
+    system_messages: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    results: list[HookResult] = field(default_factory=list)
+
+
+async def run_hooks(
+    config: HookConfig,
+    event: HookEvent | str,
+    payload: Mapping[str, Any],
+    *,
+    target: str | None,
+    cwd: Path,
+    session_id: str,
+    transcript_path: str | None,
+) -> HookOutcome:
+    """Run every hook matching ``event`` and ``target`` in parallel and combine their answers.
+
+    Args:
+        config: The configured hooks.
+        event: The event being fired.
+        payload: Event fields added to the hook's stdin JSON (tool_name, tool_input,
+            agent_id, agent_type, prompt...); the common fields below take precedence.
+        target: The tool name (tool events) or agent type (Subagent events) for matchers.
+        cwd: The hooks' working directory, also ``TASKLOOM_PROJECT_DIR`` and
+            ``CLAUDE_PROJECT_DIR`` in their environment.
+        session_id: Passed in the stdin JSON.
+        transcript_path: Passed in the stdin JSON.
+
+    Returns:
+        The combined outcome; an empty one, with nothing spawned, when no hook matches.
+    """
+    hooks = config.matching(event, target)
+    if not hooks:
+        return HookOutcome()
+    name = HookEvent(event)
+    common = {"session_id": session_id, "transcript_path": transcript_path, "cwd": str(cwd)}
+    data = json.dumps({**payload, **common, "hook_event_name": str(name)}, default=str).encode()
+    env = {**os.environ, "TASKLOOM_PROJECT_DIR": str(cwd), "CLAUDE_PROJECT_DIR": str(cwd)}
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(_run_one(h.command, h.timeout, data, cwd, env)) for h in hooks]
+    return _aggregate(name, [t.result() for t in tasks])
+
+
+class _HookProtocol(asyncio.SubprocessProtocol):
+    """Collects a hook's output (bounded) and tells apart its exit and its pipes closing.
+
+    ``asyncio.subprocess.Process.wait`` returns only once the pipes close too, so a hook that
+    left a background child holding stdout would look alive until that child ends.
+    """
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.out = bytearray()
+        self.err = bytearray()
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.drained: asyncio.Future[None] = loop.create_future()
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        buf = self.out if fd == 1 else self.err
+        room = MAX_CAPTURE_BYTES - len(buf)
+        if room > 0:  # beyond the cap data is still read, so the hook never blocks on a pipe
+            buf += data[:room]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open.discard(fd)
+        if not self._open and not self.drained.done():
+            self.drained.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+async def _run_one(
+    command: str, timeout: float, data: bytes, cwd: Path, env: Mapping[str, str]
+) -> HookResult:
+    tag = "hook-" + secrets.token_hex(6)
+    started = time.monotonic()
+    loop = asyncio.get_running_loop()
+    try:
+        transport, proto = await loop.subprocess_exec(
+            _HookProtocol,
+            _SHELL,
+            "-c",
+            command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env={**env, TASK_ENV: tag},
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
+        return HookResult(command, None, "", f"cannot start hook: {exc}", False, 0.0)
+    timed_out = False
+    try:
+        stdin = transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)  # stdin=PIPE
+        # The transport buffers what the pipe cannot take yet; a hook that never reads its
+        # stdin just leaves it there, and a closed pipe is dropped quietly.
+        stdin.write(data)
+        stdin.write_eof()
+        try:
+            async with asyncio.timeout(timeout):
+                await proto.exited
+        except TimeoutError:
+            timed_out = True
+    finally:
+        # Also on cancellation: the caller going away must not leave the hook running.
+        problems = await finish_despite_cancel(_settle(transport, proto, tag))
+    stderr = proto.err.decode(errors="replace")
+    if problems:
+        stderr += "".join(f"\n[taskloom] {p}" for p in problems)
+    return HookResult(
+        command,
+        transport.get_returncode(),
+        proto.out.decode(errors="replace"),
+        stderr,
+        timed_out,
+        time.monotonic() - started,
+    )
+
+
+async def _settle(
+    transport: asyncio.SubprocessTransport, proto: _HookProtocol, tag: str
+) -> list[str]:
+    """Leave nothing of the hook running and its pipes drained; return what went wrong."""
+    problems: list[str] = []
+    pid = transport.get_pid()
+
+    async def kill(pgid: int | None) -> None:
+        leader = pid if pgid is not None else None
+        report = await kill_tree(pgid, leader=leader, tag=tag, grace=KILL_GRACE_S)
+        if not report.verified:
+            problems.append(f"processes survived the kill: {report.survivors}")
+            _log.error("hook tree %s: processes survived the kill: %s", tag, report.survivors)
+
+    try:
+        if not proto.exited.done():  # timed out or cancelled: the group leader is still ours
+            await kill(pid)
+            await asyncio.wait([proto.exited], timeout=_DRAIN_S)  # its exit status
+        elif _group_alive(pid):  # the shell exited but left children behind
+            await kill(None)
+        await asyncio.wait([proto.drained], timeout=_DRAIN_S)
+        if not proto.drained.done():  # someone outside the group (setsid) holds the pipes
+            await kill(None)
+            await asyncio.wait([proto.drained], timeout=_DRAIN_S)
+    finally:
+        transport.close()
+    return problems
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _aggregate(event: HookEvent, results: list[HookResult]) -> HookOutcome:
+    out = HookOutcome(results=results)
+    reasons: list[str] = []
+    for r in results:
+        if r.timed_out:
+            _error(out, r, f"timed out after {r.duration:.1f}s")
+        elif r.exit_code is None:
+            _error(out, r, r.stderr)
+        elif r.exit_code == 2:
+            out.blocked = True
+            reasons.append(r.stderr.strip() or f"blocked by hook {r.command!r}")
+        elif r.exit_code != 0:
+            _error(out, r, f"exit code {r.exit_code}: {r.stderr.strip()}")
+        else:
+            _apply_output(out, event, r, reasons)
+    out.block_reason = "\n".join(reasons)
+    return out
+
+
+def _error(out: HookOutcome, result: HookResult, message: str) -> None:
+    text = f"hook {result.command!r}: {message}"
+    _log.warning("%s", text)
+    out.errors.append(text)
+
+
+def _apply_output(out: HookOutcome, event: HookEvent, r: HookResult, reasons: list[str]) -> None:
+    """Fold a successful hook's stdout into ``out``: JSON when it starts with ``{``."""
+    text = r.stdout.strip()
+    if not text.startswith("{"):
+        if text and event in _STDOUT_IS_CONTEXT:
+            out.additional_context.append(text)
+        return
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _error(out, r, f"invalid JSON output: {exc}")
+        return
+    if data.get("continue") is False:
+        out.stop = True
+        out.stop_reason = out.stop_reason or _text(data.get("stopReason"))
+    decision = data.get("decision")
+    if decision == "block":
+        out.blocked = True
+        reasons.append(_text(data.get("reason")) or f"blocked by hook {r.command!r}")
+    elif decision == "approve" and event is HookEvent.PRE_TOOL_USE:
+        _decide(out, "allow", _text(data.get("reason")))  # the older PreToolUse spelling
+    if message := _text(data.get("systemMessage")):
+        out.system_messages.append(message)
+    specific = data.get("hookSpecificOutput")
+    if not isinstance(specific, dict):
+        return
+    permission = specific.get("permissionDecision")
+    if permission in _RANK:
+        _decide(out, permission, _text(specific.get("permissionDecisionReason")))
+    elif permission is not None:
+        _error(out, r, f"unknown permissionDecision {permission!r} ignored")
+    updated = specific.get("updatedInput")
+    if isinstance(updated, dict):
+        out.updated_input = {**(out.updated_input or {}), **updated}
+    if context := _text(specific.get("additionalContext")):
+        out.additional_context.append(context)
+
+
+def _decide(out: HookOutcome, decision: PermissionDecision, reason: str) -> None:
+    """Keep the strictest decision (deny > ask > allow) with its reason."""
+    current = out.permission_decision
+    if current is None or _RANK[decision] > _RANK[current]:
+        out.permission_decision = decision
+        out.permission_reason = reason
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,204 @@
+"""The Agent tool: delegate a task to a subagent, in the foreground or the background."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, model_validator
+
+from taskloom.errors import ToolError
+from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.agents.service import AgentService, SpawnResult
+
+DESCRIPTION = """Launch a subagent to handle a task on its own, with its own context window.
+
+- Give a short `description` (3-5 words) and a complete, self-contained `prompt`: the agent
+  sees nothing of this conversation. Say exactly what to return.
+- `subagent_type` picks a specialised agent (default general-purpose); see the list below.
+- Launch independent agents in ONE message to run them in parallel. With
+  `run_in_background: true` you get its id at once and are notified (with its answer) when it
+  ends; keep working meanwhile instead of waiting.
+- To continue an agent (running or finished), use SendMessage with its id or name.
+- Its answer is not shown to the user: relay what matters."""
+
+AgentMode = Literal["acceptEdits", "bypassPermissions", "default", "dontAsk", "plan"]
+
+
+class AgentInput(ToolInput):
+    """Input of :class:`AgentTool`."""
+
+    description: str = Field(description="A short (3-5 word) description of the task.")
+    prompt: str = Field(description="The task for the agent to perform.")
+    subagent_type: str | None = Field(default=None, description="The agent type to use.")
+    model: Literal["sonnet", "opus", "haiku"] | None = Field(
+        default=None, description="Model override for this agent."
+    )
+    run_in_background: bool | None = Field(
+        default=None, description="Run in the background; you are notified when it ends."
+    )
+    name: str | None = Field(default=None, description="A name to address it by (SendMessage).")
+    team_name: str | None = Field(default=None, description="Team to spawn a teammate into.")
+    mode: AgentMode | None = Field(default=None, description="Permission mode for the agent.")
+    isolation: Literal["worktree", "remote"] | None = Field(
+        default=None, description="Run in an isolated git worktree, or remotely."
+    )
+    cwd: str | None = Field(default=None, description="Absolute working directory.")
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> AgentInput:
+        if self.cwd is not None and self.isolation is not None:
+            raise ValueError("cwd and isolation cannot be used together")
+        return self
+
+
+def background_disabled(settings: dict[str, Any]) -> bool:
+    """Background agents switched off by env or setting."""
+    env = os.environ.get("TASKLOOM_DISABLE_BACKGROUND_TASKS", "")
+    return env.lower() in ("1", "true", "yes") or settings.get("enableRunInBackground") is False
+
+
+class AgentTool(Tool[AgentInput]):
+    """Spawns subagents through an :class:`~taskloom.agents.service.AgentService`."""
+
+    name = "Agent"
+    description = DESCRIPTION
+    Input = AgentInput
+    kind = "other"
+    concurrency_safe = True
+
+    def __init__(
+        self,
+        service: AgentService,
+        *,
+        enable_run_in_background: bool = True,
+        teammate: bool = False,
+        in_process_teammate: bool = False,
+    ) -> None:
+        """Serve ``service``; the flags shape the schema (seed 002 and the teammate rules)."""
+        self.service = service
+        self.enable_run_in_background = enable_run_in_background and not background_disabled(
+            service.settings
+        )
+        self.teammate = teammate
+        self.in_process_teammate = in_process_teammate
+
+    @property
+    def _hidden(self) -> set[str]:
+        hidden = set()
+        if not self.enable_run_in_background or self.in_process_teammate:
+            hidden.add("run_in_background")
+        if self.teammate or self.in_process_teammate:
+            hidden |= {"name", "team_name", "mode"}
+        return hidden
+
+    def input_schema(self) -> dict[str, Any]:
+        """The schema, without the fields this context does not offer."""
+        schema = super().input_schema()
+        for name in self._hidden:
+            schema["properties"].pop(name, None)
+        return schema
+
+    def spec(self) -> Any:
+        """Offered with the list of agent types."""
+        from taskloom.models.base import ToolSpec
+
+        lines = [
+            f"- {d.agent_type}: {d.when_to_use}"
+            for d in sorted(self.service.catalog.active.values(), key=lambda d: d.agent_type)
+        ]
+        text = f"{self.description}\n\nAvailable agent types:\n" + "\n".join(lines)
+        return ToolSpec(self.name, text, self.input_schema())
+
+    def validate(self, raw: Any) -> AgentInput | ToolResult:
+        """Refuse fields this context does not offer, even when forced."""
+        if isinstance(raw, dict):
+            forced = sorted(k for k in self._hidden if raw.get(k) is not None)
+            if forced:
+                return tool_error(
+                    f"InputValidationError: Agent: {', '.join(forced)}: not available here"
+                    + (" (background agents are disabled)" if "run_in_background" in forced else "")
+                )
+        return super().validate(raw)
+
+    def permission_target(self, params: AgentInput, ctx: ToolContext) -> str | None:
+        """``Agent(Explore)`` rules match the agent type."""
+        return params.subagent_type or "general-purpose"
+
+    def denied_message(self, params: AgentInput, reason: str, rule: Any) -> str:
+        """Claude Code's wording when an ``Agent(X)`` rule refuses a type."""
+        if rule is not None and getattr(rule, "content", None):
+            kind = params.subagent_type or "general-purpose"
+            return (
+                f"Agent type '{kind}' has been denied by permission rule "
+                f"'Agent({rule.content})' from settings."
+            )
+        return reason
+
+    async def call(self, params: AgentInput, ctx: ToolContext) -> ToolResult:
+        """Spawn and report."""
+        from taskloom.agents.service import SpawnRequest
+
+        if params.team_name:
+            return tool_error(
+                "teammate_spawned is not available yet: agent teams (team_name) are not "
+                "implemented in this version. Spawn a subagent without team_name."
+            )
+        if params.isolation is not None:
+            return tool_error(
+                f"isolation '{params.isolation}' is not available yet in this version; "
+                "spawn the agent without it (it will work in the current directory)."
+            )
+        if params.cwd is not None and not os.path.isabs(params.cwd):
+            return tool_error(f"cwd must be an absolute path, got {params.cwd!r}")
+        request = SpawnRequest(
+            description=params.description,
+            prompt=params.prompt,
+            subagent_type=params.subagent_type,
+            model=params.model,
+            run_in_background=bool(params.run_in_background),
+            name=params.name,
+            mode=params.mode,
+            cwd=params.cwd,
+        )
+        try:
+            result = await self.service.spawn(request, ctx)
+        except ToolError as exc:
+            return tool_error(str(exc))
+        return render(result)
+
+
+def render(result: SpawnResult) -> ToolResult:
+    """The Agent tool's answer, as text for the model and data for scripts."""
+    data: dict[str, Any] = {
+        "status": result.status,
+        "agentId": result.agent_id,
+        "agentType": result.agent_type,
+        "description": result.description,
+        "prompt": result.prompt,
+        "outputFile": result.output_file,
+    }
+    how = (
+        f"agentId: {result.agent_id} (use SendMessage with to: '{result.agent_id}' to continue it)"
+    )
+    if result.status == "async_launched":
+        text = (
+            f"Async agent launched successfully.\n{how}\n"
+            "The agent is working in the background. You will be notified automatically when "
+            "it completes; do not wait for it or duplicate its work.\n"
+            f"output_file: {result.output_file} (its progress, and its answer when done)"
+        )
+        return ToolResult(text, data=data)
+    data.update(
+        content=result.content,
+        totalToolUseCount=result.total_tool_uses,
+        totalTokens=result.total_tokens,
+        totalDurationMs=result.duration_ms,
+    )
+    text = (
+        f"{result.content}\n\n{how}\n<usage>total_tokens: {result.total_tokens}\n"
+        f"tool_uses: {result.total_tool_uses}\nduration_ms: {result.duration_ms}</usage>"
+    )
+    return ToolResult(text, data=data)

@@ -90,9 +90,20 @@ def child_main(size_mib: int, timeout: float) -> None:
 
 def run_taskloom(size_mib: int, timeout: float, env: dict[str, str]) -> dict[str, float]:
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", "--size-mib", str(size_mib),
-         "--timeout", str(timeout)],
-        env=env, capture_output=True, text=True, timeout=timeout + 60, check=False,
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            "--size-mib",
+            str(size_mib),
+            "--timeout",
+            str(timeout),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+        check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"taskloom child failed ({proc.returncode}): {proc.stderr.strip()}")

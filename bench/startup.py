@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,36 +22,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import child_max_rss_mib
 
 from fake_servers import FakeAnthropicServer
 
 TIME_TARGET_S = 0.35
 RSS_TARGET_MIB = 80.0
-
-
-def child_max_rss_mib(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:
-    """Run ``cmd`` in a fresh process; return (wall seconds, its peak RSS in MiB)."""
-    # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: fork a dedicated helper
-    # per measurement so earlier children do not mask it.
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.close(read_fd)
-        start = time.monotonic()
-        subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=60, check=False)
-        wall = time.monotonic() - start
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        os.write(write_fd, f"{wall} {rss}".encode())
-        os._exit(0)
-    os.close(write_fd)
-    data = b""
-    while chunk := os.read(read_fd, 1024):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    wall_s, rss_s = data.decode().split()
-    return float(wall_s), float(rss_s)
 
 
 def one_run(home: str, workdir: str) -> tuple[float, float]:
@@ -89,8 +65,10 @@ def main() -> int:
     home = tempfile.mkdtemp(prefix="taskloom-bench-")
     workdir = tempfile.mkdtemp(prefix="taskloom-bench-cwd-")
     try:
-        floor = [child_max_rss_mib([sys.executable, "-c", "pass"], dict(os.environ), workdir)
-                 for _ in range(args.runs)]
+        floor = [
+            child_max_rss_mib([sys.executable, "-c", "pass"], dict(os.environ), workdir)
+            for _ in range(args.runs)
+        ]
         runs = [one_run(home, workdir) for _ in range(args.runs + 1)][1:]  # first warms caches
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -106,10 +84,14 @@ def main() -> int:
     print(f"peak_rss_mib_max: {max(rss):.1f}")
     t = statistics.median(times)
     r = max(rss)
-    print(f"{'PASS' if t <= TIME_TARGET_S else 'FAIL'}: first request {t:.3f} s "
-          f"(target <= {TIME_TARGET_S} s)")
-    print(f"{'PASS' if r <= RSS_TARGET_MIB else 'FAIL'}: peak RSS {r:.1f} MiB "
-          f"(target <= {RSS_TARGET_MIB:.0f} MiB)")
+    print(
+        f"{'PASS' if t <= TIME_TARGET_S else 'FAIL'}: first request {t:.3f} s "
+        f"(target <= {TIME_TARGET_S} s)"
+    )
+    print(
+        f"{'PASS' if r <= RSS_TARGET_MIB else 'FAIL'}: peak RSS {r:.1f} MiB "
+        f"(target <= {RSS_TARGET_MIB:.0f} MiB)"
+    )
     return 0
 
 

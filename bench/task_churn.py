@@ -155,9 +155,7 @@ def main() -> int:
     iso_ms = [x * 1000 for x in res["isolated"]]  # type: ignore[attr-defined]
     batches: list[int] = res["batches"]  # type: ignore[assignment]
     rate = args.tasks / elapsed
-    correct = (
-        res["received"] == args.tasks and res["duplicates"] == 0 and res["leftover"] == 0
-    )
+    correct = res["received"] == args.tasks and res["duplicates"] == 0 and res["leftover"] == 0
     print(f"tasks: {args.tasks}")
     print(f"burst: {args.burst}")
     print(f"elapsed_s: {elapsed:.3f}")

@@ -337,3 +337,147 @@ def test_terminating_the_parent_stops_every_child_agent_and_their_shells(tmp_pat
     assert len(rows) == 4
     assert {r["status"] for r in rows} == {"killed"}
     # The autouse fixture fails the test if a sleep survived.
+
+
+def test_agent_permission_rule_refuses_a_type_with_claude_codes_wording(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "turns": [
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "Agent",
+                                "input": {
+                                    "description": "look",
+                                    "prompt": "x",
+                                    "subagent_type": "Explore",
+                                },
+                            }
+                        ]
+                    },
+                    {"text": "ok"},
+                ],
+            }
+        )
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskloom",
+            "-p",
+            "go",
+            "--output-format",
+            "stream-json",
+            "--model",
+            f"scripted:{tmp_path / 's.yaml'}",
+            "--disallowedTools",
+            "Agent(Explore)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    result = next(e for e in events if e["type"] == "user")["message"]["content"][0]
+    assert result["is_error"] is True
+    assert result["content"] == (
+        "<tool_use_error>Agent type 'Explore' has been denied by permission rule "
+        "'Agent(Explore)' from settings.</tool_use_error>"
+    )
+
+
+def test_agents_flag_and_background_disabled(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "turns": [
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "Agent",
+                                "input": {
+                                    "description": "x",
+                                    "prompt": "x",
+                                    "subagent_type": "shouter",
+                                    "run_in_background": True,
+                                },
+                            }
+                        ]
+                    },
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "Agent",
+                                "input": {
+                                    "description": "x",
+                                    "prompt": "x",
+                                    "subagent_type": "shouter",
+                                },
+                            }
+                        ]
+                    },
+                    {"text": "ok"},
+                ],
+                "subagents": {"shouter": {"text": "HELLO"}},
+            }
+        )
+    )
+    agents = json.dumps({"shouter": {"description": "shouts", "prompt": "Shout."}})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskloom",
+            "-p",
+            "go",
+            "--output-format",
+            "stream-json",
+            "--model",
+            f"scripted:{tmp_path / 's.yaml'}",
+            "--agents",
+            agents,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**clean_env(), "TASKLOOM_DISABLE_BACKGROUND_TASKS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert "shouter" in events[0]["agents"]
+    results = [b for e in events if e["type"] == "user" for b in e["message"]["content"]]
+    assert results[0]["is_error"] and "run_in_background: not available" in results[0]["content"]
+    assert results[1]["content"].startswith("HELLO")
+
+
+async def test_an_agents_background_shells_end_with_it(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        if request.metadata.get("agent_type") and len(request.messages) == 1:
+            return Turn(
+                tool_calls=(ToolCall("Bash", {"command": "sleep 300", "run_in_background": True}),)
+            )
+        return "done"
+
+    async with TaskRuntime() as rt:
+        service = AgentService(
+            rt,
+            catalog=load_agents(tmp_path),
+            model=FunctionModel(respond),
+            model_name="f",
+            tools=core_tools,
+            settings={},
+            policy=None,
+            cwd=tmp_path,
+        )
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        result = await service.spawn(SpawnRequest(description="d", prompt="p"), ctx)
+        assert result.status == "completed"
+        shells = [s for s in rt.subtree(result.agent_id) if s.type == "local_bash"]
+        assert len(shells) == 1 and shells[0].status == "killed"
+        assert rt.drain() == []  # the agent is gone: nobody to tell about its shell

@@ -1,4 +1,5 @@
-"""The ``taskloom`` command: headless print mode, and the ``demo`` and ``tasks`` commands.
+"""The ``taskloom`` command: headless print mode, and the ``demo``, ``tasks`` and ``agents``
+commands.
 
 ``taskloom -p PROMPT [flags]`` follows Claude Code's print mode (DESIGN §3.5). Subcommand
 modules are imported inside their commands so each pays only for what it uses at start-up.
@@ -66,6 +67,7 @@ def _print_parser() -> argparse.ArgumentParser:
     parser.add_argument("--append-system-prompt", help="Added to the system prompt.")
     parser.add_argument("--settings", help="A settings file or JSON string.")
     parser.add_argument("-r", "--resume", help="Continue this session id.")
+    parser.add_argument("--agents", help="Extra agent definitions as a JSON object.")
     return parser
 
 
@@ -108,6 +110,7 @@ def run_print_mode(args: list[str]) -> int:
         append_system_prompt=ns.append_system_prompt,
         settings=ns.settings,
         resume=ns.resume,
+        agents=ns.agents,
     )
     return main_print(options)
 

@@ -48,6 +48,7 @@ class PrintOptions:
     append_system_prompt: str | None = None
     settings: str | None = None
     resume: str | None = None
+    agents: str | None = None
 
 
 class Emitter:
@@ -170,7 +171,7 @@ async def run_print(opts: PrintOptions) -> int:
         raise UserError(f"No conversation found with session ID: {opts.resume}")
     async with TaskRuntime(session_id=opts.resume) as runtime:
         hooks = HookConfig.from_settings(settings)
-        service = _agent_service(runtime, model, settings, policy, cwd, profile, hooks)
+        service = _agent_service(runtime, model, settings, policy, cwd, profile, hooks, opts.agents)
         tools = [
             t
             for t in [
@@ -320,6 +321,7 @@ def _agent_service(
     cwd: Path,
     profile: str,
     hooks: Any,
+    agents_json: str | None,
 ) -> Any:
     from taskloom.agents.loader import load_agents
     from taskloom.agents.service import AgentService
@@ -334,7 +336,7 @@ def _agent_service(
 
     return AgentService(
         runtime,
-        catalog=load_agents(cwd),
+        catalog=load_agents(cwd, flag_json=agents_json),
         model=model,
         model_name=model.name,
         tools=lambda: core_tools(profile),

@@ -1,5 +1,4 @@
-"""The ``taskloom`` command: headless print mode, and the ``demo``, ``tasks`` and ``agents``
-commands.
+"""The ``taskloom`` command: headless print mode, and the demo, tasks and agents commands.
 
 ``taskloom -p PROMPT [flags]`` follows Claude Code's print mode (DESIGN §3.5). Subcommand
 modules are imported inside their commands so each pays only for what it uses at start-up.

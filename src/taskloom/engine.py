@@ -156,6 +156,8 @@ class Engine:
         self.num_turns = 0
         self.tool_uses = 0
         self.api_seconds = 0.0
+        #: Set when a hook answered ``continue: false``: the loop ends after this turn.
+        self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
         self.denials: list[dict[str, Any]] = []
 
@@ -196,6 +198,9 @@ class Engine:
                 self.messages.append(message)
                 yield UserTurn(message, "tool_results", tuple(notes))
                 self._ack(notes)
+                if self.stop_reason is not None:
+                    yield Finished("end_turn", self.stop_reason)
+                    return
                 continue
             sent = self._take_inbox()
             if sent:
@@ -263,6 +268,10 @@ class Engine:
             )
         return final
 
+    def last_text(self) -> str:
+        """The text of the last answer (no tool blocks)."""
+        return self._last_text()
+
     def _last_text(self) -> str:
         for message in reversed(self.messages):
             if message.role == "assistant":
@@ -303,6 +312,8 @@ class Engine:
         pre = await self.run_hook(
             "PreToolUse", tool.name, tool_name=tool.name, tool_input=raw, tool_use_id=call.id
         )
+        if pre is not None and pre.stop:
+            self.stop_reason = pre.stop_reason or "stopped by a PreToolUse hook"
         if pre is not None:
             if pre.blocked:
                 return tool_error(f"Blocked by a PreToolUse hook: {pre.block_reason}")
@@ -334,15 +345,27 @@ class Engine:
         except Exception as exc:  # a tool bug must not end the conversation
             log.exception("tool %s failed", tool.name)
             result = tool_error(f"Error: {type(exc).__name__}: {exc}")
-        event = "PostToolUseFailure" if result.is_error else "PostToolUse"
-        post = await self.run_hook(
-            event,
-            tool.name,
-            tool_name=tool.name,
-            tool_input=raw,
-            tool_use_id=call.id,
-            tool_response=result.content,
-        )
+        if result.is_error:
+            post = await self.run_hook(
+                "PostToolUseFailure",
+                tool.name,
+                tool_name=tool.name,
+                tool_input=raw,
+                tool_use_id=call.id,
+                error=result.content,
+                is_interrupt=False,
+            )
+        else:
+            post = await self.run_hook(
+                "PostToolUse",
+                tool.name,
+                tool_name=tool.name,
+                tool_input=raw,
+                tool_use_id=call.id,
+                tool_response=result.data if result.data is not None else result.content,
+            )
+        if post is not None and post.stop:
+            self.stop_reason = post.stop_reason or "stopped by a PostToolUse hook"
         if post is not None and (post.blocked or post.additional_context):
             feedback = "\n".join([post.block_reason, *post.additional_context]).strip()
             result = ToolResult(

@@ -75,7 +75,7 @@ class AgentRun:
             await asyncio.wait_for(asyncio.shield(driver), 30.0)
 
     async def detach(self) -> None:
-        """Agents cannot outlive their session (seed 002): detaching stops them."""
+        """Agents cannot outlive their session (seed 002): detaching stops them (recorded)."""
         await self.kill()
 
     def on_background(self) -> None:
@@ -118,39 +118,48 @@ class AgentRun:
             self.output = None
 
     async def _drive(self, prompt: str | Message) -> None:
-        self._open_files()
         engine = self.engine
         kind = engine.config.metadata.get("agent_type")
         try:
+            self._open_files()
             start = await engine.run_hook("SubagentStart", kind, agent_type=kind)
             if start is not None and start.additional_context and isinstance(prompt, str):
                 prompt = "\n\n".join([prompt, *start.additional_context])
-            async for event in engine.run(prompt):
-                self._record(event)
-            for again in range(MAX_STOP_CONTINUATIONS):
-                stop = await engine.run_hook(
-                    "SubagentStop",
-                    kind,
-                    agent_type=kind,
-                    agent_transcript_path=str(sidechain_path(self.runtime, self.agent_id)),
-                    stop_hook_active=again > 0,
-                )
-                if stop is None or not stop.blocked or not stop.block_reason.strip():
-                    break
-                # Exit code 2: keep going, with the hook's stderr as the next input.
-                async for event in engine.run(stop.block_reason):
+            next_input: str | Message | None = prompt
+            while next_input is not None:
+                async for event in engine.run(next_input):
                     self._record(event)
-            result = _final_text(self.engine.messages)
-            if self.output is not None:
-                self.output.append(f"\n{result}\n")
+                await self._stop_hooks(kind)
+                # A message sent while the hooks ran must not be lost: no await between
+                # this last look at the inbox and the terminal update below.
+                sent = self.take_inbox()
+                next_input = "\n\n".join(sent) if sent else None
+            result = engine.last_text()
             self.runtime.update(self.agent_id, lambda s: self._ended(s, result=result))
         except asyncio.CancelledError:
-            raise  # the killer records the end
+            # Killed (or its parent cancelled): record it here, so every end goes through here.
+            self.runtime.update(self.agent_id, _killed)
+            raise
         except Exception as exc:  # a failed agent must not take its parent down
             error = str(exc) if isinstance(exc, TaskloomError) else f"{type(exc).__name__}: {exc}"
             self.runtime.update(self.agent_id, lambda s: self._ended(s, error=error))
         finally:
             await finish_despite_cancel(self._cleanup())
+
+    async def _stop_hooks(self, kind: str | None) -> None:
+        """SubagentStop hooks; exit code 2 sends the agent back to work with their stderr."""
+        for again in range(MAX_STOP_CONTINUATIONS):
+            stop = await self.engine.run_hook(
+                "SubagentStop",
+                kind,
+                agent_type=kind,
+                agent_transcript_path=str(sidechain_path(self.runtime, self.agent_id)),
+                stop_hook_active=again > 0,
+            )
+            if stop is None or not stop.blocked or not stop.block_reason.strip():
+                return
+            async for event in self.engine.run(stop.block_reason):
+                self._record(event)
 
     async def _cleanup(self) -> None:
         try:
@@ -200,13 +209,8 @@ class AgentRun:
             self.runtime.update(self.agent_id, progress)
         elif isinstance(event, UserTurn) and transcript is not None:
             transcript.append(event.message, origin=event.origin)
-            if event.notifications:
-                self.runtime.ack(event.notifications)
             self.runtime.update(self.agent_id, lambda s: s.replace(**self._totals(s)))
 
 
-def _final_text(messages: list[Message]) -> str:
-    for message in reversed(messages):
-        if message.role == "assistant":
-            return message.text()
-    return ""
+def _killed(state: AgentTaskState) -> AgentTaskState:
+    return state if state.terminal else state.replace(status=TaskStatus.KILLED)

@@ -22,7 +22,7 @@ from taskloom.errors import ToolError
 from taskloom.prompts import environment
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 from taskloom.tools.base import FileState, Tool, ToolContext
-from taskloom.transcript import load_messages, repair
+from taskloom.transcript import TranscriptWriter, load_messages, repair
 
 if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 DEFAULT_AUTO_BACKGROUND_MS = 120_000
 #: Most characters of a foreground agent's answer returned inline.
 MAX_RESULT_CHARS = 100_000
+#: Permission modes from loosest to strictest.
+_STRICTNESS = {"bypassPermissions": 0, "acceptEdits": 1, "default": 2, "dontAsk": 3, "plan": 4}
 
 AGENT_SUFFIX = """You are a subagent: you were given one task by another agent, which sees only your
 final message. Do the task with your tools, then answer with a complete, self-contained report
@@ -155,10 +157,18 @@ class AgentService:
         own = HookConfig.parse(definition.hooks, source=f"agent {definition.agent_type}")
         return self.hooks.merged(own) if self.hooks else own
 
-    def _policy_for(self, mode: str | None) -> PermissionPolicy | None:
-        if self.policy is None or not mode:
-            return self.policy
-        return self.policy.with_mode(mode)
+    def _policy_for(self, requested: str | None, defined: str | None) -> PermissionPolicy | None:
+        """The agent's policy: its file's mode, then a mode the model asked for if stricter.
+
+        A definition file is the user's word and may loosen the mode; the model may only
+        tighten it — otherwise ``mode: bypassPermissions`` would escape every rule.
+        """
+        if self.policy is None:
+            return None
+        policy = self.policy.with_mode(defined) if defined else self.policy
+        if requested and _STRICTNESS.get(requested, -1) > _STRICTNESS.get(str(policy.mode), -1):
+            policy = policy.with_mode(requested)
+        return policy
 
     def build_engine(
         self,
@@ -192,7 +202,7 @@ class AgentService:
             agent_id=agent_id,
             cwd=cwd,
             max_turns=definition.max_turns,
-            permissions=self._policy_for(request.mode or definition.permission_mode),
+            permissions=self._policy_for(request.mode, definition.permission_mode),
             headless=True,
             wait_for_tasks=False,
             settings=self.settings,
@@ -255,7 +265,7 @@ class AgentService:
         limit_ms = auto_background_ms(self.settings)
         moved = asyncio.ensure_future(run.backgrounded.wait())
         try:
-            await asyncio.wait(
+            done, _ = await asyncio.wait(
                 [driver, moved],
                 timeout=limit_ms / 1000 if limit_ms else None,
                 return_when=asyncio.FIRST_COMPLETED,
@@ -266,9 +276,13 @@ class AgentService:
             raise
         finally:
             moved.cancel()
+        if moved in done and not driver.done():
+            return self._launched(run.agent_id, definition, request)  # moved from outside
         if not driver.done() and self.runtime.background(run.agent_id):
-            return self._launched(run.agent_id, definition, request)
-        await asyncio.shield(driver)
+            return self._launched(run.agent_id, definition, request)  # timed out
+        # Its end is recorded by the run itself (even a kill): wait without inheriting a
+        # cancellation that was aimed at the child.
+        await asyncio.wait([driver])
         state = self.runtime.get(run.agent_id)
         assert isinstance(state, AgentTaskState)
         if state.status != TaskStatus.COMPLETED:
@@ -334,14 +348,28 @@ class AgentService:
                 f"Message queued for agent {agent_id}; it will see it at its next tool "
                 "boundary, before its next model request."
             )
-        self._resume(agent_id, state, message)
+        await self._resume(agent_id, state, message)
         return (
             f"Agent {agent_id} had {state.status.value}; it was resumed in the background with "
             "your message. You will be notified when it finishes."
         )
 
-    def _resume(self, agent_id: str, state: AgentTaskState, message: str) -> None:
+    async def _resume(self, agent_id: str, state: AgentTaskState, message: str) -> None:
         run = self.runs.get(agent_id)
+        if run is not None and run.driver is not None and not run.driver.done():
+            # Still cleaning up after its last run (killing its shells): let that finish first,
+            # or it would close the files and the owner of the new run.
+            await asyncio.wait([run.driver], timeout=60)
+        if run is not None:
+            # A run killed mid-call left tool calls unanswered: the API would refuse it.
+            run.engine.messages, added = repair(run.engine.messages)
+            if added:
+                writer = TranscriptWriter(
+                    sidechain_path(self.runtime, agent_id), self.runtime.session_id
+                )
+                for extra in added:
+                    writer.append(extra, origin="tool_results")
+                writer.close()
         if run is None:  # not started by this process: rebuild it from its transcript
             definition = self.definition(state.agent_type)
             messages, _ = repair(load_messages(sidechain_path(self.runtime, agent_id)))

@@ -334,18 +334,26 @@ def _agent_service(
         def resolver(spec: str) -> Any:
             return resolve_model(spec, settings)
 
-    return AgentService(
+    from taskloom.tools.agent import AgentTool
+    from taskloom.tools.send_message import SendMessageTool
+
+    def agent_tools() -> list[Any]:
+        # What a subagent may be given (filtered per agent: Agent only when nesting is on).
+        return [*core_tools(profile), SendMessageTool(service), AgentTool(service)]
+
+    service = AgentService(
         runtime,
         catalog=load_agents(cwd, flag_json=agents_json),
         model=model,
         model_name=model.name,
-        tools=lambda: core_tools(profile),
+        tools=agent_tools,
         settings=settings,
         policy=policy,
         cwd=cwd,
         resolve_model=resolver,
         hooks=hooks,
     )
+    return service
 
 
 def _api_key_source() -> str:

@@ -1,0 +1,210 @@
+"""Subagent edge cases: permission escalation, hand-off races, kills, late messages."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from helpers import wait_until
+from taskloom.agents.loader import load_agents
+from taskloom.agents.service import AgentService, SpawnRequest
+from taskloom.errors import ToolError
+from taskloom.hooks import HookConfig
+from taskloom.messages import TextBlock, ToolResultBlock
+from taskloom.models.base import ModelRequest
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import AgentTaskState, TaskStatus
+from taskloom.testing import FunctionModel, ToolCall, Turn
+from taskloom.tools.base import ToolContext
+from taskloom.tools.registry import core_tools
+
+
+def service_for(rt: TaskRuntime, tmp_path: Path, respond: Any, **kw: Any) -> AgentService:
+    return AgentService(
+        rt,
+        catalog=load_agents(tmp_path),
+        model=FunctionModel(respond),
+        model_name="f",
+        tools=core_tools,
+        settings={},
+        policy=None,
+        cwd=tmp_path,
+        **kw,
+    )
+
+
+def valid_conversation(request: ModelRequest) -> None:
+    roles = [m.role for m in request.messages]
+    assert all(a != b for a, b in itertools.pairwise(roles)), roles
+    for i, message in enumerate(request.messages):
+        calls = {c.id for c in message.tool_uses()}
+        if calls:
+            answered = {
+                b.tool_use_id
+                for b in request.messages[i + 1].content
+                if isinstance(b, ToolResultBlock)
+            }
+            assert calls <= answered
+
+
+def test_the_model_cannot_loosen_a_subagents_permissions(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "turns": [
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "Agent",
+                                "input": {
+                                    "description": "sneaky",
+                                    "prompt": "x",
+                                    "mode": "bypassPermissions",
+                                },
+                            }
+                        ]
+                    },
+                    {"text": "ok"},
+                ],
+                "subagents": {
+                    "general-purpose": [
+                        {"tool_calls": [{"name": "Bash", "input": {"command": "touch escalated"}}]},
+                        {"text": "tried"},
+                    ]
+                },
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskloom",
+            "-p",
+            "go",
+            "--output-format",
+            "stream-json",
+            "--model",
+            f"scripted:{tmp_path / 's.yaml'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "escalated").exists()
+    assert json.loads(proc.stdout.splitlines()[-1])["subtype"] == "success"
+
+
+async def test_background_from_outside_hands_off_with_one_notification(tmp_path: Path) -> None:
+    release = asyncio.Event()
+
+    async def respond(request: ModelRequest) -> str:
+        await release.wait()
+        return "answer"
+
+    async with TaskRuntime() as rt:
+        service = service_for(rt, tmp_path, respond)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        spawn = asyncio.create_task(service.spawn(SpawnRequest(description="d", prompt="p"), ctx))
+        await wait_until(lambda: bool(service.runs), what="agent registered")
+        agent_id = next(iter(service.runs))
+        assert rt.background(agent_id)
+        result = await asyncio.wait_for(spawn, 10)
+        assert result.status == "async_launched"
+        release.set()
+        state = await rt.wait(agent_id, timeout=10)
+        assert state.status == TaskStatus.COMPLETED
+        notes = rt.drain()
+        assert [n.task_id for n in notes] == [agent_id]
+
+
+async def test_killing_a_foreground_agent_is_an_error_for_the_parent_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 30"}),))
+
+    async with TaskRuntime() as rt:
+        service = service_for(rt, tmp_path, respond)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        spawn = asyncio.create_task(service.spawn(SpawnRequest(description="d", prompt="p"), ctx))
+        await wait_until(
+            lambda: any(s.type == "local_bash" and s.status == "running" for s in rt.list()),
+            what="the agent's command",
+        )
+        agent_id = next(iter(service.runs))
+        await rt.kill(agent_id)
+        try:
+            await asyncio.wait_for(spawn, 10)
+            raised = None
+        except ToolError as exc:
+            raised = exc
+        assert raised is not None and "killed" in str(raised)
+        assert rt.get(agent_id).status == TaskStatus.KILLED  # type: ignore[union-attr]
+
+
+async def test_a_killed_agent_resumes_with_a_valid_conversation(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        valid_conversation(request)
+        if len(request.messages) == 1:
+            return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 30"}),))
+        return "resumed fine"
+
+    async with TaskRuntime() as rt:
+        service = service_for(rt, tmp_path, respond)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        launched = await service.spawn(
+            SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
+        )
+        await wait_until(
+            lambda: any(s.type == "local_bash" and s.status == "running" for s in rt.list()),
+            what="the agent's command",
+        )
+        await rt.kill(launched.agent_id)
+        rt.ack(rt.drain())
+        await service.send(launched.agent_id, "carry on", ctx)
+        await wait_until(lambda: rt.get(launched.agent_id).terminal, what="resumed run")  # type: ignore[union-attr]
+        state = rt.get(launched.agent_id)
+        assert isinstance(state, AgentTaskState) and state.result == "resumed fine", state
+
+
+async def test_a_message_sent_while_stop_hooks_run_is_not_lost(tmp_path: Path) -> None:
+    marker = tmp_path / "hook-running"
+    hooks = HookConfig.from_settings(
+        {
+            "hooks": {
+                "SubagentStop": [
+                    {"hooks": [{"type": "command", "command": f"touch {marker}; sleep 0.5"}]}
+                ]
+            }
+        }
+    )
+
+    def respond(request: ModelRequest) -> str:
+        last = request.messages[-1]
+        text = " ".join(b.text for b in last.content if isinstance(b, TextBlock))
+        return "saw the late message" if "late message" in text else "first answer"
+
+    async with TaskRuntime() as rt:
+        service = service_for(rt, tmp_path, respond, hooks=hooks)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        launched = await service.spawn(
+            SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
+        )
+        await wait_until(marker.exists, what="the stop hook to start")
+        reply = await service.send(launched.agent_id, "a late message", ctx)
+        assert "queued" in reply
+        state = await rt.wait(launched.agent_id, timeout=20)
+        assert isinstance(state, AgentTaskState) and state.result == "saw the late message"

@@ -16,7 +16,7 @@ import random
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import httpx
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
@@ -251,3 +251,35 @@ class HttpTransport:
                 ) from error
             await asyncio.sleep(self.policy.delay(attempt, hint))
             attempt += 1
+
+
+class HttpModel:
+    """What the HTTP providers share: the transport, and closing it.
+
+    Attributes:
+        provider: Name used in error messages.
+    """
+
+    provider: ClassVar[str] = "HTTP"
+    name: str
+
+    def _init_transport(
+        self,
+        max_retries: int,
+        retry_base_delay: float,
+        timeout: float,
+        client: httpx.AsyncClient | None,
+    ) -> None:
+        self._transport = HttpTransport(
+            self.provider, RetryPolicy(max_retries, retry_base_delay), timeout, client
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this model created it."""
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

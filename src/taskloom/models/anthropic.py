@@ -17,8 +17,7 @@ from taskloom.errors import ModelError
 from taskloom.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 from taskloom.models._http import (
     EventParser,
-    HttpTransport,
-    RetryPolicy,
+    HttpModel,
     env_default,
     load_event,
     parse_tool_input,
@@ -138,7 +137,7 @@ class _Assembly:
             yield ToolInputDelta(index, block.parts[-1])
 
 
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """A Claude model over the Anthropic Messages API (or a compatible proxy).
 
     Args:
@@ -171,19 +170,7 @@ class AnthropicModel:
         self.auth_token = env_default(auth_token, "ANTHROPIC_AUTH_TOKEN")
         base = env_default(base_url, "ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
-        self._transport = HttpTransport(
-            self.provider, RetryPolicy(max_retries, retry_base_delay), timeout, client
-        )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this model created it."""
-        await self._transport.aclose()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        self._init_transport(max_retries, retry_base_delay, timeout, client)
 
     def headers(self) -> dict[str, str]:
         """The request headers (credentials included)."""

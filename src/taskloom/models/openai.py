@@ -35,8 +35,7 @@ from taskloom.messages import (
 )
 from taskloom.models._http import (
     EventParser,
-    HttpTransport,
-    RetryPolicy,
+    HttpModel,
     env_default,
     load_event,
     parse_tool_input,
@@ -203,7 +202,7 @@ class _Assembly:
         )
 
 
-class OpenAIModel:
+class OpenAIModel(HttpModel):
     """A model behind an OpenAI-compatible Chat Completions endpoint.
 
     Args:
@@ -234,19 +233,7 @@ class OpenAIModel:
         self.api_key = env_default(api_key, "OPENAI_API_KEY")
         base = env_default(base_url, "OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
-        self._transport = HttpTransport(
-            self.provider, RetryPolicy(max_retries, retry_base_delay), timeout, client
-        )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this model created it."""
-        await self._transport.aclose()
-
-    async def __aenter__(self) -> OpenAIModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        self._init_transport(max_retries, retry_base_delay, timeout, client)
 
     def headers(self) -> dict[str, str]:
         """The request headers (credentials included)."""

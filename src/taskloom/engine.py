@@ -332,6 +332,7 @@ class Engine:
             files=self.files,
             agent_id=self.config.agent_id,
             settings=self.config.settings,
+            engine=self,
         )
         hook_allows = pre is not None and pre.permission_decision == "allow"
         denied = None if hook_allows else self._check_permission(tool, params, ctx, raw)

@@ -84,8 +84,8 @@ class AgentRun:
 
     # -- running ------------------------------------------------------------------------------
 
-    def start(self, prompt: str | Message) -> asyncio.Task[None]:
-        """Run the engine on ``prompt`` in a task of its own."""
+    def start(self, prompt: str | Message | None) -> asyncio.Task[None]:
+        """Run the engine on ``prompt`` (None: its history is ready) in a task of its own."""
         self.started = time.monotonic()
         self.backgrounded = asyncio.Event()
         self.driver = asyncio.get_running_loop().create_task(self._drive(prompt))
@@ -117,7 +117,7 @@ class AgentRun:
             self.output.close()
             self.output = None
 
-    async def _drive(self, prompt: str | Message) -> None:
+    async def _drive(self, prompt: str | Message | None) -> None:
         engine = self.engine
         kind = engine.config.metadata.get("agent_type")
         try:
@@ -126,7 +126,9 @@ class AgentRun:
             if start is not None and start.additional_context and isinstance(prompt, str):
                 prompt = "\n\n".join([prompt, *start.additional_context])
             next_input: str | Message | None = prompt
-            while next_input is not None:
+            first = True
+            while first or next_input is not None:
+                first = False
                 async for event in engine.run(next_input):
                     self._record(event)
                 await self._stop_hooks(kind)

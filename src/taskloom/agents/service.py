@@ -7,6 +7,7 @@ One ``AgentService`` per session. It knows the agent catalog, how to build a sub
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.agents.filter import filter_tools
+from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.engine import Engine, EngineConfig
 from taskloom.errors import ToolError
@@ -221,6 +223,8 @@ class AgentService:
         Raises:
             ToolError: Unknown agent type, a taken name, a bad cwd.
         """
+        if request.subagent_type is None and fork_enabled(self.settings):
+            return await self._fork(request, ctx)
         definition = self.definition(request.subagent_type)
         if request.name and request.name in self.names:
             raise ToolError(f"An agent named {request.name!r} already exists")
@@ -301,6 +305,57 @@ class AgentService:
             total_tool_uses=state.tool_uses,
             total_tokens=state.total_tokens,
             duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
+        )
+
+    async def _fork(self, request: SpawnRequest, ctx: ToolContext) -> SpawnResult:
+        """A background copy of the calling agent, with the directive appended."""
+        parent: Engine | None = ctx.engine
+        if parent is None:
+            raise ToolError("Fork is not available here: no parent conversation to copy.")
+        if is_fork(parent.messages):
+            raise ToolError(NESTED_FORK_ERROR)
+        agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
+        self.runtime.register(
+            AgentTaskState(
+                id=agent_id,
+                status=TaskStatus.RUNNING,
+                description=request.description,
+                owner=ctx.owner,
+                tool_use_id=ctx.tool_use_id,
+                output_file=str(self.runtime.output_path(agent_id)),
+                is_backgrounded=True,
+                prompt=request.prompt,
+                agent_type="fork",
+                name=request.name,
+            )
+        )
+        # Same prompt, tools and model as the parent: the request prefix stays identical.
+        config = dataclasses.replace(
+            parent.config,
+            owner=agent_id,
+            agent_id=agent_id,
+            wait_for_tasks=False,
+            max_turns=None,
+            inbox=None,
+            metadata={**parent.config.metadata, "agent_type": "fork", "fork": True},
+            session_id=self.runtime.session_id,
+            transcript_path=str(sidechain_path(self.runtime, agent_id)),
+        )
+        messages = fork_messages(parent.messages, request.prompt)
+        engine = Engine(config, self.runtime, messages, parent.files.clone())
+        run = AgentRun(self.runtime, agent_id, engine)
+        self.runs[agent_id] = run
+        if request.name:
+            self.names[request.name] = agent_id
+        self.runtime.attach_handle(agent_id, run)
+        run.start(None)
+        return SpawnResult(
+            status="async_launched",
+            agent_id=agent_id,
+            agent_type="fork",
+            description=request.description,
+            prompt=request.prompt,
+            output_file=str(self.runtime.output_path(agent_id)),
         )
 
     def _launched(

@@ -76,6 +76,7 @@ class ToolContext:
         files: What this agent has read.
         agent_id: The calling subagent's id, None on the main thread.
         settings: Effective settings (a merged dict).
+        engine: The calling agent's engine (a fork copies its prompt, tools and history).
     """
 
     runtime: TaskRuntime
@@ -85,6 +86,7 @@ class ToolContext:
     files: FileState = field(default_factory=FileState)
     agent_id: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    engine: Any = None
 
 
 def tool_error(message: str) -> ToolResult:

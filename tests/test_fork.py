@@ -1,0 +1,95 @@
+"""Fork subagents: the parent's exact prefix, a directive, and no forks of forks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from taskloom.agents.fork import MARKER, NESTED_FORK_ERROR
+from taskloom.agents.loader import load_agents
+from taskloom.agents.service import AgentService
+from taskloom.engine import Engine, EngineConfig, Finished
+from taskloom.messages import TextBlock, ToolResultBlock
+from taskloom.models.base import ModelRequest
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.testing import FunctionModel, ToolCall, Turn
+from taskloom.tools.agent import AgentTool
+from taskloom.tools.registry import core_tools
+from taskloom.tools.send_message import SendMessageTool
+
+
+async def test_a_fork_continues_the_parents_exact_prefix_and_cannot_fork_again(
+    tmp_path: Path,
+) -> None:
+    main_requests: list[ModelRequest] = []
+    fork_requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if request.agent_id is None:
+            main_requests.append(request)
+            if len(main_requests) == 1:
+                return Turn(
+                    text="Forking a researcher.",
+                    tool_calls=(
+                        ToolCall(
+                            "Agent", {"description": "research", "prompt": "find the config loader"}
+                        ),
+                    ),
+                )
+            return "The fork reported back."
+        fork_requests.append(request)
+        if len(fork_requests) == 1:
+            return Turn(tool_calls=(ToolCall("Agent", {"description": "again", "prompt": "x"}),))
+        return "Scope: config loader\nResult: it is in settings.py"
+
+    async with TaskRuntime() as rt:
+        model = FunctionModel(respond)
+        service: AgentService
+
+        def tools() -> list[Any]:
+            return [*core_tools(), AgentTool(service), SendMessageTool(service)]
+
+        service = AgentService(
+            rt,
+            catalog=load_agents(tmp_path),
+            model=model,
+            model_name="m",
+            tools=core_tools,
+            settings={"forkSubagent": True},
+            policy=None,
+            cwd=tmp_path,
+        )
+        engine = Engine(
+            EngineConfig(
+                model=model,
+                system_prompt="PARENT SYSTEM PROMPT",
+                tools=tools(),
+                owner=rt.session_id,
+                cwd=tmp_path,
+                settings={"forkSubagent": True},
+            ),
+            rt,
+        )
+        events = [e async for e in engine.run("please research")]
+    assert isinstance(events[-1], Finished)
+    first_main, first_fork = main_requests[0], fork_requests[0]
+    parent_prefix = [*first_main.messages, engine.messages[1]]  # the prompt, then the fork call
+    # Byte-identical prefix: same system prompt, same tools, same messages, then the directive.
+    assert first_fork.system == first_main.system == "PARENT SYSTEM PROMPT"
+    assert [t.name for t in first_fork.tools] == [t.name for t in first_main.tools]
+    n = len(parent_prefix)
+    assert [m.model_dump() for m in first_fork.messages[:n]] == [
+        m.model_dump() for m in parent_prefix
+    ]
+    directive = first_fork.messages[n]
+    assert isinstance(directive.content[0], ToolResultBlock)
+    text = directive.content[-1]
+    assert isinstance(text, TextBlock) and text.text.startswith(MARKER)
+    assert text.text.endswith("find the config loader")
+    refused = fork_requests[1].messages[-1].content[0]
+    assert isinstance(refused, ToolResultBlock) and refused.is_error
+    assert NESTED_FORK_ERROR in refused.text()
+    delivered = " ".join(
+        b.text for m in engine.messages for b in m.content if isinstance(b, TextBlock)
+    )
+    assert "Scope: config loader" in delivered

@@ -64,6 +64,9 @@ class EngineConfig:
         inbox: Returns (and removes) messages sent to this agent while it runs; they are
             delivered at its next tool boundary, or before it would end.
         hooks: Hook configuration (PreToolUse, PostToolUse, PostToolUseFailure run here).
+        confine_to: File tools may only touch paths under this directory (a worktree).
+        cwd_source: Where the working directory is read from on each call (EnterWorktree
+            moves the main session); ``cwd`` when None.
         session_id: For hook input.
         transcript_path: For hook input.
         metadata: Extra request metadata (e.g. the agent type), for logs and test models.
@@ -85,6 +88,8 @@ class EngineConfig:
     inbox: Callable[[], list[str]] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     hooks: HookConfig | None = None
+    confine_to: Path | None = None
+    cwd_source: Callable[[], Path] | None = None
     session_id: str = ""
     transcript_path: str | None = None
 
@@ -327,13 +332,16 @@ class Engine:
         ctx = ToolContext(
             runtime=self.runtime,
             owner=self.config.owner,
-            cwd=self.config.cwd,
+            cwd=self.config.cwd_source() if self.config.cwd_source else self.config.cwd,
             tool_use_id=call.id,
             files=self.files,
             agent_id=self.config.agent_id,
             settings=self.config.settings,
             engine=self,
         )
+        outside = self._outside_confinement(tool, params, ctx)
+        if outside is not None:
+            return outside
         hook_allows = pre is not None and pre.permission_decision == "allow"
         denied = None if hook_allows else self._check_permission(tool, params, ctx, raw)
         if denied is not None:
@@ -375,6 +383,22 @@ class Engine:
                 data=result.data,
             )
         return result
+
+    def _outside_confinement(
+        self, tool: Tool[Any], params: Any, ctx: ToolContext
+    ) -> ToolResult | None:
+        root = self.config.confine_to
+        if root is None or tool.kind not in ("read", "edit"):
+            return None
+        target = tool.permission_target(params, ctx)
+        if target is None:
+            return None
+        if Path(target).resolve().is_relative_to(root.resolve()):
+            return None
+        return tool_error(
+            f"{tool.name} may only use files inside this agent's worktree {root}; "
+            f"{target} is outside it."
+        )
 
     async def run_hook(self, event: str, target: str | None, **payload: Any) -> HookOutcome | None:
         """Run the hooks of ``event`` (None when none is configured for it)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
@@ -62,6 +62,9 @@ class AgentRun:
         self.started = time.monotonic()
         self.transcript: TranscriptWriter | None = None
         self.output: DiskTaskOutput | None = None
+        #: Called once before the run ends (e.g. to finish its worktree); returns fields for
+        #: the task state and a note for the result.
+        self.finalize: Callable[[], Awaitable[tuple[dict[str, Any], str]]] | None = None
 
     # -- the task handle ----------------------------------------------------------------------
 
@@ -136,8 +139,11 @@ class AgentRun:
                 # this last look at the inbox and the terminal update below.
                 sent = self.take_inbox()
                 next_input = "\n\n".join(sent) if sent else None
-            result = engine.last_text()
-            self.runtime.update(self.agent_id, lambda s: self._ended(s, result=result))
+            fields, note = await self._finalize()
+            result = engine.last_text() + note
+            self.runtime.update(
+                self.agent_id, lambda s: self._ended(s, result=result).replace(**fields)
+            )
         except asyncio.CancelledError:
             # Killed (or its parent cancelled): record it here, so every end goes through here.
             self.runtime.update(self.agent_id, _killed)
@@ -163,8 +169,18 @@ class AgentRun:
             async for event in self.engine.run(stop.block_reason):
                 self._record(event)
 
+    async def _finalize(self) -> tuple[dict[str, Any], str]:
+        finalize, self.finalize = self.finalize, None  # once, whichever way the run ends
+        if finalize is None:
+            return {}, ""
+        return await finalize()
+
     async def _cleanup(self) -> None:
         try:
+            if self.finalize is not None:  # it failed or was killed: still keep its work
+                fields, _ = await self._finalize()
+                if fields:
+                    self.runtime.update(self.agent_id, lambda s: s.replace(**fields))
             # Shells it started are killed (exit policy cancel) unless they said otherwise.
             await self.runtime.close_owner(self.agent_id, wait_limit=600.0)
             if self.on_end is not None:

@@ -58,6 +58,7 @@ class SpawnRequest:
     name: str | None = None
     mode: str | None = None
     cwd: str | None = None
+    isolation: str | None = None
 
 
 @dataclass
@@ -232,6 +233,13 @@ class AgentService:
             raise ToolError(f"cwd {request.cwd!r} is not a directory")
         is_async = request.run_in_background or definition.background
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
+        isolation = request.isolation or definition.isolation
+        worktree = None
+        if isolation == "remote":
+            raise ToolError("isolation 'remote' is not available yet in this version")
+        if isolation == "worktree":
+            worktree = await self._create_worktree(agent_id)
+            request = dataclasses.replace(request, cwd=str(worktree.path))
         self.runtime.register(
             AgentTaskState(
                 id=agent_id,
@@ -250,6 +258,9 @@ class AgentService:
             agent_id, definition, request, is_async=is_async, files=ctx.files
         )
         run = AgentRun(self.runtime, agent_id, engine)
+        if worktree is not None:
+            engine.config.confine_to = worktree.path
+            run.finalize = self._worktree_finisher(worktree)
         self.runs[agent_id] = run
         if request.name:
             self.names[request.name] = agent_id
@@ -294,6 +305,9 @@ class AgentService:
         text = state.result or ""
         if len(text) > MAX_RESULT_CHARS:
             text = text[:MAX_RESULT_CHARS] + f"\n[truncated; full answer in {state.output_file}]"
+        extra: dict[str, Any] = {}
+        if state.worktree_path:
+            extra = {"worktreePath": state.worktree_path, "worktreeBranch": state.worktree_branch}
         return SpawnResult(
             status="completed",
             agent_id=run.agent_id,
@@ -305,7 +319,45 @@ class AgentService:
             total_tool_uses=state.tool_uses,
             total_tokens=state.total_tokens,
             duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
+            extra=extra,
         )
+
+    async def _create_worktree(self, agent_id: str) -> Any:
+        """A fresh worktree off the parent's HEAD; failing is an error, never the main tree."""
+        from taskloom.worktrees import WorktreeError, create_worktree
+
+        try:
+            return await create_worktree(
+                self.cwd,
+                f"agent-{agent_id[:8]}",
+                hooks=self.hooks,
+                session_id=self.runtime.session_id,
+            )
+        except WorktreeError as exc:
+            raise ToolError(f"Worktree isolation failed, the agent was not started: {exc}") from exc
+
+    def _worktree_finisher(self, worktree: Any) -> Any:
+        async def finish_worktree() -> tuple[dict[str, Any], str]:
+            from taskloom.worktrees import WorktreeError, finish
+
+            try:
+                outcome = await finish(
+                    worktree, hooks=self.hooks, session_id=self.runtime.session_id
+                )
+            except WorktreeError as exc:
+                return (
+                    {"worktree_path": str(worktree.path), "worktree_branch": worktree.branch},
+                    f"\n\n[worktree kept at {worktree.path} (branch {worktree.branch}): {exc}]",
+                )
+            if not outcome.kept:
+                return {}, ""
+            return (
+                {"worktree_path": str(outcome.path), "worktree_branch": outcome.branch},
+                f"\n\n[worktree kept: {outcome.path} on branch {outcome.branch}]\n"
+                f"{outcome.diffstat}".rstrip(),
+            )
+
+        return finish_worktree
 
     async def _fork(self, request: SpawnRequest, ctx: ToolContext) -> SpawnResult:
         """A background copy of the calling agent, with the directive appended."""

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-SUBCOMMANDS = ("demo", "tasks", "agents")
+SUBCOMMANDS = ("demo", "tasks", "agents", "worktrees")
 
 
 _MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")

@@ -1,4 +1,4 @@
-"""The ``taskloom`` subcommands (``demo``, ``tasks``, ``agents``), on typer."""
+"""The ``taskloom`` subcommands (``demo``, ``tasks``, ``agents``, ``worktrees``), on typer."""
 
 from __future__ import annotations
 
@@ -47,3 +47,46 @@ def agents(
     from taskloom.cli.agents_cmd import list_agents
 
     raise typer.Exit(list_agents(as_json=as_json))
+
+
+@app.command()
+def worktrees(
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Remove stale clean worktrees, keep the rest.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
+) -> None:
+    """List taskloom's git worktrees (.taskloom/worktrees/): branch, clean or dirty, age."""
+    import asyncio
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from taskloom.cli.tasks_cmd import _age
+    from taskloom.worktrees import FinishResult, WorktreeError, WorktreeInfo, list_worktrees
+    from taskloom.worktrees import prune as prune_worktrees
+
+    async def collect() -> tuple[list[WorktreeInfo], list[FinishResult] | None]:
+        pruned = await prune_worktrees(Path.cwd()) if prune else None
+        return await list_worktrees(Path.cwd()), pruned  # listed after pruning: what is left
+
+    try:
+        found, pruned = asyncio.run(collect())
+    except WorktreeError as exc:
+        typer.echo(f"taskloom worktrees: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        report: dict[str, object] = {"worktrees": [dataclasses.asdict(w) for w in found]}
+        if pruned is not None:
+            report["pruned"] = [dataclasses.asdict(r) for r in pruned]
+        typer.echo(json.dumps(report, indent=2, default=str))
+        return
+    for r in pruned or []:
+        typer.echo(f"{'kept' if r.kept else 'removed'} {r.path} ({r.branch}): {r.reason}")
+    if not found:
+        typer.echo("No taskloom worktrees.")
+    for w in found:
+        state = "missing" if w.missing else ("clean" if w.clean else "dirty")
+        age = "-" if w.age_s is None else _age(w.age_s)
+        in_use = "  (in use)" if w.in_use else ""
+        typer.echo(f"{w.path}  {w.branch or '(detached)'}  {state}  {age}{in_use}")

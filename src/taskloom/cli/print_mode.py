@@ -149,6 +149,7 @@ async def run_print(opts: PrintOptions) -> int:
     from taskloom.tools.agent import AgentTool
     from taskloom.tools.registry import core_tools
     from taskloom.tools.send_message import SendMessageTool
+    from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool, WorktreeSession
 
     started = time.monotonic()
     out = sys.stdout
@@ -172,12 +173,15 @@ async def run_print(opts: PrintOptions) -> int:
     async with TaskRuntime(session_id=opts.resume) as runtime:
         hooks = HookConfig.from_settings(settings)
         service = _agent_service(runtime, model, settings, policy, cwd, profile, hooks, opts.agents)
+        place = WorktreeSession(cwd=cwd)
         tools = [
             t
             for t in [
                 *core_tools(profile),
                 AgentTool(service),
                 SendMessageTool(service),
+                EnterWorktreeTool(place, hooks),
+                ExitWorktreeTool(place, hooks),
             ]
             if not policy.hides(t.name, t.kind)
         ]
@@ -192,6 +196,7 @@ async def run_print(opts: PrintOptions) -> int:
             headless=True,
             settings=settings,
             hooks=hooks,
+            cwd_source=lambda: place.cwd,
             session_id=runtime.session_id,
             transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
         )

@@ -41,6 +41,8 @@ class HookEvent(enum.StrEnum):
     SESSION_START = "SessionStart"
     SESSION_END = "SessionEnd"
     USER_PROMPT_SUBMIT = "UserPromptSubmit"
+    WORKTREE_CREATE = "WorktreeCreate"
+    WORKTREE_REMOVE = "WorktreeRemove"
 
 
 #: Events whose matcher is tested against the tool name.

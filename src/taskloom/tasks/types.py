@@ -212,6 +212,8 @@ class AgentTaskState(TaskState):
         input_tokens: Input tokens of the latest request (input plus cache).
         output_tokens: Output tokens so far.
         activities: The last few things it did ("Reading src/app.py").
+        worktree_path: Its git worktree, when isolated and kept (it holds changes).
+        worktree_branch: That worktree's branch.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_AGENT
@@ -230,6 +232,8 @@ class AgentTaskState(TaskState):
     input_tokens: int = 0
     output_tokens: int = 0
     activities: tuple[str, ...] = ()
+    worktree_path: str | None = None
+    worktree_branch: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

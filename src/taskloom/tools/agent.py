@@ -146,10 +146,10 @@ class AgentTool(Tool[AgentInput]):
                 "teammate_spawned is not available yet: agent teams (team_name) are not "
                 "implemented in this version. Spawn a subagent without team_name."
             )
-        if params.isolation is not None:
+        if params.isolation == "remote":
             return tool_error(
-                f"isolation '{params.isolation}' is not available yet in this version; "
-                "spawn the agent without it (it will work in the current directory)."
+                "isolation 'remote' is not available yet in this version; use 'worktree', or "
+                "spawn the agent without isolation."
             )
         if params.cwd is not None and not os.path.isabs(params.cwd):
             return tool_error(f"cwd must be an absolute path, got {params.cwd!r}")
@@ -162,6 +162,7 @@ class AgentTool(Tool[AgentInput]):
             name=params.name,
             mode=params.mode,
             cwd=params.cwd,
+            isolation=params.isolation,
         )
         try:
             result = await self.service.spawn(request, ctx)
@@ -191,6 +192,8 @@ def render(result: SpawnResult) -> ToolResult:
             f"output_file: {result.output_file} (its progress, and its answer when done)"
         )
         return ToolResult(text, data=data)
+    if result.extra:
+        data.update(result.extra)
     data.update(
         content=result.content,
         totalToolUseCount=result.total_tool_uses,

@@ -1,0 +1,147 @@
+"""Worktree-isolated subagents with real git."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskloom.agents.loader import load_agents
+from taskloom.agents.service import AgentService, SpawnRequest
+from taskloom.errors import ToolError
+from taskloom.models.base import ModelRequest
+from taskloom.permissions import PermissionMode, PermissionPolicy
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.testing import FunctionModel, ToolCall, Turn
+from taskloom.tools.base import ToolContext
+from taskloom.tools.registry import core_tools
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        [*GIT, *args], cwd=repo, check=True, capture_output=True, text=True, timeout=30
+    ).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Any:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "shared.txt").write_text("original\n")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "init")
+    yield root
+    listed = git(root, "worktree", "list")
+    for line in listed.splitlines()[1:]:  # leave nothing behind, even on failure
+        git(root, "worktree", "remove", "--force", line.split()[0])
+    assert len(git(root, "worktree", "list").splitlines()) == 1
+
+
+def scripted(commands: dict[str, list[str]]) -> FunctionModel:
+    """Each agent (by description) runs its commands one per turn, then answers."""
+
+    def respond(request: ModelRequest) -> Turn | str:
+        steps = commands[request.metadata["description"]]
+        done = sum(1 for m in request.messages if m.role == "assistant")
+        if done < len(steps):
+            return Turn(tool_calls=(ToolCall("Bash", {"command": steps[done]}),))
+        return f"finished {request.metadata['description']}"
+
+    return FunctionModel(respond)
+
+
+def service(rt: TaskRuntime, repo: Path, model: FunctionModel) -> AgentService:
+    return AgentService(
+        rt,
+        catalog=load_agents(repo),
+        model=model,
+        model_name="m",
+        tools=core_tools,
+        settings={},
+        policy=PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, [], repo),
+        cwd=repo,
+    )
+
+
+def request(name: str) -> SpawnRequest:
+    return SpawnRequest(description=name, prompt="work", isolation="worktree")
+
+
+async def test_clean_worktree_agent_leaves_nothing(repo: Path) -> None:
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, scripted({"look": ["cat shared.txt"]}))
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        result = await svc.spawn(request("look"), ctx)
+    assert result.status == "completed" and "worktreePath" not in result.extra
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    assert git(repo, "branch", "--list", "taskloom/*").strip() == ""
+
+
+async def test_work_is_kept_and_named_and_parallel_agents_are_isolated(repo: Path) -> None:
+    model = scripted(
+        {
+            "commit": [
+                "echo from-a > shared.txt && git -c user.name=a -c user.email=a@l "
+                "commit -qam 'a change'",
+                "cat shared.txt",
+            ],
+            "untracked": ["echo from-b > shared.txt; echo new > notes.txt", "cat shared.txt"],
+        }
+    )
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, model)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        a, b = await asyncio.gather(
+            svc.spawn(request("commit"), ctx), svc.spawn(request("untracked"), ctx)
+        )
+    for result, mark in ((a, "from-a"), (b, "from-b")):
+        path = Path(result.extra["worktreePath"])
+        assert path.is_dir() and result.extra["worktreeBranch"].startswith("taskloom/agent-")
+        assert f"[worktree kept: {path}" in result.content
+        assert (path / "shared.txt").read_text() == f"{mark}\n"  # each saw only its own edit
+    assert "notes.txt" in b.content and "shared.txt" in a.content
+    assert (repo / "shared.txt").read_text() == "original\n"  # the main tree is untouched
+    assert not (repo / "notes.txt").exists()
+
+
+async def test_worktree_creation_failure_is_a_tool_error_and_nothing_runs(repo: Path) -> None:
+    model = scripted({"doomed": ["touch ran-anyway"]})
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, model)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        taken = rt.new_id  # the next agent id is known: take its branch name first
+
+        def fixed_id(task_type: Any) -> str:
+            return "abranch01"
+
+        rt.new_id = fixed_id  # type: ignore[method-assign]
+        git(repo, "branch", "taskloom/agent-abranch0")
+        with pytest.raises(ToolError, match="Worktree isolation failed"):
+            await svc.spawn(request("doomed"), ctx)
+        rt.new_id = taken  # type: ignore[method-assign]
+        assert model.requests == []
+    assert not (repo / "ran-anyway").exists()
+    git(repo, "branch", "-D", "taskloom/agent-abranch0")
+
+
+async def test_file_tools_are_confined_to_the_worktree(repo: Path) -> None:
+    outside = repo / "shared.txt"
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if len(request.messages) == 1:
+            return Turn(tool_calls=(ToolCall("Read", {"file_path": str(outside)}),))
+        return "done"
+
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, FunctionModel(respond))
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        await svc.spawn(request("reader"), ctx)
+        run = next(iter(svc.runs.values()))
+        refused = run.engine.messages[2].content[0]
+        assert refused.is_error and "inside this agent's worktree" in refused.text()  # type: ignore[union-attr]

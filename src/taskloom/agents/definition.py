@@ -248,7 +248,31 @@ def _names(value: Any) -> tuple[str, ...]:
     else:
         raise _BadField(f"must be a list or a comma-separated string, not {type(value).__name__}")
     # Claude Code called the Agent tool "Task" before 2.1, and older agent files still do.
-    return tuple("Agent" + n[4:] if n == "Task" or n.startswith("Task(") else n for n in items)
+    items = ["Agent" + n[4:] if n == "Task" or n.startswith("Task(") else n for n in items]
+    # Hand-written lists say "bash" or "read": match built-in names whatever their case.
+    return tuple(_KNOWN_TOOLS.get(n.lower(), n) if "(" not in n else n for n in items)
+
+
+_KNOWN_TOOLS = {
+    name.lower(): name
+    for name in (
+        "Agent",
+        "Bash",
+        "Edit",
+        "Glob",
+        "Grep",
+        "Read",
+        "Write",
+        "NotebookEdit",
+        "WebFetch",
+        "WebSearch",
+        "TodoWrite",
+        "TaskOutput",
+        "TaskStop",
+        "SendMessage",
+        "Skill",
+    )
+}
 
 
 def _model(value: Any) -> str | None:

@@ -216,6 +216,9 @@ def _load_flag(flag_json: str, catalog: AgentCatalog) -> None:
 # --- Frontmatter ---------------------------------------------------------------------------
 
 
+_CLOSING = re.compile(r"-{3,}")
+
+
 def _split_frontmatter(text: str) -> tuple[str, str]:
     """Split a file into its YAML frontmatter and its body.
 
@@ -227,7 +230,8 @@ def _split_frontmatter(text: str) -> tuple[str, str]:
     if start == len(lines) or lines[start].rstrip() != "---":
         raise ValueError("no frontmatter: the file must start with a '---' line")
     for end in range(start + 1, len(lines)):
-        if lines[end].rstrip() == "---":
+        # Some editors close the block with a longer rule ("-------------"); accept it.
+        if _CLOSING.fullmatch(lines[end].strip()):
             return "\n".join(lines[start + 1 : end]), "\n".join(lines[end + 1 :])
     raise ValueError("frontmatter is never closed by a '---' line")
 

@@ -103,6 +103,8 @@ class AgentService:
         cwd: Path,
         resolve_model: Callable[[str], Model] | None = None,
         hooks: HookConfig | None = None,
+        mcp: Any = None,
+        mcp_config: dict[str, Any] | None = None,
     ) -> None:
         """Serve subagents built from ``catalog`` on ``runtime``.
 
@@ -117,6 +119,8 @@ class AgentService:
             cwd: The session's working directory.
             resolve_model: Builds a model for an alias or id (``sonnet``, ``claude-…``).
             hooks: The session's hooks (an agent's own hooks are added for its runs).
+            mcp: The session's MCP manager (for ``requiredMcpServers``), if any.
+            mcp_config: The configured MCP servers (an agent's ``mcpServers`` may name them).
         """
         self.runtime = runtime
         self.catalog = catalog
@@ -128,6 +132,8 @@ class AgentService:
         self.cwd = cwd
         self.resolve_model = resolve_model
         self.hooks = hooks
+        self.mcp = mcp
+        self.mcp_config = mcp_config or {}
         self.runs: dict[str, AgentRun] = {}
         self.names: dict[str, str] = {}
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
@@ -182,12 +188,13 @@ class AgentService:
         is_async: bool,
         files: FileState | None,
         messages: list[Any] | None = None,
+        extra_tools: Sequence[Tool[Any]] = (),
     ) -> Engine:
         """The engine of one subagent: its model, tools, prompt and permissions."""
         model, model_name = self._model_for(request.model or definition.model)
         cwd = Path(request.cwd) if request.cwd else self.cwd
         tools = filter_tools(
-            self.tools(),
+            [*self.tools(), *extra_tools],
             allowed=definition.tools,
             disallowed=definition.disallowed_tools,
             is_async=is_async,
@@ -232,6 +239,7 @@ class AgentService:
         if request.cwd and not Path(request.cwd).is_dir():
             raise ToolError(f"cwd {request.cwd!r} is not a directory")
         is_async = request.run_in_background or definition.background
+        await self._require_mcp(definition)
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
         isolation = request.isolation or definition.isolation
         worktree = None
@@ -254,10 +262,21 @@ class AgentService:
                 name=request.name,
             )
         )
+        own_mcp = await self._start_agent_mcp(definition)
         engine = self.build_engine(
-            agent_id, definition, request, is_async=is_async, files=ctx.files
+            agent_id,
+            definition,
+            request,
+            is_async=is_async,
+            files=ctx.files,
+            extra_tools=own_mcp.tools() if own_mcp is not None else (),
         )
-        run = AgentRun(self.runtime, agent_id, engine)
+        run = AgentRun(
+            self.runtime,
+            agent_id,
+            engine,
+            on_end=(lambda _run: own_mcp.aclose()) if own_mcp is not None else None,
+        )
         if worktree is not None:
             engine.config.confine_to = worktree.path
             run.finalize = self._worktree_finisher(worktree)
@@ -321,6 +340,34 @@ class AgentService:
             duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
             extra=extra,
         )
+
+    async def _require_mcp(self, definition: AgentDefinition) -> None:
+        """Wait (at most 30 s) for the MCP servers the definition requires."""
+        patterns = list(definition.required_mcp_servers)
+        if not patterns:
+            return
+        missing = await self.mcp.wait_for(patterns, timeout=30.0) if self.mcp else patterns
+        if missing:
+            raise ToolError(
+                f"Agent '{definition.agent_type}' requires MCP servers matching: "
+                f"{', '.join(missing)}"
+            )
+
+    async def _start_agent_mcp(self, definition: AgentDefinition) -> Any:
+        """Start the agent's own MCP servers (stopped when its run ends); None if none."""
+        if not definition.mcp_servers:
+            return None
+        from taskloom.mcp.config import resolve_servers
+        from taskloom.mcp.manager import McpManager
+
+        servers = resolve_servers(
+            definition.mcp_servers, self.mcp_config, f"agent {definition.agent_type}"
+        )
+        if not servers:
+            return None
+        manager = McpManager(servers, cwd=self.cwd)
+        await manager.start()
+        return manager
 
     async def _create_worktree(self, agent_id: str) -> Any:
         """A fresh worktree off the parent's HEAD; failing is an error, never the main tree."""

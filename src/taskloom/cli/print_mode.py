@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -170,9 +171,11 @@ async def run_print(opts: PrintOptions) -> int:
     profile = str(settings.get("toolProfile") or "claude")
     if opts.resume and not transcript_path(opts.resume).is_file():
         raise UserError(f"No conversation found with session ID: {opts.resume}")
-    async with TaskRuntime(session_id=opts.resume) as runtime:
+    async with TaskRuntime(session_id=opts.resume) as runtime, _mcp(cwd) as (mcp, mcp_config):
         hooks = HookConfig.from_settings(settings)
-        service = _agent_service(runtime, model, settings, policy, cwd, profile, hooks, opts.agents)
+        service = _agent_service(
+            runtime, model, settings, policy, cwd, profile, hooks, opts.agents, mcp, mcp_config
+        )
         place = WorktreeSession(cwd=cwd)
         tools = [
             t
@@ -182,6 +185,7 @@ async def run_print(opts: PrintOptions) -> int:
                 SendMessageTool(service),
                 EnterWorktreeTool(place, hooks),
                 ExitWorktreeTool(place, hooks),
+                *(mcp.tools() if mcp is not None else []),
             ]
             if not policy.hides(t.name, t.kind)
         ]
@@ -209,7 +213,10 @@ async def run_print(opts: PrintOptions) -> int:
                 "cwd": str(cwd),
                 "session_id": runtime.session_id,
                 "tools": [t.name for t in tools],
-                "mcp_servers": [],
+                "mcp_servers": [
+                    {"name": name, "status": status}
+                    for name, status in (mcp.status() if mcp is not None else {}).items()
+                ],
                 "model": config.model_name or model.name,
                 "permissionMode": str(policy.mode),
                 "slash_commands": [],
@@ -327,6 +334,8 @@ def _agent_service(
     profile: str,
     hooks: Any,
     agents_json: str | None,
+    mcp: Any,
+    mcp_config: dict[str, Any],
 ) -> Any:
     from taskloom.agents.loader import load_agents
     from taskloom.agents.service import AgentService
@@ -344,7 +353,8 @@ def _agent_service(
 
     def agent_tools() -> list[Any]:
         # What a subagent may be given (filtered per agent: Agent only when nesting is on).
-        return [*core_tools(profile), SendMessageTool(service), AgentTool(service)]
+        session_mcp = mcp.tools() if mcp is not None else []
+        return [*core_tools(profile), SendMessageTool(service), AgentTool(service), *session_mcp]
 
     service = AgentService(
         runtime,
@@ -357,8 +367,29 @@ def _agent_service(
         cwd=cwd,
         resolve_model=resolver,
         hooks=hooks,
+        mcp=mcp,
+        mcp_config=mcp_config,
     )
     return service
+
+
+@contextlib.asynccontextmanager
+async def _mcp(cwd: Path) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """The session's MCP servers, started when configured (the SDK loads only then)."""
+    from taskloom.mcp.config import load_mcp_config
+
+    config = load_mcp_config(cwd)
+    if not config:
+        yield None, config
+        return
+    from taskloom.mcp.manager import McpManager
+
+    manager = McpManager(config, cwd=cwd)
+    try:
+        await manager.start()
+        yield manager, config
+    finally:
+        await manager.aclose()
 
 
 def _api_key_source() -> str:

@@ -1,0 +1,43 @@
+"""MCP client support: Claude Code compatible configuration and a session manager.
+
+Importing this package is cheap: the configuration is plain JSON, and :class:`McpManager`
+(which loads the ``mcp`` SDK, ~0.7 s, only when it starts a server) is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from taskloom.mcp.config import (
+    McpConfigError,
+    McpServerConfig,
+    expand_vars,
+    load_mcp_config,
+    parse_server,
+    parse_servers,
+    resolve_servers,
+)
+
+if TYPE_CHECKING:
+    from taskloom.mcp.manager import McpManager, McpTool
+
+__all__ = [
+    "McpConfigError",
+    "McpManager",
+    "McpServerConfig",
+    "McpTool",
+    "expand_vars",
+    "load_mcp_config",
+    "parse_server",
+    "parse_servers",
+    "resolve_servers",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that reading the configuration never pays for the manager's imports.
+    if name in ("McpManager", "McpTool"):
+        from taskloom.mcp import manager
+
+        return getattr(manager, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

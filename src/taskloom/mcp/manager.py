@@ -1,0 +1,375 @@
+"""MCP client sessions, one per server, started on demand and offered as taskloom tools.
+
+The SDK's transports are anyio context managers that must be entered and exited by the same
+task. So each server gets one long-lived runner task: it holds the ``async with`` blocks (in an
+``AsyncExitStack``) inside a cancel scope, serves calls that arrive through a queue, and leaves
+when that scope is cancelled (by :meth:`McpManager.aclose`, or when a call finds the server
+gone). Leaving unwinds the stack, which ends the session and stops a stdio server: stdin closed,
+then TERM and KILL to its process group, each step bounded.
+
+Every stdio server carries a tag in ``TASKLOOM_TASK_ID``, like our shells and hooks, so after
+shutdown the manager can prove that no process of any server survived (and kill one that did).
+
+The ``mcp`` SDK (~0.7 s at import) is imported only once a server starts, by the helpers in
+:mod:`taskloom.mcp._sdk`, which also bridge the SDK's 1.x and 2.x APIs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import anyio
+
+from taskloom import __version__
+from taskloom._aio import finish_despite_cancel
+from taskloom.mcp._sdk import describe, is_disconnect, list_tools, open_transport, to_result
+from taskloom.mcp._stderr import StderrTail
+from taskloom.mcp.config import McpServerConfig
+from taskloom.mcp.tool import McpTool, McpToolInfo
+from taskloom.process.kill import find_tree, kill_tree
+from taskloom.process.spawn import TASK_ENV
+from taskloom.tools.base import Tool, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+__all__ = ["McpManager", "McpTool", "McpToolInfo"]
+
+log = logging.getLogger("taskloom.mcp")
+
+_State = Literal["pending", "connecting", "connected", "failed"]
+
+
+@dataclass(slots=True)
+class _Call:
+    tool: str
+    arguments: dict[str, Any]
+    future: asyncio.Future[ToolResult]
+
+
+@dataclass(slots=True)
+class _Server:
+    config: McpServerConfig
+    tag: str
+    state: _State = "pending"
+    error: str = ""
+    tools: list[McpTool] = field(default_factory=list)
+    queue: asyncio.Queue[_Call] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+    scope: anyio.CancelScope | None = None
+    stop_reason: str = "closed"
+    stderr: StderrTail | None = None
+
+
+class McpManager:
+    """Connects to configured MCP servers on demand and keeps one session per server.
+
+    Args:
+        servers: The servers that may be started, by name (see
+            :func:`~taskloom.mcp.config.load_mcp_config`).
+        cwd: The working directory of stdio servers (inherited when None).
+        connect_timeout: Seconds a server gets to initialize and list its tools.
+        call_timeout: Seconds one tool call may take before it is abandoned.
+        close_timeout: Seconds :meth:`aclose` waits for the servers to shut down gracefully.
+    """
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerConfig],
+        *,
+        cwd: Path | None = None,
+        connect_timeout: float = 30.0,
+        call_timeout: float = 600.0,
+        close_timeout: float = 10.0,
+    ) -> None:
+        self._servers = {
+            name: _Server(cfg, "mcp-" + secrets.token_hex(6)) for name, cfg in servers.items()
+        }
+        self._cwd = cwd
+        self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
+        self.close_timeout = close_timeout
+        self._changed = asyncio.Event()
+        self._closed = False
+
+    async def __aenter__(self) -> McpManager:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self, names: Iterable[str] | None = None, *, wait: bool = True) -> None:
+        """Start the named servers (all when None) that are not started yet.
+
+        A server that cannot start is recorded as failed (see :meth:`status`); nothing raises.
+
+        Args:
+            names: Server names; unknown names are skipped with a warning.
+            wait: Wait (at most ``connect_timeout`` and a little) until each is connected or
+                failed; otherwise return at once and let :meth:`wait_for` do the waiting.
+        """
+        targets = []
+        for name in self._servers if names is None else names:
+            srv = self._servers.get(name)
+            if srv is None:
+                log.warning("MCP server %r is not configured", name)
+                continue
+            targets.append(srv)
+            if srv.task is None and srv.state == "pending" and not self._closed:
+                srv.state = "connecting"
+                srv.task = asyncio.create_task(self._run(srv), name=f"mcp:{name}")
+        if wait:
+            # The runner bounds initialization itself; the margin covers spawning and teardown.
+            deadline = time.monotonic() + self.connect_timeout + 5.0
+            while any(s.state == "connecting" for s in targets):
+                if not await self._wait_change(deadline):
+                    break
+
+    def tools(self) -> list[Tool[Any]]:
+        """The tools of every connected server, named ``mcp__<server>__<tool>``."""
+        return [t for srv in self._servers.values() if srv.state == "connected" for t in srv.tools]
+
+    def status(self) -> dict[str, str]:
+        """Each server's state: ``connected``, ``failed: <why>`` or ``pending``."""
+        out = {}
+        for name, srv in self._servers.items():
+            if srv.state in ("connected", "failed"):
+                out[name] = "connected" if srv.state == "connected" else f"failed: {srv.error}"
+            else:
+                out[name] = "pending"
+        return out
+
+    async def wait_for(self, patterns: list[str], timeout: float = 30.0) -> list[str]:
+        """Wait until a server matching each pattern is connected, starting them if needed.
+
+        Args:
+            patterns: ``fnmatch``-style patterns on server names.
+            timeout: The longest wait in seconds.
+
+        Returns:
+            The patterns still without a connected server. A pattern whose servers all failed
+            (or that matches none) stops the wait early: it cannot be met any more.
+        """
+        matching = {p: [n for n in self._servers if fnmatch.fnmatchcase(n, p)] for p in patterns}
+        await self.start({n for names in matching.values() for n in names}, wait=False)
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = [
+                p
+                for p in patterns
+                if not any(self._servers[n].state == "connected" for n in matching[p])
+            ]
+            hopeful = [
+                p
+                for p in missing
+                if any(self._servers[n].state in ("pending", "connecting") for n in matching[p])
+            ]
+            if not hopeful or not await self._wait_change(deadline):
+                return missing
+
+    async def call(self, server: str, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """Call ``tool`` on ``server``; every failure is a tool error naming the server.
+
+        A server not started yet is started first.
+        """
+        srv = self._servers.get(server)
+        if srv is None:
+            return tool_error(f"MCP server {server!r} is not configured")
+        if srv.state in ("pending", "connecting"):
+            await self.start([server])
+        if srv.state != "connected":
+            why = srv.error or "not started"
+            return tool_error(f"MCP server {server!r} is not connected ({why})")
+        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+        # No await between the state check and the put: the runner drains the queue in the same
+        # step that leaves "connected", so a queued call is always answered.
+        srv.queue.put_nowait(_Call(tool, dict(arguments), future))
+        try:
+            return await asyncio.wait_for(future, self.call_timeout)
+        except TimeoutError:
+            return tool_error(
+                f"MCP server {server!r}: {tool} did not answer within {self.call_timeout:g} s"
+            )
+
+    async def aclose(self) -> None:
+        """Close every session and stop every server process, then verify none is left."""
+        self._closed = True
+        await finish_despite_cancel(self._shutdown())
+
+    # --- the runner task of one server -----------------------------------------------------
+
+    async def _run(self, srv: _Server) -> None:
+        failure = ""
+        try:
+            with anyio.CancelScope() as srv.scope:
+                async with contextlib.AsyncExitStack() as stack:
+                    session = await self._connect(srv, stack)
+                    self._set(srv, "connected")
+                    await self._serve_loop(srv, session)
+        except Exception as exc:  # an ExceptionGroup from a transport too
+            if srv.state == "failed":  # already reported; this is teardown noise
+                log.debug("MCP server %r: error while closing: %s", srv.config.name, exc)
+            else:
+                failure = self._reason(srv, describe(exc))
+        finally:
+            try:
+                # Reap before reporting: whoever waits for this server's start or failure
+                # finds no process of it left over (a crashed server's children included).
+                if srv.config.type == "stdio":
+                    await _reap([srv.tag])
+            finally:
+                if srv.stderr is not None:
+                    srv.stderr.close()
+                if srv.state != "failed":
+                    self._set(srv, "failed", failure or srv.stop_reason)
+                self._drain(srv)
+
+    async def _connect(self, srv: _Server, stack: contextlib.AsyncExitStack) -> ClientSession:
+        from mcp import ClientSession
+        from mcp.types import Implementation
+
+        if srv.config.type == "stdio":
+            srv.stderr = StderrTail()
+        read, write = await open_transport(
+            srv.config,
+            stack,
+            extra_env={TASK_ENV: srv.tag},
+            cwd=self._cwd,
+            errlog=srv.stderr.writer if srv.stderr else None,
+        )
+        if srv.stderr is not None:
+            srv.stderr.release_writer()  # the child holds its copy; EOF must follow its exit
+        info = Implementation(name="taskloom", version=__version__)
+        session = await stack.enter_async_context(ClientSession(read, write, client_info=info))
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                await session.initialize()
+                tools = await list_tools(session)
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {self.connect_timeout:g} s") from None
+        srv.tools = [McpTool.create(self, srv.config.name, t) for t in tools]
+        return session
+
+    async def _serve_loop(self, srv: _Server, session: ClientSession) -> None:
+        async with anyio.create_task_group() as tg:
+            try:
+                while True:
+                    call = await srv.queue.get()
+                    tg.start_soon(self._serve, srv, session, call)
+            finally:
+                # Before anything awaits: from here on no call can be queued or left waiting.
+                if srv.state == "connected":
+                    self._set(srv, "failed", srv.stop_reason)
+                self._drain(srv)
+                tg.cancel_scope.cancel()
+
+    async def _serve(self, srv: _Server, session: ClientSession, call: _Call) -> None:
+        name, future = srv.config.name, call.future
+        if future.done():  # the caller gave up while the call was queued
+            return
+        try:
+            with anyio.CancelScope() as scope:
+                # A caller that times out or is cancelled cancels its request too.
+                def abandon(_: object) -> None:
+                    scope.cancel()
+
+                future.add_done_callback(abandon)
+                try:
+                    result = await session.call_tool(call.tool, call.arguments)
+                    answer = to_result(call.tool, result)
+                except Exception as exc:
+                    answer = self._call_failed(srv, call.tool, exc)
+                future.remove_done_callback(abandon)
+                if not future.done():
+                    future.set_result(answer)
+        finally:
+            if not future.done():  # the session is closing under this call
+                future.set_result(
+                    tool_error(f"MCP server {name!r} closed before {call.tool} answered")
+                )
+
+    def _call_failed(self, srv: _Server, tool: str, exc: Exception) -> ToolResult:
+        name, desc = srv.config.name, describe(exc)
+        if not is_disconnect(exc):
+            return tool_error(f"MCP server {name!r}: {tool} failed: {desc}")
+        if srv.state == "connected":
+            srv.stop_reason = self._reason(srv, f"disconnected: {desc}")
+            self._set(srv, "failed", srv.stop_reason)
+            if srv.scope is not None:  # let the runner unwind and reap the process
+                srv.scope.cancel()
+        return tool_error(f"MCP server {name!r} disconnected while running {tool}: {desc}")
+
+    def _reason(self, srv: _Server, desc: str) -> str:
+        tail = srv.stderr.text(400) if srv.stderr is not None else ""
+        return f"{desc} (stderr: {tail})" if tail else desc
+
+    def _set(self, srv: _Server, state: _State, error: str = "") -> None:
+        srv.state, srv.error = state, error
+        if state == "failed" and error != "closed":
+            log.warning("MCP server %r failed: %s", srv.config.name, error)
+        # Wake every waiter; each one re-reads the states it cares about.
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _drain(self, srv: _Server) -> None:
+        while not srv.queue.empty():
+            call = srv.queue.get_nowait()
+            if not call.future.done():
+                message = f"MCP server {srv.config.name!r} is not connected ({srv.error})"
+                call.future.set_result(tool_error(message))
+
+    async def _wait_change(self, deadline: float) -> bool:
+        """Wait for any state change until ``deadline``; False when the time is up."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), remaining)
+        return time.monotonic() < deadline
+
+    async def _shutdown(self) -> None:
+        running = [s for s in self._servers.values() if s.task is not None and not s.task.done()]
+        for srv in running:
+            srv.stop_reason = "closed"
+            if srv.scope is not None:
+                srv.scope.cancel()  # anyio cancellation: the SDK's shielded cleanup still runs
+            else:
+                cast(asyncio.Task[None], srv.task).cancel()  # not entered anything yet
+        tasks = [cast(asyncio.Task[None], s.task) for s in running]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.close_timeout)
+            for task in late:  # last resort; the process check below still holds
+                log.warning("MCP server task %s did not stop in time; cancelling it", task)
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=5.0)
+        for srv in self._servers.values():
+            if srv.state != "failed":
+                self._set(srv, "failed", "closed")
+        # The runners reap their own servers; this catches those whose runner was cut short.
+        await _reap(
+            [
+                s.tag
+                for s in self._servers.values()
+                if s.task is not None and s.config.type == "stdio"
+            ]
+        )
+
+
+async def _reap(tags: list[str]) -> None:
+    """Verify that no process carrying one of ``tags`` is alive; kill any that is."""
+    if not tags or not find_tree(None, tag=tags)[0]:
+        return
+    report = await kill_tree(None, tag=tags, grace=1.0)
+    log.warning("MCP server processes outlived their session; killed %s", sorted(report.signalled))
+    if report.survivors:
+        log.error("MCP server processes survived a kill: %s", report.survivors)

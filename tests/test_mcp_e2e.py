@@ -1,0 +1,129 @@
+"""MCP servers in real runs: listed and called, agent-scoped, required."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from taskloom.agents.loader import load_agents
+from taskloom.agents.service import AgentService, SpawnRequest
+from taskloom.errors import ToolError
+from taskloom.models.base import ModelRequest
+from taskloom.process.kill import find_tree
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.testing import FunctionModel, ToolCall, Turn
+from taskloom.tools.base import ToolContext
+from taskloom.tools.registry import core_tools
+
+SERVER = str(Path(__file__).with_name("mcp_echo_server.py"))
+
+
+def server_config() -> dict[str, Any]:
+    return {"command": sys.executable, "args": [SERVER]}
+
+
+def test_a_stdio_server_is_listed_and_its_tool_called(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"echo": server_config()}}))
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "turns": [
+                    {
+                        "tool_calls": [
+                            {"name": "mcp__echo__echo", "input": {"text": "hello over mcp"}}
+                        ]
+                    },
+                    {"text": "done"},
+                ]
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskloom",
+            "-p",
+            "go",
+            "--output-format",
+            "stream-json",
+            "--model",
+            f"scripted:{tmp_path / 's.yaml'}",
+            "--allowedTools",
+            "mcp__echo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    init = events[0]
+    assert {"name": "echo", "status": "connected"} in init["mcp_servers"]
+    assert "mcp__echo__echo" in init["tools"]
+    result = next(e for e in events if e["type"] == "user")["message"]["content"][0]
+    assert result["is_error"] is False and "hello over mcp" in result["content"]
+
+
+async def test_an_agents_own_server_stops_with_it_and_required_servers_are_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "echoer.md").write_text(
+        "---\nname: echoer\ndescription: uses its own echo server\n"
+        f"mcpServers:\n  - echo: {{command: {sys.executable}, args: [{SERVER}]}}\n---\nEcho.\n"
+    )
+    (agents / "needy.md").write_text(
+        "---\nname: needy\ndescription: needs a server\nrequiredMcpServers: [github*]\n---\nx\n"
+    )
+    seen_tools: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if len(request.messages) == 1:
+            seen_tools.extend(t.name for t in request.tools)
+            return Turn(tool_calls=(ToolCall("mcp__echo__echo", {"text": "own server"}),))
+        return "echoed"
+
+    async with TaskRuntime() as rt:
+        service = AgentService(
+            rt,
+            catalog=load_agents(tmp_path),
+            model=FunctionModel(respond),
+            model_name="m",
+            tools=core_tools,
+            settings={},
+            policy=None,
+            cwd=tmp_path,
+        )
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        result = await service.spawn(
+            SpawnRequest(description="e", prompt="p", subagent_type="echoer"), ctx
+        )
+        assert result.status == "completed" and result.content.startswith("echoed")
+        assert "mcp__echo__echo" in seen_tools
+        run = next(iter(service.runs.values()))
+        answer = run.engine.messages[2].content[0]
+        assert "own server" in answer.text()  # type: ignore[union-attr]
+        # The agent's server was stopped with it: no server process is left.
+        python_children = [
+            p for p in find_tree(None, leader=os.getpid())[0] if SERVER in " ".join(p.cmdline())
+        ]
+        assert python_children == []
+        with pytest.raises(
+            ToolError, match=r"Agent 'needy' requires MCP servers matching: github\*"
+        ):
+            await service.spawn(
+                SpawnRequest(description="n", prompt="p", subagent_type="needy"), ctx
+            )

@@ -4,6 +4,7 @@
   carrying it may be alive (zombies excepted). Leftovers are killed and the test fails.
 - Temp dirs: nothing new may remain in the system temp directory at the end of the session
   (pytest's own ``pytest-of-*`` base excepted).
+- Worktrees: the repository the tests run in has no git worktree but its own at the end.
 """
 
 from __future__ import annotations
@@ -79,6 +80,23 @@ def store(home: Path) -> Iterator[Store]:
         s.close()
 
 
+def _project_worktrees() -> list[str]:
+    """``git worktree list`` of the repository the tests run in (empty outside git)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "worktree", "list", "--porcelain"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=Path(__file__).parent,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     new = {
         name
@@ -91,6 +109,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     left = leftover_processes()
     if left:
         problems.append(f"processes left behind: {[p.pid for p in left]}")
+    worktrees = _project_worktrees()
+    if len(worktrees) > 1:
+        problems.append(f"git worktrees left behind: {worktrees[1:]}")
     if problems:
         print("\nLEAK CHECK FAILED: " + "; ".join(problems))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

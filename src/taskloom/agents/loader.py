@@ -107,8 +107,6 @@ def load_agents(
         UserError: ``flag_json`` is not a JSON object. It was asked for explicitly, so
             running without it would be worse than stopping.
     """
-    import yaml  # lazily: PyYAML costs start-up time on paths that never load agents
-
     catalog = AgentCatalog()
     for agent in (*BUILTIN_AGENTS, *plugin_agents):
         catalog.add(agent)
@@ -121,6 +119,12 @@ def load_agents(
     managed = _files(managed_dir, seen) if managed_dir is not None else []
     user = [f for d in user_dirs for f in _files(d, seen)]
     project = [f for d in _project_dirs(cwd) for f in _files(d, seen)]
+    if not (managed or user or project):
+        if flag_json is not None:
+            _load_flag(flag_json, catalog)
+        return catalog
+    import yaml  # only when there are files: PyYAML costs start-up time
+
     for source, files in (("userSettings", user), ("projectSettings", project)):
         _load_files(files, source, catalog, yaml)
     if flag_json is not None:

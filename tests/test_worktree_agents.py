@@ -145,3 +145,106 @@ async def test_file_tools_are_confined_to_the_worktree(repo: Path) -> None:
         run = next(iter(svc.runs.values()))
         refused = run.engine.messages[2].content[0]
         assert refused.is_error and "inside this agent's worktree" in refused.text()  # type: ignore[union-attr]
+
+
+async def test_a_failed_agent_still_reports_its_kept_worktree(repo: Path) -> None:
+    from taskloom.errors import ModelError
+
+    def respond(request: ModelRequest) -> Turn:
+        if len(request.messages) == 1:
+            return Turn(tool_calls=(ToolCall("Bash", {"command": "echo work > work.txt"}),))
+        raise ModelError("overloaded")
+
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, FunctionModel(respond))
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        with pytest.raises(ToolError) as err:
+            await svc.spawn(request("doomed"), ctx)
+    message = str(err.value)
+    assert "overloaded" in message and "[worktree kept:" in message and "work.txt" in message
+
+
+async def test_setup_failure_after_the_worktree_removes_it_and_ends_the_task(repo: Path) -> None:
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, scripted({"x": []}))
+
+        def broken_tools() -> list[Any]:
+            raise RuntimeError("tool registry exploded")
+
+        svc.tools = broken_tools
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        with pytest.raises(RuntimeError):
+            await svc.spawn(request("x"), ctx)
+        assert [s.status for s in rt.list()] == ["failed"]
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    assert git(repo, "branch", "--list", "taskloom/*").strip() == ""
+
+
+async def test_ignored_work_keeps_the_worktree_but_caches_do_not(repo: Path) -> None:
+    (repo / ".gitignore").write_text(".env\n__pycache__/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-qm", "ignore")
+    model = scripted(
+        {
+            "caches": ["mkdir -p __pycache__ && echo x > __pycache__/m.pyc"],
+            "secrets": ["echo KEY=1 > .env"],
+        }
+    )
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, model)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        caches = await svc.spawn(request("caches"), ctx)
+        secrets = await svc.spawn(request("secrets"), ctx)
+    assert "worktreePath" not in caches.extra
+    assert ".env" in secrets.content and "ignored by git, kept" in secrets.content
+    assert (Path(secrets.extra["worktreePath"]) / ".env").read_text() == "KEY=1\n"
+
+
+async def test_resuming_a_worktree_agent_stays_isolated(repo: Path) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        texts = " ".join(
+            b.text
+            for m in request.messages[-1:]
+            for b in m.content
+            if getattr(b, "type", "") == "text"
+        )
+        if "write it" in texts:
+            return Turn(tool_calls=(ToolCall("Bash", {"command": "echo later > later.txt"}),))
+        return "ok"
+
+    async with TaskRuntime() as rt:
+        svc = service(rt, repo, FunctionModel(respond))
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        first = await svc.spawn(request("resumable"), ctx)
+        assert "worktreePath" not in first.extra  # clean: removed
+        await svc.send(first.agent_id, "now write it", ctx)
+        state = await rt.wait(first.agent_id, timeout=20)
+        assert state.status == "completed"
+        kept = Path(state.worktree_path)  # type: ignore[attr-defined]
+        assert (kept / "later.txt").read_text() == "later\n"
+    assert not (repo / "later.txt").exists()
+
+
+async def test_a_fork_refuses_isolation(repo: Path, tmp_path: Path) -> None:
+    from taskloom.engine import Engine, EngineConfig
+
+    async with TaskRuntime() as rt:
+        svc = AgentService(
+            rt,
+            catalog=load_agents(repo),
+            model=scripted({}),
+            model_name="m",
+            tools=core_tools,
+            settings={"forkSubagent": True},
+            policy=None,
+            cwd=repo,
+        )
+        parent = Engine(
+            EngineConfig(
+                model=svc.model, system_prompt="", tools=[], owner=rt.session_id, cwd=repo
+            ),
+            rt,
+        )
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo, engine=parent)
+        with pytest.raises(ToolError, match="A fork works in its parent's directory"):
+            await svc.spawn(SpawnRequest(description="f", prompt="p", isolation="worktree"), ctx)

@@ -213,6 +213,7 @@ async def inspect(wt: Worktree) -> WorktreeState:
     changes = await _status(wt.path)
     stat = (await _git(wt.path, "diff", "--stat=120", wt.base_commit, "--")).rstrip()
     untracked = [f" {p} | untracked" for code, p in changes if code == "??"]
+    untracked += [f" {p} | ignored by git, kept" for code, p in changes if code == "!!"]
     diffstat = "\n".join(part for part in (stat, *untracked) if part)
     return WorktreeState(head, head != wt.base_commit, commits, changes, diffstat)
 
@@ -374,13 +375,50 @@ async def _repo_root(cwd: Path) -> Path | None:
         raise
 
 
+#: Ignored paths that are rebuilt at will (caches, dependencies, build output): a worktree
+#: holding only these is still clean. Any other ignored file (``.env``, a log) counts as work,
+#: because ``git worktree remove`` would delete it without a word.
+REGENERABLE = frozenset(
+    {
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        "node_modules",
+        ".venv",
+        "venv",
+        ".tox",
+        "dist",
+        "build",
+        "target",
+        ".next",
+        ".cache",
+        ".gradle",
+        ".eggs",
+    }
+)
+
+
+def _regenerable(path: str) -> bool:
+    parts = [p for p in path.split("/") if p]
+    return any(p in REGENERABLE or p.endswith(".egg-info") for p in parts) or path.endswith(
+        (".pyc", ".pyo")
+    )
+
+
 async def _status(path: Path) -> tuple[tuple[str, str], ...]:
-    raw = await _git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    raw = await _git(
+        path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored=matching"
+    )
     entries = iter(raw.split("\0"))
     out: list[tuple[str, str]] = []
     for entry in entries:
         if entry:
-            out.append((entry[:2], entry[3:]))
+            code, name = entry[:2], entry[3:]
+            if code == "!!" and _regenerable(name):
+                continue
+            out.append((code, name))
             if entry[0] in "RC":
                 next(entries, None)  # with -z a rename's source is the next entry
     return tuple(out)

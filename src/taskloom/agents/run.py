@@ -65,6 +65,8 @@ class AgentRun:
         #: Called once before the run ends (e.g. to finish its worktree); returns fields for
         #: the task state and a note for the result.
         self.finalize: Callable[[], Awaitable[tuple[dict[str, Any], str]]] | None = None
+        #: Its git worktree, when isolated.
+        self.worktree: Any = None
 
     # -- the task handle ----------------------------------------------------------------------
 
@@ -145,12 +147,20 @@ class AgentRun:
                 self.agent_id, lambda s: self._ended(s, result=result).replace(**fields)
             )
         except asyncio.CancelledError:
-            # Killed (or its parent cancelled): record it here, so every end goes through here.
-            self.runtime.update(self.agent_id, _killed)
+            # Killed (or its parent cancelled): record it here, so every end goes through here,
+            # with where its work is kept.
+            fields, note = await finish_despite_cancel(self._finalize())
+            self.runtime.update(
+                self.agent_id,
+                lambda s: _killed(s).replace(error=note.strip() or None, **fields),
+            )
             raise
         except Exception as exc:  # a failed agent must not take its parent down
             error = str(exc) if isinstance(exc, TaskloomError) else f"{type(exc).__name__}: {exc}"
-            self.runtime.update(self.agent_id, lambda s: self._ended(s, error=error))
+            fields, note = await finish_despite_cancel(self._finalize())
+            self.runtime.update(
+                self.agent_id, lambda s: self._ended(s, error=error + note).replace(**fields)
+            )
         finally:
             await finish_despite_cancel(self._cleanup())
 
@@ -173,7 +183,12 @@ class AgentRun:
         finalize, self.finalize = self.finalize, None  # once, whichever way the run ends
         if finalize is None:
             return {}, ""
-        return await finalize()
+        # Its shells go first: nothing may write into a worktree that is being inspected.
+        await self.runtime.close_owner(self.agent_id, wait_limit=600.0)
+        try:
+            return await finalize()
+        except Exception as exc:  # never lose the end of the run to a cleanup failure
+            return {}, f"\n\n[cleanup failed: {exc}]"
 
     async def _cleanup(self) -> None:
         try:

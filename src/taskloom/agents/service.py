@@ -193,8 +193,11 @@ class AgentService:
         """The engine of one subagent: its model, tools, prompt and permissions."""
         model, model_name = self._model_for(request.model or definition.model)
         cwd = Path(request.cwd) if request.cwd else self.cwd
+        offered: dict[str, Tool[Any]] = {}
+        for tool in [*self.tools(), *extra_tools]:
+            offered.setdefault(tool.name, tool)  # the API refuses duplicate tool names
         tools = filter_tools(
-            [*self.tools(), *extra_tools],
+            list(offered.values()),
             allowed=definition.tools,
             disallowed=definition.disallowed_tools,
             is_async=is_async,
@@ -242,12 +245,17 @@ class AgentService:
         await self._require_mcp(definition)
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
         isolation = request.isolation or definition.isolation
+        # The child starts where its parent works now (a worktree it entered, or its own).
+        base = Path(request.cwd) if request.cwd else ctx.cwd
+        parent_engine: Engine | None = ctx.engine
+        confine = parent_engine.config.confine_to if parent_engine is not None else None
         worktree = None
         if isolation == "remote":
             raise ToolError("isolation 'remote' is not available yet in this version")
         if isolation == "worktree":
-            worktree = await self._create_worktree(agent_id)
-            request = dataclasses.replace(request, cwd=str(worktree.path))
+            worktree = await self._create_worktree(agent_id, base)
+            base, confine = worktree.path, worktree.path
+        request = dataclasses.replace(request, cwd=str(base))
         self.runtime.register(
             AgentTaskState(
                 id=agent_id,
@@ -262,15 +270,22 @@ class AgentService:
                 name=request.name,
             )
         )
-        own_mcp = await self._start_agent_mcp(definition)
-        engine = self.build_engine(
-            agent_id,
-            definition,
-            request,
-            is_async=is_async,
-            files=ctx.files,
-            extra_tools=own_mcp.tools() if own_mcp is not None else (),
-        )
+        own_mcp = None
+        try:
+            own_mcp = await self._start_agent_mcp(definition, base)
+            engine = self.build_engine(
+                agent_id,
+                definition,
+                request,
+                is_async=is_async,
+                files=ctx.files,
+                extra_tools=own_mcp.tools() if own_mcp is not None else (),
+            )
+        except BaseException as exc:
+            # Nothing ran: undo what was set up, and end the task (the caller gets the error).
+            await finish_despite_cancel(self._abandon(agent_id, worktree, own_mcp, exc))
+            raise
+        engine.config.confine_to = confine
         run = AgentRun(
             self.runtime,
             agent_id,
@@ -278,7 +293,7 @@ class AgentService:
             on_end=(lambda _run: own_mcp.aclose()) if own_mcp is not None else None,
         )
         if worktree is not None:
-            engine.config.confine_to = worktree.path
+            run.worktree = worktree
             run.finalize = self._worktree_finisher(worktree)
         self.runs[agent_id] = run
         if request.name:
@@ -341,6 +356,21 @@ class AgentService:
             extra=extra,
         )
 
+    async def _abandon(
+        self, agent_id: str, worktree: Any, own_mcp: Any, exc: BaseException
+    ) -> None:
+        if own_mcp is not None:
+            await own_mcp.aclose()
+        if worktree is not None:
+            await self._worktree_finisher(worktree)()
+        error = f"could not start: {exc}" if str(exc) else "could not start"
+        self.runtime.update(
+            agent_id,
+            lambda s: (
+                s if s.terminal else s.replace(status=TaskStatus.FAILED, error=error, notified=True)
+            ),
+        )
+
     async def _require_mcp(self, definition: AgentDefinition) -> None:
         """Wait (at most 30 s) for the MCP servers the definition requires."""
         patterns = list(definition.required_mcp_servers)
@@ -353,8 +383,11 @@ class AgentService:
                 f"{', '.join(missing)}"
             )
 
-    async def _start_agent_mcp(self, definition: AgentDefinition) -> Any:
-        """Start the agent's own MCP servers (stopped when its run ends); None if none."""
+    async def _start_agent_mcp(self, definition: AgentDefinition, cwd: Path) -> Any:
+        """Start the agent's own MCP servers (stopped when its run ends); None if none.
+
+        A server the session already runs is not started twice: the agent uses the session's.
+        """
         if not definition.mcp_servers:
             return None
         from taskloom.mcp.config import resolve_servers
@@ -363,19 +396,21 @@ class AgentService:
         servers = resolve_servers(
             definition.mcp_servers, self.mcp_config, f"agent {definition.agent_type}"
         )
+        running = set(self.mcp.status()) if self.mcp is not None else set()
+        servers = {name: cfg for name, cfg in servers.items() if name not in running}
         if not servers:
             return None
-        manager = McpManager(servers, cwd=self.cwd)
+        manager = McpManager(servers, cwd=cwd)
         await manager.start()
         return manager
 
-    async def _create_worktree(self, agent_id: str) -> Any:
+    async def _create_worktree(self, agent_id: str, base: Path) -> Any:
         """A fresh worktree off the parent's HEAD; failing is an error, never the main tree."""
         from taskloom.worktrees import WorktreeError, create_worktree
 
         try:
             return await create_worktree(
-                self.cwd,
+                base,
                 f"agent-{agent_id[:8]}",
                 hooks=self.hooks,
                 session_id=self.runtime.session_id,
@@ -413,6 +448,11 @@ class AgentService:
             raise ToolError("Fork is not available here: no parent conversation to copy.")
         if is_fork(parent.messages):
             raise ToolError(NESTED_FORK_ERROR)
+        if request.isolation or request.cwd:
+            raise ToolError(
+                "A fork works in its parent's directory: omit isolation and cwd, or give a "
+                "subagent_type to start a separate agent with them."
+            )
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
         self.runtime.register(
             AgentTaskState(
@@ -439,6 +479,8 @@ class AgentService:
             metadata={**parent.config.metadata, "agent_type": "fork", "fork": True},
             session_id=self.runtime.session_id,
             transcript_path=str(sidechain_path(self.runtime, agent_id)),
+            cwd=ctx.cwd,
+            cwd_source=None,  # fixed where the parent was: it must not follow the parent
         )
         messages = fork_messages(parent.messages, request.prompt)
         engine = Engine(config, self.runtime, messages, parent.files.clone())
@@ -514,6 +556,21 @@ class AgentService:
             # Still cleaning up after its last run (killing its shells): let that finish first,
             # or it would close the files and the owner of the new run.
             await asyncio.wait([run.driver], timeout=60)
+        if run is not None and run.worktree is not None:
+            # An isolated agent goes on isolated: in its kept worktree, or in a fresh one if
+            # the last was removed as clean.
+            worktree = run.worktree
+            if not Path(worktree.path).exists():
+                worktree = await self._create_worktree(agent_id, Path(worktree.repo_root))
+                run.worktree = worktree
+                run.engine.config.cwd = worktree.path
+                run.engine.config.confine_to = worktree.path
+            run.finalize = self._worktree_finisher(worktree)
+        elif run is None and state.worktree_path:
+            raise ToolError(
+                f"Agent {agent_id} worked in the worktree {state.worktree_path} in an earlier "
+                "process; start a new agent there instead of resuming it."
+            )
         if run is not None:
             # A run killed mid-call left tool calls unanswered: the API would refuse it.
             run.engine.messages, added = repair(run.engine.messages)

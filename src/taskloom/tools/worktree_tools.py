@@ -34,6 +34,10 @@ class WorktreeSession:
     original_cwd: Path | None = None
 
 
+#: A subagent (a fork carries these tools) must not move the session it belongs to.
+_MAIN_ONLY = "{tool} is only available to the main session, not to subagents."
+
+
 class EnterWorktreeInput(ToolInput):
     """Input of :class:`EnterWorktreeTool`."""
 
@@ -90,6 +94,8 @@ class EnterWorktreeTool(_WorktreeTool, Tool[EnterWorktreeInput]):
 
     async def call(self, params: EnterWorktreeInput, ctx: ToolContext) -> ToolResult:
         """Create the worktree; on success move the session into it."""
+        if ctx.agent_id is not None:
+            return tool_error(_MAIN_ONLY.format(tool=self.name))
         state = self.session
         if state.active is not None:
             return tool_error(
@@ -126,6 +132,8 @@ class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
 
     async def call(self, params: ExitWorktreeInput, ctx: ToolContext) -> ToolResult:
         """Keep or remove the worktree, then restore the original working directory."""
+        if ctx.agent_id is not None:
+            return tool_error(_MAIN_ONLY.format(tool=self.name))
         state = self.session
         wt = state.active
         if wt is None:

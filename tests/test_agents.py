@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from helpers import wait_until
+from helpers import clean_env, wait_until
 from taskloom.agents.loader import load_agents
 from taskloom.agents.service import AgentService, SpawnRequest
 from taskloom.engine import Engine, EngineConfig, Finished
@@ -26,12 +25,6 @@ from taskloom.tools.agent import AgentTool
 from taskloom.tools.base import ToolContext
 from taskloom.tools.registry import core_tools
 from taskloom.tools.send_message import SendMessageTool
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update(extra)
-    return env
 
 
 def run_cli(tmp_path: Path, script: dict[str, Any], *args: str, **env: str) -> list[dict[str, Any]]:

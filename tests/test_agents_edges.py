@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from helpers import wait_until
+from helpers import clean_env, wait_until
 from taskloom.agents.loader import load_agents
 from taskloom.agents.service import AgentService, SpawnRequest
 from taskloom.errors import ToolError
@@ -83,7 +82,7 @@ def test_the_model_cannot_loosen_a_subagents_permissions(tmp_path: Path) -> None
             }
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env = clean_env()
     proc = subprocess.run(
         [
             sys.executable,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from helpers import clean_env
 from taskloom.engine import NO_CONTENT, Engine, EngineConfig, Finished, ToolDone
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.models.base import INVALID_INPUT_KEY
@@ -181,7 +181,7 @@ def test_two_interrupts_still_clean_up(tmp_path: Path) -> None:
             }
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env = clean_env()
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -12,9 +11,7 @@ from typing import Any
 
 import yaml
 
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+from helpers import clean_env
 
 
 def run(tmp_path: Path, script: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers import clean_env
 from taskloom.agents.loader import load_agents
 from taskloom.agents.service import AgentService, SpawnRequest
 from taskloom.errors import ToolError
@@ -45,7 +46,7 @@ def test_a_stdio_server_is_listed_and_its_tool_called(tmp_path: Path) -> None:
             }
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env = clean_env()
     proc = subprocess.run(
         [
             sys.executable,

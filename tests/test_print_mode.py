@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from fake_servers import FakeAnthropicServer
+from helpers import clean_env
 
 
 def write_turns(path: Path, turns: list[Any]) -> str:
@@ -33,12 +34,6 @@ def run(
         input=stdin,
         env=env if env is not None else clean_env(),
     )
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update(extra)
-    return env
 
 
 def lines(stdout: str) -> list[dict[str, Any]]:

@@ -256,20 +256,7 @@ class AgentService:
             worktree = await self._create_worktree(agent_id, base)
             base, confine = worktree.path, worktree.path
         request = dataclasses.replace(request, cwd=str(base))
-        self.runtime.register(
-            AgentTaskState(
-                id=agent_id,
-                status=TaskStatus.RUNNING,
-                description=request.description,
-                owner=ctx.owner,
-                tool_use_id=ctx.tool_use_id,
-                output_file=str(self.runtime.output_path(agent_id)),
-                is_backgrounded=is_async,
-                prompt=request.prompt,
-                agent_type=definition.agent_type,
-                name=request.name,
-            )
-        )
+        self._register(agent_id, request, ctx, definition.agent_type, background=is_async)
         own_mcp = None
         try:
             own_mcp = await self._start_agent_mcp(definition, base)
@@ -303,6 +290,30 @@ class AgentService:
         if is_async:
             return self._launched(agent_id, definition, request)
         return await self._wait_foreground(run, driver, definition, request)
+
+    def _register(
+        self,
+        agent_id: str,
+        request: SpawnRequest,
+        ctx: ToolContext,
+        agent_type: str,
+        *,
+        background: bool,
+    ) -> None:
+        self.runtime.register(
+            AgentTaskState(
+                id=agent_id,
+                status=TaskStatus.RUNNING,
+                description=request.description,
+                owner=ctx.owner,
+                tool_use_id=ctx.tool_use_id,
+                output_file=str(self.runtime.output_path(agent_id)),
+                is_backgrounded=background,
+                prompt=request.prompt,
+                agent_type=agent_type,
+                name=request.name,
+            )
+        )
 
     async def _wait_foreground(
         self,
@@ -454,20 +465,7 @@ class AgentService:
                 "subagent_type to start a separate agent with them."
             )
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
-        self.runtime.register(
-            AgentTaskState(
-                id=agent_id,
-                status=TaskStatus.RUNNING,
-                description=request.description,
-                owner=ctx.owner,
-                tool_use_id=ctx.tool_use_id,
-                output_file=str(self.runtime.output_path(agent_id)),
-                is_backgrounded=True,
-                prompt=request.prompt,
-                agent_type="fork",
-                name=request.name,
-            )
-        )
+        self._register(agent_id, request, ctx, "fork", background=True)
         # Same prompt, tools and model as the parent: the request prefix stays identical.
         config = dataclasses.replace(
             parent.config,
@@ -591,20 +589,15 @@ class AgentService:
             run = AgentRun(self.runtime, agent_id, engine)
             self.runs[agent_id] = run
         self.runtime.reopen_owner(agent_id)
+        # Back to running under the same id (the runtime merges what must survive).
         self.runtime.register(
-            AgentTaskState(
-                id=agent_id,
+            state.replace(
                 status=TaskStatus.RUNNING,
-                description=state.description,
-                owner=state.owner,
-                tool_use_id=state.tool_use_id,
-                output_file=state.output_file,
                 is_backgrounded=True,
-                prompt=state.prompt,
-                agent_type=state.agent_type,
-                name=state.name,
-                tool_uses=state.tool_uses,
-                total_tokens=state.total_tokens,
+                result=None,
+                error=None,
+                worktree_path=None,
+                worktree_branch=None,
             )
         )
         self.runtime.attach_handle(agent_id, run)

@@ -67,6 +67,9 @@ class AgentRun:
         self.finalize: Callable[[], Awaitable[tuple[dict[str, Any], str]]] | None = None
         #: Its git worktree, when isolated.
         self.worktree: Any = None
+        #: Set once its last input has been taken: a message arriving from now on must wait
+        #: for the end and resume it, not be queued for a loop that will not look again.
+        self.finishing = False
 
     # -- the task handle ----------------------------------------------------------------------
 
@@ -92,6 +95,7 @@ class AgentRun:
     def start(self, prompt: str | Message | None) -> asyncio.Task[None]:
         """Run the engine on ``prompt`` (None: its history is ready) in a task of its own."""
         self.started = time.monotonic()
+        self.finishing = False
         self.backgrounded = asyncio.Event()
         self.driver = asyncio.get_running_loop().create_task(self._drive(prompt))
         return self.driver
@@ -141,6 +145,7 @@ class AgentRun:
                 # this last look at the inbox and the terminal update below.
                 sent = self.take_inbox()
                 next_input = "\n\n".join(sent) if sent else None
+            self.finishing = True
             fields, note = await self._finalize()
             result = engine.last_text() + note
             self.runtime.update(

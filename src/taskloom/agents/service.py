@@ -533,6 +533,11 @@ class AgentService:
         """Deliver ``message``: queued for a running agent, a resume for a stopped one."""
         agent_id = self.resolve(to)
         state = self.runtime.authorize(agent_id, ctx.owner)
+        run = self.runs.get(agent_id)
+        if run is not None and run.finishing and run.driver is not None:
+            # It has taken its last input and is wrapping up: resume it once it has ended.
+            await asyncio.wait([run.driver], timeout=60)
+            state = self.runtime.authorize(agent_id, ctx.owner)
         assert isinstance(state, AgentTaskState)
         if not state.terminal:
             self.runtime.update(

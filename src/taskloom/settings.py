@@ -228,6 +228,11 @@ def _read_extra(extra: Path | str) -> tuple[dict[str, Any], str]:
     return data, label
 
 
+def _concatenated(path: tuple[str, ...]) -> bool:
+    # ``hooks.<Event>`` lists (matcher entries) accumulate across files, like permissions.
+    return path in _CONCAT_LISTS or (len(path) == 2 and path[0] == "hooks")
+
+
 def _merge(
     base: dict[str, Any], override: dict[str, Any], where: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -237,12 +242,18 @@ def _merge(
         old = out.get(key)
         if isinstance(old, dict) and isinstance(value, dict):
             out[key] = _merge(old, value, path)
-        elif path in _CONCAT_LISTS and isinstance(old, list) and isinstance(value, list):
+        elif _concatenated(path) and isinstance(old, list) and isinstance(value, list):
+            # A later file adds to these lists; it cannot take away what an earlier one set
+            # (a project file must not silently drop the user's guard hooks).
             out[key] = _dedup([*old, *value])
+        elif path == ("permissions", "disableBypassPermissionsMode") and (
+            old == "disable" or value == "disable"
+        ):
+            out[key] = "disable"  # once any layer turns bypass off, it stays off
         elif isinstance(value, dict):
             out[key] = _merge({}, value, path)  # a private copy: callers may mutate the result
         elif isinstance(value, list):
-            out[key] = _dedup(value) if path in _CONCAT_LISTS else list(value)
+            out[key] = _dedup(value) if _concatenated(path) else list(value)
         else:
             out[key] = value
     return out

@@ -65,19 +65,31 @@ def find_rule(
     if not candidates:
         return None
     if not _is_bash(request) or request.target is None:
-        return next((r for r in candidates if _content_matches(r, request, project_root)), None)
+        return next(
+            (r for r in candidates if _content_matches(r, request, project_root, every_part)),
+            None,
+        )
     whole = _squash(request.target)
     parts = split_command(request.target)
     if not every_part:
-        # Commands hidden in substitutions run too, so a deny rule must see them.
+        # Commands hidden in substitutions run too, so a deny rule must see them; and each
+        # part is also tried as the program it runs (``/bin/rm``, ``\rm``, ``env X=1 rm``).
         everything = [whole, *_with_hidden(parts)]
+        everything += [normalize_command(p) for p in everything]
+        unsure = unsure_syntax(request.target) or _has_substitution(request.target)
         for rule in candidates:
             if rule.content is None or any(command_matches(rule.content, p) for p in everything):
                 return rule
+            if unsure and _program_mentioned(rule.content, request.target):
+                return rule  # cannot tell where it runs: assume it does
         return None
     for rule in candidates:
         if rule.content is None or (_squash(rule.content) == whole and "*" not in rule.content):
             return rule
+    if unsure_syntax(request.target):
+        # Our splitter cannot vouch for what this runs (comments, ANSI-C quoting, escapes,
+        # heredocs, redirections that write files): no wildcard rule may allow it.
+        return None
     first: Rule | None = None
     for part in parts:
         found = _allowing(candidates, part)
@@ -217,7 +229,9 @@ def domain_matches(pattern: str, url: str) -> bool:
     return host == pattern
 
 
-def _content_matches(rule: Rule, request: PermissionRequest, project_root: Path) -> bool:
+def _content_matches(
+    rule: Rule, request: PermissionRequest, project_root: Path, every_part: bool = False
+) -> bool:
     if rule.content is None:
         return True
     target = request.target
@@ -227,7 +241,12 @@ def _content_matches(rule: Rule, request: PermissionRequest, project_root: Path)
     if target is None:
         return False
     if _is_file_tool(request):
-        return path_matches(rule.content, target, request.cwd, project_root)
+        # A symlink must not dodge a rule: a deny (or ask) rule matching either the path as
+        # named or where it leads applies; an allow rule must match both.
+        literal = os.path.join(request.cwd, target)
+        paths = {literal, os.path.realpath(literal)}
+        hits = (path_matches(rule.content, p, request.cwd, project_root) for p in paths)
+        return all(hits) if every_part else any(hits)
     return _wildcard(rule.content).fullmatch(target) is not None
 
 
@@ -241,6 +260,53 @@ def _allowing(rules: list[Rule], part: str) -> Rule | None:
         if command_matches(rule.content, part):
             return rule
     return None
+
+
+#: What makes a command line too hard for our splitter to vouch for.
+_UNSURE = re.compile(r"#|\$'|\$\"|\\|<<|[\r\x00]")
+#: Redirections that write nothing anyone cares about.
+_HARMLESS_REDIRECT = re.compile(r"\d*>&\d+|&?\d*>{1,2}\s*/dev/null")
+#: Words that run the next word as the program.
+_WRAPPERS = frozenset({"env", "command", "builtin", "exec", "nohup", "sudo", "time", "nice"})
+
+
+def unsure_syntax(command: str) -> bool:
+    """Whether ``command`` uses syntax the splitter cannot follow safely.
+
+    Comments, ANSI-C and locale quoting, backslash escapes, heredocs, control characters, and
+    output redirections to files (``> ~/.bashrc`` writes a file whatever the program is).
+    """
+    if _UNSURE.search(command):
+        return True
+    return ">" in _HARMLESS_REDIRECT.sub("", command)
+
+
+def normalize_command(part: str) -> str:
+    """The command a part really runs, as deny rules should see it.
+
+    No ``X=1`` prefixes or wrappers (``env``, ``command``...), no quotes or backslashes in
+    the program word, and the program by its base name (``/bin/rm`` is ``rm``).
+    """
+    words = _squash(part).split(" ")
+    while words and (_ENV_ASSIGNMENT.fullmatch(words[0]) or words[0] in _WRAPPERS):
+        words.pop(0)
+        while words and words[0].startswith("-"):  # wrapper options: env -i, nice -n
+            words.pop(0)
+    if not words:
+        return ""
+    program = os.path.basename(words[0].replace("\\", "").strip("'\""))
+    return " ".join([program, *words[1:]])
+
+
+def _program_mentioned(pattern: str, command: str) -> bool:
+    """Whether the program a rule is about appears anywhere in ``command`` as a word."""
+    program = pattern.split(":", 1)[0].split(" ", 1)[0].strip()
+    if not program or "*" in program:
+        return False
+    cleaned = re.sub(r"[\\'\"]", "", command)
+    return (
+        re.search(rf"(?:^|[\s;&|()`$/]){re.escape(program)}(?:$|[\s;&|()`])", cleaned) is not None
+    )
 
 
 def _is_bash(request: PermissionRequest) -> bool:

@@ -243,12 +243,20 @@ class PermissionPolicy:
         return Decision("ask", reason[:1].upper() + reason[1:], rule, name, suggestion)
 
     def _in_working_dirs(self, target: str, cwd: Path) -> bool:
-        path = os.path.normpath(os.path.join(cwd, target))
-        for directory in (cwd, *self.additional_directories):
-            base = os.path.normpath(directory)
-            if path == base or path.startswith(base.rstrip("/") + "/"):
-                return True
-        return False
+        # The file as named and the file a symlink leads to must both be inside: a link in
+        # the project pointing at ~/.bashrc is not an edit "in the working directories".
+        literal = os.path.normpath(os.path.join(cwd, target))
+        return all(
+            any(
+                path == base or path.startswith(base.rstrip("/") + "/")
+                for base in {
+                    candidate
+                    for directory in (cwd, *self.additional_directories)
+                    for candidate in (os.path.normpath(directory), os.path.realpath(directory))
+                }
+            )
+            for path in (literal, os.path.realpath(literal))
+        )
 
 
 def headless(decision: Decision) -> Decision:

@@ -181,6 +181,8 @@ _IGNORE_FILES = ((".rgignore", 0), (".ignore", 1), (".gitignore", 2))
 
 def is_binary_file(path: str) -> bool:
     """Whether the file contains a NUL byte anywhere (ripgrep's binary test)."""
+    if not os.path.isfile(path):
+        return True  # not a regular file: never opened (a FIFO would block)
     try:
         with open(path, "rb") as f:
             while chunk := f.read(1 << 16):

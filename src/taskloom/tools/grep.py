@@ -271,6 +271,8 @@ def _python_search(q: Query, deadline: float, stop: threading.Event) -> list[str
 
 def _search_file(q: Query, regex: re.Pattern[str], path: str, out: list[str]) -> None:
     """Append ``path``'s output lines to ``out``."""
+    if not os.path.isfile(path):
+        return  # a FIFO or device named directly would block the search
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -163,6 +163,9 @@ class Read(Tool[ReadInput]):
             )
         if not os.path.exists(path):
             return missing_file_error(path, ctx)
+        if not os.path.isfile(path):
+            # A FIFO or device would block the read for ever.
+            return tool_error(f"{path} is not a regular file (a pipe, socket or device)")
         start = max(params.offset or 1, 1)
         limit = params.limit or DEFAULT_LIMIT
         try:

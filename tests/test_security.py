@@ -1,0 +1,127 @@
+"""Attempts to slip past permissions, settings layering and file tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from taskloom.permissions import PermissionPolicy, PermissionRequest, parse_rule
+from taskloom.settings import load_settings
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tools.base import ToolContext
+from taskloom.tools.grep import Grep
+from taskloom.tools.read import Read
+
+
+def bash(command: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()) -> str:
+    rules = [parse_rule(r, "allow", "test") for r in allow]
+    rules += [parse_rule(r, "deny", "test") for r in deny]
+    policy = PermissionPolicy("default", rules, Path("/tmp"))
+    request = PermissionRequest("Bash", "execute", command, Path("/tmp"), {"command": command})
+    return policy.decide(request).behavior
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git status # it's\nrm -rf victim\necho ''",  # a quote inside a comment
+        "git status $'\\'' ; rm -rf victim ; echo ''",  # ANSI-C quoting
+        "git status > ~/.bashrc",  # a redirection writes a file
+        "git status \\\n; rm -rf victim",
+        "git status <<EOF\nx\nEOF",
+    ],
+)
+def test_a_prefix_allow_rule_does_not_cover_tricky_syntax(command: str) -> None:
+    assert bash(command, allow=("Bash(git status:*)",)) == "ask"
+
+
+@pytest.mark.parametrize("command", ["git status", "git status -s", "git status 2>&1 >/dev/null"])
+def test_a_prefix_allow_rule_still_covers_plain_uses(command: str) -> None:
+    assert bash(command, allow=("Bash(git status:*)",)) == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo \\'$(rm -rf x)\\'",
+        'echo $(echo ")"; rm -rf x)',
+        "/bin/rm x",
+        "\\rm x",
+        "'rm' x",
+        "X=1 rm x",
+        "env rm x",
+        "env -i rm x",
+        "command rm x",
+        "sudo rm x",
+    ],
+)
+def test_a_deny_rule_sees_the_program_however_it_is_spelled(command: str) -> None:
+    assert bash(command, allow=("Bash",), deny=("Bash(rm:*)",)) == "deny"
+
+
+def test_symlinks_do_not_dodge_path_rules_or_accept_edits(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    (project / "secrets").mkdir(parents=True)
+    (project / "secrets" / "key").write_text("TOPSECRET")
+    os.symlink(project / "secrets", project / "link")
+    (tmp_path / "outside").mkdir()
+    os.symlink(tmp_path / "outside" / "bashrc", project / "notes.txt")
+    policy = PermissionPolicy(
+        "acceptEdits", [parse_rule("Read(./secrets/**)", "deny", "test")], project
+    )
+    read_link = PermissionRequest("Read", "read", str(project / "link" / "key"), project, {})
+    write_link = PermissionRequest("Write", "edit", str(project / "notes.txt"), project, {})
+    write_plain = PermissionRequest("Write", "edit", str(project / "ok.txt"), project, {})
+    assert policy.decide(read_link).behavior == "deny"
+    assert policy.decide(write_link).behavior == "ask"  # leads outside: not auto-allowed
+    assert policy.decide(write_plain).behavior == "allow"
+
+
+async def test_read_and_grep_do_not_block_on_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    async with TaskRuntime() as rt:
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        read = Read()
+        result = await read.call(read.validate({"file_path": str(fifo)}), ctx)  # type: ignore[arg-type]
+        assert result.is_error and "not a regular file" in result.content
+        grep = Grep(use_ripgrep=False)  # the Python search is the one that could block
+        params = grep.validate({"pattern": "x", "path": str(fifo)})
+        found = await asyncio.wait_for(grep.call(params, ctx), 10)  # type: ignore[arg-type]
+        assert "No matches" in found.content or "No files" in found.content or found.is_error
+
+
+def test_a_project_file_cannot_drop_user_hooks_or_re_enable_bypass(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    user = tmp_path / "user" / ".claude"
+    user.mkdir(parents=True)
+    guard = {"matcher": "Bash", "hooks": [{"type": "command", "command": "guard"}]}
+    (user / "settings.json").write_text(
+        json.dumps(
+            {
+                "hooks": {"PreToolUse": [guard]},
+                "permissions": {"disableBypassPermissionsMode": "disable"},
+            }
+        )
+    )
+    project = tmp_path / "proj" / ".claude"
+    project.mkdir(parents=True)
+    other = {"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}
+    (project / "settings.json").write_text(
+        json.dumps(
+            {
+                "hooks": {"PreToolUse": [other]},
+                "permissions": {"disableBypassPermissionsMode": "enable"},
+            }
+        )
+    )
+    (project / "settings.local.json").write_text(json.dumps({"hooks": {"PreToolUse": []}}))
+    merged = load_settings(tmp_path / "proj")
+    assert merged["hooks"]["PreToolUse"] == [guard, other]
+    assert merged["permissions"]["disableBypassPermissionsMode"] == "disable"

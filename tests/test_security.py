@@ -125,3 +125,47 @@ def test_a_project_file_cannot_drop_user_hooks_or_re_enable_bypass(
     merged = load_settings(tmp_path / "proj")
     assert merged["hooks"]["PreToolUse"] == [guard, other]
     assert merged["permissions"]["disableBypassPermissionsMode"] == "disable"
+
+
+@pytest.mark.parametrize("use_ripgrep", [True, False])
+async def test_search_tools_leave_out_files_a_read_rule_denies(
+    tmp_path: Path, use_ripgrep: bool
+) -> None:
+    from taskloom.engine import Engine, EngineConfig, ToolDone
+    from taskloom.testing import ScriptedModel, ToolCall, Turn
+    from taskloom.tools.glob import Glob
+
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "key").write_text("TOPSECRET value\n")
+    (tmp_path / "notes.txt").write_text("TOPSECRET mention\n")
+    policy = PermissionPolicy(
+        "default", [parse_rule("Read(./secrets/**)", "deny", "test")], tmp_path
+    )
+    model = ScriptedModel(
+        [
+            Turn(
+                tool_calls=(
+                    ToolCall("Grep", {"pattern": "TOPSECRET", "output_mode": "content"}),
+                    ToolCall("Grep", {"pattern": "TOPSECRET"}),
+                    ToolCall("Glob", {"pattern": "**/*"}),
+                )
+            ),
+            "done",
+        ]
+    )
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                model=model,
+                system_prompt="",
+                tools=[Grep(use_ripgrep=use_ripgrep), Glob()],
+                owner=rt.session_id,
+                cwd=tmp_path,
+                permissions=policy,
+            ),
+            rt,
+        )
+        events = [e async for e in engine.run("search")]
+    results = [e.result.content for e in events if isinstance(e, ToolDone)]
+    assert all("notes.txt" in r for r in results)
+    assert not any("secrets" in r or "TOPSECRET value" in r for r in results), results

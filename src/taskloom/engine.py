@@ -338,6 +338,7 @@ class Engine:
             agent_id=self.config.agent_id,
             settings=self.config.settings,
             engine=self,
+            read_denied=self._read_denied(),
         )
         outside = self._outside_confinement(tool, params, ctx)
         if outside is not None:
@@ -383,6 +384,20 @@ class Engine:
                 data=result.data,
             )
         return result
+
+    def _read_denied(self) -> Callable[[str], bool] | None:
+        policy = self.config.permissions
+        if policy is None:
+            return None
+        from taskloom.permissions import PermissionRequest
+
+        cwd = self.config.cwd_source() if self.config.cwd_source else self.config.cwd
+
+        def denied(path: str) -> bool:
+            request = PermissionRequest("Read", "read", path, cwd, {"file_path": path})
+            return policy.decide(request).behavior == "deny"
+
+        return denied
 
     def _outside_confinement(
         self, tool: Tool[Any], params: Any, ctx: ToolContext

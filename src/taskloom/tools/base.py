@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
@@ -77,6 +78,8 @@ class ToolContext:
         agent_id: The calling subagent's id, None on the main thread.
         settings: Effective settings (a merged dict).
         engine: The calling agent's engine (a fork copies its prompt, tools and history).
+        read_denied: Whether a Read deny rule covers a path; search tools leave such files
+            out of their results (best effort, as in Claude Code).
     """
 
     runtime: TaskRuntime
@@ -87,6 +90,7 @@ class ToolContext:
     agent_id: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     engine: Any = None
+    read_denied: Callable[[str], bool] | None = None
 
 
 def tool_error(message: str) -> ToolResult:

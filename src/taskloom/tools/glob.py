@@ -71,6 +71,10 @@ class Glob(Tool[GlobInput]):
         found, complete = await asyncio.to_thread(_walk_glob, start, rest)
         if not found:
             return ToolResult("No files found" + ("" if complete else _INCOMPLETE))
+        if ctx.read_denied is not None:
+            found = [item for item in found if not ctx.read_denied(item[1])]
+            if not found:
+                return ToolResult("No files found")
         found.sort(key=lambda item: (-item[0], item[1]))
         lines = [path for _, path in found[:MAX_RESULTS]]
         if len(found) > MAX_RESULTS:

@@ -16,7 +16,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -164,7 +164,39 @@ class Grep(Tool[GrepInput]):
         lines = await (run_ripgrep(query, rg) if rg else run_python(query))
         if isinstance(lines, ToolResult):
             return lines
+        if ctx.read_denied is not None:
+            lines = without_denied(lines, ctx.read_denied)
         return format_result(query, lines, params.head_limit, params.offset)
+
+
+def without_denied(lines: list[str], denied: Callable[[str], bool]) -> list[str]:
+    """Drop output lines about files a Read deny rule covers.
+
+    A line starts with the file's path, followed by ``:`` or ``-`` and a line number (or the
+    end of the line): the path is the longest such prefix that names a file.
+    """
+    verdicts: dict[str, bool] = {}
+    kept = []
+    for line in lines:
+        path = _line_path(line)
+        if path is None:
+            kept.append(line)
+            continue
+        if path not in verdicts:
+            verdicts[path] = denied(path)
+        if not verdicts[path]:
+            kept.append(line)
+    return kept
+
+
+def _line_path(line: str) -> str | None:
+    if os.path.isfile(line):
+        return line
+    for match in reversed(list(re.finditer(r"[:-](?=\d|$)", line))):
+        head = line[: match.start()]
+        if os.path.isfile(head):
+            return head
+    return None
 
 
 async def run_ripgrep(q: Query, rg: str) -> list[str] | ToolResult:

@@ -128,3 +128,49 @@ async def test_an_agents_own_server_stops_with_it_and_required_servers_are_waite
             await service.spawn(
                 SpawnRequest(description="n", prompt="p", subagent_type="needy"), ctx
             )
+
+
+async def test_servers_of_a_crashed_session_are_swept(tmp_path: Path) -> None:
+    import signal
+
+    import psutil
+
+    from helpers import wait_until
+
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"echo": server_config()}}))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"turns": [{"text": "slow", "delay": 60}]}))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "taskloom",
+            "-p",
+            "go",
+            "--output-format",
+            "stream-json",
+            "--model",
+            f"scripted:{tmp_path / 's.yaml'}",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    assert proc.stdout is not None
+    init = json.loads(proc.stdout.readline())
+    assert {"name": "echo", "status": "connected"} in init["mcp_servers"]
+
+    def servers() -> list[psutil.Process]:
+        return [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if SERVER in " ".join(p.info["cmdline"] or [])
+        ]
+
+    assert servers()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    assert servers(), "the server outlives the crashed session until a sweep"
+    async with TaskRuntime():
+        await wait_until(lambda: not servers(), timeout=10, what="the sweep to stop the server")

@@ -171,7 +171,10 @@ async def run_print(opts: PrintOptions) -> int:
     profile = str(settings.get("toolProfile") or "claude")
     if opts.resume and not transcript_path(opts.resume).is_file():
         raise UserError(f"No conversation found with session ID: {opts.resume}")
-    async with TaskRuntime(session_id=opts.resume) as runtime, _mcp(cwd) as (mcp, mcp_config):
+    async with (
+        TaskRuntime(session_id=opts.resume) as runtime,
+        _mcp(cwd, runtime) as (mcp, mcp_config),
+    ):
         hooks = HookConfig.from_settings(settings)
         service = _agent_service(
             runtime, model, settings, policy, cwd, profile, hooks, opts.agents, mcp, mcp_config
@@ -374,8 +377,12 @@ def _agent_service(
 
 
 @contextlib.asynccontextmanager
-async def _mcp(cwd: Path) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
-    """The session's MCP servers, started when configured (the SDK loads only then)."""
+async def _mcp(cwd: Path, runtime: TaskRuntime) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """The session's MCP servers, started when configured (the SDK loads only then).
+
+    Their tags are recorded in the store, so if this process dies the next session's orphan
+    sweep stops them too.
+    """
     from taskloom.mcp.config import load_mcp_config
 
     config = load_mcp_config(cwd)
@@ -383,13 +390,34 @@ async def _mcp(cwd: Path) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
         yield None, config
         return
     from taskloom.mcp.manager import McpManager
+    from taskloom.process.identity import boot_id, process_start_time
+    from taskloom.store import ProcessRow
 
     manager = McpManager(config, cwd=cwd)
+    me = process_start_time(os.getpid()) or 0.0
+    rows = [
+        ProcessRow(
+            pid=0,
+            pid_start=time.time() + i * 1e-6,
+            pgid=0,
+            session_id=runtime.session_id,
+            task_id=tag,
+            owner_pid=os.getpid(),
+            owner_start=me,
+            boot_id=boot_id(),
+        )
+        for i, tag in enumerate(manager.tags)
+    ]
+    for row in rows:
+        runtime.store.add_process(row)
+    runtime.store.flush()
     try:
         await manager.start()
         yield manager, config
     finally:
         await manager.aclose()
+        for row in rows:
+            runtime.store.remove_process(row.pid, row.pid_start)
 
 
 def _api_key_source() -> str:

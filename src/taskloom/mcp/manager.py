@@ -134,6 +134,11 @@ class McpManager:
                 if not await self._wait_change(deadline):
                     break
 
+    @property
+    def tags(self) -> list[str]:
+        """The ``TASKLOOM_TASK_ID`` tags its server processes carry (for the orphan sweep)."""
+        return [srv.tag for srv in self._servers.values()]
+
     def tools(self) -> list[Tool[Any]]:
         """The tools of every connected server, named ``mcp__<server>__<tool>``."""
         return [t for srv in self._servers.values() if srv.state == "connected" for t in srv.tools]

@@ -53,7 +53,11 @@ class NotificationRow:
 
 @dataclass(frozen=True, slots=True)
 class ProcessRow:
-    """A child process recorded for the orphan sweep."""
+    """A child process recorded for the orphan sweep.
+
+    ``pid`` 0 marks a tag-only record: processes are found by their ``task_id`` tag alone
+    (MCP servers, started by the SDK, whose pids we do not see).
+    """
 
     pid: int
     pid_start: float

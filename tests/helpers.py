@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -42,3 +43,40 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     env.update(extra)
     return env
+
+
+def agent_service(rt: Any, cwd: Path, model: Any, **overrides: Any) -> Any:
+    """An AgentService over the core tools, agents loaded from ``cwd``, no policy."""
+    from taskloom.agents.loader import load_agents
+    from taskloom.agents.service import AgentService
+    from taskloom.tools.registry import core_tools
+
+    options: dict[str, Any] = {
+        "catalog": load_agents(cwd),
+        "model": model,
+        "model_name": "m",
+        "tools": core_tools,
+        "settings": {},
+        "policy": None,
+        "cwd": cwd,
+    }
+    options.update(overrides)
+    return AgentService(rt, **options)
+
+
+def scripted_argv(script: Path, *args: str) -> list[str]:
+    """``taskloom -p go --output-format stream-json --model scripted:<script> ARGS``."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "taskloom",
+        "-p",
+        "go",
+        "--output-format",
+        "stream-json",
+        "--model",
+        f"scripted:{script}",
+        *args,
+    ]

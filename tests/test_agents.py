@@ -12,9 +12,8 @@ from typing import Any
 
 import yaml
 
-from helpers import clean_env, wait_until
-from taskloom.agents.loader import load_agents
-from taskloom.agents.service import AgentService, SpawnRequest
+from helpers import agent_service, clean_env, scripted_argv, wait_until
+from taskloom.agents.service import SpawnRequest
 from taskloom.engine import Engine, EngineConfig, Finished
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
@@ -30,20 +29,7 @@ from taskloom.tools.send_message import SendMessageTool
 def run_cli(tmp_path: Path, script: dict[str, Any], *args: str, **env: str) -> list[dict[str, Any]]:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(script))
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
-            "--dangerously-skip-permissions",
-            *args,
-        ],
+        scripted_argv(tmp_path / "s.yaml", "--verbose", "--dangerously-skip-permissions", *args),
         capture_output=True,
         text=True,
         timeout=120,
@@ -166,16 +152,7 @@ def test_explore_and_custom_agents_get_only_their_tools(tmp_path: Path, monkeypa
 
     async def main() -> list[Any]:
         async with TaskRuntime() as rt:
-            service = AgentService(
-                rt,
-                catalog=load_agents(tmp_path),
-                model=FunctionModel(respond),
-                model_name="f",
-                tools=core_tools,
-                settings={},
-                policy=None,
-                cwd=tmp_path,
-            )
+            service = agent_service(rt, tmp_path, FunctionModel(respond))
             tools = [*core_tools(), AgentTool(service), SendMessageTool(service)]
             engine = Engine(
                 EngineConfig(
@@ -230,16 +207,7 @@ async def test_send_message_steers_a_running_agent_and_resumes_a_finished_one(
         return "no message seen"
 
     async with TaskRuntime() as rt:
-        service = AgentService(
-            rt,
-            catalog=load_agents(tmp_path),
-            model=FunctionModel(respond),
-            model_name="f",
-            tools=core_tools,
-            settings={},
-            policy=None,
-            cwd=tmp_path,
-        )
+        service = agent_service(rt, tmp_path, FunctionModel(respond))
         ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
         launched = await service.spawn(
             SpawnRequest(
@@ -289,18 +257,7 @@ def test_terminating_the_parent_stops_every_child_agent_and_their_shells(tmp_pat
     }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(script))
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
-            "--dangerously-skip-permissions",
-        ],
+        scripted_argv(tmp_path / "s.yaml", "--dangerously-skip-permissions"),
         stdout=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
@@ -355,19 +312,7 @@ def test_agent_permission_rule_refuses_a_type_with_claude_codes_wording(tmp_path
         )
     )
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
-            "--disallowedTools",
-            "Agent(Explore)",
-        ],
+        scripted_argv(tmp_path / "s.yaml", "--disallowedTools", "Agent(Explore)"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -422,19 +367,7 @@ def test_agents_flag_and_background_disabled(tmp_path: Path) -> None:
     )
     agents = json.dumps({"shouter": {"description": "shouts", "prompt": "Shout."}})
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
-            "--agents",
-            agents,
-        ],
+        scripted_argv(tmp_path / "s.yaml", "--agents", agents),
         capture_output=True,
         text=True,
         timeout=60,
@@ -458,16 +391,7 @@ async def test_an_agents_background_shells_end_with_it(tmp_path: Path) -> None:
         return "done"
 
     async with TaskRuntime() as rt:
-        service = AgentService(
-            rt,
-            catalog=load_agents(tmp_path),
-            model=FunctionModel(respond),
-            model_name="f",
-            tools=core_tools,
-            settings={},
-            policy=None,
-            cwd=tmp_path,
-        )
+        service = agent_service(rt, tmp_path, FunctionModel(respond))
         ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
         result = await service.spawn(SpawnRequest(description="d", prompt="p"), ctx)
         assert result.status == "completed"

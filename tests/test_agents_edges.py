@@ -6,14 +6,12 @@ import asyncio
 import itertools
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from helpers import clean_env, wait_until
-from taskloom.agents.loader import load_agents
+from helpers import agent_service, clean_env, scripted_argv, wait_until
 from taskloom.agents.service import AgentService, SpawnRequest
 from taskloom.errors import ToolError
 from taskloom.hooks import HookConfig
@@ -23,21 +21,10 @@ from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import AgentTaskState, TaskStatus
 from taskloom.testing import FunctionModel, ToolCall, Turn
 from taskloom.tools.base import ToolContext
-from taskloom.tools.registry import core_tools
 
 
 def service_for(rt: TaskRuntime, tmp_path: Path, respond: Any, **kw: Any) -> AgentService:
-    return AgentService(
-        rt,
-        catalog=load_agents(tmp_path),
-        model=FunctionModel(respond),
-        model_name="f",
-        tools=core_tools,
-        settings={},
-        policy=None,
-        cwd=tmp_path,
-        **kw,
-    )
+    return agent_service(rt, tmp_path, FunctionModel(respond), **kw)
 
 
 def valid_conversation(request: ModelRequest) -> None:
@@ -84,17 +71,7 @@ def test_the_model_cannot_loosen_a_subagents_permissions(tmp_path: Path) -> None
     )
     env = clean_env()
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
-        ],
+        scripted_argv(tmp_path / "s.yaml"),
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,12 +6,11 @@ import itertools
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from helpers import clean_env
+from helpers import clean_env, scripted_argv
 from taskloom.engine import NO_CONTENT, Engine, EngineConfig, Finished, ToolDone
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.models.base import INVALID_INPUT_KEY
@@ -183,18 +182,7 @@ def test_two_interrupts_still_clean_up(tmp_path: Path) -> None:
     )
     env = clean_env()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{turns}",
-            "--dangerously-skip-permissions",
-        ],
+        scripted_argv(turns, "--dangerously-skip-permissions"),
         stdout=subprocess.PIPE,
         text=True,
         cwd=tmp_path,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from helpers import agent_service
 from taskloom.agents.fork import MARKER, NESTED_FORK_ERROR
-from taskloom.agents.loader import load_agents
 from taskloom.agents.service import AgentService
 from taskloom.engine import Engine, EngineConfig, Finished
 from taskloom.messages import TextBlock, ToolResultBlock
@@ -49,16 +49,7 @@ async def test_a_fork_continues_the_parents_exact_prefix_and_cannot_fork_again(
         def tools() -> list[Any]:
             return [*core_tools(), AgentTool(service), SendMessageTool(service)]
 
-        service = AgentService(
-            rt,
-            catalog=load_agents(tmp_path),
-            model=model,
-            model_name="m",
-            tools=core_tools,
-            settings={"forkSubagent": True},
-            policy=None,
-            cwd=tmp_path,
-        )
+        service = agent_service(rt, tmp_path, model, settings={"forkSubagent": True})
         engine = Engine(
             EngineConfig(
                 model=model,

@@ -4,34 +4,25 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from helpers import clean_env
+from helpers import clean_env, scripted_argv
 
 
 def run(tmp_path: Path, script: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(script))
     (tmp_path / "settings.json").write_text(json.dumps(settings))
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
+        scripted_argv(
+            tmp_path / "s.yaml",
             "--dangerously-skip-permissions",
             "--settings",
             str(tmp_path / "settings.json"),
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=120,

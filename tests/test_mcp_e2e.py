@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import clean_env
-from taskloom.agents.loader import load_agents
-from taskloom.agents.service import AgentService, SpawnRequest
+from helpers import agent_service, clean_env, scripted_argv
+from taskloom.agents.service import SpawnRequest
 from taskloom.errors import ToolError
 from taskloom.models.base import ModelRequest
 from taskloom.process.kill import find_tree
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import FunctionModel, ToolCall, Turn
 from taskloom.tools.base import ToolContext
-from taskloom.tools.registry import core_tools
 
 SERVER = str(Path(__file__).with_name("mcp_echo_server.py"))
 
@@ -48,19 +46,7 @@ def test_a_stdio_server_is_listed_and_its_tool_called(tmp_path: Path) -> None:
     )
     env = clean_env()
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
-            "--allowedTools",
-            "mcp__echo",
-        ],
+        scripted_argv(tmp_path / "s.yaml", "--allowedTools", "mcp__echo"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -98,16 +84,7 @@ async def test_an_agents_own_server_stops_with_it_and_required_servers_are_waite
         return "echoed"
 
     async with TaskRuntime() as rt:
-        service = AgentService(
-            rt,
-            catalog=load_agents(tmp_path),
-            model=FunctionModel(respond),
-            model_name="m",
-            tools=core_tools,
-            settings={},
-            policy=None,
-            cwd=tmp_path,
-        )
+        service = agent_service(rt, tmp_path, FunctionModel(respond))
         ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
         result = await service.spawn(
             SpawnRequest(description="e", prompt="p", subagent_type="echoer"), ctx
@@ -140,17 +117,7 @@ async def test_servers_of_a_crashed_session_are_swept(tmp_path: Path) -> None:
     (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"echo": server_config()}}))
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"turns": [{"text": "slow", "delay": 60}]}))
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "taskloom",
-            "-p",
-            "go",
-            "--output-format",
-            "stream-json",
-            "--model",
-            f"scripted:{tmp_path / 's.yaml'}",
-        ],
+        scripted_argv(tmp_path / "s.yaml"),
         stdout=subprocess.PIPE,
         text=True,
         cwd=tmp_path,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from taskloom.agents.loader import load_agents
+from helpers import agent_service
 from taskloom.agents.service import AgentService, SpawnRequest
 from taskloom.errors import ToolError
 from taskloom.models.base import ModelRequest
@@ -17,7 +17,6 @@ from taskloom.permissions import PermissionMode, PermissionPolicy
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import FunctionModel, ToolCall, Turn
 from taskloom.tools.base import ToolContext
-from taskloom.tools.registry import core_tools
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost"]
 
@@ -57,16 +56,8 @@ def scripted(commands: dict[str, list[str]]) -> FunctionModel:
 
 
 def service(rt: TaskRuntime, repo: Path, model: FunctionModel) -> AgentService:
-    return AgentService(
-        rt,
-        catalog=load_agents(repo),
-        model=model,
-        model_name="m",
-        tools=core_tools,
-        settings={},
-        policy=PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, [], repo),
-        cwd=repo,
-    )
+    policy = PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, [], repo)
+    return agent_service(rt, repo, model, policy=policy)  # type: ignore[no-any-return]
 
 
 def request(name: str) -> SpawnRequest:
@@ -229,16 +220,7 @@ async def test_a_fork_refuses_isolation(repo: Path, tmp_path: Path) -> None:
     from taskloom.engine import Engine, EngineConfig
 
     async with TaskRuntime() as rt:
-        svc = AgentService(
-            rt,
-            catalog=load_agents(repo),
-            model=scripted({}),
-            model_name="m",
-            tools=core_tools,
-            settings={"forkSubagent": True},
-            policy=None,
-            cwd=repo,
-        )
+        svc = agent_service(rt, repo, scripted({}), settings={"forkSubagent": True})
         parent = Engine(
             EngineConfig(
                 model=svc.model, system_prompt="", tools=[], owner=rt.session_id, cwd=repo

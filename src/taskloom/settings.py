@@ -187,19 +187,29 @@ def _load_all(
     return merged, sources
 
 
-def _read_optional(path: Path) -> dict[str, Any] | None:
-    """Parse one settings file; None when it is missing or (with a warning) malformed."""
+def read_json_file(path: Path, what: str, log: logging.Logger) -> Any:
+    """Parse a JSON file; None when it is missing, unreadable or invalid.
+
+    The last two are logged to ``log`` as "skipping <what> <path>: <reason>".
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        _log.warning("skipping settings file %s: cannot read it: %s", path, exc)
+        log.warning("skipping %s %s: cannot read it: %s", what, path, exc)
         return None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        _log.warning("skipping settings file %s: invalid JSON: %s", path, exc)
+        log.warning("skipping %s %s: invalid JSON: %s", what, path, exc)
+        return None
+
+
+def _read_optional(path: Path) -> dict[str, Any] | None:
+    """Parse one settings file; None when it is missing or (with a warning) malformed."""
+    data = read_json_file(path, "settings file", _log)
+    if data is None:
         return None
     if not isinstance(data, dict):
         _log.warning(

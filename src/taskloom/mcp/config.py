@@ -19,7 +19,6 @@ and is loaded only once a server is actually started (see :mod:`taskloom.mcp.man
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from taskloom.errors import UserError
-from taskloom.settings import find_project_root, taskloom_home
+from taskloom.settings import find_project_root, read_json_file, taskloom_home
 
 log = logging.getLogger("taskloom.mcp")
 
@@ -222,17 +221,8 @@ def resolve_servers(
 
 def _read_file(path: Path) -> Mapping[str, Any] | None:
     """Return the ``mcpServers`` mapping of one file; None when missing or (warned) bad."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        log.warning("skipping MCP config %s: cannot read it: %s", path, exc)
-        return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        log.warning("skipping MCP config %s: invalid JSON: %s", path, exc)
+    data = read_json_file(path, "MCP config", log)
+    if data is None:
         return None
     servers = data.get("mcpServers", {}) if isinstance(data, dict) else None
     if not isinstance(servers, dict):

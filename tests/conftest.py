@@ -2,8 +2,9 @@
 
 - Processes: every child we start inherits ``TASKLOOM_TEST_RUN``; after each test no process
   carrying it may be alive (zombies excepted). Leftovers are killed and the test fails.
-- Temp dirs: nothing new may remain in the system temp directory at the end of the session
-  (pytest's own ``pytest-of-*`` base excepted).
+- Temp dirs: the run has a temporary directory of its own (``TMPDIR`` for us and every child);
+  nothing may remain in it at the end of the session but pytest's own ``pytest-of-*`` base.
+  Other programs' files in the system temp directory, or another test run's, are not ours.
 - Worktrees: the repository the tests run in has no git worktree but its own at the end.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -20,12 +22,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import RUN_MARK, run_processes
 from taskloom.settings import db_path
 from taskloom.store import Store
 
-RUN_MARK = "TASKLOOM_TEST_RUN"
 os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
-_TEMP_BEFORE = set(os.listdir(tempfile.gettempdir()))
+# Set before pytest picks its base temp directory (lazily, at the first tmp_path), so that it
+# too lives in the run's own directory.
+RUN_TMP = tempfile.mkdtemp(prefix="taskloom-tests-")
+os.environ["TMPDIR"] = RUN_TMP
+tempfile.tempdir = RUN_TMP
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -42,16 +48,7 @@ def anyio_backend() -> str:
 
 def leftover_processes() -> list[psutil.Process]:
     """Live processes (not zombies) that carry this test run's mark, other than us."""
-    mark = os.environ[RUN_MARK]
-    me = os.getpid()
-    found = []
-    for proc in psutil.process_iter(["pid", "environ", "status"]):
-        if proc.pid == me or proc.info.get("status") == psutil.STATUS_ZOMBIE:
-            continue
-        env = proc.info.get("environ") or {}
-        if env.get(RUN_MARK) == mark:
-            found.append(proc)
-    return found
+    return run_processes()
 
 
 @pytest.fixture(autouse=True)
@@ -98,14 +95,10 @@ def _project_worktrees() -> list[str]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    new = {
-        name
-        for name in set(os.listdir(tempfile.gettempdir())) - _TEMP_BEFORE
-        if not name.startswith("pytest-of-")
-    }
+    new = {name for name in os.listdir(RUN_TMP) if not name.startswith("pytest-of-")}
     problems = []
     if new:
-        problems.append(f"temp entries left behind: {sorted(new)}")
+        problems.append(f"temp entries left behind in {RUN_TMP}: {sorted(new)}")
     left = leftover_processes()
     if left:
         problems.append(f"processes left behind: {[p.pid for p in left]}")
@@ -115,3 +108,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if problems:
         print("\nLEAK CHECK FAILED: " + "; ".join(problems))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif session.exitstatus == pytest.ExitCode.OK:
+        shutil.rmtree(RUN_TMP, ignore_errors=True)
+    else:
+        print(f"\nthe run's temporary files are kept in {RUN_TMP}")

@@ -11,6 +11,27 @@ from typing import Any
 
 import psutil
 
+#: Every process a test run starts inherits this variable, set to the run's own id by the
+#: conftest; tests find their processes by it, never by looking at the whole machine.
+RUN_MARK = "TASKLOOM_TEST_RUN"
+
+
+def run_processes(where: Callable[[psutil.Process], bool] | None = None) -> list[psutil.Process]:
+    """Live processes (not zombies) of this test run, other than us, for which ``where`` holds.
+
+    ``where`` sees processes with ``info`` filled for ``environ``, ``status`` and ``cmdline``.
+    """
+    mark = os.environ.get(RUN_MARK)
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid", "environ", "status", "cmdline"]):
+        if proc.pid == me or proc.info.get("status") == psutil.STATUS_ZOMBIE:
+            continue
+        env = proc.info.get("environ") or {}
+        if mark is not None and env.get(RUN_MARK) == mark and (where is None or where(proc)):
+            found.append(proc)
+    return found
+
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
     """Wait (bounded) for a condition that has no event to wait on, e.g. file content."""

@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from helpers import alive, wait_until
+from helpers import alive, run_processes, wait_until
 from taskloom.hooks import (
     MAX_CAPTURE_BYTES,
     CommandHook,
@@ -75,13 +75,8 @@ def script(tmp_path: Path, name: str, body: str) -> str:
 
 
 def hook_processes() -> list[psutil.Process]:
-    """Live processes carrying a hook tag (what a hook leaves behind)."""
-    found = []
-    for proc in psutil.process_iter(["environ", "status"]):
-        env = proc.info.get("environ") or {}
-        if env.get(TASK_ENV, "").startswith("hook-") and proc.info["status"] != "zombie":
-            found.append(proc)
-    return found
+    """This run's live processes carrying a hook tag (what a hook leaves behind)."""
+    return run_processes(lambda p: (p.info["environ"] or {}).get(TASK_ENV, "").startswith("hook-"))
 
 
 # --- configuration ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import agent_service, clean_env, scripted_argv
+from helpers import agent_service, clean_env, run_processes, scripted_argv
 from taskloom.agents.service import SpawnRequest
 from taskloom.errors import ToolError
 from taskloom.models.base import ModelRequest
@@ -128,11 +128,7 @@ async def test_servers_of_a_crashed_session_are_swept(tmp_path: Path) -> None:
     assert {"name": "echo", "status": "connected"} in init["mcp_servers"]
 
     def servers() -> list[psutil.Process]:
-        return [
-            p
-            for p in psutil.process_iter(["cmdline"])
-            if SERVER in " ".join(p.info["cmdline"] or [])
-        ]
+        return run_processes(lambda p: SERVER in " ".join(p.info["cmdline"] or []))
 
     assert servers()
     proc.send_signal(signal.SIGKILL)

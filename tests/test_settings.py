@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from taskloom.errors import UserError
+from taskloom.errors import SettingsError, UsageError, UserError
 from taskloom.settings import find_project_root, load_settings, merge_settings, settings_sources
 
 # Lowest precedence first, as load_settings documents it.
@@ -147,13 +147,21 @@ def test_project_files_below_root_are_not_read(layout: Layout) -> None:
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
-        ("{not json", "invalid JSON"),
-        ("[1, 2]", "expected a JSON object, got list"),
-        ('"text"', "expected a JSON object, got str"),
+        ("{not json", "invalid JSON at line 1, column 2"),
+        ('{"permissions": {"deny": ["Bash"]},\n "hooks": {', "invalid JSON at line 2, column 12"),
+        ("[1, 2]", "expected a JSON object, got a list"),
+        ('"text"', "expected a JSON object, got a string"),
         (b"\xff\xfe{}", "cannot read it"),
+        ('{"permissions": {"deny": "Bash"}}', "permissions.deny must be a list of strings"),
+        ('{"permissions": ["Bash"]}', "'permissions' must be an object, got a list"),
+        ('{"permissions": {"defaultMode": 1}}', "permissions.defaultMode must be a string"),
+        ('{"hooks": []}', "'hooks' must be an object of events"),
+        ('{"hooks": {"PreToolUse": {}}}', "hooks.PreToolUse must be a list"),
+        ('{"hooks": {"Stop": [{"matcher": 3, "hooks": []}]}}', "hooks.Stop[0].matcher"),
+        ('{"hooks": {"Stop": [{"hooks": "x"}]}}', "hooks.Stop[0].hooks must be a list"),
     ],
 )
-def test_malformed_file_is_skipped_with_warning(
+def test_broken_file_stops_the_load_or_is_skipped_when_asked(
     layout: Layout, caplog: pytest.LogCaptureFixture, content: str | bytes, reason: str
 ) -> None:
     layout.write("user_claude", {"model": "user", "permissions": {"deny": ["Bash"]}})
@@ -164,8 +172,15 @@ def test_malformed_file_is_skipped_with_warning(
     else:
         bad.write_text(content)
     layout.write("local_claude", {"model": "local"})
+    # Fail closed: the broken file may hold a deny rule, so nothing runs without it...
+    with pytest.raises(SettingsError) as raised:
+        load_settings(layout.cwd)
+    assert str(bad) in str(raised.value) and reason in str(raised.value)
+    assert "--skip-broken-settings" in str(raised.value)
+    assert isinstance(raised.value, UsageError)
+    # ...unless the user says to skip it: then one warning, and the other layers still apply.
     with caplog.at_level(logging.WARNING, logger="taskloom.settings"):
-        merged = load_settings(layout.cwd)
+        merged = load_settings(layout.cwd, skip_broken=True)
     assert merged == {"model": "local", "permissions": {"deny": ["Bash"]}}
     records = [r for r in caplog.records if r.name == "taskloom.settings"]
     assert len(records) == 1
@@ -182,13 +197,11 @@ def test_missing_files_are_silent(layout: Layout, caplog: pytest.LogCaptureFixtu
     assert not [r for r in caplog.records if r.name == "taskloom.settings"]
 
 
-def test_directory_in_place_of_file_is_skipped_with_warning(
-    layout: Layout, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_directory_in_place_of_file_fails_closed(layout: Layout) -> None:
     layout.files["project_taskloom"].mkdir(parents=True)
-    with caplog.at_level(logging.WARNING, logger="taskloom.settings"):
-        assert load_settings(layout.cwd) == {}
-    assert str(layout.files["project_taskloom"]) in caplog.text
+    with pytest.raises(SettingsError, match="cannot read it"):
+        load_settings(layout.cwd)
+    assert load_settings(layout.cwd, skip_broken=True) == {}
 
 
 def test_extra_settings_file_wins(layout: Layout, tmp_path: Path) -> None:

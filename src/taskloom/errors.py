@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class TaskloomError(Exception):
     """Root of every error taskloom raises on purpose."""
@@ -9,6 +11,18 @@ class TaskloomError(Exception):
 
 class UserError(TaskloomError):
     """Bad input from a person: a flag, a setting, a file. Reported without a traceback."""
+
+
+class UsageError(UserError):
+    """A bad flag, flag value or settings file: the command is not run (exit code 2)."""
+
+
+class SettingsError(UsageError):
+    """A settings file that exists but cannot be used: unreadable, invalid JSON, wrong types.
+
+    Raised rather than skipping the file: a skipped file could hold a deny rule or a guard
+    hook, and running without it would fail open.
+    """
 
 
 class ToolError(TaskloomError):
@@ -89,3 +103,30 @@ class ModelError(TaskloomError):
 
 class PermissionDenied(ToolError):
     """A tool call refused by the permission mode, a rule or a hook."""
+
+
+#: What a user can do about the OS errors they are likely to meet, by errno.
+_OS_ERROR_ADVICE = {
+    errno.ENOSPC: "free some space on that file system, or point TASKLOOM_HOME elsewhere",
+    errno.EDQUOT: "free some space within your quota, or point TASKLOOM_HOME elsewhere",
+    errno.EROFS: "the file system is read-only; point TASKLOOM_HOME at a writable directory",
+    errno.EACCES: "check the permissions of that path",
+    errno.EPERM: "check the permissions of that path",
+    errno.ELOOP: "taskloom does not follow symlinks in its state; replace the link with a "
+    "real directory",
+    errno.ENOTDIR: "a file stands where a directory is expected; move it away",
+    errno.EMFILE: "too many open files; raise the limit (ulimit -n)",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for a user: the path, what went wrong, and what to do about it.
+
+    Example: ``/home/u/.taskloom/sessions/x: refusing a symlinked directory (taskloom does
+    not follow symlinks in its state; replace the link with a real directory)``.
+    """
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = exc.filename if exc.filename is not None else None
+    text = f"{where}: {reason}" if where is not None else reason
+    advice = _OS_ERROR_ADVICE.get(exc.errno or 0)
+    return f"{text} ({advice})" if advice else text

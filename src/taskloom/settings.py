@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from taskloom.errors import UserError
+from taskloom.errors import SettingsError
 
 #: Default cap on one task's output file (DESIGN §3.2).
 DEFAULT_OUTPUT_CAP_BYTES = 5 * 1024**3
@@ -111,7 +111,11 @@ def find_project_root(cwd: Path) -> Path:
 
 
 def load_settings(
-    cwd: Path, extra: Path | str | None = None, home: Path | None = None
+    cwd: Path,
+    extra: Path | str | None = None,
+    home: Path | None = None,
+    *,
+    skip_broken: bool = False,
 ) -> dict[str, Any]:
     """Load and merge every settings file that applies to ``cwd``.
 
@@ -120,22 +124,26 @@ def load_settings(
     ``.taskloom/settings.json``, ``.claude/settings.local.json``,
     ``.taskloom/settings.local.json``, and last ``extra``. Dicts merge recursively, later
     scalars (and lists) win, except ``permissions.allow/deny/ask/additionalDirectories``,
-    which are concatenated without duplicates. A missing file is skipped silently; a malformed
-    one is skipped with a warning on the ``taskloom.settings`` logger.
+    which are concatenated without duplicates. A missing file is skipped silently.
 
     Args:
         cwd: The working directory of the session.
         extra: The ``--settings`` value: a file path, or inline JSON starting with ``{``.
         home: The taskloom state directory; defaults to :func:`taskloom_home`.
+        skip_broken: Skip a settings file that exists but is broken (with a warning on the
+            ``taskloom.settings`` logger) instead of raising. ``extra`` is never skipped.
 
     Returns:
         The merged settings (a fresh dict the caller may modify).
 
     Raises:
-        UserError: ``extra`` is missing, unreadable or not a JSON object. It was asked for
-            explicitly, so silently running without it would be worse than stopping.
+        SettingsError: A settings file exists but cannot be read, is not valid JSON (the
+            message gives the line and column), is not an object, or has a value of the
+            wrong type where permissions or hooks go. Such a file may hold a deny rule, so
+            running without it would fail open. ``extra`` raises the same way when it is
+            missing: it was asked for explicitly.
     """
-    return _load_all(cwd, extra, home)[0]
+    return _load_all(cwd, extra, home, skip_broken)[0]
 
 
 def settings_sources(
@@ -143,10 +151,11 @@ def settings_sources(
 ) -> list[str]:
     """Return which settings sources :func:`load_settings` would read, lowest precedence first.
 
-    Only sources that exist and parse are listed; inline ``--settings`` JSON is listed as
-    ``"--settings (inline JSON)"``. Meant for diagnostics (``taskloom doctor``, ``--verbose``).
+    Only sources that exist and parse are listed (broken files are skipped here, never
+    raised); inline ``--settings`` JSON is listed as ``"--settings (inline JSON)"``. Meant
+    for diagnostics.
     """
-    return _load_all(cwd, extra, home)[1]
+    return _load_all(cwd, extra, home, True)[1]
 
 
 def merge_settings(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +167,7 @@ def merge_settings(base: dict[str, Any], override: dict[str, Any]) -> dict[str, 
 
 
 def _load_all(
-    cwd: Path, extra: Path | str | None, home: Path | None
+    cwd: Path, extra: Path | str | None, home: Path | None, skip_broken: bool
 ) -> tuple[dict[str, Any], list[str]]:
     root = find_project_root(cwd)
     candidates = [
@@ -176,7 +185,7 @@ def _load_all(
         if key in seen:
             continue
         seen.add(key)
-        data = _read_optional(path)
+        data = _read_optional(path, skip_broken)
         if data is not None:
             merged = _merge(merged, data, ())
             sources.append(str(path))
@@ -185,6 +194,14 @@ def _load_all(
         merged = _merge(merged, data, ())
         sources.append(label)
     return merged, sources
+
+
+def _parse_json(text: str) -> tuple[Any, str | None]:
+    """Parse JSON text; on failure the problem says where (line and column) and what."""
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
 
 
 def read_json_file(path: Path, what: str, log: logging.Logger) -> Any:
@@ -199,43 +216,112 @@ def read_json_file(path: Path, what: str, log: logging.Logger) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("skipping %s %s: cannot read it: %s", what, path, exc)
         return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        log.warning("skipping %s %s: invalid JSON: %s", what, path, exc)
-        return None
-
-
-def _read_optional(path: Path) -> dict[str, Any] | None:
-    """Parse one settings file; None when it is missing or (with a warning) malformed."""
-    data = read_json_file(path, "settings file", _log)
-    if data is None:
-        return None
-    if not isinstance(data, dict):
-        _log.warning(
-            "skipping settings file %s: expected a JSON object, got %s", path, type(data).__name__
-        )
-        return None
+    data, problem = _parse_json(text)
+    if problem is not None:
+        log.warning("skipping %s %s: %s", what, path, problem)
     return data
 
 
-def _read_extra(extra: Path | str) -> tuple[dict[str, Any], str]:
-    """Parse the ``--settings`` value (inline JSON or a path) or raise UserError."""
-    if isinstance(extra, str) and extra.lstrip().startswith("{"):
-        label, text = "--settings (inline JSON)", extra
+def _read_optional(path: Path, skip_broken: bool) -> dict[str, Any] | None:
+    """Parse one settings file; None when it is missing (or broken, when told to skip)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        problem: str | None = f"cannot read it: {getattr(exc, 'strerror', None) or exc}"
+        data = None
     else:
-        label = str(extra)
+        data, problem = _parse_json(text)
+        if problem is None:
+            problem = _shape_problem(data)
+    if problem is None and isinstance(data, dict):
+        return data
+    if skip_broken:
+        _log.warning("skipping broken settings file %s (--skip-broken-settings): %s", path, problem)
+        return None
+    raise SettingsError(
+        f"settings file {path}: {problem}. Fix the file, or pass --skip-broken-settings "
+        "to run without it"
+    )
+
+
+def _read_extra(extra: Path | str) -> tuple[dict[str, Any], str]:
+    """Parse the ``--settings`` value (inline JSON or a path) or raise SettingsError.
+
+    Returns:
+        The settings, and the label :func:`settings_sources` lists them under.
+    """
+    if isinstance(extra, str) and extra.lstrip().startswith("{"):
+        label = where = "--settings (inline JSON)"
+        text = extra
+    else:
+        label, where = str(extra), f"--settings {extra}"
         try:
             text = Path(extra).expanduser().read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"--settings {label}: cannot read it: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--settings {label}: invalid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"--settings {label}: expected a JSON object, got {type(data).__name__}")
+            reason = getattr(exc, "strerror", None) or exc
+            raise SettingsError(f"{where}: cannot read it: {reason}") from None
+    data, problem = _parse_json(text)
+    if problem is None:
+        problem = _shape_problem(data)
+    if problem is not None or not isinstance(data, dict):
+        raise SettingsError(f"{where}: {problem}")
     return data, label
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What is of the wrong type where permissions or hooks go, or None when all is well.
+
+    Only what decides what may run is checked here, per file, so that the error can name the
+    file: a wrong type there would otherwise replace or drop another layer's rules when the
+    files are merged.
+    """
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {_kind(data)}"
+    perms = data.get("permissions")
+    if perms is not None:
+        if not isinstance(perms, dict):
+            return f"'permissions' must be an object, got {_kind(perms)}"
+        for key in ("allow", "deny", "ask", "additionalDirectories"):
+            value = perms.get(key)
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(v, str) for v in value)
+            ):
+                return f"permissions.{key} must be a list of strings, got {_kind(value)}"
+        for key in ("defaultMode", "disableBypassPermissionsMode"):
+            value = perms.get(key)
+            if value is not None and not isinstance(value, str):
+                return f"permissions.{key} must be a string, got {_kind(value)}"
+    hooks = data.get("hooks")
+    if hooks is None:
+        return None
+    if not isinstance(hooks, dict):
+        return f"'hooks' must be an object of events, got {_kind(hooks)}"
+    for event, entries in hooks.items():
+        if not isinstance(entries, list):
+            return f"hooks.{event} must be a list of matcher entries, got {_kind(entries)}"
+        for i, entry in enumerate(entries):
+            where = f"hooks.{event}[{i}]"
+            if not isinstance(entry, dict):
+                return f"{where} must be an object, got {_kind(entry)}"
+            matcher = entry.get("matcher")
+            if matcher is not None and not isinstance(matcher, str):
+                return f"{where}.matcher must be a string, got {_kind(matcher)}"
+            inner = entry.get("hooks")
+            if not isinstance(inner, list) or not all(isinstance(h, dict) for h in inner):
+                return f"{where}.hooks must be a list of objects, got {_kind(inner)}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    """The JSON name of a value's type, for messages."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "a number"
+    return names.get(type(value), type(value).__name__)
 
 
 def _concatenated(path: tuple[str, ...]) -> bool:

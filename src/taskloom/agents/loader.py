@@ -28,7 +28,7 @@ from typing import Any
 
 from taskloom.agents.builtins import BUILTIN_AGENTS
 from taskloom.agents.definition import AgentDefinition
-from taskloom.errors import UserError
+from taskloom.errors import UsageError
 from taskloom.settings import find_project_root, taskloom_home
 
 _log = logging.getLogger("taskloom.agents")
@@ -104,7 +104,7 @@ def load_agents(
         The catalog of active, shadowed and skipped definitions.
 
     Raises:
-        UserError: ``flag_json`` is not a JSON object. It was asked for explicitly, so
+        UsageError: ``flag_json`` is not a JSON object. It was asked for explicitly, so
             running without it would be worse than stopping.
     """
     catalog = AgentCatalog()
@@ -189,9 +189,9 @@ def _load_flag(flag_json: str, catalog: AgentCatalog) -> None:
     try:
         data = json.loads(flag_json)
     except json.JSONDecodeError as exc:
-        raise UserError(f"--agents: invalid JSON: {exc}") from None
+        raise UsageError(f"--agents: invalid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise UserError(
+        raise UsageError(
             f"--agents: expected a JSON object mapping agent names to definitions, "
             f"got {type(data).__name__}"
         )

@@ -65,6 +65,14 @@ def _print_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--append-system-prompt", help="Added to the system prompt.")
     parser.add_argument("--settings", help="A settings file or JSON string.")
+    parser.add_argument(
+        "--skip-broken-settings",
+        action="store_true",
+        help="Run without settings files that do not parse (with a warning) instead of stopping.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="Show tracebacks and debug logs on stderr."
+    )
     parser.add_argument("-r", "--resume", help="Continue this session id.")
     parser.add_argument("--agents", help="Extra agent definitions as a JSON object.")
     return parser
@@ -108,6 +116,8 @@ def run_print_mode(args: list[str]) -> int:
         disallowed_tools=list(ns.disallowed_tools),
         append_system_prompt=ns.append_system_prompt,
         settings=ns.settings,
+        skip_broken_settings=ns.skip_broken_settings,
+        debug=ns.debug,
         resume=ns.resume,
         agents=ns.agents,
     )

@@ -23,7 +23,13 @@ from typing import Any, TextIO
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.engine import AssistantTurn, EngineConfig, Finished, UserTurn
-from taskloom.errors import ModelError, TaskloomError, UserError
+from taskloom.errors import (
+    ModelError,
+    TaskloomError,
+    UsageError,
+    UserError,
+    describe_os_error,
+)
 from taskloom.tasks._subscription import Subscription
 from taskloom.tasks.notifications import summarize
 from taskloom.tasks.runtime import TaskRuntime
@@ -48,6 +54,8 @@ class PrintOptions:
     disallowed_tools: list[str] = field(default_factory=list)
     append_system_prompt: str | None = None
     settings: str | None = None
+    skip_broken_settings: bool = False
+    debug: bool = False
     resume: str | None = None
     agents: str | None = None
 
@@ -135,10 +143,6 @@ def _read_prompt(prompt: str | None) -> str:
     return prompt
 
 
-class UsageError(UserError):
-    """A bad combination of flags or arguments (exit code 2)."""
-
-
 async def run_print(opts: PrintOptions) -> int:
     """Run one headless prompt; returns the exit code."""
     from taskloom.hooks import HookConfig
@@ -158,7 +162,7 @@ async def run_print(opts: PrintOptions) -> int:
         raise UsageError(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
     prompt = _read_prompt(opts.prompt)
     cwd = Path.cwd()
-    settings = load_settings(cwd, opts.settings)
+    settings = load_settings(cwd, opts.settings, skip_broken=opts.skip_broken_settings)
     model = resolve_model(opts.model, settings)
     policy = PermissionPolicy.from_settings(
         settings,
@@ -262,8 +266,19 @@ async def run_print(opts: PrintOptions) -> int:
             raise  # the reader went away: nothing more can be reported to it
         except TaskloomError as exc:
             error = f"Error: {exc}"
+        except OSError as exc:
+            error = f"Error: {describe_os_error(exc)}"
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():
+                raise  # not a request to stop this run
+            # SIGINT/SIGTERM (see run_main): clean up, report the run as interrupted, and
+            # let run_main give the signal's exit code. The request is withdrawn so that the
+            # bounded waits of the cleanup below time out as they should.
+            task.uncancel()
+            error = "interrupted"
         except Exception as exc:  # report, as a result, rather than die with a traceback
-            log.exception("the run failed")
+            log.debug("the run failed", exc_info=True)
             error = f"Internal error: {type(exc).__name__}: {exc}"
         finally:
             _flush_events(sub, emitter)
@@ -428,19 +443,33 @@ def _api_key_source() -> str:
 
 
 def main_print(opts: PrintOptions) -> int:
-    """Run print mode with signal handling; map errors to exit codes."""
-    from taskloom.cli._run import run_main
+    """Run print mode with signal handling; map errors to exit codes.
 
+    Errors a user can cause or meet are one line on stderr (with a traceback only under
+    ``--debug``): usage errors exit 2, the rest 1.
+    """
+    from taskloom.cli._run import configure_logging, run_main
+
+    configure_logging(opts.debug)
     try:
         return run_main(lambda: run_print(opts))
     except UsageError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 2
+        return _fail(opts, f"Error: {exc}", 2)
     except TaskloomError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return 1
+        return _fail(opts, f"Error: {exc}", 1)
     except BrokenPipeError:
         # stdout was closed by its reader (e.g. piped into head): exit quietly.
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silences the final flush
         return 1
+    except OSError as exc:
+        return _fail(opts, f"Error: {describe_os_error(exc)}", 1)
+
+
+def _fail(opts: PrintOptions, message: str, code: int) -> int:
+    if opts.debug:
+        import traceback
+
+        traceback.print_exc()
+    sys.stderr.write(message + "\n")
+    return code

@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.errors import UserError
+from taskloom.errors import UsageError
 from taskloom.permissions.matchers import find_rule, suggest_rule, tool_matches, uncovered_commands
 from taskloom.permissions.rules import (
     Behavior,
@@ -48,13 +48,13 @@ def parse_mode(value: str, source: str) -> PermissionMode:
     """Parse a mode name.
 
     Raises:
-        UserError: ``value`` is not a mode; the message lists the valid ones.
+        UsageError: ``value`` is not a mode; the message lists the valid ones.
     """
     try:
         return PermissionMode(value)
     except ValueError:
         valid = ", ".join(m.value for m in PermissionMode)
-        raise UserError(
+        raise UsageError(
             f"unknown permission mode {value!r} in {source}; use one of {valid}"
         ) from None
 
@@ -118,12 +118,12 @@ class PermissionPolicy:
             skip_permissions: ``--dangerously-skip-permissions``: bypassPermissions mode.
 
         Raises:
-            UserError: A malformed rule or mode, a settings value of the wrong type, or
+            UsageError: A malformed rule or mode, a settings value of the wrong type, or
                 bypass requested while ``disableBypassPermissionsMode`` is ``"disable"``.
         """
         perms = settings.get("permissions", {})
         if not isinstance(perms, Mapping):
-            raise UserError("settings: 'permissions' must be a JSON object")
+            raise UsageError("settings: 'permissions' must be a JSON object")
         rules: list[Rule] = []
         behaviors: tuple[Behavior, ...] = ("allow", "deny", "ask")
         for behavior in behaviors:
@@ -154,14 +154,14 @@ class PermissionPolicy:
         else:
             default = perms.get("defaultMode", PermissionMode.DEFAULT.value)
             if not isinstance(default, str):
-                raise UserError("settings: permissions.defaultMode must be a string")
+                raise UsageError("settings: permissions.defaultMode must be a string")
             source = "settings permissions.defaultMode"
             chosen = parse_mode(default, source)
         if (
             chosen is PermissionMode.BYPASS_PERMISSIONS
             and perms.get("disableBypassPermissionsMode") == "disable"
         ):
-            raise UserError(
+            raise UsageError(
                 f"bypassPermissions mode (from {source}) is disabled by the settings "
                 "permissions.disableBypassPermissionsMode"
             )
@@ -287,5 +287,5 @@ def headless(decision: Decision) -> Decision:
 def _strings(perms: Mapping[str, Any], key: str) -> list[str]:
     value = perms.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise UserError(f"settings: permissions.{key} must be a list of strings")
+        raise UsageError(f"settings: permissions.{key} must be a list of strings")
     return value

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from taskloom.errors import UserError
+from taskloom.errors import UsageError
 
 if TYPE_CHECKING:
     # Only for annotations: importing tools.base at run time would pull in pydantic.
@@ -103,7 +103,7 @@ def parse_rule(text: str, behavior: Behavior, source: str) -> Rule:
         The parsed rule.
 
     Raises:
-        UserError: The rule is empty, has no tool name, a bad tool name, or unbalanced
+        UsageError: The rule is empty, has no tool name, a bad tool name, or unbalanced
             parentheses.
     """
     stripped = text.strip()
@@ -111,25 +111,25 @@ def parse_rule(text: str, behavior: Behavior, source: str) -> Rule:
     if open_at < 0:
         tool, content = stripped, None
         if _find_unescaped(stripped, ")") >= 0:
-            raise UserError(f"malformed permission rule {text!r} in {source}: unbalanced ')'")
+            raise UsageError(f"malformed permission rule {text!r} in {source}: unbalanced ')'")
     else:
         tool = stripped[:open_at].strip()
         if not stripped.endswith(")") or stripped.endswith("\\)"):
-            raise UserError(
+            raise UsageError(
                 f"malformed permission rule {text!r} in {source}: expected it to end with ')'"
             )
         raw = stripped[open_at + 1 : -1]
         if not _balanced(raw):
-            raise UserError(
+            raise UsageError(
                 f"malformed permission rule {text!r} in {source}: unbalanced parentheses"
             )
         content = raw.replace("\\(", "(").replace("\\)", ")").strip()
         if content in ("", "*"):
             content = None
     if not tool:
-        raise UserError(f"malformed permission rule {text!r} in {source}: missing tool name")
+        raise UsageError(f"malformed permission rule {text!r} in {source}: missing tool name")
     if not _TOOL_NAME.fullmatch(tool):
-        raise UserError(f"malformed permission rule {text!r} in {source}: bad tool name {tool!r}")
+        raise UsageError(f"malformed permission rule {text!r} in {source}: bad tool name {tool!r}")
     return Rule(_TOOL_ALIASES.get(tool, tool), content, behavior, source)
 
 

@@ -1,0 +1,238 @@
+"""What a user meets when something is wrong: broken settings, bad flag values, unusable
+state, signals in the middle of a stalled request — one clear line and the right exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers import clean_env
+
+
+def write_turns(path: Path, turns: list[Any]) -> str:
+    path.write_text(yaml.safe_dump({"turns": turns}))
+    return f"scripted:{path}"
+
+
+def run(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taskloom", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        input="",
+        env=clean_env(),
+    )
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+TRUNCATED = '{"permissions":{"deny":["Bash(echo:*)"]},"hooks":{'
+
+
+def echo_script(tmp_path: Path) -> str:
+    return write_turns(
+        tmp_path / "t.yaml",
+        [
+            {"tool_calls": [{"name": "Bash", "input": {"command": "echo ran > marker"}}]},
+            {"text": "done"},
+        ],
+    )
+
+
+def test_a_truncated_settings_file_stops_the_run(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    broken = tmp_path / ".claude" / "settings.json"
+    broken.write_text(TRUNCATED)
+    proc = run("-p", "go", "--model", echo_script(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert str(broken) in proc.stderr and "line 1, column 51" in proc.stderr
+    assert "--skip-broken-settings" in proc.stderr
+    assert not (tmp_path / "marker").exists()
+
+
+def test_the_same_file_complete_denies_the_command(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(TRUNCATED + "}}")
+    proc = run(
+        "-p", "go", "--output-format", "stream-json", "--model", echo_script(tmp_path), cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [d["tool_name"] for d in events(proc.stdout)[-1]["permission_denials"]] == ["Bash"]
+    assert not (tmp_path / "marker").exists()
+
+
+def test_skipping_a_broken_file_keeps_the_deny_rules_of_the_valid_layers(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(TRUNCATED)
+    (tmp_path / ".taskloom").mkdir()
+    (tmp_path / ".taskloom" / "settings.json").write_text(
+        json.dumps({"permissions": {"deny": ["Bash(echo:*)"]}})
+    )
+    proc = run(
+        "-p",
+        "go",
+        "--output-format",
+        "stream-json",
+        "--skip-broken-settings",
+        "--model",
+        echo_script(tmp_path),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "skipping broken settings file" in proc.stderr
+    assert [d["tool_name"] for d in events(proc.stdout)[-1]["permission_denials"]] == ["Bash"]
+    assert not (tmp_path / "marker").exists()
+
+
+def test_a_wrong_type_where_rules_go_stops_the_run(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text('{"permissions":{"deny":"Bash(echo:*)"}}')
+    proc = run("-p", "go", "--model", echo_script(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "permissions.deny must be a list of strings, got a string" in proc.stderr
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--settings", "missing.json"], "--settings missing.json: cannot read it"),
+        (["--settings", "bad.json"], "--settings bad.json: invalid JSON at line 1"),
+        (["--settings", "{bad"], "Error: --settings (inline JSON): invalid JSON at line 1"),
+        (["--agents", "{bad"], "--agents: invalid JSON"),
+        (["--allowedTools", "Bash(("], "malformed permission rule 'Bash(('"),
+        (["--disallowedTools", "Bash)"], "malformed permission rule 'Bash)'"),
+        (["--max-turns", "0"], "--max-turns"),
+    ],
+)
+def test_bad_flag_values_are_usage_errors(tmp_path: Path, flags: list[str], expected: str) -> None:
+    (tmp_path / "bad.json").write_text("{nope")
+    model = write_turns(tmp_path / "t.yaml", [{"text": "never"}])
+    proc = run("-p", "go", "--model", model, *flags, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("", "--model"),
+        ("foo:bar", "unknown model prefix 'foo'"),
+        ("openai:", "--model openai: needs a model id"),
+        ("scripted:", "--model scripted: needs a file"),
+    ],
+)
+def test_bad_model_values_are_usage_errors(tmp_path: Path, spec: str, expected: str) -> None:
+    proc = run("-p", "go", "--model", spec, cwd=tmp_path, timeout=30)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert expected in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_unknown_prefix_lists_the_known_ones(tmp_path: Path) -> None:
+    proc = run("-p", "go", "--model", "foo:bar", cwd=tmp_path, timeout=30)
+    for prefix in ("anthropic:", "openai:", "scripted:"):
+        assert prefix in proc.stderr
+
+
+def test_a_symlinked_session_directory_is_one_line(tmp_path: Path, home: Path) -> None:
+    model = write_turns(tmp_path / "t.yaml", [{"text": "first"}, {"text": "second"}])
+    first = run("-p", "hi", "--output-format", "json", "--model", model, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    session = json.loads(first.stdout)["session_id"]
+    real = home / "sessions" / session
+    moved = tmp_path / "elsewhere"
+    real.rename(moved)
+    real.symlink_to(moved, target_is_directory=True)
+    proc = run("-p", "go on", "--resume", session, "--model", model, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert str(real) in proc.stderr and "symlink" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    debug = run("-p", "go on", "--resume", session, "--model", model, "--debug", cwd=tmp_path)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+class StallingServer:
+    """Accepts connections and never answers: a provider that hangs before its headers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connected = threading.Event()
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+            self.connected.set()
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self._conns:
+            conn.close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def stalling() -> Iterator[StallingServer]:
+    server = StallingServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_a_stalled_request_still_prints_the_result(
+    tmp_path: Path, stalling: StallingServer, signum: int, code: int
+) -> None:
+    env = clean_env(
+        ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=f"http://127.0.0.1:{stalling.port}"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "taskloom", "-p", "hi", "--output-format", "stream-json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    try:
+        assert stalling.connected.wait(timeout=30), "taskloom never made its request"
+        os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, err
+    last = events(out)[-1]
+    assert last["type"] == "result"
+    assert last["subtype"] == "error_during_execution" and last["is_error"] is True
+    assert last["result"] == "interrupted"

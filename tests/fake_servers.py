@@ -8,6 +8,7 @@ alike. Replies are scripted in a queue and served in order; every request is rec
         server.add_turn(text="Let me look.", tool_calls=[("Bash", {"command": "ls"})])
         server.add_error(529, "overloaded_error", "Overloaded", retry_after=0.2)
         server.add_turn(text="Done.")
+        server.add_turn(text="never finished", stall_at=3)  # or reset_at=3
         env = {"ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test"}
         ...  # run the client
         assert server.requests[0].body["tools"][0]["name"] == "Bash"
@@ -28,6 +29,8 @@ import contextlib
 import itertools
 import json
 import re
+import socket
+import struct
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -38,12 +41,21 @@ from typing import Any, Self
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A scripted tool call; its JSON input is streamed in ``chunks`` pieces."""
+    """A scripted tool call; its JSON input is streamed in ``chunks`` pieces.
+
+    ``raw``, when set, is streamed instead of ``json.dumps(input)``: input cut short, or
+    hostile (nested too deep to encode here).
+    """
 
     name: str
     input: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
     chunks: int = 3
+    raw: str | None = None
+
+    def json(self) -> str:
+        """The input text as streamed."""
+        return self.raw if self.raw is not None else json.dumps(self.input)
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,11 @@ class Turn:
     output_tokens: int | None = None
     cache_read_input_tokens: int = 0
     delay: float = 0.0  # seconds between streamed events (to test slow streams)
+    # After this many stream events (0: before the response headers), send nothing more and
+    # hold the connection until the client hangs up: a stalled stream.
+    stall_at: int | None = None
+    # After this many stream events, reset the connection (TCP RST).
+    reset_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +248,10 @@ class FakeServer:
             connections.add(task)
             try:
                 await self._connection(reader, writer)
+            except asyncio.CancelledError:
+                # Shutdown. Python 3.11's stream callback would log a cancelled task as an
+                # error (a stalled answer is still holding its connection).
+                pass
             finally:
                 connections.discard(task)
                 writer.close()
@@ -265,19 +286,30 @@ class FakeServer:
                     body = None
                 with self._lock:
                     self.requests.append(RecordedRequest(method, target, headers, body))
-                await self._answer(writer, target.split("?")[0], body)
+                if not await self._answer(reader, writer, target.split("?")[0], body):
+                    return
                 if headers.get("connection", "").lower() == "close":
                     return
 
-    async def _answer(self, writer: asyncio.StreamWriter, path: str, body: Any) -> None:
+    async def _answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, body: Any
+    ) -> bool:
+        """Answer one request; False when the connection is finished with (stall, reset)."""
         if path != self.api_path:
-            return await self._json(writer, ErrorReply(404, "not_found_error", f"no route {path}"))
+            await self._json(writer, ErrorReply(404, "not_found_error", f"no route {path}"))
+            return True
         if not isinstance(body, dict) or body.get("stream") is not True:
             bad = ErrorReply(400, "invalid_request_error", "fake server: send stream: true")
-            return await self._json(writer, bad)
+            await self._json(writer, bad)
+            return True
         reply = self._next_reply(body)
         if isinstance(reply, ErrorReply) and not reply.in_stream:
-            return await self._json(writer, reply)
+            await self._json(writer, reply)
+            return True
+        stall = reply.stall_at if isinstance(reply, Turn) else None
+        reset = reply.reset_at if isinstance(reply, Turn) else None
+        if stall == 0:
+            return await self._hold(reader)
         sse_type = "text/event-stream; charset=utf-8"
         self._head(writer, 200, {"content-type": sse_type, "transfer-encoding": "chunked"})
         n = next(self._ids)
@@ -287,12 +319,32 @@ class FakeServer:
         else:
             events, delay = self._stream(reply, body, n), reply.delay
         for i, event in enumerate(events):
+            if i == stall:
+                return await self._hold(reader)
+            if i == reset:
+                return self._reset(writer)
             if delay and i:
                 await asyncio.sleep(delay)
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
             await writer.drain()
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+        return True
+
+    @staticmethod
+    async def _hold(reader: asyncio.StreamReader) -> bool:
+        # Until the client hangs up (its EOF), or the server closes (which cancels us).
+        while await reader.read(65536):
+            pass
+        return False
+
+    @staticmethod
+    def _reset(writer: asyncio.StreamWriter) -> bool:
+        sock = writer.get_extra_info("socket")
+        # Linger 0: closing sends RST instead of FIN, as a dropped connection does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        return False
 
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
@@ -342,7 +394,7 @@ class FakeServer:
             inp = len(json.dumps(request.get("messages", []))) // 4 + 1
         out = turn.output_tokens
         if out is None:
-            args = sum(len(json.dumps(c.input)) for c in turn.tool_calls)
+            args = sum(len(c.json()) for c in turn.tool_calls)
             out = (len(turn.text) + len(turn.thinking) + args) // 4 + 1
         return inp, out
 
@@ -407,7 +459,7 @@ class FakeAnthropicServer(FakeServer):
             block["id"] = call.id or f"toolu_fake_{next(self._ids):06d}"
             block |= {"name": call.name, "input": {}}
             # The real API opens with an empty partial_json; clients must cope with it.
-            pieces = ["", *_pieces(json.dumps(call.input), call.chunks)]
+            pieces = ["", *_pieces(call.json(), call.chunks)]
             blocks.append(
                 (block, [{"type": "input_json_delta", "partial_json": p} for p in pieces])
             )
@@ -483,7 +535,7 @@ class FakeOpenAIServer(FakeServer):
             head = {"index": i, "id": call.id or f"call_fake{next(self._ids):06d}"}
             head |= {"type": "function", "function": {"name": call.name, "arguments": ""}}
             events.append(self._chunk(request, n, {"tool_calls": [head]}, None))
-            for piece in _pieces(json.dumps(call.input), call.chunks):
+            for piece in _pieces(call.json(), call.chunks):
                 more = {"index": i, "function": {"arguments": piece}}
                 events.append(self._chunk(request, n, {"tool_calls": [more]}, None))
         reasons = {"tool_use": "tool_calls", "end_turn": "stop", "max_tokens": "length"}

@@ -10,7 +10,8 @@ each delivery starts a new turn.
 
 Cancelling the task that iterates the generator cancels every tool call in flight (and so the
 commands and agents they run). A tool never raises out of the loop: any failure, including a
-malformed input, comes back to the model as a tool error.
+malformed input, comes back to the model as a tool error. So does a call the model's output
+made unsafe to run (see :mod:`taskloom.untrusted`): cut off, too deep, a repeated id.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock,
 from taskloom.models.base import MessageComplete, Model, ModelRequest
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
+from taskloom.untrusted import vet_answer
 
 if TYPE_CHECKING:
     from taskloom.hooks import HookConfig, HookOutcome
@@ -245,6 +247,8 @@ class Engine:
             max_tokens=cfg.max_tokens,
             agent_id=cfg.agent_id,
             metadata=dict(cfg.metadata),
+            # Only the final message is used: without deltas a stalled stream can be retried.
+            deltas=False,
         )
 
     async def _ask_model(self) -> Message:
@@ -259,7 +263,9 @@ class Engine:
             self.api_seconds += time.monotonic() - started
         if final is None:
             raise ModelError("the model's stream ended without a complete message")
-        final = _without_empty_text(final)
+        # Model output is untrusted: made safe to record, its bad calls marked (untrusted.py).
+        seen = {c.id for m in self.messages if m.role == "assistant" for c in m.tool_uses()}
+        final = vet_answer(_without_empty_text(final), seen)
         if final.usage is not None:
             u = final.usage
             self.context_tokens = u.context_tokens
@@ -307,6 +313,8 @@ class Engine:
 
     async def _run_one(self, call: ToolUseBlock) -> ToolResult:
         self.tool_uses += 1
+        if call.defect is not None:
+            return tool_error(call.defect)
         tool = self.tools.get(call.name)
         if tool is None:
             return tool_error(f"No such tool available: {call.name}")

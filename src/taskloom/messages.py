@@ -37,6 +37,9 @@ class ToolUseBlock(_Block):
     id: str
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
+    #: Why this call must not run (set by taskloom, see :mod:`taskloom.untrusted`): the
+    #: engine answers it with this as a tool error. Never serialised, so never sent.
+    defect: str | None = Field(default=None, exclude=True)
 
 
 class ToolResultBlock(_Block):
@@ -76,7 +79,9 @@ class Usage(BaseModel):
 class Message(BaseModel):
     """One conversation message.
 
-    Assistant messages from a model carry ``id``, ``model``, ``stop_reason`` and ``usage``.
+    Assistant messages from a model carry ``id``, ``model``, ``stop_reason`` and ``usage``;
+    ``sanitized`` lists what taskloom changed in the model's output before using it (kept in
+    transcripts and ``stream-json``, not part of :meth:`wire`).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -87,6 +92,7 @@ class Message(BaseModel):
     model: str | None = None
     stop_reason: str | None = None
     usage: Usage | None = None
+    sanitized: list[str] | None = None
 
     @classmethod
     def user(cls, text: str) -> Message:

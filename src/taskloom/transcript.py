@@ -18,6 +18,7 @@ from typing import Any
 
 from taskloom.messages import Message, ToolResultBlock
 from taskloom.settings import ensure_private_dir
+from taskloom.untrusted import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,12 @@ class TranscriptWriter:
             **extra,
             "message": message.full(),
         }
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        line, replaced = clean_text(json.dumps(record, ensure_ascii=False))
+        if replaced:
+            # Model output is cleaned before it gets here; anything else (a prompt from bytes
+            # that were not UTF-8) must not make the line unwritable either.
+            log.warning("%s: %d unpaired surrogate(s) replaced with U+FFFD", self.path, replaced)
+        self._file.write(line + "\n")
         self._file.flush()
         self._last_uuid = line_id
         return line_id

@@ -33,6 +33,7 @@ from taskloom.errors import (
 from taskloom.tasks._subscription import Subscription
 from taskloom.tasks.notifications import summarize
 from taskloom.tasks.runtime import TaskRuntime
+from taskloom.untrusted import clean_text
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
@@ -74,7 +75,10 @@ class Emitter:
         if self.fmt == "stream-json":
             obj.setdefault("session_id", self.session_id)
             obj.setdefault("uuid", str(uuid.uuid4()))
-            self.out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+            line, _ = clean_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+            # Model output is cleaned already; a prompt or tool output from bytes that were
+            # not UTF-8 must not make the line unwritable either.
+            self.out.write(line + "\n")
             self.out.flush()
 
     def task_event(self, kind: str, state: Any) -> None:

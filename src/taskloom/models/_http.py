@@ -1,16 +1,20 @@
 """The HTTP transport both model providers share: retries, error mapping, SSE, tool input.
 
 Retry policy: 408, 409, 429, 5xx (529 included) and ``overloaded_error`` — also when the
-latter arrives as an SSE ``error`` event — and connection failures are retried with jittered
+latter arrives as an SSE ``error`` event — connection failures and idle timeouts (no byte for
+``streamIdleTimeout`` seconds, waiting for the headers included) are retried with jittered
 exponential backoff (capped at 30 s), honouring ``retry-after`` up to 60 s; 400/401/403/404
-are not. Nothing is retried once an event has reached the caller: a replay would duplicate
-what it has already seen.
+are not. No retry starts more than three idle timeouts after the first try. Nothing is retried
+once an event has reached the caller: a replay would duplicate what it has already seen. A
+caller that asks for no deltas (``ModelRequest.deltas``) sees only the final message, so its
+stream can be retried at any point before that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
@@ -20,10 +24,10 @@ from typing import Any, ClassVar, Self
 
 import httpx
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
-from pydantic_core import from_json
 
-from taskloom.errors import ModelError
-from taskloom.models.base import INVALID_INPUT_KEY, StreamEvent
+from taskloom.errors import ModelError, UsageError
+from taskloom.models.base import MessageComplete, StreamEvent
+from taskloom.untrusted import tool_use_block
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 # Anthropic's transient error types, and OpenAI's (which only names them in stream events).
@@ -33,6 +37,14 @@ RETRYABLE_ERROR_TYPES = frozenset(
 # A server asking us to wait longer than this is treated as giving no hint: the caller is
 # better served by our own backoff and, in the end, an error it can report.
 MAX_RETRY_AFTER = 60.0
+#: Seconds without a byte from the server (the wait for the response headers included)
+#: before a try is abandoned; set by IDLE_TIMEOUT_ENV, else by the IDLE_TIMEOUT_SETTING.
+DEFAULT_IDLE_TIMEOUT = 90.0
+IDLE_TIMEOUT_ENV = "TASKLOOM_STREAM_IDLE_TIMEOUT"
+IDLE_TIMEOUT_SETTING = "streamIdleTimeout"
+#: No retry starts later than this many idle timeouts after the first try began: a server
+#: that stalls every time costs a few timeouts, not one per retry (270 s by default).
+RETRY_WINDOW_TIMEOUTS = 3.0
 
 EventParser = Callable[[AsyncIterator[ServerSentEvent]], AsyncGenerator[StreamEvent, None]]
 
@@ -133,23 +145,59 @@ def load_event(provider: str, data: str) -> dict[str, Any]:
 def parse_tool_input(raw: str, tool: str) -> dict[str, Any]:
     """A tool call's accumulated JSON input; empty means ``{}``.
 
-    Input cut short (``max_tokens`` mid-call) is recovered as far as it goes, as the official
-    SDKs do, so the tool's own validation can tell the model which field is missing.
+    Input cut short is recovered as far as it goes; input that is not an object is kept under
+    ``INVALID_INPUT_KEY``. The adapters use :func:`taskloom.untrusted.tool_use_block`, which
+    also marks such calls so they are not run.
     """
-    if not raw.strip():
-        return {}
+    return tool_use_block("", tool, raw, stop_reason=None, last=False).input
+
+
+def idle_timeout(settings: Mapping[str, Any] | None = None) -> float:
+    """The stream idle timeout in seconds: the environment, else the setting, else 90.
+
+    Raises:
+        UsageError: The value is not a positive number of seconds; the message names where
+            it came from.
+    """
+    raw: Any = os.environ.get(IDLE_TIMEOUT_ENV) or None
+    source = f"the environment variable {IDLE_TIMEOUT_ENV}"
+    if raw is None and settings is not None and settings.get(IDLE_TIMEOUT_SETTING) is not None:
+        raw, source = settings[IDLE_TIMEOUT_SETTING], f"the setting {IDLE_TIMEOUT_SETTING}"
+    if raw is None:
+        return DEFAULT_IDLE_TIMEOUT
     try:
-        value = json.loads(raw)
-    except ValueError:
-        try:
-            value = from_json(raw, allow_partial=True)
-        except ValueError:
-            value = None
-    if not isinstance(value, dict):
-        # Keep what the model sent: the tool reports it as a tool error the model can fix,
-        # instead of the whole run failing on one bad call.
-        return {INVALID_INPUT_KEY: raw[:2000]}
-    return value
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{source} must be a positive number of seconds, got {raw!r}")
+    return seconds
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: details`` for a network failure, never with an empty detail.
+
+    httpx's errors often have no text of their own: the OS error beneath (errno and text) or
+    at least its type is named instead.
+    """
+    detail = str(exc).strip()
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and cause not in chain and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for inner in chain:
+        if isinstance(inner, OSError) and (inner.errno or inner.strerror):
+            os_detail = f"[Errno {inner.errno}] {inner.strerror or os.strerror(inner.errno or 0)}"
+            if os_detail not in detail:
+                detail = f"{detail} ({os_detail})" if detail else os_detail
+            break
+    if not detail:
+        below = [type(c).__name__ for c in chain[1:] if type(c).__name__ != type(exc).__name__]
+        detail = f"connection lost ({below[0]})" if below else "connection lost, no reason given"
+    return f"{type(exc).__name__}: {detail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,21 +227,29 @@ class HttpTransport:
     """A lazily created, shared :class:`httpx.AsyncClient` plus the retry loop.
 
     The client is created on first use (building its TLS context costs time at start-up) and
-    bound to that event loop; :meth:`aclose` closes it unless it was passed in.
+    bound to that event loop; :meth:`aclose` closes it unless it was passed in. Every request
+    carries the idle timeout, so a client passed in is bounded the same way.
     """
 
     provider: str
     policy: RetryPolicy
-    timeout: float
+    idle_timeout: float
     client: httpx.AsyncClient | None = None
     owns_client: bool = field(default=False, init=False)
 
     def get_client(self) -> httpx.AsyncClient:
         """The client, created on first call."""
         if self.client is None:
-            self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=30.0))
+            self.client = httpx.AsyncClient(timeout=self.timeouts())
             self.owns_client = True
         return self.client
+
+    def timeouts(self) -> httpx.Timeout:
+        """Per-operation limits: a read (headers or body) waits at most the idle timeout."""
+        # No pool limit: waiting for one of our own connections (many agents streaming at
+        # once) is not the server stalling.
+        connect = min(30.0, self.idle_timeout)
+        return httpx.Timeout(self.idle_timeout, connect=connect, pool=None)
 
     async def aclose(self) -> None:
         """Close the client if we created it."""
@@ -203,14 +259,25 @@ class HttpTransport:
             self.owns_client = False
 
     async def stream(
-        self, url: str, headers: dict[str, str], body: dict[str, Any], parse: EventParser
+        self,
+        url: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        parse: EventParser,
+        *,
+        deltas: bool = True,
     ) -> AsyncGenerator[StreamEvent, None]:
         """POST ``body`` and yield ``parse``'s events, retrying per the policy.
 
+        With ``deltas=False`` only the final :class:`MessageComplete` is yielded.
+
         Raises:
             ModelError: A non-retryable answer, a failure after events were yielded, or the
-                last retryable failure once the retries are spent (``retryable=True``).
+                last retryable failure once the retries or their time are spent
+                (``retryable=True``).
         """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         attempt = 0
         while True:
             yielded = False
@@ -218,15 +285,22 @@ class HttpTransport:
             try:
                 # aconnect_sse adds its headers to the dict it gets: give it a copy.
                 async with aconnect_sse(
-                    self.get_client(), "POST", url, headers=dict(headers), json=body
+                    self.get_client(),
+                    "POST",
+                    url,
+                    headers=dict(headers),
+                    json=body,
+                    timeout=self.timeouts(),
                 ) as source:
                     response = source.response
                     if not response.is_success:
                         await response.aread()
                         hint = retry_after(response.headers)
                         raise response_error(self.provider, response)
-                    async with aclosing(parse(source.aiter_sse())) as events:
+                    async with aclosing(self._guard(parse(source.aiter_sse()))) as events:
                         async for event in events:
+                            if not deltas and not isinstance(event, MessageComplete):
+                                continue
                             yielded = True
                             yield event
                     return
@@ -237,20 +311,54 @@ class HttpTransport:
             except SSEError as exc:  # 200 but not an event stream: a misconfigured base URL
                 raise ModelError(f"{self.provider}: {exc}", status=200) from exc
             except httpx.TransportError as exc:
-                error = ModelError(
-                    f"{self.provider}: request failed: {type(exc).__name__}: {exc}", retryable=True
-                )
+                error = ModelError(self._failure(exc, url), retryable=True)
                 if yielded:
                     raise error from exc
-            if attempt >= self.policy.max_retries:
+            delay = self.policy.delay(attempt, hint)
+            spent = loop.time() - started
+            window = RETRY_WINDOW_TIMEOUTS * self.idle_timeout
+            if attempt >= self.policy.max_retries or spent + delay > window:
                 raise ModelError(
-                    f"{error} (gave up after {attempt + 1} attempts)",
+                    f"{error} (gave up after {attempt + 1} attempts in {spent:.1f} s)",
                     status=error.status,
                     error_type=error.error_type,
                     retryable=True,
                 ) from error
-            await asyncio.sleep(self.policy.delay(attempt, hint))
+            await asyncio.sleep(delay)
             attempt += 1
+
+    def _failure(self, exc: httpx.TransportError, url: str) -> str:
+        if isinstance(exc, httpx.ReadTimeout):
+            return (
+                f"{self.provider}: no data from {url} for {self.idle_timeout:g} s (stream idle "
+                f"timeout; set {IDLE_TIMEOUT_ENV} or the {IDLE_TIMEOUT_SETTING} setting)"
+            )
+        if isinstance(exc, httpx.TimeoutException):  # connecting, or sending the request
+            limits = self.timeouts()
+            limit = limits.connect if isinstance(exc, httpx.ConnectTimeout) else limits.write
+            kind = type(exc).__name__
+            return f"{self.provider}: request to {url} timed out after {limit:g} s ({kind})"
+        return f"{self.provider}: request to {url} failed: {describe(exc)}"
+
+    async def _guard(
+        self, events: AsyncGenerator[StreamEvent, None]
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """``events``, with any failure to make sense of the stream as a :class:`ModelError`.
+
+        A provider can send events of any shape; a parser's TypeError on one must end the
+        request as a (retryable) protocol error, not the run as an internal error.
+        """
+        async with aclosing(events):
+            try:
+                async for event in events:
+                    yield event
+            except (ModelError, SSEError, httpx.TransportError):
+                raise
+            except Exception as exc:
+                raise ModelError(
+                    f"{self.provider}: unreadable stream event: {type(exc).__name__}: {exc}",
+                    retryable=True,
+                ) from exc
 
 
 class HttpModel:
@@ -267,12 +375,20 @@ class HttpModel:
         self,
         max_retries: int,
         retry_base_delay: float,
-        timeout: float,
+        idle: float | None,
         client: httpx.AsyncClient | None,
     ) -> None:
+        idle = idle_timeout() if idle is None else idle
+        if not (math.isfinite(idle) and idle > 0):
+            raise ValueError(f"idle_timeout must be a positive number of seconds, got {idle!r}")
         self._transport = HttpTransport(
-            self.provider, RetryPolicy(max_retries, retry_base_delay), timeout, client
+            self.provider, RetryPolicy(max_retries, retry_base_delay), idle, client
         )
+
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds without a byte from the server before a try is abandoned."""
+        return self._transport.idle_timeout
 
     async def aclose(self) -> None:
         """Close the HTTP client if this model created it."""

@@ -14,13 +14,12 @@ import httpx
 from httpx_sse import ServerSentEvent
 
 from taskloom.errors import ModelError
-from taskloom.messages import ContentBlock, Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from taskloom.messages import ContentBlock, Message, TextBlock, ThinkingBlock, Usage
 from taskloom.models._http import (
     EventParser,
     HttpModel,
     env_default,
     load_event,
-    parse_tool_input,
     stream_error,
 )
 from taskloom.models.base import (
@@ -32,6 +31,7 @@ from taskloom.models.base import (
     ToolInputDelta,
     ToolUseStart,
 )
+from taskloom.untrusted import tool_use_block
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -44,7 +44,6 @@ class _Block:
     signature: str = ""
     tool_id: str = ""
     tool_name: str = ""
-    done: ContentBlock | None = None
 
 
 @dataclass(slots=True)
@@ -76,20 +75,15 @@ class _Assembly:
             yield from self._start(index, data.get("content_block") or {})
         elif kind == "content_block_delta" and block is not None:
             yield from self._delta(index, block, delta)
-        elif kind == "content_block_stop" and block is not None:
-            text = "".join(block.parts)
-            if block.kind == "text":
-                block.done = TextBlock(text=text)
-            elif block.kind == "thinking":
-                block.done = ThinkingBlock(thinking=text, signature=block.signature)
-            else:
-                tool_input = parse_tool_input(text, block.tool_name)
-                block.done = ToolUseBlock(id=block.tool_id, name=block.tool_name, input=tool_input)
         elif kind == "message_delta":
             self.stop_reason = delta.get("stop_reason") or self.stop_reason
             self.merge_usage(data.get("usage"))
         elif kind == "message_stop":
-            content = [b.done for _, b in sorted(self.blocks.items()) if b.done is not None]
+            # Blocks are built here, not at content_block_stop: whether a call's input was cut
+            # off is known only with the stop reason, and a block the output limit left open
+            # (no content_block_stop) must still reach the model, as a tool error.
+            blocks = [b for _, b in sorted(self.blocks.items())]
+            content = [self._build(b, last=b is blocks[-1]) for b in blocks]
             usage = Usage.model_validate(self.usage)
             yield MessageComplete(
                 Message(
@@ -102,6 +96,16 @@ class _Assembly:
                 )
             )
         # "ping" and event types newer than this client are skipped on purpose.
+
+    def _build(self, block: _Block, *, last: bool) -> ContentBlock:
+        text = "".join(block.parts)
+        if block.kind == "text":
+            return TextBlock(text=text)
+        if block.kind == "thinking":
+            return ThinkingBlock(thinking=text, signature=block.signature)
+        return tool_use_block(
+            block.tool_id, block.tool_name, text, stop_reason=self.stop_reason, last=last
+        )
 
     def _start(self, index: int, start: dict[str, Any]) -> Iterator[StreamEvent]:
         kind = start.get("type")
@@ -146,7 +150,9 @@ class AnthropicModel(HttpModel):
         auth_token: Sent as ``Authorization: Bearer``; defaults to ``ANTHROPIC_AUTH_TOKEN``.
         base_url: Defaults to ``ANTHROPIC_BASE_URL``, else the public API.
         max_retries: Retries after the first try for retryable failures.
-        timeout: Seconds allowed per network operation (connect capped at 30 s).
+        idle_timeout: Seconds without a byte from the server (waiting for the headers
+            included) before a try is abandoned and retried; default
+            ``TASKLOOM_STREAM_IDLE_TIMEOUT``, else 90 (connect capped at 30 s).
         client: An httpx client to use (and not close); one is created lazily otherwise.
         retry_base_delay: First backoff in seconds (doubles, capped at 30 s, jittered).
     """
@@ -161,7 +167,7 @@ class AnthropicModel(HttpModel):
         auth_token: str | None = None,
         base_url: str | None = None,
         max_retries: int = 4,
-        timeout: float = 600.0,
+        idle_timeout: float | None = None,
         client: httpx.AsyncClient | None = None,
         retry_base_delay: float = 0.5,
     ) -> None:
@@ -170,7 +176,7 @@ class AnthropicModel(HttpModel):
         self.auth_token = env_default(auth_token, "ANTHROPIC_AUTH_TOKEN")
         base = env_default(base_url, "ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
-        self._init_transport(max_retries, retry_base_delay, timeout, client)
+        self._init_transport(max_retries, retry_base_delay, idle_timeout, client)
 
     def headers(self) -> dict[str, str]:
         """The request headers (credentials included)."""
@@ -203,7 +209,8 @@ class AnthropicModel(HttpModel):
         """Stream the response to ``request`` (see :class:`taskloom.models.base.Model`)."""
         body = self.request_body(request)
         url = f"{self.base_url}/v1/messages"
-        events = self._transport.stream(url, self.headers(), body, self._parser(body["model"]))
+        parser = self._parser(body["model"])
+        events = self._transport.stream(url, self.headers(), body, parser, deltas=request.deltas)
         async with aclosing(events):
             yield events
 

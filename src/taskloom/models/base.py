@@ -41,6 +41,8 @@ class ModelRequest:
         max_tokens: Cap on the response length.
         agent_id: Who is asking (``None`` for the main thread); lets test models route.
         metadata: Free-form extras (e.g. the agent type) for test models and logs.
+        deltas: Whether the caller wants the deltas as they arrive. Without them it sees only
+            the final message, so a stream that fails midway can still be retried.
     """
 
     model: str
@@ -50,6 +52,7 @@ class ModelRequest:
     max_tokens: int = 16_000
     agent_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    deltas: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,6 @@ from taskloom.messages import (
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
-    ToolUseBlock,
     Usage,
 )
 from taskloom.models._http import (
@@ -38,7 +37,6 @@ from taskloom.models._http import (
     HttpModel,
     env_default,
     load_event,
-    parse_tool_input,
     stream_error,
 )
 from taskloom.models.base import (
@@ -50,6 +48,7 @@ from taskloom.models.base import (
     ToolInputDelta,
     ToolUseStart,
 )
+from taskloom.untrusted import tool_use_block
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -180,6 +179,9 @@ class _Assembly:
 
     def message(self) -> Message:
         """The assembled assistant message."""
+        stop = STOP_REASONS.get(self.finish_reason or "", self.finish_reason)
+        if self.calls and stop == "end_turn":
+            stop = "tool_use"  # some local servers say "stop" even when they called tools
         content: list[ContentBlock] = []
         for key in self.order:
             if key == "thinking":
@@ -187,11 +189,8 @@ class _Assembly:
             elif key == "text":
                 content.append(TextBlock(text="".join(self.text)))
             elif isinstance(key, _Call):
-                tool_input = parse_tool_input("".join(key.arguments), key.name)
-                content.append(ToolUseBlock(id=key.id, name=key.name, input=tool_input))
-        stop = STOP_REASONS.get(self.finish_reason or "", self.finish_reason)
-        if self.calls and stop == "end_turn":
-            stop = "tool_use"  # some local servers say "stop" even when they called tools
+                raw, last = "".join(key.arguments), key is self.order[-1]
+                content.append(tool_use_block(key.id, key.name, raw, stop_reason=stop, last=last))
         return Message(
             role="assistant",
             content=content,
@@ -211,7 +210,9 @@ class OpenAIModel(HttpModel):
             as local servers usually need none.
         base_url: Defaults to ``OPENAI_BASE_URL``, else the public API (includes ``/v1``).
         max_retries: Retries after the first try for retryable failures.
-        timeout: Seconds allowed per network operation (connect capped at 30 s).
+        idle_timeout: Seconds without a byte from the server (waiting for the headers
+            included) before a try is abandoned and retried; default
+            ``TASKLOOM_STREAM_IDLE_TIMEOUT``, else 90 (connect capped at 30 s).
         client: An httpx client to use (and not close); one is created lazily otherwise.
         retry_base_delay: First backoff in seconds (doubles, capped at 30 s, jittered).
     """
@@ -225,7 +226,7 @@ class OpenAIModel(HttpModel):
         api_key: str | None = None,
         base_url: str | None = None,
         max_retries: int = 4,
-        timeout: float = 600.0,
+        idle_timeout: float | None = None,
         client: httpx.AsyncClient | None = None,
         retry_base_delay: float = 0.5,
     ) -> None:
@@ -233,7 +234,7 @@ class OpenAIModel(HttpModel):
         self.api_key = env_default(api_key, "OPENAI_API_KEY")
         base = env_default(base_url, "OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
-        self._init_transport(max_retries, retry_base_delay, timeout, client)
+        self._init_transport(max_retries, retry_base_delay, idle_timeout, client)
 
     def headers(self) -> dict[str, str]:
         """The request headers (credentials included)."""
@@ -273,7 +274,8 @@ class OpenAIModel(HttpModel):
         """Stream the response to ``request`` (see :class:`taskloom.models.base.Model`)."""
         body = self.request_body(request)
         url = f"{self.base_url}/chat/completions"
-        events = self._transport.stream(url, self.headers(), body, self._parser(body["model"]))
+        parser = self._parser(body["model"])
+        events = self._transport.stream(url, self.headers(), body, parser, deltas=request.deltas)
         async with aclosing(events):
             yield events
 

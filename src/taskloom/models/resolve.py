@@ -4,7 +4,8 @@ Accepted: ``claude-…`` ids, the aliases ``sonnet``/``opus``/``haiku`` (mapped 
 ``modelAliases`` setting or ``TASKLOOM_MODEL_SONNET``…), ``anthropic:<id>``, ``openai:<id>``
 and ``scripted:<file>``. Without one: the settings' ``model`` on Anthropic when its key (or
 base URL) is set, else on the OpenAI-compatible provider when its key or base URL is set.
-Provider modules are imported only when chosen.
+Provider modules are imported only when chosen. The HTTP providers' stream idle timeout is
+``TASKLOOM_STREAM_IDLE_TIMEOUT``, else the ``streamIdleTimeout`` setting, else 90 s.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from taskloom.errors import UserError
+from taskloom.errors import UsageError, UserError
 from taskloom.models.base import Model
 
 ALIASES = {
@@ -52,7 +53,8 @@ def resolve_model(spec: str | None, settings: dict[str, Any] | None = None) -> M
     """Build the model ``spec`` names (see the module docstring).
 
     Raises:
-        UserError: Nothing usable is configured, or the spec is malformed.
+        UserError: Nothing usable is configured.
+        UsageError: The spec is malformed or has an unknown ``provider:`` prefix.
     """
     settings = settings or {}
     if spec is None:
@@ -71,18 +73,26 @@ def resolve_model(spec: str | None, settings: dict[str, Any] | None = None) -> M
         from taskloom.testing.scripted import ScriptedModel
 
         if not rest:
-            raise UserError("--model scripted: needs a file, e.g. scripted:turns.yaml")
+            raise UsageError("--model scripted: needs a file, e.g. scripted:turns.yaml")
         return ScriptedModel.from_file(rest)
+    from taskloom.models._http import idle_timeout
+
     if sep and provider == "openai":
         from taskloom.models.openai import OpenAIModel
 
         if not rest:
-            raise UserError("--model openai: needs a model id, e.g. openai:gpt-4o")
-        return OpenAIModel(rest)
+            raise UsageError("--model openai: needs a model id, e.g. openai:gpt-4o")
+        return OpenAIModel(rest, idle_timeout=idle_timeout(settings))
     if sep and provider == "anthropic":
         spec = rest
-    if not spec:
-        raise UserError("--model needs a model id")
+    elif sep:
+        # Sent on, "foo:bar" would be retried against the Anthropic API as a model id.
+        raise UsageError(
+            f"unknown model prefix {provider!r} in {spec!r}: use anthropic:ID, openai:ID or "
+            "scripted:FILE, a claude-… id, or sonnet|opus|haiku"
+        )
+    if not spec.strip():
+        raise UsageError("--model needs a model id, e.g. sonnet or openai:gpt-4o")
     from taskloom.models.anthropic import AnthropicModel
 
-    return AnthropicModel(expand_alias(spec, settings))
+    return AnthropicModel(expand_alias(spec, settings), idle_timeout=idle_timeout(settings))

@@ -36,6 +36,9 @@ from taskloom._aio import finish_despite_cancel
 from taskloom.errors import TaskloomError
 from taskloom.hooks import HookConfig, HookResult, run_hooks
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
+from taskloom.process.kill import kill_tree
+from taskloom.process.registry import recorded_tag
+from taskloom.process.spawn import TASK_ENV
 
 WORKTREES_DIR = Path(".taskloom") / "worktrees"
 BRANCH_PREFIX = "taskloom/"
@@ -325,30 +328,39 @@ async def prune(repo_cwd: Path) -> list[FinishResult]:
 
 
 async def _git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
-    """Run git in ``cwd`` and return its stdout; WorktreeError with git's stderr on failure."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *("git", *args),
-            cwd=cwd,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, **_GIT_ENV},
-            start_new_session=True,  # its own group, so a kill also reaches git's hooks
-        )
-    except OSError as exc:
-        raise WorktreeError(f"cannot run git in {cwd}: {exc}") from exc
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await proc.communicate()
-    except TimeoutError:
-        raise WorktreeError(f"git {args[0]} timed out after {timeout:g}s in {cwd}") from None
-    finally:
-        if proc.returncode is None:  # timed out or cancelled: leave nothing running
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):  # bounded: SIGKILL cannot be refused
-                await finish_despite_cancel(asyncio.wait_for(proc.wait(), 5.0))
+    """Run git in ``cwd`` and return its stdout; WorktreeError with git's stderr on failure.
+
+    git runs repository hooks (``post-checkout`` on ``worktree add``) that may hang until the
+    timeout: like every process we start it is recorded for the orphan sweep first, by tag.
+    """
+    with recorded_tag("git") as record:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *("git", *args),
+                cwd=cwd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **_GIT_ENV, TASK_ENV: record.tag},
+                start_new_session=True,  # its own group, so a kill also reaches git's hooks
+            )
+        except OSError as exc:
+            raise WorktreeError(f"cannot run git in {cwd}: {exc}") from exc
+        try:
+            async with asyncio.timeout(timeout):
+                out, err = await proc.communicate()
+        except TimeoutError:
+            raise WorktreeError(f"git {args[0]} timed out after {timeout:g}s in {cwd}") from None
+        finally:
+            if proc.returncode is None:  # timed out or cancelled: leave nothing running
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(TimeoutError):  # bounded: SIGKILL cannot be refused
+                    await finish_despite_cancel(asyncio.wait_for(proc.wait(), 5.0))
+                # Hook children that left git's group still carry the tag.
+                report = await finish_despite_cancel(kill_tree(None, tag=record.tag, grace=0))
+                if not report.verified:
+                    record.keep()
     if proc.returncode != 0:
         message = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
         raise WorktreeError(f"git {' '.join(args[:2])} failed: {message}")

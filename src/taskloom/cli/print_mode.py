@@ -409,34 +409,17 @@ async def _mcp(cwd: Path, runtime: TaskRuntime) -> AsyncIterator[tuple[Any, dict
         yield None, config
         return
     from taskloom.mcp.manager import McpManager
-    from taskloom.process.identity import boot_id, process_start_time
-    from taskloom.store import ProcessRow
+    from taskloom.process.registry import ProcessRecorder
 
     manager = McpManager(config, cwd=cwd)
-    me = process_start_time(os.getpid()) or 0.0
-    rows = [
-        ProcessRow(
-            pid=0,
-            pid_start=time.time() + i * 1e-6,
-            pgid=0,
-            session_id=runtime.session_id,
-            task_id=tag,
-            owner_pid=os.getpid(),
-            owner_start=me,
-            boot_id=boot_id(),
-        )
-        for i, tag in enumerate(manager.tags)
-    ]
-    for row in rows:
-        runtime.store.add_process(row)
-    runtime.store.flush()
+    recorder = ProcessRecorder(runtime.store, runtime.session_id)
+    rows = recorder.record_tags(manager.tags)  # committed before any server starts
     try:
         await manager.start()
         yield manager, config
     finally:
         await manager.aclose()
-        for row in rows:
-            runtime.store.remove_process(row.pid, row.pid_start)
+        recorder.forget(rows)
 
 
 def _api_key_source() -> str:

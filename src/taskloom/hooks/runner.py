@@ -1,7 +1,9 @@
 """Running the command hooks of one event and folding their answers into one outcome.
 
 Each hook is ``sh -c COMMAND`` in its own session, tagged with a private ``TASKLOOM_TASK_ID``
-so :func:`~taskloom.process.kill.kill_tree` also finds descendants that left its group. The
+so :func:`~taskloom.process.kill.kill_tree` also finds descendants that left its group. The tag
+is recorded in the store before the hook starts (see ``process/registry.py``), so a hook still
+running when taskloom is SIGKILLed is stopped by the next session's orphan sweep. The
 event JSON goes to stdin; stdout and stderr come back on separate, bounded pipes. Nothing of a
 hook outlives it: at its timeout the tree is killed (and the kill verified), and after a normal
 exit whatever is still in its group or holding its pipes is killed the same way — hooks are
@@ -14,7 +16,6 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any, Literal
 from taskloom._aio import finish_despite_cancel
 from taskloom.hooks.config import HookConfig, HookEvent
 from taskloom.process.kill import kill_tree
+from taskloom.process.registry import recorded_tag
 from taskloom.process.spawn import TASK_ENV
 
 _log = logging.getLogger("taskloom.hooks")
@@ -173,7 +175,18 @@ class _HookProtocol(asyncio.SubprocessProtocol):
 async def _run_one(
     command: str, timeout: float, data: bytes, cwd: Path, env: Mapping[str, str]
 ) -> HookResult:
-    tag = "hook-" + secrets.token_hex(6)
+    # Recorded for the orphan sweep before it starts: if taskloom is SIGKILLed while the hook
+    # runs, the next session finds the hook and its children by this tag.
+    with recorded_tag("hook") as record:
+        result, verified = await _spawn_and_wait(command, timeout, data, cwd, env, record.tag)
+        if not verified:
+            record.keep()
+    return result
+
+
+async def _spawn_and_wait(
+    command: str, timeout: float, data: bytes, cwd: Path, env: Mapping[str, str], tag: str
+) -> tuple[HookResult, bool]:
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     try:
@@ -190,7 +203,7 @@ async def _run_one(
             start_new_session=True,
         )
     except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
-        return HookResult(command, None, "", f"cannot start hook: {exc}", False, 0.0)
+        return HookResult(command, None, "", f"cannot start hook: {exc}", False, 0.0), True
     timed_out = False
     try:
         stdin = transport.get_pipe_transport(0)
@@ -210,7 +223,7 @@ async def _run_one(
     stderr = proto.err.decode(errors="replace")
     if problems:
         stderr += "".join(f"\n[taskloom] {p}" for p in problems)
-    return HookResult(
+    result = HookResult(
         command,
         transport.get_returncode(),
         proto.out.decode(errors="replace"),
@@ -218,6 +231,7 @@ async def _run_one(
         timed_out,
         time.monotonic() - started,
     )
+    return result, not problems
 
 
 async def _settle(

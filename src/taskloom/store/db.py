@@ -6,6 +6,9 @@ and committed together once per loop iteration, which keeps task churn above 10,
 Every read, and :meth:`Store.flush`, commits the queue first, so a caller always reads its own
 writes, and the notification queue flushes before it hands anything out (nothing is delivered
 that is not durable).
+
+A full disk is expected, not a bug: see ``_disk.py`` for the reserve given back then. It is
+logged as one line naming the database and what to do, without a traceback.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from taskloom.errors import StoreError
 from taskloom.settings import ensure_private_dir
+from taskloom.store import _sql
+from taskloom.store._disk import RESERVE_BYTES, describe, is_full, make_reserve, release_reserve
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _BUSY_TIMEOUT_MS = 10_000
@@ -33,6 +38,7 @@ _CHECKPOINT_INTERVAL_S = 2.0
 _RETRY_DELAY_S = 0.5
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +92,16 @@ class SessionRow:
 class Store:
     """The embedded store. Safe to share between threads of one process."""
 
-    def __init__(self, path: Path | str) -> None:
-        """Open (creating and migrating as needed) the database at ``path``."""
+    def __init__(self, path: Path | str, *, reserve_bytes: int = RESERVE_BYTES) -> None:
+        """Open (creating and migrating as needed) the database at ``path``.
+
+        Args:
+            path: The database file.
+            reserve_bytes: Size of the reserve file kept for a full disk (0: none).
+        """
         self.path = Path(path)
+        self._failing = False
+        self._closed = False
         ensure_private_dir(self.path.parent)
         self._lock = threading.RLock()
         self._pending: list[tuple[str, Sequence[Any]]] = []
@@ -120,6 +133,7 @@ class Store:
             if isinstance(exc, sqlite3.DatabaseError):
                 raise StoreError(f"cannot open store {self.path}: {exc}") from exc
             raise
+        make_reserve(self.path, reserve_bytes)
 
     # -- schema -------------------------------------------------------------------------------
 
@@ -172,9 +186,15 @@ class Store:
     def _scheduled_flush(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             self.flush()
-        except StoreError:
-            # Nothing was lost (the batch is queued again); try again shortly.
-            log.exception("store commit failed; retrying")
+        except StoreError as exc:
+            # Nothing was lost (the batch is queued again); try again shortly. A full disk or a
+            # lock held too long is expected: one line when it starts, no traceback, no repeats.
+            if not self._failing:
+                self._failing = True
+                if isinstance(exc.__cause__, sqlite3.OperationalError):
+                    log.warning("%s; retrying every %gs", exc, _RETRY_DELAY_S)
+                else:
+                    log.error("store commit failed; retrying", exc_info=exc)
             with self._lock:
                 self._flush_scheduled = True
             loop.call_later(_RETRY_DELAY_S, self._scheduled_flush, loop)
@@ -192,7 +212,7 @@ class Store:
         tasks, self._pending_tasks = self._pending_tasks, {}
         try:
             try:
-                self._commit(batch, tasks, skip_invalid=False)
+                self._with_reserve(lambda: self._commit(batch, tasks, skip_invalid=False))
             except sqlite3.IntegrityError as exc:
                 # A statement that can never succeed must not block the rest of the batch
                 # forever: commit the others, and report the bad ones.
@@ -205,7 +225,10 @@ class Store:
             self._pending = batch + self._pending
             tasks.update(self._pending_tasks)
             self._pending_tasks = tasks
-            raise StoreError(f"store write failed: {exc}") from exc
+            raise StoreError(f"store write failed: {describe(self.path, exc)}") from exc
+        if self._failing:
+            self._failing = False
+            log.warning("%s: store writes succeed again", self.path)
         self._commits += 1
         if self._checkpointer is None:
             self._checkpointer = threading.Thread(
@@ -260,6 +283,43 @@ class Store:
         finally:
             conn.close()
 
+    def _with_reserve(self, op: Callable[[], _T]) -> _T:
+        """Run ``op`` (one transaction); if the disk is full, release the reserve and retry."""
+        try:
+            return op()
+        except sqlite3.OperationalError as exc:
+            if not is_full(exc) or not release_reserve(self.path):
+                raise
+        return op()
+
+    def _transaction(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Commit what is queued, then run ``op`` in its own immediate transaction, now.
+
+        For compare-and-set writes, whose outcome the caller must know before going on.
+
+        Raises:
+            StoreError: The transaction failed (it was rolled back).
+        """
+        conn = self._conn
+
+        def attempt() -> _T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = op(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        with self._lock:
+            self._flush_locked()
+            try:
+                return self._with_reserve(attempt)
+            except sqlite3.Error as exc:
+                raise StoreError(f"store write failed: {describe(self.path, exc)}") from exc
+
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             self._flush_locked()
@@ -280,6 +340,12 @@ class Store:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 self._conn.close()
+                self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called (writes would fail from now on)."""
+        return self._closed
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -292,6 +358,38 @@ class Store:
             "ended_at = NULL",
             (row.id, row.pid, row.pid_start, row.boot_id, row.cwd, row.started_at),
         )
+
+    def claim_session(
+        self, row: SessionRow, may_take: Callable[[SessionRow], bool]
+    ) -> tuple[bool, SessionRow | None]:
+        """Make ``row.pid`` the process running session ``row.id``, atomically.
+
+        In one transaction: read the session; if it exists and ``may_take(current)`` is false,
+        leave it; otherwise insert it or set its owner (keeping its start time), compare-and-set
+        on the owner that was read.
+
+        Args:
+            row: The session as the claiming process would run it.
+            may_take: Whether the current record may be taken over (its owner is gone).
+
+        Returns:
+            Whether the claim succeeded, and the record as it was before (None if new).
+
+        Raises:
+            StoreError: The transaction failed.
+        """
+        return self._transaction(lambda conn: _sql.claim(conn, row, may_take))
+
+    def end_session_of(self, session: SessionRow, when: float) -> bool:
+        """End ``session`` only if it is still open and run by the process it names, now.
+
+        Returns:
+            Whether it was ended (False: another process has claimed it meanwhile).
+
+        Raises:
+            StoreError: The transaction failed.
+        """
+        return self._transaction(lambda conn: _sql.end_session_of(conn, session, when))
 
     def end_session(self, session_id: str, when: float | None = None) -> None:
         """Mark a session as cleanly ended."""
@@ -399,18 +497,22 @@ class Store:
         self.write(
             "INSERT OR REPLACE INTO processes(pid, pid_start, pgid, session_id, task_id, "
             "owner_pid, owner_start, boot_id, detached) VALUES (?,?,?,?,?,?,?,?,?)",
-            (
-                row.pid,
-                row.pid_start,
-                row.pgid,
-                row.session_id,
-                row.task_id,
-                row.owner_pid,
-                row.owner_start,
-                row.boot_id,
-                int(row.detached),
-            ),
+            _sql.process_params(row),
         )
+
+    def add_tag_process(self, row: ProcessRow) -> ProcessRow:
+        """Record a tag-only row (``pid`` 0) durably, now: before anything carrying it starts.
+
+        ``pid_start`` only keeps such rows apart; if another row has it, the next free value
+        is taken (a replace would drop a record the sweep still needs).
+
+        Returns:
+            The row as recorded.
+
+        Raises:
+            StoreError: It could not be recorded.
+        """
+        return self._transaction(lambda conn: _sql.insert_tag_row(conn, row))
 
     def remove_process(self, pid: int, pid_start: float) -> None:
         """Forget a process that has ended."""

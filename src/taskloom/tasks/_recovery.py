@@ -3,38 +3,53 @@
 After a crash the store still says ``running`` for tasks whose processes the orphan sweep has
 just killed, and for detached commands that have since ended. Both are settled here so that
 nobody waits on them; a resumed session is then notified of them like any other ending.
+
+Another process may be settling the same crashed session, or resuming it, at the same moment:
+a session is ended here only by a compare-and-set on the dead owner it was seen with, and its
+tasks are settled only by whoever won that (or by the runtime that claimed it).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Collection
 
+from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
-from taskloom.store import ProcessRow, Store
+from taskloom.process.kill import kill_tree
+from taskloom.store import ProcessRow, SessionRow, Store
+from taskloom.tasks._claim import owner_gone
 from taskloom.tasks.types import TaskStatus, TaskType
 
 _LIVE = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
 
+log = logging.getLogger(__name__)
 
-def settle_dead_sessions(store: Store, records: list[ProcessRow], now: float) -> None:
+
+def settle_dead_sessions(
+    store: Store, records: list[ProcessRow], now: float, taken: SessionRow | None = None
+) -> None:
     """End the live-looking tasks of sessions whose process is gone.
 
     Args:
         store: The store.
         records: The process records as they were before the orphan sweep.
         now: The time to stamp as the tasks' end.
+        taken: The record of the session this process has just claimed, as it was before:
+            if its owner had crashed, its tasks are settled too (the session stays open).
     """
-    detached = {r.task_id: r for r in records if r.detached}
+    # A pid record says more than a tag-only one (pid 0) about whether the command still runs.
+    detached = {r.task_id: r for r in sorted(records, key=lambda r: r.pid != 0) if r.detached}
+    if taken is not None and taken.ended_at is None and owner_gone(taken):
+        _end_live_tasks(store, taken.id, detached, now)
     for session in store.open_sessions():
         if session.pid == os.getpid() or is_same_process(
             session.pid, session.pid_start, session.boot_id
         ):
             continue
-        for data in store.list_tasks(session.id, statuses=_LIVE):
-            row = detached.get(data["id"])
-            if row is None:
-                _end(store, data, now, TaskStatus.KILLED)
-        store.end_session(session.id, now)
+        if store.end_session_of(session, now):  # else someone claimed it meanwhile
+            _end_live_tasks(store, session.id, detached, now)
     # Detached commands outlive their session; once one has ended, say so (exit status unknown:
     # nobody was left to collect it).
     for task_id, row in detached.items():
@@ -45,9 +60,43 @@ def settle_dead_sessions(store: Store, records: list[ProcessRow], now: float) ->
             _end(store, record, now, TaskStatus.COMPLETED)
 
 
+def _end_live_tasks(
+    store: Store, session_id: str, detached: dict[str, ProcessRow], now: float
+) -> None:
+    for data in store.list_tasks(session_id, statuses=_LIVE):
+        if data["id"] not in detached:
+            _end(store, data, now, TaskStatus.KILLED)
+
+
 def _end(store: Store, data: dict[str, object], now: float, status: TaskStatus) -> None:
     data.update(status=status.value, end_time=now, notified=False)
     if data["type"] == TaskType.LOCAL_BASH.value:
         data["interrupted"] = status == TaskStatus.KILLED
         data["pid"] = None
     store.upsert_task(data)
+
+
+async def kill_lingering(
+    store: Store, session_id: str, shell_ids: Collection[str], grace: float
+) -> None:
+    """Kill what this session's processes left running (found by their tags), at its close.
+
+    Args:
+        store: The store holding the session's process records.
+        session_id: The closing session.
+        shell_ids: Its shell tasks: their tags are searched even if the store cannot be read
+            (a full disk), so the session still leaves nothing behind.
+        grace: Seconds between SIGTERM and SIGKILL.
+    """
+    try:
+        rows = [r for r in store.list_processes() if r.session_id == session_id and not r.detached]
+    except StoreError as exc:
+        log.warning("cannot read process records, killing by task tags only: %s", exc)
+        await kill_tree(None, tag=set(shell_ids), grace=grace)
+        return
+    if not rows:
+        return
+    report = await kill_tree(None, tag={r.task_id for r in rows}, grace=grace)
+    if report.verified:
+        for row in rows:
+            store.remove_process(row.pid, row.pid_start)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -25,13 +24,13 @@ from typing import Any, Protocol, TypeVar
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.clock import SYSTEM_CLOCK, Clock
-from taskloom.errors import TaskAccessDenied, TaskNotFound, UserError
-from taskloom.process.identity import boot_id, is_same_process, process_start_time
-from taskloom.process.kill import kill_tree
+from taskloom.errors import TaskAccessDenied, TaskloomError, TaskNotFound
+from taskloom.process.registry import ProcessRecorder, bind_recorder, current_recorder
 from taskloom.process.sweep import sweep_orphans
 from taskloom.settings import DEFAULT_OUTPUT_CAP_BYTES, db_path, taskloom_home
-from taskloom.store import SessionRow, Store
-from taskloom.tasks._recovery import settle_dead_sessions
+from taskloom.store import Store
+from taskloom.tasks._claim import claim_session
+from taskloom.tasks._recovery import kill_lingering, settle_dead_sessions
 from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.notifications import (
@@ -127,42 +126,32 @@ class TaskRuntime:
         self._stop_waiting = asyncio.Event()
         self._ended = asyncio.Event()
         self._started = False
+        self._recorder: ProcessRecorder | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
     async def start(self) -> TaskRuntime:
-        """Sweep orphans, settle crashed sessions, replay undelivered notifications.
+        """Claim the session, sweep orphans, settle crashed sessions, replay notifications.
 
         Raises:
             UserError: The session is being run by another live process.
+            StoreError: The store could not be written.
         """
         if self._started:
             return self
         self._started = True
-        own = self.store.get_session(self.session_id)
-        if (
-            own is not None
-            and own.ended_at is None
-            and own.pid != os.getpid()
-            and is_same_process(own.pid, own.pid_start, own.boot_id)
-        ):
+        try:
+            # Before the sweep (which may wait seconds) and before any delivery: see _claim.py.
+            own = claim_session(self.store, self.session_id, self.clock.time())
+        except TaskloomError:
             if self._owns_store:
                 self.store.close()
-            raise UserError(f"session {self.session_id} is in use by process {own.pid}")
+            raise
+        self._recorder = ProcessRecorder(self.store, self.session_id)
+        bind_recorder(self._recorder)
         records = self.store.list_processes()
         await sweep_orphans(self.store, grace=self.kill_grace)
-        settle_dead_sessions(self.store, records, self.clock.time())
-        self.store.upsert_session(
-            SessionRow(
-                id=self.session_id,
-                pid=os.getpid(),
-                pid_start=process_start_time(os.getpid()) or 0.0,
-                cwd=os.getcwd(),
-                started_at=own.started_at if own else self.clock.time(),
-                ended_at=None,
-                boot_id=boot_id(),
-            )
-        )
+        settle_dead_sessions(self.store, records, self.clock.time(), taken=own)
         self.notifications.replay()
         if own is not None:
             self._load_session_tasks()
@@ -204,6 +193,8 @@ class TaskRuntime:
             self._close_task = asyncio.get_running_loop().create_task(
                 self._close(timeout, wait_limit)
             )
+        if current_recorder() is self._recorder:
+            bind_recorder(None)  # its store is about to close
         await finish_despite_cancel(self._close_task, on_cancel=self._stop_waiting.set)
 
     async def _close(self, timeout: float, wait_limit: float) -> None:
@@ -218,14 +209,22 @@ class TaskRuntime:
             async with asyncio.timeout(timeout):
                 owners = {s.owner for s in self.list() if not s.terminal}
                 await asyncio.gather(*(self._close_owner(o) for o in owners))
-                await self._kill_lingering()
+                shells = {
+                    s.id
+                    for s in self.list(types=[TaskType.LOCAL_BASH])
+                    if s.exit_policy != "detach"
+                }
+                await kill_lingering(self.store, self.session_id, shells, self.kill_grace)
         await self.watchdog.close()
         for sub in list(self._subscribers):
             sub.close()
         self.store.end_session(self.session_id, self.clock.time())
-        self.store.flush()
-        if self._owns_store:
-            self.store.close()
+        try:
+            self.store.flush()
+        finally:
+            # Even when the disk is full: the error says so, the connection must not leak.
+            if self._owns_store:
+                self.store.close()
 
     async def _wait_all(self, task_ids: Iterable[str], limit: float) -> None:
         """Wait for tasks to end, up to ``limit`` or until ``_stop_waiting`` is set."""
@@ -240,20 +239,6 @@ class TaskRuntime:
             waits.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await waits
-
-    async def _kill_lingering(self) -> None:
-        """Kill what finished commands of this session left running (found by their tag)."""
-        rows = [
-            r
-            for r in self.store.list_processes()
-            if r.session_id == self.session_id and not r.detached
-        ]
-        if not rows:
-            return
-        report = await kill_tree(None, tag={r.task_id for r in rows}, grace=self.kill_grace)
-        if report.verified:
-            for row in rows:
-                self.store.remove_process(row.pid, row.pid_start)
 
     # -- registration and updates -------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from taskloom._aio import finish_despite_cancel
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.kill import kill_tree
+from taskloom.process.registry import ProcessRecorder, recorded_tag
 from taskloom.process.spawn import Child, spawn_shell
 from taskloom.store import ProcessRow
 from taskloom.tasks.notifications import render_notification
@@ -280,6 +281,12 @@ async def run_shell(
     )
     try:
         output = runtime.create_output(task_id)
+    except BaseException:
+        _fail(runtime, task_id)
+        raise
+    # Recorded by its tag before it can run, then by its pid: a SIGKILL of ours at any point
+    # leaves a record that the next session's sweep finds it by.
+    with recorded_tag("shell", ProcessRecorder(runtime.store, runtime.session_id), tag=task_id):
         try:
             child = spawn_shell(
                 command,
@@ -291,24 +298,20 @@ async def run_shell(
             )
         except BaseException:
             output.close()
+            _fail(runtime, task_id)
             raise
-    except BaseException:
-        # Whatever failed, the task must not stay pending (a headless run would wait on it
-        # for ever). The caller gets the error now; a notification would only repeat it.
-        runtime.update(task_id, lambda s: s.replace(status=TaskStatus.FAILED, notified=True))
-        raise
-    runtime.store.add_process(
-        ProcessRow(
-            pid=child.pid,
-            pid_start=child.pid_start,
-            pgid=child.pgid,
-            session_id=runtime.session_id,
-            task_id=task_id,
-            owner_pid=os.getpid(),
-            owner_start=process_start_time(os.getpid()) or 0.0,
-            boot_id=boot_id(),
+        runtime.store.add_process(
+            ProcessRow(
+                pid=child.pid,
+                pid_start=child.pid_start,
+                pgid=child.pgid,
+                session_id=runtime.session_id,
+                task_id=task_id,
+                owner_pid=os.getpid(),
+                owner_start=process_start_time(os.getpid()) or 0.0,
+                boot_id=boot_id(),
+            )
         )
-    )
     handle = ShellHandle(runtime, task_id, child, output, watch or WatchSettings())
     runtime.attach_handle(task_id, handle)
     runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
@@ -343,6 +346,12 @@ async def _wait_foreground(
         return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
     await runtime.kill(handle.task_id)
     return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
+
+
+def _fail(runtime: TaskRuntime, task_id: str) -> None:
+    # Whatever failed, the task must not stay pending (a headless run would wait on it for
+    # ever). The caller gets the error now; a notification would only repeat it.
+    runtime.update(task_id, lambda s: s.replace(status=TaskStatus.FAILED, notified=True))
 
 
 def _finisher(code: int, killed: bool) -> Callable[[ShellTaskState], ShellTaskState]:

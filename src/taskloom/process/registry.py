@@ -1,0 +1,137 @@
+"""Recording every process taskloom starts, before it starts, for the orphan sweep.
+
+A process that is spawned first and recorded afterwards escapes the sweep if taskloom is
+SIGKILLed in between. So the record comes first, and it names an environment tag rather than a
+pid: a fresh ``TASKLOOM_TASK_ID`` is written to the store (committed), and only then is the child
+started with that tag in its environment. Its descendants inherit the tag, and the sweep finds
+them all by it once the recording process is gone. When the tree is reaped the record is
+removed; one with survivors stays, so the next sweep tries again.
+
+Code that spawns without a runtime at hand (hooks, worktree commands) finds the recorder of the
+session it works for through :func:`current_recorder`: the runtime binds it when it starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from taskloom.errors import StoreError
+from taskloom.process.identity import boot_id, process_start_time
+from taskloom.store import ProcessRow, Store
+
+log = logging.getLogger(__name__)
+
+_CURRENT: contextvars.ContextVar[ProcessRecorder | None] = contextvars.ContextVar(
+    "taskloom_process_recorder", default=None
+)
+
+
+class ProcessRecorder:
+    """Writes the process records of one session (owner: this process)."""
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        """Record into ``store`` on behalf of ``session_id``."""
+        self.store = store
+        self.session_id = session_id
+
+    def record_tags(self, tags: Iterable[str]) -> list[ProcessRow]:
+        """Record tag-only rows for ``tags``, committed before this returns.
+
+        Raises:
+            StoreError: The store could not record them (nothing is left half-recorded).
+        """
+        me = os.getpid()
+        me_start = process_start_time(me) or 0.0
+        rows: list[ProcessRow] = []
+        try:
+            for tag in tags:
+                row = ProcessRow(
+                    pid=0,
+                    pid_start=time.time(),
+                    pgid=0,
+                    session_id=self.session_id,
+                    task_id=tag,
+                    owner_pid=me,
+                    owner_start=me_start,
+                    boot_id=boot_id(),
+                )
+                rows.append(self.store.add_tag_process(row))
+        except StoreError:
+            self.forget(rows)
+            raise
+        return rows
+
+    def forget(self, rows: Iterable[ProcessRow]) -> None:
+        """Remove records whose processes are reaped (committed with the next batch)."""
+        if self.store.closed:
+            # The session has ended meanwhile; the next sweep finds the owner gone, nothing
+            # carrying the tags, and removes the records then.
+            return
+        for row in rows:
+            self.store.remove_process(row.pid, row.pid_start)
+
+
+def current_recorder() -> ProcessRecorder | None:
+    """The recorder of the session this code runs for (None outside a runtime)."""
+    return _CURRENT.get()
+
+
+def bind_recorder(recorder: ProcessRecorder | None) -> None:
+    """Make ``recorder`` the current one for this task and the tasks it creates from now on."""
+    _CURRENT.set(recorder)
+
+
+@dataclass(slots=True)
+class TagRecord:
+    """A tag recorded for the sweep, to stamp into a child's environment.
+
+    Attributes:
+        tag: The ``TASKLOOM_TASK_ID`` value.
+        rows: Its store records (empty when there was no recorder, or the store failed).
+    """
+
+    tag: str
+    rows: list[ProcessRow] = field(default_factory=list)
+    _keep: bool = False
+
+    def keep(self) -> None:
+        """Leave the record in place: part of the tree survived, the sweep must try again."""
+        self._keep = True
+
+
+@contextlib.contextmanager
+def recorded_tag(
+    prefix: str, recorder: ProcessRecorder | None = None, *, tag: str | None = None
+) -> Iterator[TagRecord]:
+    """A fresh tag ``PREFIX-xxxxxxxxxxxx``, recorded durably before the caller spawns with it.
+
+    The record is removed on leaving the block unless :meth:`TagRecord.keep` was called. If
+    the store cannot record it (a full disk), the tag is still given out and the process may
+    be started unrecorded: refusing to run it (a guard hook, say) would be worse.
+
+    Args:
+        prefix: What the tag says about the process (``hook``, ``git``).
+        recorder: Where to record (default: :func:`current_recorder`).
+        tag: Use this tag instead of a fresh one (a shell task's id).
+    """
+    recorder = recorder or current_recorder()
+    record = TagRecord(tag or f"{prefix}-{secrets.token_hex(6)}")
+    if recorder is not None:
+        try:
+            record.rows = recorder.record_tags([record.tag])
+        except StoreError as exc:
+            log.warning("%s runs unrecorded for the orphan sweep: %s", record.tag, exc)
+    try:
+        yield record
+    finally:
+        if record.rows and not record._keep:
+            recorder_rows, record.rows = record.rows, []
+            assert recorder is not None
+            recorder.forget(recorder_rows)

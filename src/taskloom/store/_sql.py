@@ -1,0 +1,91 @@
+"""The store's compare-and-set statements, each run inside one immediate transaction."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskloom.store.db import ProcessRow, SessionRow
+
+
+def claim(
+    conn: sqlite3.Connection, row: SessionRow, may_take: Callable[[SessionRow], bool]
+) -> tuple[bool, SessionRow | None]:
+    """The body of :meth:`Store.claim_session`."""
+    from taskloom.store.db import SessionRow
+
+    cur = conn.execute("SELECT * FROM sessions WHERE id = ?", (row.id,))
+    cur.row_factory = sqlite3.Row
+    found = cur.fetchone()
+    if found is None:
+        conn.execute(
+            "INSERT INTO sessions(id, pid, pid_start, boot_id, cwd, started_at, ended_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, NULL)",
+            (row.id, row.pid, row.pid_start, row.boot_id, row.cwd, row.started_at),
+        )
+        return True, None
+    current = SessionRow(**dict(found))
+    if not may_take(current):
+        return False, current
+    # The transaction already excludes other writers; the WHERE clause states the contract.
+    done = conn.execute(
+        "UPDATE sessions SET pid = ?, pid_start = ?, boot_id = ?, cwd = ?, ended_at = NULL "
+        "WHERE id = ? AND pid = ? AND pid_start = ? AND boot_id = ? AND ended_at IS ?",
+        (
+            row.pid,
+            row.pid_start,
+            row.boot_id,
+            row.cwd,
+            row.id,
+            current.pid,
+            current.pid_start,
+            current.boot_id,
+            current.ended_at,
+        ),
+    )
+    return done.rowcount == 1, current
+
+
+def end_session_of(conn: sqlite3.Connection, session: SessionRow, when: float) -> bool:
+    """The body of :meth:`Store.end_session_of`."""
+    done = conn.execute(
+        "UPDATE sessions SET ended_at = ? WHERE id = ? AND pid = ? AND pid_start = ? "
+        "AND boot_id = ? AND ended_at IS NULL",
+        (when, session.id, session.pid, session.pid_start, session.boot_id),
+    )
+    return done.rowcount == 1
+
+
+def insert_tag_row(conn: sqlite3.Connection, row: ProcessRow) -> ProcessRow:
+    """The body of :meth:`Store.add_tag_process`."""
+    candidate = row
+    while True:
+        try:
+            conn.execute(
+                "INSERT INTO processes(pid, pid_start, pgid, session_id, task_id, owner_pid, "
+                "owner_start, boot_id, detached) VALUES (?,?,?,?,?,?,?,?,?)",
+                process_params(candidate),
+            )
+            return candidate
+        except sqlite3.IntegrityError:
+            bumped = math.nextafter(candidate.pid_start + 1e-6, math.inf)
+            candidate = dataclasses.replace(candidate, pid_start=bumped)
+
+
+def process_params(row: ProcessRow) -> tuple[Any, ...]:
+    """A process row as the parameters of an INSERT."""
+    return (
+        row.pid,
+        row.pid_start,
+        row.pgid,
+        row.session_id,
+        row.task_id,
+        row.owner_pid,
+        row.owner_start,
+        row.boot_id,
+        int(row.detached),
+    )

@@ -1,0 +1,166 @@
+"""Hooks are recorded for the orphan sweep before they start: a SIGKILL of taskloom leaves none."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from helpers import alive, clean_env, scripted_argv
+from taskloom.hooks import HookConfig, run_hooks
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.shell import run_shell
+from taskloom.worktrees import create_worktree, finish
+
+HOOK_CHILD = "sh -c 'sleep 3411; :'"
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
+    """The content of ``path`` once it exists (it is renamed into place whole)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"taskloom ended (exit {proc.returncode}) before the hook ran"
+        assert time.monotonic() < deadline, f"the hook did not start within {timeout}s"
+        time.sleep(0.01)
+    return path.read_text()
+
+
+def _hook_tree(pid: int, timeout: float = 10.0) -> list[int]:
+    """The hook shell and its descendants, once the ``sleep 3411`` is among them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kids = psutil.Process(pid).children(recursive=True)
+        if any(k.name() == "sleep" for k in kids):
+            return [pid, *(k.pid for k in kids)]
+        assert time.monotonic() < deadline, f"no sleep under the hook {pid}"
+        time.sleep(0.01)
+
+
+async def test_a_hook_running_when_taskloom_is_sigkilled_is_reaped_by_the_next_session(
+    tmp_path: Path, home: Path
+) -> None:
+    marker = tmp_path / "hook.pid"
+    # The hook says it runs (its pid, renamed into place whole), then waits in a child shell.
+    command = f"echo $$ > {marker}.tmp && mv {marker}.tmp {marker}; {HOOK_CHILD}"
+    settings = {
+        "hooks": {
+            "PreToolUse": [
+                {
+                    "matcher": "Glob",
+                    "hooks": [{"type": "command", "command": command, "timeout": 3600}],
+                }
+            ]
+        }
+    }
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    script = {
+        "turns": [{"tool_calls": [{"name": "Glob", "input": {"pattern": "*"}}]}, {"text": "ok"}]
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(script))
+    proc = subprocess.Popen(
+        scripted_argv(tmp_path / "s.yaml", "--settings", str(tmp_path / "settings.json")),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    try:
+        hook_pid = int(_wait_for_file(marker, proc))
+        tree = _hook_tree(hook_pid)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    # SIGKILL gives taskloom no chance to clean up: the hook and its children live on.
+    assert all(alive(p) for p in tree), tree
+    started = time.monotonic()
+    async with TaskRuntime() as rt:  # a new session in the same TASKLOOM_HOME sweeps at start
+        assert [p for p in tree if alive(p)] == []
+        assert time.monotonic() - started < 10
+        # Its record is gone with it: nothing is left for a later sweep to try again.
+        assert [r for r in rt.store.list_processes() if r.task_id.startswith("hook-")] == []
+
+
+# Run by each process under test: does the store already hold a record of its own tag?
+CHECK = (
+    "import os, sqlite3, sys; "
+    "db = os.path.join(os.environ['TASKLOOM_HOME'], 'taskloom.db'); "
+    "tag = os.environ['TASKLOOM_TASK_ID']; "
+    "n = sqlite3.connect(db).execute("
+    "'SELECT count(*) FROM processes WHERE task_id = ?', (tag,)).fetchone()[0]; "
+    "open(sys.argv[1], 'a').write(('recorded ' if n else 'missing ') + tag + chr(10))"
+)
+
+
+def check_command(report: Path) -> str:
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(CHECK)} {shlex.quote(str(report))}"
+
+
+def git(cwd: Path, *args: str) -> None:
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True, timeout=30)
+
+
+async def test_every_process_started_is_recorded_before_it_runs_and_forgotten_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    report = tmp_path / "report"
+    check = check_command(report)
+    repo = (tmp_path / "repo").resolve()
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("hello\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "-q", "-m", "initial")
+    post_checkout = repo / ".git" / "hooks" / "post-checkout"
+    post_checkout.write_text(f"#!/bin/sh\n{check}\n")
+    post_checkout.chmod(0o755)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    target = tmp_path / "hooked"
+    hooks = HookConfig.parse(
+        {
+            "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": check}]}],
+            "WorktreeCreate": [
+                {
+                    "hooks": [
+                        {"type": "command", "command": f"{check}; mkdir -p {target}; echo {target}"}
+                    ]
+                }
+            ],
+        }
+    )
+    async with TaskRuntime() as rt:
+        outcome = await run_hooks(
+            hooks,
+            "PreToolUse",
+            {},
+            target="Bash",
+            cwd=tmp_path,
+            session_id=rt.session_id,
+            transcript_path=None,
+        )
+        assert outcome.errors == []
+        wt = await create_worktree(plain, "h", hooks=hooks)  # outside git: the hook makes it
+        assert wt.path == target.resolve()
+        wt = await create_worktree(repo, "g")  # git runs post-checkout
+        assert not (await finish(wt)).kept
+        shell = await run_shell(rt, check, timeout=30)
+        assert shell.exit_code == 0
+        lines = report.read_text().splitlines()
+        assert len(lines) == 4 and all(ln.startswith("recorded ") for ln in lines), lines
+        tags = [ln.split()[1] for ln in lines]
+        assert [t.split("-")[0] for t in tags[:3]] == ["hook", "hook", "git"]
+        assert tags[3] == shell.task_id
+        rows = rt.store.list_processes()
+        # Reaped processes are forgotten; the shell's tag record gave way to its pid record.
+        assert {r.task_id for r in rows} == {shell.task_id}
+        assert all(r.pid != 0 for r in rows)

@@ -3,6 +3,7 @@ state, signals in the middle of a stalled request — one clear line and the rig
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -192,6 +193,9 @@ class StallingServer:
             self.connected.set()
 
     def close(self) -> None:
+        # shutdown() wakes the accept() blocked in the thread; close() alone does not.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         for conn in self._conns:
             conn.close()

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,7 @@ def test_bad_flag_values_are_usage_errors(tmp_path: Path, flags: list[str], expe
         ("foo:bar", "unknown model prefix 'foo'"),
         ("openai:", "--model openai: needs a model id"),
         ("scripted:", "--model scripted: needs a file"),
+        ("scripted:missing.yaml", "cannot read scripted model file missing.yaml"),
     ],
 )
 def test_bad_model_values_are_usage_errors(tmp_path: Path, spec: str, expected: str) -> None:
@@ -240,3 +242,81 @@ def test_a_signal_during_a_stalled_request_still_prints_the_result(
     assert last["type"] == "result"
     assert last["subtype"] == "error_during_execution" and last["is_error"] is True
     assert last["result"] == "interrupted"
+
+
+def test_a_signal_during_start_up_still_prints_the_result(tmp_path: Path) -> None:
+    # An MCP server that never answers its handshake holds the run in its start-up.
+    marker = tmp_path / "server-started"
+    server = {"command": "sh", "args": ["-c", f"touch {marker}; exec sleep 60"]}
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"slow": server}}))
+    model_flag = ["--model", write_turns(tmp_path / "t.yaml", [{"text": "never"}])]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "taskloom",
+            "-p",
+            "hi",
+            "--output-format",
+            "stream-json",
+            *model_flag,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():  # no event to wait on: the file is the server's sign
+            assert time.monotonic() < deadline and proc.poll() is None, "the server never started"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    (last,) = events(out)
+    assert last["type"] == "result" and last["result"] == "interrupted"
+    assert last["is_error"] is True and last["session_id"]
+
+
+def test_a_runtime_error_before_the_first_turn_still_prints_the_result(tmp_path: Path) -> None:
+    model = write_turns(tmp_path / "t.yaml", [{"text": "never"}])
+    proc = run(
+        "-p",
+        "hi",
+        "--output-format",
+        "stream-json",
+        "--model",
+        model,
+        "--resume",
+        "nope",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    (last,) = events(proc.stdout)
+    assert last["type"] == "result" and last["subtype"] == "error_during_execution"
+    assert last["result"] == "Error: No conversation found with session ID: nope"
+    assert proc.stderr == "Error: No conversation found with session ID: nope\n"
+
+
+def test_a_subcommand_meeting_a_symlinked_home_says_so_in_one_line(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskloom", "tasks"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=clean_env(TASKLOOM_HOME=str(link)),
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and str(link) in proc.stderr and "symlink" in proc.stderr

@@ -189,6 +189,33 @@ def test_call_cut_off_by_max_tokens_is_a_tool_error(server: FakeServer, tmp_path
     assert result_id == call_id and is_error and "cut off by the output token limit" in text
 
 
+def test_nan_and_infinity_in_tool_input_are_a_tool_error(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    # json.loads takes them, but they are not JSON: sent back, no request could be encoded.
+    server.add_turn(tool_calls=[ToolCall("Bash", raw='{"command": "touch ran", "x": NaN}')])
+    server.add_turn(tool_calls=[ToolCall("Bash", raw='{"command": "touch ran", "x": -Infinity}')])
+    server.add_turn(text="ok")
+    proc, events = run(server, tmp_path)
+    assert_success(proc, events)
+    assert not (tmp_path / "ran").exists()
+    for n in (1, 2):
+        [(call_id, _)], [(result_id, _, is_error)] = sent(server, n)
+        assert result_id == call_id and is_error
+
+
+def test_an_id_the_api_would_refuse_is_renamed_and_the_call_runs(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    server.add_turn(tool_calls=[ToolCall("Bash", {"command": "touch ran"}, id="call 1/\ud800")])
+    server.add_turn(text="ok")
+    proc, events = run(server, tmp_path)
+    assert_success(proc, events)
+    assert (tmp_path / "ran").exists()
+    [(call_id, _)], [(result_id, _, is_error)] = sent(server, 1)
+    assert call_id.startswith("toolu_taskloom_") and result_id == call_id and not is_error
+
+
 # -- parsing and vetting -------------------------------------------------------------------------
 
 

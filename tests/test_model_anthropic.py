@@ -16,7 +16,6 @@ from httpx_sse import connect_sse
 from fake_servers import ErrorReply, FakeAnthropicServer, ToolCall, Turn
 from taskloom.errors import ModelError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from taskloom.models._http import parse_tool_input
 from taskloom.models.anthropic import AnthropicModel
 from taskloom.models.base import (
     INVALID_INPUT_KEY,
@@ -29,6 +28,7 @@ from taskloom.models.base import (
     ToolSpec,
     ToolUseStart,
 )
+from taskloom.untrusted import tool_use_block
 
 BASH = ToolSpec(
     "Bash",
@@ -311,13 +311,18 @@ async def test_leaving_early_then_reusing_the_model(
 
 
 def test_tool_input_parsing() -> None:
-    assert parse_tool_input("", "T") == {}
-    assert parse_tool_input('{"a": [1, 2]}', "T") == {"a": [1, 2]}
-    # Cut short by max_tokens: what is complete is kept, for the tool to report what's missing.
-    assert parse_tool_input('{"a": 1, "b": "unfinish', "T") == {"a": 1}
-    # Not an object: kept as it came, for the tool to report as an input error.
-    assert parse_tool_input("[1, 2]", "T") == {INVALID_INPUT_KEY: "[1, 2]"}
-    assert parse_tool_input("ls -la", "T") == {INVALID_INPUT_KEY: "ls -la"}
+    def parse(raw: str) -> dict[str, object]:
+        return tool_use_block("t", "T", raw, stop_reason="tool_use", last=True).input
+
+    assert parse("") == {}
+    assert parse('{"a": [1, 2]}') == {"a": [1, 2]}
+    # Cut short: what is complete is kept (the call itself is marked not to run).
+    assert parse('{"a": 1, "b": "unfinish') == {"a": 1}
+    # Not an object, or not JSON (NaN): kept as it came, for the tool to report as an error.
+    assert parse("[1, 2]") == {INVALID_INPUT_KEY: "[1, 2]"}
+    assert parse("ls -la") == {INVALID_INPUT_KEY: "ls -la"}
+    assert parse('{"a": NaN}') == {INVALID_INPUT_KEY: '{"a": NaN}'}
+    assert parse('{"a": -Infinity}') == {INVALID_INPUT_KEY: '{"a": -Infinity}'}
 
 
 async def test_official_sdk_reads_the_same_stream(

@@ -159,6 +159,20 @@ def test_project_files_below_root_are_not_read(layout: Layout) -> None:
         ('{"hooks": {"PreToolUse": {}}}', "hooks.PreToolUse must be a list"),
         ('{"hooks": {"Stop": [{"matcher": 3, "hooks": []}]}}', "hooks.Stop[0].matcher"),
         ('{"hooks": {"Stop": [{"hooks": "x"}]}}', "hooks.Stop[0].hooks must be a list"),
+        (
+            '{"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": ["x"]}]}]}}',
+            "hooks.PreToolUse[0].hooks[0].command must be a non-empty string, got a list",
+        ),
+        (
+            '{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x", '
+            '"timeout": "5"}]}]}}',
+            "hooks.Stop[0].hooks[0].timeout must be a positive number of seconds, got '5'",
+        ),
+        ('{"hooks": {"Stop": [{"hooks": [{"command": "x"}]}]}}', "hooks.Stop[0].hooks[0].type"),
+        (
+            '{"permissions": {"deny": ["Bash"]}, "permissions": {"allow": []}}',
+            "duplicate key 'permissions'",
+        ),
     ],
 )
 def test_broken_file_stops_the_load_or_is_skipped_when_asked(

@@ -164,6 +164,20 @@ async def test_without_deltas_a_stall_after_content_is_retried(
     assert len(server.requests) == 2
 
 
+async def test_a_long_answer_that_breaks_is_retried_however_long_it_ran(
+    server: FakeServer, provider: str
+) -> None:
+    # The retry window (three idle timeouts: 1.2 s) counts from the last event, not from the
+    # first try: this answer streams for about 1.6 s before the connection breaks.
+    words = " ".join(f"w{i}" for i in range(16))
+    server.add_turn(text=words, delay=0.2, reset_at=FIRST_DELTA[provider] + 8)
+    server.add_turn(text="whole")
+    async with model_for(server, idle_timeout=0.4) as model:
+        events = await collect(model, deltas=False)
+    assert events[-1].message.text() == "whole"  # type: ignore[union-attr]
+    assert len(server.requests) == 2
+
+
 async def test_with_deltas_a_stall_after_content_fails_without_retry(
     server: FakeServer, provider: str
 ) -> None:

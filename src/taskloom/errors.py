@@ -112,8 +112,8 @@ _OS_ERROR_ADVICE = {
     errno.EROFS: "the file system is read-only; point TASKLOOM_HOME at a writable directory",
     errno.EACCES: "check the permissions of that path",
     errno.EPERM: "check the permissions of that path",
-    errno.ELOOP: "taskloom does not follow symlinks in its state; replace the link with a "
-    "real directory",
+    errno.ELOOP: "taskloom does not follow symlinks in its state; put the real file or "
+    "directory in the link's place",
     errno.ENOTDIR: "a file stands where a directory is expected; move it away",
     errno.EMFILE: "too many open files; raise the limit (ulimit -n)",
 }
@@ -122,8 +122,14 @@ _OS_ERROR_ADVICE = {
 def describe_os_error(exc: OSError) -> str:
     """One line for a user: the path, what went wrong, and what to do about it.
 
-    Example: ``/home/u/.taskloom/sessions/x: refusing a symlinked directory (taskloom does
-    not follow symlinks in its state; replace the link with a real directory)``.
+    Args:
+        exc: The error, as the OS (or our own checks, such as the refusal of symlinks) raised
+            it.
+
+    Returns:
+        For example ``/home/u/.taskloom/sessions/x: refusing a symlinked directory (taskloom
+        does not follow symlinks in its state; put the real file or directory in the link's
+        place)``.
     """
     reason = exc.strerror or str(exc) or type(exc).__name__
     where = exc.filename if exc.filename is not None else None

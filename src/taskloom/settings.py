@@ -196,12 +196,41 @@ def _load_all(
     return merged, sources
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON parsers keep the last of two equal keys: a second "permissions" would silently
+    # drop the first one's deny rules.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def _parse_json(text: str) -> tuple[Any, str | None]:
     """Parse JSON text; on failure the problem says where (line and column) and what."""
     try:
-        return json.loads(text), None
+        return json.loads(text, object_pairs_hook=_unique_keys), None
     except json.JSONDecodeError as exc:
         return None, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    except _DuplicateKey as exc:
+        return None, f"invalid JSON: {exc}"
+
+
+def _read_json(path: Path) -> tuple[bool, Any, str | None]:
+    """Read and parse a JSON file: ``(exists, data, problem)``; a missing file has no problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return False, None, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return True, None, f"cannot read it: {getattr(exc, 'strerror', None) or exc}"
+    data, problem = _parse_json(text)
+    return True, data, problem
 
 
 def read_json_file(path: Path, what: str, log: logging.Logger) -> Any:
@@ -209,14 +238,7 @@ def read_json_file(path: Path, what: str, log: logging.Logger) -> Any:
 
     The last two are logged to ``log`` as "skipping <what> <path>: <reason>".
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        log.warning("skipping %s %s: cannot read it: %s", what, path, exc)
-        return None
-    data, problem = _parse_json(text)
+    _, data, problem = _read_json(path)
     if problem is not None:
         log.warning("skipping %s %s: %s", what, path, problem)
     return data
@@ -224,17 +246,10 @@ def read_json_file(path: Path, what: str, log: logging.Logger) -> Any:
 
 def _read_optional(path: Path, skip_broken: bool) -> dict[str, Any] | None:
     """Parse one settings file; None when it is missing (or broken, when told to skip)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
+    exists, data, problem = _read_json(path)
+    if not exists:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        problem: str | None = f"cannot read it: {getattr(exc, 'strerror', None) or exc}"
-        data = None
-    else:
-        data, problem = _parse_json(text)
-        if problem is None:
-            problem = _shape_problem(data)
+    problem = problem or _shape_problem(data)
     if problem is None and isinstance(data, dict):
         return data
     if skip_broken:
@@ -254,17 +269,13 @@ def _read_extra(extra: Path | str) -> tuple[dict[str, Any], str]:
     """
     if isinstance(extra, str) and extra.lstrip().startswith("{"):
         label = where = "--settings (inline JSON)"
-        text = extra
+        data, problem = _parse_json(extra)
     else:
         label, where = str(extra), f"--settings {extra}"
-        try:
-            text = Path(extra).expanduser().read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or exc
-            raise SettingsError(f"{where}: cannot read it: {reason}") from None
-    data, problem = _parse_json(text)
-    if problem is None:
-        problem = _shape_problem(data)
+        exists, data, problem = _read_json(Path(extra).expanduser())
+        if not exists:
+            problem = "cannot read it: No such file or directory"
+    problem = problem or _shape_problem(data)
     if problem is not None or not isinstance(data, dict):
         raise SettingsError(f"{where}: {problem}")
     return data, label
@@ -309,8 +320,31 @@ def _shape_problem(data: Any) -> str | None:
             if matcher is not None and not isinstance(matcher, str):
                 return f"{where}.matcher must be a string, got {_kind(matcher)}"
             inner = entry.get("hooks")
-            if not isinstance(inner, list) or not all(isinstance(h, dict) for h in inner):
+            if not isinstance(inner, list):
                 return f"{where}.hooks must be a list of objects, got {_kind(inner)}"
+            for j, hook in enumerate(inner):
+                problem = _hook_problem(hook, f"{where}.hooks[{j}]")
+                if problem is not None:
+                    return problem
+    return None
+
+
+def _hook_problem(hook: Any, where: str) -> str | None:
+    """What is wrong with one hook object, or None (its own type decides what it needs)."""
+    if not isinstance(hook, dict):
+        return f"{where} must be an object, got {_kind(hook)}"
+    kind = hook.get("type")
+    if not isinstance(kind, str):
+        return f"{where}.type must be a string, got {_kind(kind)}"
+    if kind == "command":
+        command = hook.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return f"{where}.command must be a non-empty string, got {_kind(command)}"
+    timeout = hook.get("timeout")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        return f"{where}.timeout must be a positive number of seconds, got {timeout!r}"
     return None
 
 

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 from collections.abc import Collection
 from typing import Any
 
 from pydantic_core import from_json
 
-from taskloom.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock
-from taskloom.models.base import INVALID_INPUT_KEY
+from taskloom.messages import INVALID_INPUT_KEY, Message, TextBlock, ThinkingBlock, ToolUseBlock
 
 log = logging.getLogger(__name__)
+
+#: What a tool use id may hold: the Anthropic API refuses others when they are sent back.
+_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 #: Deepest tool input accepted (the input object itself is level 1). Real tools take a few
 #: levels; far deeper input only serves to exhaust the stack of whatever walks it.
@@ -109,6 +112,10 @@ def _clean_value(value: Any, depth: int) -> tuple[Any, int]:
     return value, 0
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not valid JSON")
+
+
 def tool_use_block(
     tool_id: str, name: str, raw: str, *, stop_reason: str | None, last: bool
 ) -> ToolUseBlock:
@@ -133,12 +140,13 @@ def tool_use_block(
         defect = CUT_OFF if last and stop_reason == "max_tokens" else None
         return ToolUseBlock(id=tool_id, name=name, input={}, defect=defect)
     try:
-        value = json.loads(raw)
+        # NaN and Infinity are not JSON: accepted, they would make the next request unsendable.
+        value = json.loads(raw, parse_constant=_not_json)
     except RecursionError:
         return ToolUseBlock(id=tool_id, name=name, input={}, defect=TOO_DEEP)
     except ValueError:
         try:
-            value = from_json(raw, allow_partial=True)
+            value = from_json(raw, allow_partial=True, allow_inf_nan=False)
         except ValueError:  # pydantic's own depth limit lands here too
             value = None
         if isinstance(value, dict):
@@ -217,13 +225,16 @@ def _vet_call(call: ToolUseBlock, used: set[str], notes: list[str]) -> ToolUseBl
             update["input"] = tool_input
             defect = defect or BAD_TEXT
             notes.append(f"tool_use {tool_id}: {replaced} unpaired surrogate(s) in input replaced")
-    if not tool_id or tool_id in used:
+    if not tool_id or tool_id in used or not _ID.fullmatch(tool_id):
         # The API wants one result per id and unique ids: the repeat gets an id of its own,
-        # so its error result pairs with it and the first call keeps its result.
+        # so its error result pairs with it and the first call keeps its result. An id the
+        # API would refuse on the next request (no id, odd characters) is renamed too.
         fresh = f"toolu_taskloom_{secrets.token_hex(8)}"
-        if tool_id:
+        if tool_id in used:
             defect = defect or duplicate_id(tool_id)
             notes.append(f"tool_use {tool_id}: id already used, renamed {fresh}, not run")
+        elif tool_id:
+            notes.append(f"tool_use {tool_id!r}: id not of [A-Za-z0-9_-], renamed {fresh}")
         else:
             notes.append(f"tool_use without an id: given {fresh}")
         update["id"] = tool_id = fresh

@@ -64,10 +64,11 @@ class PrintOptions:
 class Emitter:
     """Writes events in the chosen output format."""
 
-    def __init__(self, fmt: str, session_id: str, out: TextIO) -> None:
+    def __init__(self, fmt: str, session_id: str | None, out: TextIO) -> None:
         self.fmt = fmt
-        self.session_id = session_id
+        self.session_id = session_id  # known once the runtime exists
         self.out = out
+        self.result_written = False
         self._task_status: dict[str, Any] = {}
 
     def line(self, obj: dict[str, Any]) -> None:
@@ -148,7 +149,44 @@ def _read_prompt(prompt: str | None) -> str:
 
 
 async def run_print(opts: PrintOptions) -> int:
-    """Run one headless prompt; returns the exit code."""
+    """Run one headless prompt; returns the exit code.
+
+    A run that started ends with its ``result`` (in the json formats), also when it fails
+    before its first turn (the session in use, the store unusable) or is stopped by a signal.
+    A usage error has none: nothing was run.
+    """
+    started = time.monotonic()
+    emitter = Emitter(opts.output_format, opts.resume, sys.stdout)
+    try:
+        return await _run_print(opts, emitter, started)
+    except asyncio.CancelledError:
+        if emitter.result_written or not _stop_requested():
+            raise
+        _write_result(opts, emitter, _early_result(emitter, started, "interrupted"), "interrupted")
+        return 1
+    except (BrokenPipeError, UsageError):
+        raise
+    except (TaskloomError, OSError) as exc:
+        if not emitter.result_written:
+            text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+            _write_result(opts, emitter, _early_result(emitter, started, f"Error: {text}"), None)
+        raise  # main_print says it on stderr and gives the exit code
+
+
+def _stop_requested() -> bool:
+    """Whether this task is being cancelled by a stop request (a signal, see run_main).
+
+    If so the request is withdrawn, so that the bounded waits of the cleanup that follows
+    time out as they should.
+    """
+    task = asyncio.current_task()
+    if task is None or not task.cancelling():
+        return False
+    task.uncancel()
+    return True
+
+
+async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> int:
     from taskloom.hooks import HookConfig
     from taskloom.models.resolve import resolve_model
     from taskloom.permissions import PermissionPolicy
@@ -160,8 +198,6 @@ async def run_print(opts: PrintOptions) -> int:
     from taskloom.tools.send_message import SendMessageTool
     from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool, WorktreeSession
 
-    started = time.monotonic()
-    out = sys.stdout
     if opts.output_format not in OUTPUT_FORMATS:  # argparse checks too; this is for callers
         raise UsageError(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
     prompt = _read_prompt(opts.prompt)
@@ -179,10 +215,9 @@ async def run_print(opts: PrintOptions) -> int:
     profile = str(settings.get("toolProfile") or "claude")
     if opts.resume and not transcript_path(opts.resume).is_file():
         raise UserError(f"No conversation found with session ID: {opts.resume}")
-    async with (
-        TaskRuntime(session_id=opts.resume) as runtime,
-        _mcp(cwd, runtime) as (mcp, mcp_config),
-    ):
+    runtime = TaskRuntime(session_id=opts.resume)
+    emitter.session_id = runtime.session_id
+    async with runtime, _mcp(cwd, runtime) as (mcp, mcp_config):
         hooks = HookConfig.from_settings(settings)
         service = _agent_service(
             runtime, model, settings, policy, cwd, profile, hooks, opts.agents, mcp, mcp_config
@@ -216,7 +251,6 @@ async def run_print(opts: PrintOptions) -> int:
             transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
         )
         session = Session.resume(runtime, config) if opts.resume else Session(runtime, config)
-        emitter = Emitter(opts.output_format, runtime.session_id, out)
         emitter.line(
             {
                 "type": "system",
@@ -273,13 +307,10 @@ async def run_print(opts: PrintOptions) -> int:
         except OSError as exc:
             error = f"Error: {describe_os_error(exc)}"
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is None or not task.cancelling():
-                raise  # not a request to stop this run
+            if not _stop_requested():
+                raise
             # SIGINT/SIGTERM (see run_main): clean up, report the run as interrupted, and
-            # let run_main give the signal's exit code. The request is withdrawn so that the
-            # bounded waits of the cleanup below time out as they should.
-            task.uncancel()
+            # let run_main give the signal's exit code.
             error = "interrupted"
         except Exception as exc:  # report, as a result, rather than die with a traceback
             log.debug("the run failed", exc_info=True)
@@ -316,20 +347,51 @@ async def run_print(opts: PrintOptions) -> int:
             "usage": engine.usage.model_dump(),
             "permission_denials": engine.denials,
         }
-        if opts.output_format == "stream-json":
-            emitter.line(result)
-        elif opts.output_format == "json":
-            result["uuid"] = str(uuid.uuid4())
-            out.write(json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n")
-        else:
-            if subtype == "success":
-                out.write(result_text + ("\n" if not result_text.endswith("\n") else ""))
-            elif subtype == "error_max_turns":
-                sys.stderr.write(f"Error: Reached max turns ({opts.max_turns})\n")
-            else:
-                sys.stderr.write(f"{result_text}\n")
-        out.flush()
+        _write_result(opts, emitter, result, result_text)
         return 0 if subtype == "success" else 1
+
+
+def _early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:
+    """The result of a run that ended before its first turn finished."""
+    from taskloom.messages import Usage
+
+    return {
+        "type": "result",
+        "subtype": "error_during_execution",
+        "is_error": True,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "duration_api_ms": 0,
+        "num_turns": 0,
+        "result": text,
+        "session_id": emitter.session_id,
+        "total_cost_usd": 0,
+        "usage": Usage().model_dump(),
+        "permission_denials": [],
+    }
+
+
+def _write_result(
+    opts: PrintOptions, emitter: Emitter, result: dict[str, Any], error_line: str | None
+) -> None:
+    """Print the result in the chosen format.
+
+    In text mode an error goes to stderr as ``error_line`` (None: the caller reports it).
+    """
+    emitter.result_written = True
+    out = emitter.out
+    if opts.output_format == "stream-json":
+        emitter.line(result)
+    elif opts.output_format == "json":
+        result["uuid"] = str(uuid.uuid4())
+        out.write(json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n")
+    elif result["subtype"] == "success":
+        text = result["result"]
+        out.write(text + ("\n" if not text.endswith("\n") else ""))
+    elif result["subtype"] == "error_max_turns":
+        sys.stderr.write(f"Error: Reached max turns ({opts.max_turns})\n")
+    elif error_line is not None:
+        sys.stderr.write(f"{error_line}\n")
+    out.flush()
 
 
 def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> None:

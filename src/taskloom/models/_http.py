@@ -4,7 +4,8 @@ Retry policy: 408, 409, 429, 5xx (529 included) and ``overloaded_error`` — als
 latter arrives as an SSE ``error`` event — connection failures and idle timeouts (no byte for
 ``streamIdleTimeout`` seconds, waiting for the headers included) are retried with jittered
 exponential backoff (capped at 30 s), honouring ``retry-after`` up to 60 s; 400/401/403/404
-are not. No retry starts more than three idle timeouts after the first try. Nothing is retried
+are not. Retries stop once three idle timeouts have been lost: waiting after a try's last event
+until it failed, and backing off. Nothing is retried
 once an event has reached the caller: a replay would duplicate what it has already seen. A
 caller that asks for no deltas (``ModelRequest.deltas``) sees only the final message, so its
 stream can be retried at any point before that.
@@ -27,7 +28,6 @@ from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
 
 from taskloom.errors import ModelError, UsageError
 from taskloom.models.base import MessageComplete, StreamEvent
-from taskloom.untrusted import tool_use_block
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 # Anthropic's transient error types, and OpenAI's (which only names them in stream events).
@@ -42,8 +42,9 @@ MAX_RETRY_AFTER = 60.0
 DEFAULT_IDLE_TIMEOUT = 90.0
 IDLE_TIMEOUT_ENV = "TASKLOOM_STREAM_IDLE_TIMEOUT"
 IDLE_TIMEOUT_SETTING = "streamIdleTimeout"
-#: No retry starts later than this many idle timeouts after the first try began: a server
-#: that stalls every time costs a few timeouts, not one per retry (270 s by default).
+#: Retries stop once this many idle timeouts were lost (waiting after a try's last event until
+#: it failed, and backing off): a server that stalls every time costs a few timeouts, not one
+#: per retry (270 s by default), while a long answer that breaks is still retried.
 RETRY_WINDOW_TIMEOUTS = 3.0
 
 EventParser = Callable[[AsyncIterator[ServerSentEvent]], AsyncGenerator[StreamEvent, None]]
@@ -140,16 +141,6 @@ def load_event(provider: str, data: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ModelError(f"{provider}: unexpected stream event {data[:200]!r}", retryable=True)
     return value
-
-
-def parse_tool_input(raw: str, tool: str) -> dict[str, Any]:
-    """A tool call's accumulated JSON input; empty means ``{}``.
-
-    Input cut short is recovered as far as it goes; input that is not an object is kept under
-    ``INVALID_INPUT_KEY``. The adapters use :func:`taskloom.untrusted.tool_use_block`, which
-    also marks such calls so they are not run.
-    """
-    return tool_use_block("", tool, raw, stop_reason=None, last=False).input
 
 
 def idle_timeout(settings: Mapping[str, Any] | None = None) -> float:
@@ -277,9 +268,15 @@ class HttpTransport:
                 (``retryable=True``).
         """
         loop = asyncio.get_running_loop()
+        # The retry window bounds the time lost, not the time taken: the waits after a try's
+        # last event until it failed, plus the backoffs. A server that stalls every time is
+        # given up on after a few idle timeouts; a long answer that breaks after minutes is
+        # still retried.
         started = loop.time()
+        lost = 0.0
         attempt = 0
         while True:
+            progress = loop.time()
             yielded = False
             hint: float | None = None
             try:
@@ -299,6 +296,7 @@ class HttpTransport:
                         raise response_error(self.provider, response)
                     async with aclosing(self._guard(parse(source.aiter_sse()))) as events:
                         async for event in events:
+                            progress = loop.time()
                             if not deltas and not isinstance(event, MessageComplete):
                                 continue
                             yielded = True
@@ -315,16 +313,19 @@ class HttpTransport:
                 if yielded:
                     raise error from exc
             delay = self.policy.delay(attempt, hint)
-            spent = loop.time() - started
+            now = loop.time()
+            lost += now - progress
             window = RETRY_WINDOW_TIMEOUTS * self.idle_timeout
-            if attempt >= self.policy.max_retries or spent + delay > window:
+            if attempt >= self.policy.max_retries or lost + delay > window:
+                tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
                 raise ModelError(
-                    f"{error} (gave up after {attempt + 1} attempts in {spent:.1f} s)",
+                    f"{error} (gave up after {tries} in {now - started:.1f} s)",
                     status=error.status,
                     error_type=error.error_type,
                     retryable=True,
                 ) from error
             await asyncio.sleep(delay)
+            lost += delay
             attempt += 1
 
     def _failure(self, exc: httpx.TransportError, url: str) -> str:

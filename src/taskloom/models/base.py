@@ -14,10 +14,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from taskloom.messages import Message
+from taskloom.messages import INVALID_INPUT_KEY, Message
 
-#: Key under which an adapter passes on a tool input that was not a JSON object.
-INVALID_INPUT_KEY = "__invalid_input__"
+__all__ = ["INVALID_INPUT_KEY"]  # re-exported: tools import it from here
 
 
 @dataclass(frozen=True, slots=True)

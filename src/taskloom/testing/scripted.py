@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from taskloom.errors import ModelError, UserError
+from taskloom.errors import ModelError, UsageError
 from taskloom.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 from taskloom.models.base import (
     MessageComplete,
@@ -78,10 +78,10 @@ class Turn:
         if isinstance(raw, str):
             return cls(text=raw)
         if not isinstance(raw, dict):
-            raise UserError(f"a scripted turn must be a string or a mapping, got {raw!r}")
+            raise UsageError(f"a scripted turn must be a string or a mapping, got {raw!r}")
         unknown = set(raw) - {"text", "tool_calls", "thinking", "stop_reason", "usage", "delay"}
         if unknown:
-            raise UserError(f"unknown field(s) in scripted turn: {', '.join(sorted(unknown))}")
+            raise UsageError(f"unknown field(s) in scripted turn: {', '.join(sorted(unknown))}")
         calls = []
         for call in raw.get("tool_calls") or ():
             if isinstance(call, ToolCall):
@@ -89,7 +89,7 @@ class Turn:
             elif isinstance(call, dict) and isinstance(call.get("name"), str):
                 calls.append(ToolCall(call["name"], dict(call.get("input") or {}), call.get("id")))
             else:
-                raise UserError(f"a scripted tool call needs a name: {call!r}")
+                raise UsageError(f"a scripted tool call needs a name: {call!r}")
         usage = raw.get("usage")
         return cls(
             text=str(raw.get("text") or ""),
@@ -105,7 +105,7 @@ def load_turns(path: Path | str) -> list[Turn]:
     """Read the main turns of a scripted-turn file (YAML or JSON).
 
     Raises:
-        UserError: The file is missing or malformed (the message names it).
+        UsageError: The file is missing or malformed (the message names it).
     """
     return load_script(path)[0]
 
@@ -117,13 +117,13 @@ def load_script(path: Path | str) -> tuple[list[Turn], SubagentScript]:
     """Read a scripted-turn file: the main turns and the subagents' scripts.
 
     Raises:
-        UserError: The file is missing or malformed (the message names it).
+        UsageError: The file is missing or malformed (the message names it).
     """
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
-        raise UserError(f"cannot read scripted model file {path}: {exc.strerror}") from exc
+        raise UsageError(f"cannot read scripted model file {path}: {exc.strerror}") from exc
     try:
         if path.suffix == ".json":
             data = json.loads(text)
@@ -132,16 +132,16 @@ def load_script(path: Path | str) -> tuple[list[Turn], SubagentScript]:
 
             data = yaml.safe_load(text)
     except Exception as exc:
-        raise UserError(f"scripted model file {path} is not valid YAML/JSON: {exc}") from exc
+        raise UsageError(f"scripted model file {path} is not valid YAML/JSON: {exc}") from exc
     subagents: SubagentScript = {}
     if isinstance(data, dict):
         raw_agents = data.get("subagents") or {}
         if not isinstance(raw_agents, dict):
-            raise UserError(f"scripted model file {path}: 'subagents' must be a mapping")
+            raise UsageError(f"scripted model file {path}: 'subagents' must be a mapping")
         subagents = parse_subagents(raw_agents)
         data = data.get("turns")
     if not isinstance(data, list):
-        raise UserError(f"scripted model file {path} must hold a list of turns under 'turns'")
+        raise UsageError(f"scripted model file {path} must hold a list of turns under 'turns'")
     return [Turn.parse(t) for t in data], subagents
 
 

@@ -101,3 +101,36 @@ def scripted_argv(script: Path, *args: str) -> list[str]:
         f"scripted:{script}",
         *args,
     ]
+
+
+def write_turns(path: Path, turns: list[Any]) -> str:
+    """Write a scripted-turn file and return the ``--model`` value that names it."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({"turns": turns}))
+    return f"scripted:{path}"
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60, stdin: str = ""
+) -> Any:
+    """``taskloom ARGS`` in ``cwd``, to its end; a ``subprocess.CompletedProcess[str]``."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "taskloom", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        input=stdin,
+        env=env if env is not None else clean_env(),
+    )
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """The JSON objects of a stream-json output, one a line."""
+    import json
+
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]

@@ -14,34 +14,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from helpers import clean_env
-
-
-def write_turns(path: Path, turns: list[Any]) -> str:
-    path.write_text(yaml.safe_dump({"turns": turns}))
-    return f"scripted:{path}"
-
-
-def run(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "taskloom", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        input="",
-        env=clean_env(),
-    )
-
-
-def events(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
-
+from helpers import clean_env, write_turns
+from helpers import json_lines as events
+from helpers import run_cli as run
 
 TRUNCATED = '{"permissions":{"deny":["Bash(echo:*)"]},"hooks":{'
 

@@ -8,36 +8,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from fake_servers import FakeAnthropicServer
-from helpers import clean_env
-
-
-def write_turns(path: Path, turns: list[Any]) -> str:
-    path.write_text(yaml.safe_dump({"turns": turns}))
-    return f"scripted:{path}"
-
-
-def run(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60, stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "taskloom", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        input=stdin,
-        env=env if env is not None else clean_env(),
-    )
-
-
-def lines(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+from helpers import clean_env, write_turns
+from helpers import json_lines as lines
+from helpers import run_cli as run
 
 
 def test_stream_json_ends_with_the_result(tmp_path: Path) -> None:

@@ -167,8 +167,8 @@ async def test_without_deltas_a_stall_after_content_is_retried(
 async def test_a_long_answer_that_breaks_is_retried_however_long_it_ran(
     server: FakeServer, provider: str
 ) -> None:
-    # The retry window (three idle timeouts: 1.2 s) counts from the last event, not from the
-    # first try: this answer streams for about 1.6 s before the connection breaks.
+    # The retry window (three idle timeouts: 1.2 s) counts the time lost, not the time taken:
+    # this answer streams for about 1.6 s before the connection breaks, losing almost none.
     words = " ".join(f"w{i}" for i in range(16))
     server.add_turn(text=words, delay=0.2, reset_at=FIRST_DELTA[provider] + 8)
     server.add_turn(text="whole")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -14,8 +13,10 @@ import pytest
 import yaml
 
 from helpers import clean_env, scripted_argv, wait_until
+from taskloom.errors import StoreError
 from taskloom.settings import db_path
 from taskloom.store import Store
+from taskloom.store._disk import RESERVE_BYTES, reserve_path
 from taskloom.tasks.runtime import TaskRuntime
 
 DISK_SIZE = "3m"
@@ -119,14 +120,17 @@ async def test_a_commit_failing_on_a_full_disk_logs_one_line_and_is_retried(
         store.flush()
         filler = small_disk / "filler"
         fill(filler)
-        with caplog.at_level(logging.INFO, logger="taskloom"):
+        with caplog.at_level(logging.DEBUG, logger="taskloom"):
             for i in range(200):  # more than one page: the WAL must grow
                 store.upsert_task(_record(f"b{i:08d}", "completed", pad=2000))
             await wait_until(lambda: "full" in caplog.text, what="the failed commit")
-            await asyncio.sleep(1.2)  # two more retries fail meanwhile: they stay silent
+            # Two more tries fail meanwhile; they say so at debug level only.
+            await wait_until(lambda: caplog.text.count("failed again") >= 2, what="two retries")
             filler.unlink()
             await wait_until(lambda: "succeed again" in caplog.text, what="the retry to succeed")
-        records = [r for r in caplog.records if r.name.startswith("taskloom")]
+        records = [
+            r for r in caplog.records if r.name.startswith("taskloom") and r.levelno >= logging.INFO
+        ]
         assert [r.exc_info for r in records] == [None, None], caplog.text
         assert str(store.path) in records[0].getMessage()
         assert "free some space" in records[0].getMessage()
@@ -148,3 +152,77 @@ def _record(task_id: str, status: str, pad: int = 0) -> dict[str, object]:
         "output_file": "",
         "notified": False,
     }
+
+
+def test_the_reserve_is_made_again_after_a_full_disk_and_serves_the_next_one(
+    small_disk: Path,
+) -> None:
+    db = small_disk / "taskloom.db"
+    reserve = reserve_path(db)
+    store = Store(db)  # no loop running: every write below commits at once
+    try:
+        assert reserve.stat().st_size == RESERVE_BYTES
+        store.upsert_task(_record("b00000001", "running"))
+        # Each full disk: the end of a command is stored in the reserve's space. A record holds
+        # its description twice (column and JSON): each such write is larger than everything
+        # written before, so the WAL must grow for it, and still fits in the reserve.
+        for n, pad in enumerate((100_000, 150_000)):
+            fill(small_disk / "filler")
+            store.upsert_task(_record("b00000001", f"ended {n}", pad=pad))
+            assert store.get_task("b00000001")["status"] == f"ended {n}"  # type: ignore[index]
+            assert not reserve.exists()  # given back; no room to make it again yet
+            fill(small_disk / "filler2")
+            with pytest.raises(StoreError, match="full"):
+                store.upsert_task(_record("b00000002", "queued", pad=10_000))
+            assert not reserve.exists()
+            (small_disk / "filler").unlink()
+            (small_disk / "filler2").unlink()
+            store.flush()  # writes succeed again: the reserve is back for the next full disk
+            assert reserve.stat().st_size == RESERVE_BYTES
+    finally:
+        store.close()
+
+
+def test_a_reserve_that_does_not_fit_at_open_is_made_at_the_first_commit_with_room(
+    small_disk: Path,
+) -> None:
+    db = small_disk / "taskloom.db"
+    filler = small_disk / "filler"
+    fill(filler)
+    os.truncate(filler, filler.stat().st_size - RESERVE_BYTES // 2)  # room for the store only
+    store = Store(db)
+    try:
+        assert not reserve_path(db).exists()
+        filler.unlink()
+        store.upsert_task(_record("b00000001", "running"))
+        assert reserve_path(db).stat().st_size == RESERVE_BYTES
+    finally:
+        store.close()
+
+
+def test_opening_the_store_on_a_full_disk_uses_the_reserve_or_says_what_to_do_in_one_line(
+    small_disk: Path,
+) -> None:
+    db = small_disk / "taskloom.db"
+    store = Store(db)
+    store.upsert_task(_record("b00000001", "running"))
+    store.close()  # the last connection: SQLite removes the WAL and shared-memory files
+    filler = small_disk / "filler"
+    fill(filler)
+    # Their creation fails ("disk I/O error"): the reserve gives the room for it.
+    store = Store(db)
+    try:
+        assert not reserve_path(db).exists()
+        store.upsert_task(_record("b00000001", "completed"))
+        assert store.get_task("b00000001")["status"] == "completed"  # type: ignore[index]
+    finally:
+        store.close()
+    # No reserve left: one line that names the database and what to do. Both a database still
+    # to be created (SQLITE_FULL) and an existing one (its WAL cannot be made) are refused so.
+    fill(small_disk / "filler2")
+    for path in (db, small_disk / "new.db"):
+        with pytest.raises(StoreError) as failed:
+            Store(path)
+        message = str(failed.value)
+        assert str(path) in message and "free some space" in message, message
+        assert "\n" not in message

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from helpers import alive, clean_env, scripted_argv
+from helpers import alive, clean_env, run_processes, scripted_argv, wait_until
 from taskloom.hooks import HookConfig, run_hooks
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
@@ -23,25 +23,27 @@ from taskloom.worktrees import create_worktree, finish
 HOOK_CHILD = "sh -c 'sleep 3411; :'"
 
 
-def _wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
+async def _wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
     """The content of ``path`` once it exists (it is renamed into place whole)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
+
+    def there() -> bool:
         assert proc.poll() is None, f"taskloom ended (exit {proc.returncode}) before the hook ran"
-        assert time.monotonic() < deadline, f"the hook did not start within {timeout}s"
-        time.sleep(0.01)
+        return path.exists()
+
+    await wait_until(there, timeout, what=f"the hook to write {path}")
     return path.read_text()
 
 
-def _hook_tree(pid: int, timeout: float = 10.0) -> list[int]:
+async def _hook_tree(pid: int, timeout: float = 10.0) -> list[int]:
     """The hook shell and its descendants, once the ``sleep 3411`` is among them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        kids = psutil.Process(pid).children(recursive=True)
-        if any(k.name() == "sleep" for k in kids):
-            return [pid, *(k.pid for k in kids)]
-        assert time.monotonic() < deadline, f"no sleep under the hook {pid}"
-        time.sleep(0.01)
+    kids: list[psutil.Process] = []
+
+    def sleeping() -> bool:
+        kids[:] = psutil.Process(pid).children(recursive=True)
+        return any(k.name() == "sleep" for k in kids)
+
+    await wait_until(sleeping, timeout, what=f"a sleep under the hook {pid}")
+    return [pid, *(k.pid for k in kids)]
 
 
 async def test_a_hook_running_when_taskloom_is_sigkilled_is_reaped_by_the_next_session(
@@ -73,8 +75,8 @@ async def test_a_hook_running_when_taskloom_is_sigkilled_is_reaped_by_the_next_s
         env=clean_env(),
     )
     try:
-        hook_pid = int(_wait_for_file(marker, proc))
-        tree = _hook_tree(hook_pid)
+        hook_pid = int(await _wait_for_file(marker, proc))
+        tree = await _hook_tree(hook_pid)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -164,3 +166,70 @@ async def test_every_process_started_is_recorded_before_it_runs_and_forgotten_af
         # Reaped processes are forgotten; the shell's tag record gave way to its pid record.
         assert {r.task_id for r in rows} == {shell.task_id}
         assert all(r.pid != 0 for r in rows)
+
+
+# Starts a daemon the way a careless hook would: its own session, its pipes closed, so neither
+# the hook's process group nor its pipes lead to it. Prints the daemon's pid.
+DAEMONISE = "setsid sleep {seconds} </dev/null >/dev/null 2>&1 & echo $!"
+
+
+def _sleeps(seconds: int) -> list[psutil.Process]:
+    """This test run's live ``sleep SECONDS`` processes, whatever their pid."""
+    return run_processes(lambda p: p.info.get("cmdline") == ["sleep", str(seconds)])
+
+
+async def test_a_hook_that_daemonises_a_child_leaves_nothing_running_after_a_normal_exit(
+    tmp_path: Path,
+) -> None:
+    hooks = HookConfig.parse(
+        {
+            "PreToolUse": [
+                {
+                    "matcher": "Bash",
+                    "hooks": [{"type": "command", "command": DAEMONISE.format(seconds=777)}],
+                }
+            ]
+        }
+    )
+    async with TaskRuntime() as rt:
+        outcome = await run_hooks(
+            hooks,
+            "PreToolUse",
+            {},
+            target="Bash",
+            cwd=tmp_path,
+            session_id=rt.session_id,
+            transcript_path=None,
+        )
+        [result] = outcome.results
+        assert (result.exit_code, outcome.errors) == (0, []), result.stderr
+        daemon = int(result.stdout)
+        assert not alive(daemon)
+        assert _sleeps(777) == []
+        # Killed and verified: the record is removed, nothing is left for a sweep to retry.
+        assert [r for r in rt.store.list_processes() if r.task_id.startswith("hook-")] == []
+
+
+async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_git_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    repo = (tmp_path / "repo").resolve()
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("hello\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "-q", "-m", "initial")
+    pid_file = tmp_path / "daemon.pid"
+    post_checkout = repo / ".git" / "hooks" / "post-checkout"
+    post_checkout.write_text(f"#!/bin/sh\n{DAEMONISE.format(seconds=778)} > {pid_file}\n")
+    post_checkout.chmod(0o755)
+    async with TaskRuntime() as rt:
+        wt = await create_worktree(repo, "d")  # git exits normally, its hook's daemon lives on
+        try:
+            daemon = int(pid_file.read_text())
+            assert not alive(daemon)
+            assert _sleeps(778) == []
+            assert [r for r in rt.store.list_processes() if r.task_id.startswith("git-")] == []
+        finally:
+            assert not (await finish(wt)).kept

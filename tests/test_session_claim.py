@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import platform
 import sqlite3
 import subprocess
 import sys
@@ -15,11 +16,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from helpers import alive, clean_env
+from helpers import alive, clean_env, wait_until
+from taskloom.process.identity import boot_id
 from taskloom.settings import db_path
+from taskloom.store import ProcessRow, SessionRow, Store
+from taskloom.tasks._claim import claim_session
+from taskloom.tasks._recovery import settle_dead_sessions
+from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import ShellTaskState, TaskStatus, TaskType
 
 REPS = 20
 #: Repetitions whose crashed session also left a TERM-ignoring orphan (the sweep then waits
@@ -96,15 +104,52 @@ def make_crashed_sessions(tmp_path: Path, specs: list[dict[str, Any]]) -> dict[s
     return info
 
 
-def blocked_reading_stdin(pid: int) -> bool:
-    """Whether ``pid`` sits in read(0, ...): taskloom waiting for its prompt on stdin."""
+#: The ``read`` system call's number as ``/proc/PID/syscall`` shows it, by architecture.
+READ_SYSCALL = {"x86_64": 0, "aarch64": 63}
+
+
+async def read_syscall_number() -> int:
+    """``read``'s number here, checked on a ``cat`` waiting on stdin; else skip the test."""
+    machine = platform.machine()
+    number = READ_SYSCALL.get(machine) if sys.maxsize > 2**32 else None
+    if number is None:
+        pytest.skip(
+            f"the number of the read system call on {machine} ({sys.maxsize.bit_length() + 1}"
+            "-bit Python) is not known to this test, which must see both resumes blocked on "
+            "reading stdin"
+        )
+    cat = await asyncio.create_subprocess_exec(
+        "cat", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
+    )
     try:
-        return Path(f"/proc/{pid}/syscall").read_text().startswith("0 0x0 ")
-    except OSError:
-        return False
+        await wait_until(
+            lambda: blocked_reading_stdin(cat.pid, number),
+            what=f"cat to show read ({number}) in /proc/{cat.pid}/syscall",
+        )
+    finally:
+        cat.kill()
+        await cat.wait()
+    return number
 
 
-async def race(argv: list[str], env: dict[str, str], cwd: Path, release: Path) -> list[Any]:
+def blocked_reading_stdin(pid: int, read_nr: int) -> bool:
+    """Whether ``pid`` sits in read(0, ...): taskloom waiting for its prompt on stdin."""
+    where = Path(f"/proc/{pid}")
+    try:
+        return (where / "syscall").read_text().startswith(f"{read_nr} 0x0 ")
+    except OSError as exc:
+        if not where.exists():  # it has just ended: the caller tells why
+            return False
+        # No such file (a kernel without it), or no ptrace access to our own children.
+        pytest.skip(
+            f"cannot read {where}/syscall ({exc}): this test must see both resumes blocked "
+            "on reading stdin"
+        )
+
+
+async def race(
+    argv: list[str], env: dict[str, str], cwd: Path, release: Path, read_nr: int
+) -> list[Any]:
     """Start two resumes, let both go at the same instant, release the winner once one ends.
 
     Both read their prompt from stdin: once both are blocked on that read (all imports done),
@@ -123,7 +168,7 @@ async def race(argv: list[str], env: dict[str, str], cwd: Path, release: Path) -
     ]
     try:
         deadline = time.monotonic() + 60
-        while not all(blocked_reading_stdin(p.pid) for p in procs):
+        while not all(blocked_reading_stdin(p.pid, read_nr) for p in procs):
             assert all(p.returncode is None for p in procs), "a resume ended before its prompt"
             assert time.monotonic() < deadline, "the resumes never waited for their prompt"
             await asyncio.sleep(0.005)
@@ -157,7 +202,8 @@ def delivered(stdout: str) -> list[str]:
 async def test_simultaneous_resumes_of_a_crashed_session_deliver_each_notification_once(
     tmp_path: Path,
 ) -> None:
-    specs = [
+    read_nr = await read_syscall_number()
+    specs: list[dict[str, Any]] = [
         {
             "home": str(tmp_path / f"home{i}"),
             "session_id": str(uuid.uuid4()),
@@ -197,7 +243,7 @@ async def test_simultaneous_resumes_of_a_crashed_session_deliver_each_notificati
             sid,
         ]
         env = clean_env(TASKLOOM_HOME=spec["home"])
-        runs = await race(argv, env, work, release)
+        runs = await race(argv, env, work, release, read_nr)
         (w_pid, w_code, w_out, _), (_, l_code, l_out, l_err) = sorted(runs, key=lambda r: r[1])
         where = f"repetition {i}: exit codes {[r[1] for r in runs]}"
         counts = Counter(delivered(w_out) + delivered(l_out))
@@ -243,3 +289,54 @@ async def test_a_live_owner_keeps_its_session_and_a_reused_pid_loses_it() -> Non
     finally:
         stranger.kill()
         stranger.wait(timeout=10)
+
+
+async def test_a_session_ended_by_another_process_is_claimed_with_its_tasks_already_settled(
+    tmp_path: Path,
+) -> None:
+    """A settler ends a crashed session; a resume claims it before anything else runs.
+
+    Two stores on one database stand for the two processes. The steps run in the order that
+    once lost a notification: the settler's compare-and-set ending the session, then at once
+    (same loop iteration, so nothing queued has been committed) the resume's claim and reads.
+    """
+    dead = subprocess.Popen(["true"])
+    dead.wait(timeout=10)  # its pid names no live process of ours any more
+    session_id = str(uuid.uuid4())
+    killed_id, detached_id = new_task_id(TaskType.LOCAL_BASH), new_task_id(TaskType.LOCAL_BASH)
+    settler, claimer = Store(db_path()), Store(db_path())
+    try:
+        settler.upsert_session(
+            SessionRow(session_id, dead.pid, 1.0, str(tmp_path), 1.0, None, boot_id())
+        )
+        for task_id in (killed_id, detached_id):
+            running = ShellTaskState(
+                id=task_id,
+                owner=session_id,
+                session_id=session_id,
+                status=TaskStatus.RUNNING,
+                start_time=1.0,
+                exit_policy="detach" if task_id == detached_id else "cancel",
+            )
+            settler.upsert_task(running.to_dict())
+        # The detached command has ended too: its record names the dead pid.
+        settler.add_process(
+            ProcessRow(dead.pid, 1.0, dead.pid, session_id, detached_id, dead.pid, 1.0, boot_id())
+        )
+        settler.set_process_detached(detached_id)
+        settler.flush()
+        settle_dead_sessions(settler, settler.list_processes(), now=2.0)
+        previous = claim_session(claimer, session_id, now=3.0)
+        assert previous is not None and previous.ended_at == 2.0  # the settler won its CAS
+        records = {r["id"]: r for r in claimer.list_tasks(session_id)}
+        assert {i: (r["status"], r["notified"]) for i, r in records.items()} == {
+            killed_id: ("killed", False),
+            detached_id: ("completed", False),
+        }
+        # So the resume notifies both now, not at the next resume.
+        async with TaskRuntime(session_id=session_id, store=claimer) as rt:
+            pending = rt.notifications.pending()
+            assert sorted(n.task_id for n in pending) == sorted([killed_id, detached_id])
+    finally:
+        settler.close()
+        claimer.close()

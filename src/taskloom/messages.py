@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-
 #: Key under which an adapter passes on a tool input that was not a JSON object.
 INVALID_INPUT_KEY = "__invalid_input__"
 

@@ -44,6 +44,8 @@ WORKTREES_DIR = Path(".taskloom") / "worktrees"
 BRANCH_PREFIX = "taskloom/"
 #: Seconds one git command may take before its process group is killed.
 GIT_TIMEOUT_S = 60.0
+# Seconds between SIGTERM and SIGKILL for what git's hooks leave running after git exits.
+_HOOK_KILL_GRACE_S = 1.0
 WORKTREE_CREATE = "WorktreeCreate"
 WORKTREE_REMOVE = "WorktreeRemove"
 _EXCLUDE_LINE = "/.taskloom/worktrees/"
@@ -357,10 +359,13 @@ async def _git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
                     os.killpg(proc.pid, signal.SIGKILL)
                 with contextlib.suppress(TimeoutError):  # bounded: SIGKILL cannot be refused
                     await finish_despite_cancel(asyncio.wait_for(proc.wait(), 5.0))
-                # Hook children that left git's group still carry the tag.
-                report = await finish_despite_cancel(kill_tree(None, tag=record.tag, grace=0))
-                if not report.verified:
-                    record.keep()
+            # After any exit, timely or not: what git's hooks started (a daemon that left git's
+            # group with setsid, say) still carries the tag, and must not outlive git.
+            report = await finish_despite_cancel(
+                kill_tree(None, tag=record.tag, grace=_HOOK_KILL_GRACE_S)
+            )
+            if not report.verified:
+                record.keep()
     if proc.returncode != 0:
         message = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
         raise WorktreeError(f"git {' '.join(args[:2])} failed: {message}")

@@ -6,8 +6,9 @@ is recorded in the store before the hook starts (see ``process/registry.py``), s
 running when taskloom is SIGKILLed is stopped by the next session's orphan sweep. The
 event JSON goes to stdin; stdout and stderr come back on separate, bounded pipes. Nothing of a
 hook outlives it: at its timeout the tree is killed (and the kill verified), and after a normal
-exit whatever is still in its group or holding its pipes is killed the same way — hooks are
-short checks, not a way to start daemons.
+exit whatever still carries its tag is killed the same way, daemonised (``setsid``, pipes
+closed) or not — hooks are short checks, not a way to start daemons. A kill that cannot be
+verified keeps the hook's store record, so the next orphan sweep tries again.
 """
 
 from __future__ import annotations
@@ -252,11 +253,13 @@ async def _settle(
         if not proto.exited.done():  # timed out or cancelled: the group leader is still ours
             await kill(pid)
             await asyncio.wait([proto.exited], timeout=_DRAIN_S)  # its exit status
-        elif _group_alive(pid):  # the shell exited but left children behind
+        else:
+            if not _group_alive(pid):  # no child left in the group: let buffered output arrive
+                await asyncio.wait([proto.drained], timeout=_DRAIN_S)
+            # Whatever the hook started still carries its tag, in its group or not (setsid),
+            # holding its pipes or not: it dies with the hook.
             await kill(None)
-        await asyncio.wait([proto.drained], timeout=_DRAIN_S)
-        if not proto.drained.done():  # someone outside the group (setsid) holds the pipes
-            await kill(None)
+        if not proto.drained.done():
             await asyncio.wait([proto.drained], timeout=_DRAIN_S)
     finally:
         transport.close()

@@ -27,6 +27,8 @@ from taskloom.process.spawn import TASK_ENV
 
 DEFAULT_GRACE_S = 2.0
 _KILL_ROUNDS = 8
+_TAG_KEY = f"{TASK_ENV}=".encode()
+_PROC_ENVIRON = os.path.exists("/proc/self/environ")
 
 
 @dataclass(slots=True)
@@ -97,25 +99,57 @@ def find_tree(
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     scan_group = pgid is not None and group_ours
-    tags = None if tag is None else frozenset([tag] if isinstance(tag, str) else tag)
+    tags: frozenset[str] = frozenset(() if tag is None else [tag] if isinstance(tag, str) else tag)
+
+    def member(pid: int) -> bool:
+        return (scan_group and _in_group(pid, pgid)) or (bool(tags) and _tag_of(pid) in tags)
+
     if scan_group or tags:
-        attrs = ["pid", "environ"] if tags else ["pid"]
-        for proc in psutil.process_iter(attrs):
-            pid = proc.pid
-            if pid == me or pid in found:
+        for pid in psutil.pids():
+            if pid == me or pid in found or not member(pid):
                 continue
-            if scan_group:
-                try:
-                    if os.getpgid(pid) == pgid:
-                        found[pid] = proc
-                        continue
-                except OSError:
-                    continue
-            if tags:
-                environ = proc.info.get("environ") or {}
-                if environ.get(TASK_ENV) in tags:
-                    found[pid] = proc
+            try:
+                proc = psutil.Process(pid)  # pinned to this pid's start time from here on
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if member(pid):  # again, now that ``proc`` is pinned: the pid may have been reused
+                found[pid] = proc
     return [p for p in found.values() if _alive(p)], group_ours
+
+
+def _in_group(pid: int, pgid: int | None) -> bool:
+    try:
+        return os.getpgid(pid) == pgid
+    except OSError:
+        return False
+
+
+def _tag_of(pid: int) -> str | None:
+    """The ``TASKLOOM_TASK_ID`` a process started with, or None.
+
+    Read from the raw ``/proc/PID/environ`` rather than through psutil, which decodes every
+    variable of every process into a dict: this scan runs after every hook and git command,
+    and the raw search is about ten times faster (well under a millisecond for a hundred
+    processes).
+    """
+    if not _PROC_ENVIRON:
+        try:
+            return psutil.Process(pid).environ().get(TASK_ENV)
+        except (psutil.Error, OSError):
+            return None
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:  # gone, or not readable by us (psutil could not read it either)
+        return None
+    at = data.find(_TAG_KEY)
+    while at != -1:
+        if at == 0 or data[at - 1] == 0:  # a whole variable name, not the end of another
+            end = data.find(b"\0", at)
+            value = data[at + len(_TAG_KEY) : end if end != -1 else len(data)]
+            return value.decode(errors="replace")
+        at = data.find(_TAG_KEY, at + 1)
+    return None
 
 
 def _signal_all(

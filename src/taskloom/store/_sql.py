@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -50,14 +51,31 @@ def claim(
     return done.rowcount == 1, current
 
 
-def end_session_of(conn: sqlite3.Connection, session: SessionRow, when: float) -> bool:
+def end_session_of(
+    conn: sqlite3.Connection,
+    session: SessionRow,
+    when: float,
+    statuses: Collection[str],
+    settle: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
+) -> bool:
     """The body of :meth:`Store.end_session_of`."""
     done = conn.execute(
         "UPDATE sessions SET ended_at = ? WHERE id = ? AND pid = ? AND pid_start = ? "
         "AND boot_id = ? AND ended_at IS NULL",
         (when, session.id, session.pid, session.pid_start, session.boot_id),
     )
-    return done.rowcount == 1
+    if done.rowcount != 1:
+        return False
+    if settle is not None and statuses:
+        wanted = list(statuses)
+        rows = conn.execute(
+            f"SELECT data FROM tasks WHERE session_id = ? AND status IN "
+            f"({','.join('?' * len(wanted))}) ORDER BY start_time",
+            (session.id, *wanted),
+        ).fetchall()
+        settled = [settle(json.loads(data)) for (data,) in rows]
+        conn.executemany(UPSERT_TASK, [task_params(d) for d in settled if d is not None])
+    return True
 
 
 def insert_tag_row(conn: sqlite3.Connection, row: ProcessRow) -> ProcessRow:
@@ -88,4 +106,32 @@ def process_params(row: ProcessRow) -> tuple[Any, ...]:
         row.owner_start,
         row.boot_id,
         int(row.detached),
+    )
+
+
+#: Insert or replace one task record (parameters: :func:`task_params`).
+UPSERT_TASK = (
+    "INSERT INTO tasks(id, session_id, type, status, description, owner, start_time, "
+    "end_time, output_file, notified, data) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
+    "description = excluded.description, owner = excluded.owner, "
+    "start_time = excluded.start_time, end_time = excluded.end_time, "
+    "output_file = excluded.output_file, notified = excluded.notified, data = excluded.data"
+)
+
+
+def task_params(data: dict[str, Any]) -> tuple[Any, ...]:
+    """A task state dict as the parameters of :data:`UPSERT_TASK`."""
+    return (
+        data["id"],
+        data["session_id"],
+        data["type"],
+        data["status"],
+        data["description"],
+        data["owner"],
+        data["start_time"],
+        data["end_time"],
+        data["output_file"],
+        int(data["notified"]),
+        json.dumps(data, separators=(",", ":")),
     )

@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from taskloom.errors import StoreError
 from taskloom.settings import ensure_private_dir
 from taskloom.store import _sql
-from taskloom.store._disk import RESERVE_BYTES, describe, is_full, make_reserve, release_reserve
+from taskloom.store._disk import RESERVE_BYTES, Reserve, describe, is_full
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _BUSY_TIMEOUT_MS = 10_000
@@ -113,27 +113,41 @@ class Store:
         self._checkpointer: threading.Thread | None = None
         self._ckpt_wake = threading.Event()
         self._ckpt_stop = threading.Event()
+        self._reserve = Reserve(self.path, reserve_bytes)
         # SQLite gives the -wal and -shm files the database file's mode: create it private.
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        self._conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=30
-        )
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or power
-            # loss can drop the last transactions. That is the durability we promise.
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            # Checkpoints fsync; a thread of ours runs them so the event loop never waits on
-            # the disk (see _checkpoint_loop).
-            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
-            self._migrate()
-        except BaseException as exc:
-            self._conn.close()
-            if isinstance(exc, sqlite3.DatabaseError):
-                raise StoreError(f"cannot open store {self.path}: {exc}") from exc
-            raise
-        make_reserve(self.path, reserve_bytes)
+        self._open()
+        self._reserve.open()
+
+    def _open(self) -> None:
+        """Connect, set up and migrate; on a full disk give the reserve back and try again.
+
+        Raises:
+            StoreError: The database cannot be opened (one line: the path, what to do).
+        """
+        for last in (False, True):
+            self._conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30
+            )
+            try:
+                self._conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+                # Creates the -wal and -shm files: on a full disk, this fails first.
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or
+                # power loss can drop the last transactions. That is the durability we promise.
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+                # Checkpoints fsync; a thread of ours runs them so the event loop never waits
+                # on the disk (see _checkpoint_loop).
+                self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+                self._migrate()
+                return
+            except BaseException as exc:
+                self._conn.close()
+                if not isinstance(exc, sqlite3.DatabaseError):
+                    raise
+                if not last and is_full(exc, self.path) and self._reserve.release():
+                    continue
+                raise StoreError(f"cannot open store: {describe(self.path, exc)}") from exc
 
     # -- schema -------------------------------------------------------------------------------
 
@@ -195,6 +209,8 @@ class Store:
                     log.warning("%s; retrying every %gs", exc, _RETRY_DELAY_S)
                 else:
                     log.error("store commit failed; retrying", exc_info=exc)
+            else:  # for --debug only: the user has been told once
+                log.debug("store commit failed again; retrying in %gs", _RETRY_DELAY_S)
             with self._lock:
                 self._flush_scheduled = True
             loop.call_later(_RETRY_DELAY_S, self._scheduled_flush, loop)
@@ -251,7 +267,9 @@ class Store:
         try:
             conn.execute("BEGIN IMMEDIATE")
             if tasks:
-                conn.executemany(_UPSERT_TASK, [_task_params(make()) for make in tasks.values()])
+                conn.executemany(
+                    _sql.UPSERT_TASK, [_sql.task_params(make()) for make in tasks.values()]
+                )
             for sql, params in batch:
                 try:
                     conn.execute(sql, params)
@@ -286,11 +304,15 @@ class Store:
     def _with_reserve(self, op: Callable[[], _T]) -> _T:
         """Run ``op`` (one transaction); if the disk is full, release the reserve and retry."""
         try:
-            return op()
+            result = op()
         except sqlite3.OperationalError as exc:
-            if not is_full(exc) or not release_reserve(self.path):
+            if not is_full(exc, self.path):
                 raise
-        return op()
+            if not self._reserve.release():
+                raise
+            result = op()
+        self._reserve.committed()  # makes the reserve again if it is missing
+        return result
 
     def _transaction(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
         """Commit what is queued, then run ``op`` in its own immediate transaction, now.
@@ -380,8 +402,25 @@ class Store:
         """
         return self._transaction(lambda conn: _sql.claim(conn, row, may_take))
 
-    def end_session_of(self, session: SessionRow, when: float) -> bool:
+    def end_session_of(
+        self,
+        session: SessionRow,
+        when: float,
+        *,
+        statuses: Collection[str] = (),
+        settle: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+    ) -> bool:
         """End ``session`` only if it is still open and run by the process it names, now.
+
+        If it is ended, its tasks in ``statuses`` are settled in the same transaction: each
+        record is passed to ``settle``, and what that returns (None: leave it) is written.
+        So whoever claims the session next sees them settled, never still running.
+
+        Args:
+            session: The session as it was read, owner included (the compare-and-set).
+            when: Its end time.
+            statuses: Which of its tasks to hand to ``settle``.
+            settle: A task record's new state dict, or None to leave it as it is.
 
         Returns:
             Whether it was ended (False: another process has claimed it meanwhile).
@@ -389,7 +428,9 @@ class Store:
         Raises:
             StoreError: The transaction failed.
         """
-        return self._transaction(lambda conn: _sql.end_session_of(conn, session, when))
+        return self._transaction(
+            lambda conn: _sql.end_session_of(conn, session, when, statuses, settle)
+        )
 
     def end_session(self, session_id: str, when: float | None = None) -> None:
         """Mark a session as cleanly ended."""
@@ -526,32 +567,6 @@ class Store:
         """Return every recorded process."""
         rows = self._query("SELECT * FROM processes")
         return [ProcessRow(**{**dict(r), "detached": bool(r["detached"])}) for r in rows]
-
-
-_UPSERT_TASK = (
-    "INSERT INTO tasks(id, session_id, type, status, description, owner, start_time, "
-    "end_time, output_file, notified, data) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-    "ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
-    "description = excluded.description, owner = excluded.owner, "
-    "start_time = excluded.start_time, end_time = excluded.end_time, "
-    "output_file = excluded.output_file, notified = excluded.notified, data = excluded.data"
-)
-
-
-def _task_params(data: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        data["id"],
-        data["session_id"],
-        data["type"],
-        data["status"],
-        data["description"],
-        data["owner"],
-        data["start_time"],
-        data["end_time"],
-        data["output_file"],
-        int(data["notified"]),
-        json.dumps(data, separators=(",", ":")),
-    )
 
 
 def _split_sql(script: str) -> list[str]:

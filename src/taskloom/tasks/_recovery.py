@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Collection
+from typing import Any
 
 from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
@@ -43,21 +44,32 @@ def settle_dead_sessions(
     detached = {r.task_id: r for r in sorted(records, key=lambda r: r.pid != 0) if r.detached}
     if taken is not None and taken.ended_at is None and owner_gone(taken):
         _end_live_tasks(store, taken.id, detached, now)
+
+    def settle(data: dict[str, Any]) -> dict[str, Any] | None:
+        row = detached.get(data["id"])
+        if row is None:  # its processes were the orphan sweep's to kill
+            return _ended(data, now, TaskStatus.KILLED)
+        return None if _still_runs(row) else _ended(data, now, TaskStatus.COMPLETED)
+
     for session in store.open_sessions():
-        if session.pid == os.getpid() or is_same_process(
-            session.pid, session.pid_start, session.boot_id
-        ):
+        if session.pid == os.getpid() or not owner_gone(session):
             continue
-        if store.end_session_of(session, now):  # else someone claimed it meanwhile
-            _end_live_tasks(store, session.id, detached, now)
+        # Ending the session and settling its tasks is one transaction: a resume claiming the
+        # session right after must find them settled (and notify them), not still running.
+        # If someone claimed it first, the compare-and-set fails and its tasks are theirs.
+        store.end_session_of(session, now, statuses=_LIVE, settle=settle)
     # Detached commands outlive their session; once one has ended, say so (exit status unknown:
     # nobody was left to collect it).
     for task_id, row in detached.items():
-        if is_same_process(row.pid, row.pid_start, row.boot_id):
+        if _still_runs(row):
             continue
         record = store.get_task(task_id)
         if record is not None and record["status"] in _LIVE:
-            _end(store, record, now, TaskStatus.COMPLETED)
+            store.upsert_task(_ended(record, now, TaskStatus.COMPLETED))
+
+
+def _still_runs(row: ProcessRow) -> bool:
+    return is_same_process(row.pid, row.pid_start, row.boot_id)
 
 
 def _end_live_tasks(
@@ -65,15 +77,16 @@ def _end_live_tasks(
 ) -> None:
     for data in store.list_tasks(session_id, statuses=_LIVE):
         if data["id"] not in detached:
-            _end(store, data, now, TaskStatus.KILLED)
+            store.upsert_task(_ended(data, now, TaskStatus.KILLED))
 
 
-def _end(store: Store, data: dict[str, object], now: float, status: TaskStatus) -> None:
+def _ended(data: dict[str, Any], now: float, status: TaskStatus) -> dict[str, Any]:
+    """The record ``data`` (changed in place) as ended with ``status`` at ``now``, unnotified."""
     data.update(status=status.value, end_time=now, notified=False)
     if data["type"] == TaskType.LOCAL_BASH.value:
         data["interrupted"] = status == TaskStatus.KILLED
         data["pid"] = None
-    store.upsert_task(data)
+    return data
 
 
 async def kill_lingering(

@@ -5,7 +5,7 @@ answers; the time is measured from just before the process is spawned to the mom
 server receives the first ``/v1/messages`` request. Peak RSS is the child's ``ru_maxrss``
 over the whole run. The same is measured for ``python -c pass`` as a floor, in the same run.
 
-Targets (DESIGN §3.7): <= 0.35 s to the first request, <= 80 MiB peak RSS.
+Targets: <= 0.35 s to the first request, <= 80 MiB peak RSS.
 Quick run: ``.venv/bin/python bench/startup.py --runs 3``.
 """
 

@@ -1,4 +1,4 @@
-"""Task ids (DESIGN §3.1): type prefix + 8 characters of 0-9a-z from a CSPRNG."""
+"""Task ids: type prefix + 8 characters of 0-9a-z from a CSPRNG."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 ID_RE = re.compile(r"^[bartwmd][0-9a-z]{8}$")
 
-DESIGN_PREFIXES = {
+EXPECTED_PREFIXES = {
     "local_bash": "b",
     "local_agent": "a",
     "remote_agent": "r",
@@ -28,7 +28,7 @@ DESIGN_PREFIXES = {
 
 
 def test_design_lists_seven_types() -> None:
-    assert {t.value for t in TaskType} == set(DESIGN_PREFIXES)
+    assert {t.value for t in TaskType} == set(EXPECTED_PREFIXES)
 
 
 def test_ten_thousand_ids_are_unique_and_well_formed() -> None:
@@ -38,12 +38,12 @@ def test_ten_thousand_ids_are_unique_and_well_formed() -> None:
     bad = [g for g in generated if not ID_RE.fullmatch(g)]
     assert bad == []
     # every type was exercised
-    assert {g[0] for g in generated} == set(DESIGN_PREFIXES.values())
+    assert {g[0] for g in generated} == set(EXPECTED_PREFIXES.values())
 
 
 @pytest.mark.parametrize("task_type", list(TaskType))
 def test_prefix_matches_design(task_type: TaskType) -> None:
-    expected = DESIGN_PREFIXES[task_type.value]
+    expected = EXPECTED_PREFIXES[task_type.value]
     assert PREFIXES[task_type] == expected
     for _ in range(50):
         task_id = new_task_id(task_type)

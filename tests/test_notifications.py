@@ -1,4 +1,4 @@
-"""Task notifications (DESIGN §3.3): rendering, summaries and the durable exactly-once queue."""
+"""Task notifications: rendering, summaries and the durable exactly-once queue."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from taskloom.tasks.notifications import (
 from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskStatus
 from taskloom.testing.clock import FakeClock
 
-DESIGN_EXAMPLE = """\
+EXAMPLE = """\
 <task-notification>
 <task-id>a1b2c3d4e</task-id>
 <tool-use-id>toolu_01abc</tool-use-id>
@@ -62,7 +62,7 @@ def test_render_matches_design_layout_exactly() -> None:
         result="final answer text, capped",
         usage=USAGE,
     )
-    assert text == DESIGN_EXAMPLE
+    assert text == EXAMPLE
 
 
 def test_render_omits_absent_optional_tags() -> None:
@@ -210,7 +210,7 @@ def test_render_terminal_agent_matches_design() -> None:
         start_time=1000.0,
         end_time=1034.5,
     ).replace(id="a1b2c3d4e")
-    assert render_terminal(state) == DESIGN_EXAMPLE
+    assert render_terminal(state) == EXAMPLE
 
 
 def test_render_terminal_shell() -> None:

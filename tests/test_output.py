@@ -1,4 +1,4 @@
-"""Task output files (DESIGN §3.2): private, exclusive, symlink-proof, capped, delta reads."""
+"""Task output files: private, exclusive, symlink-proof, capped, delta reads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Task types, the status machine and the frozen state variants (DESIGN §3.1)."""
+"""Task types, the status machine and the frozen state variants."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Where taskloom keeps its state, and the few settings the runtime needs.
 
-The layout (DESIGN §3.6)::
+The layout::
 
     $TASKLOOM_HOME/            (default ~/.taskloom)
         taskloom.db            the embedded store
@@ -21,7 +21,7 @@ from typing import Any
 
 from taskloom.errors import SettingsError
 
-#: Default cap on one task's output file (DESIGN §3.2).
+#: Default cap on one task's output file.
 DEFAULT_OUTPUT_CAP_BYTES = 5 * 1024**3
 
 

@@ -1,4 +1,4 @@
-"""Git worktree isolation with a strict contract (DESIGN §1.7).
+"""Git worktree isolation with a strict contract.
 
 Worktree ``NAME`` lives at ``<root>/.taskloom/worktrees/NAME`` (``root``: ``git rev-parse
 --show-toplevel``) on a new branch ``taskloom/NAME`` at the repository's HEAD commit or ``base``.

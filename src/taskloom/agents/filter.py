@@ -1,4 +1,4 @@
-"""Which tools a subagent gets, in the seeds' three layers and then its definition's lists.
+"""Which tools a subagent gets, in three layers and then its definition's lists.
 
 1. MCP tools (``mcp__…``) are always allowed.
 2. A deny list for every agent: TaskOutput, ExitPlanMode, EnterPlanMode, AskUserQuestion,

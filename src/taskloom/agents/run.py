@@ -83,7 +83,7 @@ class AgentRun:
             await asyncio.wait_for(asyncio.shield(driver), 30.0)
 
     async def detach(self) -> None:
-        """Agents cannot outlive their session (seed 002): detaching stops them (recorded)."""
+        """Agents cannot outlive their session: detaching stops them (recorded)."""
         await self.kill()
 
     def on_background(self) -> None:

@@ -1,6 +1,6 @@
 """The ``taskloom`` command: headless print mode, and the demo, tasks and agents commands.
 
-``taskloom -p PROMPT [flags]`` follows Claude Code's print mode (DESIGN §3.5). Subcommand
+``taskloom -p PROMPT [flags]`` follows Claude Code's print mode. Subcommand
 modules are imported inside their commands so each pays only for what it uses at start-up.
 """
 
@@ -18,7 +18,7 @@ _MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
 
 def _print_parser() -> argparse.ArgumentParser:
     # argparse, not typer, on this path: print mode is what scripts start again and again,
-    # and typer costs ~0.1 s at import (DESIGN §3.7).
+    # and typer costs ~0.1 s at import.
     parser = argparse.ArgumentParser(
         prog="taskloom",
         description="Run a prompt headless (Claude Code's print mode).",

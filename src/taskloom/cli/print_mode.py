@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PrintOptions:
-    """The print-mode flags (DESIGN §3.5)."""
+    """The print-mode flags."""
 
     prompt: str | None
     output_format: str = "text"

@@ -1,6 +1,6 @@
 """Task notifications: the XML the model sees, and the durable exactly-once queue.
 
-Rendering (DESIGN §3.3)::
+Rendering::
 
     <task-notification>
     <task-id>…</task-id>

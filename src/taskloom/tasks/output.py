@@ -1,4 +1,4 @@
-"""Task output on disk (DESIGN §3.2).
+"""Task output on disk.
 
 ``$TASKLOOM_HOME/sessions/<session>/tasks/<task-id>.output``: directories 0700, files 0600,
 created exclusively with ``O_NOFOLLOW`` relative to a directory descriptor that was itself

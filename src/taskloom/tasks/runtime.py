@@ -4,7 +4,7 @@ Every state change goes through :meth:`TaskRuntime.update`, which is atomic: the
 transition, the ``notified`` flag and the enqueueing of the notification happen in one step, so
 however completion, kill and cleanup race, a task that ends yields exactly one notification.
 
-Owner scoping (seed 002): a task belongs to the agent (or session) that started it. Only that
+Owner scoping: a task belongs to the agent (or session) that started it. Only that
 owner, or the session itself, may read or stop it, and only that owner is notified of it. When an
 owner closes, its tasks are handled by their exit policy (``cancel`` kills, ``wait`` waits,
 ``detach`` lets go) and notifications for it are dropped: there is no one left to receive them.

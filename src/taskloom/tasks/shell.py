@@ -1,6 +1,6 @@
 """LocalShellTask: shell commands in the foreground, the background, or moved between them.
 
-Four ways into the background (seed §5.6): ``run_in_background`` from the start; a foreground
+Four ways into the background: ``run_in_background`` from the start; a foreground
 command passing its timeout (auto-background, the default; with it off the command is killed);
 :meth:`TaskRuntime.background` while a caller waits on it; and the same from a UI. Moving to
 the background never touches the output: the child writes to the output file from the start.

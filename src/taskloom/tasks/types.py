@@ -17,7 +17,7 @@ from taskloom.errors import InvalidTransition
 
 
 class TaskType(enum.StrEnum):
-    """What a task runs (DESIGN §3.1)."""
+    """What a task runs."""
 
     LOCAL_BASH = "local_bash"
     LOCAL_AGENT = "local_agent"
@@ -79,7 +79,7 @@ def check_transition(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TaskState:
-    """Fields common to every task (DESIGN §3.1).
+    """Fields common to every task.
 
     Attributes:
         id: Type-prefixed task id.

@@ -77,7 +77,7 @@ class AgentTool(Tool[AgentInput]):
         teammate: bool = False,
         in_process_teammate: bool = False,
     ) -> None:
-        """Serve ``service``; the flags shape the schema (seed 002 and the teammate rules)."""
+        """Serve ``service``; the flags shape the schema (the background and teammate rules)."""
         self.service = service
         self.enable_run_in_background = enable_run_in_background and not background_disabled(
             service.settings

@@ -1,4 +1,4 @@
-"""The generic job tools of seed 002 (``job_output``, ``job_list``, ``job_kill``).
+"""The generic job tools (``job_output``, ``job_list``, ``job_kill``).
 
 The same runtime as TaskOutput/TaskStop under another vocabulary, chosen with the setting
 ``toolProfile: "jobs"``. While a job lives ``job_output`` reports only its status; once it has

@@ -1,7 +1,7 @@
 """The core tool set, in one of two profiles.
 
 ``claude`` (default) offers TaskOutput and TaskStop; ``jobs`` (setting ``toolProfile``) offers
-the seed-002 job tools ``job_output``, ``job_list`` and ``job_kill`` over the same runtime.
+the generic job tools ``job_output``, ``job_list`` and ``job_kill`` over the same runtime.
 """
 
 from __future__ import annotations

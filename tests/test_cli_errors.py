@@ -298,3 +298,22 @@ def test_a_subcommand_meeting_a_symlinked_home_says_so_in_one_line(tmp_path: Pat
     )
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and str(link) in proc.stderr and "symlink" in proc.stderr
+
+
+def test_a_guard_hook_under_a_misspelt_event_stops_the_run(tmp_path: Path) -> None:
+    guard = {"matcher": "Bash", "hooks": [{"type": "command", "command": "exit 2"}]}
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(
+        json.dumps({"hooks": {"PreTooluse": [guard], "Notification": [guard]}})
+    )
+    proc = run("-p", "go", "--model", echo_script(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown hook event 'PreTooluse'; did you mean 'PreToolUse'?" in proc.stderr
+    assert not (tmp_path / "marker").exists()
+    # An event of Claude Code's that we do not run is skipped with a warning, not refused.
+    (tmp_path / ".claude" / "settings.json").write_text(
+        json.dumps({"hooks": {"Notification": [guard]}})
+    )
+    proc = run("-p", "go", "--model", echo_script(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "unknown hook event 'Notification' skipped" in proc.stderr

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from taskloom.errors import SettingsError
+
 _log = logging.getLogger("taskloom.hooks")
 
 #: Seconds a hook may run when its entry names no timeout (Claude Code's default).
@@ -137,15 +139,21 @@ class HookConfig:
         """
         if settings.get("disableAllHooks") is True:
             return cls()
-        return cls.parse(settings.get("hooks"))
+        return cls.parse(settings.get("hooks"), typos_fail=True)
 
     @classmethod
-    def parse(cls, value: Any, *, source: str = "hooks") -> HookConfig:
+    def parse(cls, value: Any, *, source: str = "hooks", typos_fail: bool = False) -> HookConfig:
         """Parse a ``hooks`` value (the settings key, or an agent definition's own hooks).
 
         Args:
             value: The mapping of event names to matcher entries; None means no hooks.
             source: Names the origin in warnings (e.g. an agent file).
+            typos_fail: Raise for an event name that looks like a misspelt known one
+                (``PreTooluse``), instead of skipping it with a warning: a guard hook that
+                never runs fails open. Names of events we do not run are still skipped.
+
+        Raises:
+            SettingsError: With ``typos_fail``, an event name close to a known one.
         """
         if value is None:
             return cls()
@@ -157,6 +165,12 @@ class HookConfig:
             try:
                 event = HookEvent(name)
             except ValueError:
+                guess = _misspelt(name) if typos_fail else None
+                if guess is not None:
+                    raise SettingsError(
+                        f"settings {source}: unknown hook event {name!r}; did you mean "
+                        f"{guess!r}? (a hook under a misspelt event never runs)"
+                    ) from None
                 _log.warning("%s: unknown hook event %r skipped", source, name)
                 continue
             parsed = _parse_entries(event, entries, source)
@@ -199,6 +213,21 @@ class HookConfig:
     def __bool__(self) -> bool:
         """True when at least one hook is configured."""
         return any(self.events.values())
+
+
+#: Claude Code events that taskloom does not run: their hooks are skipped, never "misspelt".
+_OTHER_EVENTS = frozenset({"Notification", "PreCompact", "PostCompact", "PermissionRequest"})
+
+
+def _misspelt(name: str) -> str | None:
+    """The known event ``name`` is probably a misspelling of, or None."""
+    if name in _OTHER_EVENTS:
+        return None
+    import difflib  # only on this rare path
+
+    known = {event.value.lower(): event.value for event in HookEvent}
+    close = difflib.get_close_matches(name.lower(), list(known), n=1, cutoff=0.85)
+    return known[close[0]] if close else None
 
 
 def _parse_entries(event: HookEvent, entries: Any, source: str) -> tuple[HookMatcher, ...]:

@@ -32,6 +32,7 @@ import re
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    received: float = field(default_factory=time.monotonic)  # when it arrived (monotonic)
 
 
 def as_tool_call(call: ToolCallLike) -> ToolCall:

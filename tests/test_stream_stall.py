@@ -112,10 +112,12 @@ def test_a_stream_that_always_stalls_fails_clearly_and_soon(
 ) -> None:
     stall = FIRST_DELTA[provider] if where == "mid_stream" else 0
     server.responder = lambda body: Turn(text="never finished", stall_at=stall)
-    proc, result, elapsed = run(server, tmp_path, **{IDLE_TIMEOUT_ENV: "1"})
-    assert elapsed < 5
-    assert proc.returncode == 1 and result["subtype"] == "error_during_execution"
+    proc, result, _ = run(server, tmp_path, **{IDLE_TIMEOUT_ENV: "1"})
     message = result["result"]
+    # From the first request to the end of the run (the interpreter's start-up, which a
+    # loaded machine stretches, is not part of what the stall costs).
+    assert time.monotonic() - server.requests[0].received < 5, message
+    assert proc.returncode == 1 and result["subtype"] == "error_during_execution"
     assert f"no data from {api_url(server)} for 1 s" in message, message
     assert IDLE_TIMEOUT_ENV in message and "Internal error" not in message
     assert 2 <= len(server.requests) <= 3  # retried, within a window of three timeouts

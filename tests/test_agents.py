@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 
 from helpers import agent_service, clean_env, scripted_argv, wait_until
+from taskloom.agents.agent_tool import AgentTool
+from taskloom.agents.send_message import SendMessageTool
 from taskloom.agents.service import SpawnRequest
 from taskloom.engine import Engine, EngineConfig, Finished
 from taskloom.messages import TextBlock, ToolResultBlock
@@ -20,10 +22,8 @@ from taskloom.models.base import ModelRequest
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import AgentTaskState
 from taskloom.testing import FunctionModel, ToolCall, Turn
-from taskloom.tools.agent import AgentTool
 from taskloom.tools.base import ToolContext
 from taskloom.tools.registry import core_tools
-from taskloom.tools.send_message import SendMessageTool
 
 
 def run_cli(tmp_path: Path, script: dict[str, Any], *args: str, **env: str) -> list[dict[str, Any]]:

@@ -6,16 +6,16 @@ from pathlib import Path
 from typing import Any
 
 from helpers import agent_service
+from taskloom.agents.agent_tool import AgentTool
 from taskloom.agents.fork import MARKER, NESTED_FORK_ERROR
+from taskloom.agents.send_message import SendMessageTool
 from taskloom.agents.service import AgentService
 from taskloom.engine import Engine, EngineConfig, Finished
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import FunctionModel, ToolCall, Turn
-from taskloom.tools.agent import AgentTool
 from taskloom.tools.registry import core_tools
-from taskloom.tools.send_message import SendMessageTool
 
 
 async def test_a_fork_continues_the_parents_exact_prefix_and_cannot_fork_again(

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from taskloom.errors import InvalidTransition, TaskAccessDenied, TaskNotFound
-from taskloom.tasks.runtime import PANEL_GRACE_S, TaskRuntime
+from taskloom.tasks.agent import PANEL_GRACE_S
+from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskStatus, TaskType
 from taskloom.testing import FakeClock
 

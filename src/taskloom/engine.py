@@ -158,7 +158,9 @@ class Engine:
         self.messages: list[Message] = list(messages or [])
         self.files = files or FileState()
         self.tools = {t.name: t for t in config.tools}
-        self.usage = Usage()
+        # Constructed, not validated: nothing to check, and building the model (pydantic's
+        # first build costs tens of milliseconds) can wait until an answer arrives.
+        self.usage = Usage.model_construct()
         self.context_tokens = 0
         self.num_turns = 0
         self.tool_uses = 0

@@ -6,16 +6,22 @@ Every provider adapter converts to and from these; the engine, transcripts and t
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 #: Key under which an adapter passes on a tool input that was not a JSON object.
 INVALID_INPUT_KEY = "__invalid_input__"
 
 
+# Every model here is built when first used, not at import (``defer_build``): building them
+# takes tens of milliseconds, and the first request needs none of it (see Message.user and
+# Message.wire). The first answer read from a model builds them.
 class _Block(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
 
 class TextBlock(_Block):
@@ -68,6 +74,8 @@ ContentBlock = Annotated[
 class Usage(BaseModel):
     """Token counts of one model response (Anthropic field names)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
@@ -87,7 +95,7 @@ class Message(BaseModel):
     transcripts and ``stream-json``, not part of :meth:`wire`).
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     role: Literal["user", "assistant"]
     content: list[ContentBlock]
@@ -100,7 +108,10 @@ class Message(BaseModel):
     @classmethod
     def user(cls, text: str) -> Message:
         """A user message holding one text block."""
-        return cls(role="user", content=[TextBlock(text=text)])
+        if not isinstance(text, str):
+            return cls(role="user", content=[TextBlock(text=text)])  # validated: it fails
+        # Already valid: constructing it directly keeps the models unbuilt until needed.
+        return cls.model_construct(role="user", content=[TextBlock.model_construct(text=text)])
 
     def text(self) -> str:
         """The concatenated text blocks (no tool blocks, no thinking)."""
@@ -112,17 +123,48 @@ class Message(BaseModel):
 
     def wire(self) -> dict[str, Any]:
         """The Anthropic wire form (role and content only, no ``None`` fields)."""
-        return {
-            "role": self.role,
-            "content": [b.model_dump(exclude_none=True) for b in self.content],
-        }
+        return {"role": self.role, "content": self._content_dump()}
 
     def full(self) -> dict[str, Any]:
         """The full JSON form, as printed in ``stream-json`` and kept in transcripts."""
-        data = self.model_dump(exclude_none=True)
+        data: dict[str, Any]
+        if self._plain_text():
+            # What model_dump(exclude_none=True) gives for it, without building the model.
+            data = {"role": self.role, "content": self._content_dump()}
+        else:
+            data = self.model_dump(exclude_none=True)
         if self.role == "assistant":
             data = {"id": self.id, "type": "message", **data}
         return data
 
+    def _plain_text(self) -> bool:
+        """Only exact text blocks, no extra fields, nothing but role and content set."""
+        return (
+            not self.__pydantic_extra__
+            and self.id is None
+            and self.model is None
+            and self.stop_reason is None
+            and self.usage is None
+            and self.sanitized is None
+            and all(type(b) is TextBlock and not b.__pydantic_extra__ for b in self.content)
+        )
 
-MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+    def _content_dump(self) -> list[dict[str, Any]]:
+        if all(type(b) is TextBlock and not b.__pydantic_extra__ for b in self.content):
+            # model_dump(exclude_none=True) of a text block, without building the model.
+            return [{"type": b.type, "text": b.text} for b in self.content]  # type: ignore[union-attr]
+        return [b.model_dump(exclude_none=True) for b in self.content]
+
+
+def __getattr__(name: str) -> Any:
+    # MESSAGE_ADAPTER is made on first use: a TypeAdapter builds its model at once.
+    if name == "MESSAGE_ADAPTER":
+        from pydantic import TypeAdapter
+
+        adapter = TypeAdapter(Message)
+        globals()[name] = adapter
+        return adapter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+MESSAGE_ADAPTER: TypeAdapter[Message]

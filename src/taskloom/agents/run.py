@@ -22,15 +22,15 @@ from taskloom.engine import AssistantTurn, Engine, UserTurn
 from taskloom.errors import TaskloomError
 from taskloom.messages import Message
 from taskloom.settings import session_dir
+from taskloom.tasks.agent import ended, killed, progressed
+from taskloom.tasks.handoff import Handoff
 from taskloom.tasks.output import DiskTaskOutput
-from taskloom.tasks.types import AgentTaskState, TaskStatus
+from taskloom.tasks.types import AgentTaskState
 from taskloom.transcript import TranscriptWriter
 
 if TYPE_CHECKING:
     from taskloom.tasks.runtime import TaskRuntime
 
-#: How many recent activities an agent's progress keeps.
-MAX_ACTIVITIES = 5
 #: Most times SubagentStop hooks may send an agent back to work (no endless loops).
 MAX_STOP_CONTINUATIONS = 5
 
@@ -57,7 +57,7 @@ class AgentRun:
         self.engine = engine
         engine.config.inbox = self.take_inbox  # messages from SendMessage reach this run
         self.on_end = on_end
-        self.backgrounded = asyncio.Event()
+        self.handoff = Handoff()
         self.driver: asyncio.Task[None] | None = None
         self.started = time.monotonic()
         self.transcript: TranscriptWriter | None = None
@@ -88,7 +88,7 @@ class AgentRun:
 
     def on_background(self) -> None:
         """The caller stopped waiting in the foreground."""
-        self.backgrounded.set()
+        self.handoff.release()
 
     # -- running ------------------------------------------------------------------------------
 
@@ -96,7 +96,7 @@ class AgentRun:
         """Run the engine on ``prompt`` (None: its history is ready) in a task of its own."""
         self.started = time.monotonic()
         self.finishing = False
-        self.backgrounded = asyncio.Event()
+        self.handoff = Handoff()
         self.driver = asyncio.get_running_loop().create_task(self._drive(prompt))
         return self.driver
 
@@ -149,7 +149,7 @@ class AgentRun:
             fields, note = await self._finalize()
             result = engine.last_text() + note
             self.runtime.update(
-                self.agent_id, lambda s: self._ended(s, result=result).replace(**fields)
+                self.agent_id, lambda s: ended(s, self._totals(), result=result).replace(**fields)
             )
         except asyncio.CancelledError:
             # Killed (or its parent cancelled): record it here, so every end goes through here,
@@ -157,14 +157,15 @@ class AgentRun:
             fields, note = await finish_despite_cancel(self._finalize())
             self.runtime.update(
                 self.agent_id,
-                lambda s: _killed(s).replace(error=note.strip() or None, **fields),
+                lambda s: killed(s).replace(error=note.strip() or None, **fields),
             )
             raise
         except Exception as exc:  # a failed agent must not take its parent down
             error = str(exc) if isinstance(exc, TaskloomError) else f"{type(exc).__name__}: {exc}"
             fields, note = await finish_despite_cancel(self._finalize())
             self.runtime.update(
-                self.agent_id, lambda s: self._ended(s, error=error + note).replace(**fields)
+                self.agent_id,
+                lambda s: ended(s, self._totals(), error=error + note).replace(**fields),
             )
         finally:
             await finish_despite_cancel(self._cleanup())
@@ -210,15 +211,7 @@ class AgentRun:
         finally:
             self._close_files()
 
-    def _ended(
-        self, state: AgentTaskState, *, result: str | None = None, error: str | None = None
-    ) -> AgentTaskState:
-        if state.terminal:
-            return state
-        status = TaskStatus.COMPLETED if error is None else TaskStatus.FAILED
-        return state.replace(status=status, result=result, error=error, **self._totals(state))
-
-    def _totals(self, state: AgentTaskState) -> dict[str, int]:
+    def _totals(self) -> dict[str, int]:
         engine = self.engine
         return {
             "input_tokens": engine.context_tokens,
@@ -240,15 +233,7 @@ class AgentRun:
             if self.output is not None and lines:
                 self.output.append("\n".join(lines) + "\n")
 
-            def progress(state: AgentTaskState) -> AgentTaskState:
-                recent = (*state.activities, *activities)[-MAX_ACTIVITIES:]
-                return state.replace(activities=tuple(recent), **self._totals(state))
-
-            self.runtime.update(self.agent_id, progress)
+            self.runtime.update(self.agent_id, lambda s: progressed(s, activities, self._totals()))
         elif isinstance(event, UserTurn) and transcript is not None:
             transcript.append(event.message, origin=event.origin)
-            self.runtime.update(self.agent_id, lambda s: s.replace(**self._totals(s)))
-
-
-def _killed(state: AgentTaskState) -> AgentTaskState:
-    return state if state.terminal else state.replace(status=TaskStatus.KILLED)
+            self.runtime.update(self.agent_id, lambda s: s.replace(**self._totals()))

@@ -22,6 +22,7 @@ from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.engine import Engine, EngineConfig
 from taskloom.errors import ToolError
 from taskloom.prompts import environment
+from taskloom.tasks.agent import failed_to_start, queued, resumed
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 from taskloom.tools.base import FileState, Tool, ToolContext
 from taskloom.transcript import TranscriptWriter, load_messages, repair
@@ -323,23 +324,12 @@ class AgentService:
         request: SpawnRequest,
     ) -> SpawnResult:
         limit_ms = auto_background_ms(self.settings)
-        moved = asyncio.ensure_future(run.backgrounded.wait())
-        try:
-            done, _ = await asyncio.wait(
-                [driver, moved],
-                timeout=limit_ms / 1000 if limit_ms else None,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        except asyncio.CancelledError:
-            # The parent was cancelled: its foreground child goes with it.
-            await finish_despite_cancel(self.runtime.kill(run.agent_id))
-            raise
-        finally:
-            moved.cancel()
-        if moved in done and not driver.done():
-            return self._launched(run.agent_id, definition, request)  # moved from outside
-        if not driver.done() and self.runtime.background(run.agent_id):
-            return self._launched(run.agent_id, definition, request)  # timed out
+        # A cancelled parent takes its foreground child with it; a timeout backgrounds it.
+        end = await run.handoff.wait(
+            self.runtime, run.agent_id, driver, limit_ms / 1000 if limit_ms else None
+        )
+        if end.backgrounded:
+            return self._launched(run.agent_id, definition, request)
         # Its end is recorded by the run itself (even a kill): wait without inheriting a
         # cancellation that was aimed at the child.
         await asyncio.wait([driver])
@@ -375,12 +365,7 @@ class AgentService:
         if worktree is not None:
             await self._worktree_finisher(worktree)()
         error = f"could not start: {exc}" if str(exc) else "could not start"
-        self.runtime.update(
-            agent_id,
-            lambda s: (
-                s if s.terminal else s.replace(status=TaskStatus.FAILED, error=error, notified=True)
-            ),
-        )
+        self.runtime.update(agent_id, lambda s: failed_to_start(s, error))
 
     async def _require_mcp(self, definition: AgentDefinition) -> None:
         """Wait (at most 30 s) for the MCP servers the definition requires."""
@@ -540,9 +525,7 @@ class AgentService:
             state = self.runtime.authorize(agent_id, ctx.owner)
         assert isinstance(state, AgentTaskState)
         if not state.terminal:
-            self.runtime.update(
-                agent_id, lambda s: s.replace(pending_messages=(*s.pending_messages, message))
-            )
+            self.runtime.update(agent_id, lambda s: queued(s, message))
             return (
                 f"Message queued for agent {agent_id}; it will see it at its next tool "
                 "boundary, before its next model request."
@@ -595,15 +578,6 @@ class AgentService:
             self.runs[agent_id] = run
         self.runtime.reopen_owner(agent_id)
         # Back to running under the same id (the runtime merges what must survive).
-        self.runtime.register(
-            state.replace(
-                status=TaskStatus.RUNNING,
-                is_backgrounded=True,
-                result=None,
-                error=None,
-                worktree_path=None,
-                worktree_branch=None,
-            )
-        )
+        self.runtime.register(resumed(state))
         self.runtime.attach_handle(agent_id, run)
         run.start(message)

@@ -7,6 +7,7 @@ modules are imported inside their commands so each pays only for what it uses at
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -142,4 +143,14 @@ def main() -> None:
     if not args:
         _print_parser().print_help()
         sys.exit(2)
-    sys.exit(run_print_mode(args))
+    # Start-up makes tens of thousands of objects and frees almost none: collecting them
+    # before the first request is wasted time (print mode turns collection back on once the
+    # session is built). At exit the store is committed and closed and every child is
+    # stopped: freezing what is left spares the interpreter a last full collection.
+    gc.disable()
+    try:
+        code = run_print_mode(args)
+    finally:
+        gc.freeze()
+        gc.enable()
+    sys.exit(code)

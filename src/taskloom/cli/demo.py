@@ -20,8 +20,7 @@ from rich.text import Text
 
 from taskloom.cli._run import run_main
 from taskloom.cli.demo_scenario import PROJECT_FILES, scenario_model
-from taskloom.engine import AssistantTurn, EngineConfig, Finished, ToolDone, UserTurn
-from taskloom.tasks.runtime import TaskRuntime
+from taskloom.engine import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.tasks.types import TaskState
 
 PROMPT = "Check that this project's tests pass, and tell me what you find."
@@ -56,32 +55,22 @@ def _call_line(call: Any) -> str:
 
 
 async def _demo(console: Console) -> int:
-    from taskloom.permissions import PermissionMode, PermissionPolicy
-    from taskloom.prompts import main_system_prompt
-    from taskloom.session import Session
-    from taskloom.tools.registry import core_tools
+    from taskloom.harness import Harness, Options
 
     with tempfile.TemporaryDirectory(prefix="taskloom-demo-") as tmp:
         repo = Path(tmp)
         _make_repo(repo)
         console.print(f"[bold]taskloom demo[/bold] — a scripted model works in {repo}")
         console.print(f"[bold]> {PROMPT}[/bold]\n")
-        async with TaskRuntime() as rt:
-            config = EngineConfig(
-                model=scenario_model(),
-                system_prompt=main_system_prompt(repo),
-                tools=core_tools(),
-                owner=rt.session_id,
-                cwd=repo,
-                permissions=PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, [], repo),
-            )
-            session = Session(rt, config)
+        options = Options(model=scenario_model(), cwd=repo, skip_permissions=True)
+        async with Harness(options) as harness:
+            rt = harness.runtime
             finished: Finished | None = None
             live = Live(console=console, transient=True, auto_refresh=console.is_terminal)
             if console.is_terminal:
                 live.start()
             try:
-                async for event in session.run(PROMPT):
+                async for event in harness.run(PROMPT):
                     if isinstance(event, AssistantTurn):
                         if event.message.text():
                             console.print(f"[green]assistant:[/green] {event.message.text()}")
@@ -104,18 +93,19 @@ async def _demo(console: Console) -> int:
             finally:
                 if console.is_terminal:
                     live.stop()
-                session.close()
-            states = rt.list(include_evicted=True)
+                await harness.end()
+            states = harness.tasks(include_evicted=True)
+            engine = harness.session.engine
         console.print()
         for s in states:
             code = getattr(s, "exit_code", None)
             console.print(f"task {s.id}  {s.status.value:<9} exit={code}  {s.description}")
         console.print(
-            f"\nsession {rt.session_id}: {session.engine.num_turns} model turns. "
+            f"\nsession {harness.session_id}: {engine.num_turns} model turns. "
             "List its tasks with: taskloom tasks"
         )
         ok = finished is not None and "tests pass" in " ".join(
-            m.text() for m in session.engine.messages if m.role == "assistant"
+            m.text() for m in engine.messages if m.role == "assistant"
         )
         return 0 if ok else 1
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
-from taskloom.testing.scripted import ToolCall, Turn
+from taskloom.models.scripted import ToolCall, Turn
 
 PROJECT_FILES = {
     "README.md": "# calc\n\nA tiny calculator. Run the tests with `python3 test_calc.py`.\n",
@@ -104,6 +104,6 @@ def _cwd(request: ModelRequest) -> str:
 
 def scenario_model() -> Any:
     """The model for the demo."""
-    from taskloom.testing.scripted import FunctionModel
+    from taskloom.models.scripted import FunctionModel
 
     return FunctionModel(respond, name="demo-scenario")

@@ -10,27 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from taskloom._aio import finish_despite_cancel
-from taskloom.engine import AssistantTurn, EngineConfig, Finished, UserTurn
+from taskloom.engine import AssistantTurn, Finished, UserTurn
 from taskloom.errors import (
     ModelError,
     TaskloomError,
     UsageError,
-    UserError,
     describe_os_error,
 )
 from taskloom.tasks._subscription import Subscription
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import summarize
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.untrusted import clean_text
@@ -114,16 +113,7 @@ class Emitter:
                 "task_type": state.type.value,
                 "status": status,
             }
-            if hasattr(state, "exit_code"):
-                event["exit_code"] = state.exit_code
-            if state.type.value == "local_agent":
-                event["progress"] = {
-                    "tool_use_count": state.tool_uses,
-                    "input_tokens": state.input_tokens,
-                    "output_tokens": state.output_tokens,
-                    "total_tokens": state.total_tokens,
-                    "recent_activities": list(state.activities),
-                }
+            event.update(kind_of(state).event_fields(state))  # exit_code, progress, ...
             self.line(event)
 
 
@@ -187,87 +177,30 @@ def _stop_requested() -> bool:
 
 
 async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> int:
-    from taskloom.hooks import HookConfig
-    from taskloom.models.resolve import resolve_model
-    from taskloom.permissions import PermissionPolicy
-    from taskloom.prompts import main_system_prompt
-    from taskloom.session import Session, transcript_path
-    from taskloom.settings import find_project_root, load_settings
-    from taskloom.tools.agent import AgentTool
-    from taskloom.tools.registry import core_tools
-    from taskloom.tools.send_message import SendMessageTool
-    from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool, WorktreeSession
+    from taskloom.harness import Harness
 
     if opts.output_format not in OUTPUT_FORMATS:  # argparse checks too; this is for callers
         raise UsageError(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
     prompt = _read_prompt(opts.prompt)
-    cwd = Path.cwd()
-    settings = load_settings(cwd, opts.settings, skip_broken=opts.skip_broken_settings)
-    model = resolve_model(opts.model, settings)
-    policy = PermissionPolicy.from_settings(
-        settings,
-        mode=opts.permission_mode,
-        allowed_tools=opts.allowed_tools,
-        disallowed_tools=opts.disallowed_tools,
-        project_root=find_project_root(cwd),
-        skip_permissions=opts.skip_permissions,
-    )
-    profile = str(settings.get("toolProfile") or "claude")
-    if opts.resume and not transcript_path(opts.resume).is_file():
-        raise UserError(f"No conversation found with session ID: {opts.resume}")
-    runtime = TaskRuntime(session_id=opts.resume)
-    emitter.session_id = runtime.session_id
-    async with runtime, _mcp(cwd, runtime) as (mcp, mcp_config):
-        hooks = HookConfig.from_settings(settings)
-        service = _agent_service(
-            runtime, model, settings, policy, cwd, profile, hooks, opts.agents, mcp, mcp_config
-        )
-        place = WorktreeSession(cwd=cwd)
-        tools = [
-            t
-            for t in [
-                *core_tools(profile),
-                AgentTool(service),
-                SendMessageTool(service),
-                EnterWorktreeTool(place, hooks),
-                ExitWorktreeTool(place, hooks),
-                *(mcp.tools() if mcp is not None else []),
-            ]
-            if not policy.hides(t.name, t.kind)
-        ]
-        config = EngineConfig(
-            model=model,
-            system_prompt=main_system_prompt(cwd, opts.append_system_prompt),
-            tools=tools,
-            owner=runtime.session_id,
-            cwd=cwd,
-            max_turns=opts.max_turns,
-            permissions=policy,
-            headless=True,
-            settings=settings,
-            hooks=hooks,
-            cwd_source=lambda: place.cwd,
-            session_id=runtime.session_id,
-            transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
-        )
-        session = Session.resume(runtime, config) if opts.resume else Session(runtime, config)
+    harness = Harness(_options(opts))
+    emitter.session_id = harness.session_id
+    async with harness:
+        if not gc.isenabled():  # the CLI held collection off for the start-up (see app.py)
+            gc.freeze()
+            gc.enable()
+        runtime = harness.runtime
+        info = harness.init_info()
         emitter.line(
             {
                 "type": "system",
                 "subtype": "init",
-                "cwd": str(cwd),
-                "session_id": runtime.session_id,
-                "tools": [t.name for t in tools],
-                "mcp_servers": [
-                    {"name": name, "status": status}
-                    for name, status in (mcp.status() if mcp is not None else {}).items()
-                ],
-                "model": config.model_name or model.name,
-                "permissionMode": str(policy.mode),
+                **{k: info[k] for k in ("cwd", "session_id", "tools", "mcp_servers")},
+                "model": info["model"],
+                "permissionMode": info["permissionMode"],
                 "slash_commands": [],
                 "apiKeySource": _api_key_source(),
                 "output_style": "default",
-                "agents": sorted(service.catalog.names()),
+                "agents": info["agents"],
             }
         )
         sub = runtime.subscribe()
@@ -275,7 +208,7 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
         finished: Finished | None = None
         error: str | None = None
         try:
-            async for event in session.run(prompt):
+            async for event in harness.run(prompt):
                 _flush_events(sub, emitter)
                 if isinstance(event, AssistantTurn):
                     emitter.line(
@@ -321,13 +254,8 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
-            with contextlib.suppress(Exception):
-                await finish_despite_cancel(session.end())
-            session.close()
-            aclose = getattr(model, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        engine = session.engine
+            await harness.end()
+        engine = harness.session.engine
         subtype = "success"
         if error is not None:
             subtype = "error_during_execution"
@@ -409,79 +337,24 @@ def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> Non
     )
 
 
-def _agent_service(
-    runtime: TaskRuntime,
-    model: Any,
-    settings: dict[str, Any],
-    policy: Any,
-    cwd: Path,
-    profile: str,
-    hooks: Any,
-    agents_json: str | None,
-    mcp: Any,
-    mcp_config: dict[str, Any],
-) -> Any:
-    from taskloom.agents.loader import load_agents
-    from taskloom.agents.service import AgentService
-    from taskloom.models.resolve import resolve_model
-    from taskloom.tools.registry import core_tools
+def _options(opts: PrintOptions) -> Any:
+    """The harness options the flags give."""
+    from taskloom.harness import Options
 
-    resolver = None
-    if type(model).__name__ == "AnthropicModel":
-        # Aliases (sonnet, haiku...) name Claude models; other providers keep their model.
-        def resolver(spec: str) -> Any:
-            return resolve_model(spec, settings)
-
-    from taskloom.tools.agent import AgentTool
-    from taskloom.tools.send_message import SendMessageTool
-
-    def agent_tools() -> list[Any]:
-        # What a subagent may be given (filtered per agent: Agent only when nesting is on).
-        session_mcp = mcp.tools() if mcp is not None else []
-        return [*core_tools(profile), SendMessageTool(service), AgentTool(service), *session_mcp]
-
-    service = AgentService(
-        runtime,
-        catalog=load_agents(cwd, flag_json=agents_json),
-        model=model,
-        model_name=model.name,
-        tools=agent_tools,
-        settings=settings,
-        policy=policy,
-        cwd=cwd,
-        resolve_model=resolver,
-        hooks=hooks,
-        mcp=mcp,
-        mcp_config=mcp_config,
+    return Options(
+        model=opts.model,
+        cwd=Path.cwd(),
+        permission_mode=opts.permission_mode,
+        allowed_tools=opts.allowed_tools,
+        disallowed_tools=opts.disallowed_tools,
+        skip_permissions=opts.skip_permissions,
+        append_system_prompt=opts.append_system_prompt,
+        settings=opts.settings,
+        skip_broken_settings=opts.skip_broken_settings,
+        agents=opts.agents,
+        resume=opts.resume,
+        max_turns=opts.max_turns,
     )
-    return service
-
-
-@contextlib.asynccontextmanager
-async def _mcp(cwd: Path, runtime: TaskRuntime) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
-    """The session's MCP servers, started when configured (the SDK loads only then).
-
-    Their tags are recorded in the store, so if this process dies the next session's orphan
-    sweep stops them too.
-    """
-    from taskloom.mcp.config import load_mcp_config
-
-    config = load_mcp_config(cwd)
-    if not config:
-        yield None, config
-        return
-    from taskloom.mcp.manager import McpManager
-    from taskloom.process.registry import ProcessRecorder
-
-    manager = McpManager(config, cwd=cwd)
-    recorder = ProcessRecorder(runtime.store, runtime.session_id)
-    rows = recorder.record_tags(manager.tags)  # committed before any server starts
-    try:
-        await manager.start()
-        yield manager, config
-    finally:
-        await manager.aclose()
-        recorder.forget(rows)
 
 
 def _api_key_source() -> str:

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
 
-from taskloom import __version__
 from taskloom._aio import finish_despite_cancel
+from taskloom._version import __version__
 from taskloom.mcp._sdk import describe, is_disconnect, list_tools, open_transport, to_result
 from taskloom.mcp._stderr import StderrTail
 from taskloom.mcp.config import McpServerConfig

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 
 from taskloom.models.base import INVALID_INPUT_KEY
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolKind, ToolResult, tool_error
 
-if TYPE_CHECKING:
-    from taskloom.mcp.manager import McpManager
+
+class McpCaller(Protocol):
+    """What an MCP tool calls through (the session's :class:`~taskloom.mcp.manager.McpManager`)."""
+
+    async def call(self, server: str, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """Call ``tool`` on ``server``; failures come back as tool errors."""
+        ...
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -63,13 +69,13 @@ class McpTool(Tool[McpArguments]):
     # An MCP tool can do anything; the permission layer asks unless a rule allows it.
     kind: ClassVar[ToolKind] = "execute"
 
-    def __init__(self, manager: McpManager, server: str, info: McpToolInfo) -> None:
+    def __init__(self, manager: McpCaller, server: str, info: McpToolInfo) -> None:
         self.manager = manager
         self.server = server
         self.info = info
 
     @classmethod
-    def create(cls, manager: McpManager, server: str, info: McpToolInfo) -> McpTool:
+    def create(cls, manager: McpCaller, server: str, info: McpToolInfo) -> McpTool:
         """Build the tool for ``info`` listed by ``server``."""
         name = mcp_tool_name(server, info.name)
         description = info.description or f"Tool {info.name} of the MCP server {server}."

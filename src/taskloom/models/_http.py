@@ -14,10 +14,13 @@ stream can be retried at any point before that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
 import random
+import ssl
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -213,13 +216,55 @@ class RetryPolicy:
         return min(self.max_delay, self.base_delay * 2.0**attempt) * (1 - 0.25 * random.random())
 
 
+class _TlsPrefetch:
+    """httpx's default TLS context, built on a thread while the rest of start-up goes on.
+
+    Loading the CA bundle takes tens of milliseconds, spent in OpenSSL with the GIL released:
+    on another core it costs the first request nothing. The context is the one httpx would
+    build itself (``httpx.create_ssl_context()``: certifi, or ``SSL_CERT_FILE``/``SSL_CERT_DIR``).
+    """
+
+    def __init__(self) -> None:
+        self._context: ssl.SSLContext | None = None
+        self._thread = threading.Thread(target=self._build, name="taskloom-tls", daemon=True)
+        self._thread.start()
+
+    def _build(self) -> None:
+        # On failure the client builds the context itself, and raises where it always did.
+        with contextlib.suppress(Exception):
+            self._context = httpx.create_ssl_context()
+
+    def take(self) -> ssl.SSLContext | bool:
+        """The context, or True (httpx's default: build one) if it could not be built."""
+        self._thread.join()
+        return self._context if self._context is not None else True
+
+
+_tls_prefetch: _TlsPrefetch | None = None
+
+
+def prefetch_tls_context() -> None:
+    """Start building a TLS context for the next client created (one at a time)."""
+    global _tls_prefetch
+    if _tls_prefetch is None:
+        _tls_prefetch = _TlsPrefetch()
+
+
+def _take_tls_context() -> ssl.SSLContext | bool:
+    """The prefetched context (each is used by one client only), else httpx's default."""
+    global _tls_prefetch
+    pending, _tls_prefetch = _tls_prefetch, None
+    return pending.take() if pending is not None else True
+
+
 @dataclass(slots=True)
 class HttpTransport:
     """A lazily created, shared :class:`httpx.AsyncClient` plus the retry loop.
 
-    The client is created on first use (building its TLS context costs time at start-up) and
-    bound to that event loop; :meth:`aclose` closes it unless it was passed in. Every request
-    carries the idle timeout, so a client passed in is bounded the same way.
+    The client is created on first use, with a TLS context built beforehand on a thread (see
+    :class:`_TlsPrefetch`), and bound to that event loop; :meth:`aclose` closes it unless it
+    was passed in. Every request carries the idle timeout, so a client passed in is bounded
+    the same way.
     """
 
     provider: str
@@ -231,7 +276,7 @@ class HttpTransport:
     def get_client(self) -> httpx.AsyncClient:
         """The client, created on first call."""
         if self.client is None:
-            self.client = httpx.AsyncClient(timeout=self.timeouts())
+            self.client = httpx.AsyncClient(timeout=self.timeouts(), verify=_take_tls_context())
             self.owns_client = True
         return self.client
 
@@ -382,6 +427,8 @@ class HttpModel:
         idle = idle_timeout() if idle is None else idle
         if not (math.isfinite(idle) and idle > 0):
             raise ValueError(f"idle_timeout must be a positive number of seconds, got {idle!r}")
+        if client is None:
+            prefetch_tls_context()  # our client will need one: build it while start-up goes on
         self._transport = HttpTransport(
             self.provider, RetryPolicy(max_retries, retry_base_delay), idle, client
         )

@@ -11,6 +11,8 @@ Provider modules are imported only when chosen. The HTTP providers' stream idle 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from taskloom.errors import UsageError, UserError
@@ -70,7 +72,7 @@ def resolve_model(spec: str | None, settings: dict[str, Any] | None = None) -> M
             raise UserError(NO_MODEL)
     provider, sep, rest = spec.partition(":")
     if sep and provider == "scripted":
-        from taskloom.testing.scripted import ScriptedModel
+        from taskloom.models.scripted import ScriptedModel
 
         if not rest:
             raise UsageError("--model scripted: needs a file, e.g. scripted:turns.yaml")
@@ -96,3 +98,17 @@ def resolve_model(spec: str | None, settings: dict[str, Any] | None = None) -> M
     from taskloom.models.anthropic import AnthropicModel
 
     return AnthropicModel(expand_alias(spec, settings), idle_timeout=idle_timeout(settings))
+
+
+def alias_resolver(model: Model, settings: dict[str, Any]) -> Callable[[str], Model] | None:
+    """How subagents turn ``sonnet``/``opus``/``haiku`` or a ``claude-…`` id into a model.
+
+    Only a session on Anthropic has such models; on another provider (or a scripted model)
+    subagents keep the session's model, so None.
+    """
+    # Not loaded means not in use: importing the provider (httpx and all) just to ask would
+    # cost a scripted or OpenAI session its start-up time.
+    anthropic = sys.modules.get("taskloom.models.anthropic")
+    if anthropic is None or not isinstance(model, anthropic.AnthropicModel):
+        return None
+    return lambda spec: resolve_model(spec, settings)

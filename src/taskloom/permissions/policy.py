@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from taskloom.errors import UsageError
 from taskloom.permissions.matchers import find_rule, suggest_rule, tool_matches, uncovered_commands
@@ -26,12 +26,10 @@ from taskloom.permissions.rules import (
     Decision,
     PermissionRequest,
     Rule,
+    ToolKind,
     parse_rule,
     split_rule_list,
 )
-
-if TYPE_CHECKING:
-    from taskloom.tools.base import ToolKind
 
 
 class PermissionMode(StrEnum):

@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from taskloom.errors import UsageError
 
-if TYPE_CHECKING:
-    # Only for annotations: importing tools.base at run time would pull in pydantic.
-    from taskloom.tools.base import ToolKind
-
 Behavior = Literal["allow", "deny", "ask"]
+
+#: What a tool does, for permission modes: ``read`` is allowed by default, ``edit`` is
+#: allowed in acceptEdits mode, ``execute`` always needs a rule or a bypass.
+ToolKind = Literal["read", "edit", "execute", "other"]
 
 #: Claude Code called the Agent tool ``Task`` before 2.1; settings files still say so.
 _TOOL_ALIASES = {"Task": "Agent"}

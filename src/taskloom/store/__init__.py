@@ -1,5 +1,6 @@
 """The embedded SQLite store."""
 
-from taskloom.store.db import NotificationRow, ProcessRow, SessionRow, Store
+from taskloom.store.db import Store
+from taskloom.store.rows import NotificationRow, ProcessRow, SessionRow
 
 __all__ = ["NotificationRow", "ProcessRow", "SessionRow", "Store"]

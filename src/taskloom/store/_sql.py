@@ -7,18 +7,15 @@ import json
 import math
 import sqlite3
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from taskloom.store.db import ProcessRow, SessionRow
+from taskloom.store.rows import ProcessRow, SessionRow
 
 
 def claim(
     conn: sqlite3.Connection, row: SessionRow, may_take: Callable[[SessionRow], bool]
 ) -> tuple[bool, SessionRow | None]:
     """The body of :meth:`Store.claim_session`."""
-    from taskloom.store.db import SessionRow
-
     cur = conn.execute("SELECT * FROM sessions WHERE id = ?", (row.id,))
     cur.row_factory = sqlite3.Row
     found = cur.fetchone()

@@ -22,7 +22,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ from taskloom.errors import StoreError
 from taskloom.settings import ensure_private_dir
 from taskloom.store import _sql
 from taskloom.store._disk import RESERVE_BYTES, Reserve, describe, is_full
+from taskloom.store.rows import NotificationRow, ProcessRow, SessionRow
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _BUSY_TIMEOUT_MS = 10_000
@@ -39,54 +39,6 @@ _RETRY_DELAY_S = 0.5
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class NotificationRow:
-    """One queued notification as stored."""
-
-    id: str
-    seq: int
-    session_id: str
-    owner: str
-    task_id: str
-    kind: str
-    priority: str
-    body: str
-    created_at: float
-    delivered_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessRow:
-    """A child process recorded for the orphan sweep.
-
-    ``pid`` 0 marks a tag-only record: processes are found by their ``task_id`` tag alone
-    (MCP servers, started by the SDK, whose pids we do not see).
-    """
-
-    pid: int
-    pid_start: float
-    pgid: int
-    session_id: str
-    task_id: str
-    owner_pid: int
-    owner_start: float
-    boot_id: str = ""
-    detached: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRow:
-    """A session and the process that runs it."""
-
-    id: str
-    pid: int
-    pid_start: float
-    cwd: str
-    started_at: float
-    ended_at: float | None
-    boot_id: str = ""
 
 
 class Store:

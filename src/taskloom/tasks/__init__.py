@@ -1,1 +1,9 @@
-"""The Task runtime: one abstraction for everything that runs concurrently."""
+"""The Task runtime: one abstraction for everything that runs concurrently.
+
+Importing the package registers the built-in task kinds, so that every state, however it was
+obtained (run here, or read back from the store), finds its kind.
+"""
+
+from taskloom.tasks import agent, shell_kind
+
+__all__ = ["agent", "shell_kind"]

@@ -23,18 +23,12 @@ import asyncio
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.store import NotificationRow, Store
-from taskloom.tasks.types import (
-    AgentTaskState,
-    ShellTaskState,
-    TaskState,
-    TaskStatus,
-)
+from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.types import Priority, TaskState
 
-Priority = Literal["next", "later"]
 PRIORITIES: tuple[Priority, ...] = ("next", "later")
 
 #: Longest agent result put inline in a notification; the rest is in the output file.
@@ -111,47 +105,21 @@ def cap_result(text: str, output_file: str | None, cap: int = RESULT_CAP_CHARS) 
 
 
 def summarize(state: TaskState) -> str:
-    """The one-line summary of a task's end."""
-    if isinstance(state, ShellTaskState):
-        label = f'Background command "{state.description or state.command}"'
-        if state.status == TaskStatus.KILLED:
-            return f"{label} was stopped"
-        if state.status == TaskStatus.COMPLETED:
-            if state.exit_code is None:  # a detached command whose exit nobody collected
-                return f"{label} completed (exit code unknown)"
-            return f"{label} completed (exit code {state.exit_code})"
-        if state.exit_code is None:
-            return f"{label} failed"
-        return f"{label} failed with exit code {state.exit_code}"
-    label = f'Agent "{state.description}"'
-    if state.status == TaskStatus.KILLED:
-        return f"{label} was stopped"
-    if state.status == TaskStatus.FAILED:
-        error = getattr(state, "error", None)
-        return f"{label} failed: {error}" if error else f"{label} failed"
-    return f"{label} {state.status.value}"
+    """The one-line summary of a task's end, in its kind's words."""
+    return kind_of(state).summary(state)
 
 
 def render_terminal(state: TaskState) -> str:
     """Render the notification for a task that has ended."""
-    result: str | None = None
-    usage: dict[str, int] | None = None
-    if isinstance(state, AgentTaskState):
-        result = state.result if state.status == TaskStatus.COMPLETED else state.error
-        duration_ms = int(max(0.0, (state.end_time or state.start_time) - state.start_time) * 1000)
-        usage = {
-            "total_tokens": state.total_tokens,
-            "tool_uses": state.tool_uses,
-            "duration_ms": duration_ms,
-        }
+    kind = kind_of(state)
     return render_notification(
         task_id=state.id,
         tool_use_id=state.tool_use_id,
         output_file=state.output_file or None,
         status=state.status.value,
-        summary=summarize(state),
-        result=result,
-        usage=usage,
+        summary=kind.summary(state),
+        result=kind.result(state),
+        usage=kind.usage(state),
     )
 
 

@@ -20,7 +20,7 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.clock import SYSTEM_CLOCK, Clock
@@ -32,17 +32,17 @@ from taskloom.store import Store
 from taskloom.tasks._claim import claim_session
 from taskloom.tasks._recovery import kill_lingering, settle_dead_sessions
 from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
+from taskloom.tasks._waiters import EndWaiters
 from taskloom.tasks.ids import new_task_id
+from taskloom.tasks.kinds import TaskHandle, kind_of
 from taskloom.tasks.notifications import (
     Notification,
     NotificationQueue,
-    Priority,
     render_terminal,
 )
 from taskloom.tasks.output import DiskTaskOutput, output_path
 from taskloom.tasks.types import (
-    AgentTaskState,
-    ShellTaskState,
+    Priority,
     TaskState,
     TaskStatus,
     TaskType,
@@ -51,8 +51,6 @@ from taskloom.tasks.types import (
 )
 from taskloom.tasks.watchdog import Watchdog
 
-#: Agent tasks stay visible this long after they end, for a UI panel showing them.
-PANEL_GRACE_S = 30.0
 #: How often the safety-net eviction sweep runs.
 DEFAULT_SWEEP_INTERVAL_S = 60.0
 #: Bound on how long ``close`` spends cancelling tasks.
@@ -62,18 +60,6 @@ S = TypeVar("S", bound=TaskState)
 # The runtime has a ``list`` method; these keep annotations in the class unambiguous.
 States = list[TaskState]
 Notifications = list[Notification]
-
-
-class TaskHandle(Protocol):
-    """The live side of a task (a process, an agent loop): what the runtime can ask of it."""
-
-    async def kill(self) -> None:
-        """Stop the task and record its terminal state through the runtime."""
-        ...
-
-    async def detach(self) -> None:
-        """Let the task run on without this session (exit policy ``detach``)."""
-        ...
 
 
 class TaskRuntime:
@@ -116,15 +102,14 @@ class TaskRuntime:
         # Every id this session has (in memory or evicted): the store is asked only for these.
         self._known_ids: set[str] = set()
         self._handles: dict[str, TaskHandle] = {}
-        self._waiters: dict[str, list[asyncio.Future[TaskState]]] = {}
         self._subscribers: set[Subscription] = set()
         self._closed_owners: set[str] = set()
         self.watchdog = Watchdog(clock)
         self._lock = threading.RLock()
+        self._end_waiters = EndWaiters(self._lock)
         self._sweeper: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._stop_waiting = asyncio.Event()
-        self._ended = asyncio.Event()
         self._started = False
         self._recorder: ProcessRecorder | None = None
 
@@ -261,8 +246,8 @@ class TaskRuntime:
         """Add a task, or resume one with the same id.
 
         On resume (the id is known and ended) the task goes back to ``running`` under the same
-        id; its start time, messages, pending messages and retain flag survive, and it will be
-        notified again when it next ends.
+        id; its start time survives (and whatever its kind keeps), and it will be notified
+        again when it next ends.
 
         Raises:
             InvalidTransition: The id is known and the status change is not allowed.
@@ -276,17 +261,10 @@ class TaskRuntime:
             )
             if existing is not None:
                 check_transition(state.id, existing.status, merged.status, resume=True)
-                keep: dict[str, object] = {"start_time": existing.start_time}
-                if isinstance(existing, AgentTaskState):
-                    keep.update(
-                        messages=existing.messages,
-                        pending_messages=existing.pending_messages,
-                        retain=existing.retain,
-                    )
+                keep = kind_of(merged).resume_changes(existing, merged)
+                keep["start_time"] = existing.start_time
                 if existing.terminal:
                     keep.update(notified=False, end_time=None)
-                    if isinstance(merged, AgentTaskState):
-                        keep["evict_after"] = None
                 merged = merged.replace(**keep)
             self._tasks[state.id] = merged
             if handle is not None:
@@ -324,11 +302,10 @@ class TaskRuntime:
             deliver = _notify
             if new.terminal and not old.terminal:
                 now = self.clock.time()
-                changes: dict[str, object] = {}
+                kind = kind_of(new)
+                changes: dict[str, object] = dict(kind.end_changes(new, now))
                 if new.end_time is None:
                     changes["end_time"] = now
-                if isinstance(new, AgentTaskState) and new.evict_after is None:
-                    changes["evict_after"] = now + PANEL_GRACE_S
                 if not new.notified:
                     changes["notified"] = True
                     # A foreground caller receives the result itself: no notification.
@@ -341,11 +318,11 @@ class TaskRuntime:
                     owner=new.owner,
                     task_id=task_id,
                     text=render_terminal(new),
-                    priority=_priority_of(new),
+                    priority=kind_of(new).priority(new),
                 )
-            waiters = self._waiters.pop(task_id, []) if new.terminal else []
+            waiters = self._end_waiters.take(task_id) if new.terminal else []
             if new.terminal and not old.terminal:
-                self._ended.set()
+                self._end_waiters.signal()
         for fut in waiters:
             if not fut.done():
                 fut.set_result(new)
@@ -436,27 +413,11 @@ class TaskRuntime:
 
     async def wait_for_change(self, timeout: float, owner: str | None = None) -> None:
         """Wait until a notification is pending (for ``owner``) or any task ends, or timeout."""
-        if self.notifications.has_pending(owner):
-            return
-        self._ended.clear()
-        pending = asyncio.ensure_future(self.notifications.wait_pending(timeout, owner))
-        ended = asyncio.ensure_future(self._ended.wait())
-        try:
-            await asyncio.wait(
-                [pending, ended], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            pending.cancel()
-            ended.cancel()
+        await self._end_waiters.change(timeout, self.notifications, owner)
 
     async def wait_for_task_end(self, timeout: float) -> bool:
         """Wait until some task ends; False if none did within ``timeout``."""
-        self._ended.clear()
-        try:
-            await asyncio.wait_for(self._ended.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await self._end_waiters.any_end(timeout)
 
     def subscribe(self, maxlen: int = 1024) -> Subscription:
         """Return a stream of changes (registrations, updates, evictions)."""
@@ -481,18 +442,8 @@ class TaskRuntime:
         state = self.authorize(task_id, None)
         if state.terminal:
             return state
-        fut: asyncio.Future[TaskState] = asyncio.get_running_loop().create_future()
-        with self._lock:
-            self._waiters.setdefault(task_id, []).append(fut)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError:
-            return self.authorize(task_id, None)
-        finally:
-            with self._lock:
-                waiters = self._waiters.get(task_id)
-                if waiters and fut in waiters:
-                    waiters.remove(fut)
+        ended = await self._end_waiters.wait(task_id, timeout)
+        return ended if ended is not None else self.authorize(task_id, None)
 
     # -- control ------------------------------------------------------------------------------
 
@@ -512,7 +463,7 @@ class TaskRuntime:
                 await handle.kill()
         finally:
             # Whatever the handle did (or raised), the task is ended now.
-            self.update(task_id, _mark_killed)
+            self.update(task_id, lambda s: kind_of(s).killed(s))
         return self.authorize(task_id, None)
 
     async def kill_owned(self, owner: str) -> States:
@@ -525,8 +476,7 @@ class TaskRuntime:
         live = [
             s.id
             for s in self.list(types=[TaskType.LOCAL_BASH])
-            if not s.terminal
-            and (s.owner == agent_id or (isinstance(s, ShellTaskState) and s.agent_id == agent_id))
+            if not s.terminal and kind_of(s).started_by(s, agent_id)
         ]
         return list(await asyncio.gather(*(self.kill(t) for t in live)))
 
@@ -572,7 +522,7 @@ class TaskRuntime:
             for state in states:
                 if state.owner == owner:
                     found.append(state)
-                    if isinstance(state, AgentTaskState):
+                    if kind_of(state).owns_tasks:
                         frontier.append(state.id)
         return found
 
@@ -584,11 +534,8 @@ class TaskRuntime:
         state = self.get(task_id)
         if state is None or state.terminal or state.is_backgrounded:
             return False
-        self.update(task_id, lambda s: s.replace(is_backgrounded=True))
-        handle = self._handles.get(task_id)
-        on_background = getattr(handle, "on_background", None)
-        if on_background is not None:
-            on_background()
+        moved = self.update(task_id, lambda s: s.replace(is_backgrounded=True)) or state
+        kind_of(moved).hand_off(moved, self._handles.get(task_id))
         return True
 
     def release_handle(self, task_id: str) -> None:
@@ -614,13 +561,13 @@ class TaskRuntime:
     def evict(self, task_id: str) -> bool:
         """Drop an ended, notified task from memory (its record stays in the store).
 
-        Agent tasks stay for :data:`PANEL_GRACE_S` after they end, for a UI that shows them.
+        A kind may keep its tasks a while after they end, for a UI that shows them.
         """
         with self._lock:
             state = self._tasks.get(task_id)
             if state is None or not state.terminal or not state.notified:
                 return False
-            if isinstance(state, AgentTaskState) and (state.evict_after or 0) > self.clock.time():
+            if not kind_of(state).evictable(state, self.clock.time()):
                 return False
             del self._tasks[task_id]
             self._handles.pop(task_id, None)
@@ -632,23 +579,7 @@ class TaskRuntime:
         return sum(self.evict(task_id) for task_id in list(self._tasks))
 
 
-def _mark_killed(state: TaskState) -> TaskState:
-    if state.terminal:
-        return state
-    if isinstance(state, ShellTaskState):
-        return state.replace(status=TaskStatus.KILLED, interrupted=True)
-    return state.replace(status=TaskStatus.KILLED)
-
-
-def _priority_of(state: TaskState) -> Priority:
-    # Monitors ask for prompt attention; ordinary background work waits for a turn boundary.
-    if isinstance(state, ShellTaskState) and state.kind == "monitor":
-        return "next"
-    return "later"
-
-
 __all__ = [
-    "PANEL_GRACE_S",
     "Subscription",
     "TaskEvent",
     "TaskHandle",

@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskloom._aio import finish_despite_cancel
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.kill import kill_tree
 from taskloom.process.registry import ProcessRecorder, recorded_tag
 from taskloom.process.spawn import Child, spawn_shell
 from taskloom.store import ProcessRow
+from taskloom.tasks.handoff import Handoff
 from taskloom.tasks.notifications import render_notification
 from taskloom.tasks.output import DiskTaskOutput, read_tail
 from taskloom.tasks.runtime import TaskRuntime
@@ -97,7 +97,7 @@ class ShellHandle:
         self.child = child
         self.output = output
         self.watch_settings = watch
-        self.backgrounded = asyncio.Event()
+        self.handoff = Handoff()
         self._killing = False
         self._kill_done = asyncio.Event()
         self._over_cap = False
@@ -180,7 +180,7 @@ class ShellHandle:
 
     def on_background(self) -> None:
         """Called by the runtime when the task moves to the background."""
-        self.backgrounded.set()
+        self.handoff.release()
         if self._watch.stall_after is None:
             self._watch.stall_after = self.watch_settings.stall_after
             self._watch.last_check = float("-inf")
@@ -324,28 +324,10 @@ async def run_shell(
 async def _wait_foreground(
     runtime: TaskRuntime, handle: ShellHandle, timeout: float, auto_background: bool
 ) -> ShellOutcome:
-    moved = asyncio.ensure_future(handle.backgrounded.wait())
-    try:
-        done, _ = await asyncio.wait(
-            {handle.finished, moved}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-    except asyncio.CancelledError:
-        # The caller was aborted: the command must not outlive its foreground call.
-        await finish_despite_cancel(runtime.kill(handle.task_id))
-        raise
-    finally:
-        moved.cancel()
-    if handle.finished in done:
-        return _outcome(runtime, handle.task_id, backgrounded=False)
-    if moved in done:
-        return _outcome(runtime, handle.task_id, backgrounded=True)
-    if auto_background:
-        runtime.background(handle.task_id)
-        if not handle.finished.done():
-            return _outcome(runtime, handle.task_id, backgrounded=True, timed_out=True)
-        return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
-    await runtime.kill(handle.task_id)
-    return _outcome(runtime, handle.task_id, backgrounded=False, timed_out=True)
+    end = await handle.handoff.wait(
+        runtime, handle.task_id, handle.finished, timeout, auto_background=auto_background
+    )
+    return _outcome(runtime, handle.task_id, backgrounded=end.backgrounded, timed_out=end.timed_out)
 
 
 def _fail(runtime: TaskRuntime, task_id: str) -> None:

@@ -54,6 +54,9 @@ _ALLOWED: dict[TaskStatus, frozenset[TaskStatus]] = {
 ExitPolicy = Literal["cancel", "wait", "detach"]
 EXIT_POLICIES: tuple[ExitPolicy, ...] = ("cancel", "wait", "detach")
 
+#: When an owner hears of a task: at the ``next`` turn boundary, or ``later``.
+Priority = Literal["next", "later"]
+
 
 def is_terminal(status: TaskStatus | str) -> bool:
     """Tell whether ``status`` is one a task never leaves (except by resume)."""

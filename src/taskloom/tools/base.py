@@ -13,27 +13,30 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
+
+# Defined with the permission rules, which decide by it; re-exported for tools.
+from taskloom.permissions.rules import ToolKind as ToolKind
 
 if TYPE_CHECKING:
     from taskloom.tasks.runtime import TaskRuntime
 
 
 class ToolInput(BaseModel):
-    """Base of every tool's input model: unknown fields are errors."""
+    """Base of every tool's input model: unknown fields are errors.
 
-    model_config = ConfigDict(extra="forbid")
+    Models are built when first used (``defer_build``), not when their module is imported:
+    a session imports every tool, and most of them are never called.
+    """
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 InputT = TypeVar("InputT", bound=ToolInput)
-
-#: What a tool does, for permission modes: ``read`` is allowed by default, ``edit`` is
-#: allowed in acceptEdits mode, ``execute`` always needs a rule or a bypass.
-ToolKind = Literal["read", "edit", "execute", "other"]
 
 
 @dataclass(slots=True)
@@ -111,6 +114,10 @@ class Tool(ABC, Generic[InputT]):
     kind: ClassVar[ToolKind] = "other"
     #: Safe to run at the same time as other concurrency-safe calls of the same message.
     concurrency_safe: ClassVar[bool] = False
+    #: ``(Input, schema)``: the closed schema of ``Input`` written out, for the tools offered
+    #: at every start-up. Generating it would build the pydantic model (models are built
+    #: lazily, when a call is first validated). Used only while ``Input`` is that model.
+    static_schema: ClassVar[tuple[type[ToolInput], dict[str, Any]] | None] = None
     _schema_cache: ClassVar[dict[type, dict[str, Any]]] = {}
 
     @property
@@ -123,7 +130,11 @@ class Tool(ABC, Generic[InputT]):
         cls = type(self)
         cached = Tool._schema_cache.get(cls)
         if cached is None:
-            cached = _close_objects(self.Input.model_json_schema())
+            static = self.static_schema
+            if static is not None and static[0] is self.Input:
+                cached = static[1]
+            else:
+                cached = generated_schema(self.Input)
             Tool._schema_cache[cls] = cached
         return copy.deepcopy(cached)
 
@@ -159,6 +170,11 @@ class Tool(ABC, Generic[InputT]):
     @abstractmethod
     async def call(self, params: InputT, ctx: ToolContext) -> ToolResult:
         """Run the tool. Expected failures are returned as errors, not raised."""
+
+
+def generated_schema(model: type[ToolInput]) -> dict[str, Any]:
+    """``model``'s JSON schema as offered to models: ``$defs`` inlined, every object closed."""
+    return _close_objects(model.model_json_schema())
 
 
 def describe_errors(exc: ValidationError) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from taskloom.tasks.output import read_delta, read_tail
@@ -39,12 +41,38 @@ class BashInput(ToolInput):
     )
 
 
+#: :class:`BashInput`'s closed schema written out, so that offering the tool does not build
+#: the model (it is built when a call is first validated); tests check it is the one
+#: generated, byte for byte.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`BashTool`.",
+    "properties": {
+        "command": {"description": "The command to run.", "type": "string"},
+        "timeout": {
+            "maximum": 600000,
+            "minimum": 1,
+            "type": "integer",
+            "description": "Timeout in milliseconds.",
+        },
+        "description": {"type": "string", "description": "What the command does."},
+        "run_in_background": {
+            "type": "boolean",
+            "description": "Run in the background and return at once.",
+        },
+    },
+    "required": ["command"],
+    "type": "object",
+}
+
+
 class BashTool(Tool[BashInput]):
     """Shell commands through the task runtime."""
 
     name = "Bash"
     description = DESCRIPTION
     Input = BashInput
+    static_schema = (BashInput, INPUT_SCHEMA)
     kind = "execute"
 
     def permission_target(self, params: BashInput, ctx: ToolContext) -> str | None:

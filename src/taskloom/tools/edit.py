@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from pydantic import Field
 
@@ -34,6 +35,30 @@ class EditInput(ToolInput):
     )
 
 
+#: :class:`EditInput`'s closed schema written out, so that offering the tool does not build
+#: the model (it is built when a call is first validated); tests check it is the one
+#: generated, byte for byte.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`Edit`.",
+    "properties": {
+        "file_path": {"description": "The absolute path of the file to modify.", "type": "string"},
+        "old_string": {"description": "The exact text to replace.", "type": "string"},
+        "new_string": {
+            "description": "The text to put in its place (must differ).",
+            "type": "string",
+        },
+        "replace_all": {
+            "default": False,
+            "description": "Replace every occurrence of old_string (default false).",
+            "type": "boolean",
+        },
+    },
+    "required": ["file_path", "old_string", "new_string"],
+    "type": "object",
+}
+
+
 class Edit(Tool[EditInput]):
     """Replaces an exact piece of text in a file."""
 
@@ -56,6 +81,7 @@ class Edit(Tool[EditInput]):
         "- Prefer editing existing files to creating new ones."
     )
     Input = EditInput
+    static_schema = (EditInput, INPUT_SCHEMA)
     kind = "edit"
 
     def permission_target(self, params: EditInput, ctx: ToolContext) -> str | None:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import time
+from typing import Any
 
 from pydantic import Field
 
@@ -32,6 +33,30 @@ class GlobInput(ToolInput):
     )
 
 
+#: :class:`GlobInput`'s closed schema written out, so that offering the tool does not build
+#: the model (it is built when a call is first validated); tests check it is the one
+#: generated, byte for byte.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`Glob`.",
+    "properties": {
+        "pattern": {
+            "description": 'The glob pattern to match files against, e.g. "**/*.py".',
+            "type": "string",
+        },
+        "path": {
+            "type": "string",
+            "description": "The directory to search in; defaults to the "
+            "current working directory. Omit it for the "
+            "default rather than passing null or an empty "
+            "string.",
+        },
+    },
+    "required": ["pattern"],
+    "type": "object",
+}
+
+
 class Glob(Tool[GlobInput]):
     """Finds files by name pattern."""
 
@@ -50,6 +75,7 @@ class Glob(Tool[GlobInput]):
         "- Several searches that may be useful are best done as several calls in one message."
     )
     Input = GlobInput
+    static_schema = (GlobInput, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
 

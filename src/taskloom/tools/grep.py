@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -103,6 +103,86 @@ class Query:
     multiline: bool = False
 
 
+#: :class:`GrepInput`'s closed schema written out, so that offering the tool does not build
+#: the model (it is built when a call is first validated); tests check it is the one
+#: generated, byte for byte.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`Grep`.",
+    "properties": {
+        "pattern": {
+            "description": "The regular expression to search file contents for.",
+            "type": "string",
+        },
+        "path": {
+            "type": "string",
+            "description": "File or directory to search (default: current working directory).",
+        },
+        "glob": {
+            "type": "string",
+            "description": "Only search files matching this glob, e.g. "
+            '"*.js" or "src/**/*.{ts,tsx}"; several '
+            'separated by spaces; "!pattern" excludes.',
+        },
+        "type": {
+            "type": "string",
+            "description": 'File type to search, e.g. "py", "js", "rust", "go", "md".',
+        },
+        "output_mode": {
+            "default": "files_with_matches",
+            "description": '"files_with_matches" (default) lists '
+            "matching files, newest first; "
+            '"content" shows matching lines; '
+            '"count" shows matches per file.',
+            "enum": ["content", "files_with_matches", "count"],
+            "type": "string",
+        },
+        "-i": {"default": False, "description": "Ignore case.", "type": "boolean"},
+        "-n": {
+            "default": True,
+            "description": "Show line numbers (content mode only; default true).",
+            "type": "boolean",
+        },
+        "-A": {
+            "minimum": 0,
+            "type": "integer",
+            "description": "Lines to show after each match (content mode).",
+        },
+        "-B": {
+            "minimum": 0,
+            "type": "integer",
+            "description": "Lines to show before each match (content mode).",
+        },
+        "-C": {
+            "minimum": 0,
+            "type": "integer",
+            "description": "Lines to show around each match (content mode).",
+        },
+        "multiline": {
+            "default": False,
+            "description": "Let a match span lines: . matches "
+            "newlines and the pattern may contain "
+            "\\n. Default false: each line is matched "
+            "on its own.",
+            "type": "boolean",
+        },
+        "head_limit": {
+            "minimum": 1,
+            "type": "integer",
+            "description": "Show only the first N lines / files / counts (like | head -N).",
+        },
+        "offset": {
+            "default": 0,
+            "description": "Skip the first N lines / files / counts.",
+            "minimum": 0,
+            "type": "integer",
+        },
+    },
+    "required": ["pattern"],
+    "type": "object",
+}
+
+
 class Grep(Tool[GrepInput]):
     """Searches file contents with a regular expression."""
 
@@ -125,6 +205,7 @@ class Grep(Tool[GrepInput]):
         "- For open-ended searches that may take several rounds, use the Agent tool instead."
     )
     Input = GrepInput
+    static_schema = (GrepInput, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
 

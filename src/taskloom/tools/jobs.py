@@ -9,25 +9,19 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from taskloom.tasks.output import read_tail
-from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskState
+from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.types import TaskState
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 from taskloom.tools.tasks import MAX_OUTPUT_BYTES, find_task
 
 
 def _final_output(state: TaskState) -> str:
-    if isinstance(state, AgentTaskState):
-        return state.result or state.error or ""
-    if isinstance(state, ShellTaskState) and state.output_file:
-        return read_tail(state.output_file, MAX_OUTPUT_BYTES).decode("utf-8", "replace")
-    return ""
+    return kind_of(state).final_output(state, MAX_OUTPUT_BYTES)
 
 
 def _line(state: TaskState) -> str:
-    code = ""
-    if isinstance(state, ShellTaskState) and state.exit_code is not None:
-        code = f" exit={state.exit_code}"
-    return f"{state.id} {state.type.value} {state.status.value}{code} {state.description}"
+    note = kind_of(state).status_note(state)
+    return f"{state.id} {state.type.value} {state.status.value}{note} {state.description}"
 
 
 class JobIdInput(ToolInput):

@@ -12,7 +12,7 @@ import codecs
 import difflib
 import os
 from collections.abc import Iterable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from pydantic import Field
 
@@ -122,6 +122,34 @@ class ReadInput(ToolInput):
     )
 
 
+#: :class:`ReadInput`'s closed schema written out, so that offering the tool does not build
+#: the model (it is built when a call is first validated); tests check it is the one
+#: generated, byte for byte.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`Read`.",
+    "properties": {
+        "file_path": {"description": "The absolute path of the file to read.", "type": "string"},
+        "offset": {
+            "minimum": 0,
+            "type": "integer",
+            "description": "The 1-based line number to start reading "
+            "at. Only give it for files too long to read "
+            "at once.",
+        },
+        "limit": {
+            "minimum": 1,
+            "type": "integer",
+            "description": "How many lines to read (default 2000). Only "
+            "give it for files too long to read at "
+            "once.",
+        },
+    },
+    "required": ["file_path"],
+    "type": "object",
+}
+
+
 class Read(Tool[ReadInput]):
     """Shows a text file with line numbers and remembers that it was read."""
 
@@ -144,6 +172,7 @@ class Read(Tool[ReadInput]):
         "message."
     )
     Input = ReadInput
+    static_schema = (ReadInput, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from taskloom.errors import TaskAccessDenied, TaskNotFound
-from taskloom.tasks.output import read_delta
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskState
+from taskloom.tasks.types import TaskState
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 MAX_OUTPUT_BYTES = 30_000
@@ -32,7 +32,7 @@ def find_task(runtime: TaskRuntime, task_id: str, caller: str) -> TaskState | To
 def describe(
     runtime: TaskRuntime, state: TaskState, retrieval: str
 ) -> tuple[str, dict[str, object]]:
-    """Render a task for the model, consuming the shell output added since the last read."""
+    """Render a task for the model with its kind's fields (which may consume new output)."""
     lines = [
         f"<retrieval_status>{retrieval}</retrieval_status>",
         f"<task_id>{state.id}</task_id>",
@@ -46,23 +46,13 @@ def describe(
         "status": state.status.value,
         "description": state.description,
     }
-    if isinstance(state, ShellTaskState):
-        if state.exit_code is not None:
-            lines.append(f"<exit_code>{state.exit_code}</exit_code>")
-            data["exit_code"] = state.exit_code
-        chunk, offset = read_delta(state.output_file, state.output_offset, MAX_OUTPUT_BYTES)
-        runtime.update(state.id, lambda s: s.replace(output_offset=offset))
-        text = chunk.decode("utf-8", "replace")
-        more, _ = read_delta(state.output_file, offset, 1)
-        if more:
-            text += f"\n[more output follows; call TaskOutput again or read {state.output_file}]"
-        lines.append(f"<output>\n{text.rstrip()}\n</output>" if text.strip() else "<output/>")
-        data["output"] = text
-    elif isinstance(state, AgentTaskState):
-        answer = state.result if state.result is not None else state.error
-        if answer is not None:
-            lines.append(f"<result>\n{answer}\n</result>")
-            data["result"] = answer
+    shown = kind_of(state).output_fields(state, MAX_OUTPUT_BYTES)
+    if shown.changes:
+        changes = shown.changes
+        runtime.update(state.id, lambda s: s.replace(**changes))
+    for field in shown.fields:
+        lines.append(field.xml)
+        data[field.key] = field.value
     if state.output_file:
         lines.append(f"<output_file>{state.output_file}</output_file>")
     return "\n".join(lines), data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from pydantic import Field
 
@@ -15,6 +16,21 @@ class WriteInput(ToolInput):
 
     file_path: str = Field(description="The absolute path of the file to write.")
     content: str = Field(description="The complete new content of the file.")
+
+
+#: :class:`WriteInput`'s closed schema written out, so that offering the tool does not build
+#: the model (it is built when a call is first validated); tests check it is the one
+#: generated, byte for byte.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`Write`.",
+    "properties": {
+        "file_path": {"description": "The absolute path of the file to write.", "type": "string"},
+        "content": {"description": "The complete new content of the file.", "type": "string"},
+    },
+    "required": ["file_path", "content"],
+    "type": "object",
+}
 
 
 class Write(Tool[WriteInput]):
@@ -33,6 +49,7 @@ class Write(Tool[WriteInput]):
         "- Do not create documentation or README files unless asked to."
     )
     Input = WriteInput
+    static_schema = (WriteInput, INPUT_SCHEMA)
     kind = "edit"
 
     def permission_target(self, params: WriteInput, ctx: ToolContext) -> str | None:

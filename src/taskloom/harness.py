@@ -1,0 +1,395 @@
+"""The composition root: one place that builds a session from :class:`Options`.
+
+Print mode, the demo and library users all start here::
+
+    async with Harness(Options(model="sonnet", cwd=".")) as h:
+        async for event in h.run("fix the failing test"):
+            ...
+
+:meth:`Harness.start` reads the settings, resolves the model, builds the permission policy,
+starts the task runtime (which claims the session) and the MCP servers, loads hooks and agent
+definitions, assembles the tools and the main session, in that order; :meth:`Harness.aclose`
+undoes it in reverse. Nothing is built anywhere else, and nothing changes another part's
+configuration after it was built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from taskloom._aio import finish_despite_cancel
+from taskloom.errors import UserError
+from taskloom.tasks.runtime import TaskRuntime
+
+if TYPE_CHECKING:
+    from taskloom.agents.service import AgentService
+    from taskloom.engine import EngineEvent
+    from taskloom.hooks import HookConfig
+    from taskloom.mcp.manager import McpManager
+    from taskloom.models.base import Model
+    from taskloom.permissions import PermissionPolicy
+    from taskloom.session import Session
+    from taskloom.tasks.types import TaskState
+    from taskloom.tools.base import Tool
+    from taskloom.tools.worktree_tools import WorktreeSession
+
+
+@dataclass
+class Options:
+    """What a session is built from: what the CLI flags and the settings carry.
+
+    Attributes:
+        model: A model spec (``sonnet``, ``claude-…``, ``openai:ID``, ``scripted:FILE``) or a
+            model object (e.g. :class:`taskloom.testing.ScriptedModel`); None: from the
+            settings and the environment.
+        cwd: The session's working directory.
+        permission_mode: ``default``, ``acceptEdits``, ``plan``, ``bypassPermissions`` or
+            ``dontAsk``; None: the settings' ``permissions.defaultMode``.
+        allowed_tools: Permission rules to allow (``--allowedTools``).
+        disallowed_tools: Permission rules to deny (``--disallowedTools``).
+        skip_permissions: Allow every call (``--dangerously-skip-permissions``).
+        append_system_prompt: Added to the main system prompt.
+        settings: A settings file or inline JSON, applied last (``--settings``).
+        skip_broken_settings: Run without settings files that do not parse.
+        agents: Extra agent definitions as a JSON object (``--agents``).
+        resume: Continue this session id.
+        max_turns: Most model turns per run.
+        tools: Extra tools offered to the main thread (e.g. from :func:`taskloom.tool`).
+        headless: No one can answer a permission prompt: an ``ask`` is a denial.
+    """
+
+    model: str | Model | None = None
+    cwd: str | Path = "."
+    permission_mode: str | None = None
+    allowed_tools: Sequence[str] = ()
+    disallowed_tools: Sequence[str] = ()
+    skip_permissions: bool = False
+    append_system_prompt: str | None = None
+    settings: str | Path | None = None
+    skip_broken_settings: bool = False
+    agents: str | None = None
+    resume: str | None = None
+    max_turns: int | None = None
+    tools: Sequence[Tool[Any]] = field(default_factory=tuple)
+    headless: bool = True
+
+
+class Harness:
+    """One session, built from :class:`Options`; use as ``async with``.
+
+    Raises (from :meth:`start`):
+        UsageError: Broken settings, a bad rule, mode or model spec.
+        UserError: No model configured, an unknown session to resume, the session in use.
+    """
+
+    def __init__(self, options: Options | None = None, **overrides: Any) -> None:
+        """Prepare a session; nothing starts before :meth:`start`.
+
+        Args:
+            options: The options; ``overrides`` replace single fields of them.
+            **overrides: Fields of :class:`Options`, e.g. ``model="sonnet"``.
+        """
+        base = options if options is not None else Options()
+        self.options = Options(**{**base.__dict__, **overrides})
+        self.cwd = Path(self.options.cwd).absolute()
+        # The runtime opens the store: made in start(), so a harness that never starts (or
+        # fails on its settings) holds nothing open.
+        self._session_id = self.options.resume or str(uuid.uuid4())
+        self._runtime: TaskRuntime | None = None
+        self.settings: dict[str, Any] = {}
+        self.tools: list[Tool[Any]] = []
+        self._stack = contextlib.AsyncExitStack()
+        self._session: Session | None = None
+        self._model: Model | None = None
+        self._policy: PermissionPolicy | None = None
+        self._service: AgentService | None = None
+        self._mcp: McpManager | None = None
+        self._hooks: HookConfig | None = None
+        self._place: WorktreeSession | None = None
+        self._mcp_config: dict[str, Any] = {}
+
+    @property
+    def session_id(self) -> str:
+        """The session's id (known before :meth:`start`)."""
+        return self._session_id
+
+    @property
+    def runtime(self) -> TaskRuntime:
+        """The session's task runtime (after :meth:`start`)."""
+        if self._runtime is None:
+            raise RuntimeError("the harness is not started")
+        return self._runtime
+
+    @property
+    def session(self) -> Session:
+        """The main thread (after :meth:`start`)."""
+        if self._session is None:
+            raise RuntimeError("the harness is not started")
+        return self._session
+
+    @property
+    def model(self) -> Model:
+        """The main thread's model (after :meth:`start`)."""
+        if self._model is None:
+            raise RuntimeError("the harness is not started")
+        return self._model
+
+    @property
+    def policy(self) -> PermissionPolicy:
+        """The session's permission policy (after :meth:`start`)."""
+        if self._policy is None:
+            raise RuntimeError("the harness is not started")
+        return self._policy
+
+    @property
+    def agents(self) -> AgentService:
+        """The subagent service (after :meth:`start`)."""
+        if self._service is None:
+            raise RuntimeError("the harness is not started")
+        return self._service
+
+    async def __aenter__(self) -> Harness:
+        """Start the session (see :meth:`start`)."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """End the session (see :meth:`aclose`)."""
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Build and start everything the session needs; undone in full if a step fails."""
+        from taskloom.models.resolve import resolve_model
+        from taskloom.permissions import PermissionPolicy
+        from taskloom.session import transcript_path
+        from taskloom.settings import find_project_root, load_settings
+
+        opts = self.options
+        self.settings = load_settings(
+            self.cwd, opts.settings, skip_broken=opts.skip_broken_settings
+        )
+        spec = opts.model
+        self._model = spec if spec is not None and not isinstance(spec, str) else None
+        if self._model is None:
+            self._model = resolve_model(spec if isinstance(spec, str) else None, self.settings)
+        self._policy = PermissionPolicy.from_settings(
+            self.settings,
+            mode=opts.permission_mode,
+            allowed_tools=list(opts.allowed_tools),
+            disallowed_tools=list(opts.disallowed_tools),
+            project_root=find_project_root(self.cwd),
+            skip_permissions=opts.skip_permissions,
+        )
+        if opts.resume and not transcript_path(opts.resume).is_file():
+            raise UserError(f"No conversation found with session ID: {opts.resume}")
+        self._runtime = TaskRuntime(session_id=self._session_id)
+        try:
+            await self._stack.enter_async_context(self._runtime)
+            self._stack.push_async_callback(self._close_model)
+            self._mcp = await self._stack.enter_async_context(self._mcp_servers())
+            self._build_session()
+        except BaseException:
+            await finish_despite_cancel(self._stack.aclose())
+            raise
+
+    def _build_session(self) -> None:
+        from taskloom.agents.agent_tool import AgentTool
+        from taskloom.agents.send_message import SendMessageTool
+        from taskloom.engine import EngineConfig
+        from taskloom.hooks import HookConfig
+        from taskloom.prompts import main_system_prompt
+        from taskloom.session import Session, transcript_path
+        from taskloom.tools.registry import core_tools
+        from taskloom.tools.worktree_tools import (
+            EnterWorktreeTool,
+            ExitWorktreeTool,
+            WorktreeSession,
+        )
+
+        opts, policy, runtime = self.options, self.policy, self.runtime
+        hooks = self._hooks = HookConfig.from_settings(self.settings)
+        service = self._service = self._agent_service(hooks)
+        place = self._place = WorktreeSession(cwd=self.cwd)
+        offered = [
+            *core_tools(self._profile),
+            AgentTool(service),
+            SendMessageTool(service),
+            EnterWorktreeTool(place, hooks),
+            ExitWorktreeTool(place, hooks),
+            *(self._mcp.tools() if self._mcp is not None else []),
+            *opts.tools,
+        ]
+        self.tools = [t for t in offered if not policy.hides(t.name, t.kind)]
+        config = EngineConfig(
+            model=self.model,
+            system_prompt=main_system_prompt(self.cwd, opts.append_system_prompt),
+            tools=self.tools,
+            owner=runtime.session_id,
+            cwd=self.cwd,
+            max_turns=opts.max_turns,
+            permissions=policy,
+            headless=opts.headless,
+            settings=self.settings,
+            hooks=hooks,
+            cwd_source=lambda: place.cwd,
+            session_id=runtime.session_id,
+            transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
+        )
+        if opts.resume:
+            self._session = Session.resume(runtime, config)
+        else:
+            self._session = Session(runtime, config)
+        self._stack.callback(self._session.close)
+
+    @property
+    def _profile(self) -> str:
+        return str(self.settings.get("toolProfile") or "claude")
+
+    def _agent_service(self, hooks: HookConfig) -> AgentService:
+        from taskloom.agents.loader import load_agents
+        from taskloom.agents.service import AgentService
+        from taskloom.models.resolve import alias_resolver
+
+        return AgentService(
+            self.runtime,
+            catalog=load_agents(self.cwd, flag_json=self.options.agents),
+            model=self.model,
+            model_name=self.model.name,
+            tools=self._subagent_tools,
+            settings=self.settings,
+            policy=self.policy,
+            cwd=self.cwd,
+            resolve_model=alias_resolver(self.model, self.settings),
+            hooks=hooks,
+            mcp=self._mcp,
+            mcp_config=self._mcp_config,
+        )
+
+    def _subagent_tools(self) -> list[Tool[Any]]:
+        """Every tool a subagent could be given (filtered per agent; Agent only when nesting)."""
+        from taskloom.agents.agent_tool import AgentTool
+        from taskloom.agents.send_message import SendMessageTool
+        from taskloom.tools.registry import core_tools
+
+        service = self.agents
+        session_mcp = self._mcp.tools() if self._mcp is not None else []
+        return [
+            *core_tools(self._profile),
+            SendMessageTool(service),
+            AgentTool(service),
+            *session_mcp,
+        ]
+
+    @contextlib.asynccontextmanager
+    async def _mcp_servers(self) -> AsyncIterator[McpManager | None]:
+        """The session's MCP servers, started when configured (the SDK loads only then).
+
+        Their tags are recorded in the store before they start, so if this process dies the
+        next session's orphan sweep stops them too.
+        """
+        from taskloom.mcp.config import load_mcp_config
+
+        self._mcp_config = config = load_mcp_config(self.cwd)
+        if not config:
+            yield None
+            return
+        from taskloom.mcp.manager import McpManager
+        from taskloom.process.registry import ProcessRecorder
+
+        manager = McpManager(config, cwd=self.cwd)
+        recorder = ProcessRecorder(self.runtime.store, self.runtime.session_id)
+        rows = recorder.record_tags(manager.tags)  # committed before any server starts
+        try:
+            await manager.start()
+            yield manager
+        finally:
+            await manager.aclose()
+            recorder.forget(rows)
+
+    async def _close_model(self) -> None:
+        aclose = getattr(self._model, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def run(self, prompt: str) -> AsyncIterator[EngineEvent]:
+        """Run one prompt on the main thread; typed events, the last is ``Finished``.
+
+        A headless run does not end while a task it owns runs or a notification is pending:
+        each delivery starts a new turn.
+        """
+        async for event in self.session.run(prompt):
+            yield event
+
+    def init_info(self) -> dict[str, Any]:
+        """What the session offers, as print mode's ``system/init`` event tells it."""
+        mcp = self._mcp.status() if self._mcp is not None else {}
+        return {
+            "cwd": str(self.cwd),
+            "session_id": self.session_id,
+            "tools": [t.name for t in self.tools],
+            "mcp_servers": [{"name": n, "status": s} for n, s in mcp.items()],
+            "model": self.session.engine.config.model_name or self.model.name,
+            "permissionMode": str(self.policy.mode),
+            "agents": sorted(self.agents.catalog.names()),
+        }
+
+    def tasks(self, *, include_evicted: bool = False) -> list[TaskState]:
+        """The session's tasks (shells, agents), live."""
+        return self.runtime.list(include_evicted=include_evicted)
+
+    async def stop_task(self, task_id: str) -> TaskState:
+        """Stop a task and everything it started (the kill is verified); returns its state."""
+        return await self.runtime.kill(task_id)
+
+    async def send_message(self, to: str, message: str) -> str:
+        """Send ``message`` to an agent (by id or name) as the main thread; returns the reply.
+
+        A running agent sees it at its next tool boundary; a finished one is resumed.
+        """
+        from taskloom.tools.base import ToolContext
+
+        ctx = ToolContext(self.runtime, self.session_id, self.cwd, settings=self.settings)
+        return await self.agents.send(to, message, ctx)
+
+    async def end(self, reason: str = "other") -> None:
+        """Run the SessionEnd hooks (once, before :meth:`aclose`; errors are not raised)."""
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                await finish_despite_cancel(self._session.end(reason))
+
+    async def aclose(self) -> None:
+        """End the session: the reverse of :meth:`start`.
+
+        Closes the transcript, the MCP servers, the model and the runtime (its tasks end by
+        their exit policy).
+        """
+        await finish_despite_cancel(self._stack.aclose())
+
+
+async def run(prompt: str, **options: Any) -> str:
+    """Run one prompt to its end and return the final answer.
+
+    Args:
+        prompt: The prompt.
+        **options: Fields of :class:`Options` (``model``, ``cwd``, ``allowed_tools``, ...).
+
+    Raises:
+        UsageError: Bad options.
+        ModelError: The model provider failed.
+    """
+    from taskloom.engine import Finished
+
+    answer = ""
+    async with Harness(**options) as harness:
+        try:
+            async for event in harness.run(prompt):
+                if isinstance(event, Finished):
+                    answer = event.result
+        finally:
+            await harness.end()
+    return answer

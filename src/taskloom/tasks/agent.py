@@ -1,0 +1,168 @@
+"""The local agent task kind (``local_agent``) and the changes its state goes through.
+
+The loop that drives a subagent lives above the task layer (``taskloom.agents``); this module
+holds what the task layer itself must know of an agent task: how it is notified (its result and
+its usage), what survives a resume, how long it stays visible after its end, what the task
+tools show of it, and the state transitions its run records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from taskloom.tasks.kinds import Shown, ShownField, TaskKind, register_kind
+from taskloom.tasks.types import AgentTaskState, TaskState, TaskStatus, TaskType
+
+#: Agent tasks stay visible this long after they end, for a UI panel showing them.
+PANEL_GRACE_S = 30.0
+#: How many recent activities an agent's progress keeps.
+MAX_ACTIVITIES = 5
+
+
+class AgentKind(TaskKind):
+    """Subagents: notified with their answer and usage, kept a while for a UI after their end."""
+
+    task_type = TaskType.LOCAL_AGENT
+    noun = "Agent"
+    eviction_grace = PANEL_GRACE_S
+    owns_tasks = True
+
+    def resume_changes(self, existing: TaskState, resumed: TaskState) -> dict[str, object]:
+        """What a UI and the inbox hold survives; the eviction clock starts again at the end."""
+        keep: dict[str, object] = {}
+        if isinstance(existing, AgentTaskState):
+            keep.update(
+                messages=existing.messages,
+                pending_messages=existing.pending_messages,
+                retain=existing.retain,
+            )
+        if existing.terminal and isinstance(resumed, AgentTaskState):
+            keep["evict_after"] = None
+        return keep
+
+    def end_changes(self, state: TaskState, now: float) -> Mapping[str, object]:
+        """Stamp the earliest eviction time, unless one was set already."""
+        if isinstance(state, AgentTaskState) and state.evict_after is None:
+            return {"evict_after": now + self.eviction_grace}
+        return {}
+
+    def evictable(self, state: TaskState, now: float) -> bool:
+        """Not before its stamped eviction time."""
+        if not isinstance(state, AgentTaskState):
+            return super().evictable(state, now)
+        return (state.evict_after or 0) <= now
+
+    def result(self, state: TaskState) -> str | None:
+        """Its final answer, or why it failed or stopped."""
+        if not isinstance(state, AgentTaskState):
+            return None
+        return state.result if state.status == TaskStatus.COMPLETED else state.error
+
+    def usage(self, state: TaskState) -> dict[str, int] | None:
+        """Tokens, tool calls and wall time."""
+        if not isinstance(state, AgentTaskState):
+            return None
+        duration_ms = int(max(0.0, (state.end_time or state.start_time) - state.start_time) * 1000)
+        return {
+            "total_tokens": state.total_tokens,
+            "tool_uses": state.tool_uses,
+            "duration_ms": duration_ms,
+        }
+
+    def output_fields(self, state: TaskState, limit: int) -> Shown:
+        """Its answer (or error) once there is one."""
+        if not isinstance(state, AgentTaskState):
+            return Shown(())
+        answer = state.result if state.result is not None else state.error
+        if answer is None:
+            return Shown(())
+        return Shown((ShownField("result", answer, f"<result>\n{answer}\n</result>"),))
+
+    def final_output(self, state: TaskState, limit: int) -> str:
+        """Its answer, else its error."""
+        if not isinstance(state, AgentTaskState):
+            return ""
+        return state.result or state.error or ""
+
+    def event_fields(self, state: TaskState) -> dict[str, object]:
+        """Its progress: tool calls, tokens and recent activities."""
+        if not isinstance(state, AgentTaskState):
+            return {}
+        return {
+            "progress": {
+                "tool_use_count": state.tool_uses,
+                "input_tokens": state.input_tokens,
+                "output_tokens": state.output_tokens,
+                "total_tokens": state.total_tokens,
+                "recent_activities": list(state.activities),
+            }
+        }
+
+
+# -- the transitions an agent's run records ---------------------------------------------------
+
+
+def ended(
+    state: AgentTaskState,
+    totals: Mapping[str, int],
+    *,
+    result: str | None = None,
+    error: str | None = None,
+) -> AgentTaskState:
+    """Completed with ``result``, or failed with ``error``; a task already ended is kept."""
+    if state.terminal:
+        return state
+    status = TaskStatus.COMPLETED if error is None else TaskStatus.FAILED
+    return state.replace(status=status, result=result, error=error, **totals)
+
+
+def killed(state: AgentTaskState) -> AgentTaskState:
+    """Stopped (a task already ended is kept)."""
+    return state if state.terminal else state.replace(status=TaskStatus.KILLED)
+
+
+def progressed(
+    state: AgentTaskState, activities: list[str], totals: Mapping[str, int]
+) -> AgentTaskState:
+    """One more turn: its latest activities (the last few kept) and usage so far."""
+    recent = (*state.activities, *activities)[-MAX_ACTIVITIES:]
+    return state.replace(activities=tuple(recent), **totals)
+
+
+def failed_to_start(state: AgentTaskState, error: str) -> AgentTaskState:
+    """Nothing ran: failed, and not notified (the caller is told by the error itself)."""
+    if state.terminal:
+        return state
+    return state.replace(status=TaskStatus.FAILED, error=error, notified=True)
+
+
+def queued(state: AgentTaskState, message: str) -> AgentTaskState:
+    """``message`` waits for the agent's next tool boundary."""
+    return state.replace(pending_messages=(*state.pending_messages, message))
+
+
+def resumed(state: AgentTaskState) -> AgentTaskState:
+    """Running again in the background under the same id, its last outcome cleared."""
+    return state.replace(
+        status=TaskStatus.RUNNING,
+        is_backgrounded=True,
+        result=None,
+        error=None,
+        worktree_path=None,
+        worktree_branch=None,
+    )
+
+
+register_kind(AgentKind())
+
+__all__ = [
+    "MAX_ACTIVITIES",
+    "PANEL_GRACE_S",
+    "AgentKind",
+    "ended",
+    "failed_to_start",
+    "killed",
+    "progressed",
+    "queued",
+    "resumed",
+]

@@ -1,0 +1,213 @@
+"""Task kinds: what differs from one sort of task to another, and the registry of kinds.
+
+The runtime, the notifications and the task tools treat every task alike and ask its kind for
+what is its own: how a kill is recorded, what its notification says, what survives a resume,
+how long it stays in memory after it ended, what TaskOutput and the job tools show, and what
+happens when it moves to the background. A kind registers itself, for its :class:`TaskType`,
+from its own module; :class:`TaskKind` itself serves every type no kind has claimed (the
+defaults are what any task needs and nothing more).
+
+The built-in kinds (:mod:`taskloom.tasks.shell_kind`, :mod:`taskloom.tasks.agent`) are
+registered when the ``taskloom.tasks`` package is imported, so that a state read back from the
+store finds its kind even if nothing in the process has run a task of that kind yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
+
+from taskloom.tasks.types import Priority, TaskState, TaskStatus, TaskType
+
+_NO_CHANGES: Mapping[str, object] = {}
+
+
+class ShownField(NamedTuple):
+    """One field a task tool shows for a task.
+
+    Attributes:
+        key: Its key in the tool result's data.
+        value: Its value there.
+        xml: Its line in the text the model reads.
+    """
+
+    key: str
+    value: object
+    xml: str
+
+
+class Shown(NamedTuple):
+    """What TaskOutput shows for a task, and what reading it changes in the task's state.
+
+    Attributes:
+        fields: The fields shown, in order.
+        changes: State fields to record once shown (e.g. how far the output was consumed).
+    """
+
+    fields: tuple[ShownField, ...]
+    changes: Mapping[str, object] = {}
+
+
+class TaskHandle(Protocol):
+    """The live side of a task (a process, an agent loop): what the runtime can ask of it."""
+
+    async def kill(self) -> None:
+        """Stop the task and record its terminal state through the runtime."""
+        ...
+
+    async def detach(self) -> None:
+        """Let the task run on without this session (exit policy ``detach``)."""
+        ...
+
+
+@runtime_checkable
+class Backgroundable(Protocol):
+    """A task handle that wants to know when its task moves to the background."""
+
+    def on_background(self) -> None:
+        """The task was moved to the background (no caller waits on it any more)."""
+        ...
+
+
+class TaskKind:
+    """The behaviour of one sort of task; subclasses override what is their own.
+
+    Attributes:
+        task_type: The type served; None only for the fallback serving unclaimed types.
+        noun: What notifications call such a task (``Background command``, ``Agent``).
+        eviction_grace: Seconds an ended, notified task stays in memory, for a UI showing it.
+        owns_tasks: Whether such a task starts tasks of its own under its id (an agent does).
+    """
+
+    task_type: ClassVar[TaskType | None] = None
+    noun: ClassVar[str] = "Task"
+    eviction_grace: ClassVar[float] = 0.0
+    owns_tasks: ClassVar[bool] = False
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def killed(self, state: TaskState) -> TaskState:
+        """The state recorded when the runtime kills the task (unchanged once ended)."""
+        return state if state.terminal else state.replace(status=TaskStatus.KILLED)
+
+    def started_by(self, state: TaskState, agent_id: str) -> bool:
+        """Whether ``agent_id`` started the task (and so its end ends the task too)."""
+        return state.owner == agent_id
+
+    def resume_changes(self, existing: TaskState, resumed: TaskState) -> dict[str, object]:
+        """Fields of ``existing`` that the resumed state (same id) must carry on with."""
+        return {}
+
+    def end_changes(self, state: TaskState, now: float) -> Mapping[str, object]:
+        """Fields stamped on the terminal transition, besides the end time."""
+        return _NO_CHANGES
+
+    def evictable(self, state: TaskState, now: float) -> bool:
+        """Whether an ended, notified task may leave memory now (its row stays stored)."""
+        if self.eviction_grace <= 0:
+            return True
+        return (state.end_time or 0.0) + self.eviction_grace <= now
+
+    def hand_off(self, state: TaskState, handle: object) -> None:
+        """Tell the live side that the task now runs in the background."""
+        if isinstance(handle, Backgroundable):
+            handle.on_background()
+
+    # -- notifications ------------------------------------------------------------------------
+
+    def label(self, state: TaskState) -> str:
+        """How the summary names the task."""
+        return f'{self.noun} "{state.description}"'
+
+    def summary(self, state: TaskState) -> str:
+        """The one-line summary of the task's end."""
+        label = self.label(state)
+        if state.status == TaskStatus.KILLED:
+            return f"{label} was stopped"
+        if state.status == TaskStatus.FAILED:
+            # Every state variant but the shell's carries an ``error``; this default serves
+            # variants no kind claims, without knowing their classes.
+            error = getattr(state, "error", None)
+            return f"{label} failed: {error}" if error else f"{label} failed"
+        return f"{label} {state.status.value}"
+
+    def result(self, state: TaskState) -> str | None:
+        """The ``<result>`` of the task's notification (None: no such element)."""
+        return None
+
+    def usage(self, state: TaskState) -> dict[str, int] | None:
+        """The ``<usage>`` figures of the task's notification (None: no such element)."""
+        return None
+
+    def priority(self, state: TaskState) -> Priority:
+        """When the owner should hear of the end: ``next`` turn boundary or ``later``."""
+        return "later"
+
+    # -- what the tools and UIs show ----------------------------------------------------------
+
+    def output_fields(self, state: TaskState, limit: int) -> Shown:
+        """What TaskOutput shows; it may consume output (at most ``limit`` bytes of it)."""
+        return Shown(())
+
+    def final_output(self, state: TaskState, limit: int) -> str:
+        """What ``job_output`` returns once the task has ended (at most ``limit`` bytes)."""
+        return ""
+
+    def status_note(self, state: TaskState) -> str:
+        """Text after the status in a job line (`` exit=1``), or ''."""
+        return ""
+
+    def event_fields(self, state: TaskState) -> dict[str, object]:
+        """Fields a ``task_updated`` stream event carries for the task, beyond the common ones."""
+        return {}
+
+
+_FALLBACK = TaskKind()
+_KINDS: dict[TaskType, TaskKind] = {}
+
+
+def register_kind(kind: TaskKind) -> TaskKind | None:
+    """Make ``kind`` the one serving its type; returns the kind it replaces, if any.
+
+    Raises:
+        ValueError: ``kind`` names no type.
+    """
+    if kind.task_type is None:
+        raise ValueError(f"{type(kind).__name__} has no task_type")
+    previous = _KINDS.get(kind.task_type)
+    _KINDS[kind.task_type] = kind
+    return previous
+
+
+def unregister_kind(task_type: TaskType) -> TaskKind | None:
+    """Stop serving ``task_type`` with its registered kind; returns that kind, if any."""
+    return _KINDS.pop(task_type, None)
+
+
+def kind_for(task_type: TaskType) -> TaskKind:
+    """The kind serving ``task_type`` (the defaults of :class:`TaskKind` if none is)."""
+    return _KINDS.get(task_type, _FALLBACK)
+
+
+def kind_of(state: TaskState) -> TaskKind:
+    """The kind serving ``state``'s type."""
+    return _KINDS.get(state.type, _FALLBACK)
+
+
+def registered_kinds() -> dict[TaskType, TaskKind]:
+    """Every registered kind by its type."""
+    return dict(_KINDS)
+
+
+__all__ = [
+    "Backgroundable",
+    "Shown",
+    "ShownField",
+    "TaskHandle",
+    "TaskKind",
+    "kind_for",
+    "kind_of",
+    "register_kind",
+    "registered_kinds",
+    "unregister_kind",
+]

@@ -1,0 +1,230 @@
+"""The composition root and the public API: Harness, Options, run(), @tool, and the
+documented examples, run as they are written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import taskloom
+from helpers import clean_env
+from taskloom.errors import SettingsError
+from taskloom.testing import ScriptedModel, ToolCall, Turn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def code_blocks(path: Path, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", path.read_text(), re.S | re.M)
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=clean_env(),
+    )
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+    readme = ROOT / "README.md"
+    (turns,) = code_blocks(readme, "yaml")
+    (code,) = code_blocks(readme, "python")
+    (tmp_path / "turns.yaml").write_text(turns)
+    proc = run_python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "tool: hello from a tool",
+        "answer: The command printed its greeting.",
+    ]
+
+
+def test_the_library_example_with_a_tool_and_a_background_agent_runs(tmp_path: Path) -> None:
+    doc = ROOT / "docs" / "library.md"
+    (turns,) = code_blocks(doc, "yaml")
+    example = next(c for c in code_blocks(doc, "python") if "@taskloom.tool" in c)
+    (tmp_path / "turns.yaml").write_text(turns)
+    (tmp_path / "README.md").write_text("one two three four\n")
+    proc = run_python(example, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("notified: a")
+    assert lines[1] == "README.md has 4 words, and the helper says it is a short list of numbers."
+    (task,) = lines[2:]
+    assert task.split()[1:] == ["local_agent", "completed"]
+    assert task.split()[0] == lines[0].removeprefix("notified: ")
+
+
+def test_the_runtime_example_runs(tmp_path: Path) -> None:
+    doc = ROOT / "docs" / "library.md"
+    example = next(c for c in code_blocks(doc, "python") if "run_shell" in c)
+    proc = run_python(example, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "<status>completed</status>" in proc.stdout
+    assert 'Background command "echo built" completed (exit code 0)' in proc.stdout
+
+
+def test_the_public_names_are_exported_and_documented() -> None:
+    for name in taskloom.__all__:
+        value = getattr(taskloom, name)
+        if name != "__version__" and name != "EngineEvent":
+            assert (value.__doc__ or "").strip(), f"taskloom.{name} has no docstring"
+    assert set(taskloom.__all__) == {"__version__", *taskloom._EXPORTS}
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = taskloom.nope  # type: ignore[attr-defined]
+
+
+def test_importing_taskloom_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, taskloom; heavy = [m for m in ('pydantic', 'httpx', 'taskloom.engine') "
+        "if m in sys.modules]; print(heavy)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.strip() == "[]"
+
+
+# -- @taskloom.tool ------------------------------------------------------------------------------
+
+
+@taskloom.tool
+def add(a: int, b: int = 2) -> int:
+    """Add two numbers.
+
+    Takes its time.
+
+    Args:
+        a: The first number.
+        b: The second number, which has a
+            default.
+    """
+    return a + b
+
+
+@taskloom.tool(name="where", kind="read")
+async def where_am_i(ctx: taskloom.ToolContext, detail: bool = False) -> str:
+    """Say where the call runs."""
+    return f"{ctx.cwd}:{detail}"
+
+
+@taskloom.tool
+def broken(text: str) -> str:
+    """Always fails."""
+    raise ValueError(f"cannot handle {text}")
+
+
+def test_a_function_tool_has_a_closed_schema_from_its_signature_and_docstring() -> None:
+    assert add.name == "add"
+    assert add.description == "Add two numbers."
+    assert add.input_schema() == {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "description": "The first number."},
+            "b": {
+                "type": "integer",
+                "default": 2,
+                "description": "The second number, which has a default.",
+            },
+        },
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    assert where_am_i.name == "where" and where_am_i.kind == "read"
+    assert "ctx" not in where_am_i.input_schema()["properties"]
+
+
+async def test_function_tools_validate_run_and_report_errors(tmp_path: Path) -> None:
+    from taskloom.tasks.runtime import TaskRuntime
+
+    async with TaskRuntime() as rt:
+        ctx = taskloom.ToolContext(rt, rt.session_id, tmp_path)
+        bad = add.validate({"a": "x", "c": 1})
+        assert isinstance(bad, taskloom.ToolResult) and bad.is_error
+        assert "a:" in bad.content and "c: unexpected field" in bad.content
+        params = add.validate({"a": 40})
+        assert (await add.call(params, ctx)).content == "42"
+        params = where_am_i.validate({"detail": True})
+        assert (await where_am_i.call(params, ctx)).content == f"{tmp_path}:True"
+        failed = await broken.call(broken.validate({"text": "this"}), ctx)
+        assert failed.is_error and "broken failed: ValueError: cannot handle this" in failed.content
+
+
+def test_bad_tool_functions_are_refused_when_decorated() -> None:
+    with pytest.raises(TypeError, match="needs a type annotation"):
+
+        @taskloom.tool
+        def untyped(x) -> str:  # type: ignore[no-untyped-def]
+            return str(x)
+
+    with pytest.raises(TypeError, match="must match"):
+        taskloom.tool(name="no spaces")(lambda: "x")
+
+
+# -- Harness -------------------------------------------------------------------------------------
+
+
+async def test_the_model_calls_a_function_tool_through_the_harness(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [Turn(tool_calls=[ToolCall("add", {"a": 1, "b": 1})]), Turn(text="It is 2.")]
+    )
+    events: list[Any] = []
+    async with taskloom.Harness(model=model, cwd=tmp_path, tools=[add]) as h:
+        assert "add" in h.init_info()["tools"]
+        events = [e async for e in h.run("What is 1 + 1?")]
+        await h.end()
+    done = [e for e in events if isinstance(e, taskloom.ToolDone)]
+    assert [(d.call.name, d.result.content) for d in done] == [("add", "2")]
+    assert isinstance(events[-1], taskloom.Finished) and events[-1].result == "It is 2."
+    offered = [t.name for t in model.requests[0].tools]
+    assert "add" in offered and "Bash" in offered
+
+
+async def test_run_returns_the_final_answer(tmp_path: Path) -> None:
+    model = ScriptedModel([Turn(text="All done.")])
+    assert await taskloom.run("go", model=model, cwd=tmp_path) == "All done."
+
+
+async def test_stop_task_stops_a_background_command(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [
+            Turn(
+                tool_calls=[
+                    ToolCall("Bash", {"command": "sleep 60", "run_in_background": True})
+                ]
+            ),
+            Turn(text="Started."),
+            Turn(text="It was stopped."),
+        ]
+    )
+    async with taskloom.Harness(model=model, cwd=tmp_path, skip_permissions=True) as h:
+        events = h.run("start a long command")
+        async for event in events:
+            if isinstance(event, taskloom.AssistantTurn) and event.message.text() == "Started.":
+                break
+        (task,) = h.tasks()
+        assert task.status.value == "running"
+        stopped = await h.stop_task(task.id)
+        assert stopped.status.value == "killed"
+        rest = [e async for e in events]
+        await h.end()
+    assert isinstance(rest[-1], taskloom.Finished) and rest[-1].result == "It was stopped."
+
+
+async def test_a_harness_that_fails_to_start_holds_nothing_open(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text("{broken")
+    harness = taskloom.Harness(model=ScriptedModel([]), cwd=tmp_path)
+    with pytest.raises(SettingsError):
+        await harness.start()
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = harness.runtime
+    await harness.aclose()  # nothing to undo, and no error

@@ -1,0 +1,196 @@
+"""What start-up leaves out of the first request's path, without changing what is sent.
+
+Tool input models are built lazily and the core tools' schemas are written out; the request
+body for the core tools must stay byte for byte what it was when the schemas were generated
+(``request_body_core_tools.json`` holds that body).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from taskloom.models import _http
+from taskloom.models.anthropic import AnthropicModel
+from taskloom.models.base import ModelRequest
+from taskloom.tools.base import Tool, generated_schema
+from taskloom.tools.registry import core_tools
+
+STORED_BODY = Path(__file__).with_name("request_body_core_tools.json")
+#: Tools whose schemas are written out (at least these).
+STATIC = ("Bash", "Glob", "Grep", "Read", "Edit", "Write")
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_static_schemas_are_the_generated_ones_byte_for_byte() -> None:
+    static = [t for t in [*core_tools(), *core_tools("jobs")] if t.static_schema is not None]
+    assert set(STATIC) <= {t.name for t in static}
+    for tool in static:
+        assert tool.static_schema is not None
+        model, schema = tool.static_schema
+        assert model is tool.Input
+        # Key order included: the request body is serialised in this order.
+        assert _dumps(schema) == _dumps(generated_schema(tool.Input)), tool.name
+
+
+def test_request_body_for_the_core_tools_is_unchanged() -> None:
+    model = AnthropicModel("claude-sonnet-4-5", api_key="test", base_url="http://127.0.0.1:9")
+    tools = [t.spec() for t in core_tools() if t.name in STATIC]
+    request = ModelRequest(
+        model="", system="You are a test.", messages=[Message.user("hi")], tools=tools
+    )
+    body = model.request_body(request)
+    assert _dumps(body) + "\n" == STORED_BODY.read_text(encoding="utf-8")
+
+
+def test_a_static_schema_is_not_used_for_another_input_model() -> None:
+    bash = next(t for t in core_tools() if t.name == "Bash")
+    write = next(t for t in core_tools() if t.name == "Write")
+
+    class Renamed(type(bash)):  # type: ignore[misc]
+        Input = write.Input
+
+    assert _dumps(Renamed().input_schema()) == _dumps(generated_schema(write.Input))
+
+
+def test_input_schema_returns_a_copy() -> None:
+    tool = next(t for t in core_tools() if t.name == "Read")
+    tool.input_schema()["properties"].clear()
+    assert tool.input_schema()["properties"]
+
+
+def test_offering_the_core_tools_builds_no_input_model() -> None:
+    code = (
+        "from taskloom.tools.registry import core_tools\n"
+        "tools = core_tools()\n"
+        "specs = [t.spec() for t in tools if t.static_schema is not None]\n"
+        "built = [t.name for t in tools if t.static_schema is not None"
+        " and t.Input.__pydantic_complete__]\n"
+        "print(built)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_lazily_built_input_models_still_validate() -> None:
+    tool = next(t for t in core_tools() if t.name == "Bash")
+    ok = tool.validate({"command": "ls", "timeout": 5})
+    assert not isinstance(ok, Tool) and getattr(ok, "command", None) == "ls"
+    bad = tool.validate({"command": "ls", "timeout": 0, "extra": 1})
+    assert getattr(bad, "is_error", False)
+    assert "timeout" in bad.content and "extra: unexpected field" in bad.content  # type: ignore[union-attr]
+
+
+def test_tls_context_is_prefetched_for_the_first_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "_tls_prefetch", None)
+    model = AnthropicModel("claude-sonnet-4-5", api_key="test", base_url="http://127.0.0.1:9")
+    pending = _http._tls_prefetch
+    assert pending is not None
+    context = pending.take()
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    client = model._transport.get_client()
+    assert _http._tls_prefetch is None  # taken by that client; the next one builds its own
+    assert isinstance(client, httpx.AsyncClient)
+
+
+def test_a_model_given_a_client_prefetches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "_tls_prefetch", None)
+    client = httpx.AsyncClient()
+    AnthropicModel("claude-sonnet-4-5", api_key="test", client=client)
+    assert _http._tls_prefetch is None
+
+
+def test_a_failed_prefetch_leaves_the_context_to_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "_tls_prefetch", None)
+
+    def broken(*args: object, **kwargs: object) -> ssl.SSLContext:
+        raise OSError("no CA bundle")
+
+    monkeypatch.setattr(httpx, "create_ssl_context", broken)
+    _http.prefetch_tls_context()
+    assert _http._take_tls_context() is True
+    assert _http._take_tls_context() is True  # nothing pending: httpx's default
+
+
+def _validated(message: Message) -> Message:
+    return Message.model_validate(message.model_dump())
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Message.user("hi"),
+        Message.user(""),
+        Message.user("line\nwith \u00e9 and \U0001f600"),
+        Message(role="user", content=[TextBlock(text="a"), TextBlock(text="b")]),
+        Message(role="user", content=[TextBlock(text="a", cache_control={"type": "x"})]),
+        Message(role="user", content=[TextBlock(text="a")], note="extra field"),
+        Message(
+            role="assistant",
+            content=[TextBlock(text="a"), ToolUseBlock(id="t1", name="Bash", input={"x": None})],
+            id="msg_1",
+            model="m",
+            stop_reason="tool_use",
+            usage=Usage(input_tokens=3),
+        ),
+        Message(role="assistant", content=[TextBlock(text="a")]),
+        Message(role="user", content=[ToolResultBlock(tool_use_id="t1", content="ok")]),
+        Message(role="user", content=[], sanitized=["x"]),
+    ],
+)
+def test_message_forms_are_model_dump_byte_for_byte(message: Message) -> None:
+    blocks = [b.model_dump(exclude_none=True) for b in message.content]
+    assert _dumps(message.wire()) == _dumps({"role": message.role, "content": blocks})
+    expected = message.model_dump(exclude_none=True)
+    if message.role == "assistant":
+        expected = {"id": message.id, "type": "message", **expected}
+    assert _dumps(message.full()) == _dumps(expected)
+    assert _validated(message) == message
+
+
+def test_message_user_is_the_validated_message() -> None:
+    made = Message.user("hi")
+    assert made == Message(role="user", content=[TextBlock(text="hi")])
+    assert made.model_fields_set == {"role", "content"}
+    assert made.content[0].model_fields_set == {"text"}
+    with pytest.raises(ValidationError):
+        Message.user(3)  # type: ignore[arg-type]
+
+
+def test_the_first_request_builds_no_message_model() -> None:
+    code = (
+        "from taskloom.engine import Engine\n"
+        "from taskloom.messages import Message, TextBlock, Usage\n"
+        "m = Message.user('hi'); m.wire(); m.full(); Usage.model_construct()\n"
+        "print([c.__name__ for c in (Message, TextBlock, Usage) if c.__pydantic_complete__])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_message_adapter_is_made_on_first_use() -> None:
+    from taskloom import messages
+
+    adapter = messages.MESSAGE_ADAPTER
+    assert adapter is messages.MESSAGE_ADAPTER
+    assert adapter.validate_python({"role": "user", "content": []}) == Message(
+        role="user", content=[]
+    )
+    with pytest.raises(AttributeError):
+        _ = messages.NO_SUCH_NAME  # type: ignore[attr-defined]

@@ -1,0 +1,180 @@
+"""A new task kind plugs into the runtime, the notifications and the task tools unchanged.
+
+``TaskType`` is a closed enum (ids, store rows and ``state_from_dict`` are keyed by it), so the
+toy kind here serves an existing type no code path runs yet, ``local_workflow``, with its
+existing state class: exactly what a real workflow kind would do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from taskloom.tasks.kinds import (
+    Shown,
+    ShownField,
+    TaskKind,
+    kind_for,
+    kind_of,
+    register_kind,
+    registered_kinds,
+    unregister_kind,
+)
+from taskloom.tasks.notifications import summarize
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import (
+    Priority,
+    ShellTaskState,
+    TaskState,
+    TaskStatus,
+    TaskType,
+    WorkflowTaskState,
+)
+from taskloom.testing import FakeClock
+from taskloom.tools.jobs import _line
+from taskloom.tools.tasks import describe
+
+GRACE_S = 5.0
+
+
+class ToyKind(TaskKind):
+    task_type = TaskType.LOCAL_WORKFLOW
+    noun = "Toy workflow"
+    eviction_grace = GRACE_S
+
+    def killed(self, state: TaskState) -> TaskState:
+        if state.terminal:
+            return state
+        return state.replace(status=TaskStatus.KILLED, error="halted by the toy kind")
+
+    def summary(self, state: TaskState) -> str:
+        return f"toy {state.id} ended as {state.status.value}"
+
+    def result(self, state: TaskState) -> str | None:
+        return getattr(state, "error", None)
+
+    def priority(self, state: TaskState) -> Priority:
+        return "next"
+
+    def output_fields(self, state: TaskState, limit: int) -> Shown:
+        return Shown((ShownField("toy", "yes", "<toy>yes</toy>"),))
+
+    def status_note(self, state: TaskState) -> str:
+        return " (toy)"
+
+
+class ToyHandle:
+    """The live side: a loop that runs until it is killed."""
+
+    def __init__(self, rt: TaskRuntime, task_id: str) -> None:
+        self.rt, self.task_id = rt, task_id
+        self.kills = 0
+        self.backgrounded = 0
+        self.loop = asyncio.get_running_loop().create_task(asyncio.sleep(3600))
+
+    async def kill(self) -> None:
+        self.kills += 1
+        self.loop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.loop
+
+    async def detach(self) -> None:  # pragma: no cover - not used here
+        pass
+
+    def on_background(self) -> None:
+        self.backgrounded += 1
+
+
+@pytest.fixture
+def toy() -> Iterator[ToyKind]:
+    kind = ToyKind()
+    previous = register_kind(kind)
+    try:
+        yield kind
+    finally:
+        unregister_kind(TaskType.LOCAL_WORKFLOW)
+        if previous is not None:
+            register_kind(previous)
+
+
+def test_the_kind_is_registered_for_its_type(toy: ToyKind) -> None:
+    assert kind_for(TaskType.LOCAL_WORKFLOW) is toy
+    kinds = registered_kinds()
+    assert kinds[TaskType.LOCAL_WORKFLOW] is toy
+    # The built-in kinds are there without importing their modules here.
+    assert {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT} <= set(kinds)
+    assert kind_of(WorkflowTaskState(id="w00000000")) is toy
+
+
+def test_unregistered_types_get_the_defaults(toy: ToyKind) -> None:
+    unregister_kind(TaskType.LOCAL_WORKFLOW)
+    kind = kind_for(TaskType.LOCAL_WORKFLOW)
+    assert type(kind) is TaskKind
+    state = WorkflowTaskState(id="w00000000", description="d", status=TaskStatus.KILLED)
+    assert summarize(state) == 'Task "d" was stopped'
+
+
+def test_a_kind_needs_a_type() -> None:
+    with pytest.raises(ValueError, match="task_type"):
+        register_kind(TaskKind())
+
+
+async def test_runtime_lists_kills_notifies_and_evicts_a_new_kind(toy: ToyKind) -> None:
+    clock = FakeClock()
+    async with TaskRuntime(clock=clock, sweep_interval=3600) as rt:
+        task_id = rt.new_id(TaskType.LOCAL_WORKFLOW)
+        rt.register(
+            WorkflowTaskState(
+                id=task_id,
+                owner=rt.session_id,
+                description="toy",
+                status=TaskStatus.RUNNING,
+                is_backgrounded=False,
+            )
+        )
+        handle = ToyHandle(rt, task_id)
+        rt.attach_handle(task_id, handle)
+        rt.register(ShellTaskState(id=rt.new_id(TaskType.LOCAL_BASH), owner=rt.session_id))
+
+        # Listed, alongside a shell, and shown by the task tools with the kind's own fields.
+        listed = rt.list(types=[TaskType.LOCAL_WORKFLOW])
+        assert [s.id for s in listed] == [task_id]
+        assert {s.type for s in rt.list()} == {TaskType.LOCAL_WORKFLOW, TaskType.LOCAL_BASH}
+        text, data = describe(rt, listed[0], "not_ready")
+        assert "<toy>yes</toy>" in text and data["toy"] == "yes"
+        assert _line(listed[0]) == f"{task_id} local_workflow running (toy) toy"
+
+        # The background hand-off reaches the live side through the kind.
+        assert rt.background(task_id)
+        assert handle.backgrounded == 1
+        assert rt.get(task_id).is_backgrounded  # type: ignore[union-attr]
+
+        # Killed: through its handle, recorded as the kind says.
+        final = await rt.kill(task_id)
+        assert handle.kills == 1 and handle.loop.cancelled()
+        assert final.status == TaskStatus.KILLED
+        assert getattr(final, "error", None) == "halted by the toy kind"
+        again = await rt.kill(task_id)  # already ended: nothing more happens
+        assert again == final and handle.kills == 1
+
+        # Notified exactly once, in the kind's words and at the kind's priority.
+        notes = rt.drain()
+        assert len(notes) == 1
+        note = notes[0]
+        assert note.task_id == task_id and note.priority == "next"
+        assert f"<summary>toy {task_id} ended as killed</summary>" in note.text
+        assert "<result>halted by the toy kind</result>" in note.text
+        assert summarize(final) == f"toy {task_id} ended as killed"
+
+        # Evicted only once its grace has passed (its row stays in the store).
+        rt.ack(notes)
+        assert task_id in {s.id for s in rt.list()}
+        await clock.advance(GRACE_S - 1)
+        assert rt.sweep() == 0
+        await clock.advance(2)
+        assert rt.sweep() == 1
+        assert task_id not in {s.id for s in rt.list()}
+        assert task_id in {s.id for s in rt.list(include_evicted=True)}
+        assert rt.drain() == []

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"transcript", "prompts", "worktrees"},
     {"tools", "mcp"},
     {"engine"},
+    {"conversation"},
     {"agents", "session"},
     {"harness"},
     {"cli", "__main__", "__init__"},

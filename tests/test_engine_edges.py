@@ -143,6 +143,9 @@ async def test_resume_after_an_interrupted_call_records_the_repair(home: Path) -
         roles = [m.role for m in sent]
         assert all(a != b for a, b in itertools.pairwise(roles)), roles
         assert roles[-1] == "user"
+        # The call is answered once, however many resumes recorded its repair.
+        results = [b.tool_use_id for m in sent for b in m.content if isinstance(b, ToolResultBlock)]
+        assert results == ["t1"], results
     lines = [json.loads(x) for x in transcript_path(session_id).read_text().splitlines()]
     assert [line["type"] for line in lines] == [
         "user",

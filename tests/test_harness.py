@@ -228,3 +228,19 @@ async def test_a_harness_that_fails_to_start_holds_nothing_open(tmp_path: Path) 
     with pytest.raises(RuntimeError, match="not started"):
         _ = harness.runtime
     await harness.aclose()  # nothing to undo, and no error
+
+
+async def test_session_end_hooks_run_once_when_the_harness_closes(tmp_path: Path) -> None:
+    import json
+
+    log = tmp_path / "ended.log"
+    hook = {"hooks": [{"type": "command", "command": f"echo ended >> {log}"}]}
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(
+        json.dumps({"hooks": {"SessionEnd": [hook]}})
+    )
+    async with taskloom.Harness(model=ScriptedModel([Turn(text="hi")]), cwd=tmp_path) as h:
+        _ = [e async for e in h.run("hello")]
+    assert log.read_text() == "ended\n"
+    await h.end()  # after the close: nothing runs again
+    assert log.read_text() == "ended\n"

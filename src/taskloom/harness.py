@@ -112,6 +112,7 @@ class Harness:
         self._hooks: HookConfig | None = None
         self._place: WorktreeSession | None = None
         self._mcp_config: dict[str, Any] = {}
+        self._ended = False
 
     @property
     def session_id(self) -> str:
@@ -164,6 +165,8 @@ class Harness:
 
     async def start(self) -> None:
         """Build and start everything the session needs; undone in full if a step fails."""
+        if self._runtime is not None:
+            return  # started already
         from taskloom.models.resolve import resolve_model
         from taskloom.permissions import PermissionPolicy
         from taskloom.session import transcript_path
@@ -312,9 +315,8 @@ class Harness:
             recorder.forget(rows)
 
     async def _close_model(self) -> None:
-        aclose = getattr(self._model, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        if self._model is not None:
+            await self._model.aclose()
 
     async def run(self, prompt: str) -> AsyncIterator[EngineEvent]:
         """Run one prompt on the main thread; typed events, the last is ``Finished``.
@@ -357,8 +359,12 @@ class Harness:
         return await self.agents.send(to, message, ctx)
 
     async def end(self, reason: str = "other") -> None:
-        """Run the SessionEnd hooks (once, before :meth:`aclose`; errors are not raised)."""
-        if self._session is not None:
+        """Run the SessionEnd hooks, once (:meth:`aclose` does it if nobody did before).
+
+        Errors of the hooks are not raised: the session is ending whatever they say.
+        """
+        if self._session is not None and not self._ended:
+            self._ended = True
             with contextlib.suppress(Exception):
                 await finish_despite_cancel(self._session.end(reason))
 
@@ -368,6 +374,7 @@ class Harness:
         Closes the transcript, the MCP servers, the model and the runtime (its tasks end by
         their exit policy).
         """
+        await self.end()
         await finish_despite_cancel(self._stack.aclose())
 
 

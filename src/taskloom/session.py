@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from taskloom.agents.run import MAX_STOP_CONTINUATIONS
-from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
+from taskloom.conversation.recorder import Recorder
+from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UserError
 from taskloom.messages import Message
 from taskloom.settings import session_dir
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.transcript import TranscriptWriter, load_messages, repair
+from taskloom.transcript import TranscriptWriter, load_messages
 
 
 def transcript_path(session_id: str, home: Path | None = None) -> Path:
@@ -38,15 +38,20 @@ class Session:
         self.id = runtime.session_id
         self.engine = Engine(config, runtime, messages)
         self._source = "resume" if messages else "startup"
-        self.transcript = TranscriptWriter(transcript_path(self.id, runtime.home), self.id)
+        self.recorder = Recorder(self.engine, transcript_path(self.id, runtime.home))
+        self.recorder.open()
+
+    @property
+    def transcript(self) -> TranscriptWriter | None:
+        """The open transcript (None once closed)."""
+        return self.recorder.transcript
 
     @classmethod
     def resume(cls, runtime: TaskRuntime, config: EngineConfig) -> Session:
         """Continue the conversation recorded for ``runtime.session_id``."""
-        messages, added = repair(load_messages(transcript_path(runtime.session_id, runtime.home)))
-        session = cls(runtime, config, messages)
-        for message in added:  # recorded, so the next resume starts from a valid conversation
-            session.transcript.append(message, origin="tool_results")
+        path = transcript_path(runtime.session_id, runtime.home)
+        session = cls(runtime, config, load_messages(path))
+        session.recorder.repair()
         return session
 
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
@@ -54,7 +59,8 @@ class Session:
 
         Hooks: SessionStart and UserPromptSubmit see the prompt first (exit 2 of the latter
         refuses it; their output is added to it); Stop hooks that exit 2 send the agent back
-        to work with their stderr, at most :data:`MAX_STOP_CONTINUATIONS` times.
+        to work with their stderr, at most
+        :data:`~taskloom.conversation.recorder.MAX_STOP_CONTINUATIONS` times.
 
         Raises:
             UserError: A UserPromptSubmit hook refused the prompt.
@@ -71,30 +77,13 @@ class Session:
             ]
             if extra:
                 prompt = "\n\n".join([prompt, *extra])
-        async for event in self._record(engine.run(prompt)):
+        async for event in self.recorder.run(prompt):
             yield event
-        for again in range(MAX_STOP_CONTINUATIONS):
-            stop = await engine.run_hook("Stop", None, stop_hook_active=again > 0)
-            if stop is None or not stop.blocked or not stop.block_reason.strip():
-                break
-            async for event in self._record(engine.run(stop.block_reason)):
-                yield event
 
     async def end(self, reason: str = "other") -> None:
         """Run the SessionEnd hooks."""
         await self.engine.run_hook("SessionEnd", None, reason=reason)
 
-    async def _record(self, events: AsyncIterator[EngineEvent]) -> AsyncIterator[EngineEvent]:
-        async for event in events:
-            if isinstance(event, UserTurn):
-                self.transcript.append(event.message, origin=event.origin)
-                # Recorded: delivered. Acknowledge now, whatever the consumer does next.
-                if event.notifications:
-                    self.runtime.ack(event.notifications)
-            elif isinstance(event, AssistantTurn):
-                self.transcript.append(event.message)
-            yield event
-
     def close(self) -> None:
         """Close the transcript."""
-        self.transcript.close()
+        self.recorder.close()

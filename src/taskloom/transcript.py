@@ -93,7 +93,7 @@ def repair(messages: list[Message]) -> tuple[list[Message], list[Message]]:
     """Make a loaded conversation one the API accepts; return it and the messages added.
 
     - Consecutive user messages (a prompt recorded after a run stopped on its tool results)
-      are merged into one.
+      are merged into one, each call's result kept once.
     - Every ``tool_use`` must be answered by a ``tool_result`` in the next message; calls a
       stopped session left unanswered get an "interrupted" result.
 
@@ -104,7 +104,15 @@ def repair(messages: list[Message]) -> tuple[list[Message], list[Message]]:
     for message in messages:
         if merged and merged[-1].role == message.role == "user":
             previous = merged.pop()
-            message = Message(role="user", content=[*previous.content, *message.content])
+            # A recorded repair is recorded again inside the next prompt, merged with it: keep
+            # each call's first result only (the API refuses two results for one id).
+            seen = {b.tool_use_id for b in previous.content if isinstance(b, ToolResultBlock)}
+            extra = [
+                b
+                for b in message.content
+                if not (isinstance(b, ToolResultBlock) and b.tool_use_id in seen)
+            ]
+            message = Message(role="user", content=[*previous.content, *extra])
         merged.append(message)
     out: list[Message] = []
     added: list[Message] = []

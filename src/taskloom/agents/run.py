@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.agents.activity import describe_activity
-from taskloom.engine import AssistantTurn, Engine, UserTurn
+from taskloom.conversation.recorder import Recorder, StopHook
+from taskloom.engine import AssistantTurn, Engine, EngineEvent, UserTurn
 from taskloom.errors import TaskloomError
 from taskloom.messages import Message
 from taskloom.settings import session_dir
@@ -26,16 +27,14 @@ from taskloom.tasks.agent import ended, killed, progressed
 from taskloom.tasks.handoff import Handoff
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.types import AgentTaskState
-from taskloom.transcript import TranscriptWriter
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from taskloom.tasks.runtime import TaskRuntime
 
-#: Most times SubagentStop hooks may send an agent back to work (no endless loops).
-MAX_STOP_CONTINUATIONS = 5
 
-
-def sidechain_path(runtime: TaskRuntime, agent_id: str) -> Any:
+def sidechain_path(runtime: TaskRuntime, agent_id: str) -> Path:
     """Where a subagent's transcript lives."""
     return session_dir(runtime.session_id, runtime.home) / "subagents" / f"agent-{agent_id}.jsonl"
 
@@ -60,7 +59,20 @@ class AgentRun:
         self.handoff = Handoff()
         self.driver: asyncio.Task[None] | None = None
         self.started = time.monotonic()
-        self.transcript: TranscriptWriter | None = None
+        kind = engine.config.metadata.get("agent_type")
+        #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
+        self.recorder = Recorder(
+            engine,
+            sidechain_path(runtime, agent_id),
+            stop=StopHook(
+                "SubagentStop",
+                kind,
+                {
+                    "agent_type": kind,
+                    "agent_transcript_path": str(sidechain_path(runtime, agent_id)),
+                },
+            ),
+        )
         self.output: DiskTaskOutput | None = None
         #: Called once before the run ends (e.g. to finish its worktree); returns fields for
         #: the task state and a note for the result.
@@ -110,8 +122,7 @@ class AgentRun:
         return taken
 
     def _open_files(self) -> None:
-        path = sidechain_path(self.runtime, self.agent_id)
-        self.transcript = TranscriptWriter(path, self.runtime.session_id)
+        self.recorder.open()
         out_path = self.runtime.output_path(self.agent_id)
         if out_path.exists():
             self.output = DiskTaskOutput.reopen(out_path, self.runtime.output_cap)
@@ -119,9 +130,7 @@ class AgentRun:
             self.output = self.runtime.create_output(self.agent_id)
 
     def _close_files(self) -> None:
-        if self.transcript is not None:
-            self.transcript.close()
-            self.transcript = None
+        self.recorder.close()
         if self.output is not None:
             self.output.close()
             self.output = None
@@ -138,9 +147,8 @@ class AgentRun:
             first = True
             while first or next_input is not None:
                 first = False
-                async for event in engine.run(next_input):
-                    self._record(event)
-                await self._stop_hooks(kind)
+                async for event in self.recorder.run(next_input):  # SubagentStop hooks too
+                    self._progress(event)
                 # A message sent while the hooks ran must not be lost: no await between
                 # this last look at the inbox and the terminal update below.
                 sent = self.take_inbox()
@@ -169,21 +177,6 @@ class AgentRun:
             )
         finally:
             await finish_despite_cancel(self._cleanup())
-
-    async def _stop_hooks(self, kind: str | None) -> None:
-        """SubagentStop hooks; exit code 2 sends the agent back to work with their stderr."""
-        for again in range(MAX_STOP_CONTINUATIONS):
-            stop = await self.engine.run_hook(
-                "SubagentStop",
-                kind,
-                agent_type=kind,
-                agent_transcript_path=str(sidechain_path(self.runtime, self.agent_id)),
-                stop_hook_active=again > 0,
-            )
-            if stop is None or not stop.blocked or not stop.block_reason.strip():
-                return
-            async for event in self.engine.run(stop.block_reason):
-                self._record(event)
 
     async def _finalize(self) -> tuple[dict[str, Any], str]:
         finalize, self.finalize = self.finalize, None  # once, whichever way the run ends
@@ -220,11 +213,9 @@ class AgentRun:
             "tool_uses": engine.tool_uses,
         }
 
-    def _record(self, event: Any) -> None:
-        transcript = self.transcript
+    def _progress(self, event: EngineEvent) -> None:
+        """Report a recorded turn: its output file and task state follow the conversation."""
         if isinstance(event, AssistantTurn):
-            if transcript is not None:
-                transcript.append(event.message)
             lines = []
             if event.message.text().strip():
                 lines.append(event.message.text().strip())
@@ -234,6 +225,5 @@ class AgentRun:
                 self.output.append("\n".join(lines) + "\n")
 
             self.runtime.update(self.agent_id, lambda s: progressed(s, activities, self._totals()))
-        elif isinstance(event, UserTurn) and transcript is not None:
-            transcript.append(event.message, origin=event.origin)
+        elif isinstance(event, UserTurn):
             self.runtime.update(self.agent_id, lambda s: s.replace(**self._totals()))

@@ -25,7 +25,7 @@ from taskloom.prompts import environment
 from taskloom.tasks.agent import failed_to_start, queued, resumed
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 from taskloom.tools.base import FileState, Tool, ToolContext
-from taskloom.transcript import TranscriptWriter, load_messages, repair
+from taskloom.transcript import load_messages, repair
 
 if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
@@ -559,14 +559,7 @@ class AgentService:
             )
         if run is not None:
             # A run killed mid-call left tool calls unanswered: the API would refuse it.
-            run.engine.messages, added = repair(run.engine.messages)
-            if added:
-                writer = TranscriptWriter(
-                    sidechain_path(self.runtime, agent_id), self.runtime.session_id
-                )
-                for extra in added:
-                    writer.append(extra, origin="tool_results")
-                writer.close()
+            run.recorder.repair()
         if run is None:  # not started by this process: rebuild it from its transcript
             definition = self.definition(state.agent_type)
             messages, _ = repair(load_messages(sidechain_path(self.runtime, agent_id)))

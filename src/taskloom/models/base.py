@@ -115,3 +115,7 @@ class Model(Protocol):
             ModelError: The provider refused or failed (after retries where they apply).
         """
         ...
+
+    async def aclose(self) -> None:
+        """Release what the model holds (its HTTP client); a no-op for models holding none."""
+        ...

@@ -274,6 +274,9 @@ class ScriptedModel:
             raise ModelError(f"scripted model ran out of turns for subagent type {kind!r}")
         return script.pop(0)
 
+    async def aclose(self) -> None:
+        """Nothing to release: a scripted model holds no connection."""
+
     def assert_complete(self) -> None:
         """Fail unless every scripted turn was requested."""
         if self.remaining:
@@ -302,3 +305,6 @@ class FunctionModel:
         if inspect.isawaitable(result):
             result = await result
         yield _events(Turn.parse(result), request, self.name)
+
+    async def aclose(self) -> None:
+        """Nothing to release: a function model holds no connection."""

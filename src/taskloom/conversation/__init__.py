@@ -1,0 +1,1 @@
+"""What wraps the engine for every conversation: its recording (see :mod:`.recorder`)."""

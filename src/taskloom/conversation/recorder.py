@@ -1,0 +1,151 @@
+"""The recorder: what the main thread and every subagent put around the engine alike.
+
+A :class:`Recorder` drives one :class:`~taskloom.engine.Engine` and
+
+- writes every message to the conversation's transcript before the event carrying it is
+  passed on, so a consumer that stops reading never leaves the transcript behind it;
+- acknowledges the notifications a message delivers once the transcript holds it (only then
+  are they delivered: a crash before that replays them on resume);
+- runs the Stop (or SubagentStop) hooks when the engine is done: a hook exiting 2 sends the
+  agent back to work with its stderr, at most :data:`MAX_STOP_CONTINUATIONS` times;
+- repairs a resumed conversation (tool calls left unanswered by an interrupted run) and
+  records the messages the repair added.
+
+What only one side does stays with it: the main thread's SessionStart and UserPromptSubmit
+hooks (:mod:`taskloom.session`), an agent's progress and life cycle (:mod:`taskloom.agents.run`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from taskloom.engine import AssistantTurn, Engine, EngineEvent, UserTurn
+from taskloom.messages import Message
+from taskloom.transcript import TranscriptWriter, repair
+
+#: Most times Stop or SubagentStop hooks may send an agent back to work (no endless loops).
+MAX_STOP_CONTINUATIONS = 5
+
+
+@dataclass(frozen=True)
+class StopHook:
+    """Which hooks run when the engine is done, and what they are told.
+
+    Attributes:
+        event: ``Stop`` on the main thread, ``SubagentStop`` for a subagent.
+        target: What the hooks' matchers are matched against (the agent type), if anything.
+        payload: Extra hook input; ``stop_hook_active`` is added on each run.
+    """
+
+    event: str = "Stop"
+    target: str | None = None
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Recorder:
+    """One engine's conversation, recorded to its transcript (see the module docstring)."""
+
+    def __init__(self, engine: Engine, path: Path, *, stop: StopHook | None = None) -> None:
+        """Record ``engine``'s conversation in the transcript at ``path``.
+
+        The transcript is not opened here: :meth:`open` it before :meth:`run`.
+
+        Args:
+            engine: The engine to drive.
+            path: The transcript file (appended to).
+            stop: The hooks to run when the engine is done (default: the Stop hooks).
+        """
+        self.engine = engine
+        self.runtime = engine.runtime
+        self.path = path
+        self.stop = stop or StopHook()
+        self._writer: TranscriptWriter | None = None
+
+    @property
+    def transcript(self) -> TranscriptWriter | None:
+        """The open transcript, None while closed."""
+        return self._writer
+
+    def open(self) -> None:
+        """Open the transcript for appending (nothing if it is open already)."""
+        if self._writer is None:
+            self._writer = TranscriptWriter(self.path, self.runtime.session_id)
+
+    def close(self) -> None:
+        """Close the transcript (nothing if it is closed); :meth:`open` may open it again."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+    async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
+        """Run the engine on ``prompt``, then its stop hooks; yields every event, recorded.
+
+        Args:
+            prompt: The next input (None: the conversation is ready as it is).
+
+        Raises:
+            RuntimeError: The transcript is not open.
+        """
+        engine = self.engine
+        async for event in engine.run(prompt):
+            self.record(event)
+            yield event
+        for again in range(MAX_STOP_CONTINUATIONS):
+            stop = await engine.run_hook(
+                self.stop.event, self.stop.target, **self.stop.payload, stop_hook_active=again > 0
+            )
+            if stop is None or not stop.blocked or not stop.block_reason.strip():
+                return
+            async for event in engine.run(stop.block_reason):
+                self.record(event)
+                yield event
+
+    def record(self, event: EngineEvent) -> None:
+        """Write the message ``event`` carries (if any); then acknowledge its notifications.
+
+        Raises:
+            RuntimeError: The transcript is not open.
+        """
+        if not isinstance(event, UserTurn | AssistantTurn):
+            return
+        writer = self._writer
+        if writer is None:
+            raise RuntimeError(f"the transcript {self.path} is not open")
+        if isinstance(event, AssistantTurn):
+            writer.append(event.message)
+            return
+        writer.append(event.message, origin=event.origin)
+        # Recorded: delivered. Acknowledged now, whatever the consumer does with the event
+        # (the engine's own acknowledgement comes only once it is asked for the next one).
+        if event.notifications:
+            self.runtime.ack(event.notifications)
+
+    def repair(self) -> list[Message]:
+        """Make the engine's conversation one the API accepts again, recording what is added.
+
+        A run that stopped mid-call (killed, or its process gone) left tool calls unanswered;
+        they get "interrupted" results (see :func:`taskloom.transcript.repair`). Recorded, so
+        the next resume starts from a valid conversation.
+
+        Returns:
+            The messages added at the end of the conversation.
+        """
+        engine = self.engine
+        engine.messages, added = repair(engine.messages)
+        if not added:
+            return added
+        writer = self._writer
+        # A finished run's transcript is closed: opened for these lines only.
+        temporary = writer is None
+        if writer is None:
+            writer = TranscriptWriter(self.path, self.runtime.session_id)
+        try:
+            for message in added:
+                writer.append(message, origin="tool_results")
+        finally:
+            if temporary:
+                writer.close()
+        return added

@@ -99,6 +99,7 @@ def run_print_mode(args: list[str]) -> int:
     os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
     try:
         from taskloom.cli.print_mode import PrintOptions, main_print
+        from taskloom.harness import Options
     finally:
         if previous is None:
             del os.environ["PYDANTIC_DISABLE_PLUGINS"]
@@ -109,18 +110,21 @@ def run_print_mode(args: list[str]) -> int:
         prompt=ns.prompt,
         output_format=ns.output_format,
         verbose=ns.verbose,
-        model=ns.model,
-        max_turns=ns.max_turns,
-        permission_mode=ns.permission_mode,
-        skip_permissions=ns.skip_permissions,
-        allowed_tools=list(ns.allowed_tools),
-        disallowed_tools=list(ns.disallowed_tools),
-        append_system_prompt=ns.append_system_prompt,
-        settings=ns.settings,
-        skip_broken_settings=ns.skip_broken_settings,
         debug=ns.debug,
-        resume=ns.resume,
-        agents=ns.agents,
+        session=Options(
+            model=ns.model,
+            cwd=os.getcwd(),
+            max_turns=ns.max_turns,
+            permission_mode=ns.permission_mode,
+            skip_permissions=ns.skip_permissions,
+            allowed_tools=list(ns.allowed_tools),
+            disallowed_tools=list(ns.disallowed_tools),
+            append_system_prompt=ns.append_system_prompt,
+            settings=ns.settings,
+            skip_broken_settings=ns.skip_broken_settings,
+            resume=ns.resume,
+            agents=ns.agents,
+        ),
     )
     return main_print(options)
 

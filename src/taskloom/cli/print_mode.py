@@ -18,7 +18,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 from taskloom.engine import AssistantTurn, Finished, UserTurn
@@ -28,6 +27,7 @@ from taskloom.errors import (
     UsageError,
     describe_os_error,
 )
+from taskloom.harness import Harness, Options
 from taskloom.tasks._subscription import Subscription
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import summarize
@@ -41,23 +41,21 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PrintOptions:
-    """The print-mode flags."""
+    """The print-mode flags: how to render, and the options of the session to run.
+
+    Attributes:
+        prompt: The prompt (None: read stdin).
+        session: What the session is built from.
+        output_format: ``text``, ``json`` or ``stream-json``.
+        verbose: Accepted for compatibility (stream-json is always complete).
+        debug: Tracebacks and debug logs on stderr.
+    """
 
     prompt: str | None
+    session: Options = field(default_factory=Options)
     output_format: str = "text"
     verbose: bool = False
-    model: str | None = None
-    max_turns: int | None = None
-    permission_mode: str | None = None
-    skip_permissions: bool = False
-    allowed_tools: list[str] = field(default_factory=list)
-    disallowed_tools: list[str] = field(default_factory=list)
-    append_system_prompt: str | None = None
-    settings: str | None = None
-    skip_broken_settings: bool = False
     debug: bool = False
-    resume: str | None = None
-    agents: str | None = None
 
 
 class Emitter:
@@ -146,7 +144,7 @@ async def run_print(opts: PrintOptions) -> int:
     A usage error has none: nothing was run.
     """
     started = time.monotonic()
-    emitter = Emitter(opts.output_format, opts.resume, sys.stdout)
+    emitter = Emitter(opts.output_format, opts.session.resume, sys.stdout)
     try:
         return await _run_print(opts, emitter, started)
     except asyncio.CancelledError:
@@ -177,12 +175,10 @@ def _stop_requested() -> bool:
 
 
 async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> int:
-    from taskloom.harness import Harness
-
     if opts.output_format not in OUTPUT_FORMATS:  # argparse checks too; this is for callers
         raise UsageError(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
     prompt = _read_prompt(opts.prompt)
-    harness = Harness(_options(opts))
+    harness = Harness(opts.session)
     emitter.session_id = harness.session_id
     async with harness:
         if not gc.isenabled():  # the CLI held collection off for the start-up (see app.py)
@@ -316,7 +312,7 @@ def _write_result(
         text = result["result"]
         out.write(text + ("\n" if not text.endswith("\n") else ""))
     elif result["subtype"] == "error_max_turns":
-        sys.stderr.write(f"Error: Reached max turns ({opts.max_turns})\n")
+        sys.stderr.write(f"Error: Reached max turns ({opts.session.max_turns})\n")
     elif error_line is not None:
         sys.stderr.write(f"{error_line}\n")
     out.flush()
@@ -334,26 +330,6 @@ def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> Non
             "summary": summarize(state) if state and state.terminal else note.kind,
             "kind": note.kind,
         }
-    )
-
-
-def _options(opts: PrintOptions) -> Any:
-    """The harness options the flags give."""
-    from taskloom.harness import Options
-
-    return Options(
-        model=opts.model,
-        cwd=Path.cwd(),
-        permission_mode=opts.permission_mode,
-        allowed_tools=opts.allowed_tools,
-        disallowed_tools=opts.disallowed_tools,
-        skip_permissions=opts.skip_permissions,
-        append_system_prompt=opts.append_system_prompt,
-        settings=opts.settings,
-        skip_broken_settings=opts.skip_broken_settings,
-        agents=opts.agents,
-        resume=opts.resume,
-        max_turns=opts.max_turns,
     )
 
 

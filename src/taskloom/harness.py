@@ -180,23 +180,26 @@ class Harness:
         self._model = spec if spec is not None and not isinstance(spec, str) else None
         if self._model is None:
             self._model = resolve_model(spec if isinstance(spec, str) else None, self.settings)
-        self._policy = PermissionPolicy.from_settings(
-            self.settings,
-            mode=opts.permission_mode,
-            allowed_tools=list(opts.allowed_tools),
-            disallowed_tools=list(opts.disallowed_tools),
-            project_root=find_project_root(self.cwd),
-            skip_permissions=opts.skip_permissions,
-        )
-        if opts.resume and not transcript_path(opts.resume).is_file():
-            raise UserError(f"No conversation found with session ID: {opts.resume}")
-        self._runtime = TaskRuntime(session_id=self._session_id)
+        # From here on every step is undone if a later one fails, the model's close included.
+        self._stack.push_async_callback(self._close_model)
         try:
-            await self._stack.enter_async_context(self._runtime)
-            self._stack.push_async_callback(self._close_model)
+            self._policy = PermissionPolicy.from_settings(
+                self.settings,
+                mode=opts.permission_mode,
+                allowed_tools=list(opts.allowed_tools),
+                disallowed_tools=list(opts.disallowed_tools),
+                project_root=find_project_root(self.cwd),
+                skip_permissions=opts.skip_permissions,
+            )
+            if opts.resume and not transcript_path(opts.resume).is_file():
+                raise UserError(f"No conversation found with session ID: {opts.resume}")
+            runtime = TaskRuntime(session_id=self._session_id)
+            await self._stack.enter_async_context(runtime)
+            self._runtime = runtime
             self._mcp = await self._stack.enter_async_context(self._mcp_servers())
             self._build_session()
         except BaseException:
+            self._runtime = None
             await finish_despite_cancel(self._stack.aclose())
             raise
 

@@ -67,7 +67,10 @@ def test_new_store_has_current_schema_and_wal(store: Store, home: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"sessions", "tasks", "notifications", "processes"} <= tables
+        views = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='view'")}
+    # Notifications moved into the mailbox (schema 2); the old name reads them as a view.
+    assert {"sessions", "tasks", "mailbox", "addresses", "processes"} <= tables
+    assert "notifications" in views
 
 
 def test_newer_schema_is_refused_naming_both_versions(home: Path) -> None:

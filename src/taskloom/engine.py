@@ -63,8 +63,9 @@ class EngineConfig:
         headless: No one can answer a permission prompt: an ``ask`` is a denial.
         wait_for_tasks: Do not end while owned tasks run or notifications are pending.
         settings: Effective settings, passed to tools.
-        inbox: Returns (and removes) messages sent to this agent while it runs; they are
-            delivered at its next tool boundary, or before it would end.
+        inbox: Returns (and takes from the agent's mailbox) messages sent to it while it
+            runs; they go into its next user message, at its next tool boundary or before it
+            would end, and are acknowledged once its transcript holds that message.
         hooks: Hook configuration (PreToolUse, PostToolUse, PostToolUseFailure run here).
         confine_to: File tools may only touch paths under this directory (a worktree).
         cwd_source: Where the working directory is read from on each call (EnterWorktree

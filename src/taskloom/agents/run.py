@@ -26,7 +26,6 @@ from taskloom.settings import session_dir
 from taskloom.tasks.agent import ended, killed, progressed
 from taskloom.tasks.handoff import Handoff
 from taskloom.tasks.output import DiskTaskOutput
-from taskloom.tasks.types import AgentTaskState
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -112,14 +111,26 @@ class AgentRun:
         self.driver = asyncio.get_running_loop().create_task(self._drive(prompt))
         return self.driver
 
+    def resume(self) -> asyncio.Task[None]:
+        """Run again on the messages its mailbox holds (those that resumed it, and older ones).
+
+        Rows taken by an earlier run that was killed before its transcript held them are
+        handed back first, so they are delivered now, once, in the order they were sent.
+        """
+        self.recorder.release()
+        sent = self.take_inbox()
+        return self.start("\n\n".join(sent) if sent else None)
+
     def take_inbox(self) -> list[str]:
-        """Messages sent to the agent since its last tool boundary (removed from its state)."""
-        state = self.runtime.get(self.agent_id)
-        if not isinstance(state, AgentTaskState) or not state.pending_messages:
-            return []
-        taken = [m if isinstance(m, str) else str(m) for m in state.pending_messages]
-        self.runtime.update(self.agent_id, lambda s: s.replace(pending_messages=()))
-        return taken
+        """Messages sent to the agent since its last tool boundary, taken from its mailbox.
+
+        They are acknowledged once the transcript holds the message they go into (see
+        :meth:`~taskloom.conversation.recorder.Recorder.hold`); until then a crash or a kill
+        hands them out again.
+        """
+        letters = self.runtime.mailbox.take(self.agent_id, "message")
+        self.recorder.hold(letters)
+        return [letter.body for letter in letters]
 
     def _open_files(self) -> None:
         self.recorder.open()

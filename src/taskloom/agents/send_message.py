@@ -43,7 +43,7 @@ class SendMessageTool(Tool[SendMessageInput]):
         message = params.message
         text = message if isinstance(message, str) else json.dumps(message)
         try:
-            reply = await self.service.send(params.to, text, ctx)
+            reply = await self.service.send(params.to, text, ctx, summary=params.summary)
         except (ToolError, TaskError) as exc:
             return tool_error(str(exc))
         return ToolResult(reply, data={"to": params.to})

@@ -1,7 +1,8 @@
 """Spawning, addressing and resuming subagents: what the Agent and SendMessage tools call.
 
 One ``AgentService`` per session. It knows the agent catalog, how to build a subagent's engine
-(its model, tools, prompt, permissions), the runs it started and the names they were given.
+(its model, tools, prompt, permissions) and the runs it started. The names agents are given
+live in the runtime's directory (the store), and SendMessage text in its mailbox.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.engine import Engine, EngineConfig
 from taskloom.errors import ToolError
 from taskloom.prompts import environment
-from taskloom.tasks.agent import failed_to_start, queued, resumed
+from taskloom.tasks.agent import failed_to_start, resumed
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 from taskloom.tools.base import FileState, Tool, ToolContext
 from taskloom.transcript import load_messages, repair
@@ -136,7 +137,6 @@ class AgentService:
         self.mcp = mcp
         self.mcp_config = mcp_config or {}
         self.runs: dict[str, AgentRun] = {}
-        self.names: dict[str, str] = {}
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
         self._models: dict[str, Model] = {}
 
@@ -238,7 +238,7 @@ class AgentService:
         if request.subagent_type is None and fork_enabled(self.settings):
             return await self._fork(request, ctx)
         definition = self.definition(request.subagent_type)
-        if request.name and request.name in self.names:
+        if request.name and self.runtime.directory.resolve(request.name) is not None:
             raise ToolError(f"An agent named {request.name!r} already exists")
         if request.cwd and not Path(request.cwd).is_dir():
             raise ToolError(f"cwd {request.cwd!r} is not a directory")
@@ -283,9 +283,12 @@ class AgentService:
         if worktree is not None:
             run.worktree = worktree
             run.finalize = self._worktree_finisher(worktree)
+        if request.name and not self.runtime.directory.bind(request.name, agent_id):
+            # Taken meanwhile by a concurrent spawn: this one does not start.
+            taken = ToolError(f"An agent named {request.name!r} already exists")
+            await finish_despite_cancel(self._abandon(agent_id, worktree, own_mcp, taken))
+            raise taken
         self.runs[agent_id] = run
-        if request.name:
-            self.names[request.name] = agent_id
         self.runtime.attach_handle(agent_id, run)
         driver = run.start(request.prompt)
         if is_async:
@@ -470,7 +473,7 @@ class AgentService:
         run = AgentRun(self.runtime, agent_id, engine)
         self.runs[agent_id] = run
         if request.name:
-            self.names[request.name] = agent_id
+            self.runtime.directory.bind(request.name, agent_id, replace=True)
         self.runtime.attach_handle(agent_id, run)
         run.start(None)
         return SpawnResult(
@@ -502,20 +505,27 @@ class AgentService:
         Raises:
             ToolError: No such agent; the message lists the known names.
         """
-        if to in self.names:
-            return self.names[to]
+        names = self.runtime.directory.entries()
+        if to in names:
+            return names[to]
         state = self.runtime.get(to)
         if isinstance(state, AgentTaskState):
             return to
-        known = sorted(self.names) or ["(none)"]
+        known = sorted(names) or ["(none)"]
         ids = sorted(self.runs)
         raise ToolError(
             f"No agent named or with id {to!r}. Known names: {', '.join(known)}"
             + (f"; ids: {', '.join(ids)}" if ids else "")
         )
 
-    async def send(self, to: str, message: str, ctx: ToolContext) -> str:
-        """Deliver ``message``: queued for a running agent, a resume for a stopped one."""
+    async def send(
+        self, to: str, message: str, ctx: ToolContext, *, summary: str | None = None
+    ) -> str:
+        """Deliver ``message`` through the agent's mailbox; a stopped agent is resumed with it.
+
+        Committed first; a running agent takes it at its next tool boundary, a stopped one
+        (even one that died with an earlier process) is resumed on it and older unseen ones.
+        """
         agent_id = self.resolve(to)
         state = self.runtime.authorize(agent_id, ctx.owner)
         run = self.runs.get(agent_id)
@@ -524,19 +534,32 @@ class AgentService:
             await asyncio.wait([run.driver], timeout=60)
             state = self.runtime.authorize(agent_id, ctx.owner)
         assert isinstance(state, AgentTaskState)
+        letter = self.runtime.mailbox.post(
+            recipient=agent_id,
+            sender=ctx.owner,
+            kind="message",
+            body=message,
+            priority="next",
+            summary=summary or "",
+            commit=True,
+        )
         if not state.terminal:
-            self.runtime.update(agent_id, lambda s: queued(s, message))
             return (
                 f"Message queued for agent {agent_id}; it will see it at its next tool "
                 "boundary, before its next model request."
             )
-        await self._resume(agent_id, state, message)
+        try:
+            await self._resume(agent_id, state)
+        except BaseException:
+            # The sender is told it failed: the message must not turn up at a later resume.
+            self.runtime.mailbox.withdraw([letter.id])
+            raise
         return (
             f"Agent {agent_id} had {state.status.value}; it was resumed in the background with "
             "your message. You will be notified when it finishes."
         )
 
-    async def _resume(self, agent_id: str, state: AgentTaskState, message: str) -> None:
+    async def _resume(self, agent_id: str, state: AgentTaskState) -> None:
         run = self.runs.get(agent_id)
         if run is not None and run.driver is not None and not run.driver.done():
             # Still cleaning up after its last run (killing its shells): let that finish first,
@@ -573,4 +596,4 @@ class AgentService:
         # Back to running under the same id (the runtime merges what must survive).
         self.runtime.register(resumed(state))
         self.runtime.attach_handle(agent_id, run)
-        run.start(message)
+        run.resume()

@@ -5,7 +5,8 @@ A :class:`Recorder` drives one :class:`~taskloom.engine.Engine` and
 - writes every message to the conversation's transcript before the event carrying it is
   passed on, so a consumer that stops reading never leaves the transcript behind it;
 - acknowledges the notifications a message delivers once the transcript holds it (only then
-  are they delivered: a crash before that replays them on resume);
+  are they delivered: a crash before that replays them on resume), and so the mailbox rows
+  (SendMessage text) the engine's inbox handed to that message (:meth:`Recorder.hold`);
 - runs the Stop (or SubagentStop) hooks when the engine is done: a hook exiting 2 sends the
   agent back to work with its stderr, at most :data:`MAX_STOP_CONTINUATIONS` times;
 - repairs a resumed conversation (tool calls left unanswered by an interrupted run) and
@@ -17,13 +18,14 @@ hooks (:mod:`taskloom.session`), an agent's progress and life cycle (:mod:`taskl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from taskloom.engine import AssistantTurn, Engine, EngineEvent, UserTurn
 from taskloom.messages import Message
+from taskloom.tasks.mailbox import Letter
 from taskloom.transcript import TranscriptWriter, repair
 
 #: Most times Stop or SubagentStop hooks may send an agent back to work (no endless loops).
@@ -63,6 +65,7 @@ class Recorder:
         self.path = path
         self.stop = stop or StopHook()
         self._writer: TranscriptWriter | None = None
+        self._held: list[Letter] = []
 
     @property
     def transcript(self) -> TranscriptWriter | None:
@@ -79,6 +82,20 @@ class Recorder:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
+
+    def hold(self, letters: Iterable[Letter]) -> None:
+        """Mailbox rows taken for the next user message: acknowledged once it is recorded.
+
+        The engine puts what its inbox returns into the very next user message it yields
+        (tool results, its next prompt, or a message of their own), so that message holds them.
+        """
+        self._held.extend(letters)
+
+    def release(self) -> None:
+        """Hand back held rows that never reached the transcript (the run was killed first)."""
+        held, self._held = self._held, []
+        if held:
+            self.runtime.mailbox.requeue(letter.id for letter in held)
 
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
         """Run the engine on ``prompt``, then its stop hooks; yields every event, recorded.
@@ -122,6 +139,9 @@ class Recorder:
         # (the engine's own acknowledgement comes only once it is asked for the next one).
         if event.notifications:
             self.runtime.ack(event.notifications)
+        if self._held:
+            held, self._held = self._held, []
+            self.runtime.mailbox.ack(letter.id for letter in held)
 
     def repair(self) -> list[Message]:
         """Make the engine's conversation one the API accepts again, recording what is added.

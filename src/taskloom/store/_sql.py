@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Callable, Collection
 from typing import Any
 
-from taskloom.store.rows import ProcessRow, SessionRow
+from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow
 
 
 def claim(
@@ -132,3 +132,84 @@ def task_params(data: dict[str, Any]) -> tuple[Any, ...]:
         int(data["notified"]),
         json.dumps(data, separators=(",", ":")),
     )
+
+
+#: Insert one mailbox row (parameters: :func:`mail_params`).
+INSERT_MAIL = (
+    "INSERT INTO mailbox(id, seq, session_id, recipient, sender, kind, topic, priority, body, "
+    "summary, created_at, delivered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL)"
+)
+
+
+def mail_params(row: MailRow) -> tuple[Any, ...]:
+    """A mailbox row as the parameters of :data:`INSERT_MAIL`."""
+    return (
+        row.id,
+        row.seq,
+        row.session_id,
+        row.recipient,
+        row.sender,
+        row.kind,
+        row.topic,
+        row.priority,
+        row.body,
+        row.summary,
+        row.created_at,
+    )
+
+
+def mail_of(row: NotificationRow) -> MailRow:
+    """A notification as the mailbox row that carries it (sent by the task it is about)."""
+    return MailRow(
+        id=row.id,
+        seq=row.seq,
+        session_id=row.session_id,
+        recipient=row.owner,
+        sender=row.task_id,
+        kind="notification",
+        topic=row.kind,
+        priority=row.priority,
+        body=row.body,
+        summary="",
+        created_at=row.created_at,
+        delivered_at=row.delivered_at,
+    )
+
+
+def notification_of(row: MailRow) -> NotificationRow:
+    """The notification a mailbox row of kind ``notification`` carries."""
+    return NotificationRow(
+        id=row.id,
+        seq=row.seq,
+        session_id=row.session_id,
+        owner=row.recipient,
+        task_id=row.sender,
+        kind=row.topic,
+        priority=row.priority,
+        body=row.body,
+        created_at=row.created_at,
+        delivered_at=row.delivered_at,
+    )
+
+
+def bind_address(
+    conn: sqlite3.Connection,
+    session_id: str,
+    team: str,
+    name: str,
+    address: str,
+    when: float,
+    replace: bool,
+) -> bool:
+    """The body of :meth:`Store.bind_address`."""
+    on_conflict = (
+        "DO UPDATE SET address = excluded.address, created_at = excluded.created_at"
+        if replace
+        else "DO NOTHING"
+    )
+    done = conn.execute(
+        "INSERT INTO addresses(session_id, team, name, address, created_at) "
+        f"VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id, team, name) {on_conflict}",
+        (session_id, team, name, address, when),
+    )
+    return done.rowcount == 1

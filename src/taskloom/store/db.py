@@ -1,4 +1,4 @@
-"""SQLite store: task records, the durable notification queue, sessions and process records.
+"""SQLite store: task records, the durable mailbox, names, sessions and process records.
 
 One connection per process, WAL mode so that another process (``taskloom tasks``, a teammate)
 reads while this one writes. Writes from the event loop are *group-committed*: they are queued
@@ -29,7 +29,7 @@ from taskloom.errors import StoreError
 from taskloom.settings import ensure_private_dir
 from taskloom.store import _sql
 from taskloom.store._disk import RESERVE_BYTES, Reserve, describe, is_full
-from taskloom.store.rows import NotificationRow, ProcessRow, SessionRow
+from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _BUSY_TIMEOUT_MS = 10_000
@@ -442,46 +442,82 @@ class Store:
         sql += " ORDER BY start_time"
         return [json.loads(r["data"]) for r in self._query(sql, params)]
 
-    # -- notifications ------------------------------------------------------------------------
+    # -- the mailbox ---------------------------------------------------------------------------
 
-    def add_notification(self, row: NotificationRow) -> None:
-        """Queue a notification durably."""
-        self.write(
-            "INSERT INTO notifications(id, seq, session_id, owner, task_id, kind, priority, "
-            "body, created_at, delivered_at) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
-            (
-                row.id,
-                row.seq,
-                row.session_id,
-                row.owner,
-                row.task_id,
-                row.kind,
-                row.priority,
-                row.body,
-                row.created_at,
-            ),
-        )
+    def add_mail(self, row: MailRow) -> None:
+        """Queue a mailbox row durably (committed with the next group commit)."""
+        self.write(_sql.INSERT_MAIL, _sql.mail_params(row))
 
-    def undelivered_notifications(self, session_id: str) -> list[NotificationRow]:
-        """Return a session's notifications not yet acknowledged, in queue order."""
+    def undelivered_mail(self, session_id: str) -> list[MailRow]:
+        """Return a session's mailbox rows not yet acknowledged, in posting order."""
         rows = self._query(
-            "SELECT * FROM notifications WHERE session_id = ? AND delivered_at IS NULL "
+            "SELECT * FROM mailbox WHERE session_id = ? AND delivered_at IS NULL "
             "ORDER BY created_at, seq",
             (session_id,),
         )
-        return [NotificationRow(**dict(r)) for r in rows]
+        return [MailRow(**dict(r)) for r in rows]
 
-    def ack_notifications(self, ids: Iterable[str], when: float | None = None) -> None:
-        """Mark notifications as delivered; they will not be replayed."""
+    def ack_mail(self, ids: Iterable[str], when: float | None = None) -> None:
+        """Mark mailbox rows as delivered (the first stamp stays); they are not replayed."""
         stamp = when if when is not None else time.time()
         wanted = list(ids)
         for start in range(0, len(wanted), 500):  # stay far below SQLite's variable limit
             chunk = wanted[start : start + 500]
             self.write(
-                "UPDATE notifications SET delivered_at = ? WHERE delivered_at IS NULL AND id IN "
+                "UPDATE mailbox SET delivered_at = ? WHERE delivered_at IS NULL AND id IN "
                 f"({','.join('?' * len(chunk))})",
                 (stamp, *chunk),
             )
+
+    # Notifications are the mailbox's rows of kind ``notification``, seen as the old queue.
+
+    def add_notification(self, row: NotificationRow) -> None:
+        """Queue a notification durably (a mailbox row from its task to its owner)."""
+        self.add_mail(_sql.mail_of(row))
+
+    def undelivered_notifications(self, session_id: str) -> list[NotificationRow]:
+        """Return a session's notifications not yet acknowledged, in queue order."""
+        return [
+            _sql.notification_of(r)
+            for r in self.undelivered_mail(session_id)
+            if r.kind == "notification"
+        ]
+
+    def ack_notifications(self, ids: Iterable[str], when: float | None = None) -> None:
+        """Mark notifications as delivered; they will not be replayed."""
+        self.ack_mail(ids, when)
+
+    # -- the directory of addresses -----------------------------------------------------------
+
+    def bind_address(
+        self,
+        session_id: str,
+        name: str,
+        address: str,
+        *,
+        team: str = "",
+        when: float = 0.0,
+        replace: bool = False,
+    ) -> bool:
+        """Give ``address`` the name ``name`` in a session, now; False if the name is taken.
+
+        With ``replace`` a taken name is moved to ``address`` (always True).
+
+        Raises:
+            StoreError: The store could not be written.
+        """
+        return self._transaction(
+            lambda conn: _sql.bind_address(conn, session_id, team, name, address, when, replace)
+        )
+
+    def addresses(self, session_id: str, team: str = "") -> dict[str, str]:
+        """Return a session's names and the addresses they name."""
+        rows = self._query(
+            "SELECT name, address FROM addresses WHERE session_id = ? AND team = ? "
+            "ORDER BY created_at, name",
+            (session_id, team),
+        )
+        return {r["name"]: r["address"] for r in rows}
 
     # -- process records ----------------------------------------------------------------------
 

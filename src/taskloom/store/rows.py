@@ -1,8 +1,41 @@
-"""The records the store hands out: notifications, process records, sessions."""
+"""The records the store hands out: mail, notifications, process records, sessions."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MailRow:
+    """One mailbox row as stored: a message to one recipient address.
+
+    Attributes:
+        id: Unique id (used to acknowledge).
+        seq: Order of posting within the session.
+        session_id: The session whose runtime delivers it.
+        recipient: The address it is for: a session id or an agent id.
+        sender: Who sent it: an agent id, a session id, or the task a notification is about.
+        kind: ``notification`` or ``message`` (``protocol`` later).
+        topic: What a notification reports (``terminal``, ``stall``); '' for messages.
+        priority: ``next`` or ``later``.
+        body: The text the recipient's transcript will hold.
+        summary: A short preview ('' when none).
+        created_at: Wall-clock time it was posted.
+        delivered_at: When the recipient's transcript held it (None: not yet).
+    """
+
+    id: str
+    seq: int
+    session_id: str
+    recipient: str
+    sender: str
+    kind: str
+    topic: str
+    priority: str
+    body: str
+    summary: str
+    created_at: float
+    delivered_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,46 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (pid, pid_start)
     );
     """,
+    # 2: one durable mailbox for every message to one recipient (a session id or an agent
+    # id): task notifications (kind 'notification', sent by their task, 'topic' says terminal
+    # or stall) and SendMessage text (kind 'message'). The old queue's rows move over; a view
+    # keeps the old table's name and columns for readers of notifications. The directory maps
+    # the names given at spawn to addresses, per session; 'team' is '' until teams exist.
+    """
+    CREATE TABLE mailbox (
+        id           TEXT PRIMARY KEY,
+        seq          INTEGER NOT NULL,
+        session_id   TEXT NOT NULL,
+        recipient    TEXT NOT NULL,
+        sender       TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        topic        TEXT NOT NULL DEFAULT '',
+        priority     TEXT NOT NULL,
+        body         TEXT NOT NULL,
+        summary      TEXT NOT NULL DEFAULT '',
+        created_at   REAL NOT NULL,
+        delivered_at REAL
+    );
+    CREATE INDEX mailbox_pending ON mailbox(session_id, delivered_at, seq);
+    INSERT INTO mailbox(id, seq, session_id, recipient, sender, kind, topic, priority, body,
+                        summary, created_at, delivered_at)
+        SELECT id, seq, session_id, owner, task_id, 'notification', kind, priority, body, '',
+               created_at, delivered_at
+        FROM notifications;
+    DROP TABLE notifications;
+    CREATE VIEW notifications AS
+        SELECT id, seq, session_id, recipient AS owner, sender AS task_id, topic AS kind,
+               priority, body, created_at, delivered_at
+        FROM mailbox WHERE kind = 'notification';
+    CREATE TABLE addresses (
+        session_id  TEXT NOT NULL,
+        team        TEXT NOT NULL DEFAULT '',
+        name        TEXT NOT NULL,
+        address     TEXT NOT NULL,
+        created_at  REAL NOT NULL,
+        PRIMARY KEY (session_id, team, name)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -136,11 +136,6 @@ def failed_to_start(state: AgentTaskState, error: str) -> AgentTaskState:
     return state.replace(status=TaskStatus.FAILED, error=error, notified=True)
 
 
-def queued(state: AgentTaskState, message: str) -> AgentTaskState:
-    """``message`` waits for the agent's next tool boundary."""
-    return state.replace(pending_messages=(*state.pending_messages, message))
-
-
 def resumed(state: AgentTaskState) -> AgentTaskState:
     """Running again in the background under the same id, its last outcome cleared."""
     return state.replace(
@@ -163,6 +158,5 @@ __all__ = [
     "failed_to_start",
     "killed",
     "progressed",
-    "queued",
     "resumed",
 ]

@@ -12,21 +12,21 @@ Rendering::
     <usage><total_tokens>…</total_tokens><tool_uses>…</tool_uses><duration_ms>…</duration_ms></usage>
     </task-notification>
 
-The queue writes each notification to the store before it can be handed out, hands it out once
-(``drain``), and forgets it only when the consumer acknowledges delivery (``ack``). After a
+The queue is the session's mailbox seen through its rows of kind ``notification`` (sent by the
+task to its owner): each is written to the store before it can be handed out, handed out once
+(``drain``), and forgotten only when the consumer acknowledges delivery (``ack``). After a
 crash, whatever was not acknowledged is replayed when the session is resumed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
-from taskloom.store import NotificationRow, Store
+from taskloom.store import Store
 from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.mailbox import Kind, Letter, Mailbox
 from taskloom.tasks.types import Priority, TaskState
 
 PRIORITIES: tuple[Priority, ...] = ("next", "later")
@@ -129,42 +129,23 @@ def render_batch(notifications: Iterable[Notification]) -> str:
 
 
 class NotificationQueue:
-    """The durable queue of one session, with per-owner delivery."""
+    """A session's notifications: the mailbox rows of kind ``notification``, per owner."""
 
-    def __init__(self, store: Store, session_id: str, clock: Clock = SYSTEM_CLOCK) -> None:
-        """Bind the queue to a session's rows in ``store``."""
-        self._store = store
-        self._session_id = session_id
-        self._clock = clock
-        self._pending: dict[str, Notification] = {}
-        self._in_flight: dict[str, Notification] = {}
-        self._seq = 0
-        self._changed: asyncio.Event | None = None
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        mailbox: Mailbox | None = None,
+    ) -> None:
+        """Bind the queue to a session's mailbox (a new one over ``store`` if not given)."""
+        self.mailbox = mailbox or Mailbox(store, session_id, clock)
         self.on_ack: Callable[[list[Notification]], None] | None = None
 
     def replay(self) -> list[Notification]:
-        """Load every unacknowledged notification of the session from the store."""
-        rows = self._store.undelivered_notifications(self._session_id)
-        loaded = []
-        for row in rows:
-            if row.id in self._pending or row.id in self._in_flight:
-                continue
-            note = Notification(
-                id=row.id,
-                seq=row.seq,
-                owner=row.owner,
-                task_id=row.task_id,
-                kind=row.kind,
-                priority="next" if row.priority == "next" else "later",
-                text=row.body,
-                created_at=row.created_at,
-            )
-            self._pending[note.id] = note
-            self._seq = max(self._seq, row.seq + 1)
-            loaded.append(note)
-        if loaded:
-            self._signal()
-        return loaded
+        """Load every unacknowledged row of the session; return the notifications among them."""
+        return [_note(letter) for letter in self.mailbox.replay() if letter.kind == _KIND]
 
     def enqueue(
         self,
@@ -176,44 +157,18 @@ class NotificationQueue:
         priority: Priority = "later",
     ) -> Notification:
         """Queue a notification durably (committed before it can be drained)."""
-        note = Notification(
-            id=secrets.token_hex(8),
-            seq=self._seq,
-            owner=owner,
-            task_id=task_id,
-            kind=kind,
-            priority=priority,
-            text=text,
-            created_at=self._clock.time(),
+        letter = self.mailbox.post(
+            recipient=owner, sender=task_id, kind=_KIND, topic=kind, priority=priority, body=text
         )
-        self._seq += 1
-        self._store.add_notification(
-            NotificationRow(
-                id=note.id,
-                seq=note.seq,
-                session_id=self._session_id,
-                owner=owner,
-                task_id=task_id,
-                kind=kind,
-                priority=priority,
-                body=text,
-                created_at=note.created_at,
-            )
-        )
-        self._pending[note.id] = note
-        self._signal()
-        return note
+        return _note(letter)
 
     def pending(self, owner: str | None = None) -> list[Notification]:
         """Notifications not yet handed out, ``next`` before ``later``, then in queue order."""
-        notes = [n for n in self._pending.values() if owner is None or n.owner == owner]
-        return sorted(notes, key=lambda n: (n.priority != "next", n.seq))
+        return [_note(letter) for letter in self.mailbox.pending(owner, _KIND)]
 
     def has_pending(self, owner: str | None = None) -> bool:
         """Whether anything waits to be handed out (to ``owner``, or to anyone)."""
-        if owner is None:
-            return bool(self._pending)
-        return any(n.owner == owner for n in self._pending.values())
+        return self.mailbox.has_pending(owner, _KIND)
 
     def drain(
         self, owner: str | None = None, priority: Priority | None = None
@@ -227,53 +182,41 @@ class NotificationQueue:
             owner: Only this owner's notifications (None: all).
             priority: Only ``next`` ones, for a delivery point between tool calls.
         """
-        batch = [n for n in self.pending(owner) if priority is None or n.priority == priority]
-        if not batch:
-            return []
-        self._store.flush()  # nothing leaves the queue before it is durable
-        for note in batch:
-            del self._pending[note.id]
-            self._in_flight[note.id] = note
-        return batch
+        return [_note(letter) for letter in self.mailbox.take(owner, _KIND, priority)]
 
     def ack(self, notifications: Iterable[Notification]) -> None:
         """Record that ``notifications`` reached their owner; they will never be replayed."""
-        done = [n for n in notifications if self._in_flight.pop(n.id, None) is not None]
-        if not done:
-            return
-        self._store.ack_notifications((n.id for n in done), self._clock.time())
-        self._store.flush()  # acknowledged durably: a crash now must not deliver it twice
-        if self.on_ack is not None:
+        done = [_note(letter) for letter in self.mailbox.ack(n.id for n in notifications)]
+        if done and self.on_ack is not None:
             self.on_ack(done)
 
     def requeue(self, notifications: Iterable[Notification]) -> None:
         """Put back notifications that were drained but could not be delivered."""
-        for note in notifications:
-            if self._in_flight.pop(note.id, None) is not None:
-                self._pending[note.id] = note
-        self._signal()
+        self.mailbox.requeue(n.id for n in notifications)
 
     def discard_owner(self, owner: str) -> list[Notification]:
         """Drop (acknowledge) what is pending for an owner that no longer exists."""
-        gone = [n for n in self._pending.values() if n.owner == owner]
-        for note in gone:
-            del self._pending[note.id]
-            self._in_flight[note.id] = note
-        self.ack(gone)
+        gone = [_note(letter) for letter in self.mailbox.discard(owner, _KIND)]
+        if gone and self.on_ack is not None:
+            self.on_ack(gone)
         return gone
 
     async def wait_pending(self, timeout: float, owner: str | None = None) -> bool:
         """Wait until something is pending (for ``owner``); False on timeout."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not self.has_pending(owner):
-                    self._changed = self._changed or asyncio.Event()
-                    self._changed.clear()
-                    await self._changed.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await self.mailbox.wait(timeout, owner, _KIND)
 
-    def _signal(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
+
+_KIND: Kind = "notification"
+
+
+def _note(letter: Letter) -> Notification:
+    return Notification(
+        id=letter.id,
+        seq=letter.seq,
+        owner=letter.recipient,
+        task_id=letter.sender,
+        kind=letter.topic,
+        priority=letter.priority,
+        text=letter.body,
+        created_at=letter.created_at,
+    )

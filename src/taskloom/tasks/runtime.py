@@ -33,8 +33,10 @@ from taskloom.tasks._claim import claim_session
 from taskloom.tasks._recovery import kill_lingering, settle_dead_sessions
 from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
 from taskloom.tasks._waiters import EndWaiters
+from taskloom.tasks.directory import Directory
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.kinds import TaskHandle, kind_of
+from taskloom.tasks.mailbox import Mailbox
 from taskloom.tasks.notifications import (
     Notification,
     NotificationQueue,
@@ -96,7 +98,13 @@ class TaskRuntime:
         self.output_cap = output_cap
         self.sweep_interval = sweep_interval
         self.kill_grace = kill_grace
-        self.notifications = NotificationQueue(self.store, self.session_id, clock)
+        #: Every message to an address of this session (notifications are rows of it).
+        self.mailbox = Mailbox(self.store, self.session_id, clock)
+        self.notifications = NotificationQueue(
+            self.store, self.session_id, clock, mailbox=self.mailbox
+        )
+        #: The names given to its agents at spawn.
+        self.directory = Directory(self.store, self.session_id, clock)
         self.notifications.on_ack = self._on_ack
         self._tasks: dict[str, TaskState] = {}
         # Every id this session has (in memory or evicted): the store is asked only for these.

@@ -206,7 +206,8 @@ class AgentTaskState(TaskState):
         result: The final answer, once completed.
         error: Why it failed, once failed.
         messages: Messages held for a UI that views the agent (kept across resume).
-        pending_messages: Messages sent to it that it has not yet consumed.
+        pending_messages: Unused: messages to an agent are mailbox rows now. Kept so that
+            the state's shape, and records written before the mailbox, stay as they were.
         retain: Whether a UI holds the task open (delays eviction).
         evict_after: Earliest eviction time for a retained task (epoch seconds).
         total_tokens: Tokens used so far (latest input, with cache, plus output so far).

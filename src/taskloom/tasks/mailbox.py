@@ -1,0 +1,280 @@
+"""The durable mailbox: every message to one recipient address, delivered exactly once.
+
+Each row is a message to one address — a session id (the main thread) or an agent id — from a
+sender, of a kind: ``notification`` (a task's end or stall, sent by the task to its owner),
+``message`` (SendMessage text for an agent) and, later, ``protocol``. The life of a row:
+
+1. :meth:`Mailbox.post` writes it to the store. It can be handed out only once it is
+   committed: :meth:`Mailbox.take` commits the store's queue before it hands anything out.
+2. :meth:`Mailbox.take` hands it out once (``next`` before ``later``, then in posting order).
+3. :meth:`Mailbox.ack` marks it delivered, durably, once the recipient's transcript holds it.
+   Until then it is only in flight: :meth:`Mailbox.requeue` puts it back, and if the process
+   dies a resumed session hands it out again (:meth:`Mailbox.replay`).
+
+A recipient waiting for input is woken by an asyncio event set when a row for it is posted in
+this process (:meth:`Mailbox.wait`): there is no polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from taskloom.clock import SYSTEM_CLOCK, Clock
+from taskloom.store import MailRow, Store
+from taskloom.tasks.types import Priority
+
+#: What a row carries: a task notification, an agent's message, later a protocol exchange.
+Kind = Literal["notification", "message", "protocol"]
+KINDS: tuple[Kind, ...] = ("notification", "message", "protocol")
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """One mailbox row as the session holds it.
+
+    Attributes:
+        id: Unique id (used to acknowledge).
+        seq: Posting order within the session (a resumed session goes on from the last).
+        recipient: The address it is for (a session id or an agent id).
+        sender: Who sent it (an agent or session id; for a notification, its task's id).
+        kind: ``notification``, ``message`` or ``protocol``.
+        topic: What a notification reports (``terminal``, ``stall``); '' otherwise.
+        priority: ``next`` (at the next delivery point) or ``later``.
+        body: The text the recipient will see.
+        summary: A short preview ('' when none).
+        created_at: Wall-clock time it was posted.
+    """
+
+    id: str
+    seq: int
+    recipient: str
+    sender: str
+    kind: Kind
+    topic: str
+    priority: Priority
+    body: str
+    summary: str
+    created_at: float
+
+
+def _kind(value: str) -> Kind:
+    for kind in KINDS:
+        if kind == value:
+            return kind
+    return "message"  # a kind a newer taskloom wrote: text for its recipient all the same
+
+
+class Mailbox:
+    """The mailbox rows of one session, for every recipient (see the module docstring)."""
+
+    def __init__(self, store: Store, session_id: str, clock: Clock = SYSTEM_CLOCK) -> None:
+        """Bind the mailbox to a session's rows in ``store``."""
+        self._store = store
+        self._session_id = session_id
+        self._clock = clock
+        self._pending: dict[str, Letter] = {}
+        self._in_flight: dict[str, Letter] = {}
+        self._seq = 0
+        # Who waits for what: (recipient or None for anyone, kind or None, the event to set).
+        self._waiters: list[tuple[str | None, Kind | None, asyncio.Event]] = []
+
+    @property
+    def session_id(self) -> str:
+        """The session whose rows these are."""
+        return self._session_id
+
+    def replay(self) -> list[Letter]:
+        """Load every unacknowledged row of the session from the store (on start or resume)."""
+        loaded = []
+        for row in self._store.undelivered_mail(self._session_id):
+            if row.id in self._pending or row.id in self._in_flight:
+                continue
+            letter = Letter(
+                id=row.id,
+                seq=row.seq,
+                recipient=row.recipient,
+                sender=row.sender,
+                kind=_kind(row.kind),
+                topic=row.topic,
+                priority="next" if row.priority == "next" else "later",
+                body=row.body,
+                summary=row.summary,
+                created_at=row.created_at,
+            )
+            self._pending[letter.id] = letter
+            self._seq = max(self._seq, row.seq + 1)
+            loaded.append(letter)
+        for letter in loaded:
+            self._signal(letter)
+        return loaded
+
+    def post(
+        self,
+        *,
+        recipient: str,
+        sender: str,
+        kind: Kind,
+        body: str,
+        topic: str = "",
+        priority: Priority = "later",
+        summary: str = "",
+        commit: bool = False,
+    ) -> Letter:
+        """Write a row for ``recipient``; it is handed out only once it is committed.
+
+        Args:
+            recipient: The address it is for.
+            sender: Who sends it.
+            kind: What it carries.
+            body: Its text.
+            topic: What a notification reports.
+            priority: ``next`` or ``later``.
+            summary: A short preview.
+            commit: Commit it now rather than with the loop iteration's group commit (the
+                sender is about to be told that it is queued).
+
+        Raises:
+            StoreError: ``commit`` was asked for and the store could not be written.
+        """
+        letter = Letter(
+            id=secrets.token_hex(8),
+            seq=self._seq,
+            recipient=recipient,
+            sender=sender,
+            kind=kind,
+            topic=topic,
+            priority=priority,
+            body=body,
+            summary=summary,
+            created_at=self._clock.time(),
+        )
+        self._seq += 1
+        self._store.add_mail(
+            MailRow(
+                id=letter.id,
+                seq=letter.seq,
+                session_id=self._session_id,
+                recipient=recipient,
+                sender=sender,
+                kind=kind,
+                topic=topic,
+                priority=priority,
+                body=body,
+                summary=summary,
+                created_at=letter.created_at,
+            )
+        )
+        if commit:
+            self._store.flush()
+        self._pending[letter.id] = letter
+        self._signal(letter)
+        return letter
+
+    def pending(self, recipient: str | None = None, kind: Kind | None = None) -> list[Letter]:
+        """Rows not yet handed out (to ``recipient``, of ``kind``): ``next`` first, then by seq."""
+        found = [
+            letter
+            for letter in self._pending.values()
+            if (recipient is None or letter.recipient == recipient)
+            and (kind is None or letter.kind == kind)
+        ]
+        return sorted(found, key=lambda letter: (letter.priority != "next", letter.seq))
+
+    def has_pending(self, recipient: str | None = None, kind: Kind | None = None) -> bool:
+        """Whether anything waits to be handed out (to ``recipient``, of ``kind``)."""
+        return any(
+            (recipient is None or letter.recipient == recipient)
+            and (kind is None or letter.kind == kind)
+            for letter in self._pending.values()
+        )
+
+    def take(
+        self,
+        recipient: str | None = None,
+        kind: Kind | None = None,
+        priority: Priority | None = None,
+    ) -> list[Letter]:
+        """Hand out every pending row (for ``recipient``, of ``kind``) as one batch, once.
+
+        Each stays in the store until :meth:`ack`; if the process dies before that, a resumed
+        session hands it out again.
+        """
+        batch = [
+            letter
+            for letter in self.pending(recipient, kind)
+            if priority is None or letter.priority == priority
+        ]
+        if not batch:
+            return []
+        self._store.flush()  # nothing leaves the mailbox before it is durable
+        for letter in batch:
+            del self._pending[letter.id]
+            self._in_flight[letter.id] = letter
+        return batch
+
+    def ack(self, ids: Iterable[str]) -> list[Letter]:
+        """Record that the rows ``ids`` reached their recipient's transcript; never replayed.
+
+        Returns:
+            The rows acknowledged now (a row not in flight is left alone).
+        """
+        done = [letter for i in ids if (letter := self._in_flight.pop(i, None)) is not None]
+        if not done:
+            return []
+        self._store.ack_mail((letter.id for letter in done), self._clock.time())
+        self._store.flush()  # acknowledged durably: a crash now must not deliver it twice
+        return done
+
+    def requeue(self, ids: Iterable[str]) -> None:
+        """Put back rows that were handed out but never reached a transcript."""
+        for i in ids:
+            letter = self._in_flight.pop(i, None)
+            if letter is not None:
+                self._pending[letter.id] = letter
+                self._signal(letter)
+
+    def discard(self, recipient: str, kind: Kind | None = None) -> list[Letter]:
+        """Acknowledge, undelivered, what is pending for a recipient that is gone for good."""
+        return self.withdraw(letter.id for letter in self.pending(recipient, kind))
+
+    def withdraw(self, ids: Iterable[str]) -> list[Letter]:
+        """Acknowledge, undelivered, pending rows that must never be handed out.
+
+        For a message whose delivery failed where the sender is told so (it is not sent).
+        """
+        gone = [letter for i in ids if (letter := self._pending.get(i)) is not None]
+        for letter in gone:
+            del self._pending[letter.id]
+            self._in_flight[letter.id] = letter
+        return self.ack(letter.id for letter in gone)
+
+    async def wait(
+        self, timeout: float, recipient: str | None = None, kind: Kind | None = None
+    ) -> bool:
+        """Wait until a row is pending (for ``recipient``, of ``kind``); False on timeout.
+
+        Woken by the event :meth:`post` (or :meth:`requeue`) sets for a matching row.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                while not self.has_pending(recipient, kind):
+                    entry = (recipient, kind, asyncio.Event())
+                    self._waiters.append(entry)
+                    try:
+                        await entry[2].wait()
+                    finally:
+                        self._waiters.remove(entry)
+        except TimeoutError:
+            return False
+        return True
+
+    def _signal(self, letter: Letter) -> None:
+        for recipient, kind, event in self._waiters:
+            if (recipient is None or recipient == letter.recipient) and (
+                kind is None or kind == letter.kind
+            ):
+                event.set()

@@ -184,3 +184,44 @@ async def test_a_message_sent_while_stop_hooks_run_is_not_lost(tmp_path: Path) -
         assert "queued" in reply
         state = await rt.wait(launched.agent_id, timeout=20)
         assert isinstance(state, AgentTaskState) and state.result == "saw the late message"
+
+
+async def test_two_messages_at_once_to_a_stopped_agent_resume_it_once(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        valid_conversation(request)
+        if len(request.messages) == 1:
+            return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 30"}),))
+        texts = [
+            b.text
+            for m in request.messages
+            if m.role == "user"
+            for b in m.content
+            if isinstance(b, TextBlock)
+        ]
+        seen.append(texts)
+        return "done with both"
+
+    async with TaskRuntime() as rt:
+        service = service_for(rt, tmp_path, respond)
+        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+        launched = await service.spawn(
+            SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
+        )
+        await wait_until(
+            lambda: any(s.type == "local_bash" and s.status == "running" for s in rt.list()),
+            what="the agent's command",
+        )
+        await rt.kill(launched.agent_id)
+        rt.ack(rt.drain())
+        replies = await asyncio.gather(
+            service.send(launched.agent_id, "first message", ctx),
+            service.send(launched.agent_id, "second message", ctx),
+        )
+        await wait_until(lambda: rt.get(launched.agent_id).terminal, what="resumed run")  # type: ignore[union-attr]
+    assert sum("was resumed" in r for r in replies) == 1, replies
+    assert sum("queued" in r for r in replies) == 1, replies
+    # Each message reached the agent once, whichever request it arrived in.
+    everything = [t for texts in seen[-1:] for t in texts]
+    assert everything.count("first message") == 1 and everything.count("second message") == 1

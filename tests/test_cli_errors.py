@@ -317,3 +317,11 @@ def test_a_guard_hook_under_a_misspelt_event_stops_the_run(tmp_path: Path) -> No
     proc = run("-p", "go", "--model", echo_script(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "unknown hook event 'Notification' skipped" in proc.stderr
+
+
+def test_a_run_that_fails_before_its_session_exists_names_no_session(tmp_path: Path) -> None:
+    proc = run("-p", "hi", "--output-format", "json", cwd=tmp_path)  # no model configured
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert result["is_error"] is True and result["session_id"] is None
+    assert "No model configured" in result["result"]

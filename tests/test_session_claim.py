@@ -340,3 +340,34 @@ async def test_a_session_ended_by_another_process_is_claimed_with_its_tasks_alre
     finally:
         settler.close()
         claimer.close()
+
+
+async def test_a_start_stopped_during_the_sweep_gives_the_session_back(
+    tmp_path: Path, home: Path
+) -> None:
+    sid = str(uuid.uuid4())
+    info = make_crashed_sessions(tmp_path, [{"home": str(home), "session_id": sid, "orphan": True}])
+    orphan = info[sid]["orphan_pids"]
+    rt = TaskRuntime(session_id=sid)
+    starting = asyncio.get_running_loop().create_task(rt.start())
+    probe = Store(db_path())
+    try:
+        # Claimed (this process owns the row) while the sweep waits out the TERM-ignoring
+        # orphan: nothing else says when the start is in the middle of its sweep.
+        await wait_until(
+            lambda: (s := probe.get_session(sid)) is not None and s.pid == os.getpid(),
+            timeout=20,
+            what="the claim",
+        )
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        assert rt.store.closed
+        released = probe.get_session(sid)
+    finally:
+        probe.close()
+    assert released is not None and released.ended_at is not None
+    # Given back: this process (or any other) can take it again, and the orphan is reaped.
+    async with TaskRuntime(session_id=sid) as again:
+        assert again.session_id == sid
+    await wait_until(lambda: not any(alive(p) for p in orphan), timeout=20, what="the orphan")

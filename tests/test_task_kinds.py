@@ -113,7 +113,7 @@ def test_unregistered_types_get_the_defaults(toy: ToyKind) -> None:
     kind = kind_for(TaskType.LOCAL_WORKFLOW)
     assert type(kind) is TaskKind
     state = WorkflowTaskState(id="w00000000", description="d", status=TaskStatus.KILLED)
-    assert summarize(state) == 'Task "d" was stopped'
+    assert summarize(state) == 'Agent "d" was stopped'
 
 
 def test_a_kind_needs_a_type() -> None:

@@ -113,11 +113,20 @@ class Harness:
         self._place: WorktreeSession | None = None
         self._mcp_config: dict[str, Any] = {}
         self._ended = False
+        self._claimed = False
 
     @property
     def session_id(self) -> str:
         """The session's id (known before :meth:`start`)."""
         return self._session_id
+
+    @property
+    def claimed(self) -> bool:
+        """Whether the session exists in the store, claimed by a runtime of this harness.
+
+        Also true when a later step of :meth:`start` failed and gave the session back.
+        """
+        return self._claimed
 
     @property
     def runtime(self) -> TaskRuntime:
@@ -195,7 +204,7 @@ class Harness:
                 raise UserError(f"No conversation found with session ID: {opts.resume}")
             runtime = TaskRuntime(session_id=self._session_id)
             await self._stack.enter_async_context(runtime)
-            self._runtime = runtime
+            self._runtime, self._claimed = runtime, True
             self._mcp = await self._stack.enter_async_context(self._mcp_servers())
             self._build_session()
         except BaseException:

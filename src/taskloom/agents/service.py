@@ -125,6 +125,7 @@ class AgentService:
             mcp_config: The configured MCP servers (an agent's ``mcpServers`` may name them).
         """
         self.runtime = runtime
+        self._resume_locks: dict[str, asyncio.Lock] = {}
         self.catalog = catalog
         self.model = model
         self.model_name = model_name
@@ -527,12 +528,20 @@ class AgentService:
         (even one that died with an earlier process) is resumed on it and older unseen ones.
         """
         agent_id = self.resolve(to)
-        state = self.runtime.authorize(agent_id, ctx.owner)
+        self.runtime.authorize(agent_id, ctx.owner)
         run = self.runs.get(agent_id)
         if run is not None and run.finishing and run.driver is not None:
             # It has taken its last input and is wrapping up: resume it once it has ended.
             await asyncio.wait([run.driver], timeout=60)
-            state = self.runtime.authorize(agent_id, ctx.owner)
+        # One sender at a time decides whether to resume: a second one, arriving while the
+        # first resumes, must find the agent running (and queue), not resume it again.
+        async with self._resume_locks.setdefault(agent_id, asyncio.Lock()):
+            return await self._deliver(agent_id, ctx, message, summary)
+
+    async def _deliver(
+        self, agent_id: str, ctx: ToolContext, message: str, summary: str | None
+    ) -> str:
+        state = self.runtime.authorize(agent_id, ctx.owner)
         assert isinstance(state, AgentTaskState)
         letter = self.runtime.mailbox.post(
             recipient=agent_id,

@@ -66,6 +66,7 @@ class Emitter:
         self.session_id = session_id  # known once the runtime exists
         self.out = out
         self.result_written = False
+        self.harness: Harness | None = None  # the session, once it is being built
         self._task_status: dict[str, Any] = {}
 
     def line(self, obj: dict[str, Any]) -> None:
@@ -178,9 +179,9 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
     if opts.output_format not in OUTPUT_FORMATS:  # argparse checks too; this is for callers
         raise UsageError(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
     prompt = _read_prompt(opts.prompt)
-    harness = Harness(opts.session)
-    emitter.session_id = harness.session_id
+    harness = emitter.harness = Harness(opts.session)
     async with harness:
+        emitter.session_id = harness.session_id
         if not gc.isenabled():  # the CLI held collection off for the start-up (see app.py)
             gc.freeze()
             gc.enable()
@@ -277,6 +278,8 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
 
 def _early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:
     """The result of a run that ended before its first turn finished."""
+    if emitter.harness is not None and emitter.harness.claimed:
+        emitter.session_id = emitter.harness.session_id  # claimed: a session that exists
     from taskloom.messages import Usage
 
     return {

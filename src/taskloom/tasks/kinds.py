@@ -80,7 +80,7 @@ class TaskKind:
     """
 
     task_type: ClassVar[TaskType | None] = None
-    noun: ClassVar[str] = "Task"
+    noun: ClassVar[str] = "Agent"  # the types without a kind of their own are agent-like
     eviction_grace: ClassVar[float] = 0.0
     owns_tasks: ClassVar[bool] = False
 

@@ -18,12 +18,14 @@ this process (:meth:`Mailbox.wait`): there is no polling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
+from taskloom.errors import StoreError
 from taskloom.store import MailRow, Store
 from taskloom.tasks.types import Priority
 
@@ -168,9 +170,16 @@ class Mailbox:
                 created_at=letter.created_at,
             )
         )
-        if commit:
-            self._store.flush()
         self._pending[letter.id] = letter
+        if commit:
+            try:
+                self._store.flush()
+            except StoreError:
+                # The sender is told it failed, so it must never arrive: the withdrawal is
+                # queued behind the row and reaches the disk with it, whenever that is.
+                with contextlib.suppress(StoreError):
+                    self.withdraw([letter.id])
+                raise
         self._signal(letter)
         return letter
 

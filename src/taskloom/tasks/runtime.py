@@ -142,12 +142,18 @@ class TaskRuntime:
             raise
         self._recorder = ProcessRecorder(self.store, self.session_id)
         bind_recorder(self._recorder)
-        records = self.store.list_processes()
-        await sweep_orphans(self.store, grace=self.kill_grace)
-        settle_dead_sessions(self.store, records, self.clock.time(), taken=own)
-        self.notifications.replay()
-        if own is not None:
-            self._load_session_tasks()
+        try:
+            records = self.store.list_processes()
+            await sweep_orphans(self.store, grace=self.kill_grace)
+            settle_dead_sessions(self.store, records, self.clock.time(), taken=own)
+            self.notifications.replay()
+            if own is not None:
+                self._load_session_tasks()
+        except BaseException:
+            # Claimed but not started (a signal during the sweep, a store error): give the
+            # session back and close the store, as a finished run would.
+            await self.close()
+            raise
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         return self
 

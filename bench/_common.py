@@ -31,10 +31,15 @@ def child_max_rss_mib(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[fl
         os.write(write_fd, f"{wall} {rss}".encode())
         os._exit(0)
     os.close(write_fd)
+    wall_s, rss_s = child_report(read_fd, pid)
+    return float(wall_s), float(rss_s)
+
+
+def child_report(read_fd: int, pid: int) -> list[str]:
+    """The words a forked measuring helper wrote to ``read_fd`` before exiting; reaps it."""
     data = b""
     while chunk := os.read(read_fd, 1024):
         data += chunk
     os.close(read_fd)
     os.waitpid(pid, 0)
-    wall_s, rss_s = data.decode().split()
-    return float(wall_s), float(rss_s)
+    return data.decode().split()

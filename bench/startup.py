@@ -41,6 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import child_report
 
 from fake_servers import FakeAnthropicServer
 
@@ -87,12 +90,7 @@ def _spawn(cmd: list[str], env: dict[str, str], cwd: str, marker: str | None) ->
         )
         os._exit(0)
     os.close(write_fd)
-    data = b""
-    while chunk := os.read(read_fd, 1024):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    result_s, ended_s, rss_s, cpu_s, code = data.decode().split()
+    result_s, ended_s, rss_s, cpu_s, code = child_report(read_fd, pid)
     if marker is not None and not float(result_s):
         raise RuntimeError(f"{cmd[0]} printed no result line (exit code {code})")
     return Run(0.0, float(result_s) - start, float(ended_s) - start, float(rss_s), float(cpu_s))

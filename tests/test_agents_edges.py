@@ -131,6 +131,24 @@ async def test_killing_a_foreground_agent_is_an_error_for_the_parent_not_a_crash
         assert rt.get(agent_id).status == TaskStatus.KILLED  # type: ignore[union-attr]
 
 
+async def killed_background_agent(
+    rt: TaskRuntime, tmp_path: Path, respond: Any
+) -> tuple[AgentService, ToolContext, str]:
+    """A background agent killed while its first command runs; its notification delivered."""
+    service = service_for(rt, tmp_path, respond)
+    ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+    launched = await service.spawn(
+        SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
+    )
+    await wait_until(
+        lambda: any(s.type == "local_bash" and s.status == "running" for s in rt.list()),
+        what="the agent's command",
+    )
+    await rt.kill(launched.agent_id)
+    rt.ack(rt.drain())
+    return service, ctx, launched.agent_id
+
+
 async def test_a_killed_agent_resumes_with_a_valid_conversation(tmp_path: Path) -> None:
     def respond(request: ModelRequest) -> Turn | str:
         valid_conversation(request)
@@ -139,20 +157,10 @@ async def test_a_killed_agent_resumes_with_a_valid_conversation(tmp_path: Path) 
         return "resumed fine"
 
     async with TaskRuntime() as rt:
-        service = service_for(rt, tmp_path, respond)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
-        launched = await service.spawn(
-            SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
-        )
-        await wait_until(
-            lambda: any(s.type == "local_bash" and s.status == "running" for s in rt.list()),
-            what="the agent's command",
-        )
-        await rt.kill(launched.agent_id)
-        rt.ack(rt.drain())
-        await service.send(launched.agent_id, "carry on", ctx)
-        await wait_until(lambda: rt.get(launched.agent_id).terminal, what="resumed run")  # type: ignore[union-attr]
-        state = rt.get(launched.agent_id)
+        service, ctx, agent_id = await killed_background_agent(rt, tmp_path, respond)
+        await service.send(agent_id, "carry on", ctx)
+        await wait_until(lambda: rt.get(agent_id).terminal, what="resumed run")  # type: ignore[union-attr]
+        state = rt.get(agent_id)
         assert isinstance(state, AgentTaskState) and state.result == "resumed fine", state
 
 
@@ -204,22 +212,12 @@ async def test_two_messages_at_once_to_a_stopped_agent_resume_it_once(tmp_path: 
         return "done with both"
 
     async with TaskRuntime() as rt:
-        service = service_for(rt, tmp_path, respond)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
-        launched = await service.spawn(
-            SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
-        )
-        await wait_until(
-            lambda: any(s.type == "local_bash" and s.status == "running" for s in rt.list()),
-            what="the agent's command",
-        )
-        await rt.kill(launched.agent_id)
-        rt.ack(rt.drain())
+        service, ctx, agent_id = await killed_background_agent(rt, tmp_path, respond)
         replies = await asyncio.gather(
-            service.send(launched.agent_id, "first message", ctx),
-            service.send(launched.agent_id, "second message", ctx),
+            service.send(agent_id, "first message", ctx),
+            service.send(agent_id, "second message", ctx),
         )
-        await wait_until(lambda: rt.get(launched.agent_id).terminal, what="resumed run")  # type: ignore[union-attr]
+        await wait_until(lambda: rt.get(agent_id).terminal, what="resumed run")  # type: ignore[union-attr]
     assert sum("was resumed" in r for r in replies) == 1, replies
     assert sum("queued" in r for r in replies) == 1, replies
     # Each message reached the agent once, whichever request it arrived in.

@@ -66,23 +66,18 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def agent_service(rt: Any, cwd: Path, model: Any, **overrides: Any) -> Any:
-    """An AgentService over the core tools, agents loaded from ``cwd``, no policy."""
-    from taskloom.agents.loader import load_agents
-    from taskloom.agents.service import AgentService
-    from taskloom.tools.registry import core_tools
+def harness(cwd: Path, model: Any, **options: Any) -> Any:
+    """A ``taskloom.Harness`` on ``cwd`` and ``model`` allowing every call; ``options`` added."""
+    import taskloom
 
-    options: dict[str, Any] = {
-        "catalog": load_agents(cwd),
-        "model": model,
-        "model_name": "m",
-        "tools": core_tools,
-        "settings": {},
-        "policy": None,
-        "cwd": cwd,
-    }
-    options.update(overrides)
-    return AgentService(rt, **options)
+    return taskloom.Harness(model=model, cwd=cwd, skip_permissions=True, **options)
+
+
+def main_context(h: Any, cwd: Path | None = None) -> Any:
+    """A ``ToolContext`` of the harness's main thread (the owner of the agents it spawns)."""
+    from taskloom.tools.base import ToolContext
+
+    return ToolContext(runtime=h.runtime, owner=h.session_id, cwd=cwd or h.cwd)
 
 
 def scripted_argv(script: Path, *args: str) -> list[str]:

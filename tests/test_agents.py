@@ -12,18 +12,13 @@ from typing import Any
 
 import yaml
 
-from helpers import agent_service, clean_env, scripted_argv, wait_until
-from taskloom.agents.agent_tool import AgentTool
-from taskloom.agents.send_message import SendMessageTool
+from helpers import clean_env, harness, main_context, scripted_argv, wait_until
 from taskloom.agents.service import SpawnRequest
-from taskloom.engine import Engine, EngineConfig, Finished
+from taskloom.engine import Finished
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
-from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import AgentTaskState
 from taskloom.testing import FunctionModel, ToolCall, Turn
-from taskloom.tools.base import ToolContext
-from taskloom.tools.registry import core_tools
 
 
 def run_cli(tmp_path: Path, script: dict[str, Any], *args: str, **env: str) -> list[dict[str, Any]]:
@@ -151,24 +146,13 @@ def test_explore_and_custom_agents_get_only_their_tools(tmp_path: Path, monkeypa
         return "ok"
 
     async def main() -> list[Any]:
-        async with TaskRuntime() as rt:
-            service = agent_service(rt, tmp_path, FunctionModel(respond))
-            tools = [*core_tools(), AgentTool(service), SendMessageTool(service)]
-            engine = Engine(
-                EngineConfig(
-                    model=service.model,
-                    system_prompt="",
-                    tools=tools,
-                    owner=rt.session_id,
-                    cwd=tmp_path,
-                ),
-                rt,
-            )
-            events = [e async for e in engine.run("go")]
-            explore = service.runs[
+        async with harness(tmp_path, FunctionModel(respond)) as h:
+            events = [e async for e in h.run("go")]
+            runs = h.agents.runs
+            explore = runs[
                 next(
                     i
-                    for i, r in service.runs.items()
+                    for i, r in runs.items()
                     if r.engine.config.metadata["agent_type"] == "Explore"
                 )
             ]
@@ -206,9 +190,8 @@ async def test_send_message_steers_a_running_agent_and_resumes_a_finished_one(
             return "turned right"
         return "no message seen"
 
-    async with TaskRuntime() as rt:
-        service = agent_service(rt, tmp_path, FunctionModel(respond))
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        service, rt, ctx = h.agents, h.runtime, main_context(h)
         launched = await service.spawn(
             SpawnRequest(
                 description="walker", prompt="walk", run_in_background=True, name="walker"
@@ -231,9 +214,8 @@ async def test_send_message_steers_a_running_agent_and_resumes_a_finished_one(
         second = rt.drain()
         assert [n.task_id for n in second] == [launched.agent_id]
         assert "<result>turned right</result>" in second[0].text
-        unknown = await SendMessageTool(service).call(
-            SendMessageTool(service).validate({"to": "nobody", "message": "hi"}), ctx
-        )  # type: ignore[arg-type]
+        send = next(t for t in h.tools if t.name == "SendMessage")
+        unknown = await send.call(send.validate({"to": "nobody", "message": "hi"}), ctx)  # type: ignore[arg-type]
         assert unknown.is_error and "walker" in unknown.content
 
 
@@ -390,10 +372,9 @@ async def test_an_agents_background_shells_end_with_it(tmp_path: Path) -> None:
             )
         return "done"
 
-    async with TaskRuntime() as rt:
-        service = agent_service(rt, tmp_path, FunctionModel(respond))
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
-        result = await service.spawn(SpawnRequest(description="d", prompt="p"), ctx)
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        rt = h.runtime
+        result = await h.agents.spawn(SpawnRequest(description="d", prompt="p"), main_context(h))
         assert result.status == "completed"
         shells = [s for s in rt.subtree(result.agent_id) if s.type == "local_bash"]
         assert len(shells) == 1 and shells[0].status == "killed"

@@ -11,20 +11,19 @@ from typing import Any
 
 import yaml
 
-from helpers import agent_service, clean_env, scripted_argv, wait_until
-from taskloom.agents.service import AgentService, SpawnRequest
+from helpers import clean_env, harness, main_context, scripted_argv, wait_until
+from taskloom import Harness
+from taskloom.agents.service import SpawnRequest
 from taskloom.errors import ToolError
-from taskloom.hooks import HookConfig
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
-from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import AgentTaskState, TaskStatus
 from taskloom.testing import FunctionModel, ToolCall, Turn
 from taskloom.tools.base import ToolContext
 
 
-def service_for(rt: TaskRuntime, tmp_path: Path, respond: Any, **kw: Any) -> AgentService:
-    return agent_service(rt, tmp_path, FunctionModel(respond), **kw)
+def harness_for(tmp_path: Path, respond: Any, **options: Any) -> Harness:
+    return harness(tmp_path, FunctionModel(respond), **options)  # type: ignore[no-any-return]
 
 
 def valid_conversation(request: ModelRequest) -> None:
@@ -90,9 +89,8 @@ async def test_background_from_outside_hands_off_with_one_notification(tmp_path:
         await release.wait()
         return "answer"
 
-    async with TaskRuntime() as rt:
-        service = service_for(rt, tmp_path, respond)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+    async with harness_for(tmp_path, respond) as h:
+        service, rt, ctx = h.agents, h.runtime, main_context(h)
         spawn = asyncio.create_task(service.spawn(SpawnRequest(description="d", prompt="p"), ctx))
         await wait_until(lambda: bool(service.runs), what="agent registered")
         agent_id = next(iter(service.runs))
@@ -112,9 +110,8 @@ async def test_killing_a_foreground_agent_is_an_error_for_the_parent_not_a_crash
     def respond(request: ModelRequest) -> Turn | str:
         return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 30"}),))
 
-    async with TaskRuntime() as rt:
-        service = service_for(rt, tmp_path, respond)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+    async with harness_for(tmp_path, respond) as h:
+        service, rt, ctx = h.agents, h.runtime, main_context(h)
         spawn = asyncio.create_task(service.spawn(SpawnRequest(description="d", prompt="p"), ctx))
         await wait_until(
             lambda: any(s.type == "local_bash" and s.status == "running" for s in rt.list()),
@@ -131,13 +128,10 @@ async def test_killing_a_foreground_agent_is_an_error_for_the_parent_not_a_crash
         assert rt.get(agent_id).status == TaskStatus.KILLED  # type: ignore[union-attr]
 
 
-async def killed_background_agent(
-    rt: TaskRuntime, tmp_path: Path, respond: Any
-) -> tuple[AgentService, ToolContext, str]:
+async def killed_background_agent(h: Harness) -> tuple[ToolContext, str]:
     """A background agent killed while its first command runs; its notification delivered."""
-    service = service_for(rt, tmp_path, respond)
-    ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
-    launched = await service.spawn(
+    rt, ctx = h.runtime, main_context(h)
+    launched = await h.agents.spawn(
         SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
     )
     await wait_until(
@@ -146,7 +140,7 @@ async def killed_background_agent(
     )
     await rt.kill(launched.agent_id)
     rt.ack(rt.drain())
-    return service, ctx, launched.agent_id
+    return ctx, launched.agent_id
 
 
 async def test_a_killed_agent_resumes_with_a_valid_conversation(tmp_path: Path) -> None:
@@ -156,8 +150,9 @@ async def test_a_killed_agent_resumes_with_a_valid_conversation(tmp_path: Path) 
             return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 30"}),))
         return "resumed fine"
 
-    async with TaskRuntime() as rt:
-        service, ctx, agent_id = await killed_background_agent(rt, tmp_path, respond)
+    async with harness_for(tmp_path, respond) as h:
+        rt, service = h.runtime, h.agents
+        ctx, agent_id = await killed_background_agent(h)
         await service.send(agent_id, "carry on", ctx)
         await wait_until(lambda: rt.get(agent_id).terminal, what="resumed run")  # type: ignore[union-attr]
         state = rt.get(agent_id)
@@ -166,24 +161,21 @@ async def test_a_killed_agent_resumes_with_a_valid_conversation(tmp_path: Path) 
 
 async def test_a_message_sent_while_stop_hooks_run_is_not_lost(tmp_path: Path) -> None:
     marker = tmp_path / "hook-running"
-    hooks = HookConfig.from_settings(
-        {
-            "hooks": {
-                "SubagentStop": [
-                    {"hooks": [{"type": "command", "command": f"touch {marker}; sleep 0.5"}]}
-                ]
-            }
+    hooks = {
+        "hooks": {
+            "SubagentStop": [
+                {"hooks": [{"type": "command", "command": f"touch {marker}; sleep 0.5"}]}
+            ]
         }
-    )
+    }
 
     def respond(request: ModelRequest) -> str:
         last = request.messages[-1]
         text = " ".join(b.text for b in last.content if isinstance(b, TextBlock))
         return "saw the late message" if "late message" in text else "first answer"
 
-    async with TaskRuntime() as rt:
-        service = service_for(rt, tmp_path, respond, hooks=hooks)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+    async with harness_for(tmp_path, respond, settings=json.dumps(hooks)) as h:
+        service, rt, ctx = h.agents, h.runtime, main_context(h)
         launched = await service.spawn(
             SpawnRequest(description="d", prompt="p", run_in_background=True), ctx
         )
@@ -211,8 +203,9 @@ async def test_two_messages_at_once_to_a_stopped_agent_resume_it_once(tmp_path: 
         seen.append(texts)
         return "done with both"
 
-    async with TaskRuntime() as rt:
-        service, ctx, agent_id = await killed_background_agent(rt, tmp_path, respond)
+    async with harness_for(tmp_path, respond) as h:
+        rt, service = h.runtime, h.agents
+        ctx, agent_id = await killed_background_agent(h)
         replies = await asyncio.gather(
             service.send(agent_id, "first message", ctx),
             service.send(agent_id, "second message", ctx),

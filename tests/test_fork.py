@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
 
-from helpers import agent_service
-from taskloom.agents.agent_tool import AgentTool
+from helpers import harness
 from taskloom.agents.fork import MARKER, NESTED_FORK_ERROR
-from taskloom.agents.send_message import SendMessageTool
-from taskloom.agents.service import AgentService
-from taskloom.engine import Engine, EngineConfig, Finished
+from taskloom.engine import Finished
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
-from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import FunctionModel, ToolCall, Turn
-from taskloom.tools.registry import core_tools
 
 
 async def test_a_fork_continues_the_parents_exact_prefix_and_cannot_fork_again(
@@ -42,31 +37,18 @@ async def test_a_fork_continues_the_parents_exact_prefix_and_cannot_fork_again(
             return Turn(tool_calls=(ToolCall("Agent", {"description": "again", "prompt": "x"}),))
         return "Scope: config loader\nResult: it is in settings.py"
 
-    async with TaskRuntime() as rt:
-        model = FunctionModel(respond)
-        service: AgentService
-
-        def tools() -> list[Any]:
-            return [*core_tools(), AgentTool(service), SendMessageTool(service)]
-
-        service = agent_service(rt, tmp_path, model, settings={"forkSubagent": True})
-        engine = Engine(
-            EngineConfig(
-                model=model,
-                system_prompt="PARENT SYSTEM PROMPT",
-                tools=tools(),
-                owner=rt.session_id,
-                cwd=tmp_path,
-                settings={"forkSubagent": True},
-            ),
-            rt,
-        )
-        events = [e async for e in engine.run("please research")]
+    model = FunctionModel(respond)
+    forking = json.dumps({"forkSubagent": True})
+    append = "PARENT SYSTEM PROMPT"
+    async with harness(tmp_path, model, settings=forking, append_system_prompt=append) as h:
+        events = [e async for e in h.run("please research")]
+        engine = h.session.engine
     assert isinstance(events[-1], Finished)
     first_main, first_fork = main_requests[0], fork_requests[0]
     parent_prefix = [*first_main.messages, engine.messages[1]]  # the prompt, then the fork call
     # Byte-identical prefix: same system prompt, same tools, same messages, then the directive.
-    assert first_fork.system == first_main.system == "PARENT SYSTEM PROMPT"
+    assert first_fork.system == first_main.system == engine.config.system_prompt
+    assert first_main.system.endswith("\n\nPARENT SYSTEM PROMPT")
     assert [t.name for t in first_fork.tools] == [t.name for t in first_main.tools]
     n = len(parent_prefix)
     assert [m.model_dump() for m in first_fork.messages[:n]] == [

@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import agent_service, clean_env, run_processes, scripted_argv
+from helpers import clean_env, harness, main_context, run_processes, scripted_argv
 from taskloom.agents.service import SpawnRequest
 from taskloom.errors import ToolError
 from taskloom.models.base import ModelRequest
 from taskloom.process.kill import find_tree
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import FunctionModel, ToolCall, Turn
-from taskloom.tools.base import ToolContext
 
 SERVER = str(Path(__file__).with_name("mcp_echo_server.py"))
 
@@ -83,9 +82,8 @@ async def test_an_agents_own_server_stops_with_it_and_required_servers_are_waite
             return Turn(tool_calls=(ToolCall("mcp__echo__echo", {"text": "own server"}),))
         return "echoed"
 
-    async with TaskRuntime() as rt:
-        service = agent_service(rt, tmp_path, FunctionModel(respond))
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=tmp_path)
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        service, ctx = h.agents, main_context(h)
         result = await service.spawn(
             SpawnRequest(description="e", prompt="p", subagent_type="echoer"), ctx
         )

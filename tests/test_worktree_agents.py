@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import agent_service
-from taskloom.agents.service import AgentService, SpawnRequest
+from helpers import harness, main_context
+from taskloom import Harness
+from taskloom.agents.service import SpawnRequest
 from taskloom.errors import ToolError
 from taskloom.models.base import ModelRequest
-from taskloom.permissions import PermissionMode, PermissionPolicy
-from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import FunctionModel, ToolCall, Turn
-from taskloom.tools.base import ToolContext
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost"]
 
@@ -55,9 +54,9 @@ def scripted(commands: dict[str, list[str]]) -> FunctionModel:
     return FunctionModel(respond)
 
 
-def service(rt: TaskRuntime, repo: Path, model: FunctionModel) -> AgentService:
-    policy = PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, [], repo)
-    return agent_service(rt, repo, model, policy=policy)  # type: ignore[no-any-return]
+def session(repo: Path, model: FunctionModel, **options: Any) -> Harness:
+    """A session in ``repo`` in bypassPermissions mode."""
+    return harness(repo, model, **options)  # type: ignore[no-any-return]
 
 
 def request(name: str) -> SpawnRequest:
@@ -65,9 +64,8 @@ def request(name: str) -> SpawnRequest:
 
 
 async def test_clean_worktree_agent_leaves_nothing(repo: Path) -> None:
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, scripted({"look": ["cat shared.txt"]}))
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+    async with session(repo, scripted({"look": ["cat shared.txt"]})) as h:
+        svc, ctx = h.agents, main_context(h)
         result = await svc.spawn(request("look"), ctx)
     assert result.status == "completed" and "worktreePath" not in result.extra
     assert len(git(repo, "worktree", "list").splitlines()) == 1
@@ -85,9 +83,8 @@ async def test_work_is_kept_and_named_and_parallel_agents_are_isolated(repo: Pat
             "untracked": ["echo from-b > shared.txt; echo new > notes.txt", "cat shared.txt"],
         }
     )
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, model)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+    async with session(repo, model) as h:
+        svc, ctx = h.agents, main_context(h)
         a, b = await asyncio.gather(
             svc.spawn(request("commit"), ctx), svc.spawn(request("untracked"), ctx)
         )
@@ -103,9 +100,8 @@ async def test_work_is_kept_and_named_and_parallel_agents_are_isolated(repo: Pat
 
 async def test_worktree_creation_failure_is_a_tool_error_and_nothing_runs(repo: Path) -> None:
     model = scripted({"doomed": ["touch ran-anyway"]})
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, model)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+    async with session(repo, model) as h:
+        svc, rt, ctx = h.agents, h.runtime, main_context(h)
         taken = rt.new_id  # the next agent id is known: take its branch name first
 
         def fixed_id(task_type: Any) -> str:
@@ -129,9 +125,8 @@ async def test_file_tools_are_confined_to_the_worktree(repo: Path) -> None:
             return Turn(tool_calls=(ToolCall("Read", {"file_path": str(outside)}),))
         return "done"
 
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, FunctionModel(respond))
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+    async with session(repo, FunctionModel(respond)) as h:
+        svc, ctx = h.agents, main_context(h)
         await svc.spawn(request("reader"), ctx)
         run = next(iter(svc.runs.values()))
         refused = run.engine.messages[2].content[0]
@@ -146,24 +141,25 @@ async def test_a_failed_agent_still_reports_its_kept_worktree(repo: Path) -> Non
             return Turn(tool_calls=(ToolCall("Bash", {"command": "echo work > work.txt"}),))
         raise ModelError("overloaded")
 
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, FunctionModel(respond))
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+    async with session(repo, FunctionModel(respond)) as h:
+        svc, ctx = h.agents, main_context(h)
         with pytest.raises(ToolError) as err:
             await svc.spawn(request("doomed"), ctx)
     message = str(err.value)
     assert "overloaded" in message and "[worktree kept:" in message and "work.txt" in message
 
 
-async def test_setup_failure_after_the_worktree_removes_it_and_ends_the_task(repo: Path) -> None:
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, scripted({"x": []}))
+async def test_setup_failure_after_the_worktree_removes_it_and_ends_the_task(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with session(repo, scripted({"x": []})) as h:
+        svc, rt, ctx = h.agents, h.runtime, main_context(h)
 
-        def broken_tools() -> list[Any]:
+        def broken_tools(*args: Any) -> list[Any]:
             raise RuntimeError("tool registry exploded")
 
-        svc.tools = broken_tools
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+        # The session's subagent tools are made from the registry at each spawn.
+        monkeypatch.setattr("taskloom.tools.registry.core_tools", broken_tools)
         with pytest.raises(RuntimeError):
             await svc.spawn(request("x"), ctx)
         assert [s.status for s in rt.list()] == ["failed"]
@@ -181,9 +177,8 @@ async def test_ignored_work_keeps_the_worktree_but_caches_do_not(repo: Path) -> 
             "secrets": ["echo KEY=1 > .env"],
         }
     )
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, model)
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+    async with session(repo, model) as h:
+        svc, ctx = h.agents, main_context(h)
         caches = await svc.spawn(request("caches"), ctx)
         secrets = await svc.spawn(request("secrets"), ctx)
     assert "worktreePath" not in caches.extra
@@ -203,9 +198,8 @@ async def test_resuming_a_worktree_agent_stays_isolated(repo: Path) -> None:
             return Turn(tool_calls=(ToolCall("Bash", {"command": "echo later > later.txt"}),))
         return "ok"
 
-    async with TaskRuntime() as rt:
-        svc = service(rt, repo, FunctionModel(respond))
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo)
+    async with session(repo, FunctionModel(respond)) as h:
+        svc, rt, ctx = h.agents, h.runtime, main_context(h)
         first = await svc.spawn(request("resumable"), ctx)
         assert "worktreePath" not in first.extra  # clean: removed
         await svc.send(first.agent_id, "now write it", ctx)
@@ -217,16 +211,10 @@ async def test_resuming_a_worktree_agent_stays_isolated(repo: Path) -> None:
 
 
 async def test_a_fork_refuses_isolation(repo: Path, tmp_path: Path) -> None:
-    from taskloom.engine import Engine, EngineConfig
+    import json
 
-    async with TaskRuntime() as rt:
-        svc = agent_service(rt, repo, scripted({}), settings={"forkSubagent": True})
-        parent = Engine(
-            EngineConfig(
-                model=svc.model, system_prompt="", tools=[], owner=rt.session_id, cwd=repo
-            ),
-            rt,
-        )
-        ctx = ToolContext(runtime=rt, owner=rt.session_id, cwd=repo, engine=parent)
+    async with session(repo, scripted({}), settings=json.dumps({"forkSubagent": True})) as h:
+        svc, parent = h.agents, h.session.engine
+        ctx = dataclasses.replace(main_context(h), engine=parent)
         with pytest.raises(ToolError, match="A fork works in its parent's directory"):
             await svc.spawn(SpawnRequest(description="f", prompt="p", isolation="worktree"), ctx)

@@ -171,6 +171,22 @@ class Engine:
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
         self.denials: list[dict[str, Any]] = []
 
+    def continued(self, config: EngineConfig) -> Engine:
+        """This conversation carried on under ``config``: messages, files, usage, counts kept.
+
+        For an agent that goes on elsewhere (resumed in a fresh worktree): a configuration
+        is never changed under a live engine, a new engine takes the conversation over.
+        """
+        engine = Engine(config, self.runtime, self.messages, self.files)
+        engine.usage = self.usage
+        engine.context_tokens = self.context_tokens
+        engine.num_turns = self.num_turns
+        engine.tool_uses = self.tool_uses
+        engine.api_seconds = self.api_seconds
+        engine.stop_reason = self.stop_reason
+        engine.denials = list(self.denials)
+        return engine
+
     async def run(self, prompt: str | Message | None = None) -> AsyncIterator[EngineEvent]:
         """Add ``prompt`` (if any) and run until the model is done; yields every event."""
         if prompt is not None:

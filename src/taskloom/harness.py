@@ -266,11 +266,13 @@ class Harness:
         return str(self.settings.get("toolProfile") or "claude")
 
     def _agent_service(self, hooks: HookConfig) -> AgentService:
+        from taskloom.agents.builder import AgentBuilder
+        from taskloom.agents.environment import Environments
         from taskloom.agents.loader import load_agents
         from taskloom.agents.service import AgentService
         from taskloom.models.resolve import alias_resolver
 
-        return AgentService(
+        builder = AgentBuilder(
             self.runtime,
             catalog=load_agents(self.cwd, flag_json=self.options.agents),
             model=self.model,
@@ -278,12 +280,13 @@ class Harness:
             tools=self._subagent_tools,
             settings=self.settings,
             policy=self.policy,
-            cwd=self.cwd,
             resolve_model=alias_resolver(self.model, self.settings),
             hooks=hooks,
-            mcp=self._mcp,
-            mcp_config=self._mcp_config,
         )
+        environments = Environments(
+            self.runtime, hooks=hooks, mcp=self._mcp, mcp_config=self._mcp_config
+        )
+        return AgentService(self.runtime, builder, environments, cwd=self.cwd)
 
     def _subagent_tools(self) -> list[Tool[Any]]:
         """Every tool a subagent could be given (filtered per agent; Agent only when nesting)."""

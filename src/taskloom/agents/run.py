@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom._aio import finish_despite_cancel
 from taskloom.agents.activity import describe_activity
 from taskloom.conversation.recorder import Recorder, StopHook
-from taskloom.engine import AssistantTurn, Engine, EngineEvent, UserTurn
+from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
 from taskloom.errors import TaskloomError
 from taskloom.messages import Message
 from taskloom.settings import session_dir
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tools.base import FileState
+
+
+#: Finishes what a run leaves (its worktree) at its end: fields for the task state, a note.
+Finisher = Callable[[], Awaitable[tuple[dict[str, Any], str]]]
 
 
 def sidechain_path(runtime: TaskRuntime, agent_id: str) -> Path:
@@ -45,23 +51,48 @@ class AgentRun:
         self,
         runtime: TaskRuntime,
         agent_id: str,
-        engine: Engine,
+        config: EngineConfig,
         *,
+        messages: list[Message] | None = None,
+        files: FileState | None = None,
         on_end: Callable[[AgentRun], Any] | None = None,
+        worktree: Any = None,
+        finalize: Finisher | None = None,
+        continues: Engine | None = None,
     ) -> None:
-        """Prepare a run of ``engine`` for task ``agent_id`` (registered by the caller)."""
+        """Prepare a run of task ``agent_id`` (registered by the caller) on ``config``.
+
+        The run builds its engine itself: the engine's inbox is this run's mailbox, so the
+        configuration is complete when the engine is made, never patched afterwards.
+
+        Args:
+            runtime: The session's runtime.
+            agent_id: The agent's task id.
+            config: How its engine runs (``inbox`` is set to this run's).
+            messages: The conversation so far (a fork's prefix, a transcript read back).
+            files: What its file tools know of the files (already its own copy).
+            on_end: Called when each run ends, after its shells (e.g. to stop its servers).
+            worktree: Its git worktree, when isolated.
+            finalize: Called once at the end of each run (e.g. to finish its worktree);
+                returns fields for the task state and a note for the result.
+            continues: An engine whose conversation, files and counts this run carries on
+                (``messages`` and ``files`` are then taken from it).
+        """
         self.runtime = runtime
         self.agent_id = agent_id
-        self.engine = engine
-        engine.config.inbox = self.take_inbox  # messages from SendMessage reach this run
+        config = dataclasses.replace(config, inbox=self.take_inbox)  # SendMessage reaches it
+        if continues is not None:
+            self.engine = continues.continued(config)
+        else:
+            self.engine = Engine(config, runtime, messages, files)
         self.on_end = on_end
         self.handoff = Handoff()
         self.driver: asyncio.Task[None] | None = None
         self.started = time.monotonic()
-        kind = engine.config.metadata.get("agent_type")
+        kind = config.metadata.get("agent_type")
         #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
         self.recorder = Recorder(
-            engine,
+            self.engine,
             sidechain_path(runtime, agent_id),
             stop=StopHook(
                 "SubagentStop",
@@ -73,14 +104,40 @@ class AgentRun:
             ),
         )
         self.output: DiskTaskOutput | None = None
+        self._finisher = finalize
         #: Called once before the run ends (e.g. to finish its worktree); returns fields for
-        #: the task state and a note for the result.
-        self.finalize: Callable[[], Awaitable[tuple[dict[str, Any], str]]] | None = None
+        #: the task state and a note for the result. Armed again by each start.
+        self.finalize = finalize
         #: Its git worktree, when isolated.
-        self.worktree: Any = None
+        self.worktree: Any = worktree
         #: Set once its last input has been taken: a message arriving from now on must wait
         #: for the end and resume it, not be queued for a loop that will not look again.
         self.finishing = False
+
+    def moved(
+        self,
+        cwd: Path,
+        *,
+        worktree: Any,
+        finalize: Finisher | None,
+    ) -> AgentRun:
+        """This agent carried on in another directory (a fresh worktree): a new run.
+
+        Its engine is rebuilt with the new ``cwd`` (file tools confined to it), keeping the
+        conversation, the files and the counts; rows this run took but never recorded go back
+        to the mailbox first, so the new run receives them.
+        """
+        self.recorder.release()
+        config = dataclasses.replace(self.engine.config, cwd=cwd, confine_to=cwd)
+        return AgentRun(
+            self.runtime,
+            self.agent_id,
+            config,
+            on_end=self.on_end,
+            worktree=worktree,
+            finalize=finalize,
+            continues=self.engine,
+        )
 
     # -- the task handle ----------------------------------------------------------------------
 
@@ -107,6 +164,7 @@ class AgentRun:
         """Run the engine on ``prompt`` (None: its history is ready) in a task of its own."""
         self.started = time.monotonic()
         self.finishing = False
+        self.finalize = self._finisher  # each run ends by finishing its worktree, once
         self.handoff = Handoff()
         self.driver = asyncio.get_running_loop().create_task(self._drive(prompt))
         return self.driver

@@ -1,0 +1,180 @@
+"""What one subagent's engine is made of: its definition, model, tools, prompt, permissions.
+
+An :class:`AgentBuilder` turns an agent definition and what the Agent tool was asked into a
+complete :class:`~taskloom.engine.EngineConfig`. Everything the engine needs — the working
+directory and the directory file tools are confined to included — is passed in up front, so
+nobody changes the configuration once it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from taskloom.agents.filter import filter_tools
+from taskloom.agents.run import sidechain_path
+from taskloom.engine import EngineConfig
+from taskloom.errors import ToolError
+from taskloom.prompts import environment
+
+if TYPE_CHECKING:
+    from taskloom.agents.definition import AgentDefinition
+    from taskloom.agents.loader import AgentCatalog
+    from taskloom.hooks import HookConfig
+    from taskloom.models.base import Model
+    from taskloom.permissions import PermissionPolicy
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tools.base import Tool
+
+#: Permission modes from loosest to strictest.
+_STRICTNESS = {"bypassPermissions": 0, "acceptEdits": 1, "default": 2, "dontAsk": 3, "plan": 4}
+
+AGENT_SUFFIX = """You are a subagent: you were given one task by another agent, which sees only your
+final message. Do the task with your tools, then answer with a complete, self-contained report
+of what you found or did (paths, commands, results). Do not ask questions: no one can answer."""
+
+
+class AgentBuilder:
+    """The session's agent catalog and everything a subagent's engine is built from."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        *,
+        catalog: AgentCatalog,
+        model: Model,
+        model_name: str,
+        tools: Callable[[], Sequence[Tool[Any]]],
+        settings: dict[str, Any],
+        policy: PermissionPolicy | None,
+        resolve_model: Callable[[str], Model] | None = None,
+        hooks: HookConfig | None = None,
+    ) -> None:
+        """Build subagents from ``catalog`` for ``runtime``'s session.
+
+        Args:
+            runtime: The session's runtime.
+            catalog: The agent definitions.
+            model: The parent's model (``inherit``, and every scripted run, use it).
+            model_name: The parent's model id.
+            tools: Returns every tool a subagent could be given (filtered per agent).
+            settings: Effective settings.
+            policy: The session's permission policy (a subagent may change its mode).
+            resolve_model: Builds a model for an alias or id (``sonnet``, ``claude-…``).
+            hooks: The session's hooks (an agent's own hooks are added for its runs).
+        """
+        self.runtime = runtime
+        self.catalog = catalog
+        self.model = model
+        self.model_name = model_name
+        self.tools = tools
+        self.settings = settings
+        self.policy = policy
+        self.resolve_model = resolve_model
+        self.hooks = hooks
+        self.allow_nesting = bool(settings.get("allowNestedAgents", False))
+        # One model per alias for the whole session: its connections are shared.
+        self._models: dict[str, Model] = {}
+
+    def definition(self, subagent_type: str | None) -> AgentDefinition:
+        """The definition for ``subagent_type`` (default ``general-purpose``).
+
+        Raises:
+            ToolError: No such agent type; the message lists the known ones.
+        """
+        name = subagent_type or "general-purpose"
+        found = self.catalog.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.catalog.names()))
+            raise ToolError(f"Agent type '{name}' not found. Available agents: {known}")
+        return found
+
+    def config(
+        self,
+        agent_id: str,
+        definition: AgentDefinition,
+        *,
+        description: str,
+        cwd: Path,
+        is_async: bool,
+        model: str | None = None,
+        mode: str | None = None,
+        confine_to: Path | None = None,
+        extra_tools: Sequence[Tool[Any]] = (),
+    ) -> EngineConfig:
+        """The complete configuration of one subagent's engine.
+
+        Args:
+            agent_id: Its task id.
+            definition: Its agent type.
+            description: What it was asked to do, in a few words (request metadata).
+            cwd: Where it works.
+            is_async: Whether it runs in the background (some tools are foreground-only).
+            model: The model the caller asked for; else the definition's; else the parent's.
+            mode: A permission mode the caller asked for (only a stricter one applies).
+            confine_to: The directory its file tools may not leave (its worktree), if any.
+            extra_tools: Tools of its own (its MCP servers), offered besides the session's.
+        """
+        chosen, model_name = self._model_for(model or definition.model)
+        offered: dict[str, Tool[Any]] = {}
+        for tool in [*self.tools(), *extra_tools]:
+            offered.setdefault(tool.name, tool)  # the API refuses duplicate tool names
+        tools = filter_tools(
+            list(offered.values()),
+            allowed=definition.tools,
+            disallowed=definition.disallowed_tools,
+            is_async=is_async,
+            allow_nesting=self.allow_nesting,
+        )
+        prompt = "\n\n".join(
+            p for p in (definition.system_prompt.strip(), AGENT_SUFFIX, environment(cwd)) if p
+        )
+        return EngineConfig(
+            model=chosen,
+            model_name=model_name,
+            system_prompt=prompt,
+            tools=tools,
+            owner=agent_id,
+            agent_id=agent_id,
+            cwd=cwd,
+            max_turns=definition.max_turns,
+            permissions=self._policy_for(mode, definition.permission_mode),
+            headless=True,
+            wait_for_tasks=False,
+            settings=self.settings,
+            metadata={"agent_type": definition.agent_type, "description": description},
+            hooks=self._hooks_for(definition),
+            confine_to=confine_to,
+            session_id=self.runtime.session_id,
+            transcript_path=str(sidechain_path(self.runtime, agent_id)),
+        )
+
+    def _model_for(self, spec: str | None) -> tuple[Model, str]:
+        if not spec or spec == "inherit" or self.resolve_model is None:
+            return self.model, self.model_name
+        if spec not in self._models:
+            self._models[spec] = self.resolve_model(spec)
+        model = self._models[spec]
+        return model, model.name
+
+    def _hooks_for(self, definition: AgentDefinition) -> HookConfig | None:
+        if not definition.hooks:
+            return self.hooks
+        from taskloom.hooks import HookConfig
+
+        own = HookConfig.parse(definition.hooks, source=f"agent {definition.agent_type}")
+        return self.hooks.merged(own) if self.hooks else own
+
+    def _policy_for(self, requested: str | None, defined: str | None) -> PermissionPolicy | None:
+        """The agent's policy: its file's mode, then a mode the model asked for if stricter.
+
+        A definition file is the user's word and may loosen the mode; the model may only
+        tighten it — otherwise ``mode: bypassPermissions`` would escape every rule.
+        """
+        if self.policy is None:
+            return None
+        policy = self.policy.with_mode(defined) if defined else self.policy
+        if requested and _STRICTNESS.get(requested, -1) > _STRICTNESS.get(str(policy.mode), -1):
+            policy = policy.with_mode(requested)
+        return policy

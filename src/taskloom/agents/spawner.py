@@ -1,0 +1,292 @@
+"""Spawning subagents: what the Agent tool asks for, decided, registered and started.
+
+A :class:`Spawner` checks a :class:`SpawnRequest`, registers the agent's task, sets up its
+environment (:mod:`taskloom.agents.environment`), has its engine configured
+(:mod:`taskloom.agents.builder`) and starts its run; in the foreground it waits for the answer
+until the agent moves to the background. A fork (``forkSubagent``, no agent type) copies the
+calling agent instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from taskloom._aio import finish_despite_cancel
+from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
+from taskloom.agents.run import AgentRun, sidechain_path
+from taskloom.errors import ToolError
+from taskloom.tasks.agent import failed_to_start
+from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
+
+if TYPE_CHECKING:
+    from taskloom.agents.builder import AgentBuilder
+    from taskloom.agents.definition import AgentDefinition
+    from taskloom.agents.environment import AgentEnvironment, Environments
+    from taskloom.engine import Engine
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tools.base import ToolContext
+
+#: A foreground agent still running after this long moves to the background.
+DEFAULT_AUTO_BACKGROUND_MS = 120_000
+#: Most characters of a foreground agent's answer returned inline.
+MAX_RESULT_CHARS = 100_000
+
+
+@dataclass
+class SpawnRequest:
+    """What the Agent tool was asked."""
+
+    description: str
+    prompt: str
+    subagent_type: str | None = None
+    model: str | None = None
+    run_in_background: bool = False
+    name: str | None = None
+    mode: str | None = None
+    cwd: str | None = None
+    isolation: str | None = None
+
+
+@dataclass
+class SpawnResult:
+    """What the Agent tool reports."""
+
+    status: str  # completed | async_launched
+    agent_id: str
+    agent_type: str
+    description: str
+    prompt: str
+    output_file: str
+    content: str = ""
+    total_tool_uses: int = 0
+    total_tokens: int = 0
+    duration_ms: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def auto_background_ms(settings: dict[str, Any]) -> int:
+    """``TASKLOOM_AUTO_BACKGROUND_MS``, else the ``autoBackgroundMs`` setting, else 2 min."""
+    raw = os.environ.get("TASKLOOM_AUTO_BACKGROUND_MS") or settings.get("autoBackgroundMs")
+    try:
+        return DEFAULT_AUTO_BACKGROUND_MS if raw is None else max(0, int(raw))
+    except (TypeError, ValueError):
+        return DEFAULT_AUTO_BACKGROUND_MS
+
+
+class Spawner:
+    """Starts the session's subagents and keeps their runs."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        builder: AgentBuilder,
+        environments: Environments,
+        runs: dict[str, AgentRun],
+    ) -> None:
+        """Spawn on ``runtime``, adding each run to ``runs`` (shared with the messenger).
+
+        Args:
+            runtime: The session's runtime (its directory holds the agents' names).
+            builder: Configures each agent's engine.
+            environments: Sets up each agent's directory, worktree and MCP servers.
+            runs: The runs started in this process, by agent id.
+        """
+        self.runtime = runtime
+        self.builder = builder
+        self.environments = environments
+        self.runs = runs
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Effective settings."""
+        return self.builder.settings
+
+    async def spawn(self, request: SpawnRequest, ctx: ToolContext) -> SpawnResult:
+        """Start a subagent; wait for it in the foreground unless it goes to the background.
+
+        Raises:
+            ToolError: Unknown agent type, a taken name, a bad cwd.
+        """
+        if request.subagent_type is None and fork_enabled(self.settings):
+            return await self._fork(request, ctx)
+        definition = self.builder.definition(request.subagent_type)
+        if request.name and self.runtime.directory.resolve(request.name) is not None:
+            raise ToolError(f"An agent named {request.name!r} already exists")
+        if request.cwd and not Path(request.cwd).is_dir():
+            raise ToolError(f"cwd {request.cwd!r} is not a directory")
+        is_async = request.run_in_background or definition.background
+        agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
+        # The child starts where its parent works now (a worktree it entered, or its own).
+        parent: Engine | None = ctx.engine
+        env = self.environments.for_agent(
+            agent_id,
+            definition,
+            base=Path(request.cwd) if request.cwd else ctx.cwd,
+            confine_to=parent.config.confine_to if parent is not None else None,
+            isolation=request.isolation or definition.isolation,
+        )
+        await env.isolate()
+        self._register(agent_id, request, ctx, definition.agent_type, background=is_async)
+        try:
+            await env.start()
+            files = ctx.files.clone() if ctx.files else None
+            config = self.builder.config(
+                agent_id,
+                definition,
+                description=request.description,
+                cwd=env.cwd,
+                is_async=is_async,
+                model=request.model,
+                mode=request.mode,
+                confine_to=env.confine_to,
+                extra_tools=env.tools(),
+            )
+        except BaseException as exc:
+            # Nothing ran: undo what was set up, and end the task (the caller gets the error).
+            await finish_despite_cancel(self._abandon(agent_id, env, exc))
+            raise
+        run = AgentRun(
+            self.runtime,
+            agent_id,
+            config,
+            files=files,
+            on_end=(lambda _run: env.aclose()) if env.mcp is not None else None,
+            worktree=env.worktree,
+            finalize=env.finisher,
+        )
+        if request.name and not self.runtime.directory.bind(request.name, agent_id):
+            # Taken meanwhile by a concurrent spawn: this one does not start.
+            taken = ToolError(f"An agent named {request.name!r} already exists")
+            await finish_despite_cancel(self._abandon(agent_id, env, taken))
+            raise taken
+        self.runs[agent_id] = run
+        self.runtime.attach_handle(agent_id, run)
+        driver = run.start(request.prompt)
+        if is_async:
+            return self._launched(agent_id, definition.agent_type, request)
+        return await self._wait_foreground(run, driver, definition, request)
+
+    def _register(
+        self,
+        agent_id: str,
+        request: SpawnRequest,
+        ctx: ToolContext,
+        agent_type: str,
+        *,
+        background: bool,
+    ) -> None:
+        self.runtime.register(
+            AgentTaskState(
+                id=agent_id,
+                status=TaskStatus.RUNNING,
+                description=request.description,
+                owner=ctx.owner,
+                tool_use_id=ctx.tool_use_id,
+                output_file=str(self.runtime.output_path(agent_id)),
+                is_backgrounded=background,
+                prompt=request.prompt,
+                agent_type=agent_type,
+                name=request.name,
+            )
+        )
+
+    async def _abandon(self, agent_id: str, env: AgentEnvironment, exc: BaseException) -> None:
+        await env.abandon()
+        error = f"could not start: {exc}" if str(exc) else "could not start"
+        self.runtime.update(agent_id, lambda s: failed_to_start(s, error))
+
+    async def _wait_foreground(
+        self,
+        run: AgentRun,
+        driver: asyncio.Task[None],
+        definition: AgentDefinition,
+        request: SpawnRequest,
+    ) -> SpawnResult:
+        limit_ms = auto_background_ms(self.settings)
+        # A cancelled parent takes its foreground child with it; a timeout backgrounds it.
+        end = await run.handoff.wait(
+            self.runtime, run.agent_id, driver, limit_ms / 1000 if limit_ms else None
+        )
+        if end.backgrounded:
+            return self._launched(run.agent_id, definition.agent_type, request)
+        # Its end is recorded by the run itself (even a kill): wait without inheriting a
+        # cancellation that was aimed at the child.
+        await asyncio.wait([driver])
+        state = self.runtime.get(run.agent_id)
+        assert isinstance(state, AgentTaskState)
+        if state.status != TaskStatus.COMPLETED:
+            raise ToolError(f"Agent {run.agent_id} {state.status.value}: {state.error or ''}")
+        text = state.result or ""
+        if len(text) > MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"\n[truncated; full answer in {state.output_file}]"
+        extra: dict[str, Any] = {}
+        if state.worktree_path:
+            extra = {"worktreePath": state.worktree_path, "worktreeBranch": state.worktree_branch}
+        return SpawnResult(
+            status="completed",
+            agent_id=run.agent_id,
+            agent_type=definition.agent_type,
+            description=request.description,
+            prompt=request.prompt,
+            output_file=state.output_file,
+            content=text,
+            total_tool_uses=state.tool_uses,
+            total_tokens=state.total_tokens,
+            duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
+            extra=extra,
+        )
+
+    async def _fork(self, request: SpawnRequest, ctx: ToolContext) -> SpawnResult:
+        """A background copy of the calling agent, with the directive appended."""
+        parent: Engine | None = ctx.engine
+        if parent is None:
+            raise ToolError("Fork is not available here: no parent conversation to copy.")
+        if is_fork(parent.messages):
+            raise ToolError(NESTED_FORK_ERROR)
+        if request.isolation or request.cwd:
+            raise ToolError(
+                "A fork works in its parent's directory: omit isolation and cwd, or give a "
+                "subagent_type to start a separate agent with them."
+            )
+        agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
+        self._register(agent_id, request, ctx, "fork", background=True)
+        # Same prompt, tools and model as the parent: the request prefix stays identical.
+        config = dataclasses.replace(
+            parent.config,
+            owner=agent_id,
+            agent_id=agent_id,
+            wait_for_tasks=False,
+            max_turns=None,
+            inbox=None,
+            metadata={**parent.config.metadata, "agent_type": "fork", "fork": True},
+            session_id=self.runtime.session_id,
+            transcript_path=str(sidechain_path(self.runtime, agent_id)),
+            cwd=ctx.cwd,
+            cwd_source=None,  # fixed where the parent was: it must not follow the parent
+        )
+        messages = fork_messages(parent.messages, request.prompt)
+        run = AgentRun(
+            self.runtime, agent_id, config, messages=messages, files=parent.files.clone()
+        )
+        self.runs[agent_id] = run
+        if request.name:
+            self.runtime.directory.bind(request.name, agent_id, replace=True)
+        self.runtime.attach_handle(agent_id, run)
+        run.start(None)
+        return self._launched(agent_id, "fork", request)
+
+    def _launched(self, agent_id: str, agent_type: str, request: SpawnRequest) -> SpawnResult:
+        return SpawnResult(
+            status="async_launched",
+            agent_id=agent_id,
+            agent_type=agent_type,
+            description=request.description,
+            prompt=request.prompt,
+            output_file=str(self.runtime.output_path(agent_id)),
+        )

@@ -90,13 +90,15 @@ async def test_a_hook_running_when_taskloom_is_sigkilled_is_reaped_by_the_next_s
         assert [r for r in rt.store.list_processes() if r.task_id.startswith("hook-")] == []
 
 
-# Run by each process under test: does the store already hold a record of its own tag?
+# Run by each process under test: does the store already hold a record of its own tag? (A tag
+# record, or for a shell the process record that replaces it once its pid is known.)
 CHECK = (
     "import os, sqlite3, sys; "
     "db = os.path.join(os.environ['TASKLOOM_HOME'], 'taskloom.db'); "
     "tag = os.environ['TASKLOOM_TASK_ID']; "
     "n = sqlite3.connect(db).execute("
-    "'SELECT count(*) FROM processes WHERE task_id = ?', (tag,)).fetchone()[0]; "
+    "'SELECT (SELECT count(*) FROM tags WHERE tag = ?) "
+    "+ (SELECT count(*) FROM processes WHERE task_id = ?)', (tag, tag)).fetchone()[0]; "
     "open(sys.argv[1], 'a').write(('recorded ' if n else 'missing ') + tag + chr(10))"
 )
 
@@ -166,6 +168,7 @@ async def test_every_process_started_is_recorded_before_it_runs_and_forgotten_af
         # Reaped processes are forgotten; the shell's tag record gave way to its pid record.
         assert {r.task_id for r in rows} == {shell.task_id}
         assert all(r.pid != 0 for r in rows)
+        assert rt.store.list_tags() == []
 
 
 # Starts a daemon the way a careless hook would: its own session, its pipes closed, so neither

@@ -162,9 +162,7 @@ async def test_resume_merges_and_returns_to_running_under_the_same_id() -> None:
                 owner=rt.session_id,
                 description="dig",
                 status=TaskStatus.RUNNING,
-                messages=("m1",),
-                pending_messages=("p1",),
-                retain=True,
+                name="digger",
                 start_time=1000.0,
             )
         )
@@ -179,12 +177,8 @@ async def test_resume_merges_and_returns_to_running_under_the_same_id() -> None:
             )
         )
         assert again.status == TaskStatus.RUNNING and again.description == "dig more"
-        assert (again.start_time, again.messages, again.pending_messages, again.retain) == (
-            1000.0,
-            ("m1",),
-            ("p1",),
-            True,
-        )
+        # The start time survives; what the new registration says (no name) replaces the old.
+        assert (again.start_time, again.name, again.result) == (1000.0, None, None)
         assert not again.notified and again.end_time is None
         rt.update(again.id, lambda s: s.replace(status=TaskStatus.COMPLETED, result="r2"))
         notes = rt.drain()

@@ -193,7 +193,7 @@ def test_upsert_get_and_list_tasks(store: Store) -> None:
         session_id="s1",
         start_time=2.0,
         status=TaskStatus.RUNNING,
-        messages=({"role": "user", "content": "hi"},),
+        activities=("Reading a.py",),
     ).to_dict()
     store.upsert_task(agent)
 

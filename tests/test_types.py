@@ -16,14 +16,10 @@ from taskloom.tasks.types import (
     STATE_CLASSES,
     TERMINAL,
     AgentTaskState,
-    DreamTaskState,
-    MonitorMcpTaskState,
-    RemoteAgentTaskState,
     ShellTaskState,
     TaskState,
     TaskStatus,
     TaskType,
-    TeammateTaskState,
     WorkflowTaskState,
     can_transition,
     check_transition,
@@ -124,19 +120,6 @@ opt_float = st.none() | finite
 task_ids = st.from_regex(r"\A[bartwmd][0-9a-z]{8}\Z")
 
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | finite | text
-json_values = st.recursive(
-    json_scalars,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=12,
-)
-# what a message looks like: an Anthropic-shaped dict, or a bare string
-messages = st.lists(
-    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": json_values})
-    | text,
-    max_size=5,
-).map(tuple)
 
 
 def common_fields() -> dict[str, Any]:
@@ -175,9 +158,7 @@ agent_states = st.builds(
     agent_type=text,
     result=opt_text,
     error=opt_text,
-    messages=messages,
-    pending_messages=messages,
-    retain=st.booleans(),
+    activities=st.lists(text, max_size=5).map(tuple),
     evict_after=opt_float,
     total_tokens=st.integers(0, 2**40),
     tool_uses=st.integers(0, 2**20),
@@ -206,22 +187,22 @@ def test_shell_state_round_trips(state: ShellTaskState) -> None:
 @settings(max_examples=200, deadline=None)
 @given(agent_states)
 def test_agent_state_round_trips(state: AgentTaskState) -> None:
-    assert isinstance(state.messages, tuple)
-    assert isinstance(state.pending_messages, tuple)
+    assert isinstance(state.activities, tuple)
     assert_round_trips(state)
 
 
-def test_agent_state_with_messages_round_trips() -> None:
-    state = AgentTaskState(
-        id="a1b2c3d4e",
-        status=R,
-        messages=({"role": "user", "content": [{"type": "text", "text": "hi"}]}, "plain"),
-        pending_messages=("steer left",),
-    )
+def test_agent_state_with_activities_round_trips() -> None:
+    state = AgentTaskState(id="a1b2c3d4e", status=R, activities=("Reading a.py", "Running ls"))
     data = state.to_dict()
-    assert isinstance(data["messages"], list)
-    assert isinstance(data["pending_messages"], list)
+    assert isinstance(data["activities"], list)
     assert_round_trips(state)
+
+
+def test_fields_of_older_records_are_ignored() -> None:
+    # Records written before the mailbox held pending_messages (and UI fields): still read.
+    data = AgentTaskState(id="a1b2c3d4f", status=R, prompt="p").to_dict()
+    old = {**data, "pending_messages": ["steer left"], "messages": [], "retain": True}
+    assert state_from_dict(json.loads(json.dumps(old))) == state_from_dict(data)
 
 
 nested_tuples = st.recursive(
@@ -235,19 +216,13 @@ nested_tuples = st.recursive(
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.lists(nested_tuples, max_size=4).map(tuple),
-    st.lists(nested_tuples, max_size=4).map(tuple),
-)
-def test_nested_values_come_back_as_their_json_form(
-    msgs: tuple[Any, ...], pending: tuple[Any, ...]
-) -> None:
+@given(st.lists(nested_tuples, max_size=4).map(tuple))
+def test_nested_values_come_back_as_their_json_form(held: tuple[Any, ...]) -> None:
     # Only a field's own container is a tuple; what it holds is JSON data (lists, dicts).
-    state = AgentTaskState(id="a00000000", messages=msgs, pending_messages=pending)
+    state = AgentTaskState(id="a00000000", activities=held)
     back = state_from_dict(json.loads(json.dumps(state.to_dict())))
     assert isinstance(back, AgentTaskState)
-    assert back.messages == tuple(json.loads(json.dumps(list(msgs))))
-    assert back.pending_messages == tuple(json.loads(json.dumps(list(pending))))
+    assert back.activities == tuple(json.loads(json.dumps(list(held))))
     assert back.to_dict() == json.loads(json.dumps(state.to_dict()))
 
 
@@ -263,27 +238,93 @@ OTHER_STATES: list[TaskState] = [
         tool_use_id="toolu_1",
         end_time=5.0,
     ),
-    AgentTaskState(id="a00000001", status=F, prompt="p", error="boom", retain=True),
-    RemoteAgentTaskState(id="r00000001", status=R, prompt="remote", result="ok"),
-    TeammateTaskState(
-        id="t00000001",
-        status=R,
-        name="alice",
-        team_name="red",
-        pending_messages=("hi", "yo"),
-    ),
+    AgentTaskState(id="a00000001", status=F, prompt="p", error="boom", activities=("hi",)),
     WorkflowTaskState(id="w00000001", status=K, error="stopped", exit_policy="detach"),
-    MonitorMcpTaskState(id="m00000001", status=P, server="github", notified=True),
-    DreamTaskState(id="d00000001", status=C, result="consolidated", output_offset=17),
+    WorkflowTaskState(id="w00000002", status=C, result="done", notified=True, output_offset=17),
 ]
 
+#: Types whose names and id prefixes are taken, but that nothing runs yet: no state class.
+RESERVED = {
+    TaskType.REMOTE_AGENT,
+    TaskType.IN_PROCESS_TEAMMATE,
+    TaskType.MONITOR_MCP,
+    TaskType.DREAM,
+}
 
-def test_every_type_has_a_state_class() -> None:
-    assert set(STATE_CLASSES) == set(TaskType)
+
+def test_every_type_that_runs_has_a_state_class_and_the_others_are_reserved() -> None:
+    assert set(STATE_CLASSES) == {
+        TaskType.LOCAL_BASH,
+        TaskType.LOCAL_AGENT,
+        TaskType.LOCAL_WORKFLOW,
+    }
+    assert set(STATE_CLASSES) | RESERVED == set(TaskType)
     assert {type(s) for s in OTHER_STATES} == set(STATE_CLASSES.values())
     for task_type, cls in STATE_CLASSES.items():
         assert cls.TYPE is task_type
         assert cls(id="x").type is task_type
+
+
+@pytest.mark.parametrize("task_type", sorted(RESERVED), ids=str)
+def test_a_record_of_a_reserved_type_is_refused_by_name(task_type: TaskType) -> None:
+    with pytest.raises(ValueError, match=f"'{task_type.value}' is reserved"):
+        state_from_dict({"id": "x00000000", "type": task_type.value})
+
+
+def test_an_unknown_type_is_refused() -> None:
+    with pytest.raises(ValueError):
+        state_from_dict({"id": "x00000000", "type": "no_such_type"})
+
+
+COMMON = [
+    "id",
+    "type",
+    "status",
+    "description",
+    "owner",
+    "session_id",
+    "tool_use_id",
+    "start_time",
+    "end_time",
+    "output_file",
+    "output_offset",
+    "notified",
+    "exit_policy",
+    "is_backgrounded",
+]
+
+
+def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
+    assert [f.name for f in dataclasses.fields(TaskState)] == COMMON
+    shell = ["command", "exit_code", "interrupted", "pid", "kind", "agent_id"]
+    agent = [
+        "prompt",
+        "agent_type",
+        "result",
+        "error",
+        "evict_after",
+        "total_tokens",
+        "tool_uses",
+        "name",
+        "input_tokens",
+        "output_tokens",
+        "activities",
+        "worktree_path",
+        "worktree_branch",
+    ]
+    assert list(ShellTaskState(id="b00000000").to_dict()) == COMMON + shell
+    assert list(AgentTaskState(id="a00000000").to_dict()) == COMMON + agent
+    assert list(WorkflowTaskState(id="w00000000").to_dict()) == [*COMMON, "result", "error"]
+
+
+def test_states_compare_and_hash_by_class_and_value() -> None:
+    shell = ShellTaskState(id="b00000009", command="ls")
+    assert shell == ShellTaskState(id="b00000009", command="ls")
+    assert hash(shell) == hash(ShellTaskState(id="b00000009", command="ls"))
+    assert shell != shell.replace(command="pwd")
+    # Same common fields, another variant: not equal.
+    assert WorkflowTaskState(id="w00000009") != AgentTaskState(id="w00000009")
+    assert repr(shell).startswith("ShellTaskState(id='b00000009', type=<TaskType.LOCAL_BASH")
 
 
 @pytest.mark.parametrize("state", OTHER_STATES, ids=lambda s: type(s).__name__)

@@ -18,13 +18,12 @@ import contextvars
 import logging
 import os
 import secrets
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from taskloom.errors import StoreError
 from taskloom.process.identity import boot_id, process_start_time
-from taskloom.store import ProcessRow, Store
+from taskloom.store import Store, TagRow
 
 log = logging.getLogger(__name__)
 
@@ -41,41 +40,28 @@ class ProcessRecorder:
         self.store = store
         self.session_id = session_id
 
-    def record_tags(self, tags: Iterable[str]) -> list[ProcessRow]:
-        """Record tag-only rows for ``tags``, committed before this returns.
+    def record_tags(self, tags: Iterable[str]) -> list[TagRow]:
+        """Record ``tags`` for the sweep, all committed before this returns.
 
         Raises:
-            StoreError: The store could not record them (nothing is left half-recorded).
+            StoreError: The store could not record them (none is recorded).
         """
         me = os.getpid()
-        me_start = process_start_time(me) or 0.0
-        rows: list[ProcessRow] = []
-        try:
-            for tag in tags:
-                row = ProcessRow(
-                    pid=0,
-                    pid_start=time.time(),
-                    pgid=0,
-                    session_id=self.session_id,
-                    task_id=tag,
-                    owner_pid=me,
-                    owner_start=me_start,
-                    boot_id=boot_id(),
-                )
-                rows.append(self.store.add_tag_process(row))
-        except StoreError:
-            self.forget(rows)
-            raise
-        return rows
+        return self.store.record_tags(
+            self.session_id,
+            tags,
+            owner_pid=me,
+            owner_start=process_start_time(me) or 0.0,
+            boot_id=boot_id(),
+        )
 
-    def forget(self, rows: Iterable[ProcessRow]) -> None:
+    def forget(self, rows: Iterable[TagRow]) -> None:
         """Remove records whose processes are reaped (committed with the next batch)."""
         if self.store.closed:
             # The session has ended meanwhile; the next sweep finds the owner gone, nothing
             # carrying the tags, and removes the records then.
             return
-        for row in rows:
-            self.store.remove_process(row.pid, row.pid_start)
+        self.store.forget_tags(rows)
 
 
 def current_recorder() -> ProcessRecorder | None:
@@ -98,7 +84,7 @@ class TagRecord:
     """
 
     tag: str
-    rows: list[ProcessRow] = field(default_factory=list)
+    rows: list[TagRow] = field(default_factory=list)
     _keep: bool = False
 
     def keep(self) -> None:

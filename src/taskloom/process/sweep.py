@@ -1,10 +1,11 @@
 """The start-up orphan sweep: kill what crashed sessions left running.
 
 A process record names the child (pid + start time + boot id), its group, its task tag and the
-session process that owned it (pid + start time). A record is swept only when its owner is
+session process that owned it (pid + start time). A tag record names only a tag, recorded
+before anything carrying it started, and its owner. A record is swept only when its owner is
 gone — the owner pid is dead or now belongs to another process — and only processes that are
 provably ours are signalled: the leader must match pid, start time and boot, other members must
-carry the task's tag. A pid reused by an unrelated program is never touched.
+carry the record's tag. A pid reused by an unrelated program is never touched.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from dataclasses import dataclass
 
 from taskloom.process.identity import is_same_process
 from taskloom.process.kill import KillReport, kill_tree
-from taskloom.store import ProcessRow, Store
+from taskloom.store import ProcessRow, Store, TagRow
 
 
 @dataclass(frozen=True, slots=True)
 class SweptProcess:
-    """A record the sweep acted on, and what the kill found."""
+    """A record the sweep acted on (a process or a tag record), and what the kill found."""
 
-    row: ProcessRow
+    row: ProcessRow | TagRow
     report: KillReport
 
 
@@ -30,7 +31,7 @@ def leader_alive(row: ProcessRow) -> bool:
     return is_same_process(row.pid, row.pid_start, row.boot_id)
 
 
-def owner_alive(row: ProcessRow) -> bool:
+def owner_alive(row: ProcessRow | TagRow) -> bool:
     """Whether the session process that owns the record is still running."""
     return is_same_process(row.owner_pid, row.owner_start, row.boot_id)
 
@@ -41,7 +42,7 @@ async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProces
     Records of live owners are left alone. A swept record is deleted once its kill is verified
     (one with survivors stays, to be tried again); so is a detached record whose process has
     ended. Trees whose leader still runs are killed through their group as well; everything
-    else that carries a swept tag is found in one scan.
+    else that carries a swept tag, process record's or tag record's, is found in one scan.
     """
     swept: list[SweptProcess] = []
     orphaned: list[ProcessRow] = []
@@ -52,7 +53,8 @@ async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProces
             continue
         if not owner_alive(row):
             orphaned.append(row)
-    if not orphaned:
+    orphaned_tags = [t for t in store.list_tags() if not owner_alive(t)]
+    if not orphaned and not orphaned_tags:
         return swept
     led = [r for r in orphaned if leader_alive(r)]
     reports = await asyncio.gather(
@@ -62,10 +64,14 @@ async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProces
         )
     )
     by_row = {(r.pid, r.pid_start): rep for r, rep in zip(led, reports, strict=True)}
-    rest = await kill_tree(None, tag={r.task_id for r in orphaned}, grace=grace)
+    tags = {r.task_id for r in orphaned} | {t.tag for t in orphaned_tags}
+    rest = await kill_tree(None, tag=tags, grace=grace)
     for row in orphaned:
         report = by_row.get((row.pid, row.pid_start), rest)
         if report.verified and rest.verified:
             store.remove_process(row.pid, row.pid_start)
         swept.append(SweptProcess(row, report))
+    if rest.verified:
+        store.forget_tags(orphaned_tags)
+    swept.extend(SweptProcess(t, rest) for t in orphaned_tags)
     return swept

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import sqlite3
 from collections.abc import Callable, Collection
 from typing import Any
 
-from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow
+from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
 
 
 def claim(
@@ -75,20 +73,26 @@ def end_session_of(
     return True
 
 
-def insert_tag_row(conn: sqlite3.Connection, row: ProcessRow) -> ProcessRow:
-    """The body of :meth:`Store.add_tag_process`."""
-    candidate = row
-    while True:
-        try:
-            conn.execute(
-                "INSERT INTO processes(pid, pid_start, pgid, session_id, task_id, owner_pid, "
-                "owner_start, boot_id, detached) VALUES (?,?,?,?,?,?,?,?,?)",
-                process_params(candidate),
-            )
-            return candidate
-        except sqlite3.IntegrityError:
-            bumped = math.nextafter(candidate.pid_start + 1e-6, math.inf)
-            candidate = dataclasses.replace(candidate, pid_start=bumped)
+def insert_tags(
+    conn: sqlite3.Connection,
+    tags: list[str],
+    session_id: str,
+    owner_pid: int,
+    owner_start: float,
+    boot_id: str,
+    when: float,
+) -> list[TagRow]:
+    """The body of :meth:`Store.record_tags`."""
+    rows = []
+    for tag in tags:
+        cur = conn.execute(
+            "INSERT INTO tags(tag, session_id, owner_pid, owner_start, boot_id, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (tag, session_id, owner_pid, owner_start, boot_id, when),
+        )
+        assert cur.lastrowid is not None
+        rows.append(TagRow(cur.lastrowid, tag, session_id, owner_pid, owner_start, boot_id, when))
+    return rows
 
 
 def process_params(row: ProcessRow) -> tuple[Any, ...]:

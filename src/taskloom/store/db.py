@@ -1,4 +1,4 @@
-"""SQLite store: task records, the durable mailbox, names, sessions and process records.
+"""SQLite store: task records, the durable mailbox, names, sessions, process and tag records.
 
 One connection per process, WAL mode so that another process (``taskloom tasks``, a teammate)
 reads while this one writes. Writes from the event loop are *group-committed*: they are queued
@@ -29,7 +29,7 @@ from taskloom.errors import StoreError
 from taskloom.settings import ensure_private_dir
 from taskloom.store import _sql
 from taskloom.store._disk import RESERVE_BYTES, Reserve, describe, is_full
-from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow
+from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _BUSY_TIMEOUT_MS = 10_000
@@ -529,20 +529,6 @@ class Store:
             _sql.process_params(row),
         )
 
-    def add_tag_process(self, row: ProcessRow) -> ProcessRow:
-        """Record a tag-only row (``pid`` 0) durably, now: before anything carrying it starts.
-
-        ``pid_start`` only keeps such rows apart; if another row has it, the next free value
-        is taken (a replace would drop a record the sweep still needs).
-
-        Returns:
-            The row as recorded.
-
-        Raises:
-            StoreError: It could not be recorded.
-        """
-        return self._transaction(lambda conn: _sql.insert_tag_row(conn, row))
-
     def remove_process(self, pid: int, pid_start: float) -> None:
         """Forget a process that has ended."""
         self.write("DELETE FROM processes WHERE pid = ? AND pid_start = ?", (pid, pid_start))
@@ -555,6 +541,53 @@ class Store:
         """Return every recorded process."""
         rows = self._query("SELECT * FROM processes")
         return [ProcessRow(**{**dict(r), "detached": bool(r["detached"])}) for r in rows]
+
+    # -- tag records ---------------------------------------------------------------------------
+
+    def record_tags(
+        self,
+        session_id: str,
+        tags: Iterable[str],
+        *,
+        owner_pid: int,
+        owner_start: float,
+        boot_id: str = "",
+        when: float | None = None,
+    ) -> list[TagRow]:
+        """Record ``tags`` for the orphan sweep durably, now: before anything carrying them starts.
+
+        All or none, in one transaction; returned in the order of ``tags``. Each record has an
+        id of its own (a tag recorded twice is two records). ``owner_pid`` and ``owner_start``
+        (seconds since boot) name the session process recording them: the sweep acts once it
+        is gone. ``when`` is the wall-clock time of the record (default: now).
+
+        Raises:
+            StoreError: They could not be recorded (none is).
+        """
+        wanted = list(tags)
+        if not wanted:
+            return []
+        stamp = when if when is not None else time.time()
+        return self._transaction(
+            lambda conn: _sql.insert_tags(
+                conn, wanted, session_id, owner_pid, owner_start, boot_id, stamp
+            )
+        )
+
+    def forget_tags(self, rows: Iterable[TagRow]) -> None:
+        """Forget tag records whose processes are reaped (committed with the next batch)."""
+        ids = [r.id for r in rows]
+        for start in range(0, len(ids), 500):  # stay far below SQLite's variable limit
+            chunk = ids[start : start + 500]
+            self.write(f"DELETE FROM tags WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+
+    def list_tags(self, session_id: str | None = None) -> list[TagRow]:
+        """Return the recorded tags, oldest first: every session's, or one session's."""
+        if session_id is None:
+            rows = self._query("SELECT * FROM tags ORDER BY id")
+        else:
+            rows = self._query("SELECT * FROM tags WHERE session_id = ? ORDER BY id", (session_id,))
+        return [TagRow(**dict(r)) for r in rows]
 
 
 def _split_sql(script: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The records the store hands out: mail, notifications, process records, sessions."""
+"""The records the store hands out: mail, notifications, process and tag records, sessions."""
 
 from __future__ import annotations
 
@@ -56,11 +56,7 @@ class NotificationRow:
 
 @dataclass(frozen=True, slots=True)
 class ProcessRow:
-    """A child process recorded for the orphan sweep.
-
-    ``pid`` 0 marks a tag-only record: processes are found by their ``task_id`` tag alone
-    (MCP servers, started by the SDK, whose pids we do not see).
-    """
+    """A child process recorded for the orphan sweep: its group leader, by pid and start."""
 
     pid: int
     pid_start: float
@@ -71,6 +67,32 @@ class ProcessRow:
     owner_start: float
     boot_id: str = ""
     detached: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TagRow:
+    """An environment tag recorded for the orphan sweep before anything carrying it starts.
+
+    The processes are found by the tag alone (``TASKLOOM_TASK_ID``): MCP servers, started by
+    the SDK, whose pids we do not see; hooks and git; a shell until its pid is recorded.
+
+    Attributes:
+        id: The record's own id (never reused), to forget exactly this one.
+        tag: The ``TASKLOOM_TASK_ID`` value the processes carry.
+        session_id: The session it was recorded for.
+        owner_pid: The session process that recorded it; the sweep acts once it is gone.
+        owner_start: That process's start (seconds since boot).
+        boot_id: The boot it ran in.
+        created_at: Wall-clock time it was recorded.
+    """
+
+    id: int
+    tag: str
+    session_id: str
+    owner_pid: int
+    owner_start: float
+    boot_id: str = ""
+    created_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,26 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (session_id, team, name)
     );
     """,
+    # 3: environment tags recorded for the orphan sweep, before anything carrying one starts
+    # (MCP servers, hooks, git, a shell until its pid is known): the processes are found by
+    # the tag alone. Each row names the session process that owns it, like a process record.
+    # Tag-only records used to be process rows with pid 0: the live ones move over (a detached
+    # one was dropped by the sweep, unkilled, so it is dropped here too).
+    """
+    CREATE TABLE tags (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        tag         TEXT NOT NULL,
+        session_id  TEXT NOT NULL,
+        owner_pid   INTEGER NOT NULL,
+        owner_start REAL NOT NULL,
+        boot_id     TEXT NOT NULL DEFAULT '',
+        created_at  REAL NOT NULL
+    );
+    INSERT INTO tags(tag, session_id, owner_pid, owner_start, boot_id, created_at)
+        SELECT task_id, session_id, owner_pid, owner_start, boot_id, pid_start
+        FROM processes WHERE pid = 0 AND detached = 0 ORDER BY pid_start;
+    DELETE FROM processes WHERE pid = 0;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -40,8 +40,7 @@ def settle_dead_sessions(
         taken: The record of the session this process has just claimed, as it was before:
             if its owner had crashed, its tasks are settled too (the session stays open).
     """
-    # A pid record says more than a tag-only one (pid 0) about whether the command still runs.
-    detached = {r.task_id: r for r in sorted(records, key=lambda r: r.pid != 0) if r.detached}
+    detached = {r.task_id: r for r in records if r.detached}
     if taken is not None and taken.ended_at is None and owner_gone(taken):
         _end_live_tasks(store, taken.id, detached, now)
 
@@ -95,7 +94,7 @@ async def kill_lingering(
     """Kill what this session's processes left running (found by their tags), at its close.
 
     Args:
-        store: The store holding the session's process records.
+        store: The store holding the session's process and tag records.
         session_id: The closing session.
         shell_ids: Its shell tasks: their tags are searched even if the store cannot be read
             (a full disk), so the session still leaves nothing behind.
@@ -103,13 +102,16 @@ async def kill_lingering(
     """
     try:
         rows = [r for r in store.list_processes() if r.session_id == session_id and not r.detached]
+        tagged = store.list_tags(session_id)
     except StoreError as exc:
         log.warning("cannot read process records, killing by task tags only: %s", exc)
         await kill_tree(None, tag=set(shell_ids), grace=grace)
         return
-    if not rows:
+    if not rows and not tagged:
         return
-    report = await kill_tree(None, tag={r.task_id for r in rows}, grace=grace)
+    tags = {r.task_id for r in rows} | {t.tag for t in tagged}
+    report = await kill_tree(None, tag=tags, grace=grace)
     if report.verified:
         for row in rows:
             store.remove_process(row.pid, row.pid_start)
+        store.forget_tags(tagged)

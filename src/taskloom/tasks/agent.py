@@ -28,14 +28,8 @@ class AgentKind(TaskKind):
     owns_tasks = True
 
     def resume_changes(self, existing: TaskState, resumed: TaskState) -> dict[str, object]:
-        """What a UI and the inbox hold survives; the eviction clock starts again at the end."""
+        """The eviction clock starts again at the end."""
         keep: dict[str, object] = {}
-        if isinstance(existing, AgentTaskState):
-            keep.update(
-                messages=existing.messages,
-                pending_messages=existing.pending_messages,
-                retain=existing.retain,
-            )
         if existing.terminal and isinstance(resumed, AgentTaskState):
             keep["evict_after"] = None
         return keep

@@ -17,7 +17,7 @@ from taskloom.errors import InvalidTransition
 
 
 class TaskType(enum.StrEnum):
-    """What a task runs."""
+    """What a task runs; the types without a state class are reserved (see STATE_CLASSES)."""
 
     LOCAL_BASH = "local_bash"
     LOCAL_AGENT = "local_agent"
@@ -80,7 +80,9 @@ def check_transition(
         raise InvalidTransition(task_id, old.value, new.value)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+# Only its variants are made (each type's own class): the methods a dataclass generates for
+# the base itself would all be replaced by theirs, and generating them costs import time.
+@dataclass(frozen=True, kw_only=True, slots=True, init=False, repr=False, eq=False)
 class TaskState:
     """Fields common to every task.
 
@@ -205,11 +207,7 @@ class AgentTaskState(TaskState):
         agent_type: The agent definition's name.
         result: The final answer, once completed.
         error: Why it failed, once failed.
-        messages: Messages held for a UI that views the agent (kept across resume).
-        pending_messages: Unused: messages to an agent are mailbox rows now. Kept so that
-            the state's shape, and records written before the mailbox, stay as they were.
-        retain: Whether a UI holds the task open (delays eviction).
-        evict_after: Earliest eviction time for a retained task (epoch seconds).
+        evict_after: Earliest eviction time once ended (epoch seconds).
         total_tokens: Tokens used so far (latest input, with cache, plus output so far).
         tool_uses: Tool calls made so far.
         name: The name given at spawn (SendMessage can address it by name).
@@ -226,9 +224,6 @@ class AgentTaskState(TaskState):
     agent_type: str = "general-purpose"
     result: str | None = None
     error: str | None = None
-    messages: tuple[Any, ...] = ()
-    pending_messages: tuple[Any, ...] = ()
-    retain: bool = False
     evict_after: float | None = None
     total_tokens: int = 0
     tool_uses: int = 0
@@ -241,32 +236,12 @@ class AgentTaskState(TaskState):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RemoteAgentTaskState(TaskState):
-    """An agent running elsewhere (``remote_agent``)."""
-
-    TYPE: ClassVar[TaskType] = TaskType.REMOTE_AGENT
-    type: TaskType = TaskType.REMOTE_AGENT
-    prompt: str = ""
-    result: str | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TeammateTaskState(TaskState):
-    """A long-lived team member (``in_process_teammate``), addressed ``name@team``."""
-
-    TYPE: ClassVar[TaskType] = TaskType.IN_PROCESS_TEAMMATE
-    type: TaskType = TaskType.IN_PROCESS_TEAMMATE
-    name: str = ""
-    team_name: str = ""
-    result: str | None = None
-    error: str | None = None
-    pending_messages: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class WorkflowTaskState(TaskState):
-    """A scripted workflow (``local_workflow``)."""
+    """A scripted workflow (``local_workflow``): the state a kind registered for it records.
+
+    No built-in kind runs workflows; this is the state of the one a program registers (see
+    ``docs/extending.md``), so that its records are read back like any other.
+    """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_WORKFLOW
     type: TaskType = TaskType.LOCAL_WORKFLOW
@@ -274,38 +249,11 @@ class WorkflowTaskState(TaskState):
     error: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class MonitorMcpTaskState(TaskState):
-    """A watcher on an MCP server (``monitor_mcp``)."""
-
-    TYPE: ClassVar[TaskType] = TaskType.MONITOR_MCP
-    type: TaskType = TaskType.MONITOR_MCP
-    server: str = ""
-    result: str | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DreamTaskState(TaskState):
-    """A background memory-consolidation pass (``dream``)."""
-
-    TYPE: ClassVar[TaskType] = TaskType.DREAM
-    type: TaskType = TaskType.DREAM
-    result: str | None = None
-    error: str | None = None
-
-
+#: The state class of each type that has one. The other types (``remote_agent``,
+#: ``in_process_teammate``, ``monitor_mcp``, ``dream``) are reserved: their names and id
+#: prefixes are taken, but nothing runs such a task yet, so there is no state to record.
 STATE_CLASSES: dict[TaskType, type[TaskState]] = {
-    cls.TYPE: cls
-    for cls in (
-        ShellTaskState,
-        AgentTaskState,
-        RemoteAgentTaskState,
-        TeammateTaskState,
-        WorkflowTaskState,
-        MonitorMcpTaskState,
-        DreamTaskState,
-    )
+    cls.TYPE: cls for cls in (ShellTaskState, AgentTaskState, WorkflowTaskState)
 }
 
 
@@ -314,8 +262,14 @@ def state_from_dict(data: dict[str, Any]) -> TaskState:
 
     Unknown keys are ignored, so an older taskloom reads rows a newer one wrote. A field's own
     list becomes a tuple again; what it holds stays JSON data (lists, dicts).
+
+    Raises:
+        ValueError: The type is unknown, or reserved (no state class: nothing records one).
     """
-    cls = STATE_CLASSES[TaskType(data["type"])]
+    task_type = TaskType(data["type"])
+    cls = STATE_CLASSES.get(task_type)
+    if cls is None:
+        raise ValueError(f"task type {task_type.value!r} is reserved: it has no state class")
     names = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

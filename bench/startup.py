@@ -11,8 +11,10 @@ answers ``hello``. From the same run of ``taskloom -p hi --model sonnet`` it mea
 - peak RSS: the child's ``ru_maxrss`` over the whole run; and its CPU time (user + system),
   steadier than wall time on a loaded machine.
 
-``python -c pass`` is measured the same way, in the same run, as a floor. The first run of
-each command only warms caches and is left out.
+``python -c pass`` is measured the same way, in the same run, as a floor; so are the imports
+no first request over httpx can do without (``dependency_floor``: asyncio, sqlite3, httpx and
+the transport it loads on its first request) and those plus pydantic (``pydantic_floor``).
+The first run of each command only warms caches and is left out.
 
 Bytecode: the children get a private ``PYTHONPYCACHEPREFIX`` (and ``PYTHONDONTWRITEBYTECODE``
 removed), as an installed taskloom has its ``.pyc`` files; ``--no-bytecode-cache`` measures
@@ -51,6 +53,14 @@ FIRST_REQUEST_TARGET_S = 0.20
 RSS_TARGET_MIB = 50.0
 EXIT_TARGET_S = 0.05
 REPLY = "hello"
+#: What a first request cannot avoid importing: the event loop, the store, and httpx with the
+#: transport it loads when it first connects (httpcore, h11, anyio's asyncio backend).
+DEPENDENCY_IMPORTS = "import asyncio, json, sqlite3, httpx, httpcore, h11, anyio._backends._asyncio"
+FLOORS = {
+    "python_floor": "pass",
+    "dependency_floor": DEPENDENCY_IMPORTS,
+    "pydantic_floor": DEPENDENCY_IMPORTS + "; from pydantic import BaseModel",
+}
 
 
 @dataclass(frozen=True)
@@ -167,23 +177,28 @@ def main() -> int:
     if args.compare:
         envs["baseline_"] = _child_env(home, pycache, str(Path(args.compare).resolve()))
     floor_env = _child_env(home, pycache, None)
-    floor: list[Run] = []
+    floors: dict[str, list[Run]] = {name: [] for name in FLOORS}
     runs: dict[str, list[Run]] = {label: [] for label in envs}
     try:
         for i in range(args.runs + 1):  # the first round only warms caches
-            floor_run = _spawn([sys.executable, "-c", "pass"], floor_env, workdir, None)
+            floor_runs = {
+                name: _spawn([sys.executable, "-c", code], floor_env, workdir, None)
+                for name, code in FLOORS.items()
+            }
             round_runs = {label: _taskloom_run(env, workdir) for label, env in envs.items()}
             if i:
-                floor.append(floor_run)
+                for name, run in floor_runs.items():
+                    floors[name].append(run)
                 for label, run in round_runs.items():
                     runs[label].append(run)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"runs: {args.runs}")
     print(f"bytecode_cache: {'off' if pycache is None else 'on'}")
-    print(f"python_floor_s_median: {statistics.median(r.exit for r in floor):.3f}")
-    print(f"python_floor_cpu_s_median: {statistics.median(r.cpu for r in floor):.3f}")
-    print(f"python_floor_rss_mib: {statistics.median(r.rss_mib for r in floor):.1f}")
+    for name, measured in floors.items():
+        print(f"{name}_s_median: {statistics.median(r.exit for r in measured):.3f}")
+        print(f"{name}_cpu_s_median: {statistics.median(r.cpu for r in measured):.3f}")
+        print(f"{name}_rss_mib: {statistics.median(r.rss_mib for r in measured):.1f}")
     if args.compare:
         _report("baseline_", runs["baseline_"])
     first, exit_after, rss = _report("", runs[""])

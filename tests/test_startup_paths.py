@@ -12,11 +12,13 @@ import ssl
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from pydantic import ValidationError
 
+from helpers import clean_env
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from taskloom.models import _http
 from taskloom.models.anthropic import AnthropicModel
@@ -33,10 +35,23 @@ def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _offered_tool_classes() -> list[type[Tool[Any]]]:
+    """Every built-in tool class a session offers (core tools of both profiles, agents,
+    worktrees)."""
+    from taskloom.agents.agent_tool import AgentTool
+    from taskloom.agents.send_message import SendMessageTool
+    from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
+
+    core = [type(t) for t in [*core_tools(), *core_tools("jobs")]]
+    return [*core, AgentTool, SendMessageTool, EnterWorktreeTool, ExitWorktreeTool]
+
+
 def test_static_schemas_are_the_generated_ones_byte_for_byte() -> None:
-    static = [t for t in [*core_tools(), *core_tools("jobs")] if t.static_schema is not None]
-    assert set(STATIC) <= {t.name for t in static}
-    for tool in static:
+    classes = _offered_tool_classes()
+    # Every tool offered at start-up has its schema written out.
+    assert [c.name for c in classes if c.static_schema is None] == []
+    assert set(STATIC) <= {c.name for c in classes}
+    for tool in classes:
         assert tool.static_schema is not None
         model, schema = tool.static_schema
         assert model is tool.Input
@@ -83,6 +98,38 @@ def test_offering_the_core_tools_builds_no_input_model() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_whole_run_without_tool_calls_builds_no_input_model(tmp_path: Path) -> None:
+    # Through the Harness, with every tool of a session offered in the request: offering
+    # them must not build a model (only validating a call does).
+    code = (
+        "import asyncio, taskloom\n"
+        "from taskloom.testing import ScriptedModel, Turn\n"
+        "from taskloom.tools.base import ToolInput\n"
+        "def every(cls):\n"
+        "    for sub in cls.__subclasses__():\n"
+        "        yield sub\n"
+        "        yield from every(sub)\n"
+        "model = ScriptedModel([Turn(text='done')])\n"
+        "print(asyncio.run(taskloom.run('hi', model=model, cwd='.')))\n"
+        "print(sorted(model.requests[0].tools and {t.name for t in model.requests[0].tools}))\n"
+        "print(sorted(c.__name__ for c in every(ToolInput) if c.__pydantic_complete__))\n"
+    )
+    env = {**clean_env(), "TASKLOOM_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answer, offered, built = proc.stdout.splitlines()
+    assert answer == "done"
+    assert {"Agent", "SendMessage", "TaskOutput", "TaskStop", "EnterWorktree"} <= set(eval(offered))
+    assert built == "[]"
 
 
 def test_lazily_built_input_models_still_validate() -> None:
@@ -194,3 +241,11 @@ def test_message_adapter_is_made_on_first_use() -> None:
     )
     with pytest.raises(AttributeError):
         _ = messages.NO_SUCH_NAME  # type: ignore[attr-defined]
+
+
+def test_the_platform_line_is_what_platform_says() -> None:
+    import platform
+
+    from taskloom.prompts import environment
+
+    assert f"Platform: {platform.system().lower()}\n" in environment(Path.cwd())

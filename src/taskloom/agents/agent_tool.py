@@ -60,12 +60,53 @@ def background_disabled(settings: dict[str, Any]) -> bool:
     return env.lower() in ("1", "true", "yes") or settings.get("enableRunInBackground") is False
 
 
+#: :class:`AgentInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`AgentTool`.",
+    "properties": {
+        "description": {
+            "description": "A short (3-5 word) description of the task.",
+            "type": "string",
+        },
+        "prompt": {"description": "The task for the agent to perform.", "type": "string"},
+        "subagent_type": {"type": "string", "description": "The agent type to use."},
+        "model": {
+            "enum": ["sonnet", "opus", "haiku"],
+            "type": "string",
+            "description": "Model override for this agent.",
+        },
+        "run_in_background": {
+            "type": "boolean",
+            "description": "Run in the background; you are notified when it ends.",
+        },
+        "name": {"type": "string", "description": "A name to address it by (SendMessage)."},
+        "team_name": {"type": "string", "description": "Team to spawn a teammate into."},
+        "mode": {
+            "enum": ["acceptEdits", "bypassPermissions", "default", "dontAsk", "plan"],
+            "type": "string",
+            "description": "Permission mode for the agent.",
+        },
+        "isolation": {
+            "enum": ["worktree", "remote"],
+            "type": "string",
+            "description": "Run in an isolated git worktree, or remotely.",
+        },
+        "cwd": {"type": "string", "description": "Absolute working directory."},
+    },
+    "required": ["description", "prompt"],
+    "type": "object",
+}
+
+
 class AgentTool(Tool[AgentInput]):
     """Spawns subagents through an :class:`~taskloom.agents.service.AgentService`."""
 
     name = "Agent"
     description = DESCRIPTION
     Input = AgentInput
+    static_schema = (AgentInput, INPUT_SCHEMA)
     kind = "other"
     concurrency_safe = True
 

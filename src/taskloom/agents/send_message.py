@@ -22,6 +22,24 @@ class SendMessageInput(ToolInput):
     summary: str | None = Field(default=None, description="A 5-10 word preview.")
 
 
+#: :class:`SendMessageInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`SendMessageTool`.",
+    "properties": {
+        "to": {"description": "The agent's id or the name it was given.", "type": "string"},
+        "message": {
+            "anyOf": [{"type": "string"}, {"additionalProperties": True, "type": "object"}],
+            "description": "The message (text).",
+        },
+        "summary": {"type": "string", "description": "A 5-10 word preview."},
+    },
+    "required": ["to", "message"],
+    "type": "object",
+}
+
+
 class SendMessageTool(Tool[SendMessageInput]):
     """Messages between agents."""
 
@@ -32,6 +50,7 @@ class SendMessageTool(Tool[SendMessageInput]):
         "keeping its context, and you are notified again when it finishes."
     )
     Input = SendMessageInput
+    static_schema = (SendMessageInput, INPUT_SCHEMA)
     kind = "other"
 
     def __init__(self, service: AgentService) -> None:

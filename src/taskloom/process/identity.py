@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import os
 
-import psutil
-
 _TOLERANCE_S = 0.005
 
 
@@ -23,6 +21,8 @@ def boot_id() -> str:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
     except OSError:
+        import psutil  # only where /proc has no boot id
+
         return f"boot-{psutil.boot_time():.0f}"
 
 
@@ -49,6 +49,8 @@ def process_start_time(pid: int) -> float | None:
 
 
 def _psutil_start(pid: int) -> float | None:
+    import psutil  # only where /proc cannot be read
+
     try:
         return psutil.Process(pid).create_time() - psutil.boot_time()
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):

@@ -19,11 +19,13 @@ import signal
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
-
-import psutil
+from typing import TYPE_CHECKING
 
 from taskloom.process.identity import process_start_time
 from taskloom.process.spawn import TASK_ENV
+
+if TYPE_CHECKING:
+    import psutil
 
 DEFAULT_GRACE_S = 2.0
 _KILL_ROUNDS = 8
@@ -52,6 +54,8 @@ class KillReport:
 
 
 def _alive(proc: psutil.Process) -> bool:
+    import psutil
+
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -82,6 +86,8 @@ def find_tree(
     Returns:
         The living members, and whether the group id is known to be ours.
     """
+    import psutil  # on first use: a session that kills nothing never loads it
+
     me = os.getpid()
     found: dict[int, psutil.Process] = {}
     group_ours = False
@@ -133,6 +139,8 @@ def _tag_of(pid: int) -> str | None:
     processes).
     """
     if not _PROC_ENVIRON:
+        import psutil
+
         try:
             return psutil.Process(pid).environ().get(TASK_ENV)
         except (psutil.Error, OSError):
@@ -155,6 +163,8 @@ def _tag_of(pid: int) -> str | None:
 def _signal_all(
     procs: list[psutil.Process], pgid: int | None, sig: int, report: KillReport
 ) -> None:
+    import psutil
+
     if pgid is not None and pgid > 1:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)

@@ -7,6 +7,8 @@ settled it returns the final output, as often as asked.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from taskloom.tasks.kinds import kind_of
@@ -30,6 +32,19 @@ class JobIdInput(ToolInput):
     job_id: str = Field(description="The job id returned when the job started.")
 
 
+#: :class:`JobIdInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+JOB_ID_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "A job id.",
+    "properties": {
+        "job_id": {"description": "The job id returned when the job started.", "type": "string"}
+    },
+    "required": ["job_id"],
+    "type": "object",
+}
+
+
 class JobOutputTool(Tool[JobIdInput]):
     """``job_output``: a job's status, and its final output once settled."""
 
@@ -40,6 +55,7 @@ class JobOutputTool(Tool[JobIdInput]):
         "you need before answering."
     )
     Input = JobIdInput
+    static_schema = (JobIdInput, JOB_ID_SCHEMA)
     kind = "other"
     concurrency_safe = True
 
@@ -57,12 +73,23 @@ class JobListInput(ToolInput):
     """No input."""
 
 
+#: :class:`JobListInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+JOB_LIST_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "No input.",
+    "properties": {},
+    "type": "object",
+}
+
+
 class JobListTool(Tool[JobListInput]):
     """``job_list``: the caller's jobs."""
 
     name = "job_list"
     description = "List your background jobs with their status."
     Input = JobListInput
+    static_schema = (JobListInput, JOB_LIST_SCHEMA)
     kind = "other"
     concurrency_safe = True
 
@@ -81,6 +108,7 @@ class JobKillTool(Tool[JobIdInput]):
     name = "job_kill"
     description = "Cancel a running background job."
     Input = JobIdInput
+    static_schema = (JobIdInput, JOB_ID_SCHEMA)
     kind = "other"
 
     async def call(self, params: JobIdInput, ctx: ToolContext) -> ToolResult:

@@ -6,6 +6,8 @@ session): one agent cannot read or stop another's work.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from taskloom.errors import TaskAccessDenied, TaskNotFound
@@ -68,6 +70,34 @@ class TaskOutputInput(ToolInput):
     )
 
 
+#: :class:`TaskOutputInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+TASK_OUTPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`TaskOutputTool`.",
+    "properties": {
+        "task_id": {
+            "description": "The id of the task (from Bash, Agent or a notification).",
+            "type": "string",
+        },
+        "block": {
+            "default": True,
+            "description": "Wait for the task to finish.",
+            "type": "boolean",
+        },
+        "timeout": {
+            "default": 30000,
+            "description": "Longest wait in ms.",
+            "maximum": 600000,
+            "minimum": 0,
+            "type": "integer",
+        },
+    },
+    "required": ["task_id"],
+    "type": "object",
+}
+
+
 class TaskOutputTool(Tool[TaskOutputInput]):
     """Read a background task's status and new output (or an agent's result)."""
 
@@ -79,6 +109,7 @@ class TaskOutputTool(Tool[TaskOutputInput]):
         "You are notified when tasks end, so prefer doing other work to waiting here."
     )
     Input = TaskOutputInput
+    static_schema = (TaskOutputInput, TASK_OUTPUT_SCHEMA)
     kind = "other"
     concurrency_safe = True
 
@@ -108,6 +139,19 @@ class TaskStopInput(ToolInput):
         return self
 
 
+#: :class:`TaskStopInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+TASK_STOP_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`TaskStopTool`.",
+    "properties": {
+        "task_id": {"type": "string", "description": "The id of the task to stop."},
+        "shell_id": {"type": "string", "description": "Deprecated: use task_id."},
+    },
+    "type": "object",
+}
+
+
 class TaskStopTool(Tool[TaskStopInput]):
     """Stop a running background task."""
 
@@ -117,6 +161,7 @@ class TaskStopTool(Tool[TaskStopInput]):
         "every process it started are terminated."
     )
     Input = TaskStopInput
+    static_schema = (TaskStopInput, TASK_STOP_SCHEMA)
     kind = "other"
 
     async def call(self, params: TaskStopInput, ctx: ToolContext) -> ToolResult:

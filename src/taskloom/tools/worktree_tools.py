@@ -10,13 +10,15 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from taskloom.hooks import HookConfig
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
-from taskloom.worktrees import Worktree, WorktreeError, create_worktree, inspect, remove
+
+if TYPE_CHECKING:
+    from taskloom.worktrees import Worktree
 
 
 @dataclass(slots=True)
@@ -80,6 +82,24 @@ class _WorktreeTool:
         return self._hooks if self._hooks is not None else HookConfig.from_settings(ctx.settings)
 
 
+#: :class:`EnterWorktreeInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+ENTER_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`EnterWorktreeTool`.",
+    "properties": {
+        "name": {
+            "maxLength": 64,
+            "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]*(\\.[A-Za-z0-9_-]+)*$",
+            "type": "string",
+            "description": "A name for the worktree (letters, digits, '-', '_', "
+            "'.'); random if omitted.",
+        }
+    },
+    "type": "object",
+}
+
+
 class EnterWorktreeTool(_WorktreeTool, Tool[EnterWorktreeInput]):
     """Create a worktree and make it the session's working directory."""
 
@@ -90,6 +110,7 @@ class EnterWorktreeTool(_WorktreeTool, Tool[EnterWorktreeInput]):
         "when the user explicitly asks for a worktree. Fails if the session is already in one."
     )
     Input = EnterWorktreeInput
+    static_schema = (EnterWorktreeInput, ENTER_SCHEMA)
     kind = "other"
 
     async def call(self, params: EnterWorktreeInput, ctx: ToolContext) -> ToolResult:
@@ -102,6 +123,9 @@ class EnterWorktreeTool(_WorktreeTool, Tool[EnterWorktreeInput]):
                 f"Already in worktree {state.active.path}; call ExitWorktree before entering "
                 "another one"
             )
+        # Loaded on first use, not with the tool: most sessions never enter a worktree.
+        from taskloom.worktrees import WorktreeError, create_worktree
+
         name = params.name or f"wt-{secrets.token_hex(4)}"
         try:
             wt = await create_worktree(state.cwd, name, hooks=self.hooks(ctx), session_id=ctx.owner)
@@ -117,6 +141,28 @@ class EnterWorktreeTool(_WorktreeTool, Tool[EnterWorktreeInput]):
         )
 
 
+#: :class:`ExitWorktreeInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not build the model; tests check it is the generated one.
+EXIT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`ExitWorktreeTool`.",
+    "properties": {
+        "action": {
+            "description": "keep: leave the worktree and its branch on disk; remove: delete both.",
+            "enum": ["keep", "remove"],
+            "type": "string",
+        },
+        "discard_changes": {
+            "default": False,
+            "description": "With remove: confirm that uncommitted changes and commits may be lost.",
+            "type": "boolean",
+        },
+    },
+    "required": ["action"],
+    "type": "object",
+}
+
+
 class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
     """Leave the worktree EnterWorktree made, keeping or removing it."""
 
@@ -128,6 +174,7 @@ class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
         "discard_changes=true."
     )
     Input = ExitWorktreeInput
+    static_schema = (ExitWorktreeInput, EXIT_SCHEMA)
     kind = "other"
 
     async def call(self, params: ExitWorktreeInput, ctx: ToolContext) -> ToolResult:
@@ -140,6 +187,8 @@ class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
             return tool_error(
                 "Not in a worktree: ExitWorktree only leaves one made by EnterWorktree"
             )
+        from taskloom.worktrees import WorktreeError
+
         try:
             if params.action == "remove":
                 text = await self._remove(wt, params.discard_changes, ctx)
@@ -157,6 +206,8 @@ class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
         return ToolResult(f"{text}\nThe session is back in {state.cwd}.", data=data)
 
     async def _remove(self, wt: Worktree, discard: bool, ctx: ToolContext) -> str:
+        from taskloom.worktrees import WorktreeError, inspect, remove
+
         if not discard and not wt.hook_based:
             state = await inspect(wt)
             if not state.clean:
@@ -174,6 +225,8 @@ class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
         text = f"Kept worktree {wt.path}" + (f" on branch {wt.branch}." if wt.branch else ".")
         if wt.hook_based:
             return text
+        from taskloom.worktrees import WorktreeError, inspect
+
         try:
             summary = (await inspect(wt)).diffstat
         except WorktreeError as exc:  # only the report suffers; keeping needs nothing from git

@@ -1,14 +1,16 @@
 """A new task kind plugs into the runtime, the notifications and the task tools unchanged.
 
-``TaskType`` is a closed enum (ids, store rows and ``state_from_dict`` are keyed by it), so the
-toy kind here serves an existing type no code path runs yet, ``local_workflow``, with its
-existing state class: exactly what a real workflow kind would do.
+``TaskType`` is a closed enum (ids and store rows are keyed by it), so the toy kind here serves
+a type that is reserved, ``local_workflow``, and brings its own state class, defined here:
+exactly what a real workflow kind would do.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
@@ -30,7 +32,7 @@ from taskloom.tasks.types import (
     TaskState,
     TaskStatus,
     TaskType,
-    WorkflowTaskState,
+    state_from_dict,
 )
 from taskloom.testing import FakeClock
 from taskloom.tools.jobs import _line
@@ -39,8 +41,18 @@ from taskloom.tools.tasks import describe
 GRACE_S = 5.0
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToyState(TaskState):
+    """The toy kind's state: the common fields and an error."""
+
+    TYPE: ClassVar[TaskType] = TaskType.LOCAL_WORKFLOW
+    type: TaskType = TaskType.LOCAL_WORKFLOW
+    error: str | None = None
+
+
 class ToyKind(TaskKind):
     task_type = TaskType.LOCAL_WORKFLOW
+    state_class = ToyState
     noun = "Toy workflow"
     eviction_grace = GRACE_S
 
@@ -105,15 +117,32 @@ def test_the_kind_is_registered_for_its_type(toy: ToyKind) -> None:
     assert kinds[TaskType.LOCAL_WORKFLOW] is toy
     # The built-in kinds are there without importing their modules here.
     assert {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT} <= set(kinds)
-    assert kind_of(WorkflowTaskState(id="w00000000")) is toy
+    assert kind_of(ToyState(id="w00000000")) is toy
+    # Its records are read back as its own state class.
+    assert state_from_dict(ToyState(id="w00000000", error="e").to_dict()) == ToyState(
+        id="w00000000", error="e"
+    )
 
 
 def test_unregistered_types_get_the_defaults(toy: ToyKind) -> None:
     unregister_kind(TaskType.LOCAL_WORKFLOW)
     kind = kind_for(TaskType.LOCAL_WORKFLOW)
     assert type(kind) is TaskKind
-    state = WorkflowTaskState(id="w00000000", description="d", status=TaskStatus.KILLED)
+    state = ToyState(id="w00000000", description="d", status=TaskStatus.KILLED)
     assert summarize(state) == 'Agent "d" was stopped'
+    # With its kind gone, the type is reserved again: no class to read its records back as.
+    with pytest.raises(ValueError, match="reserved"):
+        state_from_dict(state.to_dict())
+
+
+def test_a_kind_must_bring_a_state_class_of_its_own_type() -> None:
+    class Misfit(ToyKind):
+        state_class = ShellTaskState
+
+    with pytest.raises(ValueError, match="not a state class of type 'local_workflow'"):
+        register_kind(Misfit())
+    assert kind_for(TaskType.LOCAL_WORKFLOW) is not None
+    assert type(kind_for(TaskType.LOCAL_WORKFLOW)) is TaskKind  # nothing was registered
 
 
 def test_a_kind_needs_a_type() -> None:
@@ -126,7 +155,7 @@ async def test_runtime_lists_kills_notifies_and_evicts_a_new_kind(toy: ToyKind) 
     async with TaskRuntime(clock=clock, sweep_interval=3600) as rt:
         task_id = rt.new_id(TaskType.LOCAL_WORKFLOW)
         rt.register(
-            WorkflowTaskState(
+            ToyState(
                 id=task_id,
                 owner=rt.session_id,
                 description="toy",
@@ -176,5 +205,30 @@ async def test_runtime_lists_kills_notifies_and_evicts_a_new_kind(toy: ToyKind) 
         await clock.advance(2)
         assert rt.sweep() == 1
         assert task_id not in {s.id for s in rt.list()}
-        assert task_id in {s.id for s in rt.list(include_evicted=True)}
+        stored = [s for s in rt.list(include_evicted=True) if s.id == task_id]
+        assert [type(s) for s in stored] == [ToyState]  # read back from its row
+        assert stored[0] == final
         assert rt.drain() == []
+
+
+def test_the_documented_kind_example_registers_and_reads_its_records_back() -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
+    blocks = re.findall(r"^```python\n(.*?)^```", doc.read_text(), re.S | re.M)
+    (example,) = [b for b in blocks if "register_kind(" in b]
+    check = (
+        "\nfrom taskloom.tasks.kinds import kind_for\n"
+        "from taskloom.tasks.types import state_from_dict\n"
+        "assert type(kind_for(TaskType.LOCAL_WORKFLOW)) is WorkflowKind\n"
+        "back = state_from_dict(WorkflowState(id='w00000000', result='ok').to_dict())\n"
+        "print(type(back).__name__, back.result)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", example + check], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "WorkflowState ok"

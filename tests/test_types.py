@@ -20,7 +20,6 @@ from taskloom.tasks.types import (
     TaskState,
     TaskStatus,
     TaskType,
-    WorkflowTaskState,
     can_transition,
     check_transition,
     is_terminal,
@@ -239,25 +238,22 @@ OTHER_STATES: list[TaskState] = [
         end_time=5.0,
     ),
     AgentTaskState(id="a00000001", status=F, prompt="p", error="boom", activities=("hi",)),
-    WorkflowTaskState(id="w00000001", status=K, error="stopped", exit_policy="detach"),
-    WorkflowTaskState(id="w00000002", status=C, result="done", notified=True, output_offset=17),
+    AgentTaskState(id="a00000002", status=K, error="stopped", exit_policy="detach"),
+    AgentTaskState(id="a00000003", status=C, result="done", notified=True, output_offset=17),
 ]
 
 #: Types whose names and id prefixes are taken, but that nothing runs yet: no state class.
 RESERVED = {
     TaskType.REMOTE_AGENT,
     TaskType.IN_PROCESS_TEAMMATE,
+    TaskType.LOCAL_WORKFLOW,
     TaskType.MONITOR_MCP,
     TaskType.DREAM,
 }
 
 
 def test_every_type_that_runs_has_a_state_class_and_the_others_are_reserved() -> None:
-    assert set(STATE_CLASSES) == {
-        TaskType.LOCAL_BASH,
-        TaskType.LOCAL_AGENT,
-        TaskType.LOCAL_WORKFLOW,
-    }
+    assert set(STATE_CLASSES) == {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT}
     assert set(STATE_CLASSES) | RESERVED == set(TaskType)
     assert {type(s) for s in OTHER_STATES} == set(STATE_CLASSES.values())
     for task_type, cls in STATE_CLASSES.items():
@@ -314,7 +310,6 @@ def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
     ]
     assert list(ShellTaskState(id="b00000000").to_dict()) == COMMON + shell
     assert list(AgentTaskState(id="a00000000").to_dict()) == COMMON + agent
-    assert list(WorkflowTaskState(id="w00000000").to_dict()) == [*COMMON, "result", "error"]
 
 
 def test_states_compare_and_hash_by_class_and_value() -> None:
@@ -323,7 +318,7 @@ def test_states_compare_and_hash_by_class_and_value() -> None:
     assert hash(shell) == hash(ShellTaskState(id="b00000009", command="ls"))
     assert shell != shell.replace(command="pwd")
     # Same common fields, another variant: not equal.
-    assert WorkflowTaskState(id="w00000009") != AgentTaskState(id="w00000009")
+    assert ShellTaskState(id="w00000009") != AgentTaskState(id="w00000009")
     assert repr(shell).startswith("ShellTaskState(id='b00000009', type=<TaskType.LOCAL_BASH")
 
 

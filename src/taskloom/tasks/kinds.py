@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
-from taskloom.tasks.types import Priority, TaskState, TaskStatus, TaskType
+from taskloom.tasks.types import Priority, TaskState, TaskStatus, TaskType, use_state_class
 
 _NO_CHANGES: Mapping[str, object] = {}
 
@@ -77,12 +77,15 @@ class TaskKind:
         noun: What notifications call such a task (``Background command``, ``Agent``).
         eviction_grace: Seconds an ended, notified task stays in memory, for a UI showing it.
         owns_tasks: Whether such a task starts tasks of its own under its id (an agent does).
+        state_class: The state class of its type, for a type that has none built in: its
+            records are read back (after eviction, on resume) as this class.
     """
 
     task_type: ClassVar[TaskType | None] = None
     noun: ClassVar[str] = "Agent"  # the types without a kind of their own are agent-like
     eviction_grace: ClassVar[float] = 0.0
     owns_tasks: ClassVar[bool] = False
+    state_class: ClassVar[type[TaskState] | None] = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -170,10 +173,11 @@ def register_kind(kind: TaskKind) -> TaskKind | None:
     """Make ``kind`` the one serving its type; returns the kind it replaces, if any.
 
     Raises:
-        ValueError: ``kind`` names no type.
+        ValueError: ``kind`` names no type, or its ``state_class`` is not of that type.
     """
     if kind.task_type is None:
         raise ValueError(f"{type(kind).__name__} has no task_type")
+    use_state_class(kind.task_type, kind.state_class)  # checked first: a bad one registers nothing
     previous = _KINDS.get(kind.task_type)
     _KINDS[kind.task_type] = kind
     return previous
@@ -181,6 +185,7 @@ def register_kind(kind: TaskKind) -> TaskKind | None:
 
 def unregister_kind(task_type: TaskType) -> TaskKind | None:
     """Stop serving ``task_type`` with its registered kind; returns that kind, if any."""
+    use_state_class(task_type, None)
     return _KINDS.pop(task_type, None)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
@@ -124,18 +125,17 @@ class TaskState:
     def replace(self, **changes: Any) -> Self:
         """Return a copy with ``changes`` applied.
 
-        Equivalent to ``dataclasses.replace`` (unknown names raise ``TypeError``) but about
-        twice as fast: it copies slots directly instead of re-running ``__init__``, which
-        matters on the runtime's hot path.
+        Equivalent to ``dataclasses.replace`` (unknown names raise ``TypeError``) but several
+        times faster: it copies slots directly instead of re-running ``__init__``, which
+        matters on the runtime's hot path (three copies per task).
         """
-        cls = type(self)
-        slots = _slot_descriptors(cls)
-        if not changes.keys() <= slots.keys():
-            unknown = sorted(changes.keys() - slots.keys())
-            raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
-        new = object.__new__(cls)
-        for name, slot in slots.items():
-            slot.__set__(new, changes[name] if name in changes else slot.__get__(self, cls))
+        copy, setters = _copier(type(self))
+        if not changes.keys() <= setters.keys():
+            unknown = sorted(changes.keys() - setters.keys())
+            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(unknown)}")
+        new: Self = copy(self)
+        for name, value in changes.items():
+            setters[name](new, value)
         return new
 
     @property
@@ -173,6 +173,31 @@ def _slot_descriptors(cls: type) -> dict[str, Any]:
     if slots is None:
         slots = _SLOTS[cls] = {n: inspect.getattr_static(cls, n) for n in _field_names(cls)}
     return slots
+
+
+_Copier = tuple[Callable[[Any], Any], dict[str, Callable[[Any, Any], None]]]
+_COPIERS: dict[type, _Copier] = {}
+
+
+def _copier(cls: type) -> _Copier:
+    """A function copying every slot of a ``cls`` instance, and each slot's setter.
+
+    The copy function is generated once per class with one statement per field (as
+    :mod:`dataclasses` generates ``__init__``): a loop over descriptors costs three times as
+    much per copy.
+    """
+    made = _COPIERS.get(cls)
+    if made is None:
+        setters = {name: slot.__set__ for name, slot in _slot_descriptors(cls).items()}
+        namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+        lines = ["def copy(self):", "    made = new(cls)"]
+        for i, name in enumerate(setters):
+            namespace[f"set{i}"] = setters[name]
+            lines.append(f"    set{i}(made, self.{name})")
+        lines.append("    return made")
+        exec("\n".join(lines), namespace)  # field names only: they come from the class
+        made = _COPIERS[cls] = (namespace["copy"], setters)
+    return made
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -235,26 +260,35 @@ class AgentTaskState(TaskState):
     worktree_branch: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkflowTaskState(TaskState):
-    """A scripted workflow (``local_workflow``): the state a kind registered for it records.
-
-    No built-in kind runs workflows; this is the state of the one a program registers (see
-    ``docs/extending.md``), so that its records are read back like any other.
-    """
-
-    TYPE: ClassVar[TaskType] = TaskType.LOCAL_WORKFLOW
-    type: TaskType = TaskType.LOCAL_WORKFLOW
-    result: str | None = None
-    error: str | None = None
-
-
-#: The state class of each type that has one. The other types (``remote_agent``,
-#: ``in_process_teammate``, ``monitor_mcp``, ``dream``) are reserved: their names and id
-#: prefixes are taken, but nothing runs such a task yet, so there is no state to record.
+#: The state class of each type built in. A task kind may bring the class of its own type
+#: (see :func:`use_state_class`); the types with neither (``remote_agent``,
+#: ``in_process_teammate``, ``local_workflow``, ``monitor_mcp``, ``dream``) are reserved: their
+#: names and id prefixes are taken, but nothing runs such a task, so there is no state to record.
 STATE_CLASSES: dict[TaskType, type[TaskState]] = {
-    cls.TYPE: cls for cls in (ShellTaskState, AgentTaskState, WorkflowTaskState)
+    cls.TYPE: cls for cls in (ShellTaskState, AgentTaskState)
 }
+_BROUGHT: dict[TaskType, type[TaskState]] = {}
+
+
+def use_state_class(task_type: TaskType, cls: type[TaskState] | None) -> None:
+    """Read records of ``task_type`` back as ``cls`` (None: as the built-in class, if any).
+
+    Called by :func:`taskloom.tasks.kinds.register_kind` for a kind that brings its state.
+
+    Raises:
+        ValueError: ``cls`` is not a state class of that type.
+    """
+    if cls is None:
+        _BROUGHT.pop(task_type, None)
+        return
+    if getattr(cls, "TYPE", None) != task_type or not dataclasses.is_dataclass(cls):
+        raise ValueError(f"{cls.__name__} is not a state class of type {task_type.value!r}")
+    _BROUGHT[task_type] = cls
+
+
+def state_class(task_type: TaskType) -> type[TaskState] | None:
+    """The class records of ``task_type`` are read back as (None: a reserved type)."""
+    return _BROUGHT.get(task_type) or STATE_CLASSES.get(task_type)
 
 
 def state_from_dict(data: dict[str, Any]) -> TaskState:
@@ -267,7 +301,7 @@ def state_from_dict(data: dict[str, Any]) -> TaskState:
         ValueError: The type is unknown, or reserved (no state class: nothing records one).
     """
     task_type = TaskType(data["type"])
-    cls = STATE_CLASSES.get(task_type)
+    cls = state_class(task_type)
     if cls is None:
         raise ValueError(f"task type {task_type.value!r} is reserved: it has no state class")
     names = {f.name: f for f in dataclasses.fields(cls)}

@@ -379,3 +379,31 @@ async def test_an_agents_background_shells_end_with_it(tmp_path: Path) -> None:
         shells = [s for s in rt.subtree(result.agent_id) if s.type == "local_bash"]
         assert len(shells) == 1 and shells[0].status == "killed"
         assert rt.drain() == []  # the agent is gone: nobody to tell about its shell
+
+
+async def test_models_made_for_agent_aliases_are_closed_with_the_builder() -> None:
+    from taskloom.agents.builder import AgentBuilder
+    from taskloom.agents.loader import AgentCatalog
+
+    closed: list[str] = []
+
+    class Closing(FunctionModel):
+        async def aclose(self) -> None:
+            closed.append(self.name)
+
+    parent = Closing(lambda request: Turn(text="parent"), name="parent")
+    builder = AgentBuilder(
+        None,  # type: ignore[arg-type]  # models only: no engine is configured here
+        catalog=AgentCatalog({}),
+        model=parent,
+        model_name=parent.name,
+        tools=list,
+        settings={},
+        policy=None,
+        resolve_model=lambda spec: parent if spec == "same" else Closing(lambda r: "x", name=spec),
+    )
+    made = [builder._model_for(spec)[0] for spec in ("haiku", "haiku", "opus", "same", None)]
+    assert [m.name for m in made] == ["haiku", "haiku", "opus", "parent", "parent"]
+    await builder.aclose()
+    # Each alias's model once; never the parent's, which its owner (the Harness) closes.
+    assert sorted(closed) == ["haiku", "opus"]

@@ -196,11 +196,7 @@ async def test_run_returns_the_final_answer(tmp_path: Path) -> None:
 async def test_stop_task_stops_a_background_command(tmp_path: Path) -> None:
     model = ScriptedModel(
         [
-            Turn(
-                tool_calls=[
-                    ToolCall("Bash", {"command": "sleep 60", "run_in_background": True})
-                ]
-            ),
+            Turn(tool_calls=[ToolCall("Bash", {"command": "sleep 60", "run_in_background": True})]),
             Turn(text="Started."),
             Turn(text="It was stopped."),
         ]

@@ -88,6 +88,7 @@ async def test_a_hook_running_when_taskloom_is_sigkilled_is_reaped_by_the_next_s
         assert time.monotonic() - started < 10
         # Its record is gone with it: nothing is left for a later sweep to try again.
         assert [r for r in rt.store.list_processes() if r.task_id.startswith("hook-")] == []
+        assert [t for t in rt.store.list_tags() if t.tag.startswith("hook-")] == []
 
 
 # Run by each process under test: does the store already hold a record of its own tag? (A tag
@@ -211,6 +212,7 @@ async def test_a_hook_that_daemonises_a_child_leaves_nothing_running_after_a_nor
         assert _sleeps(777) == []
         # Killed and verified: the record is removed, nothing is left for a sweep to retry.
         assert [r for r in rt.store.list_processes() if r.task_id.startswith("hook-")] == []
+        assert [t for t in rt.store.list_tags() if t.tag.startswith("hook-")] == []
 
 
 async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_git_exits(
@@ -234,5 +236,6 @@ async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_g
             assert not alive(daemon)
             assert _sleeps(778) == []
             assert [r for r in rt.store.list_processes() if r.task_id.startswith("git-")] == []
+            assert [t for t in rt.store.list_tags() if t.tag.startswith("git-")] == []
         finally:
             assert not (await finish(wt)).kept

@@ -232,3 +232,44 @@ def test_the_documented_kind_example_registers_and_reads_its_records_back() -> N
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "WorkflowState ok"
+
+
+async def test_a_record_no_kind_here_reads_is_left_out_of_a_resumed_session(
+    toy: ToyKind, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with TaskRuntime() as rt:
+        session_id = rt.session_id
+        toy_id = rt.new_id(TaskType.LOCAL_WORKFLOW)
+        rt.register(ToyState(id=toy_id, owner=session_id, status=TaskStatus.RUNNING))
+        rt.update(toy_id, lambda s: s.replace(status=TaskStatus.COMPLETED))
+        shell_id = rt.new_id(TaskType.LOCAL_BASH)
+        rt.register(ShellTaskState(id=shell_id, owner=session_id, status=TaskStatus.RUNNING))
+        rt.update(shell_id, lambda s: s.replace(status=TaskStatus.COMPLETED, exit_code=0))
+        rt.ack(rt.drain())
+    # The next process of the session has no kind for the toy's type (its program did not
+    # register one): the session still resumes, without the record it cannot read.
+    unregister_kind(TaskType.LOCAL_WORKFLOW)
+    with caplog.at_level("WARNING", logger="taskloom.tasks.types"):
+        async with TaskRuntime(session_id=session_id) as again:
+            assert [s.id for s in again.list(include_evicted=True)] == [shell_id]
+            assert again.get(toy_id) is None
+            assert again.get(shell_id) is not None
+    assert f"task {toy_id} left out" in caplog.text
+
+
+def test_a_state_class_must_be_a_frozen_slotted_dataclass_of_its_own() -> None:
+    @dataclass(frozen=True, kw_only=True)  # not slotted: it could not be copied slot by slot
+    class Loose(ToyState):
+        pass
+
+    class Undeclared(ToyState):  # inherits the dataclass machinery but declares nothing
+        pass
+
+    for bad in (Loose, Undeclared):
+
+        class Bad(ToyKind):
+            state_class = bad
+
+        with pytest.raises(ValueError, match="frozen=True, kw_only=True, slots=True"):
+            register_kind(Bad())
+        assert type(kind_for(TaskType.LOCAL_WORKFLOW)) is TaskKind

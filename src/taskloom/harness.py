@@ -330,6 +330,10 @@ class Harness:
             recorder.forget(rows)
 
     async def _close_model(self) -> None:
+        # Last, once the runtime has stopped every agent: the models their aliases named
+        # (``model: haiku`` in an agent file), then the session's own.
+        if self._service is not None:
+            await self._service.builder.aclose()
         if self._model is not None:
             await self._model.aclose()
 

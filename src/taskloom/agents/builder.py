@@ -77,6 +77,13 @@ class AgentBuilder:
         # One model per alias for the whole session: its connections are shared.
         self._models: dict[str, Model] = {}
 
+    async def aclose(self) -> None:
+        """Close the models made for aliases (not the parent's, which its owner closes)."""
+        models, self._models = list(self._models.values()), {}
+        for model in models:
+            if model is not self.model:
+                await model.aclose()
+
     def definition(self, subagent_type: str | None) -> AgentDefinition:
         """The definition for ``subagent_type`` (default ``general-purpose``).
 

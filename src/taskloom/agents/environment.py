@@ -110,8 +110,9 @@ class AgentEnvironment:
     :meth:`isolate` waits for the MCP servers the agent requires and makes its worktree (a
     failure leaves nothing behind); the caller then registers the task, and :meth:`start`
     starts the agent's own MCP servers in its directory. If anything fails after
-    :meth:`isolate`, :meth:`abandon` undoes it all. Otherwise the run tears it down: its
-    :attr:`finisher` at the end of each run, :meth:`aclose` (its servers) after the last.
+    :meth:`isolate`, :meth:`abandon` undoes it all. Otherwise the run tears it down at the
+    end of each run: its :attr:`finisher` (the worktree) and :meth:`aclose` (its servers,
+    which a resumed run does not get back).
     """
 
     def __init__(

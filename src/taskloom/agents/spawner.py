@@ -147,19 +147,19 @@ class Spawner:
                 confine_to=env.confine_to,
                 extra_tools=env.tools(),
             )
+            run = AgentRun(
+                self.runtime,
+                agent_id,
+                config,
+                files=files,
+                on_end=(lambda _run: env.aclose()) if env.mcp is not None else None,
+                worktree=env.worktree,
+                finalize=env.finisher,
+            )
         except BaseException as exc:
             # Nothing ran: undo what was set up, and end the task (the caller gets the error).
             await finish_despite_cancel(self._abandon(agent_id, env, exc))
             raise
-        run = AgentRun(
-            self.runtime,
-            agent_id,
-            config,
-            files=files,
-            on_end=(lambda _run: env.aclose()) if env.mcp is not None else None,
-            worktree=env.worktree,
-            finalize=env.finisher,
-        )
         if request.name and not self.runtime.directory.bind(request.name, agent_id):
             # Taken meanwhile by a concurrent spawn: this one does not start.
             taken = ToolError(f"An agent named {request.name!r} already exists")

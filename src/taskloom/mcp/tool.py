@@ -24,6 +24,7 @@ class McpCaller(Protocol):
         """Call ``tool`` on ``server``; failures come back as tool errors."""
         ...
 
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 

@@ -49,7 +49,7 @@ from taskloom.tasks.types import (
     TaskStatus,
     TaskType,
     check_transition,
-    state_from_dict,
+    readable_state,
 )
 from taskloom.tasks.watchdog import Watchdog
 
@@ -166,7 +166,9 @@ class TaskRuntime:
     def _load_session_tasks(self) -> None:
         """On resume, notify tasks that ended while no process of the session was alive."""
         for data in self.store.list_tasks(self.session_id):
-            state = state_from_dict(data)
+            state = readable_state(data)
+            if state is None:
+                continue
             self._known_ids.add(state.id)
             if state.terminal and not state.notified:
                 with self._lock:
@@ -362,7 +364,7 @@ class TaskRuntime:
         data = self.store.get_task(task_id)
         if data is None or data.get("session_id") != self.session_id:
             return None
-        return state_from_dict(data)
+        return readable_state(data)
 
     def get(self, task_id: str, caller: str | None = None) -> TaskState | None:
         """Return a task's state (evicted tasks are read back from the store).
@@ -407,7 +409,8 @@ class TaskRuntime:
         states = dict(self._tasks)
         if include_evicted:
             for data in self.store.list_tasks(self.session_id):
-                states.setdefault(data["id"], state_from_dict(data))
+                if data["id"] not in states and (state := readable_state(data)) is not None:
+                    states[data["id"]] = state
         return sorted(
             (
                 s

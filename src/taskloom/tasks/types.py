@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
 from taskloom.errors import InvalidTransition
+
+_log = logging.getLogger(__name__)
 
 
 class TaskType(enum.StrEnum):
@@ -281,8 +284,14 @@ def use_state_class(task_type: TaskType, cls: type[TaskState] | None) -> None:
     if cls is None:
         _BROUGHT.pop(task_type, None)
         return
-    if getattr(cls, "TYPE", None) != task_type or not dataclasses.is_dataclass(cls):
+    if getattr(cls, "TYPE", None) != task_type or not issubclass(cls, TaskState):
         raise ValueError(f"{cls.__name__} is not a state class of type {task_type.value!r}")
+    params = cls.__dict__.get("__dataclass_params__")
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        # States are shared between the runtime, the store and UIs, and copied slot by slot.
+        raise ValueError(
+            f"{cls.__name__} must be declared @dataclass(frozen=True, kw_only=True, slots=True)"
+        )
     _BROUGHT[task_type] = cls
 
 
@@ -317,3 +326,17 @@ def state_from_dict(data: dict[str, Any]) -> TaskState:
             value = tuple(value)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def readable_state(data: dict[str, Any]) -> TaskState | None:
+    """:func:`state_from_dict`, or None, with a warning, for a record no class here reads.
+
+    Such a record was written by a kind this process has not registered, or by a newer
+    taskloom: the runtime leaves it out (its processes are swept by their own records) rather
+    than fail the session.
+    """
+    try:
+        return state_from_dict(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        _log.warning("task %s left out: its record cannot be read (%s)", data.get("id"), exc)
+        return None

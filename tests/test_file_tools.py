@@ -17,14 +17,22 @@ from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tools.base import Tool, ToolContext, ToolResult
 from taskloom.tools.edit import Edit
 from taskloom.tools.glob import Glob, glob_to_regex
-from taskloom.tools.grep import Grep, GrepInput, Query, format_result, run_python, run_ripgrep
+from taskloom.tools.grep import (
+    Grep,
+    GrepInput,
+    Query,
+    format_result,
+    ripgrep,
+    run_python,
+    run_ripgrep,
+)
 from taskloom.tools.read import Read, ReadInput
 from taskloom.tools.write import Write
 
 # Module-level so anyio sees it when parametrized tests are generated (conftest adds the
 # marker only after collection, which loses the parameters of parametrized async tests).
 
-RG = shutil.which("rg")
+RG = ripgrep()
 needs_rg = pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not installed")
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from taskloom.engine import EngineEvent
     from taskloom.hooks import HookConfig
     from taskloom.mcp.manager import McpManager
+    from taskloom.messages import Message
     from taskloom.models.base import Model
     from taskloom.permissions import PermissionPolicy
     from taskloom.session import Session
@@ -53,6 +54,8 @@ class Options:
         allowed_tools: Permission rules to allow (``--allowedTools``).
         disallowed_tools: Permission rules to deny (``--disallowedTools``).
         skip_permissions: Allow every call (``--dangerously-skip-permissions``).
+        system_prompt: Replaces the main system prompt (``--system-prompt``; ``""`` sends
+            none, as Claude Code does for ``claude-agent-sdk`` programs that set none).
         append_system_prompt: Added to the main system prompt.
         settings: A settings file or inline JSON, applied last (``--settings``).
         skip_broken_settings: Run without settings files that do not parse.
@@ -69,6 +72,7 @@ class Options:
     allowed_tools: Sequence[str] = ()
     disallowed_tools: Sequence[str] = ()
     skip_permissions: bool = False
+    system_prompt: str | None = None
     append_system_prompt: str | None = None
     settings: str | Path | None = None
     skip_broken_settings: bool = False
@@ -242,7 +246,9 @@ class Harness:
         self.tools = [t for t in offered if not policy.hides(t.name, t.kind)]
         config = EngineConfig(
             model=self.model,
-            system_prompt=main_system_prompt(self.cwd, opts.append_system_prompt),
+            system_prompt=main_system_prompt(
+                self.cwd, opts.append_system_prompt, replace=opts.system_prompt
+            ),
             tools=self.tools,
             owner=runtime.session_id,
             cwd=self.cwd,
@@ -337,7 +343,7 @@ class Harness:
         if self._model is not None:
             await self._model.aclose()
 
-    async def run(self, prompt: str) -> AsyncIterator[EngineEvent]:
+    async def run(self, prompt: str | Message) -> AsyncIterator[EngineEvent]:
         """Run one prompt on the main thread; typed events, the last is ``Finished``.
 
         A headless run does not end while a task it owns runs or a notification is pending:
@@ -358,6 +364,14 @@ class Harness:
             "permissionMode": str(self.policy.mode),
             "agents": sorted(self.agents.catalog.names()),
         }
+
+    def set_permission_mode(self, mode: str) -> None:
+        """Run the main thread's next calls under ``mode`` (``default``, ``plan``, ...).
+
+        Raises:
+            UsageError: Not a permission mode.
+        """
+        self.policy.switch_mode(mode)
 
     def tasks(self, *, include_evicted: bool = False) -> list[TaskState]:
         """The session's tasks (shells, agents), live."""

@@ -40,9 +40,9 @@ def _platform() -> str:
     return os.uname().sysname.lower()
 
 
-def main_system_prompt(cwd: Path, append: str | None = None) -> str:
-    """The main thread's system prompt."""
-    parts = [MAIN_PROMPT, environment(cwd)]
+def main_system_prompt(cwd: Path, append: str | None = None, *, replace: str | None = None) -> str:
+    """The main thread's system prompt: ours with the environment, or ``replace`` as given."""
+    parts = [MAIN_PROMPT, environment(cwd)] if replace is None else [replace]
     if append:
         parts.append(append)
-    return "\n\n".join(parts)
+    return "\n\n".join(p for p in parts if p)

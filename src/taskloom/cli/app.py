@@ -34,6 +34,22 @@ def _print_parser() -> argparse.ArgumentParser:
         help="Print the response and exit (headless).",
     )
     parser.add_argument("--output-format", default="text", choices=("text", "json", "stream-json"))
+    parser.add_argument(
+        "--input-format",
+        default="text",
+        choices=("text", "stream-json"),
+        help="stream-json: a session driven over stdin (claude-agent-sdk's protocol).",
+    )
+    parser.add_argument(
+        "--include-partial-messages",
+        action="store_true",
+        help="Accepted for compatibility (stream-json carries whole messages).",
+    )
+    parser.add_argument(
+        "--permission-prompt-tool",
+        metavar="TOOL",
+        help="Accepted for compatibility; permission prompts are not offered to it yet.",
+    )
     parser.add_argument("--verbose", action="store_true", help="Full turn-by-turn output.")
     parser.add_argument("--model", help="claude-…, sonnet|opus|haiku, openai:ID or scripted:FILE.")
     parser.add_argument("--max-turns", type=_positive_int, help="Most model turns.")
@@ -64,6 +80,7 @@ def _print_parser() -> argparse.ArgumentParser:
         metavar="RULE",
         help="Permission rules to deny.",
     )
+    parser.add_argument("--system-prompt", help="Replaces the system prompt ('' sends none).")
     parser.add_argument("--append-system-prompt", help="Added to the system prompt.")
     parser.add_argument("--settings", help="A settings file or JSON string.")
     parser.add_argument(
@@ -90,7 +107,12 @@ def run_print_mode(args: list[str]) -> int:
     """Parse print-mode arguments and run; returns the exit code (2 for usage errors)."""
     parser = _print_parser()
     ns = parser.parse_args(args)
-    if not ns.print_:
+    streamed = ns.input_format == "stream-json"
+    if streamed and ns.output_format != "stream-json":
+        parser.error("--input-format stream-json requires --output-format stream-json")
+    if streamed and ns.prompt is not None:
+        parser.error("--input-format stream-json reads its prompts from stdin, not an argument")
+    if not ns.print_ and not streamed:
         parser.error("interactive mode is not available yet: pass -p/--print")
     # pydantic looks for plugins by scanning every installed distribution the first time a
     # model is built (~10 ms). We use none; skip the scan without leaking the setting into
@@ -119,6 +141,7 @@ def run_print_mode(args: list[str]) -> int:
             skip_permissions=ns.skip_permissions,
             allowed_tools=list(ns.allowed_tools),
             disallowed_tools=list(ns.disallowed_tools),
+            system_prompt=ns.system_prompt,
             append_system_prompt=ns.append_system_prompt,
             settings=ns.settings,
             skip_broken_settings=ns.skip_broken_settings,
@@ -126,6 +149,10 @@ def run_print_mode(args: list[str]) -> int:
             agents=ns.agents,
         ),
     )
+    if streamed:
+        from taskloom.cli.stream_mode import main_stream
+
+        return main_stream(options)
     return main_print(options)
 
 

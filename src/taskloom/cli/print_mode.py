@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -28,6 +29,7 @@ from taskloom.errors import (
     describe_os_error,
 )
 from taskloom.harness import Harness, Options
+from taskloom.messages import Message
 from taskloom.tasks._subscription import Subscription
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import summarize
@@ -79,6 +81,12 @@ class Emitter:
             # not UTF-8 must not make the line unwritable either.
             self.out.write(line + "\n")
             self.out.flush()
+
+    def raw(self, obj: dict[str, Any]) -> None:
+        """Write one protocol object as it is (a ``control_response``: no session fields)."""
+        line, _ = clean_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+        self.out.write(line + "\n")
+        self.out.flush()
 
     def task_event(self, kind: str, state: Any) -> None:
         """Print a task's start, and each change of its status."""
@@ -149,20 +157,20 @@ async def run_print(opts: PrintOptions) -> int:
     try:
         return await _run_print(opts, emitter, started)
     except asyncio.CancelledError:
-        if emitter.result_written or not _stop_requested():
+        if emitter.result_written or not stop_requested():
             raise
-        _write_result(opts, emitter, _early_result(emitter, started, "interrupted"), "interrupted")
+        _write_result(opts, emitter, early_result(emitter, started, "interrupted"), "interrupted")
         return 1
     except (BrokenPipeError, UsageError):
         raise
     except (TaskloomError, OSError) as exc:
         if not emitter.result_written:
             text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-            _write_result(opts, emitter, _early_result(emitter, started, f"Error: {text}"), None)
+            _write_result(opts, emitter, early_result(emitter, started, f"Error: {text}"), None)
         raise  # main_print says it on stderr and gives the exit code
 
 
-def _stop_requested() -> bool:
+def stop_requested() -> bool:
     """Whether this task is being cancelled by a stop request (a signal, see run_main).
 
     If so the request is withdrawn, so that the bounded waits of the cleanup that follows
@@ -185,98 +193,122 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
         if not gc.isenabled():  # the CLI held collection off for the start-up (see app.py)
             gc.freeze()
             gc.enable()
-        runtime = harness.runtime
-        info = harness.init_info()
-        emitter.line(
-            {
-                "type": "system",
-                "subtype": "init",
-                **{k: info[k] for k in ("cwd", "session_id", "tools", "mcp_servers")},
-                "model": info["model"],
-                "permissionMode": info["permissionMode"],
-                "slash_commands": [],
-                "apiKeySource": _api_key_source(),
-                "output_style": "default",
-                "agents": info["agents"],
-            }
-        )
-        sub = runtime.subscribe()
-        pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
-        finished: Finished | None = None
-        error: str | None = None
+        emitter.line(init_event(harness))
         try:
-            async for event in harness.run(prompt):
-                _flush_events(sub, emitter)
-                if isinstance(event, AssistantTurn):
+            result = await run_turn(harness, emitter, prompt, started)
+        finally:
+            await harness.end()
+        _write_result(opts, emitter, result, result["result"])
+        return 0 if result["subtype"] == "success" else 1
+
+
+#: The Claude Code version whose ``stream-json`` protocol this one speaks, as ``system/init``
+#: reports it (``claude-agent-sdk`` reads ``claude_code_version`` to decide what it may use).
+PROTOCOL_VERSION = "2.1.0"
+
+
+def init_event(harness: Harness) -> dict[str, Any]:
+    """The ``system/init`` event: what the session offers."""
+    from taskloom._version import __version__
+
+    info = harness.init_info()
+    return {
+        "type": "system",
+        "subtype": "init",
+        **{k: info[k] for k in ("cwd", "session_id", "tools", "mcp_servers")},
+        "model": info["model"],
+        "permissionMode": info["permissionMode"],
+        "slash_commands": [],
+        "apiKeySource": _api_key_source(),
+        "output_style": "default",
+        "agents": info["agents"],
+        "claude_code_version": PROTOCOL_VERSION,
+        "taskloom_version": __version__,
+    }
+
+
+async def run_turn(
+    harness: Harness, emitter: Emitter, prompt: str | Message, started: float
+) -> dict[str, Any]:
+    """Run one prompt on the main thread, writing its events; returns its ``result`` object.
+
+    The run's own errors (the model's, a tool's, a stop request) end up in the result, not
+    raised; the result is not written.
+    """
+    runtime = harness.runtime
+    sub = runtime.subscribe()
+    pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
+    finished: Finished | None = None
+    error: str | None = None
+    try:
+        async for event in harness.run(prompt):
+            _flush_events(sub, emitter)
+            if isinstance(event, AssistantTurn):
+                emitter.line(
+                    {
+                        "type": "assistant",
+                        "message": event.message.full(),
+                        "parent_tool_use_id": None,
+                    }
+                )
+            elif isinstance(event, UserTurn):
+                for note in event.notifications:
+                    _emit_notification(emitter, runtime, note)
+                if event.origin != "prompt":
                     emitter.line(
                         {
-                            "type": "assistant",
-                            "message": event.message.full(),
+                            "type": "user",
+                            "message": event.message.wire(),
                             "parent_tool_use_id": None,
                         }
                     )
-                elif isinstance(event, UserTurn):
-                    for note in event.notifications:
-                        _emit_notification(emitter, runtime, note)
-                    if event.origin != "prompt":
-                        emitter.line(
-                            {
-                                "type": "user",
-                                "message": event.message.wire(),
-                                "parent_tool_use_id": None,
-                            }
-                        )
-                elif isinstance(event, Finished):
-                    finished = event
-        except ModelError as exc:
-            error = f"API Error: {exc}"
-        except BrokenPipeError:
-            raise  # the reader went away: nothing more can be reported to it
-        except TaskloomError as exc:
-            error = f"Error: {exc}"
-        except OSError as exc:
-            error = f"Error: {describe_os_error(exc)}"
-        except asyncio.CancelledError:
-            if not _stop_requested():
-                raise
-            # SIGINT/SIGTERM (see run_main): clean up, report the run as interrupted, and
-            # let run_main give the signal's exit code.
-            error = "interrupted"
-        except Exception as exc:  # report, as a result, rather than die with a traceback
-            log.debug("the run failed", exc_info=True)
-            error = f"Internal error: {type(exc).__name__}: {exc}"
-        finally:
-            _flush_events(sub, emitter)
-            sub.close()
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
-            await harness.end()
-        engine = harness.session.engine
-        subtype = "success"
-        if error is not None:
-            subtype = "error_during_execution"
-        elif finished is not None and finished.reason == "max_turns":
-            subtype = "error_max_turns"
-        result_text = error or (finished.result if finished else "")
-        result = {
-            "type": "result",
-            "subtype": subtype,
-            "is_error": subtype != "success",
-            "duration_ms": int((time.monotonic() - started) * 1000),
-            "duration_api_ms": int(engine.api_seconds * 1000),
-            "num_turns": engine.num_turns,
-            "result": result_text,
-            "session_id": runtime.session_id,
-            "total_cost_usd": 0,
-            "usage": engine.usage.model_dump(),
-            "permission_denials": engine.denials,
-        }
-        _write_result(opts, emitter, result, result_text)
-        return 0 if subtype == "success" else 1
+            elif isinstance(event, Finished):
+                finished = event
+    except ModelError as exc:
+        error = f"API Error: {exc}"
+    except BrokenPipeError:
+        raise  # the reader went away: nothing more can be reported to it
+    except TaskloomError as exc:
+        error = f"Error: {exc}"
+    except OSError as exc:
+        error = f"Error: {describe_os_error(exc)}"
+    except asyncio.CancelledError:
+        if not stop_requested():
+            raise
+        # SIGINT/SIGTERM (see run_main), or an interrupt: clean up, and report the run as
+        # interrupted (run_main then gives a signal's exit code).
+        error = "interrupted"
+    except Exception as exc:  # report, as a result, rather than die with a traceback
+        log.debug("the run failed", exc_info=True)
+        error = f"Internal error: {type(exc).__name__}: {exc}"
+    finally:
+        _flush_events(sub, emitter)
+        sub.close()
+        pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pump
+    engine = harness.session.engine
+    subtype = "success"
+    if error is not None:
+        subtype = "error_during_execution"
+    elif finished is not None and finished.reason == "max_turns":
+        subtype = "error_max_turns"
+    return {
+        "type": "result",
+        "subtype": subtype,
+        "is_error": subtype != "success",
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "duration_api_ms": int(engine.api_seconds * 1000),
+        "num_turns": engine.num_turns,
+        "result": error or (finished.result if finished else ""),
+        "session_id": runtime.session_id,
+        "total_cost_usd": 0,
+        "usage": engine.usage.model_dump(),
+        "permission_denials": engine.denials,
+    }
 
 
-def _early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:
+def early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:
     """The result of a run that ended before its first turn finished."""
     if emitter.harness is not None and emitter.harness.claimed:
         emitter.session_id = emitter.harness.session_id  # claimed: a session that exists
@@ -343,8 +375,10 @@ def _api_key_source() -> str:
     return "none"
 
 
-def main_print(opts: PrintOptions) -> int:
-    """Run print mode with signal handling; map errors to exit codes.
+def main_print(
+    opts: PrintOptions, runner: Callable[[PrintOptions], Awaitable[int]] = run_print
+) -> int:
+    """Run print mode (or another ``runner``) with signal handling; map errors to exit codes.
 
     Errors a user can cause or meet are one line on stderr (with a traceback only under
     ``--debug``): usage errors exit 2, the rest 1.
@@ -353,7 +387,7 @@ def main_print(opts: PrintOptions) -> int:
 
     configure_logging(opts.debug)
     try:
-        return run_main(lambda: run_print(opts))
+        return run_main(lambda: runner(opts))
     except UsageError as exc:
         return _fail(opts, f"Error: {exc}", 2)
     except TaskloomError as exc:

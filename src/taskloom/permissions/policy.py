@@ -83,6 +83,14 @@ class PermissionPolicy:
         for rule in self.rules:
             self._by_behavior[rule.behavior].append(rule)
 
+    def switch_mode(self, mode: PermissionMode | str) -> None:
+        """Go on under ``mode`` (the program driving the session changed it).
+
+        Raises:
+            UsageError: Not a permission mode.
+        """
+        self.mode = parse_mode(str(mode), "the permission mode")
+
     def with_mode(self, mode: PermissionMode | str) -> PermissionPolicy:
         """The same rules under another mode (a subagent's ``permissionMode``)."""
         return PermissionPolicy(

@@ -14,10 +14,12 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -241,7 +243,7 @@ class Grep(Tool[GrepInput]):
             after=params.after if params.after is not None else context,
             multiline=params.multiline,
         )
-        rg = shutil.which("rg") if self.use_ripgrep else None
+        rg = ripgrep() if self.use_ripgrep else None
         lines = await (run_ripgrep(query, rg) if rg else run_python(query))
         if isinstance(lines, ToolResult):
             return lines
@@ -440,6 +442,15 @@ def _context_lines(
         number = f"{i + 1}{sep}" if q.line_numbers else ""
         yield f"{path}{sep}{number}{lines[i]}"
         previous = i
+
+
+def ripgrep() -> str | None:
+    """The ``rg`` executable: on ``PATH``, else beside this Python (the ``ripgrep`` wheel)."""
+    found = shutil.which("rg")
+    if found is None:
+        beside = Path(sys.executable).with_name("rg")
+        found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+    return found
 
 
 def format_result(q: Query, lines: list[str], head_limit: int | None, offset: int) -> ToolResult:

@@ -1,0 +1,278 @@
+"""``--input-format stream-json``: a session driven over stdin, as ``claude-agent-sdk`` does.
+
+stdin carries one JSON object a line for the life of the process:
+
+- ``{"type": "user", "message": {"role": "user", "content": ...}}`` starts a turn (or queues
+  it behind the running one); each turn writes its events and ends with its own ``result``;
+- ``{"type": "control_request", "request_id": ID, "request": {"subtype": ...}}`` is answered
+  with ``{"type": "control_response", "response": {"subtype": "success" | "error",
+  "request_id": ID, ...}}``: ``initialize``, ``interrupt``, ``set_permission_mode``,
+  ``set_model``, ``mcp_status`` and ``stop_task``; any other subtype is an error response;
+- ``control_response`` lines answer requests this side sent.
+
+End of stdin ends the session once the turns already received are done. The exit code is
+that of the last turn (0 when it succeeded, or when there was none), 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from taskloom.cli.print_mode import (
+    Emitter,
+    PrintOptions,
+    early_result,
+    init_event,
+    run_turn,
+    stop_requested,
+)
+from taskloom.errors import TaskloomError, UsageError, describe_os_error
+from taskloom.harness import Harness
+from taskloom.messages import Message
+
+log = logging.getLogger(__name__)
+
+#: What a queue of input lines holds at the end of stdin.
+_EOF = None
+
+
+class LineReader:
+    """stdin's lines, read on a thread and handed to the event loop as they come.
+
+    A thread, not the loop's pipe transport: stdin may be a regular file or a terminal, which
+    the transport refuses; and the loop never blocks on a line that is slow to arrive.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        """Start reading ``stream`` (text mode) in the background."""
+        self._loop = asyncio.get_running_loop()
+        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._stream = stream
+        threading.Thread(target=self._read, name="taskloom-stdin", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for line in self._stream:
+                self._loop.call_soon_threadsafe(self.lines.put_nowait, line)
+        except (OSError, ValueError) as exc:  # closed under us: as the end of input
+            log.debug("stdin: %s", exc)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                self._loop.call_soon_threadsafe(self.lines.put_nowait, _EOF)
+
+
+class StreamSession:
+    """One process's conversation over stdin and stdout."""
+
+    def __init__(self, opts: PrintOptions, harness: Harness, emitter: Emitter) -> None:
+        """Serve ``harness``'s session, writing through ``emitter``."""
+        self.opts = opts
+        self.harness = harness
+        self.emitter = emitter
+        self.prompts: asyncio.Queue[str | Message | None] = asyncio.Queue()
+        self.turn: asyncio.Task[dict[str, Any]] | None = None
+        self.last: dict[str, Any] | None = None
+
+    # -- the input ----------------------------------------------------------------------------
+
+    async def serve(self, reader: LineReader) -> int:
+        """Read stdin to its end, answering requests and running turns; the exit code."""
+        worker = asyncio.get_running_loop().create_task(self._run_turns())
+        try:
+            number = 0
+            while (line := await reader.lines.get()) is not _EOF:
+                number += 1
+                if line.strip():
+                    await self._dispatch(line, number)
+            await self.prompts.put(None)  # no more turns: the worker ends after the queued
+            await asyncio.shield(worker)
+        except asyncio.CancelledError:
+            if self.turn is not None:
+                self.turn.cancel()  # reported by its result; the signal's code follows
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+            raise
+        finally:
+            worker.cancel()
+        return 0 if self.last is None or not self.last["is_error"] else 1
+
+    async def _dispatch(self, line: str, number: int) -> None:
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError as exc:
+            sys.stderr.write(f"Error: stdin line {number} is not JSON ({exc}); skipped\n")
+            return
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "user":
+            prompt = _prompt_of(message)
+            if prompt is None:
+                sys.stderr.write(f"Error: stdin line {number}: a user message needs content\n")
+                return
+            await self.prompts.put(prompt)
+        elif kind == "control_request":
+            await self._answer(message)
+        elif kind in ("control_response", "control_cancel_request", "keep_alive"):
+            pass  # no request of ours is outstanding: nothing waits for them
+        else:
+            sys.stderr.write(f"Error: stdin line {number}: unknown message type {kind!r}\n")
+
+    # -- turns --------------------------------------------------------------------------------
+
+    async def _run_turns(self) -> None:
+        while (prompt := await self.prompts.get()) is not None:
+            started = time.monotonic()
+            self.emitter.line(init_event(self.harness))
+            self.turn = asyncio.get_running_loop().create_task(
+                run_turn(self.harness, self.emitter, prompt, started)
+            )
+            try:
+                result = await asyncio.shield(self.turn)
+            except asyncio.CancelledError:
+                # Stopped by a signal: the turn reports it; then stop taking prompts.
+                result = await self.turn
+                self._finish_turn(result)
+                raise
+            self._finish_turn(result)
+
+    def _finish_turn(self, result: dict[str, Any]) -> None:
+        self.turn = None
+        if result["subtype"] != "success":
+            # A turn cut short left tool calls unanswered: the next one must start valid.
+            self.harness.session.recorder.repair()
+        self.last = result
+        self.emitter.line(result)
+
+    # -- control requests ---------------------------------------------------------------------
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        request_id = message.get("request_id")
+        request = message.get("request")
+        subtype = request.get("subtype") if isinstance(request, dict) else None
+        handler = _HANDLERS.get(str(subtype))
+        try:
+            if handler is None:
+                raise UsageError(f"Unsupported control request subtype: {subtype}")
+            assert isinstance(request, dict)
+            body = await handler(self, request)
+        except (TaskloomError, ValueError, KeyError, TypeError) as exc:
+            self._respond(request_id, error=str(exc))
+            return
+        self._respond(request_id, body=body)
+
+    def _respond(
+        self, request_id: Any, *, body: dict[str, Any] | None = None, error: str | None = None
+    ) -> None:
+        response: dict[str, Any] = {"request_id": request_id}
+        if error is None:
+            response.update(subtype="success", response=body or {})
+        else:
+            response.update(subtype="error", error=error)
+        self.emitter.raw({"type": "control_response", "response": response})
+
+    async def _initialize(self, request: dict[str, Any]) -> dict[str, Any]:
+        from taskloom._version import __version__
+        from taskloom.cli.print_mode import PROTOCOL_VERSION
+
+        info = self.harness.init_info()
+        catalog = self.harness.agents.catalog
+        return {
+            "commands": [],
+            "agents": [
+                {"name": name, "description": catalog.get(name).when_to_use}  # type: ignore[union-attr]
+                for name in info["agents"]
+            ],
+            "output_style": "default",
+            "available_output_styles": ["default"],
+            "models": [],
+            "account": {},
+            "pid": os.getpid(),
+            "claude_code_version": PROTOCOL_VERSION,
+            "taskloom_version": __version__,
+            "current_permission_mode": info["permissionMode"],
+            "hook_on_failure_supported": False,
+            "capabilities": [],
+        }
+
+    async def _interrupt(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.turn is not None and not self.turn.done():
+            self.turn.cancel()  # its result says "interrupted"; the session goes on
+        return {}
+
+    async def _set_permission_mode(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.harness.set_permission_mode(str(request["mode"]))
+        return {}
+
+    async def _mcp_status(self, request: dict[str, Any]) -> dict[str, Any]:
+        servers = self.harness.init_info()["mcp_servers"]
+        return {"mcpServers": servers}
+
+    async def _stop_task(self, request: dict[str, Any]) -> dict[str, Any]:
+        state = await self.harness.stop_task(str(request["task_id"]))
+        return {"task_id": state.id, "status": state.status.value}
+
+
+_HANDLERS = {
+    "initialize": StreamSession._initialize,
+    "interrupt": StreamSession._interrupt,
+    "set_permission_mode": StreamSession._set_permission_mode,
+    "mcp_status": StreamSession._mcp_status,
+    "stop_task": StreamSession._stop_task,
+}
+
+
+def _prompt_of(message: dict[str, Any]) -> str | Message | None:
+    """The prompt a ``user`` line carries: its text, or its content blocks as a message."""
+    inner = message.get("message")
+    content = inner.get("content") if isinstance(inner, dict) else None
+    if isinstance(content, str):
+        return content if content.strip() else None
+    if isinstance(content, list) and content:
+        from taskloom.messages import MESSAGE_ADAPTER
+
+        return MESSAGE_ADAPTER.validate_python({"role": "user", "content": content})
+    return None
+
+
+async def run_stream(opts: PrintOptions) -> int:
+    """Serve a stream-json session on stdin and stdout; returns the exit code."""
+    started = time.monotonic()
+    emitter = Emitter("stream-json", opts.session.resume, sys.stdout)
+    harness = emitter.harness = Harness(opts.session)
+    try:
+        async with harness:
+            emitter.session_id = harness.session_id
+            if not gc.isenabled():  # the CLI held collection off for the start-up
+                gc.freeze()
+                gc.enable()
+            session = StreamSession(opts, harness, emitter)
+            try:
+                return await session.serve(LineReader(sys.stdin))
+            finally:
+                await harness.end()
+    except asyncio.CancelledError:
+        if emitter.result_written or not stop_requested():
+            raise
+        emitter.line(early_result(emitter, started, "interrupted"))
+        return 1
+    except (TaskloomError, OSError) as exc:
+        if isinstance(exc, UsageError):
+            raise
+        text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        emitter.line(early_result(emitter, started, f"Error: {text}"))
+        raise
+
+
+def main_stream(opts: PrintOptions) -> int:
+    """Run a stream-json session with print mode's signal handling and exit codes."""
+    from taskloom.cli.print_mode import main_print
+
+    return main_print(opts, runner=run_stream)

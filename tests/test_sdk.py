@@ -1,0 +1,104 @@
+"""The real ``claude-agent-sdk`` drives taskloom (``cli_path``) against a fake Anthropic server.
+
+Each test starts taskloom as the SDK starts Claude Code: its own command line, stdin and stdout
+in the ``stream-json`` protocol, the ``initialize`` control request first.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_servers import FakeAnthropicServer
+from helpers import clean_env
+
+sdk = pytest.importorskip("claude_agent_sdk")
+
+TASKLOOM = str(Path(sys.executable).with_name("taskloom"))
+
+
+def options(server: FakeAnthropicServer, cwd: Path, **extra: Any) -> Any:
+    env = {
+        **clean_env(),
+        "ANTHROPIC_BASE_URL": server.url,
+        "ANTHROPIC_API_KEY": "test",
+        "TASKLOOM_HOME": str(cwd / "home"),
+    }
+    return sdk.ClaudeAgentOptions(
+        cli_path=TASKLOOM, cwd=str(cwd), env=env, model="claude-sonnet-4-5", **extra
+    )
+
+
+async def test_query_yields_init_the_answer_and_a_successful_result(tmp_path: Path) -> None:
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="hello from taskloom")
+        messages = [m async for m in sdk.query(prompt="hi", options=options(server, tmp_path))]
+    init, assistant, result = messages
+    assert isinstance(init, sdk.SystemMessage) and init.subtype == "init"
+    assert init.data["session_id"] == result.session_id
+    assert "Bash" in init.data["tools"]
+    assert isinstance(assistant, sdk.AssistantMessage)
+    assert [b.text for b in assistant.content] == ["hello from taskloom"]
+    assert isinstance(result, sdk.ResultMessage)
+    assert (result.subtype, result.is_error, result.result) == ("success", False, "hello from taskloom")
+    # The SDK's default (no system prompt of the program's own) sends none, as Claude Code does.
+    assert "system" not in server.requests[0].body or not server.requests[0].body["system"]
+
+
+async def test_a_client_holds_a_two_turn_conversation_in_one_process(tmp_path: Path) -> None:
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="one")
+        server.add_turn(text="two")
+        async with sdk.ClaudeSDKClient(options=options(server, tmp_path)) as client:
+            await client.query("first")
+            first = [m async for m in client.receive_response()]
+            await client.query("second")
+            second = [m async for m in client.receive_response()]
+    results = [m for m in first + second if isinstance(m, sdk.ResultMessage)]
+    assert [r.result for r in results] == ["one", "two"]
+    assert results[0].session_id == results[1].session_id  # one session, one process
+    # The second request carries the first exchange: the conversation went on.
+    history = server.requests[1].body["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant", "user"]
+    assert history[0]["content"][0]["text"] == "first" and history[-1]["content"][0]["text"] == (
+        "second"
+    )
+
+
+async def test_interrupt_stops_a_long_turn_and_the_session_goes_on(tmp_path: Path) -> None:
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="Waiting.", tool_calls=[("Bash", {"command": "sleep 30"})])
+        server.add_turn(text="after the interrupt")
+        opts = options(server, tmp_path, permission_mode="bypassPermissions")
+        async with sdk.ClaudeSDKClient(options=opts) as client:
+            await client.query("run it")
+            async for message in client.receive_messages():
+                if isinstance(message, sdk.AssistantMessage):
+                    break  # the command now runs
+            asked = time.monotonic()
+            await client.interrupt()
+            stopped = [m async for m in client.receive_response()]
+            elapsed = time.monotonic() - asked
+            await client.query("go on")
+            after = [m async for m in client.receive_response()]
+    result = stopped[-1]
+    assert isinstance(result, sdk.ResultMessage)
+    assert result.is_error and result.subtype == "error_during_execution"
+    assert elapsed < 1.0, elapsed
+    assert isinstance(after[-1], sdk.ResultMessage) and after[-1].result == "after the interrupt"
+    # The interrupted call was answered before the next request: the conversation is valid.
+    last = server.requests[-1].body["messages"]
+    results = [b for m in last for b in m["content"] if b.get("type") == "tool_result"]
+    assert len(results) == 1 and results[0]["is_error"]
+
+
+async def test_unknown_control_requests_get_an_error_response(tmp_path: Path) -> None:
+    with FakeAnthropicServer() as server:
+        async with sdk.ClaudeSDKClient(options=options(server, tmp_path)) as client:
+            await client.set_permission_mode("acceptEdits")  # answered with success
+            with pytest.raises(Exception, match="Unsupported control request subtype"):
+                await client.rewind_files("00000000-0000-0000-0000-000000000000")

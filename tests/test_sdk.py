@@ -102,3 +102,40 @@ async def test_unknown_control_requests_get_an_error_response(tmp_path: Path) ->
             await client.set_permission_mode("acceptEdits")  # answered with success
             with pytest.raises(Exception, match="Unsupported control request subtype"):
                 await client.rewind_files("00000000-0000-0000-0000-000000000000")
+
+
+async def test_can_use_tool_is_asked_for_bash_and_its_answers_are_kept(tmp_path: Path) -> None:
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def can_use_tool(name: str, tool_input: dict[str, Any], context: Any) -> Any:
+        asked.append((name, tool_input))
+        if "allowed" in tool_input.get("command", ""):
+            return sdk.PermissionResultAllow()
+        return sdk.PermissionResultDeny(message="not this one, says the program")
+
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("Bash", {"command": "echo allowed-ran"})])
+        server.add_turn(tool_calls=[("Bash", {"command": "echo refused-ran"})])
+        server.add_turn(text="done")
+        opts = options(server, tmp_path, can_use_tool=can_use_tool)
+
+        async def prompt() -> Any:
+            yield {"type": "user", "message": {"role": "user", "content": "run both"}}
+
+        messages = [m async for m in sdk.query(prompt=prompt(), options=opts)]
+    assert [name for name, _ in asked] == ["Bash", "Bash"]
+    assert isinstance(messages[-1], sdk.ResultMessage) and messages[-1].result == "done"
+    results = [
+        b
+        for r in server.requests[1:]
+        for b in r.body["messages"][-1]["content"]
+        if b.get("type") == "tool_result"
+    ]
+    allowed, refused = results
+    assert "allowed-ran" in str(allowed["content"]) and not allowed.get("is_error")
+    assert refused["is_error"] and "not this one, says the program" in str(refused["content"])
+    assert "refused-ran" not in str(refused["content"])
+    denials = messages[-1].permission_denials
+    assert [(d["tool_name"], d["tool_input"]["command"]) for d in denials] == [
+        ("Bash", "echo refused-ran")
+    ]

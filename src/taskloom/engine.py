@@ -33,7 +33,7 @@ from taskloom.untrusted import vet_answer
 
 if TYPE_CHECKING:
     from taskloom.hooks import HookConfig, HookOutcome
-    from taskloom.permissions import PermissionPolicy
+    from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,9 @@ class EngineConfig:
         max_turns: Most model requests in one :meth:`Engine.run` (None: no limit).
         max_tokens: Cap on each response.
         permissions: The permission policy (None: everything allowed).
-        headless: No one can answer a permission prompt: an ``ask`` is a denial.
+        headless: No one can answer a permission prompt: an ``ask`` is a denial (unless a
+            ``prompter`` answers it).
+        prompter: Who answers the calls that need approval (the program driving the session).
         wait_for_tasks: Do not end while owned tasks run or notifications are pending.
         settings: Effective settings, passed to tools.
         inbox: Returns (and takes from the agent's mailbox) messages sent to it while it
@@ -86,6 +88,7 @@ class EngineConfig:
     max_tokens: int = 16_000
     permissions: PermissionPolicy | None = None
     headless: bool = True
+    prompter: PermissionPrompter | None = None
     wait_for_tasks: bool = True
     settings: dict[str, Any] = field(default_factory=dict)
     inbox: Callable[[], list[str]] | None = None
@@ -371,10 +374,14 @@ class Engine:
         if outside is not None:
             return outside
         hook_allows = pre is not None and pre.permission_decision == "allow"
-        denied = None if hook_allows else self._check_permission(tool, params, ctx, raw)
-        if denied is not None:
-            self.denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": raw})
-            return denied
+        if not hook_allows:
+            verdict = await self._permit(tool, params, ctx, raw)
+            if isinstance(verdict, ToolResult):
+                self.denials.append(
+                    {"tool_name": call.name, "tool_use_id": call.id, "tool_input": raw}
+                )
+                return verdict
+            params, raw = verdict
         try:
             result = await tool.call(params, ctx)
         except TaskloomError as exc:
@@ -461,13 +468,14 @@ class Engine:
             transcript_path=self.config.transcript_path,
         )
 
-    def _check_permission(
+    async def _permit(
         self, tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any]
-    ) -> ToolResult | None:
+    ) -> ToolResult | tuple[Any, dict[str, Any]]:
+        """The call's input if it may run (the prompter may change it), else the denial."""
         policy = self.config.permissions
         if policy is None:
-            return None
-        from taskloom.permissions import PermissionRequest
+            return params, raw
+        from taskloom.permissions import PermissionRequest, PromptError
 
         request = PermissionRequest(
             tool_name=tool.name,
@@ -477,10 +485,28 @@ class Engine:
             input=raw,
         )
         decision = policy.decide(request)
+        prompter = self.config.prompter
+        if decision.behavior == "ask" and prompter is not None:
+            try:
+                answer = await prompter.ask(
+                    request, decision, tool_use_id=ctx.tool_use_id, agent_id=self.config.agent_id
+                )
+            except PromptError as exc:
+                return tool_error(f"Permission to use {tool.name} was not given: {exc}")
+            if not answer.allow:
+                if answer.interrupt:
+                    self.stop_reason = "interrupted by the permission prompt"
+                return tool_error(answer.message or f"Permission to use {tool.name} was denied.")
+            if answer.updated_input is None or answer.updated_input == raw:
+                return params, raw
+            changed = tool.validate(answer.updated_input)
+            if isinstance(changed, ToolResult):
+                return changed
+            return changed, answer.updated_input
         if decision.behavior == "ask" and self.config.headless:
             decision = policy.headless(decision)
         if decision.behavior == "allow":
-            return None
+            return params, raw
         return tool_error(tool.denied_message(params, decision.reason, decision.rule))
 
     # -- notifications ------------------------------------------------------------------------

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from taskloom.mcp.manager import McpManager
     from taskloom.messages import Message
     from taskloom.models.base import Model
-    from taskloom.permissions import PermissionPolicy
+    from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.session import Session
     from taskloom.tasks.types import TaskState
     from taskloom.tools.base import Tool
@@ -63,7 +63,9 @@ class Options:
         resume: Continue this session id.
         max_turns: Most model turns per run.
         tools: Extra tools offered to the main thread (e.g. from :func:`taskloom.tool`).
-        headless: No one can answer a permission prompt: an ``ask`` is a denial.
+        headless: No one can answer a permission prompt: an ``ask`` is a denial, unless...
+        prompter: ...this answers it, for the main thread and every agent (a program driving
+            the session, e.g. over the stream-json protocol).
     """
 
     model: str | Model | None = None
@@ -81,6 +83,7 @@ class Options:
     max_turns: int | None = None
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)
     headless: bool = True
+    prompter: PermissionPrompter | None = None
 
 
 class Harness:
@@ -255,6 +258,7 @@ class Harness:
             max_turns=opts.max_turns,
             permissions=policy,
             headless=opts.headless,
+            prompter=opts.prompter,
             settings=self.settings,
             hooks=hooks,
             cwd_source=lambda: place.cwd,
@@ -288,6 +292,7 @@ class Harness:
             policy=self.policy,
             resolve_model=alias_resolver(self.model, self.settings),
             hooks=hooks,
+            prompter=self.options.prompter,
         )
         environments = Environments(
             self.runtime, hooks=hooks, mcp=self._mcp, mcp_config=self._mcp_config

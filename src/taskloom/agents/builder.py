@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from taskloom.agents.loader import AgentCatalog
     from taskloom.hooks import HookConfig
     from taskloom.models.base import Model
-    from taskloom.permissions import PermissionPolicy
+    from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import Tool
 
@@ -50,6 +50,7 @@ class AgentBuilder:
         policy: PermissionPolicy | None,
         resolve_model: Callable[[str], Model] | None = None,
         hooks: HookConfig | None = None,
+        prompter: PermissionPrompter | None = None,
     ) -> None:
         """Build subagents from ``catalog`` for ``runtime``'s session.
 
@@ -63,6 +64,7 @@ class AgentBuilder:
             policy: The session's permission policy (a subagent may change its mode).
             resolve_model: Builds a model for an alias or id (``sonnet``, ``claude-…``).
             hooks: The session's hooks (an agent's own hooks are added for its runs).
+            prompter: Who answers the calls of its agents that need approval, if anyone.
         """
         self.runtime = runtime
         self.catalog = catalog
@@ -73,6 +75,7 @@ class AgentBuilder:
         self.policy = policy
         self.resolve_model = resolve_model
         self.hooks = hooks
+        self.prompter = prompter
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
         # One model per alias for the whole session: its connections are shared.
         self._models: dict[str, Model] = {}
@@ -148,6 +151,7 @@ class AgentBuilder:
             max_turns=definition.max_turns,
             permissions=self._policy_for(mode, definition.permission_mode),
             headless=True,
+            prompter=self.prompter,
             wait_for_tasks=False,
             settings=self.settings,
             metadata={"agent_type": definition.agent_type, "description": description},

@@ -48,7 +48,7 @@ def _print_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--permission-prompt-tool",
         metavar="TOOL",
-        help="Accepted for compatibility; permission prompts are not offered to it yet.",
+        help="stdio: ask the program driving --input-format stream-json (can_use_tool).",
     )
     parser.add_argument("--verbose", action="store_true", help="Full turn-by-turn output.")
     parser.add_argument("--model", help="claude-…, sonnet|opus|haiku, openai:ID or scripted:FILE.")
@@ -133,6 +133,7 @@ def run_print_mode(args: list[str]) -> int:
         output_format=ns.output_format,
         verbose=ns.verbose,
         debug=ns.debug,
+        permission_prompt_tool=ns.permission_prompt_tool,
         session=Options(
             model=ns.model,
             cwd=os.getcwd(),

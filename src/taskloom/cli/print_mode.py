@@ -51,6 +51,8 @@ class PrintOptions:
         output_format: ``text``, ``json`` or ``stream-json``.
         verbose: Accepted for compatibility (stream-json is always complete).
         debug: Tracebacks and debug logs on stderr.
+        permission_prompt_tool: ``stdio``: calls that need approval are asked of the program
+            driving a stream-json session (``can_use_tool``).
     """
 
     prompt: str | None
@@ -58,6 +60,7 @@ class PrintOptions:
     output_format: str = "text"
     verbose: bool = False
     debug: bool = False
+    permission_prompt_tool: str | None = None
 
 
 class Emitter:

@@ -8,7 +8,8 @@ stdin carries one JSON object a line for the life of the process:
   with ``{"type": "control_response", "response": {"subtype": "success" | "error",
   "request_id": ID, ...}}``: ``initialize``, ``interrupt``, ``set_permission_mode``,
   ``set_model``, ``mcp_status`` and ``stop_task``; any other subtype is an error response;
-- ``control_response`` lines answer requests this side sent.
+- ``control_response`` lines answer requests this side sent (see :mod:`taskloom.cli.control`):
+  ``can_use_tool`` when ``--permission-prompt-tool stdio`` is given.
 
 End of stdin ends the session once the turns already received are done. The exit code is
 that of the last turn (0 when it succeeded, or when there was none), 2 for usage errors.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -27,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from taskloom.cli.control import ControlChannel, StdioPrompter
 from taskloom.cli.print_mode import (
     Emitter,
     PrintOptions,
@@ -73,11 +76,14 @@ class LineReader:
 class StreamSession:
     """One process's conversation over stdin and stdout."""
 
-    def __init__(self, opts: PrintOptions, harness: Harness, emitter: Emitter) -> None:
-        """Serve ``harness``'s session, writing through ``emitter``."""
+    def __init__(
+        self, opts: PrintOptions, harness: Harness, emitter: Emitter, channel: ControlChannel
+    ) -> None:
+        """Serve ``harness``'s session, writing through ``emitter``, asking over ``channel``."""
         self.opts = opts
         self.harness = harness
         self.emitter = emitter
+        self.channel = channel
         self.prompts: asyncio.Queue[str | Message | None] = asyncio.Queue()
         self.turn: asyncio.Task[dict[str, Any]] | None = None
         self.last: dict[str, Any] | None = None
@@ -93,6 +99,8 @@ class StreamSession:
                 number += 1
                 if line.strip():
                     await self._dispatch(line, number)
+            # Nothing can answer a request of ours any more: those waiting fail now.
+            self.channel.close("the program closed its input; nobody can answer")
             await self.prompts.put(None)  # no more turns: the worker ends after the queued
             await asyncio.shield(worker)
         except asyncio.CancelledError:
@@ -120,8 +128,10 @@ class StreamSession:
             await self.prompts.put(prompt)
         elif kind == "control_request":
             await self._answer(message)
-        elif kind in ("control_response", "control_cancel_request", "keep_alive"):
-            pass  # no request of ours is outstanding: nothing waits for them
+        elif kind == "control_response":
+            self.channel.resolve(message)  # a late answer (timed out, cancelled) is dropped
+        elif kind in ("control_cancel_request", "keep_alive"):
+            pass  # we answer every request at once: there is nothing in flight to cancel
         else:
             sys.stderr.write(f"Error: stdin line {number}: unknown message type {kind!r}\n")
 
@@ -246,14 +256,23 @@ async def run_stream(opts: PrintOptions) -> int:
     """Serve a stream-json session on stdin and stdout; returns the exit code."""
     started = time.monotonic()
     emitter = Emitter("stream-json", opts.session.resume, sys.stdout)
-    harness = emitter.harness = Harness(opts.session)
+    channel = ControlChannel(emitter.raw)
+    session_options = opts.session
+    if opts.permission_prompt_tool == "stdio":
+        session_options = dataclasses.replace(session_options, prompter=StdioPrompter(channel))
+    elif opts.permission_prompt_tool is not None:
+        raise UsageError(
+            f"--permission-prompt-tool {opts.permission_prompt_tool!r}: only 'stdio' is "
+            "supported (permission prompts as can_use_tool control requests)"
+        )
+    harness = emitter.harness = Harness(session_options)
     try:
         async with harness:
             emitter.session_id = harness.session_id
             if not gc.isenabled():  # the CLI held collection off for the start-up
                 gc.freeze()
                 gc.enable()
-            session = StreamSession(opts, harness, emitter)
+            session = StreamSession(opts, harness, emitter, channel)
             try:
                 return await session.serve(LineReader(sys.stdin))
             finally:

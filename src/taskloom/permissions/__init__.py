@@ -13,6 +13,7 @@ Typical use::
 
 from taskloom.permissions.matchers import command_matches, path_matches, split_command
 from taskloom.permissions.policy import PermissionMode, PermissionPolicy, headless, parse_mode
+from taskloom.permissions.prompter import PermissionPrompter, PromptAnswer, PromptError
 from taskloom.permissions.rules import (
     Behavior,
     Decision,
@@ -27,7 +28,10 @@ __all__ = [
     "Decision",
     "PermissionMode",
     "PermissionPolicy",
+    "PermissionPrompter",
     "PermissionRequest",
+    "PromptAnswer",
+    "PromptError",
     "Rule",
     "command_matches",
     "headless",

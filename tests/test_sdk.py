@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fake_servers import FakeAnthropicServer
+from fake_servers import FakeAnthropicServer, ToolCall
 from helpers import clean_env
 
 sdk = pytest.importorskip("claude_agent_sdk")
@@ -44,7 +44,11 @@ async def test_query_yields_init_the_answer_and_a_successful_result(tmp_path: Pa
     assert isinstance(assistant, sdk.AssistantMessage)
     assert [b.text for b in assistant.content] == ["hello from taskloom"]
     assert isinstance(result, sdk.ResultMessage)
-    assert (result.subtype, result.is_error, result.result) == ("success", False, "hello from taskloom")
+    assert (result.subtype, result.is_error, result.result) == (
+        "success",
+        False,
+        "hello from taskloom",
+    )
     # The SDK's default (no system prompt of the program's own) sends none, as Claude Code does.
     assert "system" not in server.requests[0].body or not server.requests[0].body["system"]
 
@@ -139,3 +143,46 @@ async def test_can_use_tool_is_asked_for_bash_and_its_answers_are_kept(tmp_path:
     assert [(d["tool_name"], d["tool_input"]["command"]) for d in denials] == [
         ("Bash", "echo refused-ran")
     ]
+
+
+async def test_a_python_pre_tool_use_hook_is_called_and_can_block(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def guard(hook_input: Any, tool_use_id: str | None, context: Any) -> Any:
+        seen.append({"input": hook_input, "tool_use_id": tool_use_id})
+        if "forbidden" in hook_input["tool_input"]["command"]:
+            return {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": "the guard says no",
+                }
+            }
+        return {}
+
+    with FakeAnthropicServer() as server:
+        server.add_turn(
+            tool_calls=[ToolCall("Bash", {"command": "echo fine-ran"}, id="toolu_fine")]
+        )
+        server.add_turn(tool_calls=[("Bash", {"command": "echo forbidden-ran"})])
+        server.add_turn(text="done")
+        hooks = {"PreToolUse": [sdk.HookMatcher(matcher="Bash", hooks=[guard])]}
+        opts = options(server, tmp_path, hooks=hooks, permission_mode="bypassPermissions")
+        messages = [m async for m in sdk.query(prompt="go", options=opts)]
+    assert isinstance(messages[-1], sdk.ResultMessage) and messages[-1].result == "done"
+    assert [s["input"]["tool_input"]["command"] for s in seen] == [
+        "echo fine-ran",
+        "echo forbidden-ran",
+    ]
+    assert seen[0]["tool_use_id"] == "toolu_fine"
+    assert seen[0]["input"]["hook_event_name"] == "PreToolUse"
+    assert seen[0]["input"]["session_id"] == messages[-1].session_id
+    fine, forbidden = (
+        b
+        for r in server.requests[1:]
+        for b in r.body["messages"][-1]["content"]
+        if b.get("type") == "tool_result"
+    )
+    assert "fine-ran" in str(fine["content"]) and not fine.get("is_error")
+    assert forbidden["is_error"] and "the guard says no" in str(forbidden["content"])
+    assert "forbidden-ran" not in str(forbidden["content"])

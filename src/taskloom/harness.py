@@ -66,6 +66,7 @@ class Options:
         headless: No one can answer a permission prompt: an ``ask`` is a denial, unless...
         prompter: ...this answers it, for the main thread and every agent (a program driving
             the session, e.g. over the stream-json protocol).
+        hooks: Hooks added to those of the settings (the program's own functions).
     """
 
     model: str | Model | None = None
@@ -84,6 +85,7 @@ class Options:
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)
     headless: bool = True
     prompter: PermissionPrompter | None = None
+    hooks: HookConfig | None = None
 
 
 class Harness:
@@ -234,7 +236,10 @@ class Harness:
         )
 
         opts, policy, runtime = self.options, self.policy, self.runtime
-        hooks = self._hooks = HookConfig.from_settings(self.settings)
+        hooks = HookConfig.from_settings(self.settings)
+        if opts.hooks is not None:
+            hooks = hooks.merged(opts.hooks)
+        self._hooks = hooks
         service = self._service = self._agent_service(hooks)
         place = self._place = WorktreeSession(cwd=self.cwd)
         offered = [

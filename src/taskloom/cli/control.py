@@ -105,6 +105,22 @@ class ControlChannel:
             self._write({"type": "control_cancel_request", "request_id": request_id})
 
 
+class SdkHookCaller:
+    """The program's hook functions, called with ``hook_callback`` requests."""
+
+    def __init__(self, channel: ControlChannel) -> None:
+        """Call over ``channel``."""
+        self.channel = channel
+
+    async def call(
+        self, callback_id: str, data: dict[str, Any], tool_use_id: str | None
+    ) -> dict[str, Any]:
+        """Call the function registered as ``callback_id``; its output."""
+        return await self.channel.request(
+            "hook_callback", callback_id=callback_id, input=data, tool_use_id=tool_use_id
+        )
+
+
 class StdioPrompter:
     """Permission prompts as ``can_use_tool`` requests (``--permission-prompt-tool stdio``)."""
 

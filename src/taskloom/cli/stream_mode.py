@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from taskloom.cli.control import ControlChannel, StdioPrompter
+from taskloom.cli.control import ControlChannel, SdkHookCaller, StdioPrompter
 from taskloom.cli.print_mode import (
     Emitter,
     PrintOptions,
@@ -39,7 +39,8 @@ from taskloom.cli.print_mode import (
     stop_requested,
 )
 from taskloom.errors import TaskloomError, UsageError, describe_os_error
-from taskloom.harness import Harness
+from taskloom.harness import Harness, Options
+from taskloom.hooks import HookConfig
 from taskloom.messages import Message
 
 log = logging.getLogger(__name__)
@@ -90,15 +91,20 @@ class StreamSession:
 
     # -- the input ----------------------------------------------------------------------------
 
-    async def serve(self, reader: LineReader) -> int:
-        """Read stdin to its end, answering requests and running turns; the exit code."""
+    async def serve(self, reader: LineReader, first: str | None = None) -> int:
+        """Read stdin to its end, answering requests and running turns; the exit code.
+
+        ``first`` is a line read already (before the session was built).
+        """
         worker = asyncio.get_running_loop().create_task(self._run_turns())
         try:
             number = 0
-            while (line := await reader.lines.get()) is not _EOF:
+            line = first if first is not None else await reader.lines.get()
+            while line is not _EOF:
                 number += 1
                 if line.strip():
                     await self._dispatch(line, number)
+                line = await reader.lines.get()
             # Nothing can answer a request of ours any more: those waiting fail now.
             self.channel.close("the program closed its input; nobody can answer")
             await self.prompts.put(None)  # no more turns: the worker ends after the queued
@@ -162,6 +168,10 @@ class StreamSession:
         self.emitter.line(result)
 
     # -- control requests ---------------------------------------------------------------------
+
+    async def answer(self, message: dict[str, Any]) -> None:
+        """Answer one ``control_request`` (also the ``initialize`` read before the session)."""
+        await self._answer(message)
 
     async def _answer(self, message: dict[str, Any]) -> None:
         request_id = message.get("request_id")
@@ -239,6 +249,36 @@ _HANDLERS = {
 }
 
 
+def _initialize_request(line: str | None) -> dict[str, Any] | None:
+    """The ``initialize`` control request ``line`` holds, if it is one."""
+    if line is None:
+        return None
+    try:
+        message = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(message, dict) or message.get("type") != "control_request":
+        return None
+    request = message.get("request")
+    if isinstance(request, dict) and request.get("subtype") == "initialize":
+        return message
+    return None
+
+
+def _with_program(options: Options, request: dict[str, Any], channel: ControlChannel) -> Options:
+    """The session's options with what the program brings: its hook functions and agents."""
+    changes: dict[str, Any] = {}
+    try:
+        changes["hooks"] = HookConfig.from_callbacks(request.get("hooks"), SdkHookCaller(channel))
+    except ValueError as exc:
+        sys.stderr.write(f"Error: initialize: {exc}; the program's hooks are not used\n")
+    agents = request.get("agents")
+    if isinstance(agents, dict) and agents:
+        own = json.loads(options.agents) if options.agents else {}
+        changes["agents"] = json.dumps({**own, **agents})
+    return dataclasses.replace(options, **changes)
+
+
 def _prompt_of(message: dict[str, Any]) -> str | Message | None:
     """The prompt a ``user`` line carries: its text, or its content blocks as a message."""
     inner = message.get("message")
@@ -265,6 +305,14 @@ async def run_stream(opts: PrintOptions) -> int:
             f"--permission-prompt-tool {opts.permission_prompt_tool!r}: only 'stdio' is "
             "supported (permission prompts as can_use_tool control requests)"
         )
+    reader = LineReader(sys.stdin)
+    # The program's first word is its initialize request (claude-agent-sdk waits for the
+    # answer before anything else): its hooks and agents are part of the session to build.
+    first = await reader.lines.get()
+    initialize = _initialize_request(first)
+    if initialize is not None:
+        first = None
+        session_options = _with_program(session_options, initialize["request"], channel)
     harness = emitter.harness = Harness(session_options)
     try:
         async with harness:
@@ -274,7 +322,9 @@ async def run_stream(opts: PrintOptions) -> int:
                 gc.enable()
             session = StreamSession(opts, harness, emitter, channel)
             try:
-                return await session.serve(LineReader(sys.stdin))
+                if initialize is not None:
+                    await session.answer(initialize)
+                return await session.serve(reader, first)
             finally:
                 await harness.end()
     except asyncio.CancelledError:

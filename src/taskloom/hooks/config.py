@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from taskloom.errors import SettingsError
 
@@ -71,6 +71,49 @@ class CommandHook:
     command: str
     timeout: float = DEFAULT_TIMEOUT_S
 
+    @property
+    def key(self) -> str:
+        """What makes two hooks the same one (run once when several entries match)."""
+        return self.command
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackHook:
+    """A function of the program driving the session, called by its id.
+
+    ``claude-agent-sdk`` registers its Python hooks this way (``initialize``); the session's
+    :class:`HookCaller` calls them, and their answer is read as a command hook's JSON output.
+
+    Attributes:
+        callback_id: The id the program gave it (``hook_0``).
+        timeout: Seconds to wait for its answer.
+    """
+
+    callback_id: str
+    timeout: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def key(self) -> str:
+        """What makes two hooks the same one."""
+        return f"callback {self.callback_id}"
+
+
+class HookCaller(Protocol):
+    """Calls the program's hook functions (:class:`CallbackHook`)."""
+
+    async def call(
+        self, callback_id: str, data: dict[str, Any], tool_use_id: str | None
+    ) -> dict[str, Any]:
+        """Call one with the event's input; its output, as a command hook prints it.
+
+        Raises:
+            TaskloomError: The program answered with an error, or not at all.
+        """
+        ...
+
+
+Hook = CommandHook | CallbackHook
+
 
 @dataclass(frozen=True, slots=True)
 class HookMatcher:
@@ -82,7 +125,7 @@ class HookMatcher:
     """
 
     matcher: str
-    hooks: tuple[CommandHook, ...]
+    hooks: tuple[Hook, ...]
     _test: Callable[[str], bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -130,6 +173,42 @@ class HookConfig:
     events: Mapping[HookEvent, tuple[HookMatcher, ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    caller: HookCaller | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_callbacks(cls, value: Any, caller: HookCaller) -> HookConfig:
+        """The hooks a program registered by id (``claude-agent-sdk``'s ``initialize``).
+
+        ``value`` maps event names to ``[{"matcher": M, "hookCallbackIds": [ID...],
+        "timeout": S}]``; events taskloom does not run are skipped with a warning.
+
+        Raises:
+            ValueError: ``value`` is not in that shape.
+        """
+        if value is None:
+            return cls(caller=caller)
+        if not isinstance(value, Mapping):
+            raise ValueError(f"hooks must be an object of events, not {type(value).__name__}")
+        events: dict[HookEvent, tuple[HookMatcher, ...]] = {}
+        for name, entries in value.items():
+            try:
+                event = HookEvent(name)
+            except ValueError:
+                _log.warning("the program's hooks: event %r is not run by taskloom", name)
+                continue
+            if not isinstance(entries, list):
+                raise ValueError(f"hooks.{name} must be a list of matcher entries")
+            parsed = []
+            for entry in entries:
+                ids = entry.get("hookCallbackIds") if isinstance(entry, Mapping) else None
+                if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                    raise ValueError(f"hooks.{name}: each entry needs hookCallbackIds")
+                timeout = entry.get("timeout")
+                seconds = float(timeout) if isinstance(timeout, int | float) else DEFAULT_TIMEOUT_S
+                hooks = tuple(CallbackHook(i, seconds) for i in ids)
+                parsed.append(HookMatcher(str(entry.get("matcher") or ""), hooks))
+            events[event] = tuple(parsed)
+        return cls(MappingProxyType(events), caller)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> HookConfig:
@@ -186,9 +265,9 @@ class HookConfig:
         events = dict(self.events)
         for event, entries in other.events.items():
             events[event] = events.get(event, ()) + entries
-        return HookConfig(MappingProxyType(events))
+        return HookConfig(MappingProxyType(events), self.caller or other.caller)
 
-    def matching(self, event: HookEvent | str, target: str | None = None) -> list[CommandHook]:
+    def matching(self, event: HookEvent | str, target: str | None = None) -> list[Hook]:
         """Return the hooks to run for ``event``, in order, identical commands once.
 
         Args:
@@ -201,13 +280,13 @@ class HookConfig:
         except ValueError:
             return []
         use_matcher = key in TOOL_EVENTS or key in AGENT_EVENTS
-        found: dict[str, CommandHook] = {}
+        found: dict[str, Hook] = {}
         for entry in self.events.get(key, ()):
             if use_matcher and not entry.matches(target):
                 continue
             for hook in entry.hooks:
                 # Claude Code runs an identical command once even if several entries match.
-                found.setdefault(hook.command, hook)
+                found.setdefault(hook.key, hook)
         return list(found.values())
 
     def __bool__(self) -> bool:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.hooks.config import HookConfig, HookEvent
+from taskloom.errors import TaskloomError
+from taskloom.hooks.config import CallbackHook, CommandHook, HookCaller, HookConfig, HookEvent
 from taskloom.process.kill import kill_tree
 from taskloom.process.registry import recorded_tag
 from taskloom.process.spawn import TASK_ENV
@@ -135,11 +136,40 @@ async def run_hooks(
         return HookOutcome()
     name = HookEvent(event)
     common = {"session_id": session_id, "transcript_path": transcript_path, "cwd": str(cwd)}
-    data = json.dumps({**payload, **common, "hook_event_name": str(name)}, default=str).encode()
+    fields = {**payload, **common, "hook_event_name": str(name)}
+    data = json.dumps(fields, default=str).encode()
     env = {**os.environ, "TASKLOOM_PROJECT_DIR": str(cwd), "CLAUDE_PROJECT_DIR": str(cwd)}
     async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(_run_one(h.command, h.timeout, data, cwd, env)) for h in hooks]
+        tasks = [
+            group.create_task(
+                _run_one(h.command, h.timeout, data, cwd, env)
+                if isinstance(h, CommandHook)
+                else _call_one(config.caller, h, json.loads(data))
+            )
+            for h in hooks
+        ]
     return _aggregate(name, [t.result() for t in tasks])
+
+
+async def _call_one(
+    caller: HookCaller | None, hook: CallbackHook, data: dict[str, Any]
+) -> HookResult:
+    """Call a program's hook function; its answer is read as a command's JSON output."""
+    started = time.monotonic()
+    name = hook.key
+    if caller is None:  # registered without a program to call: nothing can answer
+        return HookResult(name, None, "", "no program to call it", False, 0.0)
+    tool_use_id = data.get("tool_use_id")
+    try:
+        async with asyncio.timeout(hook.timeout):
+            output = await caller.call(
+                hook.callback_id, data, tool_use_id if isinstance(tool_use_id, str) else None
+            )
+    except TimeoutError:
+        return HookResult(name, None, "", "", True, time.monotonic() - started)
+    except TaskloomError as exc:
+        return HookResult(name, None, "", str(exc), False, time.monotonic() - started)
+    return HookResult(name, 0, json.dumps(output), "", False, time.monotonic() - started)
 
 
 class _HookProtocol(asyncio.SubprocessProtocol):

@@ -24,13 +24,20 @@ with whatever the environment says instead.
 ``--compare SRC`` also runs the package found in ``SRC`` (e.g. a copy of an older ``src``
 directory), interleaved run by run with this tree, so both see the same machine load.
 
-Targets: first request <= 0.20 s, peak RSS <= 50 MiB, exit <= 0.05 s after the result.
-Quick run: ``.venv/bin/python bench/startup.py --runs 3``.
+``--mcp`` also measures, in the same rounds, a run with two stdio MCP servers from PyPI
+configured (``mcp-server-time`` and ``mcp-server-git`` on a scratch repository, given with
+``--mcp-config``): its first request must already offer both servers' tools (as Claude Code's
+does), so it comes once both have started.
+
+Targets: first request <= 0.20 s, peak RSS <= 50 MiB, exit <= 0.05 s after the result; with
+``--mcp``, first request <= 1.5 s.
+Quick run: ``.venv/bin/python bench/startup.py --runs 3`` (``--mcp`` for the MCP run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -51,6 +58,9 @@ from _common import child_report
 from fake_servers import FakeAnthropicServer
 
 FIRST_REQUEST_TARGET_S = 0.20
+MCP_FIRST_REQUEST_TARGET_S = 1.5
+#: A tool of each MCP server the ``--mcp`` run configures; its first request must offer both.
+MCP_TOOLS = ("mcp__time__get_current_time", "mcp__git__git_status")
 RSS_TARGET_MIB = 50.0
 EXIT_TARGET_S = 0.05
 REPLY = "hello"
@@ -108,14 +118,17 @@ def _spawn(cmd: list[str], env: dict[str, str], cwd: str, marker: str | None) ->
     return Run(0.0, float(result_s) - start, float(ended_s) - start, float(rss_s), float(cpu_s))
 
 
-def _taskloom_run(env: dict[str, str], workdir: str) -> Run:
+def _taskloom_run(env: dict[str, str], workdir: str, extra: tuple[str, ...] = ()) -> Run:
     with FakeAnthropicServer() as server:
         first = threading.Event()
         stamp: list[float] = []
+        offered: list[str] = []
 
-        def responder(body: object) -> dict[str, str]:
+        def responder(body: dict[str, object]) -> dict[str, str]:
             if not first.is_set():
                 stamp.append(time.monotonic())
+                tools = body.get("tools")
+                offered.extend(t["name"] for t in tools if isinstance(t, dict))  # type: ignore[union-attr]
                 first.set()
             return {"text": REPLY}
 
@@ -123,9 +136,12 @@ def _taskloom_run(env: dict[str, str], workdir: str) -> Run:
         env = {**env, "ANTHROPIC_BASE_URL": server.url}
         exe = str(Path(sys.executable).with_name("taskloom"))
         start = time.monotonic()
-        run = _spawn([exe, "-p", "hi", "--model", "sonnet"], env, workdir, REPLY)
+        run = _spawn([exe, "-p", "hi", "--model", "sonnet", *extra], env, workdir, REPLY)
         if not stamp:
             raise RuntimeError("taskloom never reached the model")
+        missing = [t for t in MCP_TOOLS if extra and t not in offered]
+        if missing:
+            raise RuntimeError(f"the first request did not offer the MCP tools {missing}")
         return Run(stamp[0] - start, run.result, run.exit, run.rss_mib, run.cpu)
 
 
@@ -138,6 +154,20 @@ def _child_env(home: str, pycache: str | None, src: str | None) -> dict[str, str
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return env
+
+
+def _mcp_config(scratch: str) -> str:
+    """Write the ``--mcp-config`` file of the ``--mcp`` run (and its git repository)."""
+    repo = os.path.join(scratch, "repo")
+    os.mkdir(repo)
+    subprocess.run(["git", "init", "-q", repo], check=True)
+    servers = {
+        "time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]},
+        "git": {"command": sys.executable, "args": ["-m", "mcp_server_git", "--repository", repo]},
+    }
+    path = os.path.join(scratch, "mcp.json")
+    Path(path).write_text(json.dumps({"mcpServers": servers}))
+    return path
 
 
 def _report(label: str, runs: list[Run]) -> tuple[float, float, float]:
@@ -169,6 +199,11 @@ def main() -> int:
         action="store_true",
         help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
     )
+    parser.add_argument(
+        "--mcp",
+        action="store_true",
+        help="Also measure a run with mcp-server-time and mcp-server-git configured.",
+    )
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="taskloom-bench-")
     home = os.path.join(scratch, "home")
@@ -183,6 +218,8 @@ def main() -> int:
     floor_env = _child_env(home, pycache, None)
     floors: dict[str, list[Run]] = {name: [] for name in FLOORS}
     runs: dict[str, list[Run]] = {label: [] for label in envs}
+    mcp_args = ("--mcp-config", _mcp_config(scratch)) if args.mcp else ()
+    mcp_runs: list[Run] = []
     try:
         for i in range(args.runs + 1):  # the first round only warms caches
             floor_runs = {
@@ -190,7 +227,10 @@ def main() -> int:
                 for name, code in FLOORS.items()
             }
             round_runs = {label: _taskloom_run(env, workdir) for label, env in envs.items()}
+            mcp_run = _taskloom_run(envs[""], workdir, mcp_args) if args.mcp else None
             if i:
+                if mcp_run is not None:
+                    mcp_runs.append(mcp_run)
                 for name, run in floor_runs.items():
                     floors[name].append(run)
                 for label, run in round_runs.items():
@@ -206,6 +246,9 @@ def main() -> int:
     if args.compare:
         _report("baseline_", runs["baseline_"])
     first, exit_after, rss = _report("", runs[""])
+    if args.mcp:
+        mcp_first, _, _ = _report("mcp_", mcp_runs)
+        print(f"mcp_first_request_over_no_mcp_s: {mcp_first - first:.3f}")
     dependency = statistics.median(r.exit for r in floors["dependency_floor"])
     print(f"first_request_over_dependency_floor_s: {first - dependency:.3f}")
     _verdict(
@@ -217,6 +260,12 @@ def main() -> int:
         f"exit {exit_after:.3f} s after the result (target <= {EXIT_TARGET_S} s)",
     )
     _verdict(rss <= RSS_TARGET_MIB, f"peak RSS {rss:.1f} MiB (target <= {RSS_TARGET_MIB:.0f} MiB)")
+    if args.mcp:
+        _verdict(
+            mcp_first <= MCP_FIRST_REQUEST_TARGET_S,
+            f"first request with two MCP servers {mcp_first:.3f} s "
+            f"(target <= {MCP_FIRST_REQUEST_TARGET_S} s)",
+        )
     return 0
 
 

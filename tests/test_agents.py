@@ -96,7 +96,7 @@ def test_a_stalled_foreground_agent_moves_to_the_background(tmp_path: Path, home
         },
         TASKLOOM_AUTO_BACKGROUND_MS="200",
     )
-    first_user = next(e for e in events if e["type"] == "user")
+    first_user = next(e for e in events if e["type"] == "user" and not e["parent_tool_use_id"])
     tool_result = first_user["message"]["content"][0]["content"]
     assert "Async agent launched" in tool_result
     agent_id = tool_result.split("agentId: ")[1].split()[0]
@@ -359,7 +359,12 @@ def test_agents_flag_and_background_disabled(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert "shouter" in events[0]["agents"]
-    results = [b for e in events if e["type"] == "user" for b in e["message"]["content"]]
+    results = [
+        b
+        for e in events
+        if e["type"] == "user" and not e["parent_tool_use_id"]  # the main thread's
+        for b in e["message"]["content"]
+    ]
     assert results[0]["is_error"] and "run_in_background: not available" in results[0]["content"]
     assert results[1]["content"].startswith("HELLO")
 

@@ -22,17 +22,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from taskloom.errors import ModelError, TaskloomError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from taskloom.models.base import MessageComplete, Model, ModelRequest
+from taskloom.models.base import MessageComplete, Model, ModelRequest, StreamEvent
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
 from taskloom.untrusted import vet_answer
 
 if TYPE_CHECKING:
-    from taskloom.hooks import HookConfig, HookOutcome
+    from taskloom.hooks import HookConfig, HookOutcome, HookResult
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.tasks.runtime import TaskRuntime
 
@@ -75,6 +75,8 @@ class EngineConfig:
         session_id: For hook input.
         transcript_path: For hook input.
         metadata: Extra request metadata (e.g. the agent type), for logs and test models.
+        observer: Sees what happens as it happens (the model's stream, hook runs, a
+            subagent's messages), e.g. the stream-json output; shared by a session's agents.
     """
 
     model: Model
@@ -98,6 +100,36 @@ class EngineConfig:
     cwd_source: Callable[[], Path] | None = None
     session_id: str = ""
     transcript_path: str | None = None
+    observer: EngineObserver | None = None
+
+
+class EngineObserver(Protocol):
+    """What :attr:`EngineConfig.observer` is told, as it happens; its calls must not block.
+
+    It hears the main thread (``agent_id`` None) and every agent, and is a hook listener
+    too (see :class:`taskloom.hooks.HookListener`).
+
+    Attributes:
+        partial_messages: Whether it wants the model's deltas (else only the whole answer).
+    """
+
+    partial_messages: bool
+
+    def model_event(self, agent_id: str | None, event: ModelRequest | StreamEvent) -> None:
+        """A request as it is sent, then its stream: deltas if wanted, the whole message."""
+        ...
+
+    def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
+        """A message entered a subagent's conversation (told by its run)."""
+        ...
+
+    def hook_started(self, hook_id: str, event: str, name: str) -> None:
+        """A hook started (see :class:`taskloom.hooks.HookListener`)."""
+        ...
+
+    def hook_finished(self, hook_id: str, event: str, name: str, result: HookResult | None) -> None:
+        """A hook ended (see :class:`taskloom.hooks.HookListener`)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,16 +301,22 @@ class Engine:
             max_tokens=cfg.max_tokens,
             agent_id=cfg.agent_id,
             metadata=dict(cfg.metadata),
-            # Only the final message is used: without deltas a stalled stream can be retried.
-            deltas=False,
+            # Without deltas a stalled stream can be retried: asked for only when watched.
+            deltas=bool(cfg.observer and cfg.observer.partial_messages),
         )
 
     async def _ask_model(self) -> Message:
         final: Message | None = None
         started = time.monotonic()
+        observer = self.config.observer
+        request = self.request()
+        if observer is not None:
+            observer.model_event(self.config.agent_id, request)
         try:
-            async with self.config.model.stream(self.request()) as events:
+            async with self.config.model.stream(request) as events:
                 async for event in events:
+                    if observer is not None:
+                        observer.model_event(self.config.agent_id, event)
                     if isinstance(event, MessageComplete):
                         final = event.message
         finally:
@@ -466,6 +504,7 @@ class Engine:
             cwd=self.config.cwd,
             session_id=self.config.session_id,
             transcript_path=self.config.transcript_path,
+            listener=self.config.observer,
         )
 
     async def _permit(

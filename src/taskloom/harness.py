@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.errors import UserError
+from taskloom.errors import UsageError, UserError
 from taskloom.tasks.runtime import TaskRuntime
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
-    from taskloom.engine import EngineEvent
+    from taskloom.engine import EngineEvent, EngineObserver
     from taskloom.hooks import HookConfig
     from taskloom.mcp.manager import McpManager
+    from taskloom.mcp.program import McpMessageCaller
     from taskloom.messages import Message
     from taskloom.models.base import Model
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
@@ -61,12 +62,32 @@ class Options:
         skip_broken_settings: Run without settings files that do not parse.
         agents: Extra agent definitions as a JSON object (``--agents``).
         resume: Continue this session id.
+        continue_session: Continue the latest conversation of this directory (``-c``).
+        session_id: The id of the new session (a UUID; ``--session-id``), or of the fork.
+        fork_session: With ``resume``/``continue_session``: a new session starting from a copy
+            of that conversation (``--fork-session``).
+        setting_sources: Read only these kinds of settings files (``user``, ``project``,
+            ``local``); None reads all. The ``settings`` option is always read.
+        builtin_tools: Offer only these built-in tools (``--tools``; empty: none); None offers
+            all. MCP tools and ``tools`` are not affected.
+        add_dirs: More directories where acceptEdits allows edits (``--add-dir``).
+        persist_session: Keep the conversation's transcript (False: it cannot be resumed;
+            ``--no-session-persistence``).
         max_turns: Most model turns per run.
         tools: Extra tools offered to the main thread (e.g. from :func:`taskloom.tool`).
         headless: No one can answer a permission prompt: an ``ask`` is a denial, unless...
         prompter: ...this answers it, for the main thread and every agent (a program driving
             the session, e.g. over the stream-json protocol).
         hooks: Hooks added to those of the settings (the program's own functions).
+        observer: Watches the engines of the main thread and every agent as they run (the
+            stream-json output: the model's stream, hook runs, subagents' messages).
+        mcp_config: MCP configurations added to the configured servers (``--mcp-config``):
+            each a file path or a JSON string holding ``{"mcpServers": {...}}``; a server
+            here replaces a configured one of the same name.
+        strict_mcp_config: Use only the servers of ``mcp_config``, ignoring every other MCP
+            configuration (``--strict-mcp-config``).
+        mcp_caller: Reaches the MCP servers of type ``sdk``, hosted by the program driving the
+            session (``mcp_message`` control requests); without it they are not started.
     """
 
     model: str | Model | None = None
@@ -81,11 +102,22 @@ class Options:
     skip_broken_settings: bool = False
     agents: str | None = None
     resume: str | None = None
+    continue_session: bool = False
+    session_id: str | None = None
+    fork_session: bool = False
+    setting_sources: Sequence[str] | None = None
+    builtin_tools: Sequence[str] | None = None
+    add_dirs: Sequence[str] = ()
+    persist_session: bool = True
     max_turns: int | None = None
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)
     headless: bool = True
     prompter: PermissionPrompter | None = None
     hooks: HookConfig | None = None
+    observer: EngineObserver | None = None
+    mcp_config: Sequence[str] = ()
+    strict_mcp_config: bool = False
+    mcp_caller: McpMessageCaller | None = None
 
 
 class Harness:
@@ -108,7 +140,11 @@ class Harness:
         self.cwd = Path(self.options.cwd).absolute()
         # The runtime opens the store: made in start(), so a harness that never starts (or
         # fails on its settings) holds nothing open.
-        self._session_id = self.options.resume or str(uuid.uuid4())
+        opts = self.options
+        # Known now, except for a continued conversation (found when the session starts).
+        forked = opts.fork_session and bool(opts.resume or opts.continue_session)
+        self._session_id = opts.session_id or (None if forked else opts.resume) or str(uuid.uuid4())
+        self._resuming: str | None = opts.resume
         self._runtime: TaskRuntime | None = None
         self.settings: dict[str, Any] = {}
         self.tools: list[Tool[Any]] = []
@@ -187,12 +223,15 @@ class Harness:
             return  # started already
         from taskloom.models.resolve import resolve_model
         from taskloom.permissions import PermissionPolicy
-        from taskloom.session import transcript_path
         from taskloom.settings import find_project_root, load_settings
 
         opts = self.options
+        self._check_session_options()
         self.settings = load_settings(
-            self.cwd, opts.settings, skip_broken=opts.skip_broken_settings
+            self.cwd,
+            opts.settings,
+            skip_broken=opts.skip_broken_settings,
+            sources=opts.setting_sources,
         )
         spec = opts.model
         self._model = spec if spec is not None and not isinstance(spec, str) else None
@@ -208,9 +247,9 @@ class Harness:
                 disallowed_tools=list(opts.disallowed_tools),
                 project_root=find_project_root(self.cwd),
                 skip_permissions=opts.skip_permissions,
+                add_dirs=opts.add_dirs,
             )
-            if opts.resume and not transcript_path(opts.resume).is_file():
-                raise UserError(f"No conversation found with session ID: {opts.resume}")
+            self._find_conversation()
             runtime = TaskRuntime(session_id=self._session_id)
             await self._stack.enter_async_context(runtime)
             self._runtime, self._claimed = runtime, True
@@ -242,12 +281,17 @@ class Harness:
         self._hooks = hooks
         service = self._service = self._agent_service(hooks)
         place = self._place = WorktreeSession(cwd=self.cwd)
-        offered = [
+        builtin: list[Tool[Any]] = [
             *core_tools(self._profile),
             AgentTool(service),
             SendMessageTool(service),
             EnterWorktreeTool(place, hooks),
             ExitWorktreeTool(place, hooks),
+        ]
+        if opts.builtin_tools is not None:
+            builtin = [t for t in builtin if t.name in opts.builtin_tools]
+        offered = [
+            *builtin,
             *(self._mcp.tools() if self._mcp is not None else []),
             *opts.tools,
         ]
@@ -269,12 +313,57 @@ class Harness:
             cwd_source=lambda: place.cwd,
             session_id=runtime.session_id,
             transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
+            observer=opts.observer,
         )
-        if opts.resume:
-            self._session = Session.resume(runtime, config)
+        if self._resuming:
+            self._session = Session.resume(runtime, config, persist=opts.persist_session)
         else:
-            self._session = Session(runtime, config)
+            self._session = Session(runtime, config, persist=opts.persist_session)
         self._stack.callback(self._session.close)
+
+    def _check_session_options(self) -> None:
+        opts = self.options
+        if opts.session_id is not None:
+            try:
+                uuid.UUID(opts.session_id)
+            except ValueError:
+                raise UsageError(f"--session-id {opts.session_id!r} is not a UUID") from None
+            if (opts.resume or opts.continue_session) and not opts.fork_session:
+                raise UsageError(
+                    "--session-id can be used with --resume or --continue only together "
+                    "with --fork-session"
+                )
+        if opts.fork_session and not (opts.resume or opts.continue_session):
+            raise UsageError("--fork-session needs --resume or --continue")
+
+    def _find_conversation(self) -> None:
+        """Which recorded conversation this session continues (a copy of, when forked).
+
+        Raises:
+            UserError: No conversation to continue, or none with that id.
+            UsageError: ``session_id`` names a session that exists.
+        """
+        from taskloom.session import latest_session_id, transcript_path
+
+        opts = self.options
+        if opts.session_id is not None and transcript_path(opts.session_id).exists():
+            raise UsageError(f"Session ID {opts.session_id} is already in use")
+        source = opts.resume
+        if source is None and opts.continue_session:
+            source = latest_session_id(self.cwd)
+            if source is None:
+                raise UserError(f"No conversation found to continue in {self.cwd}")
+        if source is None:
+            return
+        if not transcript_path(source).is_file():
+            raise UserError(f"No conversation found with session ID: {source}")
+        if opts.fork_session:
+            copy = transcript_path(self._session_id)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(transcript_path(source).read_bytes())
+        else:
+            self._session_id = source
+        self._resuming = self._session_id
 
     @property
     def _profile(self) -> str:
@@ -298,6 +387,7 @@ class Harness:
             resolve_model=alias_resolver(self.model, self.settings),
             hooks=hooks,
             prompter=self.options.prompter,
+            observer=self.options.observer,
         )
         environments = Environments(
             self.runtime, hooks=hooks, mcp=self._mcp, mcp_config=self._mcp_config
@@ -326,16 +416,19 @@ class Harness:
         Their tags are recorded in the store before they start, so if this process dies the
         next session's orphan sweep stops them too.
         """
-        from taskloom.mcp.config import load_mcp_config
+        from taskloom.mcp.config import load_flag_configs, load_mcp_config
 
-        self._mcp_config = config = load_mcp_config(self.cwd)
+        opts = self.options
+        config = {} if opts.strict_mcp_config else load_mcp_config(self.cwd)
+        config.update(load_flag_configs(opts.mcp_config))
+        self._mcp_config = config
         if not config:
             yield None
             return
         from taskloom.mcp.manager import McpManager
         from taskloom.process.registry import ProcessRecorder
 
-        manager = McpManager(config, cwd=self.cwd)
+        manager = McpManager(config, cwd=self.cwd, program=opts.mcp_caller)
         recorder = ProcessRecorder(self.runtime.store, self.runtime.session_id)
         rows = recorder.record_tags(manager.tags)  # committed before any server starts
         try:

@@ -14,7 +14,7 @@ from taskloom.conversation.recorder import Recorder
 from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UserError
 from taskloom.messages import Message
-from taskloom.settings import session_dir
+from taskloom.settings import db_path, session_dir
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.transcript import TranscriptWriter, load_messages
 
@@ -32,13 +32,19 @@ class Session:
         runtime: TaskRuntime,
         config: EngineConfig,
         messages: list[Message] | None = None,
+        *,
+        persist: bool = True,
     ) -> None:
-        """Drive ``config`` on ``runtime``, continuing ``messages`` if given."""
+        """Drive ``config`` on ``runtime``, continuing ``messages`` if given.
+
+        ``persist=False`` keeps no transcript: the session cannot be resumed.
+        """
         self.runtime = runtime
         self.id = runtime.session_id
         self.engine = Engine(config, runtime, messages)
         self._source = "resume" if messages else "startup"
-        self.recorder = Recorder(self.engine, transcript_path(self.id, runtime.home))
+        path = transcript_path(self.id, runtime.home) if persist else None
+        self.recorder = Recorder(self.engine, path)
         self.recorder.open()
 
     @property
@@ -47,10 +53,10 @@ class Session:
         return self.recorder.transcript
 
     @classmethod
-    def resume(cls, runtime: TaskRuntime, config: EngineConfig) -> Session:
+    def resume(cls, runtime: TaskRuntime, config: EngineConfig, *, persist: bool = True) -> Session:
         """Continue the conversation recorded for ``runtime.session_id``."""
         path = transcript_path(runtime.session_id, runtime.home)
-        session = cls(runtime, config, load_messages(path))
+        session = cls(runtime, config, load_messages(path), persist=persist)
         session.recorder.repair()
         return session
 
@@ -87,3 +93,20 @@ class Session:
     def close(self) -> None:
         """Close the transcript."""
         self.recorder.close()
+
+
+def latest_session_id(cwd: Path, home: Path | None = None) -> str | None:
+    """The session of ``cwd`` whose conversation was recorded last (``--continue``), if any."""
+    from taskloom.store import Store
+
+    path = db_path(home)
+    if not path.exists():
+        return None
+    store = Store(path)
+    try:
+        sessions = [s.id for s in store.list_sessions() if s.cwd == str(cwd)]
+    finally:
+        store.close()
+    recorded = [(transcript_path(s, home), s) for s in sessions]
+    found = [(p.stat().st_mtime, s) for p, s in recorded if p.is_file()]
+    return max(found)[1] if found else None

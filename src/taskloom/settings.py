@@ -16,10 +16,11 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from taskloom.errors import SettingsError
+from taskloom.errors import SettingsError, UsageError
 
 #: Default cap on one task's output file.
 DEFAULT_OUTPUT_CAP_BYTES = 5 * 1024**3
@@ -98,6 +99,29 @@ _PROJECT_FILES = (
 )
 
 
+#: The kinds of settings files, as ``--setting-sources`` names them.
+SETTING_SOURCES = ("user", "project", "local")
+
+
+def parse_setting_sources(text: str) -> tuple[str, ...]:
+    """``--setting-sources user,project``: the sources to read (empty: none but --settings).
+
+    Raises:
+        UsageError: An unknown source name.
+    """
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in SETTING_SOURCES]
+    if unknown:
+        raise UsageError(
+            f"--setting-sources: unknown source {unknown[0]!r}; use {', '.join(SETTING_SOURCES)}"
+        )
+    return names
+
+
+def _source_of(name: str) -> str:
+    return "local" if name.endswith(".local.json") else "project"
+
+
 def find_project_root(cwd: Path) -> Path:
     """Return the git repository root above ``cwd`` (a ``.git`` dir or file), else ``cwd``.
 
@@ -116,6 +140,7 @@ def load_settings(
     home: Path | None = None,
     *,
     skip_broken: bool = False,
+    sources: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Load and merge every settings file that applies to ``cwd``.
 
@@ -132,6 +157,9 @@ def load_settings(
         home: The taskloom state directory; defaults to :func:`taskloom_home`.
         skip_broken: Skip a settings file that exists but is broken (with a warning on the
             ``taskloom.settings`` logger) instead of raising. ``extra`` is never skipped.
+        sources: Read only these kinds of files (``user``: the two user files, ``project``:
+            the project's shared ones, ``local``: its ``*.local.json``); None reads all.
+            ``extra`` is always read.
 
     Returns:
         The merged settings (a fresh dict the caller may modify).
@@ -143,7 +171,7 @@ def load_settings(
             running without it would fail open. ``extra`` raises the same way when it is
             missing: it was asked for explicitly.
     """
-    return _load_all(cwd, extra, home, skip_broken)[0]
+    return _load_all(cwd, extra, home, skip_broken, sources)[0]
 
 
 def settings_sources(
@@ -167,13 +195,18 @@ def merge_settings(base: dict[str, Any], override: dict[str, Any]) -> dict[str, 
 
 
 def _load_all(
-    cwd: Path, extra: Path | str | None, home: Path | None, skip_broken: bool
+    cwd: Path,
+    extra: Path | str | None,
+    home: Path | None,
+    skip_broken: bool,
+    only: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     root = find_project_root(cwd)
+    wanted = set(SETTING_SOURCES if only is None else only)
+    user = [Path.home() / ".claude" / "settings.json", (home or taskloom_home()) / "settings.json"]
     candidates = [
-        Path.home() / ".claude" / "settings.json",
-        (home or taskloom_home()) / "settings.json",
-        *(root / name for name in _PROJECT_FILES),
+        *(user if "user" in wanted else []),
+        *(root / name for name in _PROJECT_FILES if _source_of(name) in wanted),
     ]
     merged: dict[str, Any] = {}
     sources: list[str] = []

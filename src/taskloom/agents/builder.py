@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.filter import filter_tools
 from taskloom.agents.run import sidechain_path
-from taskloom.engine import EngineConfig
+from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
 from taskloom.prompts import environment
 
@@ -51,6 +51,7 @@ class AgentBuilder:
         resolve_model: Callable[[str], Model] | None = None,
         hooks: HookConfig | None = None,
         prompter: PermissionPrompter | None = None,
+        observer: EngineObserver | None = None,
     ) -> None:
         """Build subagents from ``catalog`` for ``runtime``'s session.
 
@@ -65,6 +66,7 @@ class AgentBuilder:
             resolve_model: Builds a model for an alias or id (``sonnet``, ``claude-…``).
             hooks: The session's hooks (an agent's own hooks are added for its runs).
             prompter: Who answers the calls of its agents that need approval, if anyone.
+            observer: Who watches every agent's engine (the session's output), if anyone.
         """
         self.runtime = runtime
         self.catalog = catalog
@@ -76,6 +78,7 @@ class AgentBuilder:
         self.resolve_model = resolve_model
         self.hooks = hooks
         self.prompter = prompter
+        self.observer = observer
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
         # One model per alias for the whole session: its connections are shared.
         self._models: dict[str, Model] = {}
@@ -159,6 +162,7 @@ class AgentBuilder:
             confine_to=confine_to,
             session_id=self.runtime.session_id,
             transcript_path=str(sidechain_path(self.runtime, agent_id)),
+            observer=self.observer,
         )
 
     def _model_for(self, spec: str | None) -> tuple[Model, str]:

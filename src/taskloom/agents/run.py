@@ -283,7 +283,13 @@ class AgentRun:
         }
 
     def _progress(self, event: EngineEvent) -> None:
-        """Report a recorded turn: its output file and task state follow the conversation."""
+        """Report a recorded turn: its output file and task state follow the conversation.
+
+        The session's observer (the stream-json output) is told of each message.
+        """
+        observer = self.engine.config.observer
+        if observer is not None and isinstance(event, AssistantTurn | UserTurn):
+            observer.agent_message(self.agent_id, event)
         if isinstance(event, AssistantTurn):
             lines = []
             if event.message.text().strip():

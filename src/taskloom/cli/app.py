@@ -43,7 +43,17 @@ def _print_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--include-partial-messages",
         action="store_true",
-        help="Accepted for compatibility (stream-json carries whole messages).",
+        help="stream-json: also stream the model's events as they arrive (stream_event).",
+    )
+    parser.add_argument(
+        "--include-hook-events",
+        action="store_true",
+        help="stream-json: also show hook runs (system hook_started / hook_response).",
+    )
+    parser.add_argument(
+        "--replay-user-messages",
+        action="store_true",
+        help="With --input-format stream-json: echo each user message read on stdout.",
     )
     parser.add_argument(
         "--permission-prompt-tool",
@@ -89,11 +99,84 @@ def _print_parser() -> argparse.ArgumentParser:
         help="Run without settings files that do not parse (with a warning) instead of stopping.",
     )
     parser.add_argument(
-        "--debug", action="store_true", help="Show tracebacks and debug logs on stderr."
+        "-d", "--debug", action="store_true", help="Show tracebacks and debug logs on stderr."
     )
     parser.add_argument("-r", "--resume", help="Continue this session id.")
+    parser.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_session",
+        action="store_true",
+        help="Continue the latest conversation in this directory.",
+    )
+    parser.add_argument("--session-id", metavar="UUID", help="The new session's id.")
+    parser.add_argument(
+        "--fork-session",
+        action="store_true",
+        help="With --resume or --continue: a new session from a copy of that conversation.",
+    )
+    parser.add_argument(
+        "--setting-sources",
+        metavar="LIST",
+        help="Settings files to read: user,project,local (default all; --settings always).",
+    )
+    parser.add_argument(
+        "--system-prompt-file", metavar="FILE", help="Replaces the system prompt with FILE."
+    )
+    parser.add_argument(
+        "--tools",
+        metavar="LIST",
+        help="Offer only these built-in tools (comma-separated; '' for none, 'default' all).",
+    )
+    parser.add_argument(
+        "--add-dir",
+        dest="add_dirs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="DIR",
+        help="More directories the session may edit in acceptEdits mode.",
+    )
+    parser.add_argument(
+        "--no-session-persistence",
+        dest="persist_session",
+        action="store_false",
+        help="Keep no transcript: the session cannot be resumed.",
+    )
     parser.add_argument("--agents", help="Extra agent definitions as a JSON object.")
+    parser.add_argument(
+        "--mcp-config",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="CONFIG",
+        help='MCP servers from files or JSON strings ({"mcpServers": {...}}).',
+    )
+    parser.add_argument(
+        "--strict-mcp-config",
+        action="store_true",
+        help="Use only the MCP servers of --mcp-config, ignoring every other MCP configuration.",
+    )
+    parser.add_argument("-v", "--version", action="store_true", help="Print the version and exit.")
     return parser
+
+
+def _tool_names(text: str | None) -> list[str] | None:
+    if text is None or text.strip() == "default":
+        return None
+    return [t for t in (p.strip() for p in text.replace(" ", ",").split(",")) if t]
+
+
+def _system_prompt(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> str | None:
+    if ns.system_prompt_file is None:
+        return ns.system_prompt  # type: ignore[no-any-return]
+    if ns.system_prompt is not None:
+        parser.error("give --system-prompt or --system-prompt-file, not both")
+    try:
+        with open(ns.system_prompt_file, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        parser.error(f"--system-prompt-file {ns.system_prompt_file}: {exc.strerror or exc}")
 
 
 def _positive_int(text: str) -> int:
@@ -107,6 +190,20 @@ def run_print_mode(args: list[str]) -> int:
     """Parse print-mode arguments and run; returns the exit code (2 for usage errors)."""
     parser = _print_parser()
     ns = parser.parse_args(args)
+    if ns.version:
+        from taskloom._version import __version__
+
+        print(f"{__version__} (taskloom)")
+        return 0
+    setting_sources = None
+    if ns.setting_sources is not None:
+        from taskloom.errors import UsageError
+        from taskloom.settings import parse_setting_sources
+
+        try:
+            setting_sources = parse_setting_sources(ns.setting_sources)
+        except UsageError as exc:
+            parser.error(str(exc))
     streamed = ns.input_format == "stream-json"
     if streamed and ns.output_format != "stream-json":
         parser.error("--input-format stream-json requires --output-format stream-json")
@@ -134,6 +231,9 @@ def run_print_mode(args: list[str]) -> int:
         verbose=ns.verbose,
         debug=ns.debug,
         permission_prompt_tool=ns.permission_prompt_tool,
+        include_partial_messages=ns.include_partial_messages,
+        include_hook_events=ns.include_hook_events,
+        replay_user_messages=ns.replay_user_messages,
         session=Options(
             model=ns.model,
             cwd=os.getcwd(),
@@ -142,12 +242,21 @@ def run_print_mode(args: list[str]) -> int:
             skip_permissions=ns.skip_permissions,
             allowed_tools=list(ns.allowed_tools),
             disallowed_tools=list(ns.disallowed_tools),
-            system_prompt=ns.system_prompt,
+            system_prompt=_system_prompt(parser, ns),
             append_system_prompt=ns.append_system_prompt,
             settings=ns.settings,
             skip_broken_settings=ns.skip_broken_settings,
             resume=ns.resume,
+            continue_session=ns.continue_session,
+            session_id=ns.session_id,
+            fork_session=ns.fork_session,
+            setting_sources=setting_sources,
+            builtin_tools=_tool_names(ns.tools),
+            add_dirs=list(ns.add_dirs),
+            persist_session=ns.persist_session,
             agents=ns.agents,
+            mcp_config=list(ns.mcp_config),
+            strict_mcp_config=ns.strict_mcp_config,
         ),
     )
     if streamed:

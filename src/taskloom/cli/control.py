@@ -6,6 +6,9 @@ taskloom asks the program (``claude-agent-sdk``) with ``{"type": "control_reques
 answer in time (``TASKLOOM_CONTROL_TIMEOUT`` seconds, default 300) is told the request is
 cancelled (``control_cancel_request``), and the asker gets an error. At the end of stdin every
 outstanding request fails at once: no answer can come any more.
+
+The requests: ``can_use_tool`` (:class:`StdioPrompter`), ``hook_callback``
+(:class:`SdkHookCaller`) and ``mcp_message`` (:class:`SdkMcpCaller`).
 """
 
 from __future__ import annotations
@@ -119,6 +122,29 @@ class SdkHookCaller:
         return await self.channel.request(
             "hook_callback", callback_id=callback_id, input=data, tool_use_id=tool_use_id
         )
+
+
+class SdkMcpCaller:
+    """The program's own MCP servers (``"type": "sdk"``), reached with ``mcp_message`` requests.
+
+    Implements :class:`taskloom.mcp.program.McpMessageCaller`.
+    """
+
+    def __init__(self, channel: ControlChannel) -> None:
+        """Send over ``channel``."""
+        self.channel = channel
+
+    async def send(self, server: str, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one JSON-RPC message to ``server`` (its ``--mcp-config`` key); the reply.
+
+        Raises:
+            ControlError: An error answer, none in time, or an answer without ``mcp_response``.
+        """
+        answer = await self.channel.request("mcp_message", server_name=server, message=message)
+        reply = answer.get("mcp_response")
+        if not isinstance(reply, dict):
+            raise ControlError(f"mcp_message for {server!r} answered without an mcp_response")
+        return reply
 
 
 class StdioPrompter:

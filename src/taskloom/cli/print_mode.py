@@ -1,8 +1,9 @@
 """Headless print mode: ``taskloom -p PROMPT`` with Claude Code's output formats.
 
 ``text`` prints the final answer; ``json`` prints the result object; ``stream-json`` prints
-one JSON object a line: the ``system/init`` object, every assistant and user message, task
-events (``task_started``, ``task_updated``, ``task_notification``) and last the ``result``.
+one JSON object a line: the ``system/init`` object, every assistant and user message (a
+subagent's too, see :mod:`taskloom.cli.stream_output`), task events (``task_started``,
+``task_updated``, ``task_notification``) and last the ``result``.
 Exit codes: 0 success, 1 runtime error (including the turn limit), 2 usage error.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -21,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from taskloom.cli.stream_output import OutputTap, TurnAccount
 from taskloom.engine import AssistantTurn, Finished, UserTurn
 from taskloom.errors import (
     ModelError,
@@ -53,6 +56,11 @@ class PrintOptions:
         debug: Tracebacks and debug logs on stderr.
         permission_prompt_tool: ``stdio``: calls that need approval are asked of the program
             driving a stream-json session (``can_use_tool``).
+        include_partial_messages: stream-json also streams the model's events as they come
+            (``stream_event``).
+        include_hook_events: stream-json also shows hook runs (``hook_started``,
+            ``hook_response``).
+        replay_user_messages: With stream-json input, user messages read are echoed.
     """
 
     prompt: str | None
@@ -61,6 +69,9 @@ class PrintOptions:
     verbose: bool = False
     debug: bool = False
     permission_prompt_tool: str | None = None
+    include_partial_messages: bool = False
+    include_hook_events: bool = False
+    replay_user_messages: bool = False
 
 
 class Emitter:
@@ -73,6 +84,36 @@ class Emitter:
         self.result_written = False
         self.harness: Harness | None = None  # the session, once it is being built
         self._task_status: dict[str, Any] = {}
+        #: What the session's engines tell the output (see :meth:`observe`).
+        self.tap: OutputTap | None = None
+        #: The running turn's task events, not printed yet.
+        self.tasks: Subscription | None = None
+
+    def observe(self, opts: PrintOptions) -> Options:
+        """The session's options, with this output watching its engines (stream-json)."""
+        if self.fmt != "stream-json":
+            tap = OutputTap(lambda obj: None)  # counts usage and cost only
+        else:
+            tap = OutputTap(
+                self.line,
+                before=self.flush_tasks,
+                parent_of=self._parent_of,
+                partial_messages=opts.include_partial_messages,
+                hook_events=opts.include_hook_events,
+            )
+        self.tap = tap
+        return dataclasses.replace(opts.session, observer=tap)
+
+    def _parent_of(self, agent_id: str) -> str | None:
+        harness = self.harness
+        state = harness.runtime.get(agent_id) if harness is not None else None
+        return state.tool_use_id if state is not None else None
+
+    def flush_tasks(self) -> None:
+        """Print what has happened to tasks, before a message that may mention it."""
+        if self.tasks is not None:
+            for event in self.tasks.drain_nowait():
+                self.task_event(event.kind, event.state)
 
     def line(self, obj: dict[str, Any]) -> None:
         """Write one object as a JSON line (stream-json only)."""
@@ -132,12 +173,6 @@ async def _pump(sub: Subscription, emitter: Emitter) -> None:
         emitter.task_event(event.kind, event.state)
 
 
-def _flush_events(sub: Subscription, emitter: Emitter) -> None:
-    # Print what has happened to tasks before the message that may mention it.
-    for event in sub.drain_nowait():
-        emitter.task_event(event.kind, event.state)
-
-
 def _read_prompt(prompt: str | None) -> str:
     if prompt is None and not sys.stdin.isatty():
         prompt = sys.stdin.read()
@@ -190,7 +225,7 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
     if opts.output_format not in OUTPUT_FORMATS:  # argparse checks too; this is for callers
         raise UsageError(f"--output-format must be one of {', '.join(OUTPUT_FORMATS)}")
     prompt = _read_prompt(opts.prompt)
-    harness = emitter.harness = Harness(opts.session)
+    harness = emitter.harness = Harness(emitter.observe(opts))
     async with harness:
         emitter.session_id = harness.session_id
         if not gc.isenabled():  # the CLI held collection off for the start-up (see app.py)
@@ -225,6 +260,8 @@ def init_event(harness: Harness) -> dict[str, Any]:
         "apiKeySource": _api_key_source(),
         "output_style": "default",
         "agents": info["agents"],
+        "skills": [],
+        "plugins": [],
         "claude_code_version": PROTOCOL_VERSION,
         "taskloom_version": __version__,
     }
@@ -239,14 +276,17 @@ async def run_turn(
     raised; the result is not written.
     """
     runtime = harness.runtime
-    sub = runtime.subscribe()
+    account = TurnAccount(emitter.tap, harness.session.engine)
+    sub = emitter.tasks = runtime.subscribe()
     pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
     finished: Finished | None = None
     error: str | None = None
+    stop_reason: str | None = None
     try:
         async for event in harness.run(prompt):
-            _flush_events(sub, emitter)
+            emitter.flush_tasks()
             if isinstance(event, AssistantTurn):
+                stop_reason = event.message.stop_reason
                 emitter.line(
                     {
                         "type": "assistant",
@@ -285,7 +325,8 @@ async def run_turn(
         log.debug("the run failed", exc_info=True)
         error = f"Internal error: {type(exc).__name__}: {exc}"
     finally:
-        _flush_events(sub, emitter)
+        emitter.flush_tasks()
+        emitter.tasks = None
         sub.close()
         pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -301,12 +342,10 @@ async def run_turn(
         "subtype": subtype,
         "is_error": subtype != "success",
         "duration_ms": int((time.monotonic() - started) * 1000),
-        "duration_api_ms": int(engine.api_seconds * 1000),
-        "num_turns": engine.num_turns,
         "result": error or (finished.result if finished else ""),
+        "stop_reason": stop_reason,
         "session_id": runtime.session_id,
-        "total_cost_usd": 0,
-        "usage": engine.usage.model_dump(),
+        **account.fields(engine, harness.settings.get("modelPrices")),
         "permission_denials": engine.denials,
     }
 
@@ -326,8 +365,10 @@ def early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:
         "num_turns": 0,
         "result": text,
         "session_id": emitter.session_id,
+        "stop_reason": None,
         "total_cost_usd": 0,
         "usage": Usage().model_dump(),
+        "modelUsage": {},
         "permission_denials": [],
     }
 
@@ -340,6 +381,8 @@ def _write_result(
     In text mode an error goes to stderr as ``error_line`` (None: the caller reports it).
     """
     emitter.result_written = True
+    if emitter.tap is not None:
+        emitter.tap.closed = True  # the result is the last line
     out = emitter.out
     if opts.output_format == "stream-json":
         emitter.line(result)

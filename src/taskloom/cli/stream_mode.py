@@ -9,7 +9,8 @@ stdin carries one JSON object a line for the life of the process:
   "request_id": ID, ...}}``: ``initialize``, ``interrupt``, ``set_permission_mode``,
   ``set_model``, ``mcp_status`` and ``stop_task``; any other subtype is an error response;
 - ``control_response`` lines answer requests this side sent (see :mod:`taskloom.cli.control`):
-  ``can_use_tool`` when ``--permission-prompt-tool stdio`` is given.
+  ``can_use_tool`` when ``--permission-prompt-tool stdio`` is given, ``hook_callback``, and
+  ``mcp_message`` for the program's own MCP servers (``"type": "sdk"`` in ``--mcp-config``).
 
 End of stdin ends the session once the turns already received are done. The exit code is
 that of the last turn (0 when it succeeded, or when there was none), 2 for usage errors.
@@ -29,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from taskloom.cli.control import ControlChannel, SdkHookCaller, StdioPrompter
+from taskloom.cli.control import ControlChannel, SdkHookCaller, SdkMcpCaller, StdioPrompter
 from taskloom.cli.print_mode import (
     Emitter,
     PrintOptions,
@@ -38,6 +39,7 @@ from taskloom.cli.print_mode import (
     run_turn,
     stop_requested,
 )
+from taskloom.cli.stream_output import replayed
 from taskloom.errors import TaskloomError, UsageError, describe_os_error
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
@@ -54,24 +56,43 @@ class LineReader:
 
     A thread, not the loop's pipe transport: stdin may be a regular file or a terminal, which
     the transport refuses; and the loop never blocks on a line that is slow to arrive.
+
+    Answers to our own requests go to ``channel`` as they arrive, not through the queue: they
+    are awaited while the session is built too (by the program's MCP servers), when nothing
+    reads the queue yet.
     """
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, channel: ControlChannel | None = None) -> None:
         """Start reading ``stream`` (text mode) in the background."""
         self._loop = asyncio.get_running_loop()
         self.lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._stream = stream
+        self._channel = channel
         threading.Thread(target=self._read, name="taskloom-stdin", daemon=True).start()
+
+    def _deliver(self, line: str) -> None:
+        if self._channel is not None and '"control_response"' in line:
+            with contextlib.suppress(ValueError):
+                message = json.loads(line)
+                if isinstance(message, dict) and message.get("type") == "control_response":
+                    self._channel.resolve(message)  # a late answer is dropped
+                    return
+        self.lines.put_nowait(line)
+
+    def _end(self) -> None:
+        if self._channel is not None:  # no answer can come any more: those waiting fail now
+            self._channel.close("the program closed its input; nobody can answer")
+        self.lines.put_nowait(_EOF)
 
     def _read(self) -> None:
         try:
             for line in self._stream:
-                self._loop.call_soon_threadsafe(self.lines.put_nowait, line)
+                self._loop.call_soon_threadsafe(self._deliver, line)
         except (OSError, ValueError) as exc:  # closed under us: as the end of input
             log.debug("stdin: %s", exc)
         finally:
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-                self._loop.call_soon_threadsafe(self.lines.put_nowait, _EOF)
+                self._loop.call_soon_threadsafe(self._end)
 
 
 class StreamSession:
@@ -131,6 +152,8 @@ class StreamSession:
             if prompt is None:
                 sys.stderr.write(f"Error: stdin line {number}: a user message needs content\n")
                 return
+            if self.opts.replay_user_messages:
+                self.emitter.line(replayed(message))
             await self.prompts.put(prompt)
         elif kind == "control_request":
             await self._answer(message)
@@ -305,7 +328,8 @@ async def run_stream(opts: PrintOptions) -> int:
             f"--permission-prompt-tool {opts.permission_prompt_tool!r}: only 'stdio' is "
             "supported (permission prompts as can_use_tool control requests)"
         )
-    reader = LineReader(sys.stdin)
+    session_options = dataclasses.replace(session_options, mcp_caller=SdkMcpCaller(channel))
+    reader = LineReader(sys.stdin, channel)
     # The program's first word is its initialize request (claude-agent-sdk waits for the
     # answer before anything else): its hooks and agents are part of the session to build.
     first = await reader.lines.get()
@@ -313,7 +337,8 @@ async def run_stream(opts: PrintOptions) -> int:
     if initialize is not None:
         first = None
         session_options = _with_program(session_options, initialize["request"], channel)
-    harness = emitter.harness = Harness(session_options)
+    opts = dataclasses.replace(opts, session=session_options)
+    harness = emitter.harness = Harness(emitter.observe(opts))
     try:
         async with harness:
             emitter.session_id = harness.session_id
@@ -326,6 +351,8 @@ async def run_stream(opts: PrintOptions) -> int:
                     await session.answer(initialize)
                 return await session.serve(reader, first)
             finally:
+                if emitter.tap is not None:
+                    emitter.tap.closed = True  # what the session's end stops is not shown
                 await harness.end()
     except asyncio.CancelledError:
         if emitter.result_written or not stop_requested():

@@ -50,14 +50,15 @@ class StopHook:
 class Recorder:
     """One engine's conversation, recorded to its transcript (see the module docstring)."""
 
-    def __init__(self, engine: Engine, path: Path, *, stop: StopHook | None = None) -> None:
+    def __init__(self, engine: Engine, path: Path | None, *, stop: StopHook | None = None) -> None:
         """Record ``engine``'s conversation in the transcript at ``path``.
 
         The transcript is not opened here: :meth:`open` it before :meth:`run`.
 
         Args:
             engine: The engine to drive.
-            path: The transcript file (appended to).
+            path: The transcript file (appended to); None keeps no transcript (a session
+                that is not to be resumed): delivered messages are still acknowledged.
             stop: The hooks to run when the engine is done (default: the Stop hooks).
         """
         self.engine = engine
@@ -74,7 +75,7 @@ class Recorder:
 
     def open(self) -> None:
         """Open the transcript for appending (nothing if it is open already)."""
-        if self._writer is None:
+        if self._writer is None and self.path is not None:
             self._writer = TranscriptWriter(self.path, self.runtime.session_id)
 
     def close(self) -> None:
@@ -129,12 +130,14 @@ class Recorder:
         if not isinstance(event, UserTurn | AssistantTurn):
             return
         writer = self._writer
-        if writer is None:
+        if writer is None and self.path is not None:
             raise RuntimeError(f"the transcript {self.path} is not open")
         if isinstance(event, AssistantTurn):
-            writer.append(event.message)
+            if writer is not None:
+                writer.append(event.message)
             return
-        writer.append(event.message, origin=event.origin)
+        if writer is not None:
+            writer.append(event.message, origin=event.origin)
         # Recorded: delivered. Acknowledged now, whatever the consumer does with the event
         # (the engine's own acknowledgement comes only once it is asked for the next one).
         if event.notifications:
@@ -155,7 +158,7 @@ class Recorder:
         """
         engine = self.engine
         engine.messages, added = repair(engine.messages)
-        if not added:
+        if not added or self.path is None:
             return added
         writer = self._writer
         # A finished run's transcript is closed: opened for these lines only.

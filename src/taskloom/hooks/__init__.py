@@ -15,6 +15,7 @@ from taskloom.hooks.config import (
 from taskloom.hooks.runner import (
     KILL_GRACE_S,
     MAX_CAPTURE_BYTES,
+    HookListener,
     HookOutcome,
     HookResult,
     PermissionDecision,
@@ -32,6 +33,7 @@ __all__ = [
     "HookCaller",
     "HookConfig",
     "HookEvent",
+    "HookListener",
     "HookMatcher",
     "HookOutcome",
     "HookResult",

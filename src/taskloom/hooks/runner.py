@@ -18,10 +18,11 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.errors import TaskloomError
@@ -105,6 +106,18 @@ class HookOutcome:
     results: list[HookResult] = field(default_factory=list)
 
 
+class HookListener(Protocol):
+    """Told of each hook as it starts and as it ends (``--include-hook-events``)."""
+
+    def hook_started(self, hook_id: str, event: str, name: str) -> None:
+        """Hook ``hook_id`` of ``event`` started; ``name`` is ``event:target`` or ``event``."""
+        ...
+
+    def hook_finished(self, hook_id: str, event: str, name: str, result: HookResult | None) -> None:
+        """Hook ``hook_id`` ended with ``result`` (None: it was cancelled)."""
+        ...
+
+
 async def run_hooks(
     config: HookConfig,
     event: HookEvent | str,
@@ -114,6 +127,7 @@ async def run_hooks(
     cwd: Path,
     session_id: str,
     transcript_path: str | None,
+    listener: HookListener | None = None,
 ) -> HookOutcome:
     """Run every hook matching ``event`` and ``target`` in parallel and combine their answers.
 
@@ -127,6 +141,7 @@ async def run_hooks(
             ``CLAUDE_PROJECT_DIR`` in their environment.
         session_id: Passed in the stdin JSON.
         transcript_path: Passed in the stdin JSON.
+        listener: Told of each hook as it starts and ends.
 
     Returns:
         The combined outcome; an empty one, with nothing spawned, when no hook matches.
@@ -142,13 +157,35 @@ async def run_hooks(
     async with asyncio.TaskGroup() as group:
         tasks = [
             group.create_task(
-                _run_one(h.command, h.timeout, data, cwd, env)
-                if isinstance(h, CommandHook)
-                else _call_one(config.caller, h, json.loads(data))
+                _heard(
+                    listener,
+                    str(name),
+                    f"{name}:{target}" if target else str(name),
+                    _run_one(h.command, h.timeout, data, cwd, env)
+                    if isinstance(h, CommandHook)
+                    else _call_one(config.caller, h, json.loads(data)),
+                )
             )
             for h in hooks
         ]
     return _aggregate(name, [t.result() for t in tasks])
+
+
+async def _heard(
+    listener: HookListener | None, event: str, name: str, run: Coroutine[Any, Any, HookResult]
+) -> HookResult:
+    """Run one hook, telling ``listener`` (if any) of its start and end."""
+    if listener is None:
+        return await run
+    hook_id = str(uuid.uuid4())
+    listener.hook_started(hook_id, event, name)
+    try:
+        result = await run
+    except asyncio.CancelledError:
+        listener.hook_finished(hook_id, event, name, None)
+        raise
+    listener.hook_finished(hook_id, event, name, result)
+    return result
 
 
 async def _call_one(

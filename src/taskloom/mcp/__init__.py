@@ -12,6 +12,7 @@ from taskloom.mcp.config import (
     McpConfigError,
     McpServerConfig,
     expand_vars,
+    load_flag_configs,
     load_mcp_config,
     parse_server,
     parse_servers,
@@ -20,13 +21,16 @@ from taskloom.mcp.config import (
 
 if TYPE_CHECKING:
     from taskloom.mcp.manager import McpManager, McpTool
+    from taskloom.mcp.program import McpMessageCaller
 
 __all__ = [
     "McpConfigError",
     "McpManager",
+    "McpMessageCaller",
     "McpServerConfig",
     "McpTool",
     "expand_vars",
+    "load_flag_configs",
     "load_mcp_config",
     "parse_server",
     "parse_servers",
@@ -40,4 +44,8 @@ def __getattr__(name: str) -> Any:
         from taskloom.mcp import manager
 
         return getattr(manager, name)
+    if name == "McpMessageCaller":
+        from taskloom.mcp import program
+
+        return program.McpMessageCaller
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

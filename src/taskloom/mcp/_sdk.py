@@ -4,15 +4,23 @@ mcp 2.x names result fields in snake_case and takes HTTP headers on an ``httpx2`
 uses camelCase fields and a ``headers`` argument. The code follows 2.x and falls back to the 1.x
 names where they differ (tested with 2.3 and 1.30). Only the manager imports this module, and
 the SDK itself is imported inside the functions, once a server is actually started.
+
+Start-up: a stdio server's process is spawned (:func:`spawn_stdio`) before the SDK is loaded
+(:func:`load_sdk`, ~0.7 s, on a worker thread), so the server boots while we import; the SDK's
+``stdio_client`` is then handed that process instead of spawning its own (it spawns with
+``_create_platform_compatible_process``; where an SDK has no such function, the early process
+is stopped and the SDK spawns as usual).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -28,6 +36,55 @@ if TYPE_CHECKING:
 
 _MAX_PAGES = 100  # of tools/list; a server that pages forever must not hang start-up
 _CONNECTION_CLOSED = -32000  # the SDK's JSON-RPC code for a transport that went away
+#: The process spawned early for the ``stdio_client`` the current task is entering.
+_SPAWNED: contextvars.ContextVar[Any] = contextvars.ContextVar("taskloom_mcp_spawned", default=None)
+
+
+def load_sdk() -> None:
+    """Import what the manager uses of the SDK (run on a worker thread: it is ~0.7 s)."""
+    import mcp
+    import mcp.client.stdio
+    import mcp.types
+
+    del mcp
+
+
+async def spawn_stdio(
+    cfg: McpServerConfig, *, extra_env: Mapping[str, str], cwd: Path | None, errlog: TextIO | None
+) -> Any:
+    """Start the process of the stdio server ``cfg`` as the SDK would, without the SDK.
+
+    The whole environment, as Claude Code gives it (the SDK alone passes only a few variables
+    such as PATH and HOME), then the server's own, then ``extra_env``; a session of its own.
+    """
+    env = {**os.environ, **cfg.env, **extra_env}
+    return await anyio.open_process(
+        [cfg.command, *cfg.args],
+        env=env,
+        stderr=errlog if errlog is not None else sys.stderr,
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
+def _hand_over(module: Any) -> bool:
+    """Make ``module``'s spawn function return the early process, if any; False if it has none."""
+    original = getattr(module, "_create_platform_compatible_process", None)
+    if original is None:
+        return False
+    if getattr(original, "taskloom_hook", False):
+        return True
+
+    async def create(*args: Any, **kwargs: Any) -> Any:
+        process = _SPAWNED.get()
+        if process is None:
+            return await original(*args, **kwargs)
+        _SPAWNED.set(None)
+        return process
+
+    create.taskloom_hook = True  # type: ignore[attr-defined]
+    module._create_platform_compatible_process = create
+    return True
 
 
 async def open_transport(
@@ -37,22 +94,35 @@ async def open_transport(
     extra_env: Mapping[str, str],
     cwd: Path | None,
     errlog: TextIO | None,
+    process: Any = None,
 ) -> tuple[Any, Any]:
     """Enter the transport of ``cfg`` on ``stack`` and return its read and write streams.
 
-    ``extra_env`` and ``cwd`` apply to stdio servers, whose stderr goes to ``errlog``.
+    ``extra_env`` and ``cwd`` apply to stdio servers, whose stderr goes to ``errlog``;
+    ``process`` is the server's, spawned already by :func:`spawn_stdio`.
     """
     streams: tuple[Any, ...]
     if cfg.type == "stdio":
+        import mcp.client.stdio as stdio
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
+
+        if process is not None and not _hand_over(stdio):
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()  # this SDK spawns its own
+            await process.aclose()
+            process = None
+        _SPAWNED.set(process)
 
         # The whole environment, as Claude Code gives it (the SDK alone passes only a few
         # variables such as PATH and HOME), then the server's own, then ours.
         env = {**os.environ, **cfg.env, **extra_env}
         params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env, cwd=cwd)
         client = stdio_client(params) if errlog is None else stdio_client(params, errlog)
-        streams = await stack.enter_async_context(client)
+        try:
+            streams = await stack.enter_async_context(client)
+        finally:
+            _SPAWNED.set(None)
     elif cfg.type == "sse":
         from mcp.client.sse import sse_client
 

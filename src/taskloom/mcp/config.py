@@ -8,10 +8,15 @@ project root; a project server replaces a user server of the same name. Both hol
         "web": {"type": "http", "url": "https://example.com/mcp", "headers": {"A": "${TOKEN}"}}
     }}
 
-``type`` is ``stdio`` (also when absent), ``http`` (streamable HTTP) or ``sse``. ``${VAR}`` and
+``type`` is ``stdio`` (also when absent), ``http`` (streamable HTTP), ``sse`` or ``sdk`` (a
+server hosted by the program driving the session, reached with ``mcp_message`` control
+requests; see :mod:`taskloom.mcp.program`). ``${VAR}`` and
 ``${VAR:-default}`` are expanded from the environment in command, args, env values, url and
 headers. A server that cannot be used (malformed, or naming an unset variable without a
 default) is skipped with a warning on the ``taskloom.mcp`` logger; the others still load.
+
+``--mcp-config`` adds servers from files or JSON strings of the same form
+(:func:`load_flag_configs`); there every problem is a usage error naming the argument.
 
 This module deliberately uses only the standard library: the ``mcp`` SDK costs ~0.7 s at import
 and is loaded only once a server is actually started (see :mod:`taskloom.mcp.manager`).
@@ -19,6 +24,7 @@ and is loaded only once a server is actually started (see :mod:`taskloom.mcp.man
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -27,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from taskloom.errors import UserError
+from taskloom.errors import UsageError, UserError
 from taskloom.settings import find_project_root, read_json_file, taskloom_home
 
 log = logging.getLogger("taskloom.mcp")
 
-McpTransport = Literal["stdio", "http", "sse"]
-_TRANSPORTS: tuple[McpTransport, ...] = ("stdio", "http", "sse")
+McpTransport = Literal["stdio", "http", "sse", "sdk"]
+_TRANSPORTS: tuple[McpTransport, ...] = ("stdio", "http", "sse", "sdk")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -47,7 +53,8 @@ class McpServerConfig:
 
     Attributes:
         name: The server's name (the key under ``mcpServers``).
-        type: ``stdio``, ``http`` (streamable HTTP) or ``sse``.
+        type: ``stdio``, ``http`` (streamable HTTP), ``sse`` or ``sdk`` (hosted by the program
+            driving the session).
         command: The executable of a stdio server.
         args: Its arguments.
         env: Variables added to the environment of a stdio server.
@@ -133,6 +140,8 @@ def parse_server(name: str, raw: Any, source: str) -> McpServerConfig:
     def expand(value: str) -> str:
         return expand_vars(value, where)
 
+    if kind == "sdk":  # the program knows the server by this entry's key
+        return McpServerConfig(name, "sdk", source=source)
     if kind == "stdio":
         command = raw.get("command")
         if not isinstance(command, str) or not command.strip():
@@ -185,6 +194,50 @@ def expand_vars(value: str, where: str, environ: Mapping[str, str] | None = None
         raise McpConfigError(f"{where}: environment variable {var} is not set (and has no default)")
 
     return _VAR.sub(repl, value)
+
+
+def load_flag_configs(values: Iterable[str]) -> dict[str, McpServerConfig]:
+    """Load the servers of ``--mcp-config`` values, each a file path or a JSON string.
+
+    Each holds ``{"mcpServers": {name: config}}``, as ``.mcp.json`` does; a later value's
+    server replaces an earlier one of the same name.
+
+    Args:
+        values: The flag's values, in order.
+
+    Returns:
+        The servers by name.
+
+    Raises:
+        UsageError: A missing or unreadable file, bad JSON, or an unusable entry; the message
+            names the argument.
+    """
+    servers: dict[str, McpServerConfig] = {}
+    for value in values:
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        inline = value.lstrip().startswith("{")
+        source = "--mcp-config" if inline else value
+        try:
+            text = value if inline else Path(value).expanduser().read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UsageError(f"--mcp-config {shown}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--mcp-config {shown}: cannot read it ({exc})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--mcp-config {shown}: not valid JSON ({exc})") from None
+        mapping = data.get("mcpServers") if isinstance(data, dict) else None
+        if not isinstance(mapping, dict):
+            raise UsageError(
+                f'--mcp-config {shown}: expected a JSON object {{"mcpServers": {{...}}}}'
+            )
+        for name, raw in mapping.items():
+            try:
+                servers[name] = parse_server(name, raw, source)
+            except McpConfigError as exc:
+                raise UsageError(f"--mcp-config {shown}: {exc}") from None
+    return servers
 
 
 def resolve_servers(

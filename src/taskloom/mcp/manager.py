@@ -11,7 +11,10 @@ Every stdio server carries a tag in ``TASKLOOM_TASK_ID``, like our shells and ho
 shutdown the manager can prove that no process of any server survived (and kill one that did).
 
 The ``mcp`` SDK (~0.7 s at import) is imported only once a server starts, by the helpers in
-:mod:`taskloom.mcp._sdk`, which also bridge the SDK's 1.x and 2.x APIs.
+:mod:`taskloom.mcp._sdk`, which also bridge the SDK's 1.x and 2.x APIs; on a worker thread,
+after a stdio server's process is spawned, so that the servers boot (in parallel) meanwhile.
+Servers of type ``sdk`` run in the program driving the session and are reached through it
+(:mod:`taskloom.mcp.program`).
 """
 
 from __future__ import annotations
@@ -31,9 +34,18 @@ import anyio
 
 from taskloom._aio import finish_despite_cancel
 from taskloom._version import __version__
-from taskloom.mcp._sdk import describe, is_disconnect, list_tools, open_transport, to_result
+from taskloom.mcp._sdk import (
+    describe,
+    is_disconnect,
+    list_tools,
+    load_sdk,
+    open_transport,
+    spawn_stdio,
+    to_result,
+)
 from taskloom.mcp._stderr import StderrTail
 from taskloom.mcp.config import McpServerConfig
+from taskloom.mcp.program import McpMessageCaller, open_program_transport
 from taskloom.mcp.tool import McpTool, McpToolInfo
 from taskloom.process.kill import find_tree, kill_tree
 from taskloom.process.spawn import TASK_ENV
@@ -80,6 +92,8 @@ class McpManager:
         connect_timeout: Seconds a server gets to initialize and list its tools.
         call_timeout: Seconds one tool call may take before it is abandoned.
         close_timeout: Seconds :meth:`aclose` waits for the servers to shut down gracefully.
+        program: Reaches the servers of type ``sdk``, hosted by the program driving the
+            session; without it they fail to start (their status says why).
     """
 
     def __init__(
@@ -90,11 +104,13 @@ class McpManager:
         connect_timeout: float = 30.0,
         call_timeout: float = 600.0,
         close_timeout: float = 10.0,
+        program: McpMessageCaller | None = None,
     ) -> None:
         self._servers = {
             name: _Server(cfg, "mcp-" + secrets.token_hex(6)) for name, cfg in servers.items()
         }
         self._cwd = cwd
+        self._program = program
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.close_timeout = close_timeout
@@ -239,18 +255,34 @@ class McpManager:
                 self._drain(srv)
 
     async def _connect(self, srv: _Server, stack: contextlib.AsyncExitStack) -> ClientSession:
+        process = None
+        if srv.config.type == "stdio":
+            srv.stderr = StderrTail()
+            # Spawned first: the server boots while the SDK loads, on a thread (the loop goes
+            # on: the other servers spawn, and the session is driven meanwhile).
+            process = await spawn_stdio(
+                srv.config, extra_env={TASK_ENV: srv.tag}, cwd=self._cwd, errlog=srv.stderr.writer
+            )
+        await anyio.to_thread.run_sync(load_sdk)
         from mcp import ClientSession
         from mcp.types import Implementation
 
-        if srv.config.type == "stdio":
-            srv.stderr = StderrTail()
-        read, write = await open_transport(
-            srv.config,
-            stack,
-            extra_env={TASK_ENV: srv.tag},
-            cwd=self._cwd,
-            errlog=srv.stderr.writer if srv.stderr else None,
-        )
+        if srv.config.type == "sdk":
+            if self._program is None:
+                raise RuntimeError(
+                    "an sdk server needs a program driving the session "
+                    "(--input-format stream-json, as claude-agent-sdk runs taskloom)"
+                )
+            read, write = await open_program_transport(srv.config.name, self._program, stack)
+        else:
+            read, write = await open_transport(
+                srv.config,
+                stack,
+                extra_env={TASK_ENV: srv.tag},
+                cwd=self._cwd,
+                errlog=srv.stderr.writer if srv.stderr else None,
+                process=process,
+            )
         if srv.stderr is not None:
             srv.stderr.release_writer()  # the child holds its copy; EOF must follow its exit
         info = Implementation(name="taskloom", version=__version__)

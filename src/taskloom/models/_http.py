@@ -14,6 +14,7 @@ stream can be retried at any point before that.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import math
@@ -216,6 +217,10 @@ class RetryPolicy:
         return min(self.max_delay, self.base_delay * 2.0**attempt) * (1 - 0.25 * random.random())
 
 
+#: Most seconds the exit waits for a TLS context still being built.
+_TLS_JOIN_AT_EXIT_S = 5.0
+
+
 class _TlsPrefetch:
     """httpx's default TLS context, built on a thread while the rest of start-up goes on.
 
@@ -228,6 +233,9 @@ class _TlsPrefetch:
         self._context: ssl.SSLContext | None = None
         self._thread = threading.Thread(target=self._build, name="taskloom-tls", daemon=True)
         self._thread.start()
+        # A daemon thread still inside OpenSSL when the interpreter finalises crashes it
+        # (SIGSEGV): a run that fails right after start-up must wait the few ms it has left.
+        atexit.register(self._thread.join, _TLS_JOIN_AT_EXIT_S)
 
     def _build(self) -> None:
         # On failure the client builds the context itself, and raises where it always did.

@@ -110,6 +110,7 @@ class PermissionPolicy:
         disallowed_tools: Sequence[str] = (),
         project_root: Path,
         skip_permissions: bool = False,
+        add_dirs: Sequence[str | Path] = (),
     ) -> PermissionPolicy:
         """Build the policy from merged settings and the CLI flags.
 
@@ -122,6 +123,7 @@ class PermissionPolicy:
             disallowed_tools: ``--disallowedTools`` values, likewise.
             project_root: Where ``/path`` rules and relative additional directories are based.
             skip_permissions: ``--dangerously-skip-permissions``: bypassPermissions mode.
+            add_dirs: ``--add-dir`` values: more additional directories (relative to the cwd).
 
         Raises:
             UsageError: A malformed rule or mode, a settings value of the wrong type, or
@@ -146,6 +148,7 @@ class PermissionPolicy:
         extra = [
             project_root / Path(d).expanduser() for d in _strings(perms, "additionalDirectories")
         ]
+        extra += [Path(d).expanduser().absolute() for d in add_dirs]
         return cls(chosen, rules, project_root, additional_directories=extra)
 
     @staticmethod

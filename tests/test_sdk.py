@@ -186,3 +186,26 @@ async def test_a_python_pre_tool_use_hook_is_called_and_can_block(tmp_path: Path
     assert "fine-ran" in str(fine["content"]) and not fine.get("is_error")
     assert forbidden["is_error"] and "the guard says no" in str(forbidden["content"])
     assert "forbidden-ran" not in str(forbidden["content"])
+
+
+async def test_set_model_sends_the_next_requests_to_that_model(tmp_path: Path) -> None:
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="from sonnet")
+        server.add_turn(text="from haiku")
+        server.add_turn(text="back")
+        async with sdk.ClaudeSDKClient(options=options(server, tmp_path)) as client:
+            await client.query("one")
+            [m async for m in client.receive_response()]
+            await client.set_model("claude-haiku-4-5")
+            await client.query("two")
+            [m async for m in client.receive_response()]
+            await client.set_model(None)  # the session's own model again
+            await client.query("three")
+            [m async for m in client.receive_response()]
+            with pytest.raises(Exception, match=r"unknown model provider|Unknown model|prefix"):
+                await client.set_model("nosuch:model")
+    assert [r.body["model"] for r in server.requests] == [
+        "claude-sonnet-4-5",
+        "claude-haiku-4-5",
+        "claude-sonnet-4-5",
+    ]

@@ -157,3 +157,97 @@ def test_no_session_persistence_keeps_no_transcript(dirs: tuple[Path, Path, Path
     assert again.returncode == 1 and f"No conversation found with session ID: {session}" in (
         again.stderr
     )
+
+
+SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "stars": {"type": "integer"}},
+        "required": ["name", "stars"],
+    }
+)
+
+
+def test_json_schema_an_answer_it_accepts_is_the_structured_output(
+    dirs: tuple[Path, Path, Path],
+) -> None:
+    a, _, home = dirs
+    with FakeAnthropicServer() as server:
+        answer = {"name": "taskloom", "stars": 5}
+        server.add_turn(tool_calls=[("StructuredOutput", answer)])
+        server.add_turn(text="Done.")
+        proc = run(a, home, server, "--json-schema", SCHEMA)
+    result = events(proc)[-1]
+    assert (result["subtype"], result["is_error"]) == ("success", False)
+    assert result["structured_output"] == answer
+    offered = {t["name"]: t for t in server.requests[0].body["tools"]}
+    assert offered["StructuredOutput"]["input_schema"] == json.loads(SCHEMA)
+
+
+def test_json_schema_an_answer_it_refuses_ends_in_a_clear_error(
+    dirs: tuple[Path, Path, Path],
+) -> None:
+    a, _, home = dirs
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("StructuredOutput", {"name": 3})])
+        for _ in range(4):  # the answer after the refusal, then one per reminder
+            server.add_turn(text="No.")
+        proc = run(a, home, server, "--json-schema", SCHEMA, prompt="go")
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["subtype"] == "error_max_structured_output_retries" and result["is_error"]
+    assert result["result"] == "Failed to provide valid structured output after maximum retries"
+    assert "structured_output" not in result
+    refusal = server.requests[1].body["messages"][-1]["content"][0]
+    assert refusal["is_error"] and "name: 3 is not of type 'string'" in str(refusal["content"])
+    assert "stars" in str(refusal["content"])  # the missing field is named too
+    reminders = [texts(r.body)[-1] for r in server.requests[2:]]
+    assert len(reminders) == 3 and all("StructuredOutput" in t for t in reminders)
+
+
+def test_json_schema_must_be_a_json_schema(dirs: tuple[Path, Path, Path]) -> None:
+    a, _, home = dirs
+    not_json = run(a, home, None, "--json-schema", "{nope")
+    assert not_json.returncode == 2 and "--json-schema is not JSON" in not_json.stderr
+    bad = run(a, home, None, "--json-schema", '{"type": 5}')
+    assert bad.returncode == 2 and "not a valid JSON Schema" in bad.stderr
+
+
+def test_max_budget_usd_stops_the_run_once_the_session_cost_reaches_it(
+    dirs: tuple[Path, Path, Path],
+) -> None:
+    a, _, home = dirs
+    # A price of a dollar a token: the first answer costs more than the budget.
+    prices = {"modelPrices": {"claude-sonnet-4-5": {"input": 1e6, "output": 1e6}}}
+    (a / ".claude").mkdir()
+    (a / ".claude" / "settings.json").write_text(json.dumps(prices))
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("Bash", {"command": "touch spent-more"})])
+        server.add_turn(text="never asked")
+        budget = ("--max-budget-usd", "0.5", "--dangerously-skip-permissions")
+        proc = run(a, home, server, *budget, prompt="go")
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["subtype"] == "error_max_budget_usd" and result["is_error"]
+    assert "reached --max-budget-usd 0.5" in result["result"]
+    assert result["total_cost_usd"] >= 0.5
+    assert len(server.requests) == 1 and not (a / "spent-more").exists()
+    bad = run(a, home, None, "--max-budget-usd", "0")
+    assert bad.returncode == 2 and "must be more than 0" in bad.stderr
+
+
+def test_fallback_model_takes_over_when_the_model_stays_overloaded(
+    dirs: tuple[Path, Path, Path],
+) -> None:
+    a, _, home = dirs
+    with FakeAnthropicServer() as server:
+        for _ in range(5):  # the first try and its four retries
+            server.add_error(529, "overloaded_error", "Overloaded", retry_after=0.01)
+        server.add_turn(text="from the fallback")
+        proc = run(a, home, server, "--fallback-model", "claude-haiku-4-5")
+    result = events(proc)[-1]
+    assert (result["subtype"], result["result"]) == ("success", "from the fallback")
+    models = [r.body["model"] for r in server.requests]
+    assert models == ["claude-sonnet-4-5"] * 5 + ["claude-haiku-4-5"]
+    assert texts(server.requests[-1].body) == ["hi"]  # the same conversation, asked again
+    assert "going on with the fallback model claude-haiku-4-5" in proc.stderr

@@ -16,15 +16,18 @@ configuration after it was built.
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.errors import UsageError, UserError
+from taskloom.errors import ModelError, UsageError, UserError
 from taskloom.tasks.runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
@@ -34,10 +37,12 @@ if TYPE_CHECKING:
     from taskloom.mcp.program import McpMessageCaller
     from taskloom.messages import Message
     from taskloom.models.base import Model
+    from taskloom.models.switch import ModelSwitch
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.session import Session
     from taskloom.tasks.types import TaskState
     from taskloom.tools.base import Tool
+    from taskloom.tools.structured import StructuredOutput
     from taskloom.tools.worktree_tools import WorktreeSession
 
 
@@ -73,6 +78,10 @@ class Options:
         add_dirs: More directories where acceptEdits allows edits (``--add-dir``).
         persist_session: Keep the conversation's transcript (False: it cannot be resumed;
             ``--no-session-persistence``).
+        json_schema: The final answer must be JSON this schema accepts, given through the
+            StructuredOutput tool (``--json-schema``); see :attr:`Harness.structured_output`.
+        fallback_model: The model the main thread goes on with when its own fails after its
+            retries (overloaded, unreachable), for the rest of the session.
         max_turns: Most model turns per run.
         tools: Extra tools offered to the main thread (e.g. from :func:`taskloom.tool`).
         headless: No one can answer a permission prompt: an ``ask`` is a denial, unless...
@@ -109,6 +118,8 @@ class Options:
     builtin_tools: Sequence[str] | None = None
     add_dirs: Sequence[str] = ()
     persist_session: bool = True
+    json_schema: dict[str, Any] | None = None
+    fallback_model: str | None = None
     max_turns: int | None = None
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)
     headless: bool = True
@@ -159,6 +170,9 @@ class Harness:
         self._mcp_config: dict[str, Any] = {}
         self._ended = False
         self._claimed = False
+        self._structured: StructuredOutput | None = None
+        self._switch: ModelSwitch | None = None
+        self._chosen_models: dict[str, Model] = {}
 
     @property
     def session_id(self) -> str:
@@ -290,14 +304,22 @@ class Harness:
         ]
         if opts.builtin_tools is not None:
             builtin = [t for t in builtin if t.name in opts.builtin_tools]
+        if opts.json_schema is not None:
+            from taskloom.tools.structured import StructuredOutput, check_schema
+
+            self._structured = StructuredOutput(check_schema(opts.json_schema))
+            builtin.append(self._structured)
         offered = [
             *builtin,
             *(self._mcp.tools() if self._mcp is not None else []),
             *opts.tools,
         ]
         self.tools = [t for t in offered if not policy.hides(t.name, t.kind)]
+        from taskloom.models.switch import ModelSwitch
+
+        self._switch = ModelSwitch(self.model)  # the program may choose another (set_model)
         config = EngineConfig(
-            model=self.model,
+            model=self._switch,
             system_prompt=main_system_prompt(
                 self.cwd, opts.append_system_prompt, replace=opts.system_prompt
             ),
@@ -443,17 +465,71 @@ class Harness:
         # (``model: haiku`` in an agent file), then the session's own.
         if self._service is not None:
             await self._service.builder.aclose()
+        chosen, self._chosen_models = list(self._chosen_models.values()), {}
+        for model in chosen:
+            await model.aclose()
         if self._model is not None:
             await self._model.aclose()
 
-    async def run(self, prompt: str | Message) -> AsyncIterator[EngineEvent]:
+    async def run(self, prompt: str | Message) -> AsyncGenerator[EngineEvent, None]:
         """Run one prompt on the main thread; typed events, the last is ``Finished``.
 
         A headless run does not end while a task it owns runs or a notification is pending:
-        each delivery starts a new turn.
+        each delivery starts a new turn. With ``json_schema``, a run that ends without an
+        accepted StructuredOutput call is reminded to make one, a few times (see
+        :attr:`structured_output`).
         """
-        async for event in self.session.run(prompt):
-            yield event
+        from taskloom.engine import Finished
+
+        structured = self._structured
+        if structured is not None:
+            structured.value = None
+        reminders = 0
+        next_input: str | Message | None = prompt
+        while True:
+            finished: Finished | None = None
+            try:
+                async for event in self.session.run(next_input):
+                    if isinstance(event, Finished):
+                        finished = event
+                    yield event
+            except ModelError as exc:
+                if not self._fall_back(exc):
+                    raise
+                next_input = None  # the conversation goes on where the request failed
+                continue
+            if structured is None or structured.value is not None or finished is None:
+                return
+            from taskloom.tools.structured import MAX_REMINDERS, REMINDER
+
+            if finished.reason != "end_turn" or reminders >= MAX_REMINDERS:
+                return
+            reminders += 1
+            next_input = REMINDER
+
+    def _fall_back(self, exc: ModelError) -> bool:
+        """Switch to ``fallback_model`` after a failure worth it; whether it switched."""
+        spec = self.options.fallback_model
+        if spec is None or not exc.retryable or self._switch is None:
+            return False  # a request the provider refuses would be refused there too
+        if spec in self._chosen_models and self._switch.current is self._chosen_models[spec]:
+            return False  # on the fallback already
+        before = self._switch.name
+        chosen = self.set_model(spec)
+        log.warning(
+            "model %s failed (%s); going on with the fallback model %s", before, exc, chosen
+        )
+        return True
+
+    @property
+    def structured_output(self) -> dict[str, Any] | None:
+        """The answer the last run gave through StructuredOutput (``json_schema``), if any."""
+        return self._structured.value if self._structured is not None else None
+
+    @property
+    def wants_structured_output(self) -> bool:
+        """Whether runs must answer through StructuredOutput (``json_schema`` was given)."""
+        return self._structured is not None
 
     def init_info(self) -> dict[str, Any]:
         """What the session offers, as print mode's ``system/init`` event tells it."""
@@ -463,10 +539,36 @@ class Harness:
             "session_id": self.session_id,
             "tools": [t.name for t in self.tools],
             "mcp_servers": [{"name": n, "status": s} for n, s in mcp.items()],
-            "model": self.session.engine.config.model_name or self.model.name,
+            "model": self.session.engine.config.model_name or self._current_model().name,
             "permissionMode": str(self.policy.mode),
             "agents": sorted(self.agents.catalog.names()),
         }
+
+    def set_model(self, spec: str | None) -> str:
+        """Send the main thread's next requests to the model ``spec`` names; returns its id.
+
+        None goes back to the session's own model. Models made here are closed with the
+        session.
+
+        Raises:
+            UsageError: A malformed spec or unknown provider prefix.
+            UserError: The provider is not configured.
+        """
+        from taskloom.models.resolve import resolve_model
+
+        switch = self._switch
+        if switch is None:
+            raise RuntimeError("the harness is not started")
+        if spec is None:
+            switch.use(self.model)
+        else:
+            if spec not in self._chosen_models:
+                self._chosen_models[spec] = resolve_model(spec, self.settings)
+            switch.use(self._chosen_models[spec])
+        return switch.name
+
+    def _current_model(self) -> Model:
+        return self._switch.current if self._switch is not None else self.model
 
     def set_permission_mode(self, mode: str) -> None:
         """Run the main thread's next calls under ``mode`` (``default``, ``plan``, ...).

@@ -10,6 +10,7 @@ import argparse
 import gc
 import os
 import sys
+from typing import Any
 
 SUBCOMMANDS = ("demo", "tasks", "agents", "worktrees")
 
@@ -138,6 +139,22 @@ def _print_parser() -> argparse.ArgumentParser:
         help="More directories the session may edit in acceptEdits mode.",
     )
     parser.add_argument(
+        "--json-schema",
+        metavar="SCHEMA",
+        help="The final answer must be JSON this JSON Schema accepts (result.structured_output).",
+    )
+    parser.add_argument(
+        "--fallback-model",
+        metavar="MODEL",
+        help="Go on with this model when the main one fails after its retries.",
+    )
+    parser.add_argument(
+        "--max-budget-usd",
+        type=_positive_float,
+        metavar="USD",
+        help="Stop once the session has cost this much (by the price table).",
+    )
+    parser.add_argument(
         "--no-session-persistence",
         dest="persist_session",
         action="store_false",
@@ -161,6 +178,22 @@ def _print_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _json_schema(parser: argparse.ArgumentParser, text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    import json
+
+    from taskloom.errors import UsageError
+    from taskloom.tools.structured import check_schema
+
+    try:
+        return check_schema(json.loads(text))
+    except json.JSONDecodeError as exc:
+        parser.error(f"--json-schema is not JSON: {exc}")
+    except UsageError as exc:
+        parser.error(str(exc))
+
+
 def _tool_names(text: str | None) -> list[str] | None:
     if text is None or text.strip() == "default":
         return None
@@ -177,6 +210,16 @@ def _system_prompt(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> s
             return f.read()
     except OSError as exc:
         parser.error(f"--system-prompt-file {ns.system_prompt_file}: {exc.strerror or exc}")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -231,6 +274,7 @@ def run_print_mode(args: list[str]) -> int:
         verbose=ns.verbose,
         debug=ns.debug,
         permission_prompt_tool=ns.permission_prompt_tool,
+        max_budget_usd=ns.max_budget_usd,
         include_partial_messages=ns.include_partial_messages,
         include_hook_events=ns.include_hook_events,
         replay_user_messages=ns.replay_user_messages,
@@ -254,6 +298,8 @@ def run_print_mode(args: list[str]) -> int:
             builtin_tools=_tool_names(ns.tools),
             add_dirs=list(ns.add_dirs),
             persist_session=ns.persist_session,
+            json_schema=_json_schema(parser, ns.json_schema),
+            fallback_model=ns.fallback_model,
             agents=ns.agents,
             mcp_config=list(ns.mcp_config),
             strict_mcp_config=ns.strict_mcp_config,

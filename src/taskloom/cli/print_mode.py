@@ -56,6 +56,7 @@ class PrintOptions:
         debug: Tracebacks and debug logs on stderr.
         permission_prompt_tool: ``stdio``: calls that need approval are asked of the program
             driving a stream-json session (``can_use_tool``).
+        max_budget_usd: Stop a run once the session has cost this much (``--max-budget-usd``).
         include_partial_messages: stream-json also streams the model's events as they come
             (``stream_event``).
         include_hook_events: stream-json also shows hook runs (``hook_started``,
@@ -69,6 +70,7 @@ class PrintOptions:
     verbose: bool = False
     debug: bool = False
     permission_prompt_tool: str | None = None
+    max_budget_usd: float | None = None
     include_partial_messages: bool = False
     include_hook_events: bool = False
     replay_user_messages: bool = False
@@ -233,7 +235,9 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
             gc.enable()
         emitter.line(init_event(harness))
         try:
-            result = await run_turn(harness, emitter, prompt, started)
+            result = await run_turn(
+                harness, emitter, prompt, started, budget_usd=opts.max_budget_usd
+            )
         finally:
             await harness.end()
         _write_result(opts, emitter, result, result["result"])
@@ -268,12 +272,18 @@ def init_event(harness: Harness) -> dict[str, Any]:
 
 
 async def run_turn(
-    harness: Harness, emitter: Emitter, prompt: str | Message, started: float
+    harness: Harness,
+    emitter: Emitter,
+    prompt: str | Message,
+    started: float,
+    *,
+    budget_usd: float | None = None,
 ) -> dict[str, Any]:
     """Run one prompt on the main thread, writing its events; returns its ``result`` object.
 
     The run's own errors (the model's, a tool's, a stop request) end up in the result, not
-    raised; the result is not written.
+    raised; the result is not written. Once the session's cost reaches ``budget_usd`` the run
+    stops after the model's answer (``error_max_budget_usd``).
     """
     runtime = harness.runtime
     account = TurnAccount(emitter.tap, harness.session.engine)
@@ -282,8 +292,12 @@ async def run_turn(
     finished: Finished | None = None
     error: str | None = None
     stop_reason: str | None = None
+    over_budget = False
+    if emitter.tap is not None:
+        emitter.tap.ledger.overrides = dict(harness.settings.get("modelPrices") or {})
+    events = harness.run(prompt)
     try:
-        async for event in harness.run(prompt):
+        async for event in events:
             emitter.flush_tasks()
             if isinstance(event, AssistantTurn):
                 stop_reason = event.message.stop_reason
@@ -294,6 +308,10 @@ async def run_turn(
                         "parent_tool_use_id": None,
                     }
                 )
+                spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0
+                if budget_usd is not None and spent >= budget_usd:
+                    over_budget = True  # its tool calls do not run: they would cost more
+                    break
             elif isinstance(event, UserTurn):
                 for note in event.notifications:
                     _emit_notification(emitter, runtime, note)
@@ -325,6 +343,7 @@ async def run_turn(
         log.debug("the run failed", exc_info=True)
         error = f"Internal error: {type(exc).__name__}: {exc}"
     finally:
+        await events.aclose()
         emitter.flush_tasks()
         emitter.tasks = None
         sub.close()
@@ -337,7 +356,14 @@ async def run_turn(
         subtype = "error_during_execution"
     elif finished is not None and finished.reason == "max_turns":
         subtype = "error_max_turns"
-    return {
+    elif over_budget:
+        subtype = "error_max_budget_usd"
+        error = f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"
+        harness.session.recorder.repair()  # the calls it stopped before are answered
+    elif harness.wants_structured_output and harness.structured_output is None:
+        subtype = "error_max_structured_output_retries"
+        error = "Failed to provide valid structured output after maximum retries"
+    result = {
         "type": "result",
         "subtype": subtype,
         "is_error": subtype != "success",
@@ -348,6 +374,9 @@ async def run_turn(
         **account.fields(engine, harness.settings.get("modelPrices")),
         "permission_denials": engine.denials,
     }
+    if harness.structured_output is not None:
+        result["structured_output"] = harness.structured_output
+    return result
 
 
 def early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:

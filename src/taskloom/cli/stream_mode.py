@@ -171,7 +171,13 @@ class StreamSession:
             started = time.monotonic()
             self.emitter.line(init_event(self.harness))
             self.turn = asyncio.get_running_loop().create_task(
-                run_turn(self.harness, self.emitter, prompt, started)
+                run_turn(
+                    self.harness,
+                    self.emitter,
+                    prompt,
+                    started,
+                    budget_usd=self.opts.max_budget_usd,
+                )
             )
             try:
                 result = await asyncio.shield(self.turn)
@@ -254,6 +260,11 @@ class StreamSession:
         self.harness.set_permission_mode(str(request["mode"]))
         return {}
 
+    async def _set_model(self, request: dict[str, Any]) -> dict[str, Any]:
+        model = request.get("model")
+        chosen = self.harness.set_model(None if model in (None, "", "default") else str(model))
+        return {"model": chosen}
+
     async def _mcp_status(self, request: dict[str, Any]) -> dict[str, Any]:
         servers = self.harness.init_info()["mcp_servers"]
         return {"mcpServers": servers}
@@ -267,6 +278,7 @@ _HANDLERS = {
     "initialize": StreamSession._initialize,
     "interrupt": StreamSession._interrupt,
     "set_permission_mode": StreamSession._set_permission_mode,
+    "set_model": StreamSession._set_model,
     "mcp_status": StreamSession._mcp_status,
     "stop_task": StreamSession._stop_task,
 }

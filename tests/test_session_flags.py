@@ -251,3 +251,13 @@ def test_fallback_model_takes_over_when_the_model_stays_overloaded(
     assert models == ["claude-sonnet-4-5"] * 5 + ["claude-haiku-4-5"]
     assert texts(server.requests[-1].body) == ["hi"]  # the same conversation, asked again
     assert "going on with the fallback model claude-haiku-4-5" in proc.stderr
+
+
+def test_sdk_options_without_effect_are_accepted_not_refused(dirs: tuple[Path, Path, Path]) -> None:
+    a, _, home = dirs
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="fine")
+        flags = ["--thinking", "adaptive", "--effort", "high", "--max-thinking-tokens", "100"]
+        flags += ["--betas", "x", "--plugin-dir", str(a), "--task-budget", "5"]
+        proc = run(a, home, server, *flags)
+    assert events(proc)[-1]["result"] == "fine"

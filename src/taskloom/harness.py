@@ -538,7 +538,7 @@ class Harness:
             "cwd": str(self.cwd),
             "session_id": self.session_id,
             "tools": [t.name for t in self.tools],
-            "mcp_servers": [{"name": n, "status": s} for n, s in mcp.items()],
+            "mcp_servers": [_server_status(n, s) for n, s in mcp.items()],
             "model": self.session.engine.config.model_name or self._current_model().name,
             "permissionMode": str(self.policy.mode),
             "agents": sorted(self.agents.catalog.names()),
@@ -638,3 +638,12 @@ async def run(prompt: str, **options: Any) -> str:
         finally:
             await harness.end()
     return answer
+
+
+def _server_status(name: str, status: str) -> dict[str, str]:
+    """``{name, status}`` with a one-word status, and a failure's reason in ``error``.
+
+    The words are the SDK's status type: ``connected``, ``failed``, ``pending``.
+    """
+    state, _, why = status.partition(": ")
+    return {"name": name, "status": state, **({"error": why} if why else {})}

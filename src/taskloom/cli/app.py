@@ -175,6 +175,13 @@ def _print_parser() -> argparse.ArgumentParser:
         help="Use only the MCP servers of --mcp-config, ignoring every other MCP configuration.",
     )
     parser.add_argument("-v", "--version", action="store_true", help="Print the version and exit.")
+    # Options claude-agent-sdk may pass that have no effect here yet: accepted (and said so)
+    # rather than refused, so that a program setting them still runs.
+    ignored = parser.add_argument_group("accepted for compatibility, no effect yet")
+    for flag in ("--thinking", "--thinking-display", "--effort", "--betas", "--task-budget"):
+        ignored.add_argument(flag, metavar="VALUE")
+    ignored.add_argument("--max-thinking-tokens", type=int, metavar="N")
+    ignored.add_argument("--plugin-dir", action="append", default=[], metavar="DIR")
     return parser
 
 

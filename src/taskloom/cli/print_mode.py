@@ -76,6 +76,34 @@ class PrintOptions:
     replay_user_messages: bool = False
 
 
+#: Longest stream-json line written: claude-agent-sdk reads at most 1 MiB a line by default,
+#: and fails the whole session on a longer one.
+MAX_LINE_CHARS = 900_000
+
+
+def _fitted(obj: dict[str, Any]) -> str:
+    """``obj`` as a line under :data:`MAX_LINE_CHARS`, its longest strings shortened.
+
+    Only what is printed is shortened (a huge tool result, say): the model was given it all.
+    """
+    for keep in (100_000, 20_000, 2_000, 200):
+        line, _ = clean_text(json.dumps(_cut(obj, keep), ensure_ascii=False, separators=(",", ":")))
+        if len(line) <= MAX_LINE_CHARS:
+            return line
+    return json.dumps({k: obj[k] for k in ("type", "session_id", "uuid") if k in obj})
+
+
+def _cut(value: Any, keep: int) -> Any:
+    if isinstance(value, str) and len(value) > keep:
+        left = len(value) - keep
+        return f"{value[:keep]}\n[{left} characters left out of this line; the model saw them]"
+    if isinstance(value, dict):
+        return {k: _cut(v, keep) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v, keep) for v in value]
+    return value
+
+
 class Emitter:
     """Writes events in the chosen output format."""
 
@@ -125,6 +153,8 @@ class Emitter:
             line, _ = clean_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
             # Model output is cleaned already; a prompt or tool output from bytes that were
             # not UTF-8 must not make the line unwritable either.
+            if len(line) > MAX_LINE_CHARS:
+                line = _fitted(obj)
             self.out.write(line + "\n")
             self.out.flush()
 

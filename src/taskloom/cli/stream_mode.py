@@ -112,27 +112,32 @@ class StreamSession:
 
     # -- the input ----------------------------------------------------------------------------
 
-    async def serve(self, reader: LineReader, first: str | None = None) -> int:
+    async def serve(self, reader: LineReader, read: list[str | None] | None = None) -> int:
         """Read stdin to its end, answering requests and running turns; the exit code.
 
-        ``first`` is a line read already (before the session was built).
+        ``read`` holds lines read already (before the session was built; None for the end).
         """
+        pending = list(read or [])
         worker = asyncio.get_running_loop().create_task(self._run_turns())
         try:
             number = 0
-            line = first if first is not None else await reader.lines.get()
+            line = pending.pop(0) if pending else await reader.lines.get()
             while line is not _EOF:
                 number += 1
                 if line.strip():
                     await self._dispatch(line, number)
-                line = await reader.lines.get()
+                line = pending.pop(0) if pending else await reader.lines.get()
             # Nothing can answer a request of ours any more: those waiting fail now.
             self.channel.close("the program closed its input; nobody can answer")
             await self.prompts.put(None)  # no more turns: the worker ends after the queued
             await asyncio.shield(worker)
         except asyncio.CancelledError:
-            if self.turn is not None:
-                self.turn.cancel()  # reported by its result; the signal's code follows
+            # A signal: a running turn stops and reports it in its result; an idle session
+            # just ends. The signal's exit code follows.
+            if self.turn is not None and not self.turn.done():
+                self.turn.cancel()
+            else:
+                worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
             raise
@@ -182,10 +187,17 @@ class StreamSession:
             try:
                 result = await asyncio.shield(self.turn)
             except asyncio.CancelledError:
-                # Stopped by a signal: the turn reports it; then stop taking prompts.
-                result = await self.turn
+                # The turn was interrupted, or this worker stopped by a signal: either way
+                # the turn gets its result; only a stopped worker takes no more prompts.
+                stopping = bool(current_task_cancelling())
+                try:
+                    result = await self.turn
+                except asyncio.CancelledError:  # cancelled again while it cleaned up
+                    result = early_result(self.emitter, started, "interrupted")
                 self._finish_turn(result)
-                raise
+                if stopping:
+                    raise
+                continue
             self._finish_turn(result)
 
     def _finish_turn(self, result: dict[str, Any]) -> None:
@@ -212,7 +224,9 @@ class StreamSession:
                 raise UsageError(f"Unsupported control request subtype: {subtype}")
             assert isinstance(request, dict)
             body = await handler(self, request)
-        except (TaskloomError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # an answer for every request: the program waits for one
+            if not isinstance(exc, TaskloomError | ValueError | KeyError | TypeError):
+                log.debug("control request %s failed", subtype, exc_info=True)
             self._respond(request_id, error=str(exc))
             return
         self._respond(request_id, body=body)
@@ -284,6 +298,12 @@ _HANDLERS = {
 }
 
 
+def current_task_cancelling() -> int:
+    """How many cancellations of the running task are pending (0 outside a task)."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
 def _initialize_request(line: str | None) -> dict[str, Any] | None:
     """The ``initialize`` control request ``line`` holds, if it is one."""
     if line is None:
@@ -345,9 +365,10 @@ async def run_stream(opts: PrintOptions) -> int:
     # The program's first word is its initialize request (claude-agent-sdk waits for the
     # answer before anything else): its hooks and agents are part of the session to build.
     first = await reader.lines.get()
+    read: list[str | None] = [first]  # None: the input ended before a line came
     initialize = _initialize_request(first)
     if initialize is not None:
-        first = None
+        read = []
         session_options = _with_program(session_options, initialize["request"], channel)
     opts = dataclasses.replace(opts, session=session_options)
     harness = emitter.harness = Harness(emitter.observe(opts))
@@ -361,15 +382,16 @@ async def run_stream(opts: PrintOptions) -> int:
             try:
                 if initialize is not None:
                     await session.answer(initialize)
-                return await session.serve(reader, first)
+                return await session.serve(reader, read)
             finally:
                 if emitter.tap is not None:
                     emitter.tap.closed = True  # what the session's end stops is not shown
                 await harness.end()
     except asyncio.CancelledError:
-        if emitter.result_written or not stop_requested():
+        # Stopped by a signal: a turn that ran wrote its own result; an idle session (or
+        # one still starting) has no turn to report, and the program asked for none.
+        if not stop_requested():
             raise
-        emitter.line(early_result(emitter, started, "interrupted"))
         return 1
     except (TaskloomError, OSError) as exc:
         if isinstance(exc, UsageError):

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -40,13 +41,21 @@ _CONNECTION_CLOSED = -32000  # the SDK's JSON-RPC code for a transport that went
 _SPAWNED: contextvars.ContextVar[Any] = contextvars.ContextVar("taskloom_mcp_spawned", default=None)
 
 
-def load_sdk() -> None:
-    """Import what the manager uses of the SDK (run on a worker thread: it is ~0.7 s)."""
-    import mcp
-    import mcp.client.stdio
-    import mcp.types
+_LOADING = threading.Lock()
 
-    del mcp
+
+def load_sdk() -> None:
+    """Import what the manager uses of the SDK (run on a worker thread: it is ~0.7 s).
+
+    One thread at a time: servers starting together each call this, and threads importing
+    one package with circular imports at once can deadlock the import system.
+    """
+    with _LOADING:
+        import mcp
+        import mcp.client.stdio
+        import mcp.types
+
+        del mcp
 
 
 async def spawn_stdio(

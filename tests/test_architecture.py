@@ -22,9 +22,9 @@ LAYERS: list[set[str]] = [
     {"permissions", "hooks"},
     {"transcript", "prompts", "worktrees"},
     {"tools", "mcp"},
-    {"engine"},
+    {"engine", "events"},
     {"conversation"},
-    {"agents", "session"},
+    {"agents", "session", "options"},
     {"harness"},
     {"cli", "__main__", "__init__"},
 ]

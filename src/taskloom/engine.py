@@ -22,17 +22,25 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import ModelError, TaskloomError
+from taskloom.events import (
+    AssistantTurn,
+    EngineEvent,
+    EngineObserver,
+    Finished,
+    ToolDone,
+    UserTurn,
+)
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from taskloom.models.base import MessageComplete, Model, ModelRequest, StreamEvent
+from taskloom.models.base import MessageComplete, Model, ModelRequest
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
 from taskloom.untrusted import vet_answer
 
 if TYPE_CHECKING:
-    from taskloom.hooks import HookConfig, HookOutcome, HookResult
+    from taskloom.hooks import HookConfig, HookOutcome
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.tasks.runtime import TaskRuntime
 
@@ -101,81 +109,6 @@ class EngineConfig:
     session_id: str = ""
     transcript_path: str | None = None
     observer: EngineObserver | None = None
-
-
-class EngineObserver(Protocol):
-    """What :attr:`EngineConfig.observer` is told, as it happens; its calls must not block.
-
-    It hears the main thread (``agent_id`` None) and every agent, and is a hook listener
-    too (see :class:`taskloom.hooks.HookListener`).
-
-    Attributes:
-        partial_messages: Whether it wants the model's deltas (else only the whole answer).
-    """
-
-    partial_messages: bool
-
-    def model_event(self, agent_id: str | None, event: ModelRequest | StreamEvent) -> None:
-        """A request as it is sent, then its stream: deltas if wanted, the whole message."""
-        ...
-
-    def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
-        """A message entered a subagent's conversation (told by its run)."""
-        ...
-
-    def hook_started(self, hook_id: str, event: str, name: str) -> None:
-        """A hook started (see :class:`taskloom.hooks.HookListener`)."""
-        ...
-
-    def hook_finished(self, hook_id: str, event: str, name: str, result: HookResult | None) -> None:
-        """A hook ended (see :class:`taskloom.hooks.HookListener`)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class UserTurn:
-    """A user message entered the conversation (the prompt, tool results, notifications).
-
-    Attributes:
-        message: The message.
-        origin: ``prompt``, ``tool_results`` or ``notifications``.
-        notifications: The notifications it delivers, if any.
-    """
-
-    message: Message
-    origin: Literal["prompt", "tool_results", "notifications", "messages"]
-    notifications: tuple[Notification, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class AssistantTurn:
-    """The model answered."""
-
-    message: Message
-
-
-@dataclass(frozen=True, slots=True)
-class ToolDone:
-    """One tool call finished (before the results go back to the model)."""
-
-    call: ToolUseBlock
-    result: ToolResult
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The run is over.
-
-    Attributes:
-        reason: ``end_turn`` when the model was done, ``max_turns`` at the turn limit.
-        result: The text of the last assistant message.
-    """
-
-    reason: Literal["end_turn", "max_turns"]
-    result: str
-
-
-EngineEvent = UserTurn | AssistantTurn | ToolDone | Finished
 
 
 class Engine:
@@ -624,3 +557,17 @@ def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:
     if not notes:
         return message
     return Message(role="user", content=[*message.content, TextBlock(text=render_batch(notes))])
+
+
+__all__ = [
+    "DEFAULT_BATCH_WINDOW_MS",
+    "NO_CONTENT",
+    "AssistantTurn",
+    "Engine",
+    "EngineConfig",
+    "EngineEvent",
+    "EngineObserver",
+    "Finished",
+    "ToolDone",
+    "UserTurn",
+]

@@ -1,0 +1,94 @@
+"""What an engine run tells: its typed events, and the observer that hears them as they happen.
+
+:class:`~taskloom.engine.Engine` yields :data:`EngineEvent` values; an :class:`EngineObserver`
+(``EngineConfig.observer``) also hears the model's stream and every subagent's messages.
+Importing these does not import the engine's loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from taskloom.messages import Message, ToolUseBlock
+from taskloom.tasks.notifications import Notification
+from taskloom.tools.base import ToolResult
+
+if TYPE_CHECKING:
+    from taskloom.hooks import HookResult
+    from taskloom.models.base import ModelRequest, StreamEvent
+
+
+class EngineObserver(Protocol):
+    """What :attr:`EngineConfig.observer` is told, as it happens; its calls must not block.
+
+    It hears the main thread (``agent_id`` None) and every agent, and is a hook listener
+    too (see :class:`taskloom.hooks.HookListener`).
+
+    Attributes:
+        partial_messages: Whether it wants the model's deltas (else only the whole answer).
+    """
+
+    partial_messages: bool
+
+    def model_event(self, agent_id: str | None, event: ModelRequest | StreamEvent) -> None:
+        """A request as it is sent, then its stream: deltas if wanted, the whole message."""
+        ...
+
+    def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
+        """A message entered a subagent's conversation (told by its run)."""
+        ...
+
+    def hook_started(self, hook_id: str, event: str, name: str) -> None:
+        """A hook started (see :class:`taskloom.hooks.HookListener`)."""
+        ...
+
+    def hook_finished(self, hook_id: str, event: str, name: str, result: HookResult | None) -> None:
+        """A hook ended (see :class:`taskloom.hooks.HookListener`)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    """A user message entered the conversation (the prompt, tool results, notifications).
+
+    Attributes:
+        message: The message.
+        origin: ``prompt``, ``tool_results`` or ``notifications``.
+        notifications: The notifications it delivers, if any.
+    """
+
+    message: Message
+    origin: Literal["prompt", "tool_results", "notifications", "messages"]
+    notifications: tuple[Notification, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantTurn:
+    """The model answered."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDone:
+    """One tool call finished (before the results go back to the model)."""
+
+    call: ToolUseBlock
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The run is over.
+
+    Attributes:
+        reason: ``end_turn`` when the model was done, ``max_turns`` at the turn limit.
+        result: The text of the last assistant message.
+    """
+
+    reason: Literal["end_turn", "max_turns"]
+    result: str
+
+
+EngineEvent = UserTurn | AssistantTurn | ToolDone | Finished

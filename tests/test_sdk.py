@@ -209,3 +209,33 @@ async def test_set_model_sends_the_next_requests_to_that_model(tmp_path: Path) -
         "claude-haiku-4-5",
         "claude-sonnet-4-5",
     ]
+
+
+async def test_a_failing_hook_blocks_only_when_its_matcher_says_on_failure_block(
+    tmp_path: Path,
+) -> None:
+    async def broken(hook_input: Any, tool_use_id: str | None, context: Any) -> Any:
+        raise RuntimeError("the guard crashed")
+
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("Bash", {"command": "echo guarded-ran"})])
+        server.add_turn(tool_calls=[("Glob", {"pattern": "*.nothing"})])
+        server.add_turn(text="done")
+        hooks = {
+            "PreToolUse": [
+                sdk.HookMatcher(matcher="Bash", hooks=[broken], on_failure="block"),
+                sdk.HookMatcher(matcher="Glob", hooks=[broken]),  # a failure is no decision
+            ]
+        }
+        opts = options(server, tmp_path, hooks=hooks, permission_mode="bypassPermissions")
+        messages = [m async for m in sdk.query(prompt="go", options=opts)]
+    assert isinstance(messages[-1], sdk.ResultMessage) and messages[-1].result == "done"
+    bash, glob = (
+        b
+        for r in server.requests[1:]
+        for b in r.body["messages"][-1]["content"]
+        if b.get("type") == "tool_result"
+    )
+    assert bash["is_error"] and "the guard crashed" in str(bash["content"])
+    assert "guarded-ran" not in str(bash["content"])
+    assert not glob.get("is_error")  # ran: the failure of a "continue" hook decides nothing

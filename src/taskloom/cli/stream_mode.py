@@ -261,7 +261,7 @@ class StreamSession:
             "claude_code_version": PROTOCOL_VERSION,
             "taskloom_version": __version__,
             "current_permission_mode": info["permissionMode"],
-            "hook_on_failure_supported": False,
+            "hook_on_failure_supported": True,
             "capabilities": [],
         }
 

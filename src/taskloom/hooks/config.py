@@ -87,10 +87,14 @@ class CallbackHook:
     Attributes:
         callback_id: The id the program gave it (``hook_0``).
         timeout: Seconds to wait for its answer.
+        block_on_failure: A call that fails (an error, no answer in time, no output) blocks
+            the action, as a hook exiting 2 does (``onFailure: "block"``); else it counts as
+            no decision.
     """
 
     callback_id: str
     timeout: float = DEFAULT_TIMEOUT_S
+    block_on_failure: bool = False
 
     @property
     def key(self) -> str:
@@ -205,7 +209,8 @@ class HookConfig:
                     raise ValueError(f"hooks.{name}: each entry needs hookCallbackIds")
                 timeout = entry.get("timeout")
                 seconds = float(timeout) if isinstance(timeout, int | float) else DEFAULT_TIMEOUT_S
-                hooks = tuple(CallbackHook(i, seconds) for i in ids)
+                block = entry.get("onFailure") == "block"
+                hooks = tuple(CallbackHook(i, seconds, block) for i in ids)
                 parsed.append(HookMatcher(str(entry.get("matcher") or ""), hooks))
             events[event] = tuple(parsed)
         return cls(MappingProxyType(events), caller)

@@ -203,8 +203,13 @@ async def _call_one(
                 hook.callback_id, data, tool_use_id if isinstance(tool_use_id, str) else None
             )
     except TimeoutError:
+        if hook.block_on_failure:
+            why = f"hook {name} did not answer within {hook.timeout:g} s"
+            return HookResult(name, 2, "", why, False, time.monotonic() - started)
         return HookResult(name, None, "", "", True, time.monotonic() - started)
     except TaskloomError as exc:
+        if hook.block_on_failure:  # exit 2's meaning: blocked, with the reason
+            return HookResult(name, 2, "", f"hook {name} failed: {exc}", False, 0.0)
         return HookResult(name, None, "", str(exc), False, time.monotonic() - started)
     return HookResult(name, 0, json.dumps(output), "", False, time.monotonic() - started)
 

@@ -78,3 +78,17 @@ def test_a_huge_tool_result_still_fits_the_protocols_line_limit(tmp_path: Path) 
     assert events[-1]["result"] == "read it"
     (shown,) = [b for e in events if e["type"] == "user" for b in e["message"]["content"]]
     assert "left out of this line" in str(shown["content"])
+
+
+def test_a_signal_during_a_turn_ends_it_with_its_result_and_the_session(tmp_path: Path) -> None:
+    proc = start(tmp_path, [{"tool_calls": [{"name": "Bash", "input": {"command": "sleep 30"}}]}])
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(user("wait"))
+    proc.stdin.flush()
+    while '"task_started"' not in proc.stdout.readline():  # the command runs now
+        pass
+    proc.send_signal(signal.SIGTERM)  # its input still open
+    out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 143
+    result = json.loads(out.splitlines()[-1])
+    assert result["type"] == "result" and result["result"] == "interrupted"

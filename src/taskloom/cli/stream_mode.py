@@ -109,6 +109,8 @@ class StreamSession:
         self.prompts: asyncio.Queue[str | Message | None] = asyncio.Queue()
         self.turn: asyncio.Task[dict[str, Any]] | None = None
         self.last: dict[str, Any] | None = None
+        #: A signal came: the running turn ends with its result and no other starts.
+        self.stopping = False
 
     # -- the input ----------------------------------------------------------------------------
 
@@ -134,6 +136,7 @@ class StreamSession:
         except asyncio.CancelledError:
             # A signal: a running turn stops and reports it in its result; an idle session
             # just ends. The signal's exit code follows.
+            self.stopping = True
             if self.turn is not None and not self.turn.done():
                 self.turn.cancel()
             else:
@@ -172,7 +175,7 @@ class StreamSession:
     # -- turns --------------------------------------------------------------------------------
 
     async def _run_turns(self) -> None:
-        while (prompt := await self.prompts.get()) is not None:
+        while not self.stopping and (prompt := await self.prompts.get()) is not None:
             started = time.monotonic()
             self.emitter.line(init_event(self.harness))
             self.turn = asyncio.get_running_loop().create_task(

@@ -261,3 +261,18 @@ def test_sdk_options_without_effect_are_accepted_not_refused(dirs: tuple[Path, P
         flags += ["--betas", "x", "--plugin-dir", str(a), "--task-budget", "5"]
         proc = run(a, home, server, *flags)
     assert events(proc)[-1]["result"] == "fine"
+
+
+def test_a_fork_that_fails_early_names_no_session(dirs: tuple[Path, Path, Path]) -> None:
+    a, _, home = dirs
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="kept")
+        original = session_of(run(a, home, server))
+    # No provider configured: the fork fails before its session exists.
+    env = clean_env(TASKLOOM_HOME=str(home), HOME=str(home / "user"))
+    argv = [sys.executable, "-m", "taskloom", "-p", "x", "--output-format", "stream-json"]
+    argv += ["--resume", original, "--fork-session"]
+    proc = subprocess.run(argv, cwd=a, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["is_error"] and result["session_id"] is None  # not the session it forks

@@ -223,7 +223,7 @@ async def run_print(opts: PrintOptions) -> int:
     A usage error has none: nothing was run.
     """
     started = time.monotonic()
-    emitter = Emitter(opts.output_format, opts.session.resume, sys.stdout)
+    emitter = Emitter(opts.output_format, known_session_id(opts.session), sys.stdout)
     try:
         return await _run_print(opts, emitter, started)
     except asyncio.CancelledError:
@@ -407,6 +407,14 @@ async def run_turn(
     if harness.structured_output is not None:
         result["structured_output"] = harness.structured_output
     return result
+
+
+def known_session_id(options: Options) -> str | None:
+    """The id of a session that exists before the run starts: the one it resumes.
+
+    None for a new session (a fork too): its id names a session only once it is claimed.
+    """
+    return None if options.fork_session else options.resume
 
 
 def early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:

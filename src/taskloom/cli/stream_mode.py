@@ -36,6 +36,7 @@ from taskloom.cli.print_mode import (
     PrintOptions,
     early_result,
     init_event,
+    known_session_id,
     run_turn,
     stop_requested,
 )
@@ -353,7 +354,7 @@ def _prompt_of(message: dict[str, Any]) -> str | Message | None:
 async def run_stream(opts: PrintOptions) -> int:
     """Serve a stream-json session on stdin and stdout; returns the exit code."""
     started = time.monotonic()
-    emitter = Emitter("stream-json", opts.session.resume, sys.stdout)
+    emitter = Emitter("stream-json", known_session_id(opts.session), sys.stdout)
     channel = ControlChannel(emitter.raw)
     session_options = opts.session
     if opts.permission_prompt_tool == "stdio":

@@ -63,10 +63,9 @@ async def spawn_stdio(
 ) -> Any:
     """Start the process of the stdio server ``cfg`` as the SDK would, without the SDK.
 
-    The whole environment, as Claude Code gives it (the SDK alone passes only a few variables
-    such as PATH and HOME), then the server's own, then ``extra_env``; a session of its own.
+    Its environment is :func:`_stdio_env`'s; it runs in a session of its own.
     """
-    env = {**os.environ, **cfg.env, **extra_env}
+    env = _stdio_env(cfg, extra_env)
     return await anyio.open_process(
         [cfg.command, *cfg.args],
         env=env,
@@ -74,6 +73,15 @@ async def spawn_stdio(
         cwd=cwd,
         start_new_session=True,
     )
+
+
+def _stdio_env(cfg: McpServerConfig, extra_env: Mapping[str, str]) -> dict[str, str]:
+    """A stdio server's environment, as Claude Code gives it.
+
+    The whole of ours (the SDK alone passes only a few variables such as PATH and HOME), then
+    the server's own, then ``extra_env`` (its tag for the orphan sweep).
+    """
+    return {**os.environ, **cfg.env, **extra_env}
 
 
 def _hand_over(module: Any) -> bool:
@@ -123,9 +131,7 @@ async def open_transport(
             process = None
         _SPAWNED.set(process)
 
-        # The whole environment, as Claude Code gives it (the SDK alone passes only a few
-        # variables such as PATH and HOME), then the server's own, then ours.
-        env = {**os.environ, **cfg.env, **extra_env}
+        env = _stdio_env(cfg, extra_env)
         params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env, cwd=cwd)
         client = stdio_client(params) if errlog is None else stdio_client(params, errlog)
         try:

@@ -204,7 +204,11 @@ async def test_close_kills_running_tasks_and_leftover_descendants() -> None:
     # A finished command that left a daemon behind: found by its tag at close.
     daemon = await run_shell(rt, "sleep 300 >/dev/null 2>&1 &", timeout=10)
     assert daemon.status == TaskStatus.COMPLETED
-    assert find_tree(None, tag=daemon.task_id)[0] != []
+    # Bounded wait, not a single look: a process caught inside execve has an empty environ
+    # for an instant (the kernel sets the new one last), so one scan under load can miss it.
+    await wait_until(
+        lambda: find_tree(None, tag=daemon.task_id)[0] != [], what="the daemon to be found by tag"
+    )
     await rt.close()
     assert find_tree(None, tag=running.task_id)[0] == []
     assert find_tree(None, tag=daemon.task_id)[0] == []

@@ -383,7 +383,11 @@ async def test_an_agents_background_shells_end_with_it(tmp_path: Path) -> None:
         assert result.status == "completed"
         shells = [s for s in rt.subtree(result.agent_id) if s.type == "local_bash"]
         assert len(shells) == 1 and shells[0].status == "killed"
-        assert rt.drain() == []  # the agent is gone: nobody to tell about its shell
+        # The main thread is not told (the shell was not its own); the agent's mailbox keeps
+        # the notice, which it receives if it is resumed.
+        assert rt.drain(owner=rt.session_id) == []
+        kept = rt.mailbox.pending(result.agent_id, "notification")
+        assert [n.sender for n in kept] == [shells[0].id] and "was stopped" in kept[0].body
 
 
 async def test_models_made_for_agent_aliases_are_closed_with_the_builder() -> None:

@@ -33,7 +33,14 @@ from taskloom.events import (
     ToolDone,
     UserTurn,
 )
-from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from taskloom.messages import (
+    ContentBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
 from taskloom.models.base import MessageComplete, Model, ModelRequest
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
@@ -162,6 +169,11 @@ class Engine:
             pending = self._take_notifications()
             if pending:
                 message = _with_notes(message, pending)
+            sent = self._take_inbox()  # sent while it was idle: with the prompt, in order
+            if sent:
+                message = Message(
+                    role="user", content=[*message.content, *(TextBlock(text=t) for t in sent)]
+                )
             if self.messages and self.messages[-1].role == "user":
                 # The conversation already ends with a user message (a run that stopped after
                 # its tool results): one user message, or the API refuses the request.
@@ -213,12 +225,15 @@ class Engine:
                 yield Finished("max_turns", answer.text())
                 return
             notes = await self._await_notifications()
-            if not notes:
+            sent = self._take_inbox()  # a message woke it, or came with the notifications
+            if not notes and not sent:
                 yield Finished("end_turn", answer.text())
                 return
-            message = Message(role="user", content=[TextBlock(text=render_batch(notes))])
+            content: list[ContentBlock] = [TextBlock(text=render_batch(notes))] if notes else []
+            content += [TextBlock(text=t) for t in sent]
+            message = Message(role="user", content=content)
             self.messages.append(message)
-            yield UserTurn(message, "notifications", tuple(notes))
+            yield UserTurn(message, "notifications" if notes else "messages", tuple(notes))
             self._ack(notes)
 
     # -- model --------------------------------------------------------------------------------
@@ -509,12 +524,14 @@ class Engine:
         notes = self._take_notifications()
         if notes or not self.config.wait_for_tasks:
             return notes
+        owner, listens = self.config.owner, self.config.inbox is not None
         while self._must_wait():
-            await self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner=self.config.owner)
-            if self.runtime.notifications.has_pending(self.config.owner):
+            # A message sent to it wakes it too: it sees it now, not after the next task ends.
+            await self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
+            if self.runtime.notifications.has_pending(owner):
                 await self._gather_more()
             notes = self._take_notifications()
-            if notes:
+            if notes or (listens and self.runtime.mailbox.has_pending(owner, "message")):
                 return notes
         return []
 

@@ -30,6 +30,7 @@ from taskloom.tasks.runtime import TaskRuntime
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from taskloom.agents.peers import PeerListener
     from taskloom.agents.service import AgentService
     from taskloom.engine import EngineEvent
     from taskloom.hooks import HookConfig
@@ -87,6 +88,9 @@ class Harness:
         self._structured: StructuredOutput | None = None
         self._switch: ModelSwitch | None = None
         self._chosen_models: dict[str, Model] = {}
+        #: Whether the main thread only orchestrates workers (known once started).
+        self.coordinator = False
+        self._listener: PeerListener | None = None
 
     @property
     def session_id(self) -> str:
@@ -161,6 +165,9 @@ class Harness:
             skip_broken=opts.skip_broken_settings,
             sources=opts.setting_sources,
         )
+        from taskloom.agents.coordinator import coordinator_enabled
+
+        self.coordinator = coordinator_enabled(opts.coordinator, self.settings)
         spec = opts.model
         self._model = spec if spec is not None and not isinstance(spec, str) else None
         if self._model is None:
@@ -183,6 +190,12 @@ class Harness:
             self._runtime, self._claimed = runtime, True
             self._mcp = await self._stack.enter_async_context(self._mcp_servers())
             self._build_session()
+            if self._listens():
+                from taskloom.agents.peers import PeerListener, socket_path
+
+                path = socket_path(runtime.session_id, runtime.home)
+                listener = PeerListener(runtime.mailbox, runtime.session_id, path)
+                self._listener = await self._stack.enter_async_context(listener)
         except BaseException:
             self._runtime = None
             await finish_despite_cancel(self._stack.aclose())
@@ -193,7 +206,6 @@ class Harness:
         from taskloom.agents.send_message import SendMessageTool
         from taskloom.engine import EngineConfig
         from taskloom.hooks import HookConfig
-        from taskloom.prompts import main_system_prompt
         from taskloom.session import Session, transcript_path
         from taskloom.tools.registry import core_tools
         from taskloom.tools.worktree_tools import (
@@ -209,13 +221,25 @@ class Harness:
         self._hooks = hooks
         service = self._service = self._agent_service(hooks)
         place = self._place = WorktreeSession(cwd=self.cwd)
-        builtin: list[Tool[Any]] = [
-            *core_tools(self._profile),
-            AgentTool(service),
-            SendMessageTool(service),
-            EnterWorktreeTool(place, hooks),
-            ExitWorktreeTool(place, hooks),
-        ]
+        coordinating = self.coordinator
+        builtin: list[Tool[Any]]
+        if coordinating:
+            from taskloom.tools.tasks import TaskStopTool
+
+            # It orchestrates only: the workers have the tools (and the MCP servers).
+            builtin = [
+                AgentTool(service, coordinator=True),
+                SendMessageTool(service),
+                TaskStopTool(),
+            ]
+        else:
+            builtin = [
+                *core_tools(self._profile),
+                AgentTool(service),
+                SendMessageTool(service),
+                EnterWorktreeTool(place, hooks),
+                ExitWorktreeTool(place, hooks),
+            ]
         if opts.builtin_tools is not None:
             builtin = [t for t in builtin if t.name in opts.builtin_tools]
         if opts.json_schema is not None:
@@ -223,20 +247,15 @@ class Harness:
 
             self._structured = StructuredOutput(check_schema(opts.json_schema))
             builtin.append(self._structured)
-        offered = [
-            *builtin,
-            *(self._mcp.tools() if self._mcp is not None else []),
-            *opts.tools,
-        ]
+        mcp_tools = self._mcp.tools() if self._mcp is not None and not coordinating else []
+        offered = [*builtin, *mcp_tools, *opts.tools]
         self.tools = [t for t in offered if not policy.hides(t.name, t.kind)]
         from taskloom.models.switch import ModelSwitch
 
         self._switch = ModelSwitch(self.model)  # the program may choose another (set_model)
         config = EngineConfig(
             model=self._switch,
-            system_prompt=main_system_prompt(
-                self.cwd, opts.append_system_prompt, replace=opts.system_prompt
-            ),
+            system_prompt=self._main_prompt(),
             tools=self.tools,
             owner=runtime.session_id,
             cwd=self.cwd,
@@ -256,6 +275,34 @@ class Harness:
         else:
             self._session = Session(runtime, config, persist=opts.persist_session)
         self._stack.callback(self._session.close)
+
+    def _main_prompt(self) -> str:
+        """The main thread's system prompt; a coordinator's says what its workers have."""
+        from taskloom.prompts import main_system_prompt
+
+        opts = self.options
+        if not self.coordinator or opts.system_prompt is not None:
+            return main_system_prompt(
+                self.cwd, opts.append_system_prompt, replace=opts.system_prompt
+            )
+        from taskloom.agents.coordinator import coordinator_system_prompt
+
+        servers = self._mcp.status() if self._mcp is not None else {}
+        connected = [name for name, status in servers.items() if status == "connected"]
+        return coordinator_system_prompt(
+            self.agents.builder, self.cwd, connected, opts.append_system_prompt
+        )
+
+    def _listens(self) -> bool:
+        """Whether other sessions may message this one (``listen``, or the setting)."""
+        if self.options.listen is not None:
+            return self.options.listen
+        return self.settings.get("listen") is True
+
+    @property
+    def listen_path(self) -> Path | None:
+        """The Unix socket other sessions reach this one at (``uds:<path>``), if listening."""
+        return self._listener.path if self._listener is not None else None
 
     def _check_session_options(self) -> None:
         opts = self.options
@@ -312,9 +359,14 @@ class Harness:
         from taskloom.agents.service import AgentService
         from taskloom.models.resolve import alias_resolver
 
+        catalog = load_agents(self.cwd, flag_json=self.options.agents)
+        if self.coordinator:
+            from taskloom.agents.coordinator import coordinator_catalog
+
+            catalog = coordinator_catalog(catalog)
         builder = AgentBuilder(
             self.runtime,
-            catalog=load_agents(self.cwd, flag_json=self.options.agents),
+            catalog=catalog,
             model=self.model,
             model_name=self.model.name,
             tools=self._subagent_tools,
@@ -324,11 +376,14 @@ class Harness:
             hooks=hooks,
             prompter=self.options.prompter,
             observer=self.options.observer,
+            default_type="worker" if self.coordinator else "general-purpose",
         )
         environments = Environments(
             self.runtime, hooks=hooks, mcp=self._mcp, mcp_config=self._mcp_config
         )
-        return AgentService(self.runtime, builder, environments, cwd=self.cwd)
+        return AgentService(
+            self.runtime, builder, environments, cwd=self.cwd, coordinator=self.coordinator
+        )
 
     def _subagent_tools(self) -> list[Tool[Any]]:
         """Every tool a subagent could be given (filtered per agent; Agent only when nesting)."""
@@ -456,6 +511,8 @@ class Harness:
             "model": self.session.engine.config.model_name or self._current_model().name,
             "permissionMode": str(self.policy.mode),
             "agents": sorted(self.agents.catalog.names()),
+            # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).
+            **({"peer_socket": str(self.listen_path)} if self.listen_path is not None else {}),
         }
 
     def set_model(self, spec: str | None) -> str:

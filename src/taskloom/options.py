@@ -71,6 +71,11 @@ class Options:
             configuration (``--strict-mcp-config``).
         mcp_caller: Reaches the MCP servers of type ``sdk``, hosted by the program driving the
             session (``mcp_message`` control requests); without it they are not started.
+        coordinator: The main thread only orchestrates workers (``--coordinator``): its tools
+            are Agent, SendMessage and TaskStop, and every agent runs in the background.
+            None: the setting ``coordinatorMode`` or the environment decides.
+        listen: Receive messages from other taskloom sessions of this machine on a Unix
+            socket in the session directory (``--listen``); None: the setting ``listen``.
     """
 
     model: str | Model | None = None
@@ -103,3 +108,5 @@ class Options:
     mcp_config: Sequence[str] = ()
     strict_mcp_config: bool = False
     mcp_caller: McpMessageCaller | None = None
+    coordinator: bool | None = None
+    listen: bool | None = None

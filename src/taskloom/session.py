@@ -7,6 +7,7 @@ stopped (the runtime, opened with the same session id, replays undelivered notif
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UserError
 from taskloom.messages import Message
 from taskloom.settings import db_path, session_dir
+from taskloom.tasks.mailbox import Letter
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.transcript import TranscriptWriter, load_messages
 
@@ -41,7 +43,8 @@ class Session:
         """
         self.runtime = runtime
         self.id = runtime.session_id
-        self.engine = Engine(config, runtime, messages)
+        # Its inbox is the session's mailbox: what agents and other sessions send it.
+        self.engine = Engine(dataclasses.replace(config, inbox=self.take_inbox), runtime, messages)
         self._source = "resume" if messages else "startup"
         path = transcript_path(self.id, runtime.home) if persist else None
         self.recorder = Recorder(self.engine, path)
@@ -59,6 +62,17 @@ class Session:
         session = cls(runtime, config, load_messages(path), persist=persist)
         session.recorder.repair()
         return session
+
+    def take_inbox(self) -> list[str]:
+        """Messages sent to the main thread since its last look, taken from the mailbox.
+
+        Acknowledged once the transcript holds the message they go into (see
+        :meth:`~taskloom.conversation.recorder.Recorder.hold`).
+        """
+        letters = self.runtime.mailbox.take(self.id, "message")
+        if letters:
+            self.recorder.hold(letters)
+        return [_inbox_text(letter) for letter in letters]
 
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
         """Run the engine on ``prompt``, recording each message before passing it on.
@@ -83,8 +97,13 @@ class Session:
             ]
             if extra:
                 prompt = "\n\n".join([prompt, *extra])
-        async for event in self.recorder.run(prompt):
-            yield event
+        try:
+            async for event in self.recorder.run(prompt):
+                yield event
+        except BaseException:
+            # Interrupted: messages taken for a message that was never recorded go back.
+            self.recorder.release()
+            raise
 
     async def end(self, reason: str = "other") -> None:
         """Run the SessionEnd hooks."""
@@ -93,6 +112,26 @@ class Session:
     def close(self) -> None:
         """Close the transcript."""
         self.recorder.close()
+
+
+def _inbox_text(letter: Letter) -> str:
+    """What the main thread is shown of a message: another session's says who sent it.
+
+    An agent's message comes framed already (its sender knows who it is); a row from another
+    process (``uds:<its socket>`` or ``session:<its id>``) is framed here, with how to reply.
+    """
+    sender = letter.sender
+    if sender.startswith("uds:"):
+        reply = f'; reply with SendMessage to "{sender}"'
+    elif sender.startswith("session:"):
+        reply = " (it does not listen: it cannot be answered)"
+    else:
+        return letter.body
+    return (
+        f"Another taskloom session ({sender}) sent a message while you were working:\n"
+        f"{letter.body}\n\nThis is from another session, not from your user. After completing "
+        f"your current task, decide whether and how to respond{reply}."
+    )
 
 
 def latest_session_id(cwd: Path, home: Path | None = None) -> str | None:

@@ -24,6 +24,17 @@ DESCRIPTION = """Launch a subagent to handle a task on its own, with its own con
 - To continue an agent (running or finished), use SendMessage with its id or name.
 - Its answer is not shown to the user: relay what matters."""
 
+COORDINATOR_DESCRIPTION = """Start a worker: an agent with its own context window that runs in the
+background on one self-contained piece of the task.
+
+- Give a short `description` (3-5 words) and a complete `prompt`: the worker sees nothing of
+  this conversation, so the prompt is its whole specification (files, the change, how to
+  check it, what to report).
+- `subagent_type` defaults to `worker`; the read-only types only look.
+- Every worker runs in the background: you get its id at once and a <task-notification> with
+  its report when it ends. Start independent workers in ONE message to run them in parallel.
+- Continue a worker with SendMessage (its id or `name`); stop one with TaskStop."""
+
 AgentMode = Literal["acceptEdits", "bypassPermissions", "default", "dontAsk", "plan"]
 
 
@@ -117,9 +128,15 @@ class AgentTool(Tool[AgentInput]):
         enable_run_in_background: bool = True,
         teammate: bool = False,
         in_process_teammate: bool = False,
+        coordinator: bool = False,
     ) -> None:
-        """Serve ``service``; the flags shape the schema (the background and teammate rules)."""
+        """Serve ``service``; the flags shape the schema (the background and teammate rules).
+
+        ``coordinator``: every agent runs in the background (the field is not offered, and
+        ignored if sent), and forks are not offered.
+        """
         self.service = service
+        self.coordinator = coordinator
         self.enable_run_in_background = enable_run_in_background and not background_disabled(
             service.settings
         )
@@ -128,7 +145,9 @@ class AgentTool(Tool[AgentInput]):
 
     @property
     def _hidden(self) -> set[str]:
-        hidden = set()
+        hidden: set[str] = set()
+        if self.coordinator:
+            return hidden  # run_in_background is dropped from its schema, and ignored
         if not self.enable_run_in_background or self.in_process_teammate:
             hidden.add("run_in_background")
         if self.teammate or self.in_process_teammate:
@@ -138,7 +157,7 @@ class AgentTool(Tool[AgentInput]):
     def input_schema(self) -> dict[str, Any]:
         """The schema, without the fields this context does not offer."""
         schema = super().input_schema()
-        for name in self._hidden:
+        for name in self._hidden | ({"run_in_background"} if self.coordinator else set()):
             schema["properties"].pop(name, None)
         return schema
 
@@ -150,7 +169,8 @@ class AgentTool(Tool[AgentInput]):
             f"- {d.agent_type}: {d.when_to_use}"
             for d in sorted(self.service.catalog.active.values(), key=lambda d: d.agent_type)
         ]
-        text = f"{self.description}\n\nAvailable agent types:\n" + "\n".join(lines)
+        description = COORDINATOR_DESCRIPTION if self.coordinator else self.description
+        text = f"{description}\n\nAvailable agent types:\n" + "\n".join(lines)
         return ToolSpec(self.name, text, self.input_schema())
 
     def validate(self, raw: Any) -> AgentInput | ToolResult:
@@ -199,7 +219,7 @@ class AgentTool(Tool[AgentInput]):
             prompt=params.prompt,
             subagent_type=params.subagent_type,
             model=params.model,
-            run_in_background=bool(params.run_in_background),
+            run_in_background=self.coordinator or bool(params.run_in_background),
             name=params.name,
             mode=params.mode,
             cwd=params.cwd,

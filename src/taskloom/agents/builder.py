@@ -35,6 +35,10 @@ final message. Do the task with your tools, then answer with a complete, self-co
 of what you found or did (paths, commands, results). Do not ask questions: no one can answer."""
 
 
+#: The agent type of a spawn that names none, outside coordinator mode.
+DEFAULT_TYPE = "general-purpose"
+
+
 class AgentBuilder:
     """The session's agent catalog and everything a subagent's engine is built from."""
 
@@ -52,6 +56,7 @@ class AgentBuilder:
         hooks: HookConfig | None = None,
         prompter: PermissionPrompter | None = None,
         observer: EngineObserver | None = None,
+        default_type: str = DEFAULT_TYPE,
     ) -> None:
         """Build subagents from ``catalog`` for ``runtime``'s session.
 
@@ -67,6 +72,8 @@ class AgentBuilder:
             hooks: The session's hooks (an agent's own hooks are added for its runs).
             prompter: Who answers the calls of its agents that need approval, if anyone.
             observer: Who watches every agent's engine (the session's output), if anyone.
+            default_type: The agent type of a spawn that names none (``worker`` for a
+                coordinator).
         """
         self.runtime = runtime
         self.catalog = catalog
@@ -79,6 +86,7 @@ class AgentBuilder:
         self.hooks = hooks
         self.prompter = prompter
         self.observer = observer
+        self.default_type = default_type
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
         # One model per alias for the whole session: its connections are shared.
         self._models: dict[str, Model] = {}
@@ -91,12 +99,12 @@ class AgentBuilder:
                 await model.aclose()
 
     def definition(self, subagent_type: str | None) -> AgentDefinition:
-        """The definition for ``subagent_type`` (default ``general-purpose``).
+        """The definition for ``subagent_type`` (default :attr:`default_type`).
 
         Raises:
             ToolError: No such agent type; the message lists the known ones.
         """
-        name = subagent_type or "general-purpose"
+        name = subagent_type or self.default_type
         found = self.catalog.get(name)
         if found is None:
             known = ", ".join(sorted(self.catalog.names()))

@@ -3,18 +3,27 @@
 A :class:`Messenger` resolves a recipient through the runtime's directory of names, commits
 the message to the runtime's mailbox, and resumes a stopped agent on it: the run this process
 started, or one rebuilt from its transcript (an agent of an earlier process).
+
+Besides one agent, a message may go to every running agent the sender may address (``*``),
+to the main session (its session id, from an agent), or to another taskloom process on this
+machine (``uds:<socket path>``, see :mod:`taskloom.agents.peers`). A message is text, or a
+structured object (see :mod:`taskloom.agents.structured_messages`), checked before anything
+is posted. A running recipient sees it framed with who sent it; a stopped agent resumed on it
+gets it as it was written (it is its new prompt).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from taskloom.agents import structured_messages
 from taskloom.agents.run import AgentRun, sidechain_path
-from taskloom.errors import ToolError
+from taskloom.errors import TaskError, ToolError
 from taskloom.tasks.agent import resumed
-from taskloom.tasks.types import AgentTaskState
+from taskloom.tasks.types import AgentTaskState, TaskType
 from taskloom.transcript import load_messages, repair
 
 if TYPE_CHECKING:
@@ -22,6 +31,34 @@ if TYPE_CHECKING:
     from taskloom.agents.environment import Environments
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
+
+#: The address of every running agent the sender may message.
+BROADCAST = "*"
+#: The prefix of another taskloom process's address: ``uds:<socket path>``.
+PEER_PREFIX = "uds:"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What the sender of a message is told.
+
+    Attributes:
+        text: The tool result the model sees.
+        data: Structured detail for programmatic consumers.
+    """
+
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Letter:
+    """A message checked and ready to post: its text, and its type when structured."""
+
+    body: str
+    summary: str
+    type: str | None = None
+    request_id: str | None = None
 
 
 class Messenger:
@@ -35,6 +72,7 @@ class Messenger:
         runs: dict[str, AgentRun],
         *,
         cwd: Path,
+        coordinator: bool = False,
     ) -> None:
         """Deliver on ``runtime`` to the agents of ``runs`` (shared with the spawner).
 
@@ -44,19 +82,24 @@ class Messenger:
             environments: Makes a fresh worktree for an isolated agent whose last one is gone.
             runs: The runs started in this process, by agent id (a resume may replace one).
             cwd: The session's working directory (where a rebuilt agent works).
+            coordinator: The main thread coordinates its agents: its messages are signed
+                ``coordinator`` rather than ``main session``.
         """
         self.runtime = runtime
         self.builder = builder
         self.environments = environments
         self.runs = runs
         self.cwd = cwd
+        self.coordinator = coordinator
         self._resume_locks: dict[str, asyncio.Lock] = {}
 
-    def resolve(self, to: str) -> str:
+    # -- addresses ----------------------------------------------------------------------------
+
+    def resolve(self, to: str, sender: str | None = None) -> str:
         """The agent id ``to`` names (an id or a spawn name).
 
         Raises:
-            ToolError: No such agent; the message lists the known names.
+            ToolError: No such agent; the message lists whom ``sender`` may address.
         """
         names = self.runtime.directory.entries()
         if to in names:
@@ -64,12 +107,92 @@ class Messenger:
         state = self.runtime.get(to)
         if isinstance(state, AgentTaskState):
             return to
-        known = sorted(names) or ["(none)"]
-        ids = sorted(self.runs)
+        names_ok, ids = self.addressable(sender)
+        choices = [*names_ok, *ids]
+        if sender is not None and sender != self.runtime.session_id:
+            choices.append(f"{self.runtime.session_id} (the main session)")
+        choices.append(f'"{BROADCAST}" (every running agent)')
+        listed = ", ".join(choices)
         raise ToolError(
-            f"No agent named or with id {to!r}. Known names: {', '.join(known)}"
-            + (f"; ids: {', '.join(ids)}" if ids else "")
+            f"No agent named or with id {to!r}. You can address: {listed}, or "
+            f'"{PEER_PREFIX}<socket path>" (another taskloom session on this machine).'
         )
+
+    def addressable(self, sender: str | None) -> tuple[list[str], list[str]]:
+        """The names, and the ids, of the agents ``sender`` may message (None: any)."""
+        agents = [
+            state.id
+            for state in self.runtime.list(types=[TaskType.LOCAL_AGENT], include_evicted=True)
+            if isinstance(state, AgentTaskState)
+            and state.id != sender
+            and self._may(state.id, sender)
+        ]
+        allowed = set(agents)
+        names = [
+            name for name, address in self.runtime.directory.entries().items() if address in allowed
+        ]
+        return names, agents
+
+    def _may(self, agent_id: str, sender: str | None) -> bool:
+        try:
+            self.runtime.authorize(agent_id, sender)
+        except TaskError:  # TaskNotFound, TaskAccessDenied
+            return False
+        return True
+
+    def _who(self, sender: str) -> str:
+        """How a running recipient is told who sent a message."""
+        if sender == self.runtime.session_id:
+            return "coordinator" if self.coordinator else "main session"
+        names = [n for n, address in self.runtime.directory.entries().items() if address == sender]
+        if not names:
+            state = self.runtime.get(sender)
+            if isinstance(state, AgentTaskState) and state.name:
+                names = [state.name]
+        return f"agent {names[-1]} ({sender})" if names else f"agent {sender}"
+
+    def _framed(self, letter: _Letter, sender: str) -> str:
+        """``letter`` as a recipient at work sees it: who sent it, and that it must be heard."""
+        what = f"a {letter.type} message" if letter.type else "a message"
+        return (
+            f"The {self._who(sender)} sent {what} while you were working:\n{letter.body}\n\n"
+            "Address this before completing your current task."
+        )
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def deliver(
+        self,
+        to: str,
+        message: str | dict[str, Any],
+        ctx: ToolContext,
+        *,
+        summary: str | None = None,
+    ) -> Delivery:
+        """Deliver ``message`` to ``to``: an agent, ``*``, the main session or a ``uds:`` peer.
+
+        Raises:
+            ToolError: A structured message that is not valid, an unknown recipient, nobody
+                to broadcast to, a peer that cannot be reached, an agent that cannot resume.
+            TaskError: ``ctx.owner`` may not message that agent.
+        """
+        letter = _checked(message, summary)
+        if to.startswith(PEER_PREFIX):
+            return await self._to_peer(to, letter)
+        if to == BROADCAST:
+            delivery = await self._broadcast(letter, ctx)
+        elif to == self.runtime.session_id:
+            delivery = self._to_session(letter, ctx)
+        else:
+            agent_id = self.resolve(to, ctx.owner)
+            text = await self._send(agent_id, letter, ctx)
+            delivery = Delivery(text, {"to": to, "agent_id": agent_id})
+        if letter.request_id is not None:
+            delivery = Delivery(
+                f"{delivery.text} Its request_id is {letter.request_id}.",
+                {**delivery.data, "request_id": letter.request_id},
+            )
+        return delivery
 
     async def send(
         self, to: str, message: str, ctx: ToolContext, *, summary: str | None = None
@@ -79,7 +202,9 @@ class Messenger:
         Committed first; a running agent takes it at its next tool boundary, a stopped one
         (even one that died with an earlier process) is resumed on it and older unseen ones.
         """
-        agent_id = self.resolve(to)
+        return (await self.deliver(to, message, ctx, summary=summary)).text
+
+    async def _send(self, agent_id: str, letter: _Letter, ctx: ToolContext) -> str:
         self.runtime.authorize(agent_id, ctx.owner)
         run = self.runs.get(agent_id)
         if run is not None and run.finishing and run.driver is not None:
@@ -87,37 +212,111 @@ class Messenger:
             await asyncio.wait([run.driver], timeout=60)
         # One sender at a time decides whether to resume: a second one, arriving while the
         # first resumes, must find the agent running (and queue), not resume it again.
-        async with self._resume_locks.setdefault(agent_id, asyncio.Lock()):
-            return await self._deliver(agent_id, ctx, message, summary)
+        async with self._lock(agent_id):
+            return await self._deliver(agent_id, ctx, letter)
 
-    async def _deliver(
-        self, agent_id: str, ctx: ToolContext, message: str, summary: str | None
-    ) -> str:
+    def _lock(self, agent_id: str) -> asyncio.Lock:
+        return self._resume_locks.setdefault(agent_id, asyncio.Lock())
+
+    def _post(self, recipient: str, sender: str, body: str, summary: str) -> str:
+        # Structured messages go as kind "message" too: a running agent takes only those at
+        # its tool boundaries. The "protocol" kind is for a team's automatic handling of
+        # them, which is not built yet.
+        return self.runtime.mailbox.post(
+            recipient=recipient,
+            sender=sender,
+            kind="message",
+            body=body,
+            priority="next",
+            summary=summary,
+            commit=True,
+        ).id
+
+    async def _deliver(self, agent_id: str, ctx: ToolContext, letter: _Letter) -> str:
         state = self.runtime.authorize(agent_id, ctx.owner)
         assert isinstance(state, AgentTaskState)
-        letter = self.runtime.mailbox.post(
-            recipient=agent_id,
-            sender=ctx.owner,
-            kind="message",
-            body=message,
-            priority="next",
-            summary=summary or "",
-            commit=True,
-        )
         if not state.terminal:
+            self._post(agent_id, ctx.owner, self._framed(letter, ctx.owner), letter.summary)
             return (
                 f"Message queued for agent {agent_id}; it will see it at its next tool "
                 "boundary, before its next model request."
             )
+        # Resumed on it: the message is its new prompt, as it was written.
+        posted = self._post(agent_id, ctx.owner, letter.body, letter.summary)
         try:
             await self._resume(agent_id, state)
         except BaseException:
             # The sender is told it failed: the message must not turn up at a later resume.
-            self.runtime.mailbox.withdraw([letter.id])
+            self.runtime.mailbox.withdraw([posted])
             raise
         return (
             f"Agent {agent_id} had {state.status.value}; it was resumed in the background with "
             "your message. You will be notified when it finishes."
+        )
+
+    async def _broadcast(self, letter: _Letter, ctx: ToolContext) -> Delivery:
+        """Post ``letter`` to every running agent ``ctx.owner`` may message (not itself)."""
+        reached: list[str] = []
+        framed = self._framed(letter, ctx.owner)
+        for state in self.runtime.list(types=[TaskType.LOCAL_AGENT]):
+            if not isinstance(state, AgentTaskState) or state.terminal or state.id == ctx.owner:
+                continue
+            if not self._may(state.id, ctx.owner):
+                continue
+            run = self.runs.get(state.id)
+            if run is not None and run.finishing:
+                continue  # it has taken its last input: a broadcast does not resume it
+            async with self._lock(state.id):  # not while a resume decides about it
+                current = self.runtime.get(state.id)
+                if not isinstance(current, AgentTaskState) or current.terminal:
+                    continue
+                self._post(state.id, ctx.owner, framed, letter.summary)
+            reached.append(state.id)
+        if not reached:
+            raise ToolError("No running agent to broadcast to.")
+        return Delivery(
+            f"Message broadcast to {len(reached)} agents: {', '.join(reached)}",
+            {"type": "broadcast", "delivered": len(reached), "recipients": reached},
+        )
+
+    def _to_session(self, letter: _Letter, ctx: ToolContext) -> Delivery:
+        """Post ``letter`` from an agent to the main thread (the session id)."""
+        session = self.runtime.session_id
+        if ctx.owner == session:
+            raise ToolError(
+                f"SendMessage: to: {session} is your own session; address an agent instead."
+            )
+        posted = self._post(session, ctx.owner, self._framed(letter, ctx.owner), letter.summary)
+        return Delivery(
+            f"Message queued for the main session ({session}).", {"to": session, "id": posted}
+        )
+
+    async def _to_peer(self, to: str, letter: _Letter) -> Delivery:
+        """Hand ``letter`` to the taskloom process listening at the socket ``to`` names."""
+        path = to[len(PEER_PREFIX) :]
+        if not path.strip():
+            raise ToolError(f"SendMessage: to: {to!r} has no socket path; write uds:<socket path>.")
+        if letter.type is not None:
+            raise ToolError(
+                f"SendMessage: structured messages cannot be sent to another process ({to}); "
+                "send text"
+            )
+        if not letter.body.strip():
+            raise ToolError("SendMessage: message: must not be empty")
+        from taskloom.agents import peers  # loaded only by a message to another process
+
+        own = peers.socket_path(self.runtime.session_id, self.runtime.home)
+        row = await peers.send_to_peer(
+            path,
+            sender=self.runtime.session_id,
+            text=letter.body,
+            summary=letter.summary or None,
+            reply_to=str(own) if own.exists() else None,
+        )
+        return Delivery(
+            f"Message delivered to the session listening at {path}; it will see it at its next "
+            "delivery point.",
+            {"to": to, "id": row},
         )
 
     async def _resume(self, agent_id: str, state: AgentTaskState) -> None:
@@ -159,3 +358,17 @@ class Messenger:
         self.runtime.register(resumed(state))
         self.runtime.attach_handle(agent_id, run)
         run.resume()
+
+
+def _checked(message: str | dict[str, Any], summary: str | None) -> _Letter:
+    """``message`` ready to post: text as it is, a structured one validated and encoded.
+
+    Raises:
+        ToolError: A structured message that is not valid (naming the field).
+    """
+    if isinstance(message, str):
+        return _Letter(message, summary or "")
+    checked = structured_messages.validate(message)
+    kind = checked["type"]
+    request_id = checked.get("request_id") if kind == "shutdown_request" else None
+    return _Letter(structured_messages.encode(checked), summary or "", kind, request_id)

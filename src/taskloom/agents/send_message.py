@@ -1,8 +1,7 @@
-"""SendMessage: steer a running agent, or resume a stopped one, by id or name."""
+"""SendMessage: steer running agents, resume a stopped one, or write to another session."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -14,11 +13,26 @@ if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
 
 
+#: What ``to`` may be (the same text in the model and in :data:`INPUT_SCHEMA`).
+TO_DESCRIPTION = (
+    'The recipient: an agent\'s id or the name it was given; "*" for every running agent '
+    "you may message; the session id, for the main session (from an agent); or "
+    '"uds:<socket path>" for another taskloom session on this machine (text only).'
+)
+#: What ``message`` may be.
+MESSAGE_DESCRIPTION = (
+    'Text, or a structured object: {"type": "shutdown_request", "reason"?}, '
+    '{"type": "shutdown_response", "request_id", "approve": bool, "reason"?} or '
+    '{"type": "plan_approval_response", "request_id", "approve": bool, '
+    '"feedback"?}.'
+)
+
+
 class SendMessageInput(ToolInput):
     """Input of :class:`SendMessageTool`."""
 
-    to: str = Field(description="The agent's id or the name it was given.")
-    message: str | dict[str, Any] = Field(description="The message (text).")
+    to: str = Field(description=TO_DESCRIPTION)
+    message: str | dict[str, Any] = Field(description=MESSAGE_DESCRIPTION)
     summary: str | None = Field(default=None, description="A 5-10 word preview.")
 
 
@@ -28,10 +42,10 @@ INPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "description": "Input of :class:`SendMessageTool`.",
     "properties": {
-        "to": {"description": "The agent's id or the name it was given.", "type": "string"},
+        "to": {"description": TO_DESCRIPTION, "type": "string"},
         "message": {
             "anyOf": [{"type": "string"}, {"additionalProperties": True, "type": "object"}],
-            "description": "The message (text).",
+            "description": MESSAGE_DESCRIPTION,
         },
         "summary": {"type": "string", "description": "A 5-10 word preview."},
     },
@@ -41,13 +55,18 @@ INPUT_SCHEMA: dict[str, Any] = {
 
 
 class SendMessageTool(Tool[SendMessageInput]):
-    """Messages between agents."""
+    """Messages between agents, and to other sessions."""
 
     name = "SendMessage"
     description = (
-        "Send a message to an agent you started, by its id or name. A running agent sees it "
-        "at its next tool boundary; a finished one is resumed in the background with it, "
-        "keeping its context, and you are notified again when it finishes."
+        "Send a message to an agent, by its id or name. A running agent sees it at its next "
+        "tool boundary, with who sent it; a finished one is resumed in the background with "
+        'it, keeping its context, and you are notified again when it finishes. to="*" '
+        "reaches every running agent you may message; an agent can write to the main session "
+        'by its session id; to="uds:<socket path>" hands text to another taskloom session on '
+        "this machine. message is text, or a structured object (shutdown_request, "
+        "shutdown_response, plan_approval_response); a shutdown_request gets a request_id, "
+        "which the result tells you."
     )
     Input = SendMessageInput
     static_schema = (SendMessageInput, INPUT_SCHEMA)
@@ -58,11 +77,11 @@ class SendMessageTool(Tool[SendMessageInput]):
         self.service = service
 
     async def call(self, params: SendMessageInput, ctx: ToolContext) -> ToolResult:
-        """Queue or resume."""
-        message = params.message
-        text = message if isinstance(message, str) else json.dumps(message)
+        """Queue, broadcast, resume or hand over."""
         try:
-            reply = await self.service.send(params.to, text, ctx, summary=params.summary)
+            delivery = await self.service.deliver(
+                params.to, params.message, ctx, summary=params.summary
+            )
         except (ToolError, TaskError) as exc:
             return tool_error(str(exc))
-        return ToolResult(reply, data={"to": params.to})
+        return ToolResult(delivery.text, data=delivery.data)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from taskloom.agents.messaging import Messenger
+from taskloom.agents.messaging import Delivery, Messenger
 from taskloom.agents.spawner import Spawner, SpawnRequest, SpawnResult
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
 
-__all__ = ["AgentService", "SpawnRequest", "SpawnResult"]
+__all__ = ["AgentService", "Delivery", "SpawnRequest", "SpawnResult"]
 
 
 class AgentService:
@@ -43,6 +43,7 @@ class AgentService:
         environments: Environments,
         *,
         cwd: Path,
+        coordinator: bool = False,
     ) -> None:
         """Serve the subagents of ``runtime``'s session.
 
@@ -52,13 +53,18 @@ class AgentService:
             environments: How each agent's directory, worktree and MCP servers are set up.
             cwd: The session's working directory (where an agent rebuilt from its transcript
                 works).
+            coordinator: The main thread coordinates the agents (its messages to them are
+                signed ``coordinator``).
         """
         self.runtime = runtime
         self.builder = builder
         #: The runs started in this process, by agent id.
         self.runs: dict[str, AgentRun] = {}
         self.spawner = Spawner(runtime, builder, environments, self.runs)
-        self.messenger = Messenger(runtime, builder, environments, self.runs, cwd=cwd)
+        self.coordinator = coordinator
+        self.messenger = Messenger(
+            runtime, builder, environments, self.runs, cwd=cwd, coordinator=coordinator
+        )
 
     @property
     def catalog(self) -> AgentCatalog:
@@ -86,13 +92,13 @@ class AgentService:
         """
         return await self.spawner.spawn(request, ctx)
 
-    def resolve(self, to: str) -> str:
+    def resolve(self, to: str, sender: str | None = None) -> str:
         """The agent id ``to`` names (an id or a spawn name).
 
         Raises:
-            ToolError: No such agent; the message lists the known names.
+            ToolError: No such agent; the message lists whom ``sender`` may address.
         """
-        return self.messenger.resolve(to)
+        return self.messenger.resolve(to, sender)
 
     async def send(
         self, to: str, message: str, ctx: ToolContext, *, summary: str | None = None
@@ -104,3 +110,24 @@ class AgentService:
             TaskError: ``ctx.owner`` may not message it.
         """
         return await self.messenger.send(to, message, ctx, summary=summary)
+
+    async def deliver(
+        self,
+        to: str,
+        message: str | dict[str, Any],
+        ctx: ToolContext,
+        *,
+        summary: str | None = None,
+    ) -> Delivery:
+        """Deliver ``message`` (text or a structured object) to ``to``, as SendMessage does.
+
+        ``to`` is an agent's id or name, ``*`` (every running agent ``ctx.owner`` may
+        message), the session id (the main thread, from an agent) or ``uds:<socket path>``
+        (another taskloom process on this machine).
+
+        Raises:
+            ToolError: An invalid structured message, an unknown recipient, nobody to
+                broadcast to, an unreachable peer, an agent that cannot be resumed.
+            TaskError: ``ctx.owner`` may not message that agent.
+        """
+        return await self.messenger.deliver(to, message, ctx, summary=summary)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.errors import ToolError
@@ -113,7 +114,10 @@ class Spawner:
         Raises:
             ToolError: Unknown agent type, a taken name, a bad cwd.
         """
-        if request.subagent_type is None and fork_enabled(self.settings):
+        # With forks on, naming no type forks the caller; but not where an omitted type
+        # means another default (a coordinator's workers).
+        forks = fork_enabled(self.settings) and self.builder.default_type == DEFAULT_TYPE
+        if request.subagent_type is None and forks:
             return await self._fork(request, ctx)
         definition = self.builder.definition(request.subagent_type)
         if request.name and self.runtime.directory.resolve(request.name) is not None:

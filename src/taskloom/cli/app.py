@@ -174,6 +174,18 @@ def _print_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Use only the MCP servers of --mcp-config, ignoring every other MCP configuration.",
     )
+    parser.add_argument(
+        "--coordinator",
+        action="store_true",
+        default=None,
+        help="Coordinator mode: orchestrate background workers (Agent, SendMessage, TaskStop).",
+    )
+    parser.add_argument(
+        "--listen",
+        action="store_true",
+        default=None,
+        help="Receive messages from other sessions on a Unix socket in the session directory.",
+    )
     parser.add_argument("-v", "--version", action="store_true", help="Print the version and exit.")
     # Options claude-agent-sdk may pass that have no effect here yet: accepted (and said so)
     # rather than refused, so that a program setting them still runs.
@@ -310,6 +322,8 @@ def run_print_mode(args: list[str]) -> int:
             agents=ns.agents,
             mcp_config=list(ns.mcp_config),
             strict_mcp_config=ns.strict_mcp_config,
+            coordinator=ns.coordinator,
+            listen=ns.listen,
         ),
     )
     if streamed:

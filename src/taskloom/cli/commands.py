@@ -18,8 +18,16 @@ app = typer.Typer(
 @app.command()
 def demo(
     fast: Annotated[bool, typer.Option("--fast", help="Kept for compatibility.")] = False,
+    coordinator: Annotated[
+        bool,
+        typer.Option("--coordinator", help="Watch a coordinator direct three workers instead."),
+    ] = False,
 ) -> None:
     """Watch a scripted model use real tools and background tasks."""
+    if coordinator:
+        from taskloom.cli.demo_coordinator import run_demo as run_coordinator_demo
+
+        raise typer.Exit(run_coordinator_demo())
     from taskloom.cli.demo import run_demo
 
     raise typer.Exit(run_demo(fast=fast))

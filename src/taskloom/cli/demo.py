@@ -26,14 +26,14 @@ from taskloom.tasks.types import TaskState
 PROMPT = "Check that this project's tests pass, and tell me what you find."
 
 
-def _make_repo(root: Path) -> None:
-    for name, text in PROJECT_FILES.items():
+def _make_repo(root: Path, files: dict[str, str] = PROJECT_FILES, message: str = "calc") -> None:
+    for name, text in files.items():
         (root / name).write_text(text)
     git = ["git", "-c", "user.name=taskloom demo", "-c", "user.email=demo@localhost"]
     try:
         subprocess.run([*git, "init", "-q"], cwd=root, check=True, timeout=30)
         subprocess.run([*git, "add", "."], cwd=root, check=True, timeout=30)
-        subprocess.run([*git, "commit", "-qm", "calc"], cwd=root, check=True, timeout=30)
+        subprocess.run([*git, "commit", "-qm", message], cwd=root, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         pass  # a plain directory will do
 
@@ -111,6 +111,9 @@ async def _demo(console: Console) -> int:
 
 
 def run_demo(fast: bool = False) -> int:
-    """Run the demo and return its exit code (``fast`` is kept for compatibility)."""
+    """Run the demo and return its exit code (``fast`` is kept for compatibility).
+
+    ``taskloom demo --coordinator`` runs :func:`taskloom.cli.demo_coordinator.run_demo`.
+    """
     console = Console()
     return run_main(lambda: _demo(console))

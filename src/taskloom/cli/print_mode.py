@@ -298,6 +298,7 @@ def init_event(harness: Harness) -> dict[str, Any]:
         "plugins": [],
         "claude_code_version": PROTOCOL_VERSION,
         "taskloom_version": __version__,
+        **({"peer_socket": info["peer_socket"]} if "peer_socket" in info else {}),
     }
 
 

@@ -44,9 +44,13 @@ from taskloom.cli.stream_output import replayed
 from taskloom.errors import TaskloomError, UsageError, describe_os_error
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
-from taskloom.messages import Message
+from taskloom.messages import Message, TextBlock
 
 log = logging.getLogger(__name__)
+
+#: How long an idle session waits for a message before it looks again (a bound, not a poll:
+#: a prompt or a message wakes it at once).
+_IDLE_WAIT_S = 3600.0
 
 #: What a queue of input lines holds at the end of stdin.
 _EOF = None
@@ -175,8 +179,33 @@ class StreamSession:
 
     # -- turns --------------------------------------------------------------------------------
 
+    async def _next_prompt(self) -> str | Message | None:
+        """The next prompt: the program's, or — while idle — what was sent to the main thread.
+
+        A message from an agent or another session (``uds:``) wakes an idle session at once:
+        it starts a turn of its own, as a prompt would, with no hooks run on it.
+        """
+        me, mailbox = self.harness.session_id, self.harness.runtime.mailbox
+        while True:
+            if not self.prompts.empty():
+                return self.prompts.get_nowait()
+            if mailbox.has_pending(me, "message"):
+                sent = self.harness.session.take_inbox()
+                if sent:
+                    return Message(role="user", content=[TextBlock(text=t) for t in sent])
+            prompt = asyncio.ensure_future(self.prompts.get())
+            mail = asyncio.ensure_future(mailbox.wait(_IDLE_WAIT_S, me, "message"))
+            try:
+                await asyncio.wait([prompt, mail], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                mail.cancel()
+                # A get() cancelled before it ran leaves its line in the queue: not lost.
+                prompt.cancel()
+            if prompt.done() and not prompt.cancelled():
+                return prompt.result()
+
     async def _run_turns(self) -> None:
-        while not self.stopping and (prompt := await self.prompts.get()) is not None:
+        while not self.stopping and (prompt := await self._next_prompt()) is not None:
             started = time.monotonic()
             self.emitter.line(init_event(self.harness))
             self.turn = asyncio.get_running_loop().create_task(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from taskloom.tasks.notifications import NotificationQueue
+from taskloom.tasks.mailbox import Kind, Mailbox
 from taskloom.tasks.types import TaskState
 
 
@@ -56,12 +56,17 @@ class EndWaiters:
             return False
         return True
 
-    async def change(self, timeout: float, queue: NotificationQueue, owner: str | None) -> None:
-        """Wait until ``queue`` has something pending for ``owner``, a task ends, or timeout."""
-        if queue.has_pending(owner):
+    async def change(
+        self, timeout: float, mailbox: Mailbox, owner: str | None, kind: Kind | None
+    ) -> None:
+        """Wait until ``mailbox`` holds a row (of ``kind``) for ``owner``, a task ends, or timeout.
+
+        ``kind`` None: any row (a message wakes it as a notification does).
+        """
+        if mailbox.has_pending(owner, kind):
             return
         self._any_ended.clear()
-        pending = asyncio.ensure_future(queue.wait_pending(timeout, owner))
+        pending = asyncio.ensure_future(mailbox.wait(timeout, owner, kind))
         ended = asyncio.ensure_future(self._any_ended.wait())
         try:
             await asyncio.wait(

@@ -46,15 +46,27 @@ class AgentKind(TaskKind):
             return super().evictable(state, now)
         return (state.evict_after or 0) <= now
 
+    def summary(self, state: TaskState) -> str:
+        """Its end in a line; a stopped agent's says where its kept work is."""
+        line = super().summary(state)
+        if (
+            state.status == TaskStatus.KILLED
+            and isinstance(state, AgentTaskState)
+            and state.worktree_path
+        ):
+            branch = f" (branch {state.worktree_branch})" if state.worktree_branch else ""
+            line += f"; its changes are kept in the worktree {state.worktree_path}{branch}"
+        return line
+
     def result(self, state: TaskState) -> str | None:
-        """Its final answer, or why it failed or stopped."""
-        if not isinstance(state, AgentTaskState):
+        """Its final answer, or why it failed; a stopped agent has none."""
+        if not isinstance(state, AgentTaskState) or state.status == TaskStatus.KILLED:
             return None
         return state.result if state.status == TaskStatus.COMPLETED else state.error
 
     def usage(self, state: TaskState) -> dict[str, int] | None:
-        """Tokens, tool calls and wall time."""
-        if not isinstance(state, AgentTaskState):
+        """Tokens, tool calls and wall time; none for a stopped agent (it did not finish)."""
+        if not isinstance(state, AgentTaskState) or state.status == TaskStatus.KILLED:
             return None
         duration_ms = int(max(0.0, (state.end_time or state.start_time) - state.start_time) * 1000)
         return {

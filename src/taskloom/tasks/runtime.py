@@ -36,7 +36,7 @@ from taskloom.tasks._waiters import EndWaiters
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.kinds import TaskHandle, kind_of
-from taskloom.tasks.mailbox import Mailbox
+from taskloom.tasks.mailbox import Kind, Mailbox
 from taskloom.tasks.notifications import (
     Notification,
     NotificationQueue,
@@ -428,9 +428,15 @@ class TaskRuntime:
             not s.terminal and (owner is None or s.owner == owner) for s in self._tasks.values()
         )
 
-    async def wait_for_change(self, timeout: float, owner: str | None = None) -> None:
-        """Wait until a notification is pending (for ``owner``) or any task ends, or timeout."""
-        await self._end_waiters.change(timeout, self.notifications, owner)
+    async def wait_for_change(
+        self, timeout: float, owner: str | None = None, *, messages: bool = False
+    ) -> None:
+        """Wait until a notification is pending (for ``owner``) or any task ends, or timeout.
+
+        With ``messages``, a message for ``owner`` (SendMessage text) wakes it too.
+        """
+        kind: Kind | None = None if messages else "notification"
+        await self._end_waiters.change(timeout, self.mailbox, owner, kind)
 
     async def wait_for_task_end(self, timeout: float) -> bool:
         """Wait until some task ends; False if none did within ``timeout``."""
@@ -522,8 +528,9 @@ class TaskRuntime:
                 jobs.append(self.kill(state.id))
         await asyncio.gather(*jobs, return_exceptions=True)
         if owner != self.session_id:
+            # Nothing new is queued for it; what its tasks said before it closed stays in its
+            # mailbox (durable), and reaches it if it is resumed.
             self._closed_owners.add(owner)
-            self.notifications.discard_owner(owner)
 
     def reopen_owner(self, owner: str) -> None:
         """An owner that was closed is back (a resumed agent): notify it again."""

@@ -172,6 +172,16 @@ class TaskStopTool(Tool[TaskStopInput]):
             return found
         if found.terminal:
             return tool_error(f"Task {task_id} is not running (status: {found.status.value})")
+        # Returns once the task and everything it started (its agents' agents and shells
+        # included) are gone, verified.
         final = await ctx.runtime.kill(task_id, caller=ctx.owner)
-        data = {"task_id": task_id, "status": final.status.value, "description": final.description}
-        return ToolResult(f"Stopped task {task_id} ({final.description}).", data=data)
+        what = getattr(final, "command", None) or final.description
+        message = f"Successfully stopped task: {task_id} ({what})"
+        data = {
+            "message": message,
+            "task_id": task_id,
+            "task_type": final.type.value,
+            "command": what,
+            "status": final.status.value,
+        }
+        return ToolResult(message, data=data)

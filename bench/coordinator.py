@@ -1,0 +1,189 @@
+"""Benchmark: the coordinator acceptance scenario through ``taskloom -p --coordinator``.
+
+A local fake Anthropic server (tests/fake_servers.py, the real SSE wire format) plays the
+model with ``CoordinatorScript`` (tests/coordinator_scenario.py): the coordinator starts a
+fast worker and a slow one (a foreground ``sleep 30``), continues the fast one with
+SendMessage, stops the slow one with TaskStop and answers once its ``killed`` notification
+arrives. Here the fast worker's first answer is made to stream for ``--fast-step`` seconds
+(0.3 by default): that is the slowest scripted step, since the slow worker's sleep is stopped,
+never waited for. Everything else the run spends is taskloom's: start-up, requests, spawning,
+the resume, the stop and its verification, exit.
+
+Measured per run: the wall time of the whole ``taskloom -p`` process, its peak RSS and the
+model requests the run made; ``overhead = wall - slowest scripted step``. Measured in the
+same run, against the same server: a one-request ``taskloom -p hi --output-format
+stream-json --verbose`` (its wall time and RSS), what any run costs before coordination.
+The first run of each command only warms caches and is left out.
+
+Targets: overhead <= 0.5 s, peak RSS <= 60 MiB.
+Quick run: ``.venv/bin/python bench/coordinator.py --runs 3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import child_max_rss_mib
+
+from coordinator_scenario import (
+    FAST_RESULT,
+    FINAL,
+    SLOW_COMMAND,
+    CoordinatorScript,
+    coordinator_argv,
+)
+from fake_servers import FakeAnthropicServer, Turn
+
+OVERHEAD_TARGET_S = 0.5
+RSS_TARGET_MIB = 60.0
+
+
+@dataclass
+class TimedScript(CoordinatorScript):
+    """The acceptance scenario, with the fast worker's first answer taking ``fast_step`` s."""
+
+    server: FakeAnthropicServer | None = None
+    fast_step: float = 0.3
+    #: Whether the coordinator gave its final answer (the run went through every step).
+    finished: bool = False
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        """The scenario's answer to ``body``, the fast worker's first one slowed down."""
+        turn = super().__call__(body)
+        if turn.text == FINAL:
+            self.finished = True
+        if turn.text == FAST_RESULT and self.server is not None:
+            # Turn.delay is slept between streamed events: spread the step over the gaps of
+            # exactly the events this answer streams, so that the whole answer takes it.
+            gaps = len(self.server._stream(turn, body, 0)) - 1
+            turn = dataclasses.replace(turn, delay=self.fast_step / gaps)
+        return turn
+
+
+def _env(server: FakeAnthropicServer, home: str, pycache: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="bench", TASKLOOM_HOME=home)
+    if pycache is not None:
+        # As bench/startup.py does: an installed taskloom has its .pyc files; without them
+        # every run would pay for compiling the package again.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
+
+
+def _exe() -> str:
+    return str(Path(sys.executable).with_name("taskloom"))
+
+
+def coordinator_run(
+    server: FakeAnthropicServer, fast_step: float, env: dict[str, str], workdir: str
+) -> tuple[float, float, int, bool]:
+    """One scenario run: (wall s, peak RSS MiB, model requests, whether it finished)."""
+    script = TimedScript(server=server, fast_step=fast_step)
+    server.responder = script
+    before = len(server.requests)
+    wall, rss = child_max_rss_mib([_exe(), *coordinator_argv()], env, workdir)
+    return wall, rss, len(server.requests) - before, script.finished
+
+
+def baseline_run(
+    server: FakeAnthropicServer, env: dict[str, str], workdir: str
+) -> tuple[float, float]:
+    """One plain one-request run: (wall s, peak RSS MiB)."""
+    server.responder = lambda body: Turn(text="Hello.")
+    argv = [_exe(), "-p", "hi", "--output-format", "stream-json", "--verbose"]
+    return child_max_rss_mib([*argv, "--model", "claude-sonnet-4-5"], env, workdir)
+
+
+def _left_running() -> int:
+    """Processes of the slow worker's command still alive (each run must stop its own)."""
+    found = 0
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.info["cmdline"] == SLOW_COMMAND.split():
+            found += 1
+    return found
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def main() -> int:
+    """Run the bench and print its figures; 1 when a run did not go through the scenario."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="Measured runs of each command.")
+    parser.add_argument(
+        "--fast-step", type=float, default=0.3, help="Seconds the fast worker's answer takes."
+    )
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
+    )
+    args = parser.parse_args()
+    scratch = tempfile.mkdtemp(prefix="taskloom-bench-")
+    home, workdir = os.path.join(scratch, "home"), os.path.join(scratch, "cwd")
+    os.makedirs(workdir)
+    pycache = None if args.no_bytecode_cache else os.path.join(scratch, "pycache")
+    try:
+        with FakeAnthropicServer() as server:
+            env = _env(server, home, pycache)
+            baseline_run(server, env, workdir)  # warm-up: caches, bytecode
+            coordinator_run(server, args.fast_step, env, workdir)
+            runs, plain = [], []
+            for _ in range(args.runs):  # interleaved, so both see the same machine load
+                plain.append(baseline_run(server, env, workdir))
+                runs.append(coordinator_run(server, args.fast_step, env, workdir))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    walls = [r[0] for r in runs]
+    wall, rss = statistics.median(walls), max(r[1] for r in runs)
+    overhead = wall - args.fast_step
+    base_wall = statistics.median(p[0] for p in plain)
+    base_rss = max(p[1] for p in plain)
+    left = _left_running()
+    print(f"coordinator scenario: {args.runs} runs")
+    print(f"  wall_s_median: {wall:.3f}")
+    print(f"  wall_s_min: {min(walls):.3f}")
+    print(f"  wall_s_runs: {', '.join(f'{w:.3f}' for w in walls)}")
+    print(f"  peak_rss_mib_max: {rss:.1f}")
+    print(f"  model_requests_per_run: {', '.join(str(r[2]) for r in runs)}")
+    print(f"  slowest_scripted_step_s: {args.fast_step:.3f} (the fast worker's first answer)")
+    print(f"  overhead_s_median: {overhead:.3f} (wall - slowest scripted step)")
+    print(f"  finished_runs: {sum(r[3] for r in runs)}/{args.runs}")
+    print(f"  left_running: {left} ({SLOW_COMMAND!r} processes after the runs)")
+    print("baseline: taskloom -p hi --output-format stream-json --verbose (one request)")
+    print(f"  wall_s_median: {base_wall:.3f}")
+    print(f"  wall_s_min: {min(p[0] for p in plain):.3f}")
+    print(f"  peak_rss_mib_max: {base_rss:.1f}")
+    print(
+        f"coordination adds: {overhead - base_wall:+.3f} s of overhead over the baseline's wall, "
+        f"{rss - base_rss:+.1f} MiB of peak RSS"
+    )
+    print(
+        f"{_verdict(overhead <= OVERHEAD_TARGET_S)}: overhead {overhead:.3f} s "
+        f"(target <= {OVERHEAD_TARGET_S} s)"
+    )
+    print(
+        f"{_verdict(rss <= RSS_TARGET_MIB)}: peak RSS {rss:.1f} MiB "
+        f"(target <= {RSS_TARGET_MIB:.0f} MiB)"
+    )
+    return 0 if all(r[3] for r in runs) and left == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -66,6 +66,11 @@ class CoordinatorScript:
     coordinator_requests: list[dict[str, Any]] = field(default_factory=list)
     #: Every worker request body, in order.
     worker_requests: list[dict[str, Any]] = field(default_factory=list)
+    #: The ``sleep 30`` processes alive when the coordinator was told TaskStop's answer
+    #: (None until then): the stop is verified before it answers, so none.
+    left_after_stop: list[int] | None = None
+    #: Those alive when it decided to stop the slow worker (its command was running).
+    alive_before_stop: list[int] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, body: dict[str, Any]) -> Turn:
@@ -97,6 +102,8 @@ class CoordinatorScript:
             for text in texts(message["content"]):
                 ids += _LAUNCHED.findall(text)
                 notes += _NOTE.findall(text)
+                if text.startswith("Successfully stopped task:") and self.left_after_stop is None:
+                    self.left_after_stop = _running(SLOW_COMMAND)
         if not ids:
             spawn = [
                 ToolCall("Agent", {"description": "fast research", "prompt": FAST_PROMPT}),
@@ -111,10 +118,22 @@ class CoordinatorScript:
         if (slow, "killed") in notes:
             return Turn(text=FINAL)
         if fast_done >= 2 and "TaskStop" not in called:
+            self.alive_before_stop = _running(SLOW_COMMAND)
             return Turn(tool_calls=(ToolCall("TaskStop", {"task_id": slow}),))
         if fast_done >= 1 and "SendMessage" not in called:
             return Turn(tool_calls=(ToolCall("SendMessage", {"to": fast, "message": FOLLOW_UP}),))
         return Turn(text="Waiting for the workers.")
+
+
+def _running(command: str) -> list[int]:
+    """The pids of live processes whose command line is ``command``."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["cmdline"] == command.split() and proc.info["status"] != "zombie":
+            found.append(proc.pid)
+    return found
 
 
 def coordinator_argv(*extra: str) -> list[str]:

@@ -386,7 +386,7 @@ async def test_an_agents_background_shells_end_with_it(tmp_path: Path) -> None:
         # The main thread is not told (the shell was not its own); the agent's mailbox keeps
         # the notice, which it receives if it is resumed.
         assert rt.drain(owner=rt.session_id) == []
-        kept = rt.mailbox.pending(result.agent_id, "notification")
+        kept = rt.mailbox.parked(result.agent_id)
         assert [n.sender for n in kept] == [shells[0].id] and "was stopped" in kept[0].body
 
 

@@ -98,6 +98,19 @@ def test_coordinator_end_to_end_through_print_mode(tmp_path: Path) -> None:
         if t.startswith("Successfully stopped task:")
     ]
     assert stopped == [f"Successfully stopped task: {slow_id} (slow job)"]
+    assert script.alive_before_stop  # the slow worker's command was running ...
+    assert script.left_after_stop == []  # ... and was gone before TaskStop answered
+    sends = [
+        t
+        for e in events
+        if e.get("type") == "user" and not e.get("parent_tool_use_id")
+        for t in texts(e["message"]["content"])
+        if "it was resumed in the background with your message" in t
+    ]
+    assert sends == [
+        f"Agent {fast_id} had completed; it was resumed in the background with your message. "
+        "You will be notified when it finishes."
+    ]
     slow_notes = [n for n in notes if f"<task-id>{slow_id}</task-id>" in n]
     assert len(slow_notes) == 1 and "<status>killed</status>" in slow_notes[0]
     assert "<result>" not in slow_notes[0] and "<usage>" not in slow_notes[0]
@@ -224,7 +237,8 @@ async def test_task_stop_ends_the_whole_subtree_and_the_childs_notice_reaches_it
         assert all(s.terminal for s in rt.subtree(parent.agent_id))
         child = next(s for s in tree if s.description == "child")
         # The child's notice waits in its owner's (the stopped parent's) mailbox ...
-        kept = rt.mailbox.pending(parent.agent_id, "notification")
+        kept = rt.mailbox.parked(parent.agent_id)
+        assert not rt.mailbox.has_pending(parent.agent_id)  # set aside: no scan sees it
         assert child.id in [n.sender for n in kept]
         # ... and reaches it when the parent goes on.
         reply = await h.agents.send(parent.agent_id, "go on", ctx)
@@ -262,3 +276,15 @@ async def test_hooks_see_workers_and_their_tool_calls(tmp_path: Path) -> None:
         == by_event["SubagentStop"]["agent_type"]
         == WORKER_TYPE
     )
+
+
+async def test_a_deny_rule_on_workers_holds_when_the_type_is_left_out(tmp_path: Path) -> None:
+    from taskloom.testing import ToolCall, Turn
+
+    spawn = ToolCall("Agent", {"description": "d", "prompt": "p"})  # no subagent_type
+    model = ScriptedModel([Turn(tool_calls=(spawn,)), "refused"])
+    async with harness(tmp_path, model, coordinator=True, disallowed_tools=["Agent(worker)"]) as h:
+        events = [e async for e in h.run("go")]
+        assert [s for s in h.runtime.list() if s.type.value == "local_agent"] == []
+    shown = json.dumps([str(e) for e in events])
+    assert "Agent type 'worker' has been denied by permission rule" in shown

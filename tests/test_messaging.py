@@ -19,7 +19,7 @@ from taskloom.models.base import ModelRequest
 from taskloom.store import Store
 from taskloom.tasks.mailbox import Mailbox
 from taskloom.tasks.types import AgentTaskState, TaskStatus
-from taskloom.testing import FunctionModel, ToolCall, Turn
+from taskloom.testing import FunctionModel, ScriptedModel, ToolCall, Turn
 from taskloom.tools.base import ToolContext, ToolResult
 
 TAIL = "\n\nAddress this before completing your current task."
@@ -452,3 +452,66 @@ async def test_the_main_thread_sees_an_agents_message_in_its_next_request(tmp_pa
     )
     assert "<task-notification>" not in last[2][0]
     assert "<task-notification>" in last[3][0] and "reporter done" in last[3][0]
+
+
+async def test_only_the_main_thread_may_message_another_session(tmp_path: Path) -> None:
+    h, _ = make(tmp_path)
+    async with h:
+        agent_id = await spawn(h, "quick")
+        await finished(h, agent_id)
+        result = await call(
+            h, agent_context(h, agent_id), to=f"uds:{tmp_path / 'x.sock'}", message="hi"
+        )
+        assert (
+            result.is_error
+            and "only the main session may message another session" in result.content
+        )
+
+
+async def test_a_listening_session_replies_from_its_socket_and_not_to_itself(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "peer.db")
+    try:
+        mailbox = Mailbox(store, "peer-session")
+        path = tmp_path / "peer.sock"
+        async with (
+            harness(tmp_path, ScriptedModel([]), listen=True) as h,
+            PeerListener(mailbox, "peer-session", path),
+        ):
+            own = h.listen_path
+            assert own is not None and own == socket_path(h.session_id, h.runtime.home)
+            result = await call(h, main_context(h), to=f"uds:{path}", message="ping")
+            assert not result.is_error, result.content
+            assert [r.sender for r in mailbox.pending("peer-session")] == [f"uds:{own}"]
+            itself = await call(h, main_context(h), to=f"uds:{own}", message="echo")
+            assert itself.is_error and "this session's own socket" in itself.content
+        assert not own.exists()
+    finally:
+        store.close()
+
+
+async def test_a_structured_message_does_not_wake_an_ended_agent(tmp_path: Path) -> None:
+    h, agents = make(tmp_path)
+    async with h:
+        agent_id = await spawn(h, "quick")
+        await finished(h, agent_id)
+        result = await call(h, main_context(h), to=agent_id, message={"type": "shutdown_request"})
+        assert result.is_error and "is not running (status: completed)" in result.content
+        assert len(agents.requests["quick"]) == 1 and not h.runtime.mailbox.has_pending(agent_id)
+
+
+async def test_a_row_of_another_kind_does_not_wake_the_waiting_main_thread(tmp_path: Path) -> None:
+    """A ``protocol`` row for the main thread must not end its wait at once (it would spin)."""
+    import time
+
+    async with harness(tmp_path, ScriptedModel([])) as h:
+        rt = h.runtime
+        rt.mailbox.post(recipient=h.session_id, sender="x", kind="protocol", body="{}", commit=True)
+        started = time.monotonic()
+        await rt.wait_for_change(0.3, h.session_id, messages=True)
+        assert time.monotonic() - started >= 0.25  # slept to its bound: nothing it waits for
+        rt.mailbox.post(recipient=h.session_id, sender="y", kind="message", body="hi", commit=True)
+        started = time.monotonic()
+        await rt.wait_for_change(5, h.session_id, messages=True)
+        assert time.monotonic() - started < 1  # a message does end it at once

@@ -106,3 +106,52 @@ def test_a_message_to_another_session_reaches_its_model_and_a_dead_socket_fails_
     assert "lost?" not in json.dumps([r.body for r in mine])
     assert not Path(target["path"]).exists()  # the listener removed its socket at exit
     assert json.loads(out.splitlines()[-1])["result"] == "first done"
+
+
+def test_an_idle_stream_json_session_is_woken_by_a_peers_message(tmp_path: Path) -> None:
+    """Between prompts, a message from another session starts a turn of its own at once."""
+    import asyncio
+
+    from taskloom.agents.peers import send_to_peer
+
+    script = tmp_path / "turns.yaml"
+    script.write_text(json.dumps({"turns": [{"text": "first answer"}, {"text": "saw the peer"}]}))
+    argv = [sys.executable, "-m", "taskloom", "--input-format", "stream-json", "--listen"]
+    argv += ["--output-format", "stream-json", "--model", f"scripted:{script}"]
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env=clean_env(TASKLOOM_HOME=str(tmp_path / "home")),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        prompt = {"type": "user", "message": {"role": "user", "content": "hi"}}
+        proc.stdin.write(json.dumps(prompt) + "\n")
+        proc.stdin.flush()
+        events = [json.loads(proc.stdout.readline())]
+        while events[-1]["type"] != "result":
+            events.append(json.loads(proc.stdout.readline()))
+        assert events[-1]["result"] == "first answer"
+        path = events[0]["peer_socket"]
+        asyncio.run(send_to_peer(path, sender="other-session", text="ping from afar"))
+        woken = [json.loads(proc.stdout.readline())]
+        while woken[-1]["type"] != "result":
+            woken.append(json.loads(proc.stdout.readline()))
+        assert woken[-1]["result"] == "saw the peer" and woken[-1]["num_turns"] == 1
+        # The program is shown what started the turn.
+        shown = [e for e in woken if e["type"] == "user"]
+        assert len(shown) == 1 and "ping from afar" in json.dumps(shown[0]["message"])
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    transcript = tmp_path / "home" / "sessions" / events[-1]["session_id"] / "transcript.jsonl"
+    text = transcript.read_text()
+    assert "ping from afar" in text and "Another taskloom session (session:other-session)" in text

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from taskloom.agents.peers import MAX_LINE, PeerListener, send_to_peer, socket_path
-from taskloom.errors import ToolError, UserError
+from taskloom.errors import StoreError, ToolError, UserError
 from taskloom.settings import db_path
 from taskloom.store import Store
 from taskloom.tasks.mailbox import Mailbox
@@ -348,3 +348,30 @@ async def test_a_store_that_refuses_the_row_is_a_refusal_for_the_sender(home: Pa
             await send_to_peer(listener.path, sender="s2", text="hi")
         assert str(listener.path) in str(no.value)
         assert box.pending() == []
+
+
+async def test_text_with_a_lone_surrogate_is_refused_and_loses_nothing_else(
+    tmp_path: Path, store: Store
+) -> None:
+    """JSON may spell a lone surrogate (``\\ud800``); no store can hold it: refused by name."""
+    mailbox = Mailbox(store, "s1")
+    async with PeerListener(mailbox, "s1", tmp_path / "p.sock") as listener:
+        other = mailbox.post(recipient="s1", sender="t", kind="message", body="queued before")
+        line = b'{"type": "message", "from": "s2", "text": "bad \\ud800 text"}\n'
+        reply = await _raw(listener.path, line)
+        assert reply == {
+            "ok": False,
+            "error": "field 'text' is not valid Unicode text (a lone surrogate)",
+        }
+        store.flush()
+        assert [r.id for r in mailbox.pending("s1")] == [other.id]
+
+
+def test_a_value_the_store_cannot_encode_is_rejected_alone(store: Store) -> None:
+    mailbox = Mailbox(store, "s1")
+    kept = mailbox.post(recipient="s1", sender="t", kind="message", body="fine")
+    with pytest.raises(StoreError, match="store write rejected"):
+        mailbox.post(recipient="s1", sender="t", kind="message", body="bad \ud800", commit=True)
+    # The good row of the same batch reached the disk; the bad one is not handed out.
+    assert [r.id for r in store.undelivered_mail("s1")] == [kept.id]
+    assert [letter.id for letter in mailbox.pending("s1")] == [kept.id]

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from taskloom.errors import ModelError, TaskloomError
 from taskloom.events import (
@@ -163,9 +163,16 @@ class Engine:
         return engine
 
     async def run(self, prompt: str | Message | None = None) -> AsyncIterator[EngineEvent]:
-        """Add ``prompt`` (if any) and run until the model is done; yields every event."""
+        """Add ``prompt`` (if any) and run until the model is done; yields every event.
+
+        A prompt message with no content stands for what waits for the agent: its pending
+        notifications and messages become the prompt (nothing waiting: it ends at once).
+        """
         if prompt is not None:
             message = Message.user(prompt) if isinstance(prompt, str) else prompt
+            # An empty prompt wakes it for what waits (a message to an idle main thread): the
+            # turn is then told as one of messages, not as the program's prompt.
+            origin: Literal["prompt", "messages"] = "prompt" if message.content else "messages"
             pending = self._take_notifications()
             if pending:
                 message = _with_notes(message, pending)
@@ -179,8 +186,11 @@ class Engine:
                 # its tool results): one user message, or the API refuses the request.
                 previous = self.messages.pop()
                 message = Message(role="user", content=[*previous.content, *message.content])
+            if not message.content:
+                yield Finished("end_turn", self._last_text())  # woken for nothing: no request
+                return
             self.messages.append(message)
-            yield UserTurn(message, "prompt", tuple(pending))
+            yield UserTurn(message, origin, tuple(pending))
             self._ack(pending)
         turns = 0
         while True:

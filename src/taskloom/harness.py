@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,13 +189,14 @@ class Harness:
             await self._stack.enter_async_context(runtime)
             self._runtime, self._claimed = runtime, True
             self._mcp = await self._stack.enter_async_context(self._mcp_servers())
-            self._build_session()
             if self._listens():
+                # Before the session: what arrives meanwhile waits in the mailbox.
                 from taskloom.agents.peers import PeerListener, socket_path
 
                 path = socket_path(runtime.session_id, runtime.home)
                 listener = PeerListener(runtime.mailbox, runtime.session_id, path)
                 self._listener = await self._stack.enter_async_context(listener)
+            self._build_session()
         except BaseException:
             self._runtime = None
             await finish_despite_cancel(self._stack.aclose())
@@ -382,7 +383,12 @@ class Harness:
             self.runtime, hooks=hooks, mcp=self._mcp, mcp_config=self._mcp_config
         )
         return AgentService(
-            self.runtime, builder, environments, cwd=self.cwd, coordinator=self.coordinator
+            self.runtime,
+            builder,
+            environments,
+            cwd=self.cwd,
+            coordinator=self.coordinator,
+            listen_path=self.listen_path,
         )
 
     def _subagent_tools(self) -> list[Tool[Any]]:
@@ -400,34 +406,22 @@ class Harness:
             *session_mcp,
         ]
 
-    @contextlib.asynccontextmanager
-    async def _mcp_servers(self) -> AsyncIterator[McpManager | None]:
-        """The session's MCP servers, started when configured (the SDK loads only then).
-
-        Their tags are recorded in the store before they start, so if this process dies the
-        next session's orphan sweep stops them too.
-        """
+    def _mcp_servers(self) -> contextlib.AbstractAsyncContextManager[McpManager | None]:
+        """The session's MCP servers (``.mcp.json`` and the flags), run for the session."""
         from taskloom.mcp.config import load_flag_configs, load_mcp_config
+        from taskloom.mcp.startup import session_servers
 
-        opts = self.options
+        opts, runtime = self.options, self.runtime
         config = {} if opts.strict_mcp_config else load_mcp_config(self.cwd)
         config.update(load_flag_configs(opts.mcp_config))
         self._mcp_config = config
-        if not config:
-            yield None
-            return
-        from taskloom.mcp.manager import McpManager
-        from taskloom.process.registry import ProcessRecorder
-
-        manager = McpManager(config, cwd=self.cwd, program=opts.mcp_caller)
-        recorder = ProcessRecorder(self.runtime.store, self.runtime.session_id)
-        rows = recorder.record_tags(manager.tags)  # committed before any server starts
-        try:
-            await manager.start()
-            yield manager
-        finally:
-            await manager.aclose()
-            recorder.forget(rows)
+        return session_servers(
+            config,
+            cwd=self.cwd,
+            program=opts.mcp_caller,
+            store=runtime.store,
+            session_id=runtime.session_id,
+        )
 
     async def _close_model(self) -> None:
         # Last, once the runtime has stopped every agent: the models their aliases named
@@ -502,12 +496,14 @@ class Harness:
 
     def init_info(self) -> dict[str, Any]:
         """What the session offers, as print mode's ``system/init`` event tells it."""
+        from taskloom.mcp.startup import server_status
+
         mcp = self._mcp.status() if self._mcp is not None else {}
         return {
             "cwd": str(self.cwd),
             "session_id": self.session_id,
             "tools": [t.name for t in self.tools],
-            "mcp_servers": [_server_status(n, s) for n, s in mcp.items()],
+            "mcp_servers": [server_status(n, s) for n, s in mcp.items()],
             "model": self.session.engine.config.model_name or self._current_model().name,
             "permissionMode": str(self.policy.mode),
             "agents": sorted(self.agents.catalog.names()),
@@ -609,12 +605,3 @@ async def run(prompt: str, **options: Any) -> str:
         finally:
             await harness.end()
     return answer
-
-
-def _server_status(name: str, status: str) -> dict[str, str]:
-    """``{name, status}`` with a one-word status, and a failure's reason in ``error``.
-
-    The words are the SDK's status type: ``connected``, ``failed``, ``pending``.
-    """
-    state, _, why = status.partition(": ")
-    return {"name": name, "status": state, **({"error": why} if why else {})}

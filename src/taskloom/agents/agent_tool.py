@@ -186,12 +186,12 @@ class AgentTool(Tool[AgentInput]):
 
     def permission_target(self, params: AgentInput, ctx: ToolContext) -> str | None:
         """``Agent(Explore)`` rules match the agent type."""
-        return params.subagent_type or "general-purpose"
+        return params.subagent_type or self.service.builder.default_type
 
     def denied_message(self, params: AgentInput, reason: str, rule: Any) -> str:
         """Claude Code's wording when an ``Agent(X)`` rule refuses a type."""
         if rule is not None and getattr(rule, "content", None):
-            kind = params.subagent_type or "general-purpose"
+            kind = params.subagent_type or self.service.builder.default_type
             return (
                 f"Agent type '{kind}' has been denied by permission rule "
                 f"'Agent({rule.content})' from settings."

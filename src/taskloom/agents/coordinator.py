@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
 #: The environment variables that switch coordinator mode on (ours, then Claude Code's).
 ENV_VARS = ("TASKLOOM_COORDINATOR_MODE", "CLAUDE_CODE_COORDINATOR_MODE")
-#: The only tools of the main thread in coordinator mode.
-COORDINATOR_TOOLS = ("Agent", "SendMessage", "TaskStop")
 #: The agent type the coordinator spawns when it names none.
 WORKER_TYPE = "worker"
 
@@ -133,18 +131,16 @@ def coordinator_catalog(catalog: AgentCatalog) -> AgentCatalog:
     return dataclasses.replace(catalog, active=active)
 
 
-def worker_context(
-    tool_names: Iterable[str], mcp_servers: Iterable[str], skills: Iterable[str] = ()
-) -> str:
-    """What the coordinator is told of its workers' means: tools, MCP servers, skills."""
+def worker_context(tool_names: Iterable[str], mcp_servers: Iterable[str]) -> str:
+    """What the coordinator is told of its workers' means: their tools and MCP servers.
+
+    (taskloom has no skills yet, so there are none to list.)
+    """
     names = list(dict.fromkeys(tool_names))
     lines = [f"Workers have access to: {', '.join(names) if names else '(no tools)'}"]
     servers = sorted(mcp_servers)
     if servers:
         lines.append(f"MCP servers available to workers: {', '.join(servers)}")
-    found = sorted(skills)
-    if found:
-        lines.append(f"Skills available to workers: {', '.join(found)}")
     return "\n".join(lines)
 
 

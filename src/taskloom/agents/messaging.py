@@ -28,6 +28,7 @@ from taskloom.transcript import load_messages, repair
 
 if TYPE_CHECKING:
     from taskloom.agents.builder import AgentBuilder
+    from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
@@ -73,6 +74,7 @@ class Messenger:
         *,
         cwd: Path,
         coordinator: bool = False,
+        listen_path: Path | None = None,
     ) -> None:
         """Deliver on ``runtime`` to the agents of ``runs`` (shared with the spawner).
 
@@ -84,6 +86,8 @@ class Messenger:
             cwd: The session's working directory (where a rebuilt agent works).
             coordinator: The main thread coordinates its agents: its messages are signed
                 ``coordinator`` rather than ``main session``.
+            listen_path: The socket this session listens on (``--listen``), given to other
+                sessions as the address to reply to; None when it does not listen.
         """
         self.runtime = runtime
         self.builder = builder
@@ -91,6 +95,7 @@ class Messenger:
         self.runs = runs
         self.cwd = cwd
         self.coordinator = coordinator
+        self.listen_path = listen_path
         self._resume_locks: dict[str, asyncio.Lock] = {}
 
     # -- addresses ----------------------------------------------------------------------------
@@ -178,7 +183,7 @@ class Messenger:
         """
         letter = _checked(message, summary)
         if to.startswith(PEER_PREFIX):
-            return await self._to_peer(to, letter)
+            return await self._to_peer(to, letter, ctx)
         if to == BROADCAST:
             delivery = await self._broadcast(letter, ctx)
         elif to == self.runtime.session_id:
@@ -241,6 +246,13 @@ class Messenger:
                 f"Message queued for agent {agent_id}; it will see it at its next tool "
                 "boundary, before its next model request."
             )
+        if letter.type is not None:
+            # A protocol message is for an agent at work; waking a finished one for it (a
+            # shutdown_request to an agent that is done) would only start it again.
+            raise ToolError(
+                f"SendMessage: to: agent {agent_id} is not running (status: "
+                f"{state.status.value}); a {letter.type} goes only to a running agent."
+            )
         # Resumed on it: the message is its new prompt, as it was written.
         posted = self._post(agent_id, ctx.owner, letter.body, letter.summary)
         try:
@@ -291,11 +303,20 @@ class Messenger:
             f"Message queued for the main session ({session}).", {"to": session, "id": posted}
         )
 
-    async def _to_peer(self, to: str, letter: _Letter) -> Delivery:
+    async def _to_peer(self, to: str, letter: _Letter, ctx: ToolContext) -> Delivery:
         """Hand ``letter`` to the taskloom process listening at the socket ``to`` names."""
         path = to[len(PEER_PREFIX) :]
         if not path.strip():
             raise ToolError(f"SendMessage: to: {to!r} has no socket path; write uds:<socket path>.")
+        if ctx.owner != self.runtime.session_id:
+            # Another session may act on what it is told (even unattended): only the main
+            # thread speaks for this one; an agent reports to it instead.
+            raise ToolError(
+                f"SendMessage: to: only the main session may message another session ({to}); "
+                f"send it to the main session ({self.runtime.session_id}) instead."
+            )
+        if self.listen_path is not None and _same_file(path, self.listen_path):
+            raise ToolError(f"SendMessage: to: {to} is this session's own socket.")
         if letter.type is not None:
             raise ToolError(
                 f"SendMessage: structured messages cannot be sent to another process ({to}); "
@@ -305,19 +326,31 @@ class Messenger:
             raise ToolError("SendMessage: message: must not be empty")
         from taskloom.agents import peers  # loaded only by a message to another process
 
-        own = peers.socket_path(self.runtime.session_id, self.runtime.home)
+        own = self.listen_path
         row = await peers.send_to_peer(
             path,
             sender=self.runtime.session_id,
             text=letter.body,
             summary=letter.summary or None,
-            reply_to=str(own) if own.exists() else None,
+            reply_to=str(own) if own is not None else None,
         )
         return Delivery(
             f"Message delivered to the session listening at {path}; it will see it at its next "
             "delivery point.",
             {"to": to, "id": row},
         )
+
+    def _definition(self, agent_type: str) -> AgentDefinition:
+        """The definition to rebuild an agent of an earlier process with.
+
+        Raises:
+            ToolError: The type is gone (an agent file removed since).
+        """
+        if agent_type not in self.builder.catalog:
+            found = _known_elsewhere(agent_type)
+            if found is not None:
+                return found
+        return self.builder.definition(agent_type)
 
     async def _resume(self, agent_id: str, state: AgentTaskState) -> None:
         run = self.runs.get(agent_id)
@@ -346,7 +379,7 @@ class Messenger:
             # A run killed mid-call left tool calls unanswered: the API would refuse it.
             run.recorder.repair()
         if run is None:  # not started by this process: rebuild it from its transcript
-            definition = self.builder.definition(state.agent_type)
+            definition = self._definition(state.agent_type)
             messages, _ = repair(load_messages(sidechain_path(self.runtime, agent_id)))
             config = self.builder.config(
                 agent_id, definition, description=state.description, cwd=self.cwd, is_async=True
@@ -372,3 +405,26 @@ def _checked(message: str | dict[str, Any], summary: str | None) -> _Letter:
     kind = checked["type"]
     request_id = checked.get("request_id") if kind == "shutdown_request" else None
     return _Letter(structured_messages.encode(checked), summary or "", kind, request_id)
+
+
+def _known_elsewhere(agent_type: str) -> AgentDefinition | None:
+    """A built-in type this session's catalog leaves out, which an agent may still have.
+
+    A ``worker`` outside coordinator mode, ``general-purpose`` in it.
+    """
+    from taskloom.agents.builtins import builtin
+    from taskloom.agents.coordinator import WORKER
+
+    if agent_type == WORKER.agent_type:
+        return WORKER
+    try:
+        return builtin(agent_type)
+    except KeyError:
+        return None
+
+
+def _same_file(path: str, other: Path) -> bool:
+    try:
+        return Path(path).samefile(other)
+    except OSError:
+        return False

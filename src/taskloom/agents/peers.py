@@ -91,7 +91,36 @@ def _check_request(request: Any) -> str | None:
         return "field 'reply_to' must be a string or null"
     if not isinstance(request.get("summary"), str | None):
         return "field 'summary' must be a string"
+    for name in ("from", "text", "reply_to", "summary"):
+        value = request.get(name)
+        if isinstance(value, str) and not _encodable(value):
+            # JSON's \ud800 escapes decode to lone surrogates, which no store can hold.
+            return f"field {name!r} is not valid Unicode text (a lone surrogate)"
+    sender = request["from"]
+    if len(sender) > 256 or not _shown_as_is(sender):
+        return "field 'from' must be a session id: printable, without quotes, at most 256 long"
+    reply_to = request.get("reply_to")
+    if reply_to is not None and not _plain_path(reply_to):
+        return "field 'reply_to' must be an absolute socket path, without quotes or controls"
     return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain_path(text: str) -> bool:
+    """An absolute path that can be shown to a model as it is (it is quoted in its framing)."""
+    return text.startswith("/") and len(text) <= 4096 and _shown_as_is(text)
+
+
+def _shown_as_is(text: str) -> bool:
+    # Quoted in the text the model is shown: nothing that could close the quote or a line.
+    return not any(ch in text for ch in "\"'`") and all(ch.isprintable() for ch in text)
 
 
 class PeerListener:

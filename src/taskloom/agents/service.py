@@ -44,6 +44,7 @@ class AgentService:
         *,
         cwd: Path,
         coordinator: bool = False,
+        listen_path: Path | None = None,
     ) -> None:
         """Serve the subagents of ``runtime``'s session.
 
@@ -55,6 +56,7 @@ class AgentService:
                 works).
             coordinator: The main thread coordinates the agents (its messages to them are
                 signed ``coordinator``).
+            listen_path: This session's socket for other sessions (``--listen``), if any.
         """
         self.runtime = runtime
         self.builder = builder
@@ -63,7 +65,13 @@ class AgentService:
         self.spawner = Spawner(runtime, builder, environments, self.runs)
         self.coordinator = coordinator
         self.messenger = Messenger(
-            runtime, builder, environments, self.runs, cwd=cwd, coordinator=coordinator
+            runtime,
+            builder,
+            environments,
+            self.runs,
+            cwd=cwd,
+            coordinator=coordinator,
+            listen_path=listen_path,
         )
 
     @property

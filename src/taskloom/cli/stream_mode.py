@@ -44,7 +44,7 @@ from taskloom.cli.stream_output import replayed
 from taskloom.errors import TaskloomError, UsageError, describe_os_error
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
-from taskloom.messages import Message, TextBlock
+from taskloom.messages import Message
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +189,11 @@ class StreamSession:
         while True:
             if not self.prompts.empty():
                 return self.prompts.get_nowait()
-            if mailbox.has_pending(me, "message"):
-                sent = self.harness.session.take_inbox()
-                if sent:
-                    return Message(role="user", content=[TextBlock(text=t) for t in sent])
+            if self.last is not None and mailbox.has_pending(me, "message"):
+                # An empty prompt: the engine takes the messages itself, inside the turn, so
+                # an interrupt before it records them hands them back (never acknowledged
+                # unseen). Not before the program's first prompt: it starts the session.
+                return Message(role="user", content=[])
             prompt = asyncio.ensure_future(self.prompts.get())
             mail = asyncio.ensure_future(mailbox.wait(_IDLE_WAIT_S, me, "message"))
             try:

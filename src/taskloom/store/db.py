@@ -38,6 +38,9 @@ _CHECKPOINT_INTERVAL_S = 2.0
 _RETRY_DELAY_S = 0.5
 
 log = logging.getLogger(__name__)
+#: A statement that can never succeed: a broken constraint, or a value SQLite cannot bind
+#: (text with a lone surrogate cannot be encoded; an integer past 64 bits).
+_INVALID = (sqlite3.IntegrityError, UnicodeError, OverflowError)
 _T = TypeVar("_T")
 
 
@@ -181,7 +184,7 @@ class Store:
         try:
             try:
                 self._with_reserve(lambda: self._commit(batch, tasks, skip_invalid=False))
-            except sqlite3.IntegrityError as exc:
+            except _INVALID as exc:
                 # A statement that can never succeed must not block the rest of the batch
                 # forever: commit the others, and report the bad ones.
                 rejected = self._commit(batch, tasks, skip_invalid=True)
@@ -225,7 +228,7 @@ class Store:
             for sql, params in batch:
                 try:
                     conn.execute(sql, params)
-                except sqlite3.IntegrityError:
+                except _INVALID:
                     if not skip_invalid:
                         raise
                     rejected.append(sql)

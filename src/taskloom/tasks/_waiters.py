@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from taskloom.tasks.mailbox import Kind, Mailbox
+from taskloom.tasks.mailbox import Kinds, Mailbox
 from taskloom.tasks.types import TaskState
 
 
@@ -57,11 +57,11 @@ class EndWaiters:
         return True
 
     async def change(
-        self, timeout: float, mailbox: Mailbox, owner: str | None, kind: Kind | None
+        self, timeout: float, mailbox: Mailbox, owner: str | None, kind: Kinds
     ) -> None:
         """Wait until ``mailbox`` holds a row (of ``kind``) for ``owner``, a task ends, or timeout.
 
-        ``kind`` None: any row (a message wakes it as a notification does).
+        ``kind``: one kind, several (a message wakes it as a notification does), or None.
         """
         if mailbox.has_pending(owner, kind):
             return

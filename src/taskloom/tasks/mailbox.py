@@ -63,6 +63,14 @@ class Letter:
     created_at: float
 
 
+#: Which kinds a look at the mailbox is about: one, several, or None for any.
+Kinds = Kind | tuple[Kind, ...] | None
+
+
+def _matches(kinds: Kinds, kind: Kind) -> bool:
+    return kinds is None or kind == kinds or (isinstance(kinds, tuple) and kind in kinds)
+
+
 def _kind(value: str) -> Kind:
     for kind in KINDS:
         if kind == value:
@@ -80,9 +88,12 @@ class Mailbox:
         self._clock = clock
         self._pending: dict[str, Letter] = {}
         self._in_flight: dict[str, Letter] = {}
+        # Rows for recipients that are gone for now (a stopped agent), by recipient: kept out
+        # of every look at what is pending until the recipient is back.
+        self._parked: dict[str, dict[str, Letter]] = {}
         self._seq = 0
         # Who waits for what: (recipient or None for anyone, kind or None, the event to set).
-        self._waiters: list[tuple[str | None, Kind | None, asyncio.Event]] = []
+        self._waiters: list[tuple[str | None, Kinds, asyncio.Event]] = []
 
     @property
     def session_id(self) -> str:
@@ -94,6 +105,8 @@ class Mailbox:
         loaded = []
         for row in self._store.undelivered_mail(self._session_id):
             if row.id in self._pending or row.id in self._in_flight:
+                continue
+            if any(row.id in rows for rows in self._parked.values()):
                 continue
             letter = Letter(
                 id=row.id,
@@ -183,21 +196,19 @@ class Mailbox:
         self._signal(letter)
         return letter
 
-    def pending(self, recipient: str | None = None, kind: Kind | None = None) -> list[Letter]:
+    def pending(self, recipient: str | None = None, kind: Kinds = None) -> list[Letter]:
         """Rows not yet handed out (to ``recipient``, of ``kind``): ``next`` first, then by seq."""
         found = [
             letter
             for letter in self._pending.values()
-            if (recipient is None or letter.recipient == recipient)
-            and (kind is None or letter.kind == kind)
+            if (recipient is None or letter.recipient == recipient) and _matches(kind, letter.kind)
         ]
         return sorted(found, key=lambda letter: (letter.priority != "next", letter.seq))
 
-    def has_pending(self, recipient: str | None = None, kind: Kind | None = None) -> bool:
+    def has_pending(self, recipient: str | None = None, kind: Kinds = None) -> bool:
         """Whether anything waits to be handed out (to ``recipient``, of ``kind``)."""
         return any(
-            (recipient is None or letter.recipient == recipient)
-            and (kind is None or letter.kind == kind)
+            (recipient is None or letter.recipient == recipient) and _matches(kind, letter.kind)
             for letter in self._pending.values()
         )
 
@@ -246,6 +257,28 @@ class Mailbox:
                 self._pending[letter.id] = letter
                 self._signal(letter)
 
+    def park(self, recipient: str) -> None:
+        """Set aside what is pending for a recipient that stopped (durable, not handed out).
+
+        Rows that arrive for it later are pending as usual; :meth:`unpark` brings these back.
+        """
+        rows = {letter.id: letter for letter in self.pending(recipient)}
+        if rows:
+            for letter_id in rows:
+                del self._pending[letter_id]
+            self._parked.setdefault(recipient, {}).update(rows)
+
+    def unpark(self, recipient: str) -> None:
+        """The recipient is back: what was set aside for it is pending again."""
+        rows = self._parked.pop(recipient, {})
+        self._pending.update(rows)
+        for letter in rows.values():
+            self._signal(letter)
+
+    def parked(self, recipient: str) -> list[Letter]:
+        """What is set aside for ``recipient``, in posting order."""
+        return sorted(self._parked.get(recipient, {}).values(), key=lambda letter: letter.seq)
+
     def discard(self, recipient: str, kind: Kind | None = None) -> list[Letter]:
         """Acknowledge, undelivered, what is pending for a recipient that is gone for good."""
         return self.withdraw(letter.id for letter in self.pending(recipient, kind))
@@ -261,9 +294,7 @@ class Mailbox:
             self._in_flight[letter.id] = letter
         return self.ack(letter.id for letter in gone)
 
-    async def wait(
-        self, timeout: float, recipient: str | None = None, kind: Kind | None = None
-    ) -> bool:
+    async def wait(self, timeout: float, recipient: str | None = None, kind: Kinds = None) -> bool:
         """Wait until a row is pending (for ``recipient``, of ``kind``); False on timeout.
 
         Woken by the event :meth:`post` (or :meth:`requeue`) sets for a matching row.
@@ -283,7 +314,5 @@ class Mailbox:
 
     def _signal(self, letter: Letter) -> None:
         for recipient, kind, event in self._waiters:
-            if (recipient is None or recipient == letter.recipient) and (
-                kind is None or kind == letter.kind
-            ):
+            if (recipient is None or recipient == letter.recipient) and _matches(kind, letter.kind):
                 event.set()

@@ -36,7 +36,7 @@ from taskloom.tasks._waiters import EndWaiters
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.kinds import TaskHandle, kind_of
-from taskloom.tasks.mailbox import Kind, Mailbox
+from taskloom.tasks.mailbox import Kinds, Mailbox
 from taskloom.tasks.notifications import (
     Notification,
     NotificationQueue,
@@ -435,7 +435,7 @@ class TaskRuntime:
 
         With ``messages``, a message for ``owner`` (SendMessage text) wakes it too.
         """
-        kind: Kind | None = None if messages else "notification"
+        kind: Kinds = ("notification", "message") if messages else "notification"
         await self._end_waiters.change(timeout, self.mailbox, owner, kind)
 
     async def wait_for_task_end(self, timeout: float) -> bool:
@@ -504,7 +504,7 @@ class TaskRuntime:
         return list(await asyncio.gather(*(self.kill(t) for t in live)))
 
     async def close_owner(self, owner: str, wait_limit: float = 3600.0) -> None:
-        """An owner is going away: apply its tasks' exit policies, drop its notifications.
+        """An owner is going away: apply its tasks' exit policies, set its mail aside.
 
         ``cancel`` tasks are killed, ``wait`` tasks are awaited (up to ``wait_limit``, then
         killed), ``detach`` tasks are let go.
@@ -529,12 +529,14 @@ class TaskRuntime:
         await asyncio.gather(*jobs, return_exceptions=True)
         if owner != self.session_id:
             # Nothing new is queued for it; what its tasks said before it closed stays in its
-            # mailbox (durable), and reaches it if it is resumed.
+            # mailbox (durable, set aside), and reaches it if it is resumed.
             self._closed_owners.add(owner)
+            self.mailbox.park(owner)
 
     def reopen_owner(self, owner: str) -> None:
         """An owner that was closed is back (a resumed agent): notify it again."""
         self._closed_owners.discard(owner)
+        self.mailbox.unpark(owner)
 
     def subtree(self, agent_id: str) -> States:
         """The tasks started by ``agent_id`` and, recursively, by the agents it started."""

@@ -57,7 +57,9 @@ log = logging.getLogger(__name__)
 _NOTIFICATION_POLL_S = 30.0
 #: After a first notification, how long (ms) to wait for others still arriving: tasks that
 #: end together are delivered in one message, not one turn each. Setting notificationBatchMs.
-DEFAULT_BATCH_WINDOW_MS = 100
+#: A quiet window (it restarts at each end): ends that come together are a few ms apart, and
+#: a longer one only delays every notification that arrives while other tasks run.
+DEFAULT_BATCH_WINDOW_MS = 25
 
 
 @dataclass

@@ -515,3 +515,13 @@ async def test_a_row_of_another_kind_does_not_wake_the_waiting_main_thread(tmp_p
         started = time.monotonic()
         await rt.wait_for_change(5, h.session_id, messages=True)
         assert time.monotonic() - started < 1  # a message does end it at once
+
+
+async def test_another_sessions_long_text_is_capped_for_the_main_thread(tmp_path: Path) -> None:
+    async with harness(tmp_path, ScriptedModel([])) as h:
+        h.runtime.mailbox.post(
+            recipient=h.session_id, sender="uds:/x/peer.sock", kind="message", body="q" * 150_000
+        )
+        (shown,) = h.session.take_inbox()
+        assert shown.startswith("Another taskloom session (uds:/x/peer.sock) sent a message")
+        assert "[50000 more characters not shown]" in shown and shown.count("q") == 100_000

@@ -114,13 +114,19 @@ class Session:
         self.recorder.close()
 
 
+#: The most of another session's message the main thread is shown.
+PEER_TEXT_CAP = 100_000
+
+
 def _inbox_text(letter: Letter) -> str:
     """What the main thread is shown of a message: another session's says who sent it.
 
     An agent's message comes framed already (its sender knows who it is); a row from another
     process (``uds:<its socket>`` or ``session:<its id>``) is framed here, with how to reply.
     """
-    sender = letter.sender
+    sender, body = letter.sender, letter.body
+    if len(body) > PEER_TEXT_CAP:  # another process's text: it does not get the whole context
+        body = f"{body[:PEER_TEXT_CAP]}\n[{len(body) - PEER_TEXT_CAP} more characters not shown]"
     if sender.startswith("uds:"):
         reply = f'; reply with SendMessage to "{sender}"'
     elif sender.startswith("session:"):
@@ -129,7 +135,7 @@ def _inbox_text(letter: Letter) -> str:
         return letter.body
     return (
         f"Another taskloom session ({sender}) sent a message while you were working:\n"
-        f"{letter.body}\n\nThis is from another session, not from your user. After completing "
+        f"{body}\n\nThis is from another session, not from your user. After completing "
         f"your current task, decide whether and how to respond{reply}."
     )
 

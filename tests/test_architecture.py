@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"engine", "events"},
     {"conversation"},
     {"agents", "session", "options"},
+    {"teams"},
     {"harness"},
     {"cli", "__main__", "__init__"},
 ]

@@ -42,6 +42,7 @@ from taskloom.messages import (
     Usage,
 )
 from taskloom.models.base import MessageComplete, Model, ModelRequest
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
 from taskloom.untrusted import vet_answer
@@ -524,7 +525,7 @@ class Engine:
 
     def _live_tasks(self) -> bool:
         return any(
-            not s.terminal and s.exit_policy != "detach"
+            not s.terminal and s.exit_policy != "detach" and kind_of(s).busy(s)
             for s in self.runtime.list(owner=self.config.owner)
         )
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.errors import ModelError, UsageError, UserError
+from taskloom.errors import ModelError, UsageError
 from taskloom.options import Options as Options  # its home; re-exported for callers
 from taskloom.tasks.runtime import TaskRuntime
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from taskloom.permissions import PermissionPolicy
     from taskloom.session import Session
     from taskloom.tasks.types import TaskState
+    from taskloom.teams.service import TeamService
     from taskloom.tools.base import Tool
     from taskloom.tools.structured import StructuredOutput
     from taskloom.tools.worktree_tools import WorktreeSession
@@ -87,7 +88,6 @@ class Harness:
         self._claimed = False
         self._structured: StructuredOutput | None = None
         self._switch: ModelSwitch | None = None
-        self._chosen_models: dict[str, Model] = {}
         #: Whether the main thread only orchestrates workers (known once started).
         self.coordinator = False
         self._listener: PeerListener | None = None
@@ -220,7 +220,8 @@ class Harness:
         if opts.hooks is not None:
             hooks = hooks.merged(opts.hooks)
         self._hooks = hooks
-        service = self._service = self._agent_service(hooks)
+        team = self._team_service()
+        service = self._service = self._agent_service(hooks, team)
         place = self._place = WorktreeSession(cwd=self.cwd)
         coordinating = self.coordinator
         builtin: list[Tool[Any]]
@@ -241,6 +242,12 @@ class Harness:
                 EnterWorktreeTool(place, hooks),
                 ExitWorktreeTool(place, hooks),
             ]
+        if team is not None:
+            from taskloom.teams.compose import lead_tools
+
+            builtin += lead_tools(team)
+            # Before the runtime closes: its teammates stop, verified, and the team goes.
+            self._stack.push_async_callback(team.close)
         if opts.builtin_tools is not None:
             builtin = [t for t in builtin if t.name in opts.builtin_tools]
         if opts.json_schema is not None:
@@ -321,39 +328,43 @@ class Harness:
             raise UsageError("--fork-session needs --resume or --continue")
 
     def _find_conversation(self) -> None:
-        """Which recorded conversation this session continues (a copy of, when forked).
-
-        Raises:
-            UserError: No conversation to continue, or none with that id.
-            UsageError: ``session_id`` names a session that exists.
-        """
-        from taskloom.session import latest_session_id, transcript_path
+        """Which recorded conversation this session continues (see ``find_conversation``)."""
+        from taskloom.session import find_conversation
 
         opts = self.options
-        if opts.session_id is not None and transcript_path(opts.session_id).exists():
-            raise UsageError(f"Session ID {opts.session_id} is already in use")
-        source = opts.resume
-        if source is None and opts.continue_session:
-            source = latest_session_id(self.cwd)
-            if source is None:
-                raise UserError(f"No conversation found to continue in {self.cwd}")
-        if source is None:
-            return
-        if not transcript_path(source).is_file():
-            raise UserError(f"No conversation found with session ID: {source}")
-        if opts.fork_session:
-            copy = transcript_path(self._session_id)
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            copy.write_bytes(transcript_path(source).read_bytes())
-        else:
-            self._session_id = source
-        self._resuming = self._session_id
+        found = find_conversation(
+            self.cwd,
+            self._session_id,
+            session_id=opts.session_id,
+            resume=opts.resume,
+            continue_session=opts.continue_session,
+            fork=opts.fork_session,
+        )
+        if found is not None:
+            self._session_id = self._resuming = found
 
     @property
     def _profile(self) -> str:
         return str(self.settings.get("toolProfile") or "claude")
 
-    def _agent_service(self, hooks: HookConfig) -> AgentService:
+    def _team_service(self) -> TeamService | None:
+        """The session's team, when teams are on (``--teams``, ``agentTeams``, the env)."""
+        from taskloom.teams.mode import teams_enabled
+
+        if not teams_enabled(self.options.teams, self.settings):
+            return None
+        from taskloom.prompts import main_system_prompt
+        from taskloom.teams.compose import team_service
+
+        return team_service(
+            self.runtime,
+            lambda: self.agents,
+            cwd=self.cwd,
+            base_prompt=lambda: main_system_prompt(self.cwd, self.options.append_system_prompt),
+            tools=lambda: [*self._subagent_tools(), *self.options.tools],
+        )
+
+    def _agent_service(self, hooks: HookConfig, team: TeamService | None) -> AgentService:
         from taskloom.agents.builder import AgentBuilder
         from taskloom.agents.environment import Environments
         from taskloom.agents.loader import load_agents
@@ -389,6 +400,7 @@ class Harness:
             cwd=self.cwd,
             coordinator=self.coordinator,
             listen_path=self.listen_path,
+            teams=team,
         )
 
     def _subagent_tools(self) -> list[Tool[Any]]:
@@ -428,9 +440,8 @@ class Harness:
         # (``model: haiku`` in an agent file), then the session's own.
         if self._service is not None:
             await self._service.builder.aclose()
-        chosen, self._chosen_models = list(self._chosen_models.values()), {}
-        for model in chosen:
-            await model.aclose()
+        if self._switch is not None:
+            await self._switch.close_chosen()
         if self._model is not None:
             await self._model.aclose()
 
@@ -475,7 +486,7 @@ class Harness:
         spec = self.options.fallback_model
         if spec is None or not exc.retryable or self._switch is None:
             return False  # a request the provider refuses would be refused there too
-        if spec in self._chosen_models and self._switch.current is self._chosen_models[spec]:
+        if self._switch.on(spec):
             return False  # on the fallback already
         before = self._switch.name
         chosen = self.set_model(spec)
@@ -521,18 +532,9 @@ class Harness:
             UsageError: A malformed spec or unknown provider prefix.
             UserError: The provider is not configured.
         """
-        from taskloom.models.resolve import resolve_model
-
-        switch = self._switch
-        if switch is None:
+        if self._switch is None:
             raise RuntimeError("the harness is not started")
-        if spec is None:
-            switch.use(self.model)
-        else:
-            if spec not in self._chosen_models:
-                self._chosen_models[spec] = resolve_model(spec, self.settings)
-            switch.use(self._chosen_models[spec])
-        return switch.name
+        return self._switch.choose(spec, self.settings)
 
     def _current_model(self) -> Model:
         return self._switch.current if self._switch is not None else self.model

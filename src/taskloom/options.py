@@ -76,6 +76,8 @@ class Options:
             None: the setting ``coordinatorMode`` or the environment decides.
         listen: Receive messages from other taskloom sessions of this machine on a Unix
             socket in the session directory (``--listen``); None: the setting ``listen``.
+        teams: The session may lead a team of teammates (``--teams``); None: the setting
+            ``agentTeams`` or the environment decides.
     """
 
     model: str | Model | None = None
@@ -110,3 +112,4 @@ class Options:
     mcp_caller: McpMessageCaller | None = None
     coordinator: bool | None = None
     listen: bool | None = None
+    teams: bool | None = None

@@ -202,10 +202,28 @@ class AgentTool(Tool[AgentInput]):
         """Spawn and report."""
         from taskloom.agents.service import SpawnRequest
 
+        teams = self.service.teams
+        if teams is not None and params.name and teams.is_lead(ctx):
+            if params.isolation is not None or params.cwd is not None:
+                return tool_error("A teammate works in the lead's directory: no isolation or cwd.")
+            try:
+                text = await teams.spawn(
+                    name=params.name,
+                    prompt=params.prompt,
+                    team_name=params.team_name,
+                    model=params.model,
+                    mode=params.mode,
+                    agent_type=params.subagent_type or "general-purpose",
+                    cwd=str(ctx.cwd),
+                )
+            except ToolError as exc:
+                return tool_error(str(exc))
+            return ToolResult(text, data={"status": "teammate_spawned", "name": params.name})
         if params.team_name:
             return tool_error(
-                "teammate_spawned is not available yet: agent teams (team_name) are not "
-                "implemented in this version. Spawn a subagent without team_name."
+                "team_name spawns a teammate, and agent teams are off in this session (turn "
+                "them on with --teams or the setting agentTeams). Spawn a subagent without "
+                "team_name."
             )
         if params.isolation == "remote":
             return tool_error(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
+    from taskloom.agents.team_port import TeamPort
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
 
@@ -75,6 +76,7 @@ class Messenger:
         cwd: Path,
         coordinator: bool = False,
         listen_path: Path | None = None,
+        teams: TeamPort | None = None,
     ) -> None:
         """Deliver on ``runtime`` to the agents of ``runs`` (shared with the spawner).
 
@@ -88,6 +90,7 @@ class Messenger:
                 ``coordinator`` rather than ``main session``.
             listen_path: The socket this session listens on (``--listen``), given to other
                 sessions as the address to reply to; None when it does not listen.
+            teams: The session's team: messages between its members go through it.
         """
         self.runtime = runtime
         self.builder = builder
@@ -96,6 +99,7 @@ class Messenger:
         self.cwd = cwd
         self.coordinator = coordinator
         self.listen_path = listen_path
+        self.teams = teams
         self._resume_locks: dict[str, asyncio.Lock] = {}
 
     # -- addresses ----------------------------------------------------------------------------
@@ -182,6 +186,11 @@ class Messenger:
             TaskError: ``ctx.owner`` may not message that agent.
         """
         letter = _checked(message, summary)
+        teams = self.teams
+        if teams is not None and not to.startswith(PEER_PREFIX) and teams.handles(to, ctx):
+            # Validated above; the team gets the message as written (its protocol reads it).
+            text, data = await teams.send(to, message, ctx, summary)
+            return Delivery(text, data)
         if to.startswith(PEER_PREFIX):
             return await self._to_peer(to, letter, ctx)
         if to == BROADCAST:

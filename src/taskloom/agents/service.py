@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from taskloom.agents.environment import Environments
     from taskloom.agents.loader import AgentCatalog
     from taskloom.agents.run import AgentRun
+    from taskloom.agents.team_port import TeamPort
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
 
@@ -45,6 +46,7 @@ class AgentService:
         cwd: Path,
         coordinator: bool = False,
         listen_path: Path | None = None,
+        teams: TeamPort | None = None,
     ) -> None:
         """Serve the subagents of ``runtime``'s session.
 
@@ -57,9 +59,12 @@ class AgentService:
             coordinator: The main thread coordinates the agents (its messages to them are
                 signed ``coordinator``).
             listen_path: This session's socket for other sessions (``--listen``), if any.
+            teams: The session's team, when teams are on: Agent with a name spawns a
+                teammate, and messages between members go through it.
         """
         self.runtime = runtime
         self.builder = builder
+        self.teams = teams
         #: The runs started in this process, by agent id.
         self.runs: dict[str, AgentRun] = {}
         self.spawner = Spawner(runtime, builder, environments, self.runs)
@@ -72,6 +77,7 @@ class AgentService:
             cwd=cwd,
             coordinator=coordinator,
             listen_path=listen_path,
+            teams=teams,
         )
 
     @property

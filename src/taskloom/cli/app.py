@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-SUBCOMMANDS = ("demo", "tasks", "agents", "worktrees")
+SUBCOMMANDS = ("demo", "tasks", "agents", "teams", "worktrees")
 
 
 _MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
@@ -181,6 +181,12 @@ def _print_parser() -> argparse.ArgumentParser:
         help="Coordinator mode: orchestrate background workers (Agent, SendMessage, TaskStop).",
     )
     parser.add_argument(
+        "--teams",
+        action="store_true",
+        default=None,
+        help="Agent teams: Agent with a name spawns a teammate; TeamCreate, the task list.",
+    )
+    parser.add_argument(
         "--listen",
         action="store_true",
         default=None,
@@ -324,6 +330,7 @@ def run_print_mode(args: list[str]) -> int:
             strict_mcp_config=ns.strict_mcp_config,
             coordinator=ns.coordinator,
             listen=ns.listen,
+            teams=ns.teams,
         ),
     )
     if streamed:

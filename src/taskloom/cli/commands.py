@@ -1,4 +1,4 @@
-"""The ``taskloom`` subcommands (``demo``, ``tasks``, ``agents``, ``worktrees``), on typer."""
+"""The ``taskloom`` subcommands (demo, tasks, agents, teams, worktrees), on typer."""
 
 from __future__ import annotations
 
@@ -22,8 +22,19 @@ def demo(
         bool,
         typer.Option("--coordinator", help="Watch a coordinator direct three workers instead."),
     ] = False,
+    team: Annotated[
+        bool,
+        typer.Option("--team", help="Watch a lead and two teammates split a task list instead."),
+    ] = False,
 ) -> None:
     """Watch a scripted model use real tools and background tasks."""
+    if coordinator and team:
+        typer.echo("taskloom demo: --coordinator and --team are exclusive: choose one.", err=True)
+        raise typer.Exit(2)
+    if team:
+        from taskloom.cli.demo_team import run_demo as run_team_demo
+
+        raise typer.Exit(run_team_demo())
     if coordinator:
         from taskloom.cli.demo_coordinator import run_demo as run_coordinator_demo
 
@@ -55,6 +66,16 @@ def agents(
     from taskloom.cli.agents_cmd import list_agents
 
     raise typer.Exit(list_agents(as_json=as_json))
+
+
+@app.command()
+def teams(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
+) -> None:
+    """List the agent teams in the store: members, and how many tasks each list holds."""
+    from taskloom.cli.teams_cmd import list_teams
+
+    raise typer.Exit(list_teams(as_json=as_json))
 
 
 @app.command()

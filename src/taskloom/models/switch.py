@@ -7,7 +7,7 @@ engine keeps one model object, this one, and each request goes to the model chos
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -19,10 +19,42 @@ class ModelSwitch:
     """Passes every request to the model chosen last (:meth:`use`)."""
 
     def __init__(self, model: Model) -> None:
-        """Start with ``model``."""
+        """Start with ``model`` (the session's own)."""
+        self.base = model
         self.current = model
         #: The chosen model's id.
         self.name = model.name
+        self._chosen: dict[str, Model] = {}  # made for a spec, closed by close_chosen()
+
+    def choose(self, spec: str | None, settings: dict[str, Any]) -> str:
+        """Go on with the model ``spec`` names (made once per spec); None: the session's own.
+
+        Returns:
+            The chosen model's id.
+
+        Raises:
+            UsageError: A malformed spec or unknown provider prefix.
+            UserError: The provider is not configured.
+        """
+        if spec is None:
+            self.use(self.base)
+            return self.name
+        if spec not in self._chosen:
+            from taskloom.models.resolve import resolve_model
+
+            self._chosen[spec] = resolve_model(spec, settings)
+        self.use(self._chosen[spec])
+        return self.name
+
+    def on(self, spec: str) -> bool:
+        """Whether the model chosen last is the one ``spec`` named."""
+        return spec in self._chosen and self.current is self._chosen[spec]
+
+    async def close_chosen(self) -> None:
+        """Close the models :meth:`choose` made (not the session's own)."""
+        chosen, self._chosen = list(self._chosen.values()), {}
+        for model in chosen:
+            await model.aclose()
 
     def use(self, model: Model) -> None:
         """Send the next requests to ``model`` (one in flight finishes where it started)."""

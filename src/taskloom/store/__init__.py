@@ -2,5 +2,26 @@
 
 from taskloom.store.db import Store
 from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
+from taskloom.store.teams import (
+    TASK_STATUSES,
+    MemberRow,
+    TaskRow,
+    TeamRow,
+    TeamTables,
+    TeamTaskError,
+)
 
-__all__ = ["MailRow", "NotificationRow", "ProcessRow", "SessionRow", "Store", "TagRow"]
+__all__ = [
+    "TASK_STATUSES",
+    "MailRow",
+    "MemberRow",
+    "NotificationRow",
+    "ProcessRow",
+    "SessionRow",
+    "Store",
+    "TagRow",
+    "TaskRow",
+    "TeamRow",
+    "TeamTables",
+    "TeamTaskError",
+]

@@ -304,6 +304,18 @@ class Store:
             cur.row_factory = sqlite3.Row
             return cur.fetchall()
 
+    def transaction(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``op`` in one immediate transaction, now, after what is queued (compare-and-set).
+
+        Raises:
+            StoreError: The transaction failed (it was rolled back).
+        """
+        return self._transaction(op)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Commit what is queued, then return the rows ``sql`` reads."""
+        return self._query(sql, params)
+
     def close(self) -> None:
         """Commit what is queued, checkpoint, and close the connection."""
         with self._lock:

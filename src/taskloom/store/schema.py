@@ -115,6 +115,53 @@ MIGRATIONS: tuple[str, ...] = (
         FROM processes WHERE pid = 0 AND detached = 0 ORDER BY pid_start;
     DELETE FROM processes WHERE pid = 0;
     """,
+    # 4: agent teams: a team (one lead session each), its members, and its task list. The
+    # task list is keyed by the team's name but outlives the team (TeamDelete keeps it), so
+    # there is no foreign key to teams; members are deleted with their team by the store.
+    # Times are epoch seconds; blocks, blocked_by and metadata hold JSON.
+    """
+    CREATE TABLE teams (
+        name            TEXT PRIMARY KEY,
+        description     TEXT NOT NULL DEFAULT '',
+        created_at      REAL NOT NULL,
+        lead_agent_id   TEXT NOT NULL,
+        lead_session_id TEXT NOT NULL
+    );
+    CREATE INDEX teams_by_lead ON teams(lead_session_id);
+    CREATE TABLE team_members (
+        team               TEXT NOT NULL,
+        name               TEXT NOT NULL,
+        agent_id           TEXT NOT NULL,
+        agent_type         TEXT NOT NULL,
+        model              TEXT,
+        prompt             TEXT NOT NULL DEFAULT '',
+        color              TEXT,
+        plan_mode_required INTEGER NOT NULL DEFAULT 0,
+        joined_at          REAL NOT NULL,
+        tmux_pane_id       TEXT NOT NULL DEFAULT '',
+        cwd                TEXT NOT NULL DEFAULT '',
+        worktree_path      TEXT,
+        backend_type       TEXT NOT NULL DEFAULT 'in-process',
+        is_active          INTEGER NOT NULL DEFAULT 1,
+        mode               TEXT,
+        PRIMARY KEY (team, name)
+    );
+    CREATE TABLE team_tasks (
+        team        TEXT NOT NULL,
+        id          INTEGER NOT NULL,
+        subject     TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        active_form TEXT,
+        status      TEXT NOT NULL,
+        owner       TEXT,
+        blocks      TEXT NOT NULL DEFAULT '[]',
+        blocked_by  TEXT NOT NULL DEFAULT '[]',
+        metadata    TEXT NOT NULL DEFAULT '{}',
+        created_at  REAL NOT NULL,
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (team, id)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from taskloom.tasks.kinds import Shown, ShownField, TaskKind, register_kind
+from taskloom.tasks.kinds import Shown, TaskKind, answer_shown, register_kind
 from taskloom.tasks.types import AgentTaskState, TaskState, TaskStatus, TaskType
 
 #: Agent tasks stay visible this long after they end, for a UI panel showing them.
@@ -79,10 +79,7 @@ class AgentKind(TaskKind):
         """Its answer (or error) once there is one."""
         if not isinstance(state, AgentTaskState):
             return Shown(())
-        answer = state.result if state.result is not None else state.error
-        if answer is None:
-            return Shown(())
-        return Shown((ShownField("result", answer, f"<result>\n{answer}\n</result>"),))
+        return answer_shown(state.result, state.error)
 
     def final_output(self, state: TaskState, limit: int) -> str:
         """Its answer, else its error."""

@@ -7,9 +7,10 @@ happens when it moves to the background. A kind registers itself, for its :class
 from its own module; :class:`TaskKind` itself serves every type no kind has claimed (the
 defaults are what any task needs and nothing more).
 
-The built-in kinds (:mod:`taskloom.tasks.shell_kind`, :mod:`taskloom.tasks.agent`) are
-registered when the ``taskloom.tasks`` package is imported, so that a state read back from the
-store finds its kind even if nothing in the process has run a task of that kind yet.
+The built-in kinds (:mod:`taskloom.tasks.shell_kind`, :mod:`taskloom.tasks.agent`,
+:mod:`taskloom.tasks.teammate`) are registered when the ``taskloom.tasks`` package is imported,
+so that a state read back from the store finds its kind even if nothing in the process has run
+a task of that kind yet.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ class Backgroundable(Protocol):
     def on_background(self) -> None:
         """The task was moved to the background (no caller waits on it any more)."""
         ...
+
+
+def answer_shown(result: str | None, error: str | None) -> Shown:
+    """What the task tools show of an agent-like task: its answer, else its error, if any."""
+    answer = result if result is not None else error
+    if answer is None:
+        return Shown(())
+    return Shown((ShownField("result", answer, f"<result>\n{answer}\n</result>"),))
 
 
 class TaskKind:
@@ -145,6 +154,21 @@ class TaskKind:
     def priority(self, state: TaskState) -> Priority:
         """When the owner should hear of the end: ``next`` turn boundary or ``later``."""
         return "later"
+
+    def busy(self, state: TaskState) -> bool:
+        """Whether a live task is at work, so that its owner's run waits for it (default: yes).
+
+        A teammate waiting for mail is alive but idle: a headless lead need not wait for it.
+        """
+        return True
+
+    def notifies(self, state: TaskState) -> bool:
+        """Whether the owner hears of the end as a ``<task-notification>`` (default: yes).
+
+        A kind whose end is told some other way (a teammate's, through its team's mailbox
+        protocol) says no: the end is then recorded as notified, and nothing is queued.
+        """
+        return True
 
     # -- what the tools and UIs show ----------------------------------------------------------
 

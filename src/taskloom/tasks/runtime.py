@@ -329,7 +329,7 @@ class TaskRuntime:
                 new = new.replace(**changes)
             self._tasks[task_id] = new
             self.store.upsert_task_lazy(task_id, new.to_dict)
-            if deliver and new.owner not in self._closed_owners:
+            if deliver and new.owner not in self._closed_owners and kind_of(new).notifies(new):
                 self.notifications.enqueue(
                     owner=new.owner,
                     task_id=task_id,

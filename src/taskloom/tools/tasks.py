@@ -26,6 +26,15 @@ def find_task(runtime: TaskRuntime, task_id: str, caller: str) -> TaskState | To
     try:
         return runtime.authorize(task_id, caller)
     except TaskNotFound:
+        # A teammate is known to its lead by its agent id (``alice@team``) or its name.
+        named = [
+            s
+            for s in runtime.list()
+            if not s.terminal
+            and task_id in (getattr(s, "agent_id", None), getattr(s, "agent_name", None))
+        ]
+        if len(named) == 1:
+            return find_task(runtime, named[0].id, caller)
         return tool_error(f"No task found with ID: {task_id}")
     except TaskAccessDenied:
         return tool_error(f"Task {task_id} belongs to another agent; you may not use it")
@@ -174,6 +183,7 @@ class TaskStopTool(Tool[TaskStopInput]):
             return tool_error(f"Task {task_id} is not running (status: {found.status.value})")
         # Returns once the task and everything it started (its agents' agents and shells
         # included) are gone, verified.
+        task_id = found.id  # a teammate may be named by its agent id or name
         final = await ctx.runtime.kill(task_id, caller=ctx.owner)
         what = getattr(final, "command", None) or final.description
         message = f"Successfully stopped task: {task_id} ({what})"

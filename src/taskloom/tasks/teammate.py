@@ -1,0 +1,173 @@
+"""The in-process teammate task kind (``in_process_teammate``) and its state transitions.
+
+A teammate is a long-lived agent of a team, driven above the task layer
+(:mod:`taskloom.teams.teammate`). Between its turns it is idle, not ended: it waits for mail.
+Its end (a shutdown, a kill) is told to the lead through the team's mailbox protocol
+(``shutdown_approved``, idle notifications), so its kind produces no ``<task-notification>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from taskloom.tasks.kinds import Shown, TaskKind, answer_shown, register_kind
+from taskloom.tasks.types import TaskState, TaskStatus, TaskType
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TeammateTaskState(TaskState):
+    """An in-process teammate (``in_process_teammate``).
+
+    Attributes:
+        agent_id: Its agent id, ``<name>@<team>`` (its mailbox address too).
+        agent_name: Its name in the team.
+        team_name: The team it belongs to.
+        color: The colour its messages are shown in, if any.
+        prompt: The task it was spawned with.
+        model: The model it runs on, if not the session's.
+        plan_mode_required: Whether it must have its plan approved before it acts.
+        is_idle: Whether it waits for mail (its last turn is over).
+        shutdown_requested: Whether the lead asked it to shut down.
+        total_tokens: Tokens used so far (latest input, with cache, plus output so far).
+        tool_uses: Tool calls made so far.
+        result: Its last answer (the text of its last turn).
+        error: Why its last turn failed, if it did (it stays alive all the same).
+    """
+
+    TYPE: ClassVar[TaskType] = TaskType.IN_PROCESS_TEAMMATE
+    type: TaskType = TaskType.IN_PROCESS_TEAMMATE
+    agent_id: str = ""
+    agent_name: str = ""
+    team_name: str = ""
+    color: str | None = None
+    prompt: str = ""
+    model: str | None = None
+    plan_mode_required: bool = False
+    is_idle: bool = False
+    shutdown_requested: bool = False
+    total_tokens: int = 0
+    tool_uses: int = 0
+    result: str | None = None
+    error: str | None = None
+
+
+class TeammateKind(TaskKind):
+    """Teammates: they own their shells and agents; their end is told through the mailbox."""
+
+    task_type = TaskType.IN_PROCESS_TEAMMATE
+    state_class = TeammateTaskState
+    noun = "Teammate"
+    owns_tasks = True
+
+    def busy(self, state: TaskState) -> bool:
+        """At work while a turn runs; idle between turns (its lead need not wait then)."""
+        return not (isinstance(state, TeammateTaskState) and state.is_idle)
+
+    def notifies(self, state: TaskState) -> bool:
+        """Never: the lead hears of a teammate's end through the team protocol."""
+        return False
+
+    def result(self, state: TaskState) -> str | None:
+        """Its last answer, or why its last turn failed."""
+        if not isinstance(state, TeammateTaskState):
+            return None
+        return state.error if state.status == TaskStatus.FAILED else state.result
+
+    def usage(self, state: TaskState) -> dict[str, int] | None:
+        """Tokens and tool calls so far."""
+        if not isinstance(state, TeammateTaskState):
+            return None
+        return {"total_tokens": state.total_tokens, "tool_uses": state.tool_uses}
+
+    def output_fields(self, state: TaskState, limit: int) -> Shown:
+        """Its last answer (or error) once there is one."""
+        if not isinstance(state, TeammateTaskState):
+            return Shown(())
+        return answer_shown(state.result, state.error)
+
+    def final_output(self, state: TaskState, limit: int) -> str:
+        """Its last answer, else its error."""
+        if not isinstance(state, TeammateTaskState):
+            return ""
+        return state.result or state.error or ""
+
+    def status_note(self, state: TaskState) -> str:
+        """`` idle`` while it waits for mail."""
+        if isinstance(state, TeammateTaskState) and state.is_idle and not state.terminal:
+            return " idle"
+        return ""
+
+    def event_fields(self, state: TaskState) -> dict[str, object]:
+        """Who it is, whether it is idle, and its usage."""
+        if not isinstance(state, TeammateTaskState):
+            return {}
+        return {
+            "teammate": {
+                "agent_id": state.agent_id,
+                "is_idle": state.is_idle,
+                "shutdown_requested": state.shutdown_requested,
+                "total_tokens": state.total_tokens,
+                "tool_uses": state.tool_uses,
+            }
+        }
+
+
+# -- the transitions a teammate's run records -------------------------------------------------
+
+
+def working(state: TeammateTaskState) -> TeammateTaskState:
+    """A turn started (mail woke it); an ended task is kept."""
+    return state if state.terminal else state.replace(is_idle=False)
+
+
+def idle(
+    state: TeammateTaskState,
+    totals: Mapping[str, int],
+    *,
+    result: str | None = None,
+    error: str | None = None,
+) -> TeammateTaskState:
+    """Its turn is over (answered ``result``, or failed with ``error``): it waits for mail.
+
+    A failed turn keeps the answer of the last turn that succeeded.
+    """
+    if state.terminal:
+        return state
+    changes: dict[str, object] = {"is_idle": True, "error": error, **totals}
+    if result is not None:
+        changes["result"] = result
+    return state.replace(**changes)
+
+
+def progressed(state: TeammateTaskState, totals: Mapping[str, int]) -> TeammateTaskState:
+    """One more message in its conversation: its usage so far."""
+    return state if state.terminal else state.replace(**totals)
+
+
+def ended(
+    state: TeammateTaskState,
+    *,
+    status: TaskStatus = TaskStatus.COMPLETED,
+    error: str | None = None,
+) -> TeammateTaskState:
+    """Ended (``completed`` by a shutdown, ``killed``); a task already ended is kept."""
+    if state.terminal:
+        return state
+    changes: dict[str, object] = {"status": status, "is_idle": False}
+    if error is not None:
+        changes["error"] = error
+    return state.replace(**changes)
+
+
+register_kind(TeammateKind())
+
+__all__ = [
+    "TeammateKind",
+    "TeammateTaskState",
+    "ended",
+    "idle",
+    "progressed",
+    "working",
+]

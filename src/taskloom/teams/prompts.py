@@ -1,0 +1,25 @@
+"""What a teammate is told about working in a team (our own wording)."""
+
+from __future__ import annotations
+
+TEAMMATE_SECTION = """\
+# Working in a team
+
+You are {name}, a member of the agent team "{team}". The team lead (`team-lead`) and your
+teammates cannot see your replies: text you write is seen by nobody. To tell anyone anything,
+use SendMessage with `to` set to a name (`team-lead`, or a teammate's name) or `*` for the
+whole team, and a short `summary`.
+
+- Messages from others reach you as <teammate-message> blocks; answer the ones that need it.
+- The shared task list (TaskList, TaskGet, TaskUpdate, TaskCreate) is how work is divided: claim
+  a task by setting it in_progress, mark it completed when it is done, then look for the next.
+- When you finish a piece of work, report it to the lead with SendMessage, then stop: you go
+  idle and are woken when a message or a task comes for you.
+- A shutdown_request asks you to stop: answer it with SendMessage and a message object
+  `{{"type": "shutdown_response", "request_id": ..., "approve": true}}` once your work is safe
+  to leave (or `approve: false` with a `reason`)."""
+
+
+def teammate_section(name: str, team: str) -> str:
+    """The system-prompt section for teammate ``name`` of ``team``."""
+    return TEAMMATE_SECTION.format(name=name, team=team)

@@ -1,0 +1,177 @@
+"""What the members of a team say to each other: wrapped messages and structured bodies.
+
+Every message a member receives from another member is wrapped in a ``<teammate-message>``
+element naming its sender (:func:`wrap`), so the model can tell it from its user's words.
+Structured messages (idle notifications, shutdown and plan approval exchanges) are JSON objects
+with a string ``type``, carried as the body of such a message; :func:`structured` reads one
+back. Timestamps are ISO 8601 UTC with milliseconds and ``Z``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+from xml.sax.saxutils import escape
+
+from taskloom.session import LEAD_CLOSING, LEAD_PREAMBLE, lead_batch
+
+#: The lead's name in its team (its agent id is ``team-lead@<team>``).
+LEAD_NAME = "team-lead"
+#: The longest summary an idle notification carries (the rest of the answer is cut).
+SUMMARY_LIMIT = 200
+#: What an in-process teammate says it runs in (``paneId`` and ``backendType``).
+IN_PROCESS = "in-process"
+
+
+# Attribute values are quoted with double quotes: those must be escaped too, with the rest.
+_ATTRIBUTE_ENTITIES = {'"': "&quot;"}
+
+
+def agent_id(name: str, team: str) -> str:
+    """A member's agent id (and, for a teammate, its mailbox address): ``<name>@<team>``."""
+    return f"{name}@{team}"
+
+
+def wrap(body: str, *, sender: str, color: str | None = None, summary: str | None = None) -> str:
+    """``body`` as a member receives it from ``sender`` (a name, e.g. ``team-lead``).
+
+    Args:
+        body: The message (text, or a structured message's JSON).
+        sender: The sending member's name.
+        color: The sender's colour, when it has one.
+        summary: A short preview, when there is one.
+    """
+    attributes = [f'teammate_id="{escape(sender, _ATTRIBUTE_ENTITIES)}"']
+    if color:
+        attributes.append(f'color="{escape(color, _ATTRIBUTE_ENTITIES)}"')
+    if summary:
+        attributes.append(f'summary="{escape(summary, _ATTRIBUTE_ENTITIES)}"')
+    return f"<teammate-message {' '.join(attributes)}>\n{body}\n</teammate-message>"
+
+
+def structured(body: str) -> dict[str, Any] | None:
+    """The structured message ``body`` holds: a JSON object with a string ``type``; else None."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read
+        return None
+    if isinstance(data, dict) and isinstance(data.get("type"), str):
+        return data
+    return None
+
+
+def timestamp(at: float | None = None) -> str:
+    """``at`` (epoch seconds; default now) as ISO 8601 UTC with milliseconds and ``Z``."""
+    moment = datetime.fromtimestamp(time.time() if at is None else at, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def request_id(prefix: str, name: str, at: float | None = None) -> str:
+    """A request's id: ``<prefix>-<epoch ms>@<name>`` (``shutdown-…``, ``plan-…``)."""
+    millis = int((time.time() if at is None else at) * 1000)
+    return f"{prefix}-{millis}@{name}"
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def idle_notification(name: str, summary: str, *, at: float | None = None) -> str:
+    """A teammate's turn is over: it is available (``summary`` is cut to 200 characters)."""
+    return _dump(
+        {
+            "type": "idle_notification",
+            "from": name,
+            "timestamp": timestamp(at),
+            "idleReason": "available",
+            "summary": summary[:SUMMARY_LIMIT],
+        }
+    )
+
+
+def shutdown_request(request: str, *, reason: str | None, at: float | None = None) -> str:
+    """The lead asks a teammate to shut down (``request`` from :func:`request_id`)."""
+    return _dump(
+        {
+            "type": "shutdown_request",
+            "requestId": request,
+            "from": LEAD_NAME,
+            "reason": reason,
+            "timestamp": timestamp(at),
+        }
+    )
+
+
+def shutdown_approved(request: str, *, name: str, at: float | None = None) -> str:
+    """Teammate ``name`` agreed to shut down, and did (it ran in this process)."""
+    return _dump(
+        {
+            "type": "shutdown_approved",
+            "requestId": request,
+            "from": name,
+            "timestamp": timestamp(at),
+            "paneId": IN_PROCESS,
+            "backendType": IN_PROCESS,
+        }
+    )
+
+
+def shutdown_rejected(request: str, *, name: str, reason: str, at: float | None = None) -> str:
+    """Teammate ``name`` refused to shut down, saying why."""
+    return _dump(
+        {
+            "type": "shutdown_rejected",
+            "requestId": request,
+            "from": name,
+            "reason": reason,
+            "timestamp": timestamp(at),
+        }
+    )
+
+
+def plan_approval_request(request: str, *, name: str, plan: str, at: float | None = None) -> str:
+    """Teammate ``name`` (in plan mode) asks the lead to approve ``plan``."""
+    return _dump(
+        {
+            "type": "plan_approval_request",
+            "requestId": request,
+            "from": name,
+            "plan": plan,
+            "timestamp": timestamp(at),
+        }
+    )
+
+
+def plan_approval_response(request: str, *, approve: bool, feedback: str | None = None) -> str:
+    """The lead's answer to a plan approval request (``feedback`` only when given)."""
+    data: dict[str, Any] = {
+        "type": "plan_approval_response",
+        "request_id": request,
+        "approve": approve,
+    }
+    if feedback is not None:
+        data["feedback"] = feedback
+    return _dump(data)
+
+
+__all__ = [
+    "IN_PROCESS",
+    "LEAD_CLOSING",
+    "LEAD_NAME",
+    "LEAD_PREAMBLE",
+    "SUMMARY_LIMIT",
+    "agent_id",
+    "idle_notification",
+    "lead_batch",
+    "plan_approval_request",
+    "plan_approval_response",
+    "request_id",
+    "shutdown_approved",
+    "shutdown_rejected",
+    "shutdown_request",
+    "structured",
+    "timestamp",
+    "wrap",
+]

@@ -1,0 +1,355 @@
+"""The session's team, as the lead's and the teammates' tools see it.
+
+One ``TeamService`` per session with teams on; :class:`taskloom.Harness` builds it. It joins
+the :class:`~taskloom.teams.roster.Roster` (the team's durable state), the executor (where
+teammates run) and the mailbox:
+
+- ``Agent`` with a ``name``, called by the lead, spawns a teammate into the lead's team (made
+  on first use: ``team_name``, else ``session-<8 characters of the session id>``);
+- ``SendMessage`` between members goes here: text is wrapped as a ``<teammate-message>`` from
+  its sender and posted to the recipient's address (the session id for the lead, ``name@team``
+  for a teammate); ``*`` reaches every other member; ``shutdown_request`` /
+  ``shutdown_response`` and ``plan_approval_response`` are the team's protocol;
+- the task list tools find their board here (which team, which member);
+- at the end of the session the teammates are stopped and the team is removed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from taskloom.errors import TaskloomError, ToolError
+from taskloom.tasks.teammate import TeammateTaskState
+from taskloom.teams import protocol
+from taskloom.teams.executor import InProcessExecutor, TeammateSpec
+from taskloom.teams.model import LEAD_NAME, Member, TeamError
+from taskloom.teams.task_tools import Board
+
+if TYPE_CHECKING:
+    from taskloom.engine import EngineConfig
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.teams.roster import Roster
+    from taskloom.tools.base import ToolContext
+
+#: Builds a teammate's engine configuration: (name, team, model, mode) -> config.
+ConfigMaker = Callable[[str, str, "str | None", "str | None"], "EngineConfig"]
+
+
+class TeamService:
+    """The lead session's team (see the module docstring)."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        roster: Roster,
+        executor: InProcessExecutor,
+        make_config: ConfigMaker,
+    ) -> None:
+        """Serve the team the session of ``runtime`` leads.
+
+        Args:
+            runtime: The session's runtime (its mailbox, the teammates' tasks).
+            roster: The teams this session leads, in the store.
+            executor: Where teammates run.
+            make_config: Builds a teammate's engine configuration.
+        """
+        self.runtime = runtime
+        self.roster = roster
+        self.executor = executor
+        self.make_config = make_config
+
+    # -- who is calling -----------------------------------------------------------------------
+
+    def is_lead(self, ctx: ToolContext) -> bool:
+        """Whether the caller is the session's main thread (the lead, or the lead to be)."""
+        return ctx.owner == self.runtime.session_id
+
+    def member_of(self, ctx: ToolContext) -> Member | None:
+        """The caller as a member of the session's team (None: not in it)."""
+        team = self.roster.team()
+        if team is None:
+            return None
+        if self.is_lead(ctx):
+            return self.roster.resolve(protocol.agent_id(LEAD_NAME, team.name))
+        state = self.runtime.get(ctx.owner)
+        if isinstance(state, TeammateTaskState) and state.team_name == team.name:
+            return self.roster.resolve(state.agent_id)
+        return None
+
+    def board(self, ctx: ToolContext) -> Board | None:
+        """The caller's view of its team's task list (for the task list tools).
+
+        The lead's first use makes its team (as a first teammate would): a task list may be
+        written before anyone is spawned to work on it.
+        """
+        if self.is_lead(ctx) and self.roster.team() is None:
+            try:
+                self.roster.create(None, "", cwd=str(ctx.cwd))
+            except TeamError:
+                return None
+        me = self.member_of(ctx)
+        if me is None:
+            return None
+        return Board(me.team, me.name, self.roster.tables, self._assign, self.runtime.clock)
+
+    # -- spawning -----------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        *,
+        name: str,
+        prompt: str,
+        team_name: str | None,
+        model: str | None,
+        mode: str | None,
+        agent_type: str,
+        cwd: str,
+    ) -> str:
+        """Spawn teammate ``name`` into the lead's team (made now if there is none).
+
+        Returns:
+            The spawn result the lead is shown.
+
+        Raises:
+            ToolError: A bad or taken name, or another team named than the lead's.
+        """
+        try:
+            team = self.roster.team()
+            if team is None:
+                team = self.roster.create(team_name or None, "", cwd=cwd)
+            elif team_name and team_name != team.name:
+                raise ToolError(
+                    f'You lead team "{team.name}"; a lead has one team. Leave out team_name '
+                    f'or use "{team.name}".'
+                )
+            member = self.roster.join(
+                team.name,
+                name,
+                agent_type=agent_type,
+                model=model,
+                prompt=prompt,
+                plan_mode_required=mode == "plan",
+                cwd=cwd,
+                mode=mode,
+            )
+        except TeamError as exc:
+            raise ToolError(str(exc)) from None
+        spec = TeammateSpec(
+            name=name,
+            team=team.name,
+            color=member.color,
+            prompt=prompt,
+            config=self.make_config(name, team.name, model, mode),
+            model=model,
+            plan_mode_required=mode == "plan",
+            on_end=lambda: self.roster.set_active(team.name, name, False),
+        )
+        try:
+            agent_id = await self.executor.spawn(spec)
+        except BaseException:
+            self.roster.set_active(team.name, name, False)
+            raise
+        return (
+            f"Spawned successfully.\nagent_id: {agent_id}\nname: {name}\n"
+            "The agent is now running and will receive instructions via mailbox."
+        )
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def handles(self, to: str, ctx: ToolContext) -> bool:
+        """Whether a message to ``to`` from the caller is the team's to deliver."""
+        if self.roster.team() is None:
+            return False
+        if self.member_of(ctx) is not None and not self.is_lead(ctx):
+            return True  # everything a teammate sends goes through its team
+        return to == "*" or to == LEAD_NAME or self.roster.resolve(to) is not None
+
+    async def send(
+        self, to: str, message: str | dict[str, Any], ctx: ToolContext, summary: str | None
+    ) -> tuple[str, dict[str, Any]]:
+        """Deliver a member's message; returns the tool's text and data.
+
+        Raises:
+            ToolError: Not a member, no such member, a protocol message out of place.
+        """
+        me = self.member_of(ctx)
+        if me is None:
+            raise ToolError("SendMessage: you are not a member of this session's team.")
+        if isinstance(message, dict):
+            return await self._protocol(me, to, message)
+        targets = self._targets(me, to)
+        ids = [self._post(me, target, message, summary) for target in targets]
+        if to == "*":
+            names = [t.name for t in targets]
+            data = {"success": True, "recipients": names, "msg_ids": ids}
+            data["message"] = f"Message broadcast to {len(names)} teammate(s): {', '.join(names)}"
+        else:
+            data = {
+                "success": True,
+                "message": f"Message sent to {targets[0].name}'s inbox",
+                "msg_id": ids[0],
+                "routing": {
+                    "sender": me.name,
+                    "senderColor": me.color,
+                    "target": f"@{targets[0].name}",
+                    "targetColor": targets[0].color,
+                    "summary": summary,
+                    "content": message,
+                },
+            }
+        return json.dumps(data), data
+
+    def _targets(self, me: Member, to: str) -> list[Member]:
+        team = self.roster.team()
+        assert team is not None
+        if to == "*":
+            found = [m for m in team.members if m.name != me.name and m.is_active]
+            if not found:
+                raise ToolError("No active teammate to broadcast to.")
+            return found
+        target = self.roster.resolve(to)
+        if target is None or target.team != team.name:
+            names = [m.name for m in team.members if m.name != me.name]
+            raise ToolError(
+                f"No member named {to!r} in team {team.name!r}. Members: "
+                f'{", ".join(names) or "(none)"}; or "*" for the whole team.'
+            )
+        if target.name == me.name:
+            raise ToolError("SendMessage: to: that is you; address another member.")
+        return [target]
+
+    def _post(self, me: Member, target: Member, body: str, summary: str | None) -> str:
+        wrapped = protocol.wrap(body, sender=me.name, color=me.color, summary=summary)
+        return self._deliver(target, wrapped, sender=me.agent_id, summary=summary)
+
+    def _deliver(self, target: Member, body: str, *, sender: str, summary: str | None) -> str:
+        """Post to a member: the lead's row is the session's; a teammate is woken by its."""
+        if target.name != LEAD_NAME:
+            try:
+                return self.executor.deliver(target.agent_id, body, sender=sender, summary=summary)
+            except TaskloomError as exc:
+                raise ToolError(f"SendMessage: {target.name} is not running ({exc}).") from None
+        return self.runtime.mailbox.post(
+            recipient=self.runtime.session_id,
+            sender=sender,
+            kind="message",
+            body=body,
+            priority="next",
+            summary=summary or "",
+            commit=True,
+        ).id
+
+    async def _protocol(
+        self, me: Member, to: str, message: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        kind = message.get("type")
+        if kind == "shutdown_request":
+            if me.name != LEAD_NAME:
+                raise ToolError("SendMessage: only the team lead may ask a teammate to shut down.")
+            (target,) = self._targets(me, to) if to != "*" else (None,)
+            if target is None:
+                raise ToolError("SendMessage: a shutdown_request goes to one teammate, by name.")
+            try:
+                request = await self.executor.terminate(target.agent_id, message.get("reason"))
+            except TaskloomError as exc:
+                raise ToolError(f"SendMessage: {target.name} is not running ({exc}).") from None
+            data = {
+                "success": True,
+                "message": f"Shutdown request sent to {target.name}. Request ID: {request}",
+                "request_id": request,
+                "target": target.name,
+            }
+            return json.dumps(data), data
+        if kind == "shutdown_response":
+            return self._shutdown_response(me, message)
+        if kind == "plan_approval_response":
+            if me.name != LEAD_NAME:
+                raise ToolError("SendMessage: only the team lead answers a plan approval request.")
+            (target,) = self._targets(me, to)
+            body = protocol.plan_approval_response(
+                str(message.get("request_id", "")),
+                approve=bool(message.get("approve")),
+                feedback=message.get("feedback"),
+            )
+            msg_id = self._post(me, target, body, None)
+            data = {
+                "success": True,
+                "message": f"Plan answer sent to {target.name}",
+                "msg_id": msg_id,
+            }
+            return json.dumps(data), data
+        raise ToolError(
+            f"SendMessage: message.type: {kind!r} is not a team message; expected "
+            "shutdown_request, shutdown_response or plan_approval_response"
+        )
+
+    def _shutdown_response(self, me: Member, message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if me.name == LEAD_NAME:
+            raise ToolError("SendMessage: the lead does not answer shutdown requests.")
+        request = message.get("request_id")
+        if not isinstance(request, str) or not request:
+            raise ToolError("SendMessage: message.request_id: required for shutdown_response")
+        run = self.executor.run(me.agent_id)
+        if message.get("approve") is True:
+            # Its own call approves: it ends once this call's result is recorded.
+            run.approve_shutdown(request)
+            data = {"success": True, "message": "Shutdown approved. You are stopping now."}
+            return json.dumps(data), data
+        reason = str(message.get("reason") or "")
+        body = protocol.shutdown_rejected(
+            request, name=me.name, reason=reason, at=self.runtime.clock.time()
+        )
+        lead = self.roster.resolve(protocol.agent_id(LEAD_NAME, me.team))
+        assert lead is not None
+        self._post(me, lead, body, None)
+        data = {"success": True, "message": "Shutdown rejected; the lead is told why."}
+        return json.dumps(data), data
+
+    def _assign(self, team: str, owner: str, payload: dict[str, Any]) -> None:
+        """A task was given to ``owner``: a ``task_assignment`` in its mailbox."""
+        target = self.roster.resolve(protocol.agent_id(owner, team))
+        if target is None:
+            raise TeamError(f'Team "{team}" has no member "{owner}".')
+        sender = str(payload.get("assignedBy") or LEAD_NAME)
+        me = self.roster.resolve(protocol.agent_id(sender, team))
+        body = protocol.wrap(json.dumps(payload), sender=sender, color=me.color if me else None)
+        self._deliver(target, body, sender=protocol.agent_id(sender, team), summary=None)
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def recover(self) -> list[str]:
+        """At start: members recorded active by a process that is gone are not running.
+
+        (A resumed session has its team, its task list and its undelivered mail back; its
+        in-process teammates died with the old process.) Returns their names.
+        """
+        team = self.roster.team()
+        if team is None:
+            return []
+        gone = [m.name for m in team.members if m.name != LEAD_NAME and m.is_active]
+        for name in gone:
+            self.roster.set_active(team.name, name, False)
+        return gone
+
+    def all_idle(self) -> bool:
+        """Whether no teammate is at work."""
+        return not any(
+            isinstance(s, TeammateTaskState) and not s.terminal and not s.is_idle
+            for s in self.runtime.list()
+        )
+
+    async def close(self) -> None:
+        """The session ends: stop every teammate (verified), then remove the team."""
+        team = self.roster.team()
+        if team is None:
+            return
+        for member in team.members:
+            if member.name == LEAD_NAME:
+                continue
+            if self.executor.is_active(member.agent_id):
+                await self.executor.kill(member.agent_id)
+            if member.is_active:
+                self.roster.set_active(team.name, member.name, False)
+        self.roster.delete(team.name)

@@ -1,0 +1,378 @@
+"""One in-process teammate: its engine, sidechain transcript, turns, idleness and end.
+
+A teammate lives longer than a turn. Its loop, driven by an asyncio task of its own (so the
+lead's turn ending or being interrupted does not touch it), runs a turn on its prompt, then
+becomes idle: its task state says so and the lead receives an idle notification. A message for
+its address (``<name>@<team>``) wakes it at once — the wait is on the mailbox's event, not a
+poll — and the messages become its next turn's prompt; while it works, they reach it at its
+tool boundaries through its engine's inbox. A turn that fails leaves it alive and idle.
+
+It ends by a shutdown (approved by itself: its task completes) or a kill. Either way its loop
+is cancelled, with a bounded wait, and every process it started is killed: its shells and
+agents are owned by its task id, which its end closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from taskloom._aio import finish_despite_cancel
+from taskloom.conversation.recorder import Recorder, StopHook
+from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
+from taskloom.errors import TaskloomError
+from taskloom.messages import Message
+from taskloom.settings import session_dir
+from taskloom.tasks.output import DiskTaskOutput
+from taskloom.tasks.teammate import ended, idle, progressed, working
+from taskloom.tasks.types import TaskStatus
+from taskloom.teams.protocol import LEAD_NAME, idle_notification, shutdown_approved, wrap
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from taskloom.tasks.runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
+
+#: Longest wait for its loop to finish once cancelled (a hung model does not hold it up).
+KILL_WAIT_S = 5.0
+#: One wait for mail lasts at most this long before the loop looks again. A bound, not a
+#: poll: a row posted for it wakes it at once.
+MAIL_WAIT_S = 3600.0
+#: How many of its latest messages are kept in memory, for display.
+RECENT_LIMIT = 50
+
+
+def sidechain_path(runtime: TaskRuntime, task_id: str) -> Path:
+    """Where a teammate's transcript lives (beside the subagents')."""
+    return session_dir(runtime.session_id, runtime.home) / "subagents" / f"agent-{task_id}.jsonl"
+
+
+class TeammateRun:
+    """An in-process teammate and the loop that drives it (see the module docstring)."""
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        task_id: str,
+        *,
+        agent_id: str,
+        name: str,
+        team: str,
+        color: str | None,
+        config: EngineConfig,
+        prompt: str,
+        lead: str,
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
+        """Prepare the teammate of task ``task_id`` (registered by the caller).
+
+        Args:
+            runtime: The session's runtime.
+            task_id: Its task id.
+            agent_id: Its agent id and mailbox address, ``<name>@<team>``.
+            name: Its name in the team.
+            team: Its team's name.
+            color: The colour its messages are shown in, if any.
+            config: How its engine runs; ``inbox`` is set to this run's, and ``owner`` to its
+                task id (what it starts is then closed by its end).
+            prompt: Its task, from the lead.
+            lead: The lead's mailbox address (the session id).
+            on_end: Called once it has ended, however (e.g. to mark its member inactive).
+        """
+        self.on_end = on_end
+        self.runtime = runtime
+        self.task_id = task_id
+        self.agent_id = agent_id
+        self.name = name
+        self.team = team
+        self.color = color
+        self.prompt = prompt
+        self.lead = lead
+        config = dataclasses.replace(
+            config,
+            owner=task_id,
+            agent_id=config.agent_id or task_id,
+            inbox=self.take_inbox,  # messages reach it at its tool boundaries
+        )
+        self.engine = Engine(config, runtime)
+        path = sidechain_path(runtime, task_id)
+        #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
+        self.recorder = Recorder(
+            self.engine,
+            path,
+            stop=StopHook(
+                "SubagentStop",
+                None,
+                {"agent_id": agent_id, "agent_transcript_path": str(path)},
+            ),
+        )
+        self.driver: asyncio.Task[None] | None = None
+        self.output: DiskTaskOutput | None = None
+        self._recent: deque[Message] = deque(maxlen=RECENT_LIMIT)
+        self._idle = False
+        # The shutdown request being carried out: its end is then a completion, not a kill.
+        self._ending: str | None = None
+        self._approved: str | None = None  # a shutdown its own call approved (see above)
+        # An end asked for from inside its own loop runs as this task (see _end_apart).
+        self._ender: asyncio.Task[None] | None = None
+
+    @property
+    def is_idle(self) -> bool:
+        """Whether its last turn is over and it waits for mail."""
+        return self._idle
+
+    @property
+    def recent(self) -> list[Message]:
+        """Its latest messages (at most :data:`RECENT_LIMIT`), oldest first."""
+        return list(self._recent)
+
+    # -- the task handle ----------------------------------------------------------------------
+
+    async def kill(self) -> None:
+        """Stop it (bounded, even if its model hangs), kill what it started; recorded."""
+        if self._inside():
+            self._end_apart(self.kill())
+            return
+        await self._stop()
+        self.runtime.update(self.task_id, lambda s: ended(s, status=TaskStatus.KILLED))
+        self._report_end()
+
+    async def detach(self) -> None:
+        """A teammate cannot outlive its session: detaching stops it."""
+        await self.kill()
+
+    def approve_shutdown(self, request_id: str) -> None:
+        """Its own tool call approved a shutdown: finish this turn, then end (completed).
+
+        The turn stops after that call's result is recorded (no further model request), so
+        its transcript ends with the approval answered; then the lead is told.
+        """
+        if self._approved is None and self._ending is None:
+            self._approved = request_id
+            self.engine.stop_reason = "shutdown approved"
+
+    async def shutdown(self, approved_request_id: str) -> None:
+        """It agreed to shut down: end it (completed), kill what it started, tell the lead.
+
+        Called from inside its own loop (the tool call that approved), the end runs as a task
+        of its own and this returns at once: the loop cannot wait for its own cancellation.
+        """
+        if self._ending is not None:
+            return
+        self._ending = approved_request_id
+        if self._inside():
+            self._end_apart(self._shut_down(approved_request_id))
+            return
+        await self._shut_down(approved_request_id)
+
+    async def _shut_down(self, request_id: str) -> None:
+        await self._stop()
+        self.runtime.update(self.task_id, lambda s: ended(s))
+        approved = shutdown_approved(request_id, name=self.name, at=self.runtime.clock.time())
+        self._tell_lead(approved)
+        self._report_end()
+
+    def _inside(self) -> bool:
+        return self.driver is not None and asyncio.current_task() is self.driver
+
+    def _end_apart(self, end: Coroutine[Any, Any, None]) -> None:
+        if self._ender is not None and not self._ender.done():
+            end.close()  # an end is under way already
+            return
+        self._ender = asyncio.get_running_loop().create_task(end)
+
+    async def _stop(self) -> None:
+        """Cancel the loop (and its tool calls), wait for it (bounded), close its processes."""
+        driver = self.driver
+        if driver is not None and not driver.done():
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(driver), KILL_WAIT_S)
+        # Its loop's own cleanup does this too, unless the bound ran out before it could.
+        await self._close_processes()
+
+    async def _close_processes(self) -> None:
+        await self.runtime.close_owner(self.task_id, wait_limit=KILL_WAIT_S)
+        # Verified: a task it started while the first pass ran is killed as well.
+        if self.runtime.has_live_tasks(self.task_id):
+            await self.runtime.kill_owned(self.task_id)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        """Start its loop in a task of its own (nothing cancels it but its own end).
+
+        Raises:
+            RuntimeError: It was started already.
+        """
+        if self.driver is not None:
+            raise RuntimeError(f"teammate {self.agent_id} was started already")
+        self.driver = asyncio.get_running_loop().create_task(
+            self._drive(), name=f"teammate {self.agent_id}"
+        )
+        return self.driver
+
+    def take_inbox(self) -> list[str]:
+        """Messages for it since its last look, taken from its mailbox (wrapped by senders).
+
+        They are acknowledged once its transcript holds the message they go into (see
+        :meth:`~taskloom.conversation.recorder.Recorder.hold`).
+        """
+        letters = self.runtime.mailbox.take(self.agent_id, "message")
+        self.recorder.hold(letters)
+        return [letter.body for letter in letters]
+
+    async def _drive(self) -> None:
+        try:
+            self._open_files()
+            turn: str | Message = wrap(self.prompt, sender=LEAD_NAME)
+            while True:
+                await self._turn(turn)
+                if self._approved is not None:
+                    # Its own SendMessage approved a shutdown, and that call's result is now
+                    # recorded: it ends here (the cleanup below kills what it started).
+                    self._ending = request = self._approved
+                    self.runtime.update(self.task_id, lambda s: ended(s).replace(**self._totals()))
+                    self._tell_lead(
+                        shutdown_approved(request, name=self.name, at=self.runtime.clock.time())
+                    )
+                    return
+                turn = await self._next_input()
+        except asyncio.CancelledError:
+            if self._ending is None:  # killed (a shutdown records its own end)
+                self.runtime.update(self.task_id, lambda s: ended(s, status=TaskStatus.KILLED))
+            raise
+        except Exception as exc:  # its loop itself broke (not a turn): it cannot go on
+            error = _describe(exc)
+            self.runtime.update(
+                self.task_id, lambda s: ended(s, status=TaskStatus.FAILED, error=error)
+            )
+        finally:
+            await finish_despite_cancel(self._cleanup())
+
+    async def _turn(self, prompt: str | Message) -> None:
+        self._idle = False
+        self.runtime.update(self.task_id, working)
+        try:
+            async for event in self.recorder.run(prompt):
+                self._progress(event)
+        except Exception as exc:  # a failed turn does not end it: it waits for mail again
+            # Rows taken for a message that never reached the transcript are handed out again.
+            self.recorder.release()
+            self._become_idle(error=_describe(exc))
+            return
+        if self._approved is None:  # an approved shutdown ends it instead of idling
+            self._become_idle(result=self.engine.last_text())
+
+    def _become_idle(self, *, result: str | None = None, error: str | None = None) -> None:
+        totals = self._totals()
+        self.runtime.update(self.task_id, lambda s: idle(s, totals, result=result, error=error))
+        self._idle = True
+        summary = f"[turn failed: {error}]" if error is not None else result or ""
+        self._tell_lead(idle_notification(self.name, summary, at=self.runtime.clock.time()))
+
+    def _tell_lead(self, body: str) -> None:
+        self.runtime.mailbox.post(
+            recipient=self.lead,
+            sender=self.agent_id,
+            kind="message",
+            body=wrap(body, sender=self.name, color=self.color),
+        )
+
+    async def _next_input(self) -> str | Message:
+        """Wait, idle, for what starts its next turn: messages, or news of its own tasks."""
+        mailbox = self.runtime.mailbox
+        while True:
+            letters = mailbox.take(self.agent_id, "message")
+            if letters:
+                self.recorder.hold(letters)
+                return "\n\n".join(letter.body for letter in letters)
+            if self.runtime.notifications.has_pending(self.task_id):
+                # An empty prompt: the engine makes its pending notifications the prompt.
+                return Message(role="user", content=[])
+            await self._wait_for_mail()
+
+    async def _wait_for_mail(self) -> None:
+        mailbox = self.runtime.mailbox
+        waits = [
+            asyncio.ensure_future(mailbox.wait(MAIL_WAIT_S, self.agent_id, "message")),
+            asyncio.ensure_future(mailbox.wait(MAIL_WAIT_S, self.task_id, "notification")),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    def _open_files(self) -> None:
+        self.recorder.open()
+        self.output = self.runtime.create_output(self.task_id)
+
+    def _close_files(self) -> None:
+        self.recorder.close()
+        if self.output is not None:
+            self.output.close()
+            self.output = None
+
+    async def _cleanup(self) -> None:
+        try:
+            self.recorder.release()
+            # Whatever it started is killed (exit policy cancel), so nothing outlives it.
+            await self._close_processes()
+            # It is gone for good (an in-process teammate is never resumed): what is still
+            # addressed to it would wait forever, and be replayed to a namesake.
+            self.runtime.mailbox.discard(self.agent_id)
+        finally:
+            self._close_files()
+            self._report_end()
+
+    def _report_end(self) -> None:
+        """Call ``on_end``, once.
+
+        From its loop's cleanup, or from a kill that came before the loop ever ran (a task
+        cancelled before its first step runs none of its body).
+        """
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            try:
+                on_end()
+            except Exception:  # a bookkeeping failure must not hide how it ended
+                log.exception("teammate %s: recording its end failed", self.agent_id)
+
+    def _totals(self) -> dict[str, int]:
+        engine = self.engine
+        return {
+            "total_tokens": engine.context_tokens + engine.usage.output_tokens,
+            "tool_uses": engine.tool_uses,
+        }
+
+    def _progress(self, event: EngineEvent) -> None:
+        """Report a recorded message: kept for display, into its output file and task state."""
+        if not isinstance(event, AssistantTurn | UserTurn):
+            return
+        self._recent.append(event.message)
+        observer = self.engine.config.observer
+        if observer is not None:
+            observer.agent_message(self.task_id, event)
+        if isinstance(event, AssistantTurn) and self.output is not None:
+            lines = [event.message.text().strip()] if event.message.text().strip() else []
+            lines += [f"→ {call.name}" for call in event.message.tool_uses()]
+            if lines:
+                self.output.append("\n".join(lines) + "\n")
+        totals = self._totals()
+        self.runtime.update(self.task_id, lambda s: progressed(s, totals))
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, TaskloomError) else f"{type(exc).__name__}: {exc}"
+
+
+__all__ = ["KILL_WAIT_S", "MAIL_WAIT_S", "RECENT_LIMIT", "TeammateRun", "sidechain_path"]

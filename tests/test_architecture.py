@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"permissions", "hooks"},
     {"transcript", "prompts", "worktrees"},
     {"tools", "mcp"},
-    {"engine", "events"},
+    {"engine", "events", "gate"},
     {"conversation"},
     {"agents", "session", "options"},
     {"teams"},

@@ -86,6 +86,14 @@ async def team(store: Store, tmp_path: Path) -> AsyncIterator[Team]:
             who: ToolContext(runtime=rt, owner=who, cwd=tmp_path)
             for who in ("lead", "alice", "bob", "x")
         }
+        # The team "alpha" with alice and bob: an owner must be one of its members.
+        roster = Roster(store, "lead-session")
+        roster.create("alpha", "")
+        for name in ("alice", "bob"):
+            roster.join(
+                "alpha", name, agent_type="t", model=None, prompt="", plan_mode_required=False,
+                cwd="", mode=None,
+            )  # fmt: skip
         yield Team(TeamTables(store), [], ctxs)
 
 
@@ -170,6 +178,11 @@ async def test_update_texts_claims_blockers_and_the_completion_hint(team: Team) 
     assert blocked.content == "<tool_use_error>Task #2 is blocked by #1</tool_use_error>"
     claimed = await run(update, alice, taskId="1", status="in_progress")
     assert claimed.content == "Updated task #1 status, owner"
+    # Owned already: another teammate starting it is told whose it is, and nothing changes.
+    second = await run(update, team.ctx["bob"], taskId="1", status="in_progress")
+    assert second.content == "<tool_use_error>Task #1 is already owned by alice</tool_use_error>"
+    nobody = await run(update, lead, taskId="1", owner="zed")
+    assert nobody.is_error and 'no member named "zed"' in nobody.content
     taken = await run(update, team.ctx["bob"], taskId="1", owner="bob", status="in_progress")
     assert taken.content == "Updated task #1 owner"  # an explicit owner is an assignment
     await run(update, lead, taskId="1", owner="alice")

@@ -164,3 +164,151 @@ def test_eight_processes_append_8000_messages_to_one_mailbox_none_twice(tmp_path
         assert Mailbox(store, "sess").replay() == []  # acknowledged: never handed out twice
     finally:
         store.close()
+
+
+async def test_a_teammate_idle_hook_that_exits_2_keeps_it_working(tmp_path: Path) -> None:
+    marker = tmp_path / "kept"
+    command = (
+        f"cat > '{tmp_path}/idle.json'; if [ ! -e '{marker}' ]; then touch '{marker}'; "
+        "echo 'keep going: check the docs' >&2; exit 2; fi"
+    )
+    hooks = {"TeammateIdle": [{"hooks": [{"type": "command", "command": command}]}]}
+    prompts: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if _teammate(request) is None:
+            return "lead"
+        prompts.append(request.messages[-1].text())
+        return f"turn {len(prompts)}"
+
+    settings = json.dumps({"hooks": hooks})
+    async with harness(tmp_path, FunctionModel(respond), teams=True, settings=settings) as h:
+        await _call(h, "Agent", description="w", prompt="work", name="dave")
+        (state,) = [s for s in h.runtime.list() if isinstance(s, TeammateTaskState)]
+        await wait_until(lambda: h.runtime.get(state.id).is_idle, what="it to go idle")  # type: ignore[union-attr]
+    assert len(prompts) == 2 and "keep going: check the docs" in prompts[1]
+    seen = json.loads((tmp_path / "idle.json").read_text())
+    assert seen["hook_event_name"] == "TeammateIdle" and seen["teammate_name"] == "dave"
+    assert seen["team_name"].startswith("session-")
+
+
+async def test_a_permission_request_hook_answers_for_a_headless_teammate(tmp_path: Path) -> None:
+    """Under -p nobody can be asked: a PermissionRequest hook may allow; without it, denied."""
+    import taskloom
+
+    done: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        name = _teammate(request)
+        if name is None:
+            return "lead"
+        if len(request.messages) == 1:
+            touch = {"command": f"touch {tmp_path / name}"}
+            return Turn(tool_calls=(ToolCall("Bash", touch),))
+        done.append(request.messages[-1].text() or str(request.messages[-1].content[0]))
+        return "ok"
+
+    allow = json.dumps(
+        {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                                "decision": {"behavior": "allow"}}}
+    )  # fmt: skip
+    for name, hooks in (("with-hook", True), ("without", False)):
+        settings: dict[str, Any] = {"permissions": {"ask": ["Bash(touch:*)"]}}
+        if hooks:
+            hook = {"type": "command", "command": f"echo '{allow}'"}
+            settings["hooks"] = {"PermissionRequest": [{"matcher": "Bash", "hooks": [hook]}]}
+        done.clear()
+        async with taskloom.Harness(
+            model=FunctionModel(respond), cwd=tmp_path, teams=True, settings=json.dumps(settings)
+        ) as h:
+            await _call(h, "Agent", description="w", prompt="p", name=name)
+            await wait_until(lambda: bool(done), what=f"{name}'s call to be answered")
+        assert (tmp_path / name).exists() is hooks
+    # The denial names the rule that asked (and says nobody could approve it).
+    assert "Bash(touch:*)" in done[0]
+
+
+async def test_a_teammate_gets_the_leads_tools_less_the_denied_and_its_own_agent_tool(
+    tmp_path: Path,
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if _teammate(request) is not None:
+            seen["tools"] = {t.name: t for t in request.tools}
+        return "ok"
+
+    async with harness(
+        tmp_path, FunctionModel(respond), teams=True, builtin_tools=["Read", "Agent", "SendMessage"]
+    ) as h:
+        await _call(h, "Agent", description="w", prompt="p", name="erin")
+        await wait_until(lambda: "tools" in seen, what="the teammate's first request")
+    names = set(seen["tools"])
+    assert "Bash" not in names and "Edit" not in names  # the lead has none of those
+    assert {"Read", "Agent", "SendMessage", "TaskList", "TaskUpdate"} <= names
+    assert not names & {"TaskOutput", "TeamCreate", "TeamDelete", "EnterWorktree"}
+    fields = set(seen["tools"]["Agent"].input_schema["properties"])
+    assert not fields & {"name", "team_name", "mode", "run_in_background"}
+
+
+async def test_task_stop_by_name_at_team_with_the_teammates_shell_alive(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        if _teammate(request) is not None and len(request.messages) == 1:
+            return Turn(
+                tool_calls=(ToolCall("Bash", {"command": "sleep 300", "run_in_background": True}),)
+            )
+        return "ok"
+
+    async with harness(tmp_path, FunctionModel(respond), teams=True) as h:
+        spawned = await _call(h, "Agent", description="w", prompt="p", name="fay")
+        agent_id = spawned.content.split("agent_id: ")[1].split("\n")[0]
+        rt = h.runtime
+        await wait_until(
+            lambda: any(
+                getattr(s, "command", None) == "sleep 300" and not s.terminal for s in rt.list()
+            ),
+            what="the teammate's shell",
+        )
+        stopped = await _call(h, "TaskStop", task_id=agent_id)
+        assert stopped.content.startswith("Successfully stopped task: t"), stopped.content
+        assert all(s.terminal for s in rt.list() if getattr(s, "command", None) == "sleep 300")
+
+
+def test_a_headless_lead_waits_for_an_idle_teammates_background_work(tmp_path: Path) -> None:
+    """The teammate goes idle while its command runs; the run ends only after it reports."""
+    import subprocess
+    import sys
+
+    from coordinator_scenario import texts
+    from fake_servers import FakeAnthropicServer
+    from fake_servers import ToolCall as WireCall
+    from fake_servers import Turn as WireTurn
+    from helpers import clean_env
+
+    def respond(body: dict[str, Any]) -> WireTurn:
+        messages = body["messages"]
+        seen = "\n".join(t for m in messages if m["role"] == "user" for t in texts(m["content"]))
+        system = body["system"] if isinstance(body["system"], str) else json.dumps(body["system"])
+        if "You are gus, a member" in system:
+            if len(messages) == 1:
+                run = {"command": "sleep 1; echo built", "run_in_background": True}
+                return WireTurn(tool_calls=(WireCall("Bash", run),))
+            if "<task-notification>" in seen and "report" not in seen:
+                note = {"to": "team-lead", "message": "build done", "summary": "report"}
+                return WireTurn(tool_calls=(WireCall("SendMessage", note),))
+            return WireTurn(text="waiting for my build")
+        if len(messages) == 1:
+            spawn = {"description": "g", "prompt": "Build it.", "name": "gus"}
+            return WireTurn(tool_calls=(WireCall("Agent", spawn),))
+        return WireTurn(text="got the build" if "build done" in seen else "waiting")
+
+    with FakeAnthropicServer(responder=respond) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="t")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", "go", "--teams", "--output-format", "json",
+             "--model", "claude-sonnet-4-5", "--dangerously-skip-permissions"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["result"] == "got the build"

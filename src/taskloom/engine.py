@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from taskloom.hooks import HookConfig, HookOutcome
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tasks.types import TaskState
 
 log = logging.getLogger(__name__)
 
@@ -471,43 +472,20 @@ class Engine:
     async def _permit(
         self, tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any]
     ) -> ToolResult | tuple[Any, dict[str, Any]]:
-        """The call's input if it may run (the prompter may change it), else the denial."""
-        policy = self.config.permissions
-        if policy is None:
-            return params, raw
-        from taskloom.permissions import PermissionRequest, PromptError
+        """The call's input if it may run (an approver may change it), else the denial."""
+        from taskloom.gate import permit
 
-        request = PermissionRequest(
-            tool_name=tool.name,
-            kind=tool.kind,
-            target=tool.permission_target(params, ctx),
-            cwd=ctx.cwd,
-            input=raw,
-        )
-        decision = policy.decide(request)
-        prompter = self.config.prompter
-        if decision.behavior == "ask" and prompter is not None:
-            try:
-                answer = await prompter.ask(
-                    request, decision, tool_use_id=ctx.tool_use_id, agent_id=self.config.agent_id
-                )
-            except PromptError as exc:
-                return tool_error(f"Permission to use {tool.name} was not given: {exc}")
-            if not answer.allow:
-                if answer.interrupt:
-                    self.stop_reason = "interrupted by the permission prompt"
-                return tool_error(answer.message or f"Permission to use {tool.name} was denied.")
-            if answer.updated_input is None or answer.updated_input == raw:
-                return params, raw
-            changed = tool.validate(answer.updated_input)
-            if isinstance(changed, ToolResult):
-                return changed
-            return changed, answer.updated_input
-        if decision.behavior == "ask" and self.config.headless:
-            decision = policy.headless(decision)
-        if decision.behavior == "allow":
-            return params, raw
-        return tool_error(tool.denied_message(params, decision.reason, decision.rule))
+        cfg = self.config
+        verdict = await permit(
+            tool, params, ctx, raw, policy=cfg.permissions, prompter=cfg.prompter,
+            headless=cfg.headless, run_hook=self.run_hook, agent_id=cfg.agent_id,
+        )  # fmt: skip
+        if verdict.interrupt:
+            self.stop_reason = "interrupted by the permission prompt"
+        if verdict.result is not None:
+            return verdict.result
+        assert verdict.raw is not None
+        return verdict.params, verdict.raw
 
     # -- notifications ------------------------------------------------------------------------
 
@@ -525,8 +503,21 @@ class Engine:
 
     def _live_tasks(self) -> bool:
         return any(
-            not s.terminal and s.exit_policy != "detach" and kind_of(s).busy(s)
+            not s.terminal and s.exit_policy != "detach" and self._at_work(s)
             for s in self.runtime.list(owner=self.config.owner)
+        )
+
+    def _at_work(self, state: TaskState) -> bool:
+        """A live task works while its kind says so, or while it owns work of its own.
+
+        An idle teammate with a background command running (or its notice not yet taken)
+        will wake for it: the run must not end under it.
+        """
+        if kind_of(state).busy(state) or self.runtime.notifications.has_pending(state.id):
+            return True
+        return any(
+            not child.terminal and child.exit_policy != "detach"
+            for child in self.runtime.list(owner=state.id)
         )
 
     def _must_wait(self) -> bool:

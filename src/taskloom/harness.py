@@ -361,7 +361,8 @@ class Harness:
             lambda: self.agents,
             cwd=self.cwd,
             base_prompt=lambda: main_system_prompt(self.cwd, self.options.append_system_prompt),
-            tools=lambda: [*self._subagent_tools(), *self.options.tools],
+            # The lead's own set (a coordinator's has no worker tools: its workers' set).
+            tools=lambda: self.tools if not self.coordinator else self._subagent_tools(),
         )
 
     def _agent_service(self, hooks: HookConfig, team: TeamService | None) -> AgentService:

@@ -39,6 +39,8 @@ class HookEvent(enum.StrEnum):
     SUBAGENT_STOP = "SubagentStop"
     TASK_CREATED = "TaskCreated"
     TASK_COMPLETED = "TaskCompleted"
+    TEAMMATE_IDLE = "TeammateIdle"
+    PERMISSION_REQUEST = "PermissionRequest"
     STOP = "Stop"
     SESSION_START = "SessionStart"
     SESSION_END = "SessionEnd"
@@ -49,7 +51,12 @@ class HookEvent(enum.StrEnum):
 
 #: Events whose matcher is tested against the tool name.
 TOOL_EVENTS = frozenset(
-    {HookEvent.PRE_TOOL_USE, HookEvent.POST_TOOL_USE, HookEvent.POST_TOOL_USE_FAILURE}
+    {
+        HookEvent.PRE_TOOL_USE,
+        HookEvent.POST_TOOL_USE,
+        HookEvent.POST_TOOL_USE_FAILURE,
+        HookEvent.PERMISSION_REQUEST,
+    }
 )
 #: Events whose matcher is tested against the subagent's type.
 AGENT_EVENTS = frozenset({HookEvent.SUBAGENT_START, HookEvent.SUBAGENT_STOP})
@@ -300,7 +307,7 @@ class HookConfig:
 
 
 #: Claude Code events that taskloom does not run: their hooks are skipped, never "misspelt".
-_OTHER_EVENTS = frozenset({"Notification", "PreCompact", "PostCompact", "PermissionRequest"})
+_OTHER_EVENTS = frozenset({"Notification", "PreCompact", "PostCompact"})
 
 
 def _misspelt(name: str) -> str | None:

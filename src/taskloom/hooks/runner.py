@@ -402,6 +402,13 @@ def _apply_output(out: HookOutcome, event: HookEvent, r: HookResult, reasons: li
         _decide(out, permission, _text(specific.get("permissionDecisionReason")))
     elif permission is not None:
         _error(out, r, f"unknown permissionDecision {permission!r} ignored")
+    answer = specific.get("decision")  # PermissionRequest: {behavior, message, updatedInput}
+    if event is HookEvent.PERMISSION_REQUEST and isinstance(answer, dict):
+        behavior = answer.get("behavior")
+        if behavior in ("allow", "deny"):
+            _decide(out, behavior, _text(answer.get("message")))
+        if isinstance(answer.get("updatedInput"), dict):
+            out.updated_input = {**(out.updated_input or {}), **answer["updatedInput"]}
     updated = specific.get("updatedInput")
     if isinstance(updated, dict):
         out.updated_input = {**(out.updated_input or {}), **updated}

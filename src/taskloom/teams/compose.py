@@ -25,8 +25,21 @@ if TYPE_CHECKING:
     from taskloom.tools.base import Tool
 
 #: What a teammate may not have of the lead's tools: nobody answers its questions, it does
-#: not switch plan mode itself, and it hears of its tasks by notification, not by polling.
-TEAMMATE_DENIED = frozenset({"AskUserQuestion", "EnterPlanMode", "ExitPlanMode", "TaskOutput"})
+#: not switch plan mode itself, it hears of its tasks by notification, not by polling, and it
+#: does not move the lead's working directory (the worktree tools act on the lead's).
+TEAMMATE_DENIED = frozenset(
+    {
+        "AskUserQuestion",
+        "EnterPlanMode",
+        "ExitPlanMode",
+        "TaskOutput",
+        "EnterWorktree",
+        "ExitWorktree",
+        "TeamCreate",
+        "TeamDelete",
+        "StructuredOutput",
+    }
+)
 
 
 def team_service(
@@ -45,7 +58,9 @@ def team_service(
             after this).
         cwd: Where teammates work.
         base_prompt: The main thread's system prompt, which a teammate's starts from.
-        tools: The lead's tools a teammate could be given (filtered here).
+        tools: The lead's tools, as offered to it (``--tools`` and the rules that hide tools
+            applied); a teammate gets those less :data:`TEAMMATE_DENIED`, with its own
+            messaging, Agent and task list tools.
     """
     service: TeamService
 
@@ -61,15 +76,15 @@ def team_service(
             member, definition, description=member, cwd=cwd, is_async=False, model=model,
             mode=mode,
         )  # fmt: skip
-        offered = [t for t in tools() if t.name not in TEAMMATE_DENIED]
-        offered += teammate_tools(agents(), service)
-        seen: dict[str, Tool[Any]] = {}
-        for tool in offered:
-            seen.setdefault(tool.name, tool)  # the API refuses duplicate names
+        # Its own messaging, Agent (no teams in it) and task list tools come first: they
+        # replace the lead's of the same names (the API refuses duplicate names).
+        own = teammate_tools(agents(), service)
+        mine = {t.name for t in own}
+        offered = [*own, *(t for t in tools() if t.name not in TEAMMATE_DENIED | mine)]
         return dataclasses.replace(
             config,
             system_prompt=f"{base_prompt()}\n\n{teammate_section(name, team)}",
-            tools=list(seen.values()),
+            tools=offered,
             wait_for_tasks=False,  # it goes idle; its tasks' notifications wake it
             metadata={**config.metadata, "agent_type": "teammate", "teammate": member},
         )

@@ -8,6 +8,7 @@ Names, like those of teams, are 1-64 letters, digits, ``-`` or ``_`` (they becom
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
@@ -28,6 +29,13 @@ def check_name(kind: str, name: str) -> None:
     """
     if not _NAME.match(name):
         raise TeamError(f'{kind} "{name}" is invalid: {_NAME_RULE}.')
+
+
+#: What a member that joins again under its old name takes over of its row.
+_REJOIN_FIELDS = (
+    "agent_type", "model", "prompt", "plan_mode_required", "joined_at", "cwd", "mode",
+    "backend_type", "is_active",
+)  # fmt: skip
 
 
 class Roster:
@@ -121,9 +129,17 @@ class Roster:
             is_active=True, mode=mode,
         )  # fmt: skip
         if not self.tables.add_member(row):
-            raise TeamError(
-                f'Teammate name "{name}" is taken in team "{team}". Choose another name.'
-            )
+            existing = self.tables.member(team, name)
+            if existing is None or existing.is_active:
+                raise TeamError(
+                    f'Teammate name "{name}" is taken in team "{team}". Choose another name.'
+                )
+            # A member that ended (shut down, or gone with an earlier process) may come back
+            # under its name: its row is taken over, its colour kept.
+            row = dataclasses.replace(row, color=existing.color)
+            fields = {f: getattr(row, f) for f in _REJOIN_FIELDS}
+            if not self.tables.set_member(team, name, **fields):
+                raise TeamError(f'Team "{team}" has no member "{name}".')
         return Member.from_row(row)
 
     def set_active(self, team: str, name: str, active: bool) -> None:

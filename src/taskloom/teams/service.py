@@ -16,6 +16,7 @@ teammates run) and the mailbox:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -115,6 +116,13 @@ class TeamService:
         Raises:
             ToolError: A bad or taken name, or another team named than the lead's.
         """
+        if mode == "plan":
+            # A plan-mode teammate needs the lead's approval of its plan to act, which is not
+            # built: it would never leave plan mode.
+            raise ToolError(
+                'mode "plan" is not available for teammates yet; spawn it in another mode and '
+                "ask it for a plan in its prompt."
+            )
         try:
             team = self.roster.team()
             if team is None:
@@ -144,7 +152,7 @@ class TeamService:
             config=self.make_config(name, team.name, model, mode),
             model=model,
             plan_mode_required=mode == "plan",
-            on_end=lambda: self.roster.set_active(team.name, name, False),
+            on_end=lambda: self._inactive(team.name, name),
         )
         try:
             agent_id = await self.executor.spawn(spec)
@@ -267,6 +275,8 @@ class TeamService:
         if kind == "plan_approval_response":
             if me.name != LEAD_NAME:
                 raise ToolError("SendMessage: only the team lead answers a plan approval request.")
+            if to == "*":
+                raise ToolError("SendMessage: a plan_approval_response goes to one teammate.")
             (target,) = self._targets(me, to)
             body = protocol.plan_approval_response(
                 str(message.get("request_id", "")),
@@ -292,6 +302,13 @@ class TeamService:
         if not isinstance(request, str) or not request:
             raise ToolError("SendMessage: message.request_id: required for shutdown_response")
         run = self.executor.run(me.agent_id)
+        state = self.runtime.get(run.task_id)
+        asked = isinstance(state, TeammateTaskState) and state.shutdown_requested
+        if not asked or not request.endswith(f"@{me.name}"):
+            raise ToolError(
+                f"SendMessage: message.request_id: {request!r} is not a shutdown request sent "
+                "to you; answer the shutdown_request you received, with its requestId."
+            )
         if message.get("approve") is True:
             # Its own call approves: it ends once this call's result is recorded.
             run.approve_shutdown(request)
@@ -333,12 +350,10 @@ class TeamService:
             self.roster.set_active(team.name, name, False)
         return gone
 
-    def all_idle(self) -> bool:
-        """Whether no teammate is at work."""
-        return not any(
-            isinstance(s, TeammateTaskState) and not s.terminal and not s.is_idle
-            for s in self.runtime.list()
-        )
+    def _inactive(self, team: str, name: str) -> None:
+        """A teammate ended: its member is inactive (unless the team is gone already)."""
+        with contextlib.suppress(TeamError):
+            self.roster.set_active(team, name, False)
 
     async def close(self) -> None:
         """The session ends: stop every teammate (verified), then remove the team."""

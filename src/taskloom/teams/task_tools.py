@@ -385,10 +385,18 @@ class TaskUpdateTool(_BoardTool[TaskUpdateInput]):
         current = board.tables.get_task(board.team, task_id)
         if current is None:
             return tool_error("Task not found")
-        # Starting an unowned task claims it; the store re-checks the owner atomically.
+        # A teammate starting a task claims it: the store checks, atomically, that nobody
+        # else owns it (whoever owns it is named if so). The lead may set any status.
         claimant = None
-        if params.status == "in_progress" and params.owner is None and not current.owner:
+        if params.status == "in_progress" and params.owner is None and board.member != LEAD_NAME:
             claimant = board.member
+        if params.owner:
+            members = [m.name for m in board.tables.members(board.team)]
+            if params.owner not in members:
+                return tool_error(
+                    f'owner: no member named "{params.owner}" in team "{board.team}"; members: '
+                    f"{', '.join(members)}"
+                )
         if params.status == "completed" and current.status != "completed" and ctx.engine:
             outcome = await ctx.engine.run_hook(
                 "TaskCompleted",

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Most times in a row TeammateIdle hooks may keep it working instead of going idle.
+MAX_IDLE_CONTINUATIONS = 5
 #: Longest wait for its loop to finish once cancelled (a hung model does not hold it up).
 KILL_WAIT_S = 5.0
 #: One wait for mail lasts at most this long before the loop looks again. A bound, not a
@@ -120,6 +122,7 @@ class TeammateRun:
         # The shutdown request being carried out: its end is then a completion, not a kill.
         self._ending: str | None = None
         self._approved: str | None = None  # a shutdown its own call approved (see above)
+        self._kept_busy = 0  # TeammateIdle continuations in a row
         # An end asked for from inside its own loop runs as this task (see _end_apart).
         self._ender: asyncio.Task[None] | None = None
 
@@ -140,6 +143,14 @@ class TeammateRun:
         if self._inside():
             self._end_apart(self.kill())
             return
+        if self._approved is not None and self._ending == self._approved:
+            # Shutting down already (approved): its own end is under way; wait for it.
+            driver = self.driver
+            if driver is not None and not driver.done():
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(driver), KILL_WAIT_S)
+            if driver is not None and driver.done():
+                return
         await self._stop()
         self.runtime.update(self.task_id, lambda s: ended(s, status=TaskStatus.KILLED))
         self._report_end()
@@ -237,12 +248,8 @@ class TeammateRun:
                 await self._turn(turn)
                 if self._approved is not None:
                     # Its own SendMessage approved a shutdown, and that call's result is now
-                    # recorded: it ends here (the cleanup below kills what it started).
-                    self._ending = request = self._approved
-                    self.runtime.update(self.task_id, lambda s: ended(s).replace(**self._totals()))
-                    self._tell_lead(
-                        shutdown_approved(request, name=self.name, at=self.runtime.clock.time())
-                    )
+                    # recorded: it ends here; the cleanup below finishes (see there).
+                    self._ending = self._approved
                     return
                 turn = await self._next_input()
         except asyncio.CancelledError:
@@ -269,7 +276,29 @@ class TeammateRun:
             self._become_idle(error=_describe(exc))
             return
         if self._approved is None:  # an approved shutdown ends it instead of idling
+            follow_up = await self._idle_hook()
+            if follow_up is not None:
+                await self._turn(follow_up)
+                return
             self._become_idle(result=self.engine.last_text())
+
+    async def _idle_hook(self) -> str | None:
+        """Run the TeammateIdle hooks: exit 2 keeps it working, on the hook's words.
+
+        At most :data:`MAX_IDLE_CONTINUATIONS` times in a row, so a hook cannot keep it busy
+        forever.
+        """
+        if self._kept_busy >= MAX_IDLE_CONTINUATIONS:
+            self._kept_busy = 0
+            return None
+        outcome = await self.engine.run_hook(
+            "TeammateIdle", None, teammate_name=self.name, team_name=self.team
+        )
+        if outcome is None or not outcome.blocked or not outcome.block_reason.strip():
+            self._kept_busy = 0
+            return None
+        self._kept_busy += 1
+        return outcome.block_reason
 
     def _become_idle(self, *, result: str | None = None, error: str | None = None) -> None:
         totals = self._totals()
@@ -333,6 +362,13 @@ class TeammateRun:
         finally:
             self._close_files()
             self._report_end()
+            if self._approved is not None and self._ending == self._approved:
+                # In this order: what it started is gone, it is inactive, its task has ended
+                # (completed), and only then is the lead told.
+                totals = self._totals()
+                self.runtime.update(self.task_id, lambda s: ended(s).replace(**totals))
+                now = self.runtime.clock.time()
+                self._tell_lead(shutdown_approved(self._approved, name=self.name, at=now))
 
     def _report_end(self) -> None:
         """Call ``on_end``, once.

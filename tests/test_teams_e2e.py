@@ -192,13 +192,23 @@ class KilledLeadScript(TeamScript):
         if "Bash" not in names:
             return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 60"}),))
         if "TaskList" not in names:  # resumed: its task list and its team are still there
-            return Turn(tool_calls=(ToolCall("TaskList", {}), ToolCall("TeamDelete", {})))
-        return Turn(text=f"resumed: {seen.count('report from')} reports")
+            ask = {"to": "alice", "message": "still there?"}
+            return Turn(tool_calls=(ToolCall("TaskList", {}), ToolCall("SendMessage", ask)))
+        if "alice is back" in seen:
+            return Turn(text=f"resumed: {seen.count('report from')} reports")
+        return Turn(text="waiting for alice")
 
     def _teammate(self, name: str, messages: list[dict[str, object]]) -> Turn:  # type: ignore[override]
+        from team_scenario import _all_text, _calls
+
+        seen = _all_text(messages)  # type: ignore[arg-type]
         if len(messages) == 1:
             report = {"to": "team-lead", "message": f"report from {name}", "summary": name}
             return Turn(tool_calls=(ToolCall("SendMessage", report),))
+        replied = any("is back" in json.dumps(c["input"]) for c in _calls(messages))  # type: ignore[arg-type]
+        if "still there?" in seen and not replied:
+            back = {"to": "team-lead", "message": f"{name} is back"}
+            return Turn(tool_calls=(ToolCall("SendMessage", back),))
         return Turn(text=f"{name} waiting")
 
 
@@ -263,8 +273,9 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
         for t in texts(e["message"]["content"])
     ]
     assert "#1 [pending] Keep me" in results
-    # The same team: its teammates died with the old process, so it can be deleted now.
-    assert any(t.startswith('Team "session-') and t.endswith('" deleted.') for t in results)
+    # alice went on from her transcript: her resumed request holds her first prompt too.
+    resumed_alice = json.dumps(script.teammate_requests["alice"][-1]["messages"])
+    assert "Report, alice." in resumed_alice and "still there?" in resumed_alice
     listed = subprocess.run(
         [sys.executable, "-m", "taskloom", "teams", "--json"],
         capture_output=True,
@@ -273,7 +284,7 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
         env=env,
     )
     teams = json.loads(listed.stdout)["teams"]
-    assert teams == []  # deleted; its task list stays in the store
+    assert teams == []  # removed at the end of the run; its task list stays in the store
     with contextlib.closing(sqlite3.connect(db)) as conn:
         subjects = [r[0] for r in conn.execute("SELECT subject FROM team_tasks")]
     assert subjects == ["Keep me"]

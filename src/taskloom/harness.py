@@ -197,6 +197,9 @@ class Harness:
                 listener = PeerListener(runtime.mailbox, runtime.session_id, path)
                 self._listener = await self._stack.enter_async_context(listener)
             self._build_session()
+            if self._service is not None and self._service.teams is not None:
+                # A resumed session's teammates (of the process that died) go on.
+                await self._service.teams.resume_members()
         except BaseException:
             self._runtime = None
             await finish_despite_cancel(self._stack.aclose())

@@ -34,6 +34,10 @@ class TeamPort(Protocol):
         """
         ...
 
+    async def resume_members(self) -> list[str]:
+        """Bring back the teammates an earlier process of the session ran; their names."""
+        ...
+
     async def spawn(
         self,
         *,

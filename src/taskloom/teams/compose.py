@@ -92,7 +92,6 @@ def team_service(
     service = TeamService(
         runtime, Roster(runtime.store, runtime.session_id), InProcessExecutor(runtime), make_config
     )
-    service.recover()
     return service
 
 

@@ -21,6 +21,7 @@ from taskloom.teams.teammate import TeammateRun
 
 if TYPE_CHECKING:
     from taskloom.engine import EngineConfig
+    from taskloom.messages import Message
     from taskloom.tasks.runtime import TaskRuntime
 
 
@@ -84,17 +85,26 @@ class InProcessExecutor:
         self._tasks: dict[str, str] = {}  # agent id -> task id
         self._runs: dict[str, TeammateRun] = {}
 
+    async def resume(self, spec: TeammateSpec, task_id: str, messages: list[Message]) -> str:
+        """Bring back a teammate of an earlier process under its task id, with its history.
+
+        It waits for mail at once (what was sent to it and never delivered is pending).
+        """
+        return self._start(spec, task_id, messages)
+
     async def spawn(self, spec: TeammateSpec) -> str:
         """Register its task (owned by the session), attach its run and start it.
 
         Raises:
             UsageError: A teammate of that name runs in that team already.
         """
+        return self._start(spec, self.runtime.new_id(TaskType.IN_PROCESS_TEAMMATE), None)
+
+    def _start(self, spec: TeammateSpec, task_id: str, messages: list[Message] | None) -> str:
         member = member_id(spec.name, spec.team)
         if self.is_active(member):
             raise UsageError(f"teammate {member} is running already")
         runtime = self.runtime
-        task_id = runtime.new_id(TaskType.IN_PROCESS_TEAMMATE)
         runtime.register(
             TeammateTaskState(
                 id=task_id,
@@ -122,6 +132,7 @@ class InProcessExecutor:
             prompt=spec.prompt,
             lead=runtime.session_id,
             on_end=spec.on_end,
+            messages=messages,
         )
         runtime.attach_handle(task_id, run)
         self._tasks[member] = task_id

@@ -17,6 +17,7 @@ teammates run) and the mailbox:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -336,19 +337,47 @@ class TeamService:
 
     # -- the end ------------------------------------------------------------------------------
 
-    def recover(self) -> list[str]:
-        """At start: members recorded active by a process that is gone are not running.
+    async def resume_members(self) -> list[str]:
+        """At start: bring back the teammates an earlier process of this session ran.
 
-        (A resumed session has its team, its task list and its undelivered mail back; its
-        in-process teammates died with the old process.) Returns their names.
+        Each member still recorded active (its process died with it) goes on under its task
+        id, with its conversation read back from its transcript, and waits for mail: what was
+        sent to it and never delivered is handed to it now. A member whose task or transcript
+        is gone is marked inactive instead. Returns the names brought back.
         """
+        from taskloom.teams.teammate import sidechain_path
+        from taskloom.transcript import load_messages, repair
+
         team = self.roster.team()
         if team is None:
             return []
-        gone = [m.name for m in team.members if m.name != LEAD_NAME and m.is_active]
-        for name in gone:
-            self.roster.set_active(team.name, name, False)
-        return gone
+        tasks = {
+            s.agent_id: s
+            for s in self.runtime.list(include_evicted=True)
+            if isinstance(s, TeammateTaskState)
+        }  # oldest first: the latest task of each member wins
+        back = []
+        for member in team.members:
+            if member.name == LEAD_NAME or not member.is_active:
+                continue
+            state = tasks.get(member.agent_id)
+            path = sidechain_path(self.runtime, state.id) if state is not None else None
+            if state is None or path is None or not path.is_file():
+                self._inactive(team.name, member.name)
+                continue
+            messages, _ = repair(load_messages(path))
+            spec = TeammateSpec(
+                name=member.name,
+                team=team.name,
+                color=member.color,
+                prompt=member.prompt,
+                config=self.make_config(member.name, team.name, member.model, member.mode),
+                model=member.model,
+                on_end=functools.partial(self._inactive, team.name, member.name),
+            )
+            await self.executor.resume(spec, state.id, messages)
+            back.append(member.name)
+        return back
 
     def _inactive(self, team: str, name: str) -> None:
         """A teammate ended: its member is inactive (unless the team is gone already)."""

@@ -72,6 +72,7 @@ class TeammateRun:
         prompt: str,
         lead: str,
         on_end: Callable[[], None] | None = None,
+        messages: list[Message] | None = None,
     ) -> None:
         """Prepare the teammate of task ``task_id`` (registered by the caller).
 
@@ -87,6 +88,8 @@ class TeammateRun:
             prompt: Its task, from the lead.
             lead: The lead's mailbox address (the session id).
             on_end: Called once it has ended, however (e.g. to mark its member inactive).
+            messages: Its conversation so far, when it goes on from an earlier process (it
+                then waits for mail at once instead of starting on ``prompt``).
         """
         self.on_end = on_end
         self.runtime = runtime
@@ -103,7 +106,8 @@ class TeammateRun:
             agent_id=config.agent_id or task_id,
             inbox=self.take_inbox,  # messages reach it at its tool boundaries
         )
-        self.engine = Engine(config, runtime)
+        self.engine = Engine(config, runtime, messages)
+        self._resumed = messages is not None
         path = sidechain_path(runtime, task_id)
         #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
         self.recorder = Recorder(
@@ -243,7 +247,16 @@ class TeammateRun:
     async def _drive(self) -> None:
         try:
             self._open_files()
-            turn: str | Message = wrap(self.prompt, sender=LEAD_NAME)
+            turn: str | Message
+            if self._resumed:
+                # Going on from an earlier process: calls it left unanswered get "interrupted"
+                # results, and it waits for what was (or will be) sent to it.
+                self.recorder.repair()
+                self._idle = True
+                self.runtime.update(self.task_id, lambda s: idle(s, self._totals()))
+                turn = await self._next_input()
+            else:
+                turn = wrap(self.prompt, sender=LEAD_NAME)
             while True:
                 await self._turn(turn)
                 if self._approved is not None:
@@ -343,7 +356,11 @@ class TeammateRun:
 
     def _open_files(self) -> None:
         self.recorder.open()
-        self.output = self.runtime.create_output(self.task_id)
+        path = self.runtime.output_path(self.task_id)
+        if path.exists():  # resumed: its progress goes on in the same file
+            self.output = DiskTaskOutput.reopen(path, self.runtime.output_cap)
+        else:
+            self.output = self.runtime.create_output(self.task_id)
 
     def _close_files(self) -> None:
         self.recorder.close()

@@ -38,7 +38,7 @@ def join(roster: Roster, team: str, name: str) -> None:
 # -- schema -------------------------------------------------------------------------------------
 
 
-def test_a_schema_3_database_migrates_to_4_keeping_its_rows(home: Path) -> None:
+def test_a_schema_3_database_migrates_to_the_latest_keeping_its_rows(home: Path) -> None:
     path = db_path()
     path.parent.mkdir(parents=True)
     conn = sqlite3.connect(path, isolation_level=None)
@@ -50,11 +50,11 @@ def test_a_schema_3_database_migrates_to_4_keeping_its_rows(home: Path) -> None:
     conn.close()
     store = Store(path)
     try:
-        assert SCHEMA_VERSION == 4
-        assert store.schema_version == 4
+        assert SCHEMA_VERSION == 5
+        assert store.schema_version == 5
         assert store.get_session("s1") is not None
         tables = {r["name"] for r in store.query("SELECT name FROM sqlite_master")}
-        assert {"teams", "team_members", "team_tasks"} <= tables
+        assert {"teams", "team_members", "team_tasks", "team_task_ids"} <= tables
     finally:
         store.close()
 
@@ -339,3 +339,13 @@ def test_metadata_merges_and_task_lists_are_per_team(store: Store) -> None:
     )
     assert tables.create_task("beta", "b", "", None, None, 1.0).id == 1
     assert tables.count_tasks() == {"alpha": {"pending": 1}, "beta": {"pending": 1}}
+
+
+def test_a_deleted_tasks_id_is_never_given_again(store: Store) -> None:
+    tables = TeamTables(store)
+    first = tables.create_task("t", "one", "", None, None, 1.0)
+    second = tables.create_task("t", "two", "", None, None, 2.0)
+    assert (first.id, second.id) == (1, 2)
+    tables.update_task("t", 2, {"status": "deleted"}, when=3.0)
+    assert tables.create_task("t", "three", "", None, None, 4.0).id == 3
+    assert tables.create_task("other", "x", "", None, None, 5.0).id == 1  # per team

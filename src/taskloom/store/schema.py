@@ -162,6 +162,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (team, id)
     );
     """,
+    # 5: the highest task id each team's list has handed out, so that an id is never given
+    # twice (the highest task deleted, or refused by a TaskCreated hook, keeps its number).
+    """
+    CREATE TABLE team_task_ids (
+        team  TEXT PRIMARY KEY,
+        last  INTEGER NOT NULL
+    );
+    INSERT INTO team_task_ids(team, last) SELECT team, MAX(id) FROM team_tasks GROUP BY team;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

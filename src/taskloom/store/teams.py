@@ -319,7 +319,8 @@ class TeamTables:
         """Add a pending, unowned task with the next id of the team's list, now.
 
         The id is read and taken in one immediate transaction: two creators, in any
-        processes, never get the same one.
+        processes, never get the same one, and no id is given twice (one whose task was
+        deleted stays used).
 
         Raises:
             StoreError: The store could not be written.
@@ -327,9 +328,17 @@ class TeamTables:
         meta = dict(metadata or {})
 
         def op(conn: sqlite3.Connection) -> TaskRow:
+            # The highest ever handed out, not the highest left: a deleted one's id stays its.
             (last,) = conn.execute(
-                "SELECT COALESCE(MAX(id), 0) FROM team_tasks WHERE team = ?", (team,)
+                "SELECT MAX(COALESCE((SELECT last FROM team_task_ids WHERE team = ?), 0), "
+                "COALESCE((SELECT MAX(id) FROM team_tasks WHERE team = ?), 0))",
+                (team, team),
             ).fetchone()
+            conn.execute(
+                "INSERT INTO team_task_ids(team, last) VALUES (?, ?) "
+                "ON CONFLICT(team) DO UPDATE SET last = excluded.last",
+                (team, last + 1),
+            )
             row = TaskRow(team, last + 1, subject, description, active_form, "pending", None,
                           (), (), meta, when, when)  # fmt: skip
             conn.execute(

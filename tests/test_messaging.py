@@ -226,12 +226,12 @@ async def test_broadcast_with_no_running_agent_is_an_error(tmp_path: Path) -> No
         (
             {"type": "foo"},
             "SendMessage: message.type: unknown type 'foo'; expected one of shutdown_request, "
-            "shutdown_response, plan_approval_response",
+            "shutdown_response, plan_approval_response, plan_approval_request",
         ),
         (
             {"reason": "no type"},
             "SendMessage: message.type: required; expected one of shutdown_request, "
-            "shutdown_response, plan_approval_response",
+            "shutdown_response, plan_approval_response, plan_approval_request",
         ),
         (
             {"type": "shutdown_response", "approve": True},

@@ -312,3 +312,48 @@ def test_a_headless_lead_waits_for_an_idle_teammates_background_work(tmp_path: P
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["result"] == "got the build"
+
+
+async def test_a_plan_mode_teammate_acts_once_the_lead_approves_its_plan(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    results: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if _teammate(request) is None:
+            return "lead"
+        last = request.messages[-1]
+        results.extend(str(b.model_dump()) for b in last.content)
+        seen = "\n".join(m.text() for m in request.messages) + json.dumps(results)
+        write = ToolCall("Write", {"file_path": str(target), "content": "done\n"})
+        if len(request.messages) == 1:
+            return Turn(tool_calls=(write,))  # refused: plan mode
+        if "plan_approval_response" in seen and '"approve": true' in seen and not target.exists():
+            return Turn(tool_calls=(write,))
+        if "plan_approval_request" not in json.dumps([m.model_dump() for m in request.messages]):
+            plan = {"type": "plan_approval_request", "plan": "write out.txt"}
+            return Turn(tool_calls=(ToolCall("SendMessage", {"to": "team-lead", "message": plan}),))
+        return "waiting"
+
+    async with harness(tmp_path, FunctionModel(respond), teams=True) as h:
+        spawned = await _call(h, "Agent", description="p", prompt="p", name="hal", mode="plan")
+        assert "agent_id: hal@" in spawned.content
+        rt = h.runtime
+
+        def plan_request() -> str | None:
+            for letter in rt.mailbox.pending(h.session_id):
+                found = re.search(r'"requestId": "(plan-[^"]+)"', letter.body)
+                if found:
+                    return found.group(1)
+            return None
+
+        await wait_until(lambda: plan_request() is not None, what="hal's plan")
+        assert not target.exists()  # plan mode refused its write
+        assert any("plan" in r.lower() and "is_error" in r for r in results)
+        request = plan_request()
+        bogus = {"type": "plan_approval_response", "request_id": "plan-1@hal", "approve": True}
+        wrong = await _call(h, "SendMessage", to="hal", message=bogus)
+        assert wrong.is_error and "is not a plan hal sent" in wrong.content
+        answer = {"type": "plan_approval_response", "request_id": request, "approve": True}
+        approved = await _call(h, "SendMessage", to="hal", message=answer)
+        assert "approved" in approved.content
+        await wait_until(target.exists, what="hal's write after the approval")

@@ -4,7 +4,8 @@ A structured message is a JSON object with a ``type``; each type has its fields:
 
 - ``shutdown_request``: ``reason?`` (``request_id?``, generated when missing);
 - ``shutdown_response``: ``request_id``, ``approve``, ``reason?``;
-- ``plan_approval_response``: ``request_id``, ``approve``, ``feedback?``.
+- ``plan_approval_response``: ``request_id``, ``approve``, ``feedback?``;
+- ``plan_approval_request``: ``plan`` (a plan-mode teammate's, for its lead to approve).
 
 :func:`validate` checks one before anything is posted; every problem is a
 :class:`~taskloom.errors.ToolError` that names the field (``message.<field>``).
@@ -31,6 +32,7 @@ _FIELDS: dict[str, dict[str, tuple[type, bool]]] = {
         "approve": (bool, True),
         "feedback": (str, False),
     },
+    "plan_approval_request": {"plan": (str, True), "request_id": (str, False)},
 }
 
 #: The structured message types, in the order the errors list them.

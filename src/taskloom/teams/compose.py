@@ -83,14 +83,22 @@ def team_service(
         offered = [*own, *(t for t in tools() if t.name not in TEAMMATE_DENIED | mine)]
         return dataclasses.replace(
             config,
-            system_prompt=f"{base_prompt()}\n\n{teammate_section(name, team)}",
+            system_prompt=f"{base_prompt()}\n\n{teammate_section(name, team, plan=mode == 'plan')}",
             tools=offered,
             wait_for_tasks=False,  # it goes idle; its tasks' notifications wake it
             metadata={**config.metadata, "agent_type": "teammate", "teammate": member},
         )
 
+    def lead_mode() -> str:
+        policy = agents().builder.policy
+        return str(policy.mode) if policy is not None else "default"
+
     service = TeamService(
-        runtime, Roster(runtime.store, runtime.session_id), InProcessExecutor(runtime), make_config
+        runtime,
+        Roster(runtime.store, runtime.session_id),
+        InProcessExecutor(runtime),
+        make_config,
+        lead_mode=lead_mode,
     )
     return service
 

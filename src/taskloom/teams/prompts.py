@@ -20,6 +20,15 @@ whole team, and a short `summary`.
   to leave (or `approve: false` with a `reason`)."""
 
 
-def teammate_section(name: str, team: str) -> str:
-    """The system-prompt section for teammate ``name`` of ``team``."""
-    return TEAMMATE_SECTION.format(name=name, team=team)
+PLAN_SECTION = """\
+
+You start in plan mode: you may read and search, not change anything. When you know what you
+would do, send your plan to the lead with SendMessage `to: "team-lead"` and a message object
+`{"type": "plan_approval_request", "plan": "<your plan>"}`, then stop and wait. The lead's
+plan_approval_response either approves it (you may then carry it out) or sends it back with
+feedback (revise the plan and send it again)."""
+
+
+def teammate_section(name: str, team: str, *, plan: bool = False) -> str:
+    """The system-prompt section for teammate ``name`` of ``team`` (``plan``: in plan mode)."""
+    return TEAMMATE_SECTION.format(name=name, team=team) + (PLAN_SECTION if plan else "")

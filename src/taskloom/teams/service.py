@@ -48,6 +48,7 @@ class TeamService:
         roster: Roster,
         executor: InProcessExecutor,
         make_config: ConfigMaker,
+        lead_mode: Callable[[], str] = lambda: "default",
     ) -> None:
         """Serve the team the session of ``runtime`` leads.
 
@@ -56,11 +57,15 @@ class TeamService:
             roster: The teams this session leads, in the store.
             executor: Where teammates run.
             make_config: Builds a teammate's engine configuration.
+            lead_mode: The lead's permission mode now (a teammate whose plan is approved
+                goes on under it).
         """
         self.runtime = runtime
         self.roster = roster
         self.executor = executor
         self.make_config = make_config
+        self.lead_mode = lead_mode
+        self._plans: dict[str, str] = {}  # plan request id -> the teammate that sent it
 
     # -- who is calling -----------------------------------------------------------------------
 
@@ -117,13 +122,6 @@ class TeamService:
         Raises:
             ToolError: A bad or taken name, or another team named than the lead's.
         """
-        if mode == "plan":
-            # A plan-mode teammate needs the lead's approval of its plan to act, which is not
-            # built: it would never leave plan mode.
-            raise ToolError(
-                'mode "plan" is not available for teammates yet; spawn it in another mode and '
-                "ask it for a plan in its prompt."
-            )
         try:
             team = self.roster.team()
             if team is None:
@@ -273,21 +271,35 @@ class TeamService:
             return json.dumps(data), data
         if kind == "shutdown_response":
             return self._shutdown_response(me, message)
+        if kind == "plan_approval_request":
+            return self._plan_request(me, to, str(message.get("plan", "")))
         if kind == "plan_approval_response":
             if me.name != LEAD_NAME:
                 raise ToolError("SendMessage: only the team lead answers a plan approval request.")
             if to == "*":
                 raise ToolError("SendMessage: a plan_approval_response goes to one teammate.")
             (target,) = self._targets(me, to)
+            request = str(message.get("request_id", ""))
+            if self._plans.get(request) != target.agent_id:
+                raise ToolError(
+                    f"SendMessage: message.request_id: {request!r} is not a plan {target.name} "
+                    "sent for approval."
+                )
+            approve = bool(message.get("approve"))
+            if approve:
+                # Approved: it leaves plan mode for the lead's mode, and may act now.
+                del self._plans[request]
+                permissions = self.executor.run(target.agent_id).engine.config.permissions
+                if permissions is not None:
+                    permissions.switch_mode(self.lead_mode())
             body = protocol.plan_approval_response(
-                str(message.get("request_id", "")),
-                approve=bool(message.get("approve")),
-                feedback=message.get("feedback"),
+                request, approve=approve, feedback=message.get("feedback")
             )
             msg_id = self._post(me, target, body, None)
+            verdict = "approved: it may go ahead" if approve else "sent back with your feedback"
             data = {
                 "success": True,
-                "message": f"Plan answer sent to {target.name}",
+                "message": f"Plan of {target.name} {verdict}",
                 "msg_id": msg_id,
             }
             return json.dumps(data), data
@@ -295,6 +307,26 @@ class TeamService:
             f"SendMessage: message.type: {kind!r} is not a team message; expected "
             "shutdown_request, shutdown_response or plan_approval_response"
         )
+
+    def _plan_request(self, me: Member, to: str, plan: str) -> tuple[str, dict[str, Any]]:
+        """A plan-mode teammate's plan goes to the lead, whose answer lets it act or not."""
+        if me.name == LEAD_NAME or to not in (LEAD_NAME, protocol.agent_id(LEAD_NAME, me.team)):
+            raise ToolError(
+                "SendMessage: a plan_approval_request goes from a teammate to team-lead."
+            )
+        now = self.runtime.clock.time()
+        request = protocol.request_id("plan", me.name, now)
+        self._plans[request] = me.agent_id
+        lead = self.roster.resolve(protocol.agent_id(LEAD_NAME, me.team))
+        assert lead is not None
+        body = protocol.plan_approval_request(request, name=me.name, plan=plan, at=now)
+        self._post(me, lead, body, None)
+        data = {
+            "success": True,
+            "message": f"Plan sent to team-lead for approval. Request ID: {request}",
+            "request_id": request,
+        }
+        return json.dumps(data), data
 
     def _shutdown_response(self, me: Member, message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if me.name == LEAD_NAME:

@@ -348,7 +348,8 @@ async def test_a_plan_mode_teammate_acts_once_the_lead_approves_its_plan(tmp_pat
 
         await wait_until(lambda: plan_request() is not None, what="hal's plan")
         assert not target.exists()  # plan mode refused its write
-        assert any("plan" in r.lower() and "is_error" in r for r in results)
+        # Its Write was refused (plan mode), as a tool error.
+        assert any("'is_error': True" in r and "plan" in r.lower() for r in results)
         request = plan_request()
         bogus = {"type": "plan_approval_response", "request_id": "plan-1@hal", "approve": True}
         wrong = await _call(h, "SendMessage", to="hal", message=bogus)
@@ -357,3 +358,7 @@ async def test_a_plan_mode_teammate_acts_once_the_lead_approves_its_plan(tmp_pat
         approved = await _call(h, "SendMessage", to="hal", message=answer)
         assert "approved" in approved.content
         await wait_until(target.exists, what="hal's write after the approval")
+        # Its own policy moved; the lead's is untouched, and the member records the new mode.
+        assert str(h.policy.mode) == "bypassPermissions"
+        team = h.agents.teams.roster.team()
+        assert next(m for m in team.members if m.name == "hal").mode == "bypassPermissions"

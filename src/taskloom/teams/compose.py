@@ -81,8 +81,14 @@ def team_service(
         own = teammate_tools(agents(), service)
         mine = {t.name for t in own}
         offered = [*own, *(t for t in tools() if t.name not in TEAMMATE_DENIED | mine)]
+        permissions = config.permissions
+        if permissions is not None and permissions is builder.policy:
+            # Its own policy object (same rules and mode): a plan approved for it, or a mode
+            # the lead switches to, must not change the other's.
+            permissions = permissions.with_mode(str(permissions.mode))
         return dataclasses.replace(
             config,
+            permissions=permissions,
             system_prompt=f"{base_prompt()}\n\n{teammate_section(name, team, plan=mode == 'plan')}",
             tools=offered,
             wait_for_tasks=False,  # it goes idle; its tasks' notifications wake it

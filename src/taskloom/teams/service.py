@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +31,14 @@ from taskloom.teams.model import LEAD_NAME, Member, TeamError
 from taskloom.teams.task_tools import Board
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from taskloom.engine import EngineConfig
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.teams.roster import Roster
     from taskloom.tools.base import ToolContext
+
+log = logging.getLogger(__name__)
 
 #: Builds a teammate's engine configuration: (name, team, model, mode) -> config.
 ConfigMaker = Callable[[str, str, "str | None", "str | None"], "EngineConfig"]
@@ -287,11 +292,17 @@ class TeamService:
                 )
             approve = bool(message.get("approve"))
             if approve:
-                # Approved: it leaves plan mode for the lead's mode, and may act now.
+                # Approved: it leaves plan mode for the lead's mode, and may act now (and its
+                # member says so, so that a resume brings it back in that mode).
+                try:
+                    run = self.executor.run(target.agent_id)
+                except TaskloomError as exc:
+                    raise ToolError(f"SendMessage: {target.name} is not running ({exc}).") from None
+                mode = self.lead_mode()
+                if run.engine.config.permissions is not None:
+                    run.engine.config.permissions.switch_mode(mode)
+                self.roster.tables.set_member(target.team, target.name, mode=mode)
                 del self._plans[request]
-                permissions = self.executor.run(target.agent_id).engine.config.permissions
-                if permissions is not None:
-                    permissions.switch_mode(self.lead_mode())
             body = protocol.plan_approval_response(
                 request, approve=approve, feedback=message.get("feedback")
             )
@@ -314,6 +325,9 @@ class TeamService:
             raise ToolError(
                 "SendMessage: a plan_approval_request goes from a teammate to team-lead."
             )
+        permissions = self.executor.run(me.agent_id).engine.config.permissions
+        if permissions is None or str(permissions.mode) != "plan":
+            raise ToolError("SendMessage: only a teammate in plan mode asks for plan approval.")
         now = self.runtime.clock.time()
         request = protocol.request_id("plan", me.name, now)
         self._plans[request] = me.agent_id
@@ -378,7 +392,6 @@ class TeamService:
         is gone is marked inactive instead. Returns the names brought back.
         """
         from taskloom.teams.teammate import sidechain_path
-        from taskloom.transcript import load_messages, repair
 
         team = self.roster.team()
         if team is None:
@@ -397,19 +410,29 @@ class TeamService:
             if state is None or path is None or not path.is_file():
                 self._inactive(team.name, member.name)
                 continue
-            messages, _ = repair(load_messages(path))
-            spec = TeammateSpec(
-                name=member.name,
-                team=team.name,
-                color=member.color,
-                prompt=member.prompt,
-                config=self.make_config(member.name, team.name, member.model, member.mode),
-                model=member.model,
-                on_end=functools.partial(self._inactive, team.name, member.name),
-            )
-            await self.executor.resume(spec, state.id, messages)
+            try:
+                await self._resume_member(team.name, member, state.id, path)
+            except Exception:  # one that cannot go on must not keep the session from starting
+                log.exception("teammate %s could not be resumed", member.agent_id)
+                self._inactive(team.name, member.name)
+                continue
             back.append(member.name)
         return back
+
+    async def _resume_member(self, team: str, member: Member, task_id: str, path: Path) -> None:
+        from taskloom.transcript import load_messages, repair
+
+        messages, _ = repair(load_messages(path))
+        spec = TeammateSpec(
+            name=member.name,
+            team=team,
+            color=member.color,
+            prompt=member.prompt,
+            config=self.make_config(member.name, team, member.model, member.mode),
+            model=member.model,
+            on_end=functools.partial(self._inactive, team, member.name),
+        )
+        await self.executor.resume(spec, task_id, messages)
 
     def _inactive(self, team: str, name: str) -> None:
         """A teammate ended: its member is inactive (unless the team is gone already)."""

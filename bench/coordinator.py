@@ -28,9 +28,10 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -47,6 +48,9 @@ from coordinator_scenario import (
     coordinator_argv,
 )
 from fake_servers import FakeAnthropicServer, Turn
+
+T = TypeVar("T")
+A = TypeVar("A")
 
 OVERHEAD_TARGET_S = 0.5
 RSS_TARGET_MIB = 60.0
@@ -109,6 +113,40 @@ def baseline_run(
     return child_max_rss_mib([*argv, "--model", "claude-sonnet-4-5"], env, workdir)
 
 
+def interleaved(
+    scenario: Callable[[FakeAnthropicServer, dict[str, str], str], T],
+    runs: int,
+    *,
+    bytecode_cache: bool = True,
+    after: Callable[[dict[str, str]], A] | None = None,
+) -> tuple[list[T], list[tuple[float, float]], A | None]:
+    """Warm up, then run ``scenario`` and the one-request baseline in turns, ``runs`` times.
+
+    Both see the same machine load that way. Each bench passes its own scenario; ``after``
+    looks at the state the runs left (their ``TASKLOOM_HOME``) before it is removed.
+
+    Returns:
+        The scenario's results, the baseline's (wall, peak RSS), and what ``after`` found.
+    """
+    scratch = tempfile.mkdtemp(prefix="taskloom-bench-")
+    home, workdir = os.path.join(scratch, "home"), os.path.join(scratch, "cwd")
+    os.makedirs(workdir)
+    pycache = os.path.join(scratch, "pycache") if bytecode_cache else None
+    try:
+        with FakeAnthropicServer() as server:
+            env = _env(server, home, pycache)
+            baseline_run(server, env, workdir)  # warm-up: caches, bytecode
+            scenario(server, env, workdir)
+            results, plain = [], []
+            for _ in range(runs):
+                plain.append(baseline_run(server, env, workdir))
+                results.append(scenario(server, env, workdir))
+        found = after(env) if after is not None else None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return results, plain, found
+
+
 def _left_running() -> int:
     """Processes of the slow worker's command still alive (each run must stop its own)."""
     found = 0
@@ -135,21 +173,11 @@ def main() -> int:
         help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
     )
     args = parser.parse_args()
-    scratch = tempfile.mkdtemp(prefix="taskloom-bench-")
-    home, workdir = os.path.join(scratch, "home"), os.path.join(scratch, "cwd")
-    os.makedirs(workdir)
-    pycache = None if args.no_bytecode_cache else os.path.join(scratch, "pycache")
-    try:
-        with FakeAnthropicServer() as server:
-            env = _env(server, home, pycache)
-            baseline_run(server, env, workdir)  # warm-up: caches, bytecode
-            coordinator_run(server, args.fast_step, env, workdir)
-            runs, plain = [], []
-            for _ in range(args.runs):  # interleaved, so both see the same machine load
-                plain.append(baseline_run(server, env, workdir))
-                runs.append(coordinator_run(server, args.fast_step, env, workdir))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    runs, plain, _ = interleaved(
+        lambda server, env, workdir: coordinator_run(server, args.fast_step, env, workdir),
+        args.runs,
+        bytecode_cache=not args.no_bytecode_cache,
+    )
     walls = [r[0] for r in runs]
     wall, rss = statistics.median(walls), max(r[1] for r in runs)
     overhead = wall - args.fast_step

@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import child_max_rss_mib
-from coordinator import _env, _exe, _verdict, baseline_run
+from coordinator import _exe, _verdict, interleaved
 
 from coordinator_scenario import system_text, texts
 from fake_servers import FakeAnthropicServer, Turn
@@ -164,22 +161,9 @@ def main() -> int:
         help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
     )
     args = parser.parse_args()
-    scratch = tempfile.mkdtemp(prefix="taskloom-bench-")
-    home, workdir = os.path.join(scratch, "home"), os.path.join(scratch, "cwd")
-    os.makedirs(workdir)
-    pycache = None if args.no_bytecode_cache else os.path.join(scratch, "pycache")
-    try:
-        with FakeAnthropicServer() as server:
-            env = _env(server, home, pycache)
-            baseline_run(server, env, workdir)  # warm-up: caches, bytecode
-            team_run(server, env, workdir)
-            runs, plain = [], []
-            for _ in range(args.runs):  # interleaved, so both see the same machine load
-                plain.append(baseline_run(server, env, workdir))
-                runs.append(team_run(server, env, workdir))
-        left = _teams_left(env)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    runs, plain, left = interleaved(
+        team_run, args.runs, bytecode_cache=not args.no_bytecode_cache, after=_teams_left
+    )
     walls = [r.wall for r in runs]
     wall, rss = statistics.median(walls), max(r.rss for r in runs)
     latencies = [x for r in runs for x in r.latencies]

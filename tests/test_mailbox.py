@@ -162,6 +162,48 @@ def test_the_old_notification_queue_moves_into_the_mailbox(home: Path) -> None:
         store.close()
 
 
+def test_messages_waiting_in_an_old_agent_record_move_into_the_mailbox(home: Path) -> None:
+    path = db_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        for statement in (s.strip() for s in MIGRATIONS[0].split(";")):
+            if statement:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute(
+            "INSERT INTO notifications VALUES "
+            "('n1', 4, 's1', 's1', 'b00000001', 'terminal', 'later', 'body', 1.0, NULL)"
+        )
+        rows = [
+            ("a1", 1.0, json.dumps({"id": "a1", "pending_messages": ["steer left", {"x": 1}]})),
+            ("a2", 2.0, json.dumps({"id": "a2", "pending_messages": ["and you"]})),
+            ("a3", 3.0, json.dumps({"id": "a3", "pending_messages": []})),
+            ("a4", 4.0, "{not json"),
+        ]
+        for task_id, start, data in rows:
+            conn.execute(
+                "INSERT INTO tasks(id, session_id, type, status, start_time, data) "
+                "VALUES (?, 's1', 'local_agent', 'running', ?, ?)",
+                (task_id, start, data),
+            )
+    store = Store(path)
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+        letters = Mailbox(store, "s1").replay()
+        assert [(x.recipient, x.kind, x.priority, x.body) for x in letters] == [
+            ("s1", "notification", "later", "body"),
+            ("a1", "message", "next", "steer left"),
+            ("a1", "message", "next", '{"x":1}'),
+            ("a2", "message", "next", "and you"),
+        ]
+        assert [x.seq for x in letters] == [4, 5, 6, 7]
+        data = {r["id"]: r["data"] for r in store.query("SELECT id, data FROM tasks")}
+        assert all("pending_messages" not in json.loads(data[t]) for t in ("a1", "a2", "a3"))
+        assert data["a4"] == "{not json"  # an unreadable record is left alone, not lost
+    finally:
+        store.close()
+
+
 def test_the_directory_of_names_is_durable_and_per_session(home: Path) -> None:
     store = Store(db_path(home))
     names = Directory(store, "s1")

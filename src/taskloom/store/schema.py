@@ -171,6 +171,27 @@ MIGRATIONS: tuple[str, ...] = (
     );
     INSERT INTO team_task_ids(team, last) SELECT team, MAX(id) FROM team_tasks GROUP BY team;
     """,
+    # 6: messages that waited in an agent's task record (``pending_messages``, the channel
+    # before the mailbox) move into the mailbox, so an upgrade loses none of them: each
+    # becomes an undelivered 'message' row for its agent, after the session's other rows,
+    # in the order it was queued. A record that is not valid JSON is left as it is.
+    """
+    INSERT INTO mailbox(id, seq, session_id, recipient, sender, kind, topic, priority, body,
+                        summary, created_at, delivered_at)
+        SELECT lower(hex(randomblob(8))),
+               COALESCE((SELECT MAX(m.seq) FROM mailbox m WHERE m.session_id = q.session_id),
+                        -1) + q.n,
+               q.session_id, q.id, '', 'message', '', 'next', q.body, '', q.created, NULL
+        FROM (SELECT t.session_id, t.id, CAST(j.value AS TEXT) AS body,
+                     COALESCE(t.end_time, t.start_time) AS created,
+                     ROW_NUMBER() OVER (PARTITION BY t.session_id
+                                        ORDER BY t.start_time, t.id, j.key) AS n
+              FROM tasks t,
+                   json_each(CASE WHEN json_valid(t.data) THEN t.data ELSE '{}' END,
+                             '$.pending_messages') j) q;
+    UPDATE tasks SET data = json_remove(data, '$.pending_messages')
+        WHERE json_valid(data) AND json_type(data, '$.pending_messages') IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -90,6 +90,8 @@ class Harness:
         self._switch: ModelSwitch | None = None
         #: Whether the main thread only orchestrates workers (known once started).
         self.coordinator = False
+        #: The team the main thread leads, when teams are on (known once started).
+        self.team: TeamService | None = None
         self._listener: PeerListener | None = None
 
     @property
@@ -223,7 +225,7 @@ class Harness:
         if opts.hooks is not None:
             hooks = hooks.merged(opts.hooks)
         self._hooks = hooks
-        team = self._team_service()
+        team = self.team = self._team_service()
         service = self._service = self._agent_service(hooks, team)
         place = self._place = WorktreeSession(cwd=self.cwd)
         coordinating = self.coordinator
@@ -273,6 +275,7 @@ class Harness:
             max_turns=opts.max_turns,
             permissions=policy,
             headless=opts.headless,
+            wait_for_tasks=opts.wait_for_tasks,
             prompter=opts.prompter,
             settings=self.settings,
             hooks=hooks,

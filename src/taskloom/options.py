@@ -58,6 +58,9 @@ class Options:
             retries (overloaded, unreachable), for the rest of the session.
         max_turns: Most model turns per run.
         tools: Extra tools offered to the main thread (e.g. from :func:`taskloom.tool`).
+        wait_for_tasks: A run of the main thread does not end while a task it started runs
+            or a notification waits (print mode); False ends it when the model is done, and
+            the caller starts a turn for what arrives later (the REPL).
         headless: No one can answer a permission prompt: an ``ask`` is a denial, unless...
         prompter: ...this answers it, for the main thread and every agent (a program driving
             the session, e.g. over the stream-json protocol).
@@ -103,6 +106,7 @@ class Options:
     fallback_model: str | None = None
     max_turns: int | None = None
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)
+    wait_for_tasks: bool = True
     headless: bool = True
     prompter: PermissionPrompter | None = None
     hooks: HookConfig | None = None

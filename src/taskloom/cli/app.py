@@ -1,6 +1,7 @@
-"""The ``taskloom`` command: headless print mode, and the demo, tasks and agents commands.
+"""The ``taskloom`` command: the REPL, headless print mode, and the other commands.
 
-``taskloom -p PROMPT [flags]`` follows Claude Code's print mode. Subcommand
+``taskloom [PROMPT]`` starts the interactive REPL (in a terminal); ``taskloom -p PROMPT
+[flags]`` follows Claude Code's print mode. Subcommand
 modules are imported inside their commands so each pays only for what it uses at start-up.
 """
 
@@ -23,7 +24,10 @@ def _print_parser() -> argparse.ArgumentParser:
     # and typer costs ~0.1 s at import.
     parser = argparse.ArgumentParser(
         prog="taskloom",
-        description="Run a prompt headless (Claude Code's print mode).",
+        description=(
+            "Work with an agent interactively (the REPL), or run a prompt headless with -p "
+            "(Claude Code's print mode)."
+        ),
         epilog=f"Other commands: {', '.join(SUBCOMMANDS)} (taskloom COMMAND --help).",
     )
     parser.add_argument("prompt", nargs="?", help="The prompt (default: stdin).")
@@ -277,8 +281,16 @@ def run_print_mode(args: list[str]) -> int:
         parser.error("--input-format stream-json requires --output-format stream-json")
     if streamed and ns.prompt is not None:
         parser.error("--input-format stream-json reads its prompts from stdin, not an argument")
-    if not ns.print_ and not streamed:
-        parser.error("interactive mode is not available yet: pass -p/--print")
+    interactive = not ns.print_ and not streamed
+    if interactive:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            which = "stdin" if not sys.stdin.isatty() else "stdout"
+            parser.error(
+                f"interactive mode needs a terminal, and {which} is not one: pass -p/--print "
+                "to run a prompt headless"
+            )
+        if ns.output_format != "text":
+            parser.error("--output-format applies to -p/--print only")
     # pydantic looks for plugins by scanning every installed distribution the first time a
     # model is built (~10 ms). We use none; skip the scan without leaking the setting into
     # the environment of the commands we run.
@@ -337,6 +349,10 @@ def run_print_mode(args: list[str]) -> int:
         from taskloom.cli.stream_mode import main_stream
 
         return main_stream(options)
+    if interactive:
+        from taskloom.repl.app import run_repl
+
+        return main_print(options, runner=lambda o: run_repl(o.session, o.prompt))
     return main_print(options)
 
 
@@ -355,9 +371,6 @@ def main() -> None:
             sys.stderr.write(f"Error: {text}\n")
             sys.exit(2 if isinstance(exc, UsageError) else 1)
         return
-    if not args:
-        _print_parser().print_help()
-        sys.exit(2)
     # Start-up makes tens of thousands of objects and frees almost none: collecting them
     # before the first request is wasted time (print mode turns collection back on once the
     # session is built). At exit the store is committed and closed and every child is

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from taskloom.engine import AssistantTurn, Engine, EngineEvent, UserTurn
-from taskloom.messages import Message
+from taskloom.messages import Message, TextBlock
 from taskloom.tasks.mailbox import Letter
 from taskloom.transcript import TranscriptWriter, repair
 
@@ -158,17 +158,44 @@ class Recorder:
         """
         engine = self.engine
         engine.messages, added = repair(engine.messages)
-        if not added or self.path is None:
-            return added
+        self._append(added, "tool_results")
+        return added
+
+    def interrupted(self) -> None:
+        """The user stopped the run: repair it, and tell the model so in its next request.
+
+        The note (Claude Code's ``[Request interrupted by user]``, ``… for tool use`` when
+        calls were cut short) joins the conversation's last user message, or starts one; the
+        next prompt joins it in turn, as one user message.
+        """
+        cut = self.repair()
+        text = INTERRUPTED_FOR_TOOL_USE if cut else INTERRUPTED_BY_USER
+        note = Message(role="user", content=[TextBlock(text=text)])
+        messages = self.engine.messages
+        if messages and messages[-1].role == "user":
+            messages[-1] = Message(role="user", content=[*messages[-1].content, *note.content])
+        else:
+            messages.append(note)
+        # On load, consecutive user messages are merged again: the transcript can hold it apart.
+        self._append([note], "prompt")
+
+    def _append(self, messages: list[Message], origin: str) -> None:
+        if not messages or self.path is None:
+            return
         writer = self._writer
         # A finished run's transcript is closed: opened for these lines only.
         temporary = writer is None
         if writer is None:
             writer = TranscriptWriter(self.path, self.runtime.session_id)
         try:
-            for message in added:
-                writer.append(message, origin="tool_results")
+            for message in messages:
+                writer.append(message, origin=origin)
         finally:
             if temporary:
                 writer.close()
-        return added
+
+
+#: What the model is told after the user interrupted a turn (as Claude Code words it).
+INTERRUPTED_BY_USER = "[Request interrupted by user]"
+#: The same, when the interrupt cut tool calls short.
+INTERRUPTED_FOR_TOOL_USE = "[Request interrupted by user for tool use]"

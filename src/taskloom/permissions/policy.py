@@ -76,12 +76,23 @@ class PermissionPolicy:
         additional_directories: Iterable[Path] = (),
     ) -> None:
         self.mode = parse_mode(str(mode), "the permission policy")
-        self.rules = tuple(rules)
         self.project_root = Path(project_root)
         self.additional_directories = tuple(Path(d) for d in additional_directories)
+        # Shared by the copies with_mode makes (a subagent's, a teammate's): a rule the user
+        # adds while the session runs ("allow always") holds for all of them at once.
         self._by_behavior: dict[Behavior, list[Rule]] = {"allow": [], "deny": [], "ask": []}
-        for rule in self.rules:
+        for rule in rules:
             self._by_behavior[rule.behavior].append(rule)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """Every rule: deny, then ask, then allow rules, each in the order given."""
+        by = self._by_behavior
+        return (*by["deny"], *by["ask"], *by["allow"])
+
+    def add_rule(self, rule: Rule) -> None:
+        """Apply ``rule`` from now on, here and in every copy made by :meth:`with_mode`."""
+        self._by_behavior[rule.behavior].append(rule)
 
     def switch_mode(self, mode: PermissionMode | str) -> None:
         """Go on under ``mode`` (the program driving the session changed it).
@@ -92,13 +103,12 @@ class PermissionPolicy:
         self.mode = parse_mode(str(mode), "the permission mode")
 
     def with_mode(self, mode: PermissionMode | str) -> PermissionPolicy:
-        """The same rules under another mode (a subagent's ``permissionMode``)."""
-        return PermissionPolicy(
-            mode,
-            self.rules,
-            self.project_root,
-            additional_directories=self.additional_directories,
+        """The same rules, shared, under another mode (a subagent's ``permissionMode``)."""
+        copy = PermissionPolicy(
+            mode, (), self.project_root, additional_directories=self.additional_directories
         )
+        copy._by_behavior = self._by_behavior
+        return copy
 
     @classmethod
     def from_settings(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from taskloom.tasks.kinds import Shown, TaskKind, answer_shown, register_kind
+from taskloom.tasks.kinds import Progress, Shown, TaskKind, answer_shown, register_kind
 from taskloom.tasks.types import AgentTaskState, TaskState, TaskStatus, TaskType
 
 #: Agent tasks stay visible this long after they end, for a UI panel showing them.
@@ -86,6 +86,13 @@ class AgentKind(TaskKind):
         if not isinstance(state, AgentTaskState):
             return ""
         return state.result or state.error or ""
+
+    def progress(self, state: TaskState) -> Progress:
+        """Its tool calls, tokens and latest activity."""
+        if not isinstance(state, AgentTaskState):
+            return Progress()
+        last = state.activities[-1] if state.activities else ""
+        return Progress(state.tool_uses, state.total_tokens, last)
 
     def event_fields(self, state: TaskState) -> dict[str, object]:
         """Its progress: tool calls, tokens and recent activities."""

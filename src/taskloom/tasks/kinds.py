@@ -49,6 +49,20 @@ class Shown(NamedTuple):
     changes: Mapping[str, object] = {}
 
 
+class Progress(NamedTuple):
+    """What a live task has done so far, as a UI row shows it (None: the kind keeps no count).
+
+    Attributes:
+        tool_uses: Tool calls made.
+        tokens: Tokens used.
+        activity: The last thing it did, in a few words ('' if nothing is known).
+    """
+
+    tool_uses: int | None = None
+    tokens: int | None = None
+    activity: str = ""
+
+
 class TaskHandle(Protocol):
     """The live side of a task (a process, an agent loop): what the runtime can ask of it."""
 
@@ -187,6 +201,14 @@ class TaskKind:
     def event_fields(self, state: TaskState) -> dict[str, object]:
         """Fields a ``task_updated`` stream event carries for the task, beyond the common ones."""
         return {}
+
+    def addresses(self, state: TaskState) -> tuple[str, ...]:
+        """Other names the task answers to besides its id, in the task tools (none by default)."""
+        return ()
+
+    def progress(self, state: TaskState) -> Progress:
+        """What it has done so far, for a live panel (cheap: it is asked on every redraw)."""
+        return Progress()
 
 
 _FALLBACK = TaskKind()

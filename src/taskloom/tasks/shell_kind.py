@@ -6,7 +6,8 @@ the runtime, the notifications and the task tools ask of a shell task.
 
 from __future__ import annotations
 
-from taskloom.tasks.kinds import Shown, ShownField, TaskKind, register_kind
+from taskloom.errors import OutputError
+from taskloom.tasks.kinds import Progress, Shown, ShownField, TaskKind, register_kind
 from taskloom.tasks.output import read_delta, read_tail
 from taskloom.tasks.types import Priority, ShellTaskState, TaskState, TaskStatus, TaskType
 
@@ -89,6 +90,21 @@ class ShellKind(TaskKind):
         if not isinstance(state, ShellTaskState):
             return {}
         return {"exit_code": state.exit_code}
+
+    def progress(self, state: TaskState) -> Progress:
+        """The last line it printed (read from the end of its output file)."""
+        if not state.output_file:
+            return Progress()
+        try:
+            tail = read_tail(state.output_file, _TAIL_BYTES).decode("utf-8", "replace")
+        except OutputError:  # unreadable for now: the row shows no activity
+            return Progress()
+        lines = [line.strip() for line in tail.splitlines() if line.strip()]
+        return Progress(activity=lines[-1] if lines else "")
+
+
+#: How much of a running command's output the panel reads for its last line.
+_TAIL_BYTES = 512
 
 
 register_kind(ShellKind())

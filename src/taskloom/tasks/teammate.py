@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from taskloom.tasks.kinds import Shown, TaskKind, answer_shown, register_kind
+from taskloom.tasks.kinds import Progress, Shown, TaskKind, answer_shown, register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 
 
@@ -98,6 +98,18 @@ class TeammateKind(TaskKind):
         if isinstance(state, TeammateTaskState) and state.is_idle and not state.terminal:
             return " idle"
         return ""
+
+    def addresses(self, state: TaskState) -> tuple[str, ...]:
+        """Its agent id (``alice@team``) and its name: its lead may use either."""
+        if not isinstance(state, TeammateTaskState):
+            return ()
+        return (state.agent_id, state.agent_name)
+
+    def progress(self, state: TaskState) -> Progress:
+        """Its tool calls and tokens; whether it works or waits for mail."""
+        if not isinstance(state, TeammateTaskState):
+            return Progress()
+        return Progress(state.tool_uses, state.total_tokens, "idle" if state.is_idle else "")
 
     def event_fields(self, state: TaskState) -> dict[str, object]:
         """Who it is, whether it is idle, and its usage."""

@@ -13,7 +13,6 @@ from pydantic import Field, model_validator
 from taskloom.errors import TaskAccessDenied, TaskNotFound
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.tasks.teammate import TeammateTaskState
 from taskloom.tasks.types import TaskState
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
@@ -27,19 +26,14 @@ def find_task(runtime: TaskRuntime, task_id: str, caller: str) -> TaskState | To
     try:
         return runtime.authorize(task_id, caller)
     except TaskNotFound:
-        # A teammate is known to its lead by its agent id (``alice@team``) or its name.
-        named = [
-            s
-            for s in runtime.list()
-            if isinstance(s, TeammateTaskState)
-            and not s.terminal
-            and task_id in (s.agent_id, s.agent_name)
-        ]
+        # A task may answer to other names: a teammate to its agent id (``alice@team``) and
+        # its name.
+        named = [s for s in runtime.list() if not s.terminal and task_id in kind_of(s).addresses(s)]
         if len(named) == 1:
             return find_task(runtime, named[0].id, caller)
         if named:
-            ids = ", ".join(f"{s.id} ({s.agent_id})" for s in named)
-            return tool_error(f"{task_id} names more than one teammate: {ids}; use a task id")
+            ids = ", ".join(f"{s.id} ({kind_of(s).addresses(s)[0]})" for s in named)
+            return tool_error(f"{task_id} names more than one task: {ids}; use a task id")
         return tool_error(f"No task found with ID: {task_id}")
     except TaskAccessDenied:
         return tool_error(f"Task {task_id} belongs to another agent; you may not use it")

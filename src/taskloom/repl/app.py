@@ -1,0 +1,717 @@
+"""The interactive REPL: ``taskloom`` (or ``taskloom "prompt"``) in a terminal.
+
+A client of the :class:`~taskloom.harness.Harness`, like print mode. The conversation is
+printed into the terminal's own scrollback (inline, not full screen: scrolling and copying
+work as usual); below it a live area holds, top to bottom, the line of the answer being
+streamed, the task panel (:mod:`taskloom.repl.panel`), a permission question when a call
+waits for one (:mod:`taskloom.repl.asks`), the input, and a status line.
+
+Turns run one at a time. A prompt typed while a turn runs waits for it. While the session is
+idle, a notification (a background task ended) or a message starts a turn by itself. The
+screen is redrawn on events — model deltas, task events, keys — and otherwise only when the
+panel's figures change (a second of elapsed time, a grace period over).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import gc
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from prompt_toolkit.application import Application, run_in_terminal
+from prompt_toolkit.buffer import Buffer
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.formatted_text import FormattedText, StyleAndTextTuples
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
+from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
+from prompt_toolkit.layout.dimension import Dimension
+from prompt_toolkit.shortcuts import print_formatted_text
+from prompt_toolkit.styles import Style
+
+from taskloom.errors import ModelError, TaskloomError, describe_os_error
+from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
+from taskloom.harness import Harness
+from taskloom.messages import Message
+from taskloom.models.base import MessageComplete, ModelRequest, TextDelta
+from taskloom.models.pricing import UsageLedger
+from taskloom.options import Options
+from taskloom.permissions import PromptAnswer, parse_rule
+from taskloom.repl.asks import PermissionAsks, save_allow_rule
+from taskloom.repl.commands import run_command
+from taskloom.repl.panel import TaskPanel, count, grace_from
+from taskloom.repl.transcript import Line, TranscriptView, landed
+from taskloom.settings import find_project_root, taskloom_home
+from taskloom.tasks.kinds import kind_of
+
+log = logging.getLogger(__name__)
+
+#: How long after a first Ctrl+C a second one exits.
+_EXIT_WINDOW_S = 2.0
+#: An idle session waits this long for something to arrive before it looks again (a bound,
+#: not a poll: what arrives wakes it at once).
+_IDLE_WAIT_S = 3600.0
+
+STYLE = Style.from_dict(
+    {
+        "prompt": "bold",
+        "tool": "ansicyan",
+        "result": "ansibrightblack",
+        "error": "ansired",
+        "note": "ansibrightblack",
+        "warn": "ansiyellow",
+        "info": "",
+        "assistant": "",
+        "status": "reverse",
+        "running": "",
+        "foreground": "ansiyellow",
+        "done": "ansigreen",
+        "failed": "ansired",
+        "stopped": "ansibrightblack",
+        "ask": "bold ansiyellow",
+        "working": "ansibrightblack",
+    }
+)
+
+
+def history_path(cwd: Path) -> Path:
+    """Where the input history of the project holding ``cwd`` is kept."""
+    root = str(find_project_root(cwd)).strip("/").replace("/", "-") or "root"
+    return taskloom_home() / "projects" / root / "history"
+
+
+class _Observer:
+    """Hears the model's stream: the main thread's text deltas, and every response's usage."""
+
+    partial_messages = True
+
+    def __init__(self, repl: Repl) -> None:
+        self._repl = repl
+        self._models: dict[str | None, str] = {}
+
+    def model_event(self, agent_id: str | None, event: Any) -> None:
+        if isinstance(event, ModelRequest):
+            self._models[agent_id] = event.model
+        elif isinstance(event, MessageComplete):
+            if event.message.usage is not None:
+                self._repl.ledger.add(self._models.get(agent_id, ""), event.message.usage)
+        elif agent_id is None and isinstance(event, TextDelta):
+            self._repl.view.delta(event.text)
+            self._repl.redraw()
+
+    def agent_message(self, agent_id: str, event: Any) -> None:
+        pass  # an agent's messages show as its panel row's progress
+
+    def hook_started(self, hook_id: str, event: str, name: str) -> None:
+        pass
+
+    def hook_finished(self, hook_id: str, event: str, name: str, result: Any) -> None:
+        pass
+
+
+class Repl:
+    """One interactive session (see the module docstring).
+
+    Args:
+        options: What the session is built from (the command line's flags).
+        prompt: A first prompt to send once the session is up.
+    """
+
+    def __init__(self, options: Options, prompt: str | None = None) -> None:
+        self.options = options
+        self.first_prompt = prompt
+        self.ledger = UsageLedger()
+        self.view = TranscriptView(self._print)
+        self.asks = PermissionAsks(self.redraw, self._who)
+        self.panel = TaskPanel("")
+        self.prompts: asyncio.Queue[str] = asyncio.Queue()
+        self.turn: asyncio.Task[None] | None = None
+        self._harness: Harness | None = None
+        self._app: Application[int] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._out: list[Line] = []
+        self._printer: asyncio.Task[None] | None = None
+        self._interrupting = False
+        self._reason = False  # the user is typing why a call is denied
+        self._ctrl_c = 0.0
+        self._told: set[str] = set()  # tasks whose end was shown
+        self._panel_changed = asyncio.Event()
+        self._model = ""
+        self._code = 0
+        self._turn_started = 0.0
+        self.buffer = Buffer(
+            multiline=True,
+            history=FileHistory(str(_ready(history_path(Path(options.cwd))))),
+        )
+
+    # -- the session ----------------------------------------------------------------------
+
+    @property
+    def harness(self) -> Harness:
+        """The session now (another after ``/resume`` or ``/clear``)."""
+        assert self._harness is not None
+        return self._harness
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running."""
+        return self.turn is not None and not self.turn.done()
+
+    async def _open(self, options: Options) -> None:
+        harness = Harness(
+            dataclasses.replace(
+                options,
+                headless=False,
+                wait_for_tasks=False,
+                prompter=self.asks,
+                observer=_Observer(self),
+            )
+        )
+        await harness.start()
+        self._harness = harness
+        self.panel = TaskPanel(harness.session_id, grace_s=grace_from(harness.settings))
+        self._told.clear()
+        for state in harness.tasks():
+            self.panel.update(state)
+            if state.terminal:
+                self._told.add(state.id)
+        self._model = str(harness.init_info()["model"])
+        self._pump = asyncio.get_running_loop().create_task(self._pump_tasks(harness))
+        self._worker = asyncio.get_running_loop().create_task(self._serve())
+
+    async def _close(self) -> None:
+        for task in (self._worker, self._pump):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._worker = self._pump = None
+        harness, self._harness = self._harness, None
+        if harness is not None:
+            await harness.end("prompt_input_exit")
+            await harness.aclose()
+
+    async def switch(self, resume: str | None) -> None:
+        """Close this session and open ``resume``'s, or a new one."""
+        old = self.harness
+        options = dataclasses.replace(
+            self.options, resume=resume, continue_session=False, session_id=None
+        )
+        await self._close()
+        try:
+            await self._open(options)
+        except (TaskloomError, OSError) as exc:
+            self.say(f"Cannot open session {resume}: {_describe(exc)}", "error")
+            await self._open(dataclasses.replace(options, resume=old.session_id))
+            return
+        if resume is None:
+            self.say(f"New conversation: session {self.harness.session_id}")
+            return
+        self._replay()
+        self.say(f"Resumed session {self.harness.session_id}")
+
+    def _replay(self) -> None:
+        """Show the last exchanges of a resumed conversation."""
+        from taskloom.messages import TextBlock, ToolUseBlock
+
+        lines: list[Line] = []
+        for message in self.harness.session.engine.messages[-12:]:
+            for block in message.content:
+                if isinstance(block, TextBlock) and block.text.strip():
+                    style = "prompt" if message.role == "user" else "assistant"
+                    first = block.text.strip().splitlines()[0]
+                    lines.append((style, ("> " if message.role == "user" else "") + first[:200]))
+                elif isinstance(block, ToolUseBlock):
+                    from taskloom.repl.transcript import call_line
+
+                    lines.append(("tool", f"→ {call_line(block.name, block.input)}"))
+        if lines:
+            self._print([("note", "── earlier in this conversation ──"), *lines])
+
+    def exit(self, code: int = 0) -> None:
+        """Leave once the session is closed."""
+        self._code = code
+        if self._app is not None and self._app.is_running:
+            self._app.exit(result=code)
+
+    def model_changed(self) -> None:
+        """Show the model now in use."""
+        self._model = str(self.harness.init_info()["model"])
+        self.redraw()
+
+    def _who(self, agent_id: str | None) -> str:
+        if agent_id is None or self._harness is None:
+            return ""
+        if "@" in agent_id:
+            return f"teammate {agent_id}"
+        state = self.harness.runtime.get(agent_id)
+        return f"agent {agent_id}" + (f" ({state.description})" if state is not None else "")
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run until ``/exit`` or a second Ctrl+C; the exit code."""
+        try:
+            await self._open(self.options)
+        except (TaskloomError, OSError) as exc:
+            print_formatted_text(FormattedText([("class:error", f"Error: {_describe(exc)}")]))
+            return 1
+        if not gc.isenabled():  # the CLI held collection off for the start-up (see cli/app.py)
+            gc.freeze()
+            gc.enable()
+        harness = self.harness
+        self._print(
+            [
+                ("prompt", f"taskloom · {self._model} · session {harness.session_id}"),
+                ("note", "/help for commands · Esc interrupts · Ctrl+B backgrounds · /exit"),
+            ]
+        )
+        self._flush_now()
+        if self.first_prompt:
+            self.prompts.put_nowait(self.first_prompt)
+        self._app = self._build_app()
+        ticker = asyncio.get_running_loop().create_task(self._tick())
+        try:
+            await self._app.run_async()
+        finally:
+            ticker.cancel()
+            self.asks.close("the session ended before the call was answered")
+            if self.turn is not None and not self.turn.done():
+                self.turn.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self.turn
+            await self._close()
+            self._flush_now()
+        return self._code
+
+    async def _serve(self) -> None:
+        while True:
+            prompt = await self._next_prompt()
+            self.turn = asyncio.get_running_loop().create_task(self._turn(prompt))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self.turn)
+            if not self.turn.done():  # this worker was cancelled (exit, switch)
+                self.turn.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.turn
+                raise asyncio.CancelledError
+            self.redraw()
+
+    async def _next_prompt(self) -> str | Message:
+        """The user's next prompt, or (while idle) an empty one for what arrived."""
+        harness = self.harness
+        me, runtime = harness.session_id, harness.runtime
+        while True:
+            if not self.prompts.empty():
+                return self.prompts.get_nowait()
+            if runtime.notifications.has_pending(me) or runtime.mailbox.has_pending(me, "message"):
+                # The engine takes what waits itself, inside the turn: an interrupt before it
+                # is recorded gives it back, never acknowledged unseen.
+                return Message(role="user", content=[])
+            prompt = asyncio.ensure_future(self.prompts.get())
+            change = asyncio.ensure_future(runtime.wait_for_change(_IDLE_WAIT_S, me, messages=True))
+            try:
+                await asyncio.wait([prompt, change], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+                prompt.cancel()  # a get() cancelled before it ran leaves its item queued
+            if prompt.done() and not prompt.cancelled():
+                return prompt.result()
+
+    async def _turn(self, prompt: str | Message) -> None:
+        harness = self.harness
+        if isinstance(prompt, str):
+            self.view.prompt(prompt)
+        self._turn_started = time.monotonic()
+        self.redraw()
+        events = harness.run(prompt)
+        try:
+            async for event in events:
+                if isinstance(event, AssistantTurn):
+                    self.view.answer(event.message)
+                elif isinstance(event, ToolDone):
+                    self.view.result(event.call, event.result)
+                elif isinstance(event, UserTurn) and event.origin == "messages":
+                    self.view.arrived(event.message, bool(event.notifications))
+                elif isinstance(event, Finished) and event.reason == "max_turns":
+                    self.view.note("Stopped at the turn limit (--max-turns).", "warn")
+                self.redraw()
+        except asyncio.CancelledError:
+            if not self._interrupting:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            self.view.flush()
+            harness.session.recorder.interrupted()
+            self.view.note("Interrupted by the user: the model is told so next turn.", "warn")
+        except ModelError as exc:
+            self._failed(f"API Error: {exc}")
+        except (TaskloomError, OSError) as exc:
+            self._failed(f"Error: {_describe(exc)}")
+        except Exception as exc:  # shown, not a crash: the session goes on
+            log.debug("the turn failed", exc_info=True)
+            self._failed(f"Internal error: {type(exc).__name__}: {exc}")
+        finally:
+            self._interrupting = False
+            with contextlib.suppress(Exception):
+                await events.aclose()
+            self.view.flush()
+
+    def _failed(self, text: str) -> None:
+        self.view.flush()
+        self.view.note(text, "error")
+        with contextlib.suppress(Exception):
+            self.harness.session.recorder.repair()
+
+    def interrupt(self) -> bool:
+        """Stop the running turn (Esc); whether there was one."""
+        if not self.busy or self._interrupting:
+            return False
+        assert self.turn is not None
+        self._interrupting = True
+        self.turn.cancel()
+        return True
+
+    def background(self) -> int:
+        """Send the main thread's running foreground tasks to the background (Ctrl+B)."""
+        harness = self.harness
+        moved = 0
+        for state in harness.tasks():
+            mine = state.owner == harness.session_id
+            foreground = mine and not state.terminal and not state.is_backgrounded
+            if foreground and harness.runtime.background(state.id):
+                moved += 1
+                self.say(f"{state.id} runs on in the background: {state.description}")
+        return moved
+
+    async def _pump_tasks(self, harness: Harness) -> None:
+        sub = harness.runtime.subscribe()
+        try:
+            while (event := await sub.get()) is not None:
+                state = event.state
+                self.panel.update(state)
+                if (
+                    state.terminal
+                    and state.id not in self._told
+                    and state.owner == harness.session_id
+                    and state.is_backgrounded
+                    and kind_of(state).notifies(state)
+                ):
+                    self._told.add(state.id)
+                    self.view.note(landed(state))
+                self._panel_changed.set()
+                self.redraw()
+        finally:
+            sub.close()
+
+    async def _tick(self) -> None:
+        """Redraw when the panel's figures change without an event (see the module docstring)."""
+        while True:
+            wait = self.panel.next_change()
+            if self.busy:
+                wait = 1.0 if wait is None else min(wait, 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._panel_changed.wait(), wait)
+            self._panel_changed.clear()
+            self.redraw()
+
+    # -- input --------------------------------------------------------------------------------
+
+    def _submit(self) -> None:
+        text = self.buffer.text
+        if self.asks.current is not None and self._reason:
+            self._deny(text.strip())
+            self.buffer.reset()
+            return
+        if self.asks.current is not None:
+            return  # answer the question first: 1, 2 or 3
+        if not text.strip():
+            return
+        self.buffer.reset(append_to_history=True)
+        if text.strip().startswith("/"):
+            asyncio.get_running_loop().create_task(self._command(text.strip()))
+            return
+        if self.busy:
+            self.say("(queued: it is sent when this turn ends)", "note")
+        self.prompts.put_nowait(text)
+
+    async def _command(self, line: str) -> None:
+        self.view.prompt(line)
+        try:
+            await run_command(self, line)
+        except Exception as exc:  # a command's failure is shown, the session goes on
+            log.debug("command failed", exc_info=True)
+            self.say(f"{line.split()[0]}: {_describe(exc)}", "error")
+        self.redraw()
+
+    def _allow(self, always: bool) -> None:
+        ask = self.asks.current
+        if ask is None:
+            return
+        if always:
+            try:
+                path = save_allow_rule(find_project_root(self.harness.cwd), ask.rule)
+                self.harness.policy.add_rule(parse_rule(ask.rule, "allow", str(path)))
+                self.say(f"Allowed from now on: {ask.rule} (saved in {path})")
+            except (TaskloomError, OSError) as exc:
+                self.say(f"The rule was not saved: {_describe(exc)}; allowed once", "error")
+        self.asks.answer(PromptAnswer(allow=True))
+
+    def _deny(self, reason: str, *, interrupt: bool = False) -> None:
+        ask = self.asks.current
+        if ask is None:
+            return
+        self._reason = False
+        name = ask.request.tool_name
+        message = f"The user denied this {name} call."
+        if reason:
+            message += f" Their reason: {reason}"
+        self.say(f"Denied: {ask.title}" + (f" ({reason})" if reason else ""), "warn")
+        self.asks.answer(PromptAnswer(allow=False, message=message, interrupt=interrupt))
+
+    def _keys(self) -> KeyBindings:
+        keys = KeyBindings()
+        asking = Condition(lambda: self.asks.current is not None and not self._reason)
+
+        @keys.add("enter")
+        def _(event: KeyPressEvent) -> None:
+            buffer = self.buffer
+            if buffer.document.text_before_cursor.endswith("\\"):
+                buffer.delete_before_cursor()
+                buffer.insert_text("\n")
+                return
+            self._submit()
+
+        @keys.add("c-j")
+        @keys.add("escape", "enter")
+        def _(event: KeyPressEvent) -> None:
+            self.buffer.insert_text("\n")
+
+        @keys.add("escape")
+        def _(event: KeyPressEvent) -> None:
+            if self.asks.current is not None:
+                self._deny("", interrupt=True)
+            elif not self.interrupt() and self._reason:
+                self._reason = False
+
+        @keys.add("c-b")
+        def _(event: KeyPressEvent) -> None:
+            if not self.background():
+                self.say("Nothing runs in the foreground.", "note")
+
+        @keys.add("c-c")
+        def _(event: KeyPressEvent) -> None:
+            now = time.monotonic()
+            if self.buffer.text:
+                self.buffer.reset()
+                return
+            if now - self._ctrl_c < _EXIT_WINDOW_S:
+                self.exit(0)
+                return
+            self._ctrl_c = now
+            self.interrupt()
+            self.redraw()
+
+        @keys.add("c-d")
+        def _(event: KeyPressEvent) -> None:
+            if not self.buffer.text:
+                self.exit(0)
+
+        @keys.add("1", filter=asking, eager=True)
+        @keys.add("y", filter=asking, eager=True)
+        def _(event: KeyPressEvent) -> None:
+            self._allow(always=False)
+
+        @keys.add("2", filter=asking, eager=True)
+        @keys.add("a", filter=asking, eager=True)
+        def _(event: KeyPressEvent) -> None:
+            self._allow(always=True)
+
+        @keys.add("3", filter=asking, eager=True)
+        @keys.add("n", filter=asking, eager=True)
+        def _(event: KeyPressEvent) -> None:
+            self._reason = True
+            self.buffer.reset()
+            self.redraw()
+
+        return keys
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        """Ask for the live area to be drawn again (coalesced by prompt_toolkit)."""
+        if self._app is not None:
+            self._app.invalidate()
+
+    def say(self, text: str, style: str = "info") -> None:
+        """Print ``text`` into the scrollback."""
+        self.view.note(text, style)
+
+    def _print(self, lines: list[Line]) -> None:
+        self._out.extend(lines)
+        if self._app is None or not self._app.is_running:
+            return  # printed when the app starts, or by _flush_now
+        if self._printer is None or self._printer.done():
+            self._printer = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self._out:
+            batch, self._out = self._out, []
+            try:
+                await run_in_terminal(functools.partial(_write, batch), in_executor=False)
+            except Exception:  # the app is ending: what is left is printed after it
+                self._out[:0] = batch
+                return
+
+    def _flush_now(self) -> None:
+        batch, self._out = self._out, []
+        if batch:
+            _write(batch)
+
+    def _build_app(self) -> Application[int]:
+        def live() -> StyleAndTextTuples:
+            out: StyleAndTextTuples = []
+            if self.view.partial:
+                out.append(("", self.view.partial + "\n"))
+            if self.busy:
+                seconds = int(time.monotonic() - self._turn_started)
+                out.append(("class:working", f"✻ Working… {seconds}s · esc to interrupt\n"))
+            if out:  # no newline after the last line: it would draw an empty one
+                out[-1] = (out[-1][0], out[-1][1].rstrip("\n"))
+            return out
+
+        def panel() -> StyleAndTextTuples:
+            width = self._width()
+            rows = self.panel.lines(width)
+            out: StyleAndTextTuples = []
+            for i, (style, text) in enumerate(rows):
+                out.append((f"class:{style}", text + ("\n" if i < len(rows) - 1 else "")))
+            return out
+
+        def question() -> StyleAndTextTuples:
+            ask = self.asks.current
+            if ask is None:
+                return []
+            who = f" ({ask.who})" if ask.who else ""
+            more = f"  [{self.asks.waiting} more waiting]" if self.asks.waiting else ""
+            lines: StyleAndTextTuples = [
+                ("class:ask", f"Allow {ask.title}{who}?{more}\n"),
+                ("", f"  {ask.decision.reason}\n"),
+            ]
+            if self._reason:
+                lines.append(("", "  Why not? Type a reason for the model and press Enter"))
+                lines.append(("", " (empty: no reason; Esc: deny and stop the turn)"))
+            else:
+                lines.append(
+                    (
+                        "",
+                        f"  1 yes · 2 yes, always allow {ask.rule} (saved to "
+                        ".taskloom/settings.local.json) · 3 no, and say why · Esc no, stop",
+                    )
+                )
+            return lines
+
+        def status() -> StyleAndTextTuples:
+            harness = self._harness
+            if harness is None:
+                return []
+            tokens = sum(u.input_tokens + u.output_tokens for u in self.ledger.by_model.values())
+            cost = self.ledger.cost()
+            hint = ""
+            if time.monotonic() - self._ctrl_c < _EXIT_WINDOW_S:
+                hint = " · Ctrl+C again to exit"
+            text = (
+                f" {self._model} · {harness.policy.mode} · {harness.cwd} · "
+                f"{count(tokens)} tokens · ${cost:.2f}{hint}"
+            )
+            return [("class:status", text)]
+
+        def prefix(line: int, wrap: int) -> StyleAndTextTuples:
+            if wrap:
+                return [("", "  ")]
+            if line == 0:
+                return [("class:prompt", "reason> " if self._reason else "> ")]
+            return [("", "  ")]
+
+        has_live = Condition(lambda: bool(self.view.partial) or self.busy)
+        has_rows = Condition(lambda: bool(self.panel.lines(self._width())))
+        has_ask = Condition(lambda: self.asks.current is not None)
+        layout = Layout(
+            HSplit(
+                [
+                    ConditionalContainer(
+                        Window(
+                            FormattedTextControl(live), dont_extend_height=True, wrap_lines=True
+                        ),
+                        filter=has_live,
+                    ),
+                    ConditionalContainer(
+                        Window(FormattedTextControl(panel), dont_extend_height=True),
+                        filter=has_rows,
+                    ),
+                    ConditionalContainer(
+                        Window(
+                            FormattedTextControl(question), dont_extend_height=True, wrap_lines=True
+                        ),
+                        filter=has_ask,
+                    ),
+                    Window(
+                        BufferControl(self.buffer),
+                        height=Dimension(min=1, max=10),
+                        dont_extend_height=True,
+                        wrap_lines=True,
+                        get_line_prefix=prefix,
+                    ),
+                    Window(FormattedTextControl(status), height=1, style="class:status"),
+                ]
+            ),
+            focused_element=self.buffer,
+        )
+        app: Application[int] = Application(
+            layout=layout,
+            key_bindings=self._keys(),
+            style=STYLE,
+            full_screen=False,
+            mouse_support=False,
+            erase_when_done=True,
+        )
+        # Esc alone must act at once (the default waits half a second for a sequence).
+        app.ttimeoutlen = 0.05
+        app.timeoutlen = 0.3
+        return app
+
+    def _width(self) -> int:
+        if self._app is None:
+            return 100
+        return self._app.output.get_size().columns
+
+
+def _write(lines: list[Line]) -> None:
+    fragments = [(f"class:{style}", text + "\n") for style, text in lines]
+    print_formatted_text(FormattedText(fragments), style=STYLE, end="")
+
+
+def _ready(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def _describe(exc: BaseException) -> str:
+    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+
+
+async def run_repl(options: Options, prompt: str | None = None) -> int:
+    """Run the REPL on ``options``, sending ``prompt`` first if given; the exit code."""
+    return await Repl(options, prompt).run()
+
+
+__all__ = ["Repl", "history_path", "run_repl"]

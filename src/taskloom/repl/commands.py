@@ -1,0 +1,257 @@
+"""The REPL's slash commands: ``/help``, ``/tasks``, ``/stop``, ``/resume``, ``/exit`` and more.
+
+Each command is an async function of the :class:`CommandHost` (the REPL) and the text after
+the command's name. A command answers by printing through the host; what it cannot do (an
+unknown task id, a turn still running) it says in one line and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from taskloom.errors import TaskloomError
+from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.types import TaskState
+
+if TYPE_CHECKING:
+    from taskloom.harness import Harness
+
+#: How much of a task's output ``/tasks ID`` shows (its end).
+_TAIL_BYTES = 4000
+
+
+class CommandHost(Protocol):
+    """What a command may use of the REPL."""
+
+    @property
+    def harness(self) -> Harness:
+        """The session now."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running."""
+        ...
+
+    def say(self, text: str, style: str = "info") -> None:
+        """Print ``text`` into the scrollback."""
+        ...
+
+    def exit(self, code: int = 0) -> None:
+        """Leave the REPL with ``code`` once the session is closed."""
+        ...
+
+    async def switch(self, resume: str | None) -> None:
+        """Close the session and open another: ``resume``'s, or a new one (None)."""
+        ...
+
+    def model_changed(self) -> None:
+        """The main thread's model was changed (the status line shows it)."""
+        ...
+
+
+Handler = Callable[[CommandHost, str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One slash command.
+
+    Attributes:
+        name: Its name, without the slash.
+        usage: How it is called (``/tasks [ID]``).
+        help: What it does, in one line.
+        run: What it does.
+    """
+
+    name: str
+    usage: str
+    help: str
+    run: Handler
+
+
+async def run_command(host: CommandHost, line: str) -> None:
+    """Run the command ``line`` holds (``/tasks b1234``); an unknown one says so."""
+    name, _, rest = line.strip()[1:].partition(" ")
+    command = COMMANDS.get(name.lower())
+    if command is None:
+        known = ", ".join(f"/{n}" for n in COMMANDS)
+        host.say(f"Unknown command /{name}. Commands: {known}", "error")
+        return
+    try:
+        await command.run(host, rest.strip())
+    except TaskloomError as exc:
+        host.say(f"/{command.name}: {exc}", "error")
+
+
+async def _help(host: CommandHost, rest: str) -> None:
+    lines = ["Commands:"]
+    lines += [f"  {c.usage:<18} {c.help}" for c in COMMANDS.values()]
+    lines += [
+        "Keys: Enter sends · Ctrl+J (or \\ then Enter) a new line · Esc interrupts the turn ·",
+        "      Ctrl+B sends a running foreground command or agent to the background ·",
+        "      Ctrl+C clears the input (twice: exit) · Up/Down: history",
+    ]
+    host.say("\n".join(lines))
+
+
+def _task_line(state: TaskState, now: float) -> str:
+    end = state.end_time or now
+    seconds = max(0, int(end - state.start_time))
+    where = "background" if state.is_backgrounded else "foreground"
+    note = kind_of(state).status_note(state)
+    return (
+        f"  {state.id:<10} {state.type.value:<20} {state.status.value:<9}{note} "
+        f"{seconds}s {where} · {state.description}"
+    )
+
+
+async def _tasks(host: CommandHost, rest: str) -> None:
+    harness = host.harness
+    if rest:
+        state = harness.runtime.get(rest)
+        if state is None:
+            host.say(f"No task {rest}. /tasks lists them.", "error")
+            return
+        lines = [_task_line(state, time.time()).strip()]
+        summary = kind_of(state).summary(state) if state.terminal else ""
+        if summary:
+            lines.append(summary)
+        output = kind_of(state).final_output(state, _TAIL_BYTES)
+        if output.strip():
+            lines += ["Output (its end):", *output.rstrip().splitlines()]
+        elif state.output_file:
+            lines.append("No output yet.")
+        if state.output_file:
+            lines.append(f"Output file: {state.output_file}")
+        if not state.terminal:
+            lines.append(f"Stop it with /stop {state.id}")
+        host.say("\n".join(lines))
+        return
+    states = harness.tasks(include_evicted=True)
+    if not states:
+        host.say("No tasks.")
+        return
+    now = time.time()
+    host.say("\n".join(["Tasks:", *(_task_line(s, now) for s in states)]))
+
+
+async def _stop(host: CommandHost, rest: str) -> None:
+    if not rest:
+        host.say("Usage: /stop ID (/tasks lists them)", "error")
+        return
+    harness = host.harness
+    if harness.runtime.get(rest) is None:
+        host.say(f"No task {rest}. /tasks lists them.", "error")
+        return
+    state = await harness.stop_task(rest)
+    host.say(f"{state.id}: {state.status.value}")
+
+
+async def _agents(host: CommandHost, rest: str) -> None:
+    harness = host.harness
+    catalog = harness.agents.catalog
+    lines = ["Agent types:"]
+    for name in sorted(catalog.names()):
+        definition = catalog.get(name)
+        about = " ".join((definition.when_to_use if definition else "").split())
+        lines.append(f"  {name:<18} {about[:90]}")
+    running = [s for s in harness.tasks() if s.type.value == "local_agent" and not s.terminal]
+    if running:
+        lines.append("Running:")
+        lines += [f"  {s.id:<10} {s.description}" for s in running]
+    host.say("\n".join(lines))
+
+
+async def _team(host: CommandHost, rest: str) -> None:
+    teams = host.harness.team
+    if teams is None:
+        host.say("Teams are off: start taskloom with --teams (or the setting agentTeams).")
+        return
+    team = teams.roster.team()
+    if team is None:
+        host.say("No team yet: the model starts one with TeamCreate.")
+        return
+    lines = [f"Team {team.name}: {team.description}".rstrip(": ")]
+    states = {getattr(s, "agent_id", ""): s for s in host.harness.tasks()}
+    for member in team.members:
+        state = states.get(member.agent_id)
+        if member.name == "team-lead":
+            status = "lead (you)"
+        elif not member.is_active:
+            status = "inactive"
+        elif state is not None and getattr(state, "is_idle", False):
+            status = "idle"
+        else:
+            status = "working"
+        lines.append(f"  {member.name:<16} {member.agent_type:<16} {status}")
+    host.say("\n".join(lines))
+
+
+async def _resume(host: CommandHost, rest: str) -> None:
+    if host.busy:
+        host.say("A turn is running: wait for it, or press Esc, then /resume.", "error")
+        return
+    harness = host.harness
+    if not rest:
+        from taskloom.session import transcript_path
+
+        cwd = str(harness.cwd)
+        mine = [
+            s
+            for s in harness.runtime.store.list_sessions()
+            if s.cwd == cwd and s.id != harness.session_id
+        ]
+        kept = [s for s in mine if transcript_path(s.id, harness.runtime.home).is_file()][:10]
+        if not kept:
+            host.say("No earlier conversation in this directory.")
+            return
+        lines = ["Earlier conversations here (newest first): /resume ID"]
+        for s in kept:
+            started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at))
+            lines.append(f"  {s.id}  {started}")
+        host.say("\n".join(lines))
+        return
+    await host.switch(rest)
+
+
+async def _model(host: CommandHost, rest: str) -> None:
+    harness = host.harness
+    if not rest:
+        host.say(f"Model: {harness.init_info()['model']}  (/model NAME to change, /model default)")
+        return
+    chosen = harness.set_model(None if rest == "default" else rest)
+    host.model_changed()
+    host.say(f"Model: {chosen}")
+
+
+async def _clear(host: CommandHost, rest: str) -> None:
+    if host.busy:
+        host.say("A turn is running: wait for it, or press Esc, then /clear.", "error")
+        return
+    await host.switch(None)
+
+
+async def _exit(host: CommandHost, rest: str) -> None:
+    host.exit(0)
+
+
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Command("help", "/help", "this list", _help),
+        Command("tasks", "/tasks [ID]", "the session's tasks; with ID its output", _tasks),
+        Command("stop", "/stop ID", "stop a task (and what it started)", _stop),
+        Command("agents", "/agents", "agent types, and the agents running", _agents),
+        Command("team", "/team", "the team and its members", _team),
+        Command("resume", "/resume [ID]", "earlier conversations; with ID continue it", _resume),
+        Command("model", "/model [NAME]", "show or change the model", _model),
+        Command("clear", "/clear", "start a new conversation", _clear),
+        Command("exit", "/exit", "leave (running tasks are stopped)", _exit),
+    )
+}
+
+__all__ = ["COMMANDS", "Command", "CommandHost", "run_command"]

@@ -1,0 +1,208 @@
+"""The REPL's live task panel: one row per shell, agent and teammate of the session.
+
+The panel is fed the runtime's task events and keeps the latest state of each task. A running
+background task has a row at once; a foreground one (a call the model waits on) only once it
+has run :data:`FOREGROUND_AFTER_S`, which is when the user wants to know it is still going
+and that Ctrl+B would send it to the background. An ended task keeps its row for the grace
+period (the setting ``panelGraceMs``, 30 s by default) so that its outcome can be read, then
+the row goes. Nothing here draws: :meth:`TaskPanel.lines` gives the text, and
+:meth:`TaskPanel.next_change` when it would change without an event (a second of elapsed time,
+a grace period over), so that the screen is redrawn on events and on those times only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.types import TaskState, TaskStatus, TaskType
+
+#: A foreground task shows its progress once it has run this long.
+FOREGROUND_AFTER_S = 2.0
+#: How long an ended task's row stays, unless the setting ``panelGraceMs`` says otherwise.
+DEFAULT_GRACE_S = 30.0
+
+_KIND_NAMES = {
+    TaskType.LOCAL_BASH: "shell",
+    TaskType.LOCAL_AGENT: "agent",
+    TaskType.IN_PROCESS_TEAMMATE: "teammate",
+}
+_ENDINGS = {
+    TaskStatus.COMPLETED: "done",
+    TaskStatus.FAILED: "failed",
+    TaskStatus.KILLED: "stopped",
+}
+
+
+def grace_from(settings: Mapping[str, Any]) -> float:
+    """The panel's grace period in seconds: the setting ``panelGraceMs``, else 30 s."""
+    raw = settings.get("panelGraceMs")
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0:
+        return float(raw) / 1000.0
+    return DEFAULT_GRACE_S
+
+
+@dataclass(slots=True)
+class _Row:
+    state: TaskState
+    #: When the panel saw it end (monotonic), None while it runs.
+    ended: float | None = None
+    #: When the panel first saw it (monotonic): a foreground task's 2 s count from here.
+    seen: float = 0.0
+
+
+class TaskPanel:
+    """The tasks to show, from the runtime's events.
+
+    Args:
+        session_id: The session's id (the main thread's tasks are its own).
+        grace_s: How long an ended task's row stays.
+        clock: Monotonic time (a parameter for the tests).
+        wall: Wall-clock time, in which task start times are kept.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        grace_s: float = DEFAULT_GRACE_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.session_id = session_id
+        self.grace_s = grace_s
+        self._clock = clock
+        self._wall = wall
+        self._rows: dict[str, _Row] = {}
+
+    def update(self, state: TaskState) -> None:
+        """Take a task's latest state (registered, updated, or evicted from the runtime)."""
+        now = self._clock()
+        row = self._rows.get(state.id)
+        if row is None:
+            if state.terminal and state.end_time is not None:
+                # Seen first after its end (resumed session): its grace counts from its end.
+                ended = now - max(0.0, self._wall() - state.end_time)
+                if now - ended >= self.grace_s:
+                    return
+                self._rows[state.id] = _Row(state, ended, now)
+                return
+            self._rows[state.id] = _Row(state, now if state.terminal else None, now)
+            return
+        row.state = state
+        if state.terminal and row.ended is None:
+            row.ended = now
+
+    def clear(self) -> None:
+        """Forget every row (a new session)."""
+        self._rows.clear()
+
+    def _visible(self, now: float) -> list[_Row]:
+        shown = []
+        for task_id, row in list(self._rows.items()):
+            if row.ended is not None:
+                if now - row.ended >= self.grace_s:
+                    del self._rows[task_id]  # its grace is over: gone for good
+                    continue
+                if not row.state.is_backgrounded and row.ended - row.seen < FOREGROUND_AFTER_S:
+                    continue  # a foreground call that ended quickly never had a row
+            elif not row.state.is_backgrounded and now - row.seen < FOREGROUND_AFTER_S:
+                continue
+            shown.append(row)
+        return shown
+
+    def running(self) -> list[TaskState]:
+        """The tasks that have not ended, oldest first."""
+        return [r.state for r in self._rows.values() if not r.state.terminal]
+
+    def foreground(self) -> list[TaskState]:
+        """The main thread's running foreground tasks (what Ctrl+B sends to the background)."""
+        return [
+            r.state
+            for r in self._rows.values()
+            if not r.state.terminal
+            and not r.state.is_backgrounded
+            and r.state.owner == self.session_id
+        ]
+
+    def lines(self, width: int) -> list[tuple[str, str]]:
+        """The rows to draw now, each ``(style, text)`` cut to ``width`` columns.
+
+        Styles: ``running``, ``foreground``, ``done``, ``failed``, ``stopped``.
+        """
+        now = self._clock()
+        wall = self._wall()
+        out = []
+        for row in self._visible(now):
+            state = row.state
+            progress = kind_of(state).progress(state)
+            kind = _KIND_NAMES.get(state.type, state.type.value)
+            if state.terminal:
+                status = _ENDINGS.get(state.status, state.status.value)
+                style = status
+                seconds = (state.end_time or wall) - state.start_time
+            else:
+                status = "fg · ctrl+b to background" if not state.is_backgrounded else "running"
+                style = "running" if state.is_backgrounded else "foreground"
+                seconds = wall - state.start_time
+            parts = [f"{state.id:<10} {kind:<8} {_label(state):<28.28} {_elapsed(seconds):>6}"]
+            parts.append(status)
+            if progress.tool_uses is not None:
+                parts.append(f"{progress.tool_uses} tool uses")
+            if progress.tokens is not None:
+                parts.append(f"{count(progress.tokens)} tokens")
+            if progress.activity:
+                parts.append(progress.activity)
+            if state.owner != self.session_id and state.type != TaskType.IN_PROCESS_TEAMMATE:
+                parts.append(f"(for {state.owner})")
+            text = " · ".join(parts)
+            out.append((style, _fit(text, width)))
+        return out
+
+    def next_change(self) -> float | None:
+        """Seconds until the rows change with no event (elapsed time, a grace over), or None."""
+        now = self._clock()
+        waits = []
+        for row in self._rows.values():
+            if row.ended is not None:
+                waits.append(self.grace_s - (now - row.ended))
+            elif not row.state.is_backgrounded and now - row.seen < FOREGROUND_AFTER_S:
+                waits.append(FOREGROUND_AFTER_S - (now - row.seen))
+            else:
+                waits.append(1.0)  # its elapsed time goes up by a second
+        return max(0.0, min(waits)) if waits else None
+
+
+def _label(state: TaskState) -> str:
+    name = getattr(state, "agent_id", "") if state.type == TaskType.IN_PROCESS_TEAMMATE else ""
+    return str(name or state.description or getattr(state, "command", "") or "").replace("\n", " ")
+
+
+def _elapsed(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def count(n: int) -> str:
+    """A token count as the panel writes it (``950``, ``12.3k``, ``1.2M``)."""
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.1f}M"
+
+
+def _fit(text: str, width: int) -> str:
+    if width <= 1 or len(text) <= width:
+        return text
+    return text[: width - 1] + "…"
+
+
+__all__ = ["DEFAULT_GRACE_S", "FOREGROUND_AFTER_S", "TaskPanel", "count", "grace_from"]

@@ -1,4 +1,5 @@
-"""The import structure: layers import only downward, and no two modules import each other.
+"""The import structure: layers import only downward, and modules import one another in no
+cycle, of two modules or more.
 
 Every import counts — at module level, inside functions, and under ``TYPE_CHECKING``: a cycle
 hidden by a deferred import is still a cycle.
@@ -27,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"agents", "session", "options"},
     {"teams"},
     {"harness"},
+    {"repl"},
     {"cli", "__main__", "__init__"},
 ]
 
@@ -130,3 +132,94 @@ def test_no_package_cycles() -> None:
                     stack.append((nxt, [*path, nxt]))
     known = {frozenset(pair) for pair in KNOWN_UPWARD}
     assert {c for c in cycles if not any(k <= c for k in known)} == set()
+
+
+def import_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of ``edges``, of any length: its strongly connected components of more than
+    one module (Tarjan's algorithm, without recursion), each sorted, in sorted order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(edges.get(root, ()))))]
+        while work:
+            node, targets = work[-1]
+            for nxt in targets:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:  # every target of ``node`` seen: close its component, if it roots one
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in edges.get(node, ()):
+                        found.append(sorted(component))
+    return sorted(found)
+
+
+def test_import_cycles_finds_cycles_of_any_length() -> None:
+    edges = {
+        "a": {"b"},
+        "b": {"c"},
+        "c": {"a", "d"},  # a -> b -> c -> a: no two of them import each other
+        "d": {"e"},
+        "e": {"f"},
+        "f": {"d"},
+        "g": {"a", "h"},
+        "h": set(),
+    }
+    assert import_cycles(edges) == [["a", "b", "c"], ["d", "e", "f"]]
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert import_cycles({"a": {"a"}}) == [["a"]]
+    assert a_cycle(edges, ["a", "b", "c"]) == ["a", "b", "c", "a"]
+
+
+def a_cycle(edges: dict[str, set[str]], members: list[str]) -> list[str]:
+    """One shortest cycle through ``members[0]`` within ``members`` (a component of edges)."""
+    start, inside = members[0], set(members)
+    came: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        after = []
+        for node in frontier:
+            for nxt in sorted(edges.get(node, set()) & inside):
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came[path[-1]])
+                    return [*reversed(path), start]
+                if nxt not in came:
+                    came[nxt] = node
+                    after.append(nxt)
+        frontier = after
+    raise AssertionError(f"no cycle through {start} in {members}")
+
+
+def test_no_import_cycles_between_modules() -> None:
+    edges = graph()
+    known = {frozenset(pair) for pair in KNOWN_MUTUAL}
+    new = [c for c in import_cycles(edges) if frozenset(c) not in known]
+    assert not new, "modules in an import cycle, each cycle's modules and one path:\n" + "\n".join(
+        f"{', '.join(c)}  (e.g. {' -> '.join(a_cycle(edges, c))})" for c in new
+    )

@@ -239,3 +239,62 @@ async def test_a_failing_hook_blocks_only_when_its_matcher_says_on_failure_block
     assert bash["is_error"] and "the guard crashed" in str(bash["content"])
     assert "guarded-ran" not in str(bash["content"])
     assert not glob.get("is_error")  # ran: the failure of a "continue" hook decides nothing
+
+
+async def test_agents_of_the_options_are_offered_and_run_with_their_prompt(
+    tmp_path: Path,
+) -> None:
+    critic = sdk.AgentDefinition(
+        description="Reviews code harshly", prompt="You are a harsh code critic.", tools=["Read"]
+    )
+    spawn = {"description": "review it", "prompt": "review app.py", "subagent_type": "critic"}
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("Agent", spawn)])
+        server.add_turn(text="critic says: ship it")  # the subagent's only request
+        server.add_turn(text="relayed")
+        opts = options(server, tmp_path, agents={"critic": critic})
+        messages = [m async for m in sdk.query(prompt="get a review", options=opts)]
+    init = messages[0]
+    assert isinstance(init, sdk.SystemMessage) and "critic" in init.data["agents"]
+    assert isinstance(messages[-1], sdk.ResultMessage) and messages[-1].result == "relayed"
+    main, sub, after = (r.body for r in server.requests)
+    assert "You are a harsh code critic." in str(sub.get("system"))
+    assert "You are a harsh code critic." not in str(main.get("system"))
+    assert sub["messages"][0]["content"][0]["text"] == "review app.py"
+    assert [t["name"] for t in sub.get("tools", [])] == ["Read"]
+    (result,) = (b for b in after["messages"][-1]["content"] if b.get("type") == "tool_result")
+    assert "critic says: ship it" in str(result["content"]) and not result.get("is_error")
+
+
+async def test_can_use_tool_gets_the_call_id_and_suggestions_and_may_change_the_input(
+    tmp_path: Path,
+) -> None:
+    seen: list[Any] = []
+
+    async def can_use_tool(name: str, tool_input: dict[str, Any], context: Any) -> Any:
+        seen.append((name, tool_input, context))
+        return sdk.PermissionResultAllow(updated_input={"command": "echo replaced-ran"})
+
+    with FakeAnthropicServer() as server:
+        server.add_turn(
+            tool_calls=[ToolCall("Bash", {"command": "echo original-ran"}, id="toolu_asked")]
+        )
+        server.add_turn(text="done")
+        opts = options(server, tmp_path, can_use_tool=can_use_tool)
+
+        async def prompt() -> Any:
+            yield {"type": "user", "message": {"role": "user", "content": "run it"}}
+
+        messages = [m async for m in sdk.query(prompt=prompt(), options=opts)]
+    assert isinstance(messages[-1], sdk.ResultMessage) and messages[-1].result == "done"
+    ((name, tool_input, context),) = seen
+    assert (name, tool_input) == ("Bash", {"command": "echo original-ran"})
+    assert context.tool_use_id == "toolu_asked"
+    (suggestion,) = context.suggestions
+    assert (suggestion.type, suggestion.behavior) == ("addRules", "allow")
+    assert [r.tool_name for r in suggestion.rules or []] == ["Bash"]
+    (result,) = (
+        b for b in server.requests[1].body["messages"][-1]["content"] if b["type"] == "tool_result"
+    )
+    assert "replaced-ran" in str(result["content"]) and "original-ran" not in str(result["content"])
+    assert not result.get("is_error")

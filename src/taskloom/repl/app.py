@@ -26,15 +26,9 @@ from typing import Any
 
 from prompt_toolkit.application import Application, run_in_terminal
 from prompt_toolkit.buffer import Buffer
-from prompt_toolkit.filters import Condition
-from prompt_toolkit.formatted_text import FormattedText, StyleAndTextTuples
+from prompt_toolkit.formatted_text import FormattedText
 from prompt_toolkit.history import FileHistory
-from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
-from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
-from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
-from prompt_toolkit.layout.dimension import Dimension
 from prompt_toolkit.shortcuts import print_formatted_text
-from prompt_toolkit.styles import Style
 
 from taskloom.errors import ModelError, TaskloomError, describe_os_error
 from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
@@ -46,7 +40,9 @@ from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
 from taskloom.repl.asks import PermissionAsks, save_allow_rule
 from taskloom.repl.commands import run_command
+from taskloom.repl.keys import key_bindings
 from taskloom.repl.panel import TaskPanel, count, grace_from
+from taskloom.repl.screen import build_application, write_lines
 from taskloom.repl.transcript import Line, TranscriptView, landed
 from taskloom.settings import find_project_root, taskloom_home
 from taskloom.tasks.kinds import kind_of
@@ -58,27 +54,6 @@ _EXIT_WINDOW_S = 2.0
 #: An idle session waits this long for something to arrive before it looks again (a bound,
 #: not a poll: what arrives wakes it at once).
 _IDLE_WAIT_S = 3600.0
-
-STYLE = Style.from_dict(
-    {
-        "prompt": "bold",
-        "tool": "ansicyan",
-        "result": "ansibrightblack",
-        "error": "ansired",
-        "note": "ansibrightblack",
-        "warn": "ansiyellow",
-        "info": "",
-        "assistant": "",
-        "status": "reverse",
-        "running": "",
-        "foreground": "ansiyellow",
-        "done": "ansigreen",
-        "failed": "ansired",
-        "stopped": "ansibrightblack",
-        "ask": "bold ansiyellow",
-        "working": "ansibrightblack",
-    }
-)
 
 
 def history_path(cwd: Path) -> Path:
@@ -277,7 +252,7 @@ class Repl:
         self._flush_now()
         if self.first_prompt:
             self.prompts.put_nowait(self.first_prompt)
-        self._app = self._build_app()
+        self._app = build_application(self, self.buffer, key_bindings(self))
         ticker = asyncio.get_running_loop().create_task(self._tick())
         try:
             await self._app.run_async()
@@ -426,10 +401,11 @@ class Repl:
 
     # -- input --------------------------------------------------------------------------------
 
-    def _submit(self) -> None:
+    def submit(self) -> None:
+        """Enter: send the input (a prompt, a command, or the reason of a denial)."""
         text = self.buffer.text
         if self.asks.current is not None and self._reason:
-            self._deny(text.strip())
+            self.deny(text.strip())
             self.buffer.reset()
             return
         if self.asks.current is not None:
@@ -453,7 +429,8 @@ class Repl:
             self.say(f"{line.split()[0]}: {_describe(exc)}", "error")
         self.redraw()
 
-    def _allow(self, always: bool) -> None:
+    def allow(self, always: bool) -> None:
+        """Allow the call asked about, once or always (a rule saved and applied)."""
         ask = self.asks.current
         if ask is None:
             return
@@ -466,7 +443,8 @@ class Repl:
                 self.say(f"The rule was not saved: {_describe(exc)}; allowed once", "error")
         self.asks.answer(PromptAnswer(allow=True))
 
-    def _deny(self, reason: str, *, interrupt: bool = False) -> None:
+    def deny(self, reason: str, *, interrupt: bool = False) -> None:
+        """Deny the call asked about, telling the model ``reason`` if there is one."""
         ask = self.asks.current
         if ask is None:
             return
@@ -478,72 +456,38 @@ class Repl:
         self.say(f"Denied: {ask.title}" + (f" ({reason})" if reason else ""), "warn")
         self.asks.answer(PromptAnswer(allow=False, message=message, interrupt=interrupt))
 
-    def _keys(self) -> KeyBindings:
-        keys = KeyBindings()
-        asking = Condition(lambda: self.asks.current is not None and not self._reason)
+    @property
+    def asking(self) -> bool:
+        """Whether a permission question waits for 1, 2 or 3."""
+        return self.asks.current is not None and not self._reason
 
-        @keys.add("enter")
-        def _(event: KeyPressEvent) -> None:
-            buffer = self.buffer
-            if buffer.document.text_before_cursor.endswith("\\"):
-                buffer.delete_before_cursor()
-                buffer.insert_text("\n")
-                return
-            self._submit()
+    def escape(self) -> None:
+        """Esc: deny the call asked about and stop the turn, or interrupt the turn."""
+        if self.asks.current is not None:
+            self.deny("", interrupt=True)
+        elif not self.interrupt() and self._reason:
+            self._reason = False
 
-        @keys.add("c-j")
-        @keys.add("escape", "enter")
-        def _(event: KeyPressEvent) -> None:
-            self.buffer.insert_text("\n")
+    def to_background(self) -> None:
+        """Ctrl+B (see :meth:`background`)."""
+        if not self.background():
+            self.say("Nothing runs in the foreground.", "note")
 
-        @keys.add("escape")
-        def _(event: KeyPressEvent) -> None:
-            if self.asks.current is not None:
-                self._deny("", interrupt=True)
-            elif not self.interrupt() and self._reason:
-                self._reason = False
+    def ctrl_c(self) -> None:
+        """Ctrl+C on an empty input: interrupt; a second one soon after exits."""
+        now = time.monotonic()
+        if now - self._ctrl_c < _EXIT_WINDOW_S:
+            self.exit(0)
+            return
+        self._ctrl_c = now
+        self.interrupt()
+        self.redraw()
 
-        @keys.add("c-b")
-        def _(event: KeyPressEvent) -> None:
-            if not self.background():
-                self.say("Nothing runs in the foreground.", "note")
-
-        @keys.add("c-c")
-        def _(event: KeyPressEvent) -> None:
-            now = time.monotonic()
-            if self.buffer.text:
-                self.buffer.reset()
-                return
-            if now - self._ctrl_c < _EXIT_WINDOW_S:
-                self.exit(0)
-                return
-            self._ctrl_c = now
-            self.interrupt()
-            self.redraw()
-
-        @keys.add("c-d")
-        def _(event: KeyPressEvent) -> None:
-            if not self.buffer.text:
-                self.exit(0)
-
-        @keys.add("1", filter=asking, eager=True)
-        @keys.add("y", filter=asking, eager=True)
-        def _(event: KeyPressEvent) -> None:
-            self._allow(always=False)
-
-        @keys.add("2", filter=asking, eager=True)
-        @keys.add("a", filter=asking, eager=True)
-        def _(event: KeyPressEvent) -> None:
-            self._allow(always=True)
-
-        @keys.add("3", filter=asking, eager=True)
-        @keys.add("n", filter=asking, eager=True)
-        def _(event: KeyPressEvent) -> None:
-            self._reason = True
-            self.buffer.reset()
-            self.redraw()
-
-        return keys
+    def ask_reason(self) -> None:
+        """Deny the call asked about once the user has typed why."""
+        self._reason = True
+        self.buffer.reset()
+        self.redraw()
 
     # -- drawing ------------------------------------------------------------------------------
 
@@ -567,7 +511,7 @@ class Repl:
         while self._out:
             batch, self._out = self._out, []
             try:
-                await run_in_terminal(functools.partial(_write, batch), in_executor=False)
+                await run_in_terminal(functools.partial(write_lines, batch), in_executor=False)
             except Exception:  # the app is ending: what is left is printed after it
                 self._out[:0] = batch
                 return
@@ -575,129 +519,29 @@ class Repl:
     def _flush_now(self) -> None:
         batch, self._out = self._out, []
         if batch:
-            _write(batch)
+            write_lines(batch)
 
-    def _build_app(self) -> Application[int]:
-        def live() -> StyleAndTextTuples:
-            out: StyleAndTextTuples = []
-            if self.view.partial:
-                out.append(("", self.view.partial + "\n"))
-            if self.busy:
-                seconds = int(time.monotonic() - self._turn_started)
-                out.append(("class:working", f"✻ Working… {seconds}s · esc to interrupt\n"))
-            if out:  # no newline after the last line: it would draw an empty one
-                out[-1] = (out[-1][0], out[-1][1].rstrip("\n"))
-            return out
+    @property
+    def reasoning(self) -> bool:
+        """Whether the user is typing why a call is denied."""
+        return self._reason
 
-        def panel() -> StyleAndTextTuples:
-            width = self._width()
-            rows = self.panel.lines(width)
-            out: StyleAndTextTuples = []
-            for i, (style, text) in enumerate(rows):
-                out.append((f"class:{style}", text + ("\n" if i < len(rows) - 1 else "")))
-            return out
+    @property
+    def turn_seconds(self) -> int:
+        """How long the running turn has run."""
+        return int(time.monotonic() - self._turn_started)
 
-        def question() -> StyleAndTextTuples:
-            ask = self.asks.current
-            if ask is None:
-                return []
-            who = f" ({ask.who})" if ask.who else ""
-            more = f"  [{self.asks.waiting} more waiting]" if self.asks.waiting else ""
-            lines: StyleAndTextTuples = [
-                ("class:ask", f"Allow {ask.title}{who}?{more}\n"),
-                ("", f"  {ask.decision.reason}\n"),
-            ]
-            if self._reason:
-                lines.append(("", "  Why not? Type a reason for the model and press Enter"))
-                lines.append(("", " (empty: no reason; Esc: deny and stop the turn)"))
-            else:
-                lines.append(
-                    (
-                        "",
-                        f"  1 yes · 2 yes, always allow {ask.rule} (saved to "
-                        ".taskloom/settings.local.json) · 3 no, and say why · Esc no, stop",
-                    )
-                )
-            return lines
-
-        def status() -> StyleAndTextTuples:
-            harness = self._harness
-            if harness is None:
-                return []
-            tokens = sum(u.input_tokens + u.output_tokens for u in self.ledger.by_model.values())
-            cost = self.ledger.cost()
-            hint = ""
-            if time.monotonic() - self._ctrl_c < _EXIT_WINDOW_S:
-                hint = " · Ctrl+C again to exit"
-            text = (
-                f" {self._model} · {harness.policy.mode} · {harness.cwd} · "
-                f"{count(tokens)} tokens · ${cost:.2f}{hint}"
-            )
-            return [("class:status", text)]
-
-        def prefix(line: int, wrap: int) -> StyleAndTextTuples:
-            if wrap:
-                return [("", "  ")]
-            if line == 0:
-                return [("class:prompt", "reason> " if self._reason else "> ")]
-            return [("", "  ")]
-
-        has_live = Condition(lambda: bool(self.view.partial) or self.busy)
-        has_rows = Condition(lambda: bool(self.panel.lines(self._width())))
-        has_ask = Condition(lambda: self.asks.current is not None)
-        layout = Layout(
-            HSplit(
-                [
-                    ConditionalContainer(
-                        Window(
-                            FormattedTextControl(live), dont_extend_height=True, wrap_lines=True
-                        ),
-                        filter=has_live,
-                    ),
-                    ConditionalContainer(
-                        Window(FormattedTextControl(panel), dont_extend_height=True),
-                        filter=has_rows,
-                    ),
-                    ConditionalContainer(
-                        Window(
-                            FormattedTextControl(question), dont_extend_height=True, wrap_lines=True
-                        ),
-                        filter=has_ask,
-                    ),
-                    Window(
-                        BufferControl(self.buffer),
-                        height=Dimension(min=1, max=10),
-                        dont_extend_height=True,
-                        wrap_lines=True,
-                        get_line_prefix=prefix,
-                    ),
-                    Window(FormattedTextControl(status), height=1, style="class:status"),
-                ]
-            ),
-            focused_element=self.buffer,
+    def status_text(self) -> str:
+        """The status line: model, permission mode, cwd, the session's usage."""
+        harness = self._harness
+        if harness is None:
+            return ""
+        tokens = sum(u.input_tokens + u.output_tokens for u in self.ledger.by_model.values())
+        hint = " · Ctrl+C again to exit" if time.monotonic() - self._ctrl_c < _EXIT_WINDOW_S else ""
+        return (
+            f" {self._model} · {harness.policy.mode} · {harness.cwd} · "
+            f"{count(tokens)} tokens · ${self.ledger.cost():.2f}{hint}"
         )
-        app: Application[int] = Application(
-            layout=layout,
-            key_bindings=self._keys(),
-            style=STYLE,
-            full_screen=False,
-            mouse_support=False,
-            erase_when_done=True,
-        )
-        # Esc alone must act at once (the default waits half a second for a sequence).
-        app.ttimeoutlen = 0.05
-        app.timeoutlen = 0.3
-        return app
-
-    def _width(self) -> int:
-        if self._app is None:
-            return 100
-        return self._app.output.get_size().columns
-
-
-def _write(lines: list[Line]) -> None:
-    fragments = [(f"class:{style}", text + "\n") for style, text in lines]
-    print_formatted_text(FormattedText(fragments), style=STYLE, end="")
 
 
 def _ready(path: Path) -> Path:

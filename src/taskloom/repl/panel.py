@@ -114,6 +114,10 @@ class TaskPanel:
             shown.append(row)
         return shown
 
+    def shows_rows(self) -> bool:
+        """Whether any row is to be drawn now."""
+        return bool(self._visible(self._clock()))
+
     def running(self) -> list[TaskState]:
         """The tasks that have not ended, oldest first."""
         return [r.state for r in self._rows.values() if not r.state.terminal]

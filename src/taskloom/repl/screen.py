@@ -1,0 +1,181 @@
+"""The REPL's live area, drawn by prompt_toolkit below the scrollback, and its styles.
+
+Top to bottom: the line of the answer being streamed and a "working" line while a turn runs,
+the task panel, the permission question when a call waits for one, the input, the status
+line. What it shows comes from a :class:`ScreenSource` (the REPL); lines for the scrollback
+are written with :func:`write_lines`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from prompt_toolkit.application import Application
+from prompt_toolkit.buffer import Buffer
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.formatted_text import FormattedText, StyleAndTextTuples
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
+from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
+from prompt_toolkit.layout.dimension import Dimension
+from prompt_toolkit.shortcuts import print_formatted_text
+from prompt_toolkit.styles import Style
+
+from taskloom.repl.asks import LOCAL_SETTINGS, PermissionAsks
+from taskloom.repl.panel import TaskPanel
+from taskloom.repl.transcript import Line, TranscriptView
+
+STYLE = Style.from_dict(
+    {
+        "prompt": "bold",
+        "tool": "ansicyan",
+        "result": "ansibrightblack",
+        "error": "ansired",
+        "note": "ansibrightblack",
+        "warn": "ansiyellow",
+        "status": "reverse",
+        "foreground": "ansiyellow",
+        "done": "ansigreen",
+        "failed": "ansired",
+        "stopped": "ansibrightblack",
+        "ask": "bold ansiyellow",
+        "working": "ansibrightblack",
+    }
+)
+
+
+class ScreenSource(Protocol):
+    """What the live area shows."""
+
+    view: TranscriptView
+    panel: TaskPanel
+    asks: PermissionAsks
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running."""
+        ...
+
+    @property
+    def turn_seconds(self) -> int:
+        """How long the running turn has run."""
+        ...
+
+    @property
+    def reasoning(self) -> bool:
+        """Whether the user is typing why a call is denied."""
+        ...
+
+    def status_text(self) -> str:
+        """The status line."""
+        ...
+
+
+def write_lines(lines: list[Line]) -> None:
+    """Print ``(style, text)`` lines to the terminal (inside ``run_in_terminal`` if live)."""
+    fragments = [(f"class:{style}", text + "\n") for style, text in lines]
+    print_formatted_text(FormattedText(fragments), style=STYLE, end="")
+
+
+def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -> Application[int]:
+    """The prompt_toolkit application of the live area (inline, not full screen)."""
+    app: Application[int]
+
+    def width() -> int:
+        return app.output.get_size().columns
+
+    def live() -> StyleAndTextTuples:
+        out: StyleAndTextTuples = []
+        if source.view.partial:
+            out.append(("", source.view.partial + "\n"))
+        if source.busy:
+            seconds = source.turn_seconds
+            out.append(("class:working", f"✻ Working… {seconds}s · esc to interrupt\n"))
+        if out:  # no newline after the last line: it would draw an empty one
+            out[-1] = (out[-1][0], out[-1][1].rstrip("\n"))
+        return out
+
+    def panel() -> StyleAndTextTuples:
+        rows = source.panel.lines(width())
+        return [
+            (f"class:{style}", text + ("\n" if i < len(rows) - 1 else ""))
+            for i, (style, text) in enumerate(rows)
+        ]
+
+    def question() -> StyleAndTextTuples:
+        ask = source.asks.current
+        if ask is None:
+            return []
+        who = f" ({ask.who})" if ask.who else ""
+        waiting = source.asks.waiting
+        more = f"  [{waiting} more waiting]" if waiting else ""
+        lines: StyleAndTextTuples = [
+            ("class:ask", f"Allow {ask.title}{who}?{more}\n"),
+            ("", f"  {ask.decision.reason}\n"),
+        ]
+        if source.reasoning:
+            lines.append(
+                ("", "  Why not? Type a reason for the model and press Enter (empty: none)")
+            )
+        else:
+            lines.append(
+                (
+                    "",
+                    f"  1 yes · 2 yes, always allow {ask.rule} (saved to {LOCAL_SETTINGS}) · "
+                    "3 no, and say why · Esc no, and stop",
+                )
+            )
+        return lines
+
+    def status() -> StyleAndTextTuples:
+        return [("class:status", source.status_text())]
+
+    def prefix(line: int, wrap: int) -> StyleAndTextTuples:
+        if line == 0 and not wrap:
+            return [("class:prompt", "reason> " if source.reasoning else "> ")]
+        return [("", "  ")]
+
+    def framed(control: FormattedTextControl, shown: Condition) -> ConditionalContainer:
+        window = Window(control, dont_extend_height=True, wrap_lines=True)
+        return ConditionalContainer(window, filter=shown)
+
+    layout = Layout(
+        HSplit(
+            [
+                framed(
+                    FormattedTextControl(live),
+                    Condition(lambda: bool(source.view.partial) or source.busy),
+                ),
+                framed(FormattedTextControl(panel), Condition(source.panel.shows_rows)),
+                framed(
+                    FormattedTextControl(question),
+                    Condition(lambda: source.asks.current is not None),
+                ),
+                Window(
+                    BufferControl(buffer),
+                    height=Dimension(min=1, max=10),
+                    dont_extend_height=True,
+                    wrap_lines=True,
+                    get_line_prefix=prefix,
+                ),
+                Window(FormattedTextControl(status), height=1, style="class:status"),
+            ]
+        ),
+        focused_element=buffer,
+    )
+    app = Application(
+        layout=layout,
+        key_bindings=keys,
+        style=STYLE,
+        full_screen=False,
+        mouse_support=False,
+        erase_when_done=True,
+    )
+    # Esc alone must act at once (by default prompt_toolkit waits half a second to tell it
+    # from the start of an escape sequence).
+    app.ttimeoutlen = 0.05
+    app.timeoutlen = 0.3
+    return app
+
+
+__all__ = ["STYLE", "ScreenSource", "build_application", "write_lines"]

@@ -6,6 +6,9 @@
   nothing may remain in it at the end of the session but pytest's own ``pytest-of-*`` base.
   Other programs' files in the system temp directory, or another test run's, are not ours.
 - Worktrees: the repository the tests run in has no git worktree but its own at the end.
+- tmux: no tmux server started on a socket in the run's temporary directory (see
+  ``tmux_driver``) may be running at the end, nor its socket be left; other users' or runs'
+  servers are not ours.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import tmux_driver
 from helpers import RUN_MARK, run_processes
 from taskloom.settings import db_path
 from taskloom.store import Store
@@ -77,6 +81,29 @@ def store(home: Path) -> Iterator[Store]:
         s.close()
 
 
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[tmux_driver.TmuxServer]:
+    """A started private tmux server for the test (skips without tmux); closed afterwards."""
+    if tmux_driver.TMUX is None:
+        pytest.skip("tmux is not installed")
+    with tmux_driver.TmuxServer(tmp_path) as server:
+        yield server
+
+
+def _leftover_tmux() -> list[str]:
+    """tmux servers of this run still running (killed here) and their sockets left."""
+    found = []
+    servers = tmux_driver.leftover_servers(RUN_TMP)
+    for proc in servers:
+        with contextlib.suppress(psutil.Error):
+            found.append(f"tmux server {proc.pid}: {' '.join(proc.cmdline())}")
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    tmux_driver.wait_processes(servers, timeout=5)
+    found += [f"tmux socket {path}" for path in tmux_driver.leftover_sockets(RUN_TMP)]
+    return found
+
+
 def _project_worktrees() -> list[str]:
     """``git worktree list`` of the repository the tests run in (empty outside git)."""
     import subprocess
@@ -102,6 +129,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     left = leftover_processes()
     if left:
         problems.append(f"processes left behind: {[p.pid for p in left]}")
+    tmux_left = _leftover_tmux()
+    if tmux_left:
+        problems.append(f"tmux left behind: {tmux_left}")
     worktrees = _project_worktrees()
     if len(worktrees) > 1:
         problems.append(f"git worktrees left behind: {worktrees[1:]}")

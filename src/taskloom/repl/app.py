@@ -160,7 +160,19 @@ class Repl:
                 self._told.add(state.id)
         self._model = str(harness.init_info()["model"])
         self._pump = asyncio.get_running_loop().create_task(self._pump_tasks(harness))
-        self._worker = asyncio.get_running_loop().create_task(self._serve())
+        if self._app is not None and self._app.is_running:
+            self._started()  # a session switched to while the REPL runs
+
+    def _started(self) -> None:
+        """The screen is up (the terminal in raw mode): turns may start, lines be printed.
+
+        Not before: what the user types in answer to output printed earlier would reach the
+        terminal's line discipline, not the REPL (an Enter turned into a newline).
+        """
+        loop = asyncio.get_running_loop()
+        self._worker = loop.create_task(self._serve())
+        if self._out and (self._printer is None or self._printer.done()):
+            self._printer = loop.create_task(self._drain())
 
     async def _close(self) -> None:
         for task in (self._worker, self._pump):
@@ -255,7 +267,7 @@ class Repl:
         self._app = build_application(self, self.buffer, key_bindings(self))
         ticker = asyncio.get_running_loop().create_task(self._tick())
         try:
-            await self._app.run_async()
+            await self._app.run_async(pre_run=self._started)
         finally:
             ticker.cancel()
             self.asks.close("the session ended before the call was answered")

@@ -47,11 +47,12 @@ def scripted(path: Path, turns: list[Any], **more: Any) -> str:
     return f"scripted:{path}"
 
 
-def start(tmux: tmux_driver.TmuxServer, cwd: Path, *args: str, **env: str) -> tmux_driver.Pane:
+def start(
+    tmux: tmux_driver.TmuxServer, cwd: Path, *args: str, width: int = 120, **env: str
+) -> tmux_driver.Pane:
     """``taskloom ARGS`` in a new pane; returns once its prompt is drawn."""
-    pane = tmux.spawn(
-        [sys.executable, "-m", "taskloom", *args], cwd=cwd, env=repl_env(cwd, **env), height=45
-    )
+    argv = [sys.executable, "-m", "taskloom", *args]
+    pane = tmux.spawn(argv, cwd=cwd, env=repl_env(cwd, **env), width=width, height=45)
     pane.wait_for(re.compile(r"^ .* · (default|bypassPermissions|acceptEdits|plan) · ", re.M))
     return pane
 
@@ -383,3 +384,33 @@ def test_without_a_terminal_and_without_p_it_says_so_and_exits_2(tmp_path: Path)
     assert proc.returncode == 2
     assert "interactive mode needs a terminal" in proc.stderr
     assert "-p/--print" in proc.stderr
+
+
+def test_a_teammates_permission_request_names_the_teammate(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    target = tmp_path / "from_alice.txt"
+    spawn = {"description": "writer", "prompt": "Write the file.", "name": "alice"}
+    lead = [{"text": "Spawning alice.", "tool_calls": [{"name": "Agent", "input": spawn}]}]
+    lead += [{"text": f"Lead turn {n}."} for n in range(2, 8)]
+    alice = [
+        {"tool_calls": [{"name": "Write", "input": {"file_path": str(target), "content": "hi"}}]},
+        {"text": "Wrote it."},
+        {"text": "Still here."},
+    ]
+    model = scripted(tmp_path / "t.yaml", lead, subagents={"teammate": alice})
+    pane = start(tmux, tmp_path, "--model", model, "--teams", width=250)
+    enter(pane, "get alice to write")
+    screen = pane.wait_for(
+        re.compile(rf"Allow Write\({re.escape(str(target))}\) \(teammate alice@\S+\)\?")
+    )
+    assert "1 yes" in screen
+    pane.send_keys("1")
+    deadline = time.monotonic() + 10
+    while not target.exists():
+        assert time.monotonic() < deadline, pane.capture()
+        time.sleep(0.05)  # the file appears when alice's call runs: no event reaches the test
+    assert target.read_text() == "hi"
+    enter(pane, "/team")
+    pane.wait_for(re.compile(r"alice +\S+ +(idle|working)"))
+    leave(pane)

@@ -261,6 +261,8 @@ class Repl:
                 ("note", "/help for commands · Esc interrupts · Ctrl+B backgrounds · /exit"),
             ]
         )
+        if self.options.resume or self.options.continue_session:
+            self._replay()
         self._flush_now()
         if self.first_prompt:
             self.prompts.put_nowait(self.first_prompt)

@@ -214,11 +214,6 @@ def test_rows_are_cut_to_the_width(clock: Clock, tmp_path: Path) -> None:
         assert wide.startswith(text[:-1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: panel.py _fit (and the label's :<28.28 column) count characters, not "
-    "terminal cells: a row with wide characters is wider than the screen and wraps",
-)
 def test_rows_with_wide_characters_are_cut_to_the_width_in_cells(
     clock: Clock, tmp_path: Path
 ) -> None:
@@ -229,6 +224,22 @@ def test_rows_with_wide_characters_are_cut_to_the_width_in_cells(
     for width in (40, 80, 120):
         (text,) = texts(panel, width)
         assert get_cwidth(text) <= width
+
+
+def test_more_rows_than_the_limit_show_foreground_work_first_and_say_how_many_more(
+    clock: Clock,
+) -> None:
+    panel = make_panel(clock)
+    for n in range(8):
+        panel.update(shell(clock, f"b{n}", description=f"job {n}"))
+    panel.update(shell(clock, "b8", description="ended", status=TaskStatus.COMPLETED))
+    panel.update(shell(clock, "b9", description="waited on", is_backgrounded=False))
+    clock.advance(FOREGROUND_AFTER_S + 0.1)
+    assert len(panel.lines(200)) == 10  # no limit: every row
+    shown = panel.lines(200, limit=4)
+    assert len(shown) == 4
+    assert "waited on" in shown[0][1] and "job 0" in shown[1][1] and "job 1" in shown[2][1]
+    assert shown[3] == ("note", "… 7 more (6 running, 1 ended) · /tasks lists them")
 
 
 def test_a_shell_row_shows_the_last_line_its_command_printed(clock: Clock, tmp_path: Path) -> None:
@@ -432,15 +443,15 @@ def describe(agent_id: str | None) -> str:
 
 
 class Asks:
-    """A PermissionAsks, and the call shown each time it said the first one changed."""
+    """A PermissionAsks, and what it showed each time it said the queue changed."""
 
     def __init__(self) -> None:
-        self.changes: list[str | None] = []
+        self.changes: list[tuple[str | None, int]] = []
         self.asks = PermissionAsks(self._changed, describe)
 
     def _changed(self) -> None:
         current = self.asks.current
-        self.changes.append(current.title if current is not None else None)
+        self.changes.append((current.title if current is not None else None, self.asks.waiting))
 
     def ask(self, n: int, agent_id: str | None = None) -> asyncio.Task[PromptAnswer]:
         return asyncio.create_task(
@@ -478,8 +489,15 @@ async def test_concurrent_asks_queue_in_order_and_each_gets_its_answer() -> None
     assert (await third).updated_input == {"command": "cmd 33"}
     assert asks.current is None and asks.waiting == 0
     assert asks.answer(PromptAnswer(allow=True)) is None  # nothing to answer: no error
-    # Told each time the call shown changed, and only then (not when one queued behind it).
-    assert q.changes == ["Bash(cmd 1)", "Bash(cmd 2)", "Bash(cmd 3)", None]
+    # Told each time the queue changed: the call shown, and how many wait behind it.
+    assert q.changes == [
+        ("Bash(cmd 1)", 0),
+        ("Bash(cmd 1)", 1),
+        ("Bash(cmd 1)", 2),
+        ("Bash(cmd 2)", 1),
+        ("Bash(cmd 3)", 0),
+        (None, 0),
+    ]
 
 
 async def test_a_cancelled_ask_leaves_the_queue() -> None:
@@ -492,13 +510,13 @@ async def test_a_cancelled_ask_leaves_the_queue() -> None:
         await second
     assert asks.current is not None and asks.current.title == "Bash(cmd 1)"
     assert asks.waiting == 1
-    assert q.changes == ["Bash(cmd 1)"]
+    assert q.changes[-1] == ("Bash(cmd 1)", 1)
     first.cancel()  # the one shown: the next is shown
     with pytest.raises(asyncio.CancelledError):
         await first
     assert asks.current is not None and asks.current.title == "Bash(cmd 3)"
     assert asks.waiting == 0
-    assert q.changes == ["Bash(cmd 1)", "Bash(cmd 3)"]
+    assert q.changes[-1] == ("Bash(cmd 3)", 0)
     asks.answer(PromptAnswer(allow=True))
     assert (await third).allow
     assert asks.current is None
@@ -519,7 +537,7 @@ async def test_close_denies_every_waiting_call_and_every_later_one() -> None:
             asks.ask(request(4), DECISION, tool_use_id="t4", agent_id=None), timeout=5
         )
     assert asks.current is None
-    assert q.changes == ["Bash(cmd 1)", "Bash(cmd 2)", "Bash(cmd 3)", None]
+    assert q.changes[-1] == (None, 0)
 
 
 # -- "always allow" rules -------------------------------------------------------------------------
@@ -541,17 +559,14 @@ def test_save_allow_rule_keeps_the_other_keys_and_rules_and_adds_a_rule_once(
 ) -> None:
     path = settings_file(tmp_path)
     path.parent.mkdir()
-    before = {
-        "env": {"A": "1"},
-        "permissions": {"allow": ["Read"], "deny": ["Bash(rm:*)"], "defaultMode": "default"},
-        "model": "sonnet",
-    }
+    permissions = {"allow": ["Read"], "deny": ["Bash(rm:*)"], "defaultMode": "default"}
+    before = {"env": {"A": "1"}, "permissions": permissions, "model": "sonnet"}
     path.write_text(json.dumps(before))
     save_allow_rule(tmp_path, "Write")
     save_allow_rule(tmp_path, "Write")
     save_allow_rule(tmp_path, "Read")
     after = json.loads(path.read_text())
-    assert after == {**before, "permissions": {**before["permissions"], "allow": ["Read", "Write"]}}
+    assert after == {**before, "permissions": {**permissions, "allow": ["Read", "Write"]}}
     assert sorted(p.name for p in path.parent.iterdir()) == ["settings.local.json"]
 
 
@@ -626,7 +641,9 @@ def test_a_rule_added_to_a_policy_applies_to_its_copies_and_theirs_to_it(tmp_pat
     copy.add_rule(parse_rule("Write", "deny", "test"))
     assert policy.decide(write).behavior == "deny"
     assert copy.decide(write).behavior == "deny"
-    assert [str(r) for r in policy.rules] == ["Write", "Bash(npm test:*)"]
+    # Both see both rules (in whatever order ``rules`` lists them).
+    assert sorted(str(r) for r in policy.rules) == ["Bash(npm test:*)", "Write"]
+    assert sorted(str(r) for r in copy.rules) == ["Bash(npm test:*)", "Write"]
 
     # The modes stay their own.
     assert str(policy.mode) == "default" and str(copy.mode) == "acceptEdits"
@@ -688,7 +705,7 @@ async def interrupt_before_the_answer(h: Any) -> None:
 def cutting_model() -> ScriptedModel:
     return ScriptedModel(
         [
-            Turn(text="Running it.", tool_calls=[ToolCall("Bash", {"command": "sleep 30"}, "tc")]),
+            Turn(text="Running it.", tool_calls=(ToolCall("Bash", {"command": "sleep 30"}, "tc"),)),
             Turn(text="Trying again."),
         ]
     )
@@ -748,13 +765,6 @@ async def test_an_interrupt_with_no_call_cut_says_the_request_was_interrupted(
         await h.end()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the note (and the interrupted prompt) come back twice on resume: the engine "
-    "records the merged next prompt whole after the note's own record, and repair() merges "
-    "the two without dropping the repeated text (recorder.py:180, engine.py:188, "
-    "transcript.py:105)",
-)
 @pytest.mark.parametrize("cut", [True, False], ids=["call-cut", "no-call-cut"])
 async def test_a_resumed_conversation_holds_the_note_and_the_next_prompt_once(
     tmp_path: Path, cut: bool

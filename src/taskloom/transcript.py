@@ -93,7 +93,8 @@ def repair(messages: list[Message]) -> tuple[list[Message], list[Message]]:
     """Make a loaded conversation one the API accepts; return it and the messages added.
 
     - Consecutive user messages (a prompt recorded after a run stopped on its tool results)
-      are merged into one, each call's result kept once.
+      are merged into one, each call's result kept once; a message that starts with the whole
+      of the one before it (recorded again, joined to the next prompt) replaces it.
     - Every ``tool_use`` must be answered by a ``tool_result`` in the next message; calls a
       stopped session left unanswered get an "interrupted" result.
 
@@ -104,6 +105,11 @@ def repair(messages: list[Message]) -> tuple[list[Message], list[Message]]:
     for message in messages:
         if merged and merged[-1].role == message.role == "user":
             previous = merged.pop()
+            if message.content[: len(previous.content)] == previous.content:
+                # The engine joined the previous message (a repair, an interrupt's note) to
+                # the next prompt and recorded the whole: that record already holds it.
+                merged.append(message)
+                continue
             # A recorded repair is recorded again inside the next prompt, merged with it: keep
             # each call's first result only (the API refuses two results for one id).
             seen = {b.tool_use_id for b in previous.content if isinstance(b, ToolResultBlock)}

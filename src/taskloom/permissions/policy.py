@@ -80,18 +80,19 @@ class PermissionPolicy:
         self.additional_directories = tuple(Path(d) for d in additional_directories)
         # Shared by the copies with_mode makes (a subagent's, a teammate's): a rule the user
         # adds while the session runs ("allow always") holds for all of them at once.
+        self._rules: list[Rule] = []
         self._by_behavior: dict[Behavior, list[Rule]] = {"allow": [], "deny": [], "ask": []}
         for rule in rules:
-            self._by_behavior[rule.behavior].append(rule)
+            self.add_rule(rule)
 
     @property
     def rules(self) -> tuple[Rule, ...]:
-        """Every rule: deny, then ask, then allow rules, each in the order given."""
-        by = self._by_behavior
-        return (*by["deny"], *by["ask"], *by["allow"])
+        """Every rule, in the order given (then added)."""
+        return tuple(self._rules)
 
     def add_rule(self, rule: Rule) -> None:
         """Apply ``rule`` from now on, here and in every copy made by :meth:`with_mode`."""
+        self._rules.append(rule)
         self._by_behavior[rule.behavior].append(rule)
 
     def switch_mode(self, mode: PermissionMode | str) -> None:
@@ -107,7 +108,7 @@ class PermissionPolicy:
         copy = PermissionPolicy(
             mode, (), self.project_root, additional_directories=self.additional_directories
         )
-        copy._by_behavior = self._by_behavior
+        copy._rules, copy._by_behavior = self._rules, self._by_behavior
         return copy
 
     @classmethod

@@ -61,7 +61,7 @@ class PermissionAsks:
     """The queue of calls waiting for the user (see the module docstring).
 
     Args:
-        on_change: Called when the first waiting call changes (to redraw).
+        on_change: Called when the queue changes (to redraw).
         describe: Whose call an agent id is, in words (``''`` for the main thread).
     """
 
@@ -100,17 +100,14 @@ class PermissionAsks:
             raise PromptError(self._closed)
         item = Ask(request, decision, self._describe(agent_id), asyncio.Future())
         self._queue.append(item)
-        if len(self._queue) == 1:
-            self._on_change()
+        self._on_change()  # the question, or how many wait behind it
         try:
             return await item.answer
         finally:
             # Answered, or the caller was cancelled (its turn interrupted): off the queue.
-            was_first = bool(self._queue) and self._queue[0] is item
             with contextlib.suppress(ValueError):
                 self._queue.remove(item)
-            if was_first:
-                self._on_change()
+            self._on_change()
 
     def answer(self, answer: PromptAnswer) -> Ask | None:
         """Answer the call shown; the next one (if any) is shown. Returns the one answered."""

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from prompt_toolkit.utils import get_cwidth
+
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 
@@ -24,6 +26,8 @@ from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 FOREGROUND_AFTER_S = 2.0
 #: How long an ended task's row stays, unless the setting ``panelGraceMs`` says otherwise.
 DEFAULT_GRACE_S = 30.0
+#: Cells of the description column.
+_LABEL_CELLS = 28
 
 _KIND_NAMES = {
     TaskType.LOCAL_BASH: "shell",
@@ -132,15 +136,22 @@ class TaskPanel:
             and r.state.owner == self.session_id
         ]
 
-    def lines(self, width: int) -> list[tuple[str, str]]:
+    def lines(self, width: int, limit: int | None = None) -> list[tuple[str, str]]:
         """The rows to draw now, each ``(style, text)`` cut to ``width`` columns.
 
-        Styles: ``running``, ``foreground``, ``done``, ``failed``, ``stopped``.
+        With more rows than ``limit``, the first ``limit - 1`` are drawn — foreground work
+        first, then what runs, then what ended — and a last line says how many more there
+        are. Styles: ``running``, ``foreground``, ``done``, ``failed``, ``stopped``, ``note``.
         """
         now = self._clock()
         wall = self._wall()
         out = []
-        for row in self._visible(now):
+        rows = self._visible(now)
+        hidden: list[_Row] = []
+        if limit is not None and len(rows) > max(1, limit):
+            rows.sort(key=lambda r: (r.state.terminal, r.state.is_backgrounded))
+            rows, hidden = rows[: max(1, limit) - 1], rows[max(1, limit) - 1 :]
+        for row in rows:
             state = row.state
             progress = kind_of(state).progress(state)
             kind = _KIND_NAMES.get(state.type, state.type.value)
@@ -152,7 +163,8 @@ class TaskPanel:
                 status = "fg · ctrl+b to background" if not state.is_backgrounded else "running"
                 style = "running" if state.is_backgrounded else "foreground"
                 seconds = wall - state.start_time
-            parts = [f"{state.id:<10} {kind:<8} {_label(state):<28.28} {_elapsed(seconds):>6}"]
+            label = _cells(_label(state), _LABEL_CELLS)
+            parts = [f"{state.id:<10} {kind:<8} {label} {_elapsed(seconds):>6}"]
             parts.append(status)
             if progress.tool_uses is not None:
                 parts.append(f"{progress.tool_uses} tool uses")
@@ -164,6 +176,10 @@ class TaskPanel:
                 parts.append(f"(for {state.owner})")
             text = " · ".join(parts)
             out.append((style, _fit(text, width)))
+        if hidden:
+            running = sum(not r.state.terminal for r in hidden)
+            more = f"… {len(hidden)} more ({running} running, {len(hidden) - running} ended)"
+            out.append(("note", _fit(f"{more} · /tasks lists them", width)))
         return out
 
     def next_change(self) -> float | None:
@@ -204,9 +220,29 @@ def count(n: int) -> str:
 
 
 def _fit(text: str, width: int) -> str:
-    if width <= 1 or len(text) <= width:
+    """``text`` cut to ``width`` terminal cells (a wide character takes two), with ``…``."""
+    if width <= 1 or get_cwidth(text) <= width:
         return text
-    return text[: width - 1] + "…"
+    used, out = 1, []  # the ellipsis takes one
+    for char in text:
+        cells = get_cwidth(char)
+        if used + cells > width:
+            break
+        out.append(char)
+        used += cells
+    return "".join(out) + "…"
+
+
+def _cells(text: str, width: int) -> str:
+    """``text`` as a column exactly ``width`` cells wide: cut (no ellipsis), or padded."""
+    used, out = 0, []
+    for char in text:
+        cells = get_cwidth(char)
+        if used + cells > width:
+            break
+        out.append(char)
+        used += cells
+    return "".join(out) + " " * (width - used)
 
 
 __all__ = ["DEFAULT_GRACE_S", "FOREGROUND_AFTER_S", "TaskPanel", "count", "grace_from"]

@@ -84,6 +84,10 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
     def width() -> int:
         return app.output.get_size().columns
 
+    def panel_rows() -> int:
+        # At most a third of the screen: the input and the scrollback need the rest.
+        return max(3, app.output.get_size().rows // 3)
+
     def live() -> StyleAndTextTuples:
         out: StyleAndTextTuples = []
         if source.view.partial:
@@ -96,7 +100,7 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
         return out
 
     def panel() -> StyleAndTextTuples:
-        rows = source.panel.lines(width())
+        rows = source.panel.lines(width(), panel_rows())
         return [
             (f"class:{style}", text + ("\n" if i < len(rows) - 1 else ""))
             for i, (style, text) in enumerate(rows)
@@ -135,8 +139,10 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
             return [("class:prompt", "reason> " if source.reasoning else "> ")]
         return [("", "  ")]
 
-    def framed(control: FormattedTextControl, shown: Condition) -> ConditionalContainer:
-        window = Window(control, dont_extend_height=True, wrap_lines=True)
+    def framed(
+        control: FormattedTextControl, shown: Condition, *, wrap: bool = True
+    ) -> ConditionalContainer:
+        window = Window(control, dont_extend_height=True, wrap_lines=wrap)
         return ConditionalContainer(window, filter=shown)
 
     layout = Layout(
@@ -146,7 +152,8 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
                     FormattedTextControl(live),
                     Condition(lambda: bool(source.view.partial) or source.busy),
                 ),
-                framed(FormattedTextControl(panel), Condition(source.panel.shows_rows)),
+                # Its rows are cut to the width already: no wrapping to work out.
+                framed(FormattedTextControl(panel), Condition(source.panel.shows_rows), wrap=False),
                 framed(
                     FormattedTextControl(question),
                     Condition(lambda: source.asks.current is not None),

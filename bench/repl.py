@@ -234,7 +234,7 @@ class _Source:
     turn_seconds: int = 12
     reasoning: bool = False
 
-    def status_text(self) -> str:
+    def status_text(self, width: int) -> str:
         return " scripted:bench.json · default · /home/me/project · 12.3k tokens · $0.04"
 
 

@@ -414,3 +414,47 @@ def test_a_teammates_permission_request_names_the_teammate(
     enter(pane, "/team")
     pane.wait_for(re.compile(r"alice +\S+ +(idle|working)"))
     leave(pane)
+
+
+def test_keys_history_and_the_model_and_agents_commands(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    turns = [{"text": "First answer."}, {"text": "Got two lines."}]
+    model = scripted(tmp_path / "t.yaml", turns)
+    pane = start(tmux, tmp_path, "--model", model)
+    enter(pane, "the first prompt")
+    pane.wait_for("First answer.")
+    # Up brings the last prompt back into the input (just above the status line); Ctrl+C
+    # clears it.
+    pane.send_keys("Up")
+    pane.wait_for(re.compile(r"^> the first prompt\n .* · default · ", re.M))
+    pane.send_keys("C-c")
+    pane.wait_for(re.compile(r"^>\n .* · default · ", re.M))
+    # Ctrl+J (or a trailing backslash) makes a new line; Enter sends both lines as one prompt.
+    pane.type("line one")
+    pane.send_keys("C-j")
+    pane.type("line two\\")
+    pane.send_keys("Enter")
+    pane.type("line three")
+    pane.send_keys("Enter")
+    screen = pane.wait_for("Got two lines.")
+    assert re.search(r"> line one\n  line two\n  line three", screen)
+    enter(pane, "/model")
+    pane.wait_for(re.compile(r"Model: scripted:\S*t\.yaml"))
+    enter(pane, "/agents")
+    screen = pane.wait_for("Agent types:")
+    assert re.search(r"general-purpose +\S", screen) and re.search(r"Explore +\S", screen)
+    # Ctrl+C twice on an empty input leaves, with exit code 0.
+    pane.send_keys("C-c")
+    pane.wait_for("Ctrl+C again to exit")
+    pane.send_keys("C-c")
+    assert pane.wait_exit(20) == 0
+    # The history is kept for the project: a new REPL here has it (commands too).
+    again = start(tmux, tmp_path, "--model", model)
+    again.send_keys("Up")
+    again.wait_for(re.compile(r"^> /agents\n .* · default · ", re.M))
+    again.send_keys("Up")
+    again.send_keys("Up")
+    again.wait_for(re.compile(r"^> line one\n  line two\n  line three\n .* · default · ", re.M))
+    again.send_keys("C-c")
+    leave(again)

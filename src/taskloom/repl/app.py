@@ -545,17 +545,26 @@ class Repl:
         """How long the running turn has run."""
         return int(time.monotonic() - self._turn_started)
 
-    def status_text(self) -> str:
-        """The status line: model, permission mode, cwd, the session's usage."""
+    def status_text(self, width: int) -> str:
+        """The status line in ``width`` cells: model, permission mode, cwd, the usage.
+
+        The cwd gives way first (its start cut), so that the rest always shows.
+        """
         harness = self._harness
         if harness is None:
             return ""
         tokens = sum(u.input_tokens + u.output_tokens for u in self.ledger.by_model.values())
-        hint = " · Ctrl+C again to exit" if time.monotonic() - self._ctrl_c < _EXIT_WINDOW_S else ""
-        return (
-            f" {self._model} · {harness.policy.mode} · {harness.cwd} · "
-            f"{count(tokens)} tokens · ${self.ledger.cost():.2f}{hint}"
-        )
+        hint = "Ctrl+C again to exit · " if time.monotonic() - self._ctrl_c < _EXIT_WINDOW_S else ""
+        head = f" {hint}{self._model} · {harness.policy.mode} · "
+        tail = f" · {count(tokens)} tokens · ${self.ledger.cost():.2f}"
+        cwd = str(harness.cwd)
+        home = str(Path.home())
+        if cwd == home or cwd.startswith(home + "/"):
+            cwd = "~" + cwd[len(home) :]
+        room = width - len(head) - len(tail)
+        if len(cwd) > room:
+            cwd = "…" + cwd[-max(0, room - 1) :] if room > 1 else ""
+        return head + cwd + tail
 
 
 def _ready(path: Path) -> Path:

@@ -66,8 +66,8 @@ class ScreenSource(Protocol):
         """Whether the user is typing why a call is denied."""
         ...
 
-    def status_text(self) -> str:
-        """The status line."""
+    def status_text(self, width: int) -> str:
+        """The status line, in ``width`` cells."""
         ...
 
 
@@ -132,7 +132,7 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
         return lines
 
     def status() -> StyleAndTextTuples:
-        return [("class:status", source.status_text())]
+        return [("class:status", source.status_text(width()))]
 
     def prefix(line: int, wrap: int) -> StyleAndTextTuples:
         if line == 0 and not wrap:

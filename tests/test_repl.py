@@ -230,7 +230,9 @@ def test_write_asks_always_saves_the_rule_and_a_denial_reason_reaches_the_model(
         pane = start(tmux, tmp_path, "--model", "sonnet", **anthropic_env(server))
         enter(pane, "write two files")
         screen = pane.wait_for(f"Allow Write({a})?")
-        assert "2 yes, always allow Write" in screen
+        assert "(teammate" not in screen and "(agent" not in screen  # the main thread's own
+        # Its keys work once it has been up a moment, and then they are shown.
+        pane.wait_for("2 yes, always allow Write (saved to .taskloom/settings.local.json)")
         pane.send_keys("2")
         # The second Write runs without a question: the rule is in force at once.
         pane.wait_for("Both written.")
@@ -240,6 +242,7 @@ def test_write_asks_always_saves_the_rule_and_a_denial_reason_reaches_the_model(
         assert local == {"permissions": {"allow": ["Write"]}}
         enter(pane, "now remove one")
         pane.wait_for(f"Allow Bash(rm {a})?")
+        pane.wait_for("3 no, and say why")
         pane.send_keys("3")
         pane.wait_for("reason>")
         enter(pane, "keep that file please")
@@ -401,10 +404,8 @@ def test_a_teammates_permission_request_names_the_teammate(
     model = scripted(tmp_path / "t.yaml", lead, subagents={"teammate": alice})
     pane = start(tmux, tmp_path, "--model", model, "--teams", width=250)
     enter(pane, "get alice to write")
-    screen = pane.wait_for(
-        re.compile(rf"Allow Write\({re.escape(str(target))}\) \(teammate alice@\S+\)\?")
-    )
-    assert "1 yes" in screen
+    pane.wait_for(re.compile(rf"Allow Write\({re.escape(str(target))}\) \(teammate alice@\S+\)\?"))
+    pane.wait_for("1 yes ·")
     pane.send_keys("1")
     deadline = time.monotonic() + 10
     while not target.exists():
@@ -458,3 +459,32 @@ def test_keys_history_and_the_model_and_agents_commands(
     again.wait_for(re.compile(r"^> line one\n  line two\n  line three\n .* · default · ", re.M))
     again.send_keys("C-c")
     leave(again)
+
+
+def test_resume_lists_earlier_conversations_and_refuses_an_unknown_one_keeping_this_one(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    earlier = scripted(tmp_path / "a.yaml", [{"text": "Earlier answer."}])
+    first = start(tmux, tmp_path, "--model", earlier)
+    found = re.search(r"session (\S+)", first.capture())
+    assert found is not None
+    enter(first, "an earlier prompt")
+    first.wait_for("Earlier answer.")
+    leave(first)
+    background = {"command": "sleep 30", "run_in_background": True}
+    turns = [{"tool_calls": [{"name": "Bash", "input": background}]}, {"text": "Sleeper up."}]
+    model = scripted(tmp_path / "b.yaml", turns)
+    pane = start(tmux, tmp_path, "--model", model, "--dangerously-skip-permissions")
+    enter(pane, "start a sleeper")
+    pane.wait_for("Sleeper up.")
+    enter(pane, "/resume")
+    pane.wait_for("Earlier conversations here (newest first): /resume ID")
+    pane.wait_for(re.compile(rf"^  {found.group(1)}  \d{{4}}-\d\d-\d\d \d\d:\d\d$", re.M))
+    enter(pane, "/resume no-such-session")
+    pane.wait_for("No conversation found with session ID: no-such-session")
+    # Nothing was closed: the sleeper of this session still runs.
+    enter(pane, "/tasks")
+    pane.wait_for(re.compile(r"b\w+ +local_bash +running"))
+    assert run_processes(lambda p: p.info["cmdline"] == ["sleep", "30"])
+    leave(pane)
+    assert not run_processes(lambda p: p.info["cmdline"] == ["sleep", "30"])

@@ -782,3 +782,31 @@ async def test_a_resumed_conversation_holds_the_note_and_the_next_prompt_once(
     assert wire([joined]) == wire(live[-1:])
     expected = [INTERRUPTED_FOR_TOOL_USE, "next"] if cut else ["hi", INTERRUPTED_BY_USER, "next"]
     assert texts_of(joined) == expected
+
+
+async def test_a_question_takes_its_keys_only_on_an_empty_input_once_it_has_been_up(
+    tmp_path: Path,
+) -> None:
+    from taskloom.options import Options
+    from taskloom.repl.app import Repl
+
+    repl = Repl(Options(cwd=tmp_path))
+    asked = asyncio.create_task(
+        repl.asks.ask(request(1), DECISION, tool_use_id="t1", agent_id=None)
+    )
+    await wait_until(lambda: repl.asks.current is not None)
+    assert not repl.asks.settled and not repl.asking  # just shown: keys are still input
+    await wait_until(lambda: repl.asks.settled, timeout=5)
+    assert repl.asking
+    repl.buffer.text = "pl"  # the user is typing a prompt: 1, 2 and 3 go into it
+    assert not repl.asking
+    repl.buffer.text = ""
+    assert repl.asking
+    repl.ask_reason()
+    assert repl.reasoning and not repl.asking
+    repl.interrupt()  # Esc or Ctrl+C: the reason being typed is dropped with the turn
+    assert not repl.reasoning
+    repl.asks.close("the session ended")
+    with pytest.raises(PromptError):
+        await asked
+    assert not repl.reasoning and not repl.asking

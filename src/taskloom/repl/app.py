@@ -15,6 +15,7 @@ panel's figures change (a second of elapsed time, a grace period over).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -33,17 +34,17 @@ from prompt_toolkit.shortcuts import print_formatted_text
 from taskloom.errors import ModelError, TaskloomError, describe_os_error
 from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.harness import Harness
-from taskloom.messages import Message
+from taskloom.messages import Message, TextBlock, ToolUseBlock
 from taskloom.models.base import MessageComplete, ModelRequest, TextDelta
 from taskloom.models.pricing import UsageLedger
 from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
-from taskloom.repl.asks import PermissionAsks, save_allow_rule
+from taskloom.repl.asks import ARM_S, Ask, PermissionAsks, save_allow_rule
 from taskloom.repl.commands import run_command
 from taskloom.repl.keys import key_bindings
 from taskloom.repl.panel import TaskPanel, count, grace_from
 from taskloom.repl.screen import build_application, write_lines
-from taskloom.repl.transcript import Line, TranscriptView, landed
+from taskloom.repl.transcript import Line, TranscriptView, call_line, landed
 from taskloom.settings import find_project_root, taskloom_home
 from taskloom.tasks.kinds import kind_of
 
@@ -104,9 +105,11 @@ class Repl:
         self.first_prompt = prompt
         self.ledger = UsageLedger()
         self.view = TranscriptView(self._print)
-        self.asks = PermissionAsks(self.redraw, self._who)
+        self.asks = PermissionAsks(self._asks_changed, self._who)
         self.panel = TaskPanel("")
-        self.prompts: asyncio.Queue[str] = asyncio.Queue()
+        #: Prompts typed, waiting for their turn (a deque: one is taken only when it runs).
+        self.prompts: collections.deque[str] = collections.deque()
+        self._typed = asyncio.Event()
         self.turn: asyncio.Task[None] | None = None
         self._harness: Harness | None = None
         self._app: Application[int] | None = None
@@ -115,7 +118,8 @@ class Repl:
         self._out: list[Line] = []
         self._printer: asyncio.Task[None] | None = None
         self._interrupting = False
-        self._reason = False  # the user is typing why a call is denied
+        self._reason_for: Ask | None = None  # the call whose denial the user explains
+        self._commands: set[asyncio.Task[None]] = set()
         self._ctrl_c = 0.0
         self._told: set[str] = set()  # tasks whose end was shown
         self._panel_changed = asyncio.Event()
@@ -187,8 +191,20 @@ class Repl:
             await harness.aclose()
 
     async def switch(self, resume: str | None) -> None:
-        """Close this session and open ``resume``'s, or a new one."""
+        """Close this session and open ``resume``'s, or a new one.
+
+        A conversation that cannot be resumed is refused before anything is closed.
+        """
         old = self.harness
+        if resume is not None:
+            from taskloom.session import transcript_path
+
+            if resume == old.session_id:
+                self.say(f"Session {resume} is the one open here.", "error")
+                return
+            if not transcript_path(resume, old.runtime.home).is_file():
+                self.say(f"No conversation found with session ID: {resume}", "error")
+                return
         options = dataclasses.replace(
             self.options, resume=resume, continue_session=False, session_id=None
         )
@@ -207,8 +223,6 @@ class Repl:
 
     def _replay(self) -> None:
         """Show the last exchanges of a resumed conversation."""
-        from taskloom.messages import TextBlock, ToolUseBlock
-
         lines: list[Line] = []
         for message in self.harness.session.engine.messages[-12:]:
             for block in message.content:
@@ -217,8 +231,6 @@ class Repl:
                     first = block.text.strip().splitlines()[0]
                     lines.append((style, ("> " if message.role == "user" else "") + first[:200]))
                 elif isinstance(block, ToolUseBlock):
-                    from taskloom.repl.transcript import call_line
-
                     lines.append(("tool", f"→ {call_line(block.name, block.input)}"))
         if lines:
             self._print([("note", "── earlier in this conversation ──"), *lines])
@@ -233,6 +245,12 @@ class Repl:
         """Show the model now in use."""
         self._model = str(self.harness.init_info()["model"])
         self.redraw()
+
+    def _asks_changed(self) -> None:
+        self.redraw()
+        # Drawn again once the question takes its keys, to show them.
+        with contextlib.suppress(RuntimeError):  # no loop: nothing to draw
+            asyncio.get_running_loop().call_later(ARM_S + 0.02, self.redraw)
 
     def _who(self, agent_id: str | None) -> str:
         if agent_id is None or self._harness is None:
@@ -265,7 +283,7 @@ class Repl:
             self._replay()
         self._flush_now()
         if self.first_prompt:
-            self.prompts.put_nowait(self.first_prompt)
+            self._queue(self.first_prompt)
         self._app = build_application(self, self.buffer, key_bindings(self))
         ticker = asyncio.get_running_loop().create_task(self._tick())
         try:
@@ -273,6 +291,10 @@ class Repl:
         finally:
             ticker.cancel()
             self.asks.close("the session ended before the call was answered")
+            for command in list(self._commands):  # a /resume half done: its steps undo
+                command.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await command
             if self.turn is not None and not self.turn.done():
                 self.turn.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -283,37 +305,51 @@ class Repl:
 
     async def _serve(self) -> None:
         while True:
-            prompt = await self._next_prompt()
-            self.turn = asyncio.get_running_loop().create_task(self._turn(prompt))
+            try:
+                prompt = await self._next_prompt()
+            except Exception as exc:  # the store failed: said, and tried again on input
+                log.debug("waiting for the next prompt failed", exc_info=True)
+                self.say(f"Error: {_describe(exc)}", "error")
+                await self._typed.wait()
+                continue
+            turn = self.turn = asyncio.get_running_loop().create_task(self._turn(prompt))
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self.turn)
-            if not self.turn.done():  # this worker was cancelled (exit, switch)
-                self.turn.cancel()
+                await asyncio.shield(turn)
+            if not turn.done():  # this worker was cancelled (exit, switch)
+                turn.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self.turn
+                    await turn
                 raise asyncio.CancelledError
+            if turn.cancelled():  # interrupted before it began: nothing was sent
+                self.say("Interrupted before the prompt was sent.", "warn")
+            elif turn.exception() is not None:
+                self.say(f"Internal error: {turn.exception()!r}", "error")
+            self._interrupting = False
             self.redraw()
+
+    def _queue(self, prompt: str) -> None:
+        self.prompts.append(prompt)
+        self._typed.set()
 
     async def _next_prompt(self) -> str | Message:
         """The user's next prompt, or (while idle) an empty one for what arrived."""
         harness = self.harness
         me, runtime = harness.session_id, harness.runtime
         while True:
-            if not self.prompts.empty():
-                return self.prompts.get_nowait()
+            self._typed.clear()
+            if self.prompts:
+                return self.prompts.popleft()
             if runtime.notifications.has_pending(me) or runtime.mailbox.has_pending(me, "message"):
                 # The engine takes what waits itself, inside the turn: an interrupt before it
                 # is recorded gives it back, never acknowledged unseen.
                 return Message(role="user", content=[])
-            prompt = asyncio.ensure_future(self.prompts.get())
+            typed = asyncio.ensure_future(self._typed.wait())
             change = asyncio.ensure_future(runtime.wait_for_change(_IDLE_WAIT_S, me, messages=True))
             try:
-                await asyncio.wait([prompt, change], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([typed, change], return_when=asyncio.FIRST_COMPLETED)
             finally:
                 change.cancel()
-                prompt.cancel()  # a get() cancelled before it ran leaves its item queued
-            if prompt.done() and not prompt.cancelled():
-                return prompt.result()
+                typed.cancel()
 
     async def _turn(self, prompt: str | Message) -> None:
         harness = self.harness
@@ -340,7 +376,10 @@ class Repl:
             if task is not None:
                 task.uncancel()
             self.view.flush()
-            harness.session.recorder.interrupted()
+            try:
+                harness.session.recorder.interrupted()
+            except (TaskloomError, OSError) as exc:
+                self.view.note(f"Error: {_describe(exc)}", "error")
             self.view.note("Interrupted by the user: the model is told so next turn.", "warn")
         except ModelError as exc:
             self._failed(f"API Error: {exc}")
@@ -363,6 +402,7 @@ class Repl:
 
     def interrupt(self) -> bool:
         """Stop the running turn (Esc); whether there was one."""
+        self._reason_for = None
         if not self.busy or self._interrupting:
             return False
         assert self.turn is not None
@@ -418,7 +458,7 @@ class Repl:
     def submit(self) -> None:
         """Enter: send the input (a prompt, a command, or the reason of a denial)."""
         text = self.buffer.text
-        if self.asks.current is not None and self._reason:
+        if self.reasoning:
             self.deny(text.strip())
             self.buffer.reset()
             return
@@ -428,11 +468,13 @@ class Repl:
             return
         self.buffer.reset(append_to_history=True)
         if text.strip().startswith("/"):
-            asyncio.get_running_loop().create_task(self._command(text.strip()))
+            task = asyncio.get_running_loop().create_task(self._command(text.strip()))
+            self._commands.add(task)
+            task.add_done_callback(self._commands.discard)
             return
         if self.busy:
             self.say("(queued: it is sent when this turn ends)", "note")
-        self.prompts.put_nowait(text)
+        self._queue(text)
 
     async def _command(self, line: str) -> None:
         self.view.prompt(line)
@@ -462,7 +504,7 @@ class Repl:
         ask = self.asks.current
         if ask is None:
             return
-        self._reason = False
+        self._reason_for = None
         name = ask.request.tool_name
         message = f"The user denied this {name} call."
         if reason:
@@ -472,15 +514,19 @@ class Repl:
 
     @property
     def asking(self) -> bool:
-        """Whether a permission question waits for 1, 2 or 3."""
-        return self.asks.current is not None and not self._reason
+        """Whether a permission question takes 1, 2 or 3 now.
+
+        Only on an empty input, and once the question has been up a moment: keys typed for
+        a prompt must not answer a question that appeared under them.
+        """
+        return self.asks.settled and not self.reasoning and not self.buffer.text
 
     def escape(self) -> None:
         """Esc: deny the call asked about and stop the turn, or interrupt the turn."""
         if self.asks.current is not None:
             self.deny("", interrupt=True)
-        elif not self.interrupt() and self._reason:
-            self._reason = False
+        else:
+            self.interrupt()
 
     def to_background(self) -> None:
         """Ctrl+B (see :meth:`background`)."""
@@ -499,7 +545,7 @@ class Repl:
 
     def ask_reason(self) -> None:
         """Deny the call asked about once the user has typed why."""
-        self._reason = True
+        self._reason_for = self.asks.current
         self.buffer.reset()
         self.redraw()
 
@@ -537,8 +583,8 @@ class Repl:
 
     @property
     def reasoning(self) -> bool:
-        """Whether the user is typing why a call is denied."""
-        return self._reason
+        """Whether the user is typing why the call asked about is denied."""
+        return self._reason_for is not None and self._reason_for is self.asks.current
 
     @property
     def turn_seconds(self) -> int:

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ from taskloom.repl.transcript import call_line
 
 #: Where "always" rules are written, under the project root.
 LOCAL_SETTINGS = Path(".taskloom") / "settings.local.json"
+#: A question takes its answer keys only once it has been shown this long (seconds): keys
+#: typed for a prompt must not answer a question that appeared under them.
+ARM_S = 0.4
 
 
 @dataclass(slots=True)
@@ -72,11 +76,24 @@ class PermissionAsks:
         self._describe = describe
         self._queue: deque[Ask] = deque()
         self._closed: str | None = None
+        self._shown: tuple[Ask | None, float] = (None, 0.0)
 
     @property
     def current(self) -> Ask | None:
         """The call shown now, if any."""
         return self._queue[0] if self._queue else None
+
+    @property
+    def settled(self) -> bool:
+        """Whether a call is shown and has been for :data:`ARM_S` (it takes its answer keys)."""
+        current = self.current
+        shown, since = self._shown
+        return current is not None and current is shown and time.monotonic() - since >= ARM_S
+
+    def _changed(self) -> None:
+        if self._shown[0] is not self.current:
+            self._shown = (self.current, time.monotonic())
+        self._on_change()
 
     @property
     def waiting(self) -> int:
@@ -100,14 +117,14 @@ class PermissionAsks:
             raise PromptError(self._closed)
         item = Ask(request, decision, self._describe(agent_id), asyncio.Future())
         self._queue.append(item)
-        self._on_change()  # the question, or how many wait behind it
+        self._changed()  # the question, or how many wait behind it
         try:
             return await item.answer
         finally:
             # Answered, or the caller was cancelled (its turn interrupted): off the queue.
             with contextlib.suppress(ValueError):
                 self._queue.remove(item)
-            self._on_change()
+            self._changed()
 
     def answer(self, answer: PromptAnswer) -> Ask | None:
         """Answer the call shown; the next one (if any) is shown. Returns the one answered."""

@@ -4,7 +4,8 @@ Enter sends (a line ending in a backslash continues instead); Ctrl+J or Alt+Ente
 interrupts the turn (or, at a permission question, denies the call and stops the turn);
 Ctrl+B sends the running foreground work to the background; Ctrl+C clears the input, or
 interrupts, and twice in a row exits; Ctrl+D on an empty input exits. At a permission
-question 1/y allows once, 2/a always, 3/n denies and asks for a reason.
+question (on an empty input, once it has been up a moment) 1 allows once, 2 always, 3 denies
+and asks for a reason.
 """
 
 from __future__ import annotations
@@ -95,17 +96,14 @@ def key_bindings(actions: KeyActions) -> KeyBindings:
             actions.exit(0)
 
     @keys.add("1", filter=asking, eager=True)
-    @keys.add("y", filter=asking, eager=True)
     def _(event: KeyPressEvent) -> None:
         actions.allow(always=False)
 
     @keys.add("2", filter=asking, eager=True)
-    @keys.add("a", filter=asking, eager=True)
     def _(event: KeyPressEvent) -> None:
         actions.allow(always=True)
 
     @keys.add("3", filter=asking, eager=True)
-    @keys.add("n", filter=asking, eager=True)
     def _(event: KeyPressEvent) -> None:
         actions.ask_reason()
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from prompt_toolkit.utils import get_cwidth
 
-from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.kinds import Progress, kind_of
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 
 #: A foreground task shows its progress once it has run this long.
@@ -28,6 +28,8 @@ FOREGROUND_AFTER_S = 2.0
 DEFAULT_GRACE_S = 30.0
 #: Cells of the description column.
 _LABEL_CELLS = 28
+#: How long a row's progress is shown before its kind is asked again (with no event).
+_PROGRESS_TTL_S = 1.0
 
 _KIND_NAMES = {
     TaskType.LOCAL_BASH: "shell",
@@ -56,6 +58,10 @@ class _Row:
     ended: float | None = None
     #: When the panel first saw it (monotonic): a foreground task's 2 s count from here.
     seen: float = 0.0
+    #: Its progress as last asked of its kind, and when (a shell's is read from its file:
+    #: asked again on a change of state or after a second, not on every redraw).
+    progress: Progress | None = None
+    progress_at: float = 0.0
 
 
 class TaskPanel:
@@ -96,7 +102,7 @@ class TaskPanel:
                 return
             self._rows[state.id] = _Row(state, now if state.terminal else None, now)
             return
-        row.state = state
+        row.state, row.progress = state, None
         if state.terminal and row.ended is None:
             row.ended = now
 
@@ -153,7 +159,9 @@ class TaskPanel:
             rows, hidden = rows[: max(1, limit) - 1], rows[max(1, limit) - 1 :]
         for row in rows:
             state = row.state
-            progress = kind_of(state).progress(state)
+            if row.progress is None or now - row.progress_at >= _PROGRESS_TTL_S:
+                row.progress, row.progress_at = kind_of(state).progress(state), now
+            progress = row.progress
             kind = _KIND_NAMES.get(state.type, state.type.value)
             if state.terminal:
                 status = _ENDINGS.get(state.status, state.status.value)
@@ -167,7 +175,8 @@ class TaskPanel:
             parts = [f"{state.id:<10} {kind:<8} {label} {_elapsed(seconds):>6}"]
             parts.append(status)
             if progress.tool_uses is not None:
-                parts.append(f"{progress.tool_uses} tool uses")
+                uses = progress.tool_uses
+                parts.append(f"{uses} tool use" + ("" if uses == 1 else "s"))
             if progress.tokens is not None:
                 parts.append(f"{count(progress.tokens)} tokens")
             if progress.activity:

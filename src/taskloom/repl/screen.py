@@ -121,6 +121,8 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
             lines.append(
                 ("", "  Why not? Type a reason for the model and press Enter (empty: none)")
             )
+        elif not source.asks.settled:
+            lines.append(("", "  …"))  # its keys work in a moment (see asks.ARM_S)
         else:
             lines.append(
                 (

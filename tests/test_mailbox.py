@@ -132,14 +132,21 @@ async def test_a_waiting_recipient_is_woken_by_the_row_written_for_it(home: Path
         store.close()
 
 
-def test_the_old_notification_queue_moves_into_the_mailbox(home: Path) -> None:
+def schema_1_database(home: Path) -> tuple[Path, sqlite3.Connection]:
+    """A store file at schema 1 (before the mailbox), and a connection to fill it."""
     path = db_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        for statement in (s.strip() for s in MIGRATIONS[0].split(";")):
-            if statement:
-                conn.execute(statement)
-        conn.execute("PRAGMA user_version = 1")
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in (s.strip() for s in MIGRATIONS[0].split(";")):
+        if statement:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    return path, conn
+
+
+def test_the_old_notification_queue_moves_into_the_mailbox(home: Path) -> None:
+    path, opened = schema_1_database(home)
+    with contextlib.closing(opened) as conn:
         conn.execute(
             "INSERT INTO notifications VALUES "
             "('n1', 0, 's1', 's1', 'b00000001', 'terminal', 'later', 'body', 1.0, NULL), "
@@ -163,13 +170,8 @@ def test_the_old_notification_queue_moves_into_the_mailbox(home: Path) -> None:
 
 
 def test_messages_waiting_in_an_old_agent_record_move_into_the_mailbox(home: Path) -> None:
-    path = db_path(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        for statement in (s.strip() for s in MIGRATIONS[0].split(";")):
-            if statement:
-                conn.execute(statement)
-        conn.execute("PRAGMA user_version = 1")
+    path, opened = schema_1_database(home)
+    with contextlib.closing(opened) as conn:
         conn.execute(
             "INSERT INTO notifications VALUES "
             "('n1', 4, 's1', 's1', 'b00000001', 'terminal', 'later', 'body', 1.0, NULL)"

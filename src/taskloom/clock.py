@@ -40,3 +40,15 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def span(seconds: float) -> str:
+    """A duration as the task listings write it: ``42s``, ``3m05s``, ``2h07m``, ``3d``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d"

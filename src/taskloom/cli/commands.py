@@ -91,7 +91,7 @@ def worktrees(
     import json
     from pathlib import Path
 
-    from taskloom.cli.tasks_cmd import _age
+    from taskloom.clock import span
     from taskloom.worktrees import FinishResult, WorktreeError, WorktreeInfo, list_worktrees
     from taskloom.worktrees import prune as prune_worktrees
 
@@ -116,6 +116,6 @@ def worktrees(
         typer.echo("No taskloom worktrees.")
     for w in found:
         state = "missing" if w.missing else ("clean" if w.clean else "dirty")
-        age = "-" if w.age_s is None else _age(w.age_s)
+        age = "-" if w.age_s is None else span(w.age_s)
         in_use = "  (in use)" if w.in_use else ""
         typer.echo(f"{w.path}  {w.branch or '(detached)'}  {state}  {age}{in_use}")

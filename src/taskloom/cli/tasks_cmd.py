@@ -8,19 +8,9 @@ import sys
 import time
 from typing import Any
 
+from taskloom.clock import span
 from taskloom.settings import db_path
 from taskloom.store import Store
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d"
 
 
 def _size(path: str) -> int | None:
@@ -103,7 +93,7 @@ def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int
             row["type"],
             row["status"],
             row["description"],
-            _age(row["age_s"]),
+            span(row["age_s"]),
             _human(row["output_size"]),
         )
     Console().print(table)

@@ -19,6 +19,7 @@ from typing import Any
 
 from prompt_toolkit.utils import get_cwidth
 
+from taskloom.clock import span
 from taskloom.tasks.kinds import Progress, kind_of
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 
@@ -172,7 +173,7 @@ class TaskPanel:
                 style = "running" if state.is_backgrounded else "foreground"
                 seconds = wall - state.start_time
             label = _cells(_label(state), _LABEL_CELLS)
-            parts = [f"{state.id:<10} {kind:<8} {label} {_elapsed(seconds):>6}"]
+            parts = [f"{state.id:<10} {kind:<8} {label} {span(seconds):>6}"]
             parts.append(status)
             if progress.tool_uses is not None:
                 uses = progress.tool_uses
@@ -210,15 +211,6 @@ def _label(state: TaskState) -> str:
     return str(name or state.description or getattr(state, "command", "") or "").replace("\n", " ")
 
 
-def _elapsed(seconds: float) -> str:
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
 def count(n: int) -> str:
     """A token count as the panel writes it (``950``, ``12.3k``, ``1.2M``)."""
     if n < 1000:
@@ -232,18 +224,17 @@ def _fit(text: str, width: int) -> str:
     """``text`` cut to ``width`` terminal cells (a wide character takes two), with ``…``."""
     if width <= 1 or get_cwidth(text) <= width:
         return text
-    used, out = 1, []  # the ellipsis takes one
-    for char in text:
-        cells = get_cwidth(char)
-        if used + cells > width:
-            break
-        out.append(char)
-        used += cells
-    return "".join(out) + "…"
+    return _take(text, width - 1)[0] + "…"
 
 
 def _cells(text: str, width: int) -> str:
     """``text`` as a column exactly ``width`` cells wide: cut (no ellipsis), or padded."""
+    taken, used = _take(text, width)
+    return taken + " " * (width - used)
+
+
+def _take(text: str, width: int) -> tuple[str, int]:
+    """The longest start of ``text`` within ``width`` cells, and the cells it takes."""
     used, out = 0, []
     for char in text:
         cells = get_cwidth(char)
@@ -251,7 +242,7 @@ def _cells(text: str, width: int) -> str:
             break
         out.append(char)
         used += cells
-    return "".join(out) + " " * (width - used)
+    return "".join(out), used
 
 
 __all__ = ["DEFAULT_GRACE_S", "FOREGROUND_AFTER_S", "TaskPanel", "count", "grace_from"]

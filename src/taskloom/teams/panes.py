@@ -1,0 +1,252 @@
+"""Teammate panes on tmux: create one running a command, colour its border, kill it, lay out.
+
+The tmux command line, not libtmux: libtmux runs the same ``tmux`` client for every call (so
+no call is faster through it) and costs an import besides (see ``bench/panes.py``).
+
+Where the panes go (:func:`locate`):
+
+- inside the user's tmux session (``$TMUX`` set), in the lead's own window, beside the lead's
+  pane: the lead keeps 30 % of the width on the left, its teammates share the 70 % on the
+  right (tmux's ``main-vertical`` layout with the lead's pane as the main one);
+- otherwise in a detached tmux session of the team's own (``taskloom-<team>``) on the default
+  server, which the user can attach to; there the teammates are tiled.
+
+Every pane runs its command directly (no shell in between, so the pane's pid is the command's)
+with ``remain-on-exit`` on: a teammate that crashed leaves its last output for the user. Each
+pane is tagged with the user option ``@taskloom-session`` so that a later session's sweep can
+tell the panes of a dead session from those of a live one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from taskloom.errors import TaskloomError
+
+#: tmux's names for the roster's colours (tmux knows no purple, orange or pink).
+TMUX_COLOURS = {
+    "blue": "blue",
+    "green": "green",
+    "yellow": "yellow",
+    "purple": "magenta",
+    "orange": "colour208",
+    "pink": "colour205",
+    "cyan": "cyan",
+    "red": "red",
+}
+#: The user option naming the session a pane belongs to.
+SESSION_OPTION = "@taskloom-session"
+#: The user option holding a pane's border colour.
+COLOUR_OPTION = "@taskloom-colour"
+#: The window's border style: each pane's own colour, if it has one.
+_BORDER = f"#{{?#{{{COLOUR_OPTION}}},fg=#{{{COLOUR_OPTION}}},default}}"
+#: Longest any one tmux call may take.
+_CALL_TIMEOUT_S = 10.0
+
+
+class PaneError(TaskloomError):
+    """tmux cannot be used, or a tmux command failed; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pane:
+    """A pane and the process it runs.
+
+    Attributes:
+        id: tmux's pane id (``%12``).
+        pid: The pid of the command it runs.
+    """
+
+    id: str
+    pid: int
+
+
+def locate(env: Mapping[str, str] | None = None) -> TmuxPanes:
+    """The panes a team of this process uses (see the module docstring).
+
+    Raises:
+        PaneError: tmux is not installed.
+    """
+    env = os.environ if env is None else env
+    tmux = shutil.which("tmux", path=env.get("PATH"))
+    if tmux is None:
+        raise PaneError("teammateMode tmux: tmux is not installed (no tmux on PATH)")
+    inside = env.get("TMUX", "")
+    if inside:
+        # $TMUX is "socket,server pid,session index": the server the user's terminal is on.
+        return TmuxPanes(tmux, socket=inside.split(",")[0], lead_pane=env.get("TMUX_PANE"))
+    return TmuxPanes(tmux)
+
+
+class TmuxPanes:
+    """The panes of one tmux server.
+
+    Args:
+        tmux: The tmux program.
+        socket: The server's socket (None: tmux's default server).
+        lead_pane: The lead's own pane, when the lead runs inside that server.
+    """
+
+    def __init__(self, tmux: str, *, socket: str | None = None, lead_pane: str | None = None):
+        self.tmux = tmux
+        self.socket = socket
+        self.lead_pane = lead_pane
+
+    async def run(self, *args: str) -> str:
+        """Run one tmux command; its output.
+
+        Raises:
+            PaneError: It failed (its error output says why) or took too long.
+        """
+        argv = [self.tmux, *(("-S", self.socket) if self.socket else ()), *args]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), _CALL_TIMEOUT_S)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise PaneError(f"tmux {args[0]} took over {_CALL_TIMEOUT_S:g} s") from None
+        if proc.returncode != 0:
+            why = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
+            raise PaneError(f"tmux {args[0]}: {why}")
+        return out.decode(errors="replace")
+
+    async def create(
+        self,
+        *,
+        team: str,
+        session_id: str,
+        title: str,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        colour: str | None = None,
+    ) -> Pane:
+        """Start ``argv`` in a new pane of ``team``'s window; the pane and its pid.
+
+        The command sees exactly ``env`` (tmux's own variables are not passed on).
+
+        Raises:
+            PaneError: tmux failed.
+        """
+        command = [shutil.which("env") or "/usr/bin/env", "-i"]
+        command += [f"{k}={v}" for k, v in env.items()]
+        command = [_literal(a) for a in (*command, *argv)]
+        shown = ["-P", "-F", "#{pane_id} #{pane_pid}", "-c", cwd]
+        if self.lead_pane is not None:
+            out = await self.run("split-window", "-d", "-h", "-t", self.lead_pane, *shown, *command)
+        else:
+            name = f"taskloom-{team}"
+            if await self._has_session(name):
+                out = await self.run("split-window", "-d", "-t", f"={name}:", *shown, *command)
+            else:
+                out = await self.run(
+                    "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *shown, *command
+                )
+        pane_id, pid = out.split()
+        await self.run(
+            *_pane_option(pane_id, "remain-on-exit", "on"),
+            ";",
+            *_pane_option(pane_id, SESSION_OPTION, session_id),
+            ";",
+            "select-pane",
+            "-t",
+            pane_id,
+            "-T",
+            _literal(title),
+        )
+        if colour is not None:
+            await self.set_border_colour(pane_id, colour)
+        await self.rebalance(pane_id)
+        return Pane(pane_id, int(pid))
+
+    async def _has_session(self, name: str) -> bool:
+        try:
+            await self.run("has-session", "-t", f"={name}")
+        except PaneError:
+            return False
+        return True
+
+    async def set_border_colour(self, pane_id: str, colour: str) -> None:
+        """Draw the pane's border (and its title) in ``colour`` (a roster colour).
+
+        Border styles are window options in tmux: the window's style reads each pane's own
+        ``@taskloom-colour`` (styles take formats, expanded per pane).
+        """
+        await self.run(*_pane_option(pane_id, COLOUR_OPTION, TMUX_COLOURS.get(colour, colour)))
+
+    async def kill(self, pane_id: str) -> bool:
+        """Close the pane (its command gets SIGHUP); whether it was there."""
+        try:
+            await self.run("kill-pane", "-t", pane_id)
+        except PaneError:
+            return False
+        return True
+
+    async def rebalance(self, pane_id: str) -> None:
+        """Lay out the window holding ``pane_id``: the lead 30 % left, or the panes tiled."""
+        window = (await self.run("display-message", "-p", "-t", pane_id, "#{window_id}")).strip()
+        title = f" #[fg=#{{{COLOUR_OPTION}}}]#{{pane_title}}#[default] "
+        await self.run(
+            *_window_option(window, "pane-border-status", "top"),
+            ";",
+            *_window_option(window, "pane-border-format", title),
+            ";",
+            *_window_option(window, "pane-border-style", _BORDER),
+            ";",
+            *_window_option(window, "pane-active-border-style", _BORDER),
+        )
+        if self.lead_pane is not None:
+            await self.run("set-option", "-w", "-t", window, "main-pane-width", "30%")
+            await self.run("select-layout", "-t", window, "main-vertical")
+        else:
+            await self.run("select-layout", "-t", window, "tiled")
+
+    async def panes(self) -> list[tuple[str, int, str, bool]]:
+        """Every pane of the server: id, pid, the session it belongs to ('' if none), dead."""
+        try:
+            fields = f"#{{pane_id}} #{{pane_pid}} #{{pane_dead}} #{{{SESSION_OPTION}}}"
+            out = await self.run("list-panes", "-a", "-F", fields)
+        except PaneError:
+            return []  # no server runs: no panes
+        found = []
+        for line in out.splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1].isdigit():
+                owner = parts[3] if len(parts) == 4 else ""
+                found.append((parts[0], int(parts[1]), owner, parts[2] == "1"))
+        return found
+
+
+def _window_option(window: str, name: str, value: str) -> list[str]:
+    return ["set-option", "-w", "-t", window, name, _literal(value)]
+
+
+def _pane_option(pane_id: str, name: str, value: str) -> list[str]:
+    return ["set-option", "-p", "-t", pane_id, name, _literal(value)]
+
+
+def _literal(arg: str) -> str:
+    # tmux ends a command at an argument ending in ";" (and reads a final "\;" as a literal
+    # ";"): a backslash before it passes any such argument on as it is.
+    return arg[:-1] + "\\;" if arg.endswith(";") else arg
+
+
+__all__ = [
+    "COLOUR_OPTION",
+    "SESSION_OPTION",
+    "TMUX_COLOURS",
+    "Pane",
+    "PaneError",
+    "TmuxPanes",
+    "locate",
+]

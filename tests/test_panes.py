@@ -1,0 +1,143 @@
+"""Teammate panes on a real tmux server (a private socket per test): create, colour, lay out,
+kill, and what a sweep sees."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+import tmux_driver
+from helpers import RUN_MARK, alive, wait_until
+from taskloom.teams.panes import SESSION_OPTION, PaneError, TmuxPanes, locate
+
+WAIT = "import sys; print('up:', sys.argv[1], flush=True); input()"
+
+
+def child_env() -> dict[str, str]:
+    return {"PATH": os.environ["PATH"], "LC_ALL": "C.UTF-8", RUN_MARK: os.environ[RUN_MARK]}
+
+
+def option(server: tmux_driver.TmuxServer, pane: str, name: str) -> str:
+    return server.run("show-options", "-p", "-v", "-t", pane, name).strip()
+
+
+async def test_teammate_panes_beside_the_leads_take_70_percent_with_their_colours(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    lead = tmux.spawn([sys.executable, "-c", WAIT, "lead"], cwd=tmp_path, env=child_env())
+    lead.wait_for("up: lead")
+    panes = TmuxPanes(
+        tmux_driver.TMUX or "tmux", socket=str(tmux.socket_path), lead_pane=lead.pane_id
+    )
+    alice = await panes.create(
+        team="alpha",
+        session_id="s-1",
+        title="alice@alpha",
+        argv=[sys.executable, "-c", WAIT, "alice;"],
+        cwd=str(tmp_path),
+        env=child_env(),
+        colour="purple",
+    )
+    bob = await panes.create(
+        team="alpha",
+        session_id="s-1",
+        title="bob@alpha",
+        argv=[sys.executable, "-c", WAIT, "bob"],
+        cwd=str(tmp_path),
+        env=child_env(),
+        colour="blue",
+    )
+    # Each runs its command itself: the pane's pid is the command's, and it sees its env.
+    for pane in (alice, bob):
+        proc = psutil.Process(pane.pid)
+        assert proc.cmdline()[-1] in ("alice;", "bob")
+        assert proc.environ()[RUN_MARK] == os.environ[RUN_MARK]
+        assert "TMUX" not in proc.environ()
+    layout = tmux.run(
+        "list-panes",
+        "-t",
+        lead.pane_id,
+        "-F",
+        "#{pane_id} #{pane_left} #{pane_width} #{pane_title}",
+    ).split("\n")
+    rows = {line.split()[0]: line.split() for line in layout if line}
+    assert set(rows) == {lead.pane_id, alice.id, bob.id}
+    window = int(tmux.run("display-message", "-p", "-t", lead.pane_id, "#{window_width}"))
+    # The lead keeps 30 % on the left; its teammates share the rest on the right.
+    assert rows[lead.pane_id][1] == "0"
+    assert abs(int(rows[lead.pane_id][2]) - window * 0.3) <= 2
+    assert int(rows[alice.id][1]) > int(rows[lead.pane_id][2])
+    assert rows[alice.id][3] == "alice@alpha" and rows[bob.id][3] == "bob@alpha"
+    # Each border is drawn in its teammate's colour (the window's style, expanded per pane).
+    shown = "#{E:pane-border-style} #{E:pane-active-border-style}"
+    assert tmux.run("display-message", "-p", "-t", alice.id, shown).split() == ["fg=magenta"] * 2
+    assert tmux.run("display-message", "-p", "-t", bob.id, shown).split() == ["fg=blue"] * 2
+    assert option(tmux, alice.id, SESSION_OPTION) == "s-1"
+    seen = {pane_id: (pid, owner, dead) for pane_id, pid, owner, dead in await panes.panes()}
+    assert seen[alice.id] == (alice.pid, "s-1", False)
+    assert seen[lead.pane_id][1] == ""  # the lead's own pane is not a teammate's
+    # Killing a pane ends its command; a pane that is gone is not an error.
+    assert await panes.kill(alice.id)
+    await wait_until(lambda: not alive(alice.pid), timeout=5)
+    assert not await panes.kill(alice.id)
+    assert alice.id not in {p[0] for p in await panes.panes()}
+
+
+async def test_outside_tmux_a_detached_session_of_the_teams_own_holds_the_panes(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    panes = TmuxPanes(tmux_driver.TMUX or "tmux", socket=str(tmux.socket_path))
+    made = [
+        await panes.create(
+            team="beta",
+            session_id="s-2",
+            title=f"{name}@beta",
+            argv=[sys.executable, "-c", WAIT, name],
+            cwd=str(tmp_path),
+            env=child_env(),
+        )
+        for name in ("carol", "dave")
+    ]
+    sessions = tmux.run("list-sessions", "-F", "#{session_name}").split()
+    assert "taskloom-beta" in sessions
+    listed = tmux.run("list-panes", "-t", "=taskloom-beta:", "-F", "#{pane_id}").split()
+    assert sorted(listed) == sorted(p.id for p in made)
+    # A teammate that ends keeps its pane, with its last output, for the user to read.
+    crashing = await panes.create(
+        team="beta",
+        session_id="s-2",
+        title="erin@beta",
+        argv=[sys.executable, "-c", "print('last words'); raise SystemExit(7)"],
+        cwd=str(tmp_path),
+        env=child_env(),
+    )
+    await wait_until(lambda: not alive(crashing.pid), timeout=10)
+    assert crashing.id in {p[0] for p in await panes.panes()}
+    assert "last words" in tmux.run("capture-pane", "-p", "-t", crashing.id)
+    for pane in [*made, crashing]:
+        await panes.kill(pane.id)
+
+
+def test_locate_names_why_tmux_cannot_be_used_and_finds_the_users_server(tmp_path: Path) -> None:
+    with pytest.raises(PaneError, match="tmux is not installed"):
+        locate({"PATH": str(tmp_path)})
+    if tmux_driver.TMUX is None:
+        pytest.skip("tmux is not installed")
+    path = str(Path(tmux_driver.TMUX).parent)
+    inside = locate({"PATH": path, "TMUX": "/tmp/tmux-0/default,4242,0", "TMUX_PANE": "%3"})
+    assert (inside.socket, inside.lead_pane) == ("/tmp/tmux-0/default", "%3")
+    outside = locate({"PATH": path})
+    assert (outside.socket, outside.lead_pane) == (None, None)
+
+
+async def test_a_failing_tmux_command_is_an_error_naming_it(tmp_path: Path) -> None:
+    if tmux_driver.TMUX is None:
+        pytest.skip("tmux is not installed")
+    panes = TmuxPanes(tmux_driver.TMUX, socket=str(tmp_path / "none.sock"))
+    with pytest.raises(PaneError, match="tmux display-message"):
+        await panes.run("display-message", "-p", "-t", "%999", "#{pane_id}")
+    assert await panes.panes() == []  # no server: no panes

@@ -26,19 +26,18 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
 from taskloom.errors import StoreError, ToolError, UserError, describe_os_error
 from taskloom.settings import ensure_private_dir, session_dir
 from taskloom.tasks.mailbox import Mailbox
+from taskloom.tasks.wakeup import unix_address
 
 _log = logging.getLogger(__name__)
 
 SOCKET_NAME = "peer.sock"
 MAX_LINE = 1 << 20  # one request line, in bytes: a message is text, not a file transfer
-_MAX_ADDRESS = 107  # sun_path is 108 bytes on Linux, the last one for the NUL
 _READ_TIMEOUT = 5.0  # a client that connects and says nothing must not hold a handler
 _PROBE_TIMEOUT = 0.5  # how long start() gives an existing socket to answer
 _CLOSE_GRACE = 1.0  # how long aclose() lets in-flight requests finish before cancelling them
@@ -50,23 +49,8 @@ def socket_path(session_id: str, home: Path | None = None) -> Path:
     return session_dir(session_id, home) / SOCKET_NAME
 
 
-@contextlib.contextmanager
-def _address(path: Path) -> Iterator[str]:
-    """Yield an address for bind/connect that fits in sun_path, valid inside the block."""
-    if len(os.fsencode(path)) <= _MAX_ADDRESS:
-        yield str(path)
-        return
-    # O_PATH: we only need the directory as an anchor, not the right to list it.
-    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
-    fd = os.open(path.parent, flags)
-    try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
-    finally:
-        os.close(fd)
-
-
 async def _open(path: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    with _address(path) as address:
+    with unix_address(path) as address:
         return await asyncio.open_unix_connection(address)
 
 
@@ -157,7 +141,7 @@ class PeerListener:
         except OSError as exc:
             raise UserError(f"cannot listen at {path}: {describe_os_error(exc)}") from exc
         try:
-            with _address(path) as address:
+            with unix_address(path) as address:
                 sock.bind(address)
             st = os.lstat(path)
             self._identity = (st.st_dev, st.st_ino)

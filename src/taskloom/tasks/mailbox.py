@@ -13,6 +13,13 @@ sender, of a kind: ``notification`` (a task's end or stall, sent by the task to 
 
 A recipient waiting for input is woken by an asyncio event set when a row for it is posted in
 this process (:meth:`Mailbox.wait`): there is no polling.
+
+Several processes may share a session's mailbox (a teammate in a pane of its own): each
+serves some of the addresses (``serves``) and hands out only their rows. A row posted for an
+address another process serves is committed at once and that process is told
+(``elsewhere``, which pings its wake-up socket, see :mod:`taskloom.tasks.wakeup`); it then
+reads what is new with :meth:`Mailbox.replay`. Rows are handed out in the order they were
+posted, across processes too.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -81,8 +88,27 @@ def _kind(value: str) -> Kind:
 class Mailbox:
     """The mailbox rows of one session, for every recipient (see the module docstring)."""
 
-    def __init__(self, store: Store, session_id: str, clock: Clock = SYSTEM_CLOCK) -> None:
-        """Bind the mailbox to a session's rows in ``store``."""
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        serves: Callable[[str], bool] | None = None,
+        elsewhere: Callable[[str], None] | None = None,
+    ) -> None:
+        """Bind the mailbox to a session's rows in ``store``.
+
+        Args:
+            store: The store.
+            session_id: The session.
+            clock: Time source.
+            serves: Which recipients this process hands out rows to (None: all of them).
+            elsewhere: Told, once a row for a recipient served elsewhere is committed, whom
+                it is for.
+        """
+        self.serves = serves
+        self.elsewhere = elsewhere
         self._store = store
         self._session_id = session_id
         self._clock = clock
@@ -106,6 +132,8 @@ class Mailbox:
         for row in self._store.undelivered_mail(self._session_id):
             if row.id in self._pending or row.id in self._in_flight:
                 continue
+            if self.serves is not None and not self.serves(row.recipient):
+                continue  # another process hands it out
             if any(row.id in rows for rows in self._parked.values()):
                 continue
             letter = Letter(
@@ -183,6 +211,12 @@ class Mailbox:
                 created_at=letter.created_at,
             )
         )
+        if self.serves is not None and not self.serves(recipient):
+            # Another process serves it: it must find the row in the store when woken.
+            self._store.flush()
+            if self.elsewhere is not None:
+                self.elsewhere(recipient)
+            return letter
         self._pending[letter.id] = letter
         if commit:
             try:
@@ -203,7 +237,10 @@ class Mailbox:
             for letter in self._pending.values()
             if (recipient is None or letter.recipient == recipient) and _matches(kind, letter.kind)
         ]
-        return sorted(found, key=lambda letter: (letter.priority != "next", letter.seq))
+        # Posting order: the time first (rows of several processes interleave), then the seq.
+        return sorted(
+            found, key=lambda letter: (letter.priority != "next", letter.created_at, letter.seq)
+        )
 
     def has_pending(self, recipient: str | None = None, kind: Kinds = None) -> bool:
         """Whether anything waits to be handed out (to ``recipient``, of ``kind``)."""

@@ -240,3 +240,31 @@ async def test_session_end_hooks_run_once_when_the_harness_closes(tmp_path: Path
     assert log.read_text() == "ended\n"
     await h.end()  # after the close: nothing runs again
     assert log.read_text() == "ended\n"
+
+
+async def test_session_start_hooks_run_once_a_session_and_say_resume_when_resumed(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    log = tmp_path / "starts.jsonl"
+    hooks = {
+        "hooks": {
+            "SessionStart": [
+                {"hooks": [{"type": "command", "command": f"cat >> {log}; echo >> {log}"}]}
+            ]
+        }
+    }
+    settings = json.dumps(hooks)
+    model = ScriptedModel([Turn(text="one"), Turn(text="two"), Turn(text="three")])
+    async with taskloom.Harness(model=model, cwd=tmp_path, settings=settings) as h:
+        session = h.session_id
+        for prompt in ("first", "second"):
+            _ = [e async for e in h.run(prompt)]
+    async with taskloom.Harness(
+        model=model, cwd=tmp_path, settings=settings, resume=session
+    ) as again:
+        _ = [e async for e in again.run("third")]
+    starts = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert [s["source"] for s in starts] == ["startup", "resume"]
+    assert {s["session_id"] for s in starts} == {session}

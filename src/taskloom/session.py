@@ -46,6 +46,7 @@ class Session:
         # Its inbox is the session's mailbox: what agents and other sessions send it.
         self.engine = Engine(dataclasses.replace(config, inbox=self.take_inbox), runtime, messages)
         self._source = "resume" if messages else "startup"
+        self._hooked_start = False
         path = transcript_path(self.id, runtime.home) if persist else None
         self.recorder = Recorder(self.engine, path)
         self.recorder.open()
@@ -82,9 +83,10 @@ class Session:
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
         """Run the engine on ``prompt``, recording each message before passing it on.
 
-        Hooks: SessionStart and UserPromptSubmit see the prompt first (exit 2 of the latter
-        refuses it; their output is added to it); Stop hooks that exit 2 send the agent back
-        to work with their stderr, at most
+        Hooks: SessionStart (once a session, with its first prompt: ``source`` is ``startup``,
+        or ``resume`` for a resumed conversation) and UserPromptSubmit see the prompt first
+        (exit 2 of the latter refuses it; their output is added to it); Stop hooks that exit 2
+        send the agent back to work with their stderr, at most
         :data:`~taskloom.conversation.recorder.MAX_STOP_CONTINUATIONS` times.
 
         Raises:
@@ -92,7 +94,10 @@ class Session:
         """
         engine = self.engine
         if isinstance(prompt, str):
-            started = await engine.run_hook("SessionStart", None, source=self._source)
+            started = None
+            if not self._hooked_start:  # once a session, with its first prompt
+                self._hooked_start = True
+                started = await engine.run_hook("SessionStart", None, source=self._source)
             submit = await engine.run_hook("UserPromptSubmit", None, prompt=prompt)
             if submit is not None and submit.blocked:
                 raise UserError(f"Prompt blocked by a UserPromptSubmit hook: {submit.block_reason}")

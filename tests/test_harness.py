@@ -268,3 +268,22 @@ async def test_session_start_hooks_run_once_a_session_and_say_resume_when_resume
     starts = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert [s["source"] for s in starts] == ["startup", "resume"]
     assert {s["session_id"] for s in starts} == {session}
+
+
+async def test_a_model_object_passed_in_is_not_closed_and_serves_a_second_harness(
+    tmp_path: Path,
+) -> None:
+    class Counted(ScriptedModel):
+        closes = 0
+
+        async def aclose(self) -> None:
+            Counted.closes += 1
+            await super().aclose()
+
+    model = Counted([Turn(text="one"), Turn(text="two")])
+    for prompt in ("first", "second"):
+        async with taskloom.Harness(model=model, cwd=tmp_path) as h:
+            events = [e async for e in h.run(prompt)]
+            assert isinstance(events[-1], taskloom.Finished)
+    assert Counted.closes == 0  # the caller's to close
+    assert len(model.requests) == 2

@@ -78,6 +78,7 @@ class Harness:
         self._stack = contextlib.AsyncExitStack()
         self._session: Session | None = None
         self._model: Model | None = None
+        self._owns_model = True
         self._policy: PermissionPolicy | None = None
         self._service: AgentService | None = None
         self._mcp: McpManager | None = None
@@ -172,6 +173,8 @@ class Harness:
         self.coordinator = coordinator_enabled(opts.coordinator, self.settings)
         spec = opts.model
         self._model = spec if spec is not None and not isinstance(spec, str) else None
+        # A model object passed in stays the caller's (it may serve another harness next).
+        self._owns_model = self._model is None
         if self._model is None:
             self._model = resolve_model(spec if isinstance(spec, str) else None, self.settings)
         # From here on every step is undone if a later one fails, the model's close included.
@@ -449,7 +452,7 @@ class Harness:
             await self._service.builder.aclose()
         if self._switch is not None:
             await self._switch.close_chosen()
-        if self._model is not None:
+        if self._model is not None and self._owns_model:
             await self._model.aclose()
 
     async def run(self, prompt: str | Message) -> AsyncGenerator[EngineEvent, None]:

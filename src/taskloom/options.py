@@ -26,7 +26,8 @@ class Options:
 
     Attributes:
         model: A model spec (``sonnet``, ``claude-…``, ``openai:ID``, ``scripted:FILE``) or a
-            model object (e.g. :class:`taskloom.testing.ScriptedModel`); None: from the
+            model object (e.g. :class:`taskloom.testing.ScriptedModel`: the caller's, which the
+            harness does not close); None: from the
             settings and the environment.
         cwd: The session's working directory.
         permission_mode: ``default``, ``acceptEdits``, ``plan``, ``bypassPermissions`` or

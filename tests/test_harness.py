@@ -287,3 +287,19 @@ async def test_a_model_object_passed_in_is_not_closed_and_serves_a_second_harnes
             assert isinstance(events[-1], taskloom.Finished)
     assert Counted.closes == 0  # the caller's to close
     assert len(model.requests) == 2
+
+
+async def test_a_session_is_recorded_in_its_own_cwd_so_continue_finds_it_from_anywhere(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    model = ScriptedModel([Turn(text="one"), Turn(text="two")])
+    # The process runs elsewhere (the test's cwd): the session is the project's all the same.
+    async with taskloom.Harness(model=model, cwd=project) as first:
+        _ = [e async for e in first.run("hello")]
+        session = first.session_id
+    async with taskloom.Harness(model=model, cwd=project, continue_session=True) as again:
+        assert again.session_id == session
+        _ = [e async for e in again.run("again")]
+    assert [m.role for m in model.requests[-1].messages] == ["user", "assistant", "user"]

@@ -190,7 +190,7 @@ class Harness:
                 add_dirs=opts.add_dirs,
             )
             self._find_conversation()
-            runtime = TaskRuntime(session_id=self._session_id)
+            runtime = TaskRuntime(session_id=self._session_id, cwd=str(self.cwd))
             await self._stack.enter_async_context(runtime)
             self._runtime, self._claimed = runtime, True
             self._mcp = await self._stack.enter_async_context(self._mcp_servers())

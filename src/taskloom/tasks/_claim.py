@@ -21,8 +21,12 @@ def owner_gone(session: SessionRow) -> bool:
     return not is_same_process(session.pid, session.pid_start, session.boot_id)
 
 
-def claim_session(store: Store, session_id: str, now: float) -> SessionRow | None:
-    """Make this process the owner of ``session_id`` (creating it if new).
+def claim_session(
+    store: Store, session_id: str, now: float, cwd: str | None = None
+) -> SessionRow | None:
+    """Make this process the owner of ``session_id`` (creating it if new), working in ``cwd``.
+
+    ``cwd`` (default: the process's) is what ``--continue`` looks sessions up by.
 
     A session may be taken when it ended cleanly, when its owner is gone, or when its owner is
     this very process; never from another live process.
@@ -40,7 +44,7 @@ def claim_session(store: Store, session_id: str, now: float) -> SessionRow | Non
         id=session_id,
         pid=me,
         pid_start=process_start_time(me) or 0.0,
-        cwd=os.getcwd(),
+        cwd=cwd if cwd is not None else os.getcwd(),
         started_at=now,
         ended_at=None,
         boot_id=boot_id(),

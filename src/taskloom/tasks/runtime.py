@@ -77,6 +77,7 @@ class TaskRuntime:
         output_cap: int = DEFAULT_OUTPUT_CAP_BYTES,
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL_S,
         kill_grace: float = 2.0,
+        cwd: str | None = None,
     ) -> None:
         """Create a runtime; call :meth:`start` (or use ``async with``) before use.
 
@@ -89,6 +90,7 @@ class TaskRuntime:
             output_cap: Size cap of each task's output file.
             sweep_interval: Seconds between safety-net eviction sweeps.
             kill_grace: Seconds between SIGTERM and SIGKILL when killing processes.
+            cwd: The session's working directory, as recorded (default: the process's).
         """
         self.home = home or taskloom_home()
         self.session_id = session_id or str(uuid.uuid4())
@@ -98,6 +100,7 @@ class TaskRuntime:
         self.output_cap = output_cap
         self.sweep_interval = sweep_interval
         self.kill_grace = kill_grace
+        self.cwd = cwd
         #: Every message to an address of this session (notifications are rows of it).
         self.mailbox = Mailbox(self.store, self.session_id, clock)
         self.notifications = NotificationQueue(
@@ -135,7 +138,7 @@ class TaskRuntime:
         self._started = True
         try:
             # Before the sweep (which may wait seconds) and before any delivery: see _claim.py.
-            own = claim_session(self.store, self.session_id, self.clock.time())
+            own = claim_session(self.store, self.session_id, self.clock.time(), self.cwd)
         except TaskloomError:
             if self._owns_store:
                 self.store.close()

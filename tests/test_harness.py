@@ -303,3 +303,25 @@ async def test_a_session_is_recorded_in_its_own_cwd_so_continue_finds_it_from_an
         assert again.session_id == session
         _ = [e async for e in again.run("again")]
     assert [m.role for m in model.requests[-1].messages] == ["user", "assistant", "user"]
+
+
+async def test_session_start_context_waits_for_a_prompt_that_is_recorded(tmp_path: Path) -> None:
+    import json
+
+    from taskloom.errors import UserError
+
+    guard = "grep -q bad && { echo refused >&2; exit 2; }; exit 0"
+    hooks = {
+        "hooks": {
+            "SessionStart": [{"hooks": [{"type": "command", "command": "echo CONTEXT-X"}]}],
+            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": guard}]}],
+        }
+    }
+    model = ScriptedModel([Turn(text="ok")])
+    async with taskloom.Harness(model=model, cwd=tmp_path, settings=json.dumps(hooks)) as h:
+        with pytest.raises(UserError, match="refused"):
+            _ = [e async for e in h.run("a bad prompt")]
+        _ = [e async for e in h.run("a good prompt")]
+    [request] = model.requests
+    sent = request.messages[-1].content[0]
+    assert "a good prompt" in sent.text and "CONTEXT-X" in sent.text  # type: ignore[union-attr]

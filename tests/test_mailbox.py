@@ -418,3 +418,37 @@ async def test_a_message_to_an_agent_survives_sigkill_and_is_delivered_once_on_r
     # Nothing is left to hand out: another resume delivers neither again.
     _resume(tmp_path, session_id, ["Quiet."])
     assert sidechain.read_text().count("hello-from-main") == 1
+
+
+def test_a_row_for_an_address_served_elsewhere_is_committed_and_its_process_told(
+    home: Path,
+) -> None:
+    store = Store(db_path(home))
+    told: list[str] = []
+
+    def tell(recipient: str) -> None:
+        told.append(recipient)
+        if recipient == "bob":
+            raise ConnectionRefusedError("nobody listens")  # only a wake-up is lost
+
+    box = Mailbox(store, "s1", serves=lambda r: r == "lead", elsewhere=tell)
+    try:
+        alice = box.post(recipient="alice", sender="lead", kind="message", body="hi")
+        bob = box.post(recipient="bob", sender="lead", kind="message", body="yo")
+        mine = box.post(recipient="lead", sender="lead", kind="notification", body="n", topic="t")
+        assert told == ["alice", "bob"]
+        assert not box.has_pending("alice") and not box.has_pending("bob")
+        assert [x.id for x in box.pending()] == [mine.id]
+        # Committed before the process was told: another connection sees them at once.
+        other = Store(db_path(home))
+        try:
+            seen = {r.id for r in other.undelivered_mail("s1")}
+            assert {alice.id, bob.id} <= seen
+            # Withdrawn (its sender told it failed): the other process never hands it out.
+            box.withdraw([bob.id])
+            theirs = Mailbox(other, "s1", serves=lambda r: r in ("alice", "bob"))
+            assert [x.body for x in theirs.replay()] == ["hi"]
+        finally:
+            other.close()
+    finally:
+        store.close()

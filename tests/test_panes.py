@@ -21,6 +21,10 @@ def child_env() -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "LC_ALL": "C.UTF-8", RUN_MARK: os.environ[RUN_MARK]}
 
 
+def capture(server: tmux_driver.TmuxServer, pane: str) -> str:
+    return server.run("capture-pane", "-p", "-t", pane)
+
+
 def option(server: tmux_driver.TmuxServer, pane: str, name: str) -> str:
     return server.run("show-options", "-p", "-v", "-t", pane, name).strip()
 
@@ -52,7 +56,8 @@ async def test_teammate_panes_beside_the_leads_take_70_percent_with_their_colour
         colour="blue",
     )
     # Each runs its command itself: the pane's pid is the command's, and it sees its env.
-    for pane in (alice, bob):
+    for pane, name in ((alice, "alice;"), (bob, "bob")):
+        await wait_until(lambda p=pane, n=name: f"up: {n}" in capture(tmux, p.id), timeout=10)
         proc = psutil.Process(pane.pid)
         assert proc.cmdline()[-1] in ("alice;", "bob")
         assert proc.environ()[RUN_MARK] == os.environ[RUN_MARK]
@@ -106,18 +111,24 @@ async def test_outside_tmux_a_detached_session_of_the_teams_own_holds_the_panes(
     assert "taskloom-beta" in sessions
     listed = tmux.run("list-panes", "-t", "=taskloom-beta:", "-F", "#{pane_id}").split()
     assert sorted(listed) == sorted(p.id for p in made)
-    # A teammate that ends keeps its pane, with its last output, for the user to read.
+    # A teammate that ends, even at once, keeps its pane with its last output for the user;
+    # a directory with a "#" in it is taken as it is, not as a tmux format.
+    odd = tmp_path / "odd#{pane_id}#W"
+    odd.mkdir()
     crashing = await panes.create(
         team="beta",
         session_id="s-2",
-        title="erin@beta",
-        argv=[sys.executable, "-c", "print('last words'); raise SystemExit(7)"],
-        cwd=str(tmp_path),
+        title="erin#{pane_id}@beta",
+        argv=[sys.executable, "-c", "import os; print('last words in', os.getcwd())"],
+        cwd=str(odd),
         env=child_env(),
     )
     await wait_until(lambda: not alive(crashing.pid), timeout=10)
     assert crashing.id in {p[0] for p in await panes.panes()}
-    assert "last words" in tmux.run("capture-pane", "-p", "-t", crashing.id)
+    await wait_until(lambda: "last words" in capture(tmux, crashing.id), timeout=5)
+    assert f"last words in {odd}" in capture(tmux, crashing.id).replace("\n", "")
+    shown = tmux.run("display-message", "-p", "-t", crashing.id, "#{pane_title}").strip()
+    assert shown == "erin#{pane_id}@beta"
     for pane in [*made, crashing]:
         await panes.kill(pane.id)
 

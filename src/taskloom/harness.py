@@ -190,7 +190,7 @@ class Harness:
                 add_dirs=opts.add_dirs,
             )
             self._find_conversation()
-            runtime = TaskRuntime(session_id=self._session_id, cwd=str(self.cwd))
+            runtime = TaskRuntime(session_id=self._session_id, cwd=str(self.cwd.resolve()))
             await self._stack.enter_async_context(runtime)
             self._runtime, self._claimed = runtime, True
             self._mcp = await self._stack.enter_async_context(self._mcp_servers())
@@ -342,7 +342,7 @@ class Harness:
 
         opts = self.options
         found = find_conversation(
-            self.cwd,
+            self.cwd.resolve(),  # as sessions are recorded
             self._session_id,
             session_id=opts.session_id,
             resume=opts.resume,

@@ -47,6 +47,7 @@ class Session:
         self.engine = Engine(dataclasses.replace(config, inbox=self.take_inbox), runtime, messages)
         self._source = "resume" if messages else "startup"
         self._hooked_start = False
+        self._start_context: list[str] = []
         path = transcript_path(self.id, runtime.home) if persist else None
         self.recorder = Recorder(self.engine, path)
         self.recorder.open()
@@ -94,21 +95,21 @@ class Session:
         """
         engine = self.engine
         if isinstance(prompt, str):
-            started = None
             if not self._hooked_start:  # once a session, with its first prompt
                 self._hooked_start = True
                 started = await engine.run_hook("SessionStart", None, source=self._source)
+                # Kept until a prompt carrying it is recorded (a refused or interrupted first
+                # prompt must not lose it).
+                self._start_context = list(started.additional_context) if started else []
             submit = await engine.run_hook("UserPromptSubmit", None, prompt=prompt)
             if submit is not None and submit.blocked:
                 raise UserError(f"Prompt blocked by a UserPromptSubmit hook: {submit.block_reason}")
-            extra = [
-                *(started.additional_context if started else []),
-                *(submit.additional_context if submit else []),
-            ]
+            extra = [*self._start_context, *(submit.additional_context if submit else [])]
             if extra:
                 prompt = "\n\n".join([prompt, *extra])
         try:
             async for event in self.recorder.run(prompt):
+                self._start_context = []  # the prompt is recorded (before its first event)
                 yield event
         except BaseException:
             # Interrupted: messages taken for a message that was never recorded go back.

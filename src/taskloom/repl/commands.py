@@ -199,7 +199,7 @@ async def _resume(host: CommandHost, rest: str) -> None:
     if not rest:
         from taskloom.session import transcript_path
 
-        cwd = str(harness.cwd)
+        cwd = str(harness.cwd.resolve())  # as sessions are recorded
         mine = [
             s
             for s in harness.runtime.store.list_sessions()

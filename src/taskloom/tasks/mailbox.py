@@ -18,14 +18,15 @@ Several processes may share a session's mailbox (a teammate in a pane of its own
 serves some of the addresses (``serves``) and hands out only their rows. A row posted for an
 address another process serves is committed at once and that process is told
 (``elsewhere``, which pings its wake-up socket, see :mod:`taskloom.tasks.wakeup`); it then
-reads what is new with :meth:`Mailbox.replay`. Rows are handed out in the order they were
-posted, across processes too.
+reads what is new with :meth:`Mailbox.replay`. Each process numbers the rows it posts: the
+rows of one sender arrive in the order they were posted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError
 from taskloom.store import MailRow, Store
 from taskloom.tasks.types import Priority
+
+log = logging.getLogger(__name__)
 
 #: What a row carries: a task notification, an agent's message, later a protocol exchange.
 Kind = Literal["notification", "message", "protocol"]
@@ -212,10 +215,7 @@ class Mailbox:
             )
         )
         if self.serves is not None and not self.serves(recipient):
-            # Another process serves it: it must find the row in the store when woken.
-            self._store.flush()
-            if self.elsewhere is not None:
-                self.elsewhere(recipient)
+            self._post_elsewhere(letter, commit)
             return letter
         self._pending[letter.id] = letter
         if commit:
@@ -230,6 +230,28 @@ class Mailbox:
         self._signal(letter)
         return letter
 
+    def _post_elsewhere(self, letter: Letter, commit: bool) -> None:
+        """A row another process serves: committed now, then that process is told.
+
+        Raises:
+            StoreError: ``commit`` was asked for and the row could not be written (it is
+                withdrawn: the sender is told it failed, so it must never arrive).
+        """
+        try:
+            self._store.flush()  # it must find the row in the store when woken
+        except StoreError:
+            if commit:
+                with contextlib.suppress(StoreError):
+                    self._store.ack_mail([letter.id], self._clock.time())
+                raise
+            return  # queued in the store: written, and found, with the next commit
+        if self.elsewhere is not None:
+            try:
+                self.elsewhere(letter.recipient)
+            except OSError:
+                # Only a wake-up is lost: the row waits in the store for the next look.
+                log.debug("could not wake the process of %s", letter.recipient, exc_info=True)
+
     def pending(self, recipient: str | None = None, kind: Kinds = None) -> list[Letter]:
         """Rows not yet handed out (to ``recipient``, of ``kind``): ``next`` first, then by seq."""
         found = [
@@ -237,10 +259,7 @@ class Mailbox:
             for letter in self._pending.values()
             if (recipient is None or letter.recipient == recipient) and _matches(kind, letter.kind)
         ]
-        # Posting order: the time first (rows of several processes interleave), then the seq.
-        return sorted(
-            found, key=lambda letter: (letter.priority != "next", letter.created_at, letter.seq)
-        )
+        return sorted(found, key=lambda letter: (letter.priority != "next", letter.seq))
 
     def has_pending(self, recipient: str | None = None, kind: Kinds = None) -> bool:
         """Whether anything waits to be handed out (to ``recipient``, of ``kind``)."""
@@ -283,7 +302,13 @@ class Mailbox:
         if not done:
             return []
         self._store.ack_mail((letter.id for letter in done), self._clock.time())
-        self._store.flush()  # acknowledged durably: a crash now must not deliver it twice
+        try:
+            self._store.flush()  # acknowledged durably: a crash now must not deliver it twice
+        except StoreError:
+            # The ack waits in the store's queue; until it is written, the rows stay in flight
+            # here so that a replay (another process's ping) does not hand them out again.
+            self._in_flight.update((letter.id, letter) for letter in done)
+            raise
         return done
 
     def requeue(self, ids: Iterable[str]) -> None:
@@ -325,10 +350,18 @@ class Mailbox:
 
         For a message whose delivery failed where the sender is told so (it is not sent).
         """
-        gone = [letter for i in ids if (letter := self._pending.get(i)) is not None]
+        wanted = list(ids)
+        gone = [letter for i in wanted if (letter := self._pending.get(i)) is not None]
         for letter in gone:
             del self._pending[letter.id]
             self._in_flight[letter.id] = letter
+        if self.serves is not None:
+            # Rows for addresses served elsewhere were never pending here: marked delivered in
+            # the store all the same, so that their process never hands them out.
+            known = {letter.id for letter in gone} | set(self._in_flight)
+            others = [i for i in wanted if i not in known]
+            if others:
+                self._store.ack_mail(others, self._clock.time())
         return self.ack(letter.id for letter in gone)
 
     async def wait(self, timeout: float, recipient: str | None = None, kind: Kinds = None) -> bool:

@@ -83,6 +83,7 @@ class WakeupListener:
         self.path = path
         self._on_ping = on_ping
         self._sock: socket.socket | None = None
+        self._file: tuple[int, int] = (0, 0)
 
     async def __aenter__(self) -> Self:
         """Bind the socket and start listening.
@@ -101,12 +102,15 @@ class WakeupListener:
                 except OSError as exc:
                     if exc.errno != errno.EADDRINUSE or ping(self.path):
                         raise
-                    os.unlink(self.path)  # nobody listens on it: a dead process's file
+                    with contextlib.suppress(FileNotFoundError):  # another took it first
+                        os.unlink(self.path)  # nobody listens on it: a dead process's file
                     sock.bind(address)
+            os.chmod(self.path, 0o600)
+            info = os.stat(self.path)
         except BaseException:
             sock.close()
             raise
-        os.chmod(self.path, 0o600)
+        self._file = (info.st_dev, info.st_ino)
         self._sock = sock
         asyncio.get_running_loop().add_reader(sock.fileno(), self._read)
         return self
@@ -129,7 +133,9 @@ class WakeupListener:
             asyncio.get_running_loop().remove_reader(sock.fileno())
         sock.close()
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+            info = os.stat(self.path)
+            if (info.st_dev, info.st_ino) == self._file:  # still ours, not a successor's
+                os.unlink(self.path)
 
 
 __all__ = ["MAX_ADDRESS", "WakeupListener", "ping", "unix_address", "wakeup_path"]

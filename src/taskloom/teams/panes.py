@@ -115,6 +115,11 @@ class TmuxPanes:
             proc.kill()
             await proc.wait()
             raise PaneError(f"tmux {args[0]} took over {_CALL_TIMEOUT_S:g} s") from None
+        except asyncio.CancelledError:
+            if proc.returncode is None:  # no client left behind, unreaped
+                proc.kill()
+                await asyncio.shield(proc.wait())
+            raise
         if proc.returncode != 0:
             why = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
             raise PaneError(f"tmux {args[0]}: {why}")
@@ -140,8 +145,12 @@ class TmuxPanes:
         """
         command = [shutil.which("env") or "/usr/bin/env", "-i"]
         command += [f"{k}={v}" for k, v in env.items()]
-        command = [_literal(a) for a in (*command, *argv)]
-        shown = ["-P", "-F", "#{pane_id} #{pane_pid}", "-c", cwd]
+        # The pane's shell waits for one line before it becomes the command (exec: the same
+        # pid): the pane is set up first, so that a command that ends at once still leaves
+        # its pane (remain-on-exit) and its words for the user.
+        command += ["/bin/sh", "-c", 'read -r _ && exec "$@"', "sh", *argv]
+        command = [_literal(a) for a in command]
+        shown = ["-P", "-F", "#{pane_id} #{pane_pid}", "-c", _unformatted(cwd)]
         if self.lead_pane is not None:
             out = await self.run("split-window", "-d", "-h", "-t", self.lead_pane, *shown, *command)
         else:
@@ -153,20 +162,26 @@ class TmuxPanes:
                     "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *shown, *command
                 )
         pane_id, pid = out.split()
-        await self.run(
-            *_pane_option(pane_id, "remain-on-exit", "on"),
-            ";",
-            *_pane_option(pane_id, SESSION_OPTION, session_id),
-            ";",
-            "select-pane",
-            "-t",
-            pane_id,
-            "-T",
-            _literal(title),
-        )
-        if colour is not None:
-            await self.set_border_colour(pane_id, colour)
-        await self.rebalance(pane_id)
+        try:
+            await self.run(
+                *_pane_option(pane_id, "remain-on-exit", "on"),
+                ";",
+                *_pane_option(pane_id, SESSION_OPTION, session_id),
+                ";",
+                "select-pane",
+                "-t",
+                pane_id,
+                "-T",
+                _literal(_unformatted(title)),
+            )
+            if colour is not None:
+                await self.set_border_colour(pane_id, colour)
+            await self.rebalance(pane_id)
+            await self.run("send-keys", "-t", pane_id, "Enter")  # now the command starts
+        except BaseException:
+            # Half set up (tmux failed or was stopped): no pane may be left untagged.
+            await asyncio.shield(self.kill(pane_id))
+            raise
         return Pane(pane_id, int(pid))
 
     async def _has_session(self, name: str) -> bool:
@@ -216,8 +231,10 @@ class TmuxPanes:
         try:
             fields = f"#{{pane_id}} #{{pane_pid}} #{{pane_dead}} #{{{SESSION_OPTION}}}"
             out = await self.run("list-panes", "-a", "-F", fields)
-        except PaneError:
-            return []  # no server runs: no panes
+        except PaneError as exc:
+            if "no server running" in str(exc) or "error connecting" in str(exc):
+                return []  # no server runs: no panes
+            raise
         found = []
         for line in out.splitlines():
             parts = line.split(" ", 3)
@@ -233,6 +250,11 @@ def _window_option(window: str, name: str, value: str) -> list[str]:
 
 def _pane_option(pane_id: str, name: str, value: str) -> list[str]:
     return ["set-option", "-p", "-t", pane_id, name, _literal(value)]
+
+
+def _unformatted(text: str) -> str:
+    # tmux expands formats (#{...}, #W, #(...)) in a pane's directory and title: ## is a #.
+    return text.replace("#", "##")
 
 
 def _literal(arg: str) -> str:

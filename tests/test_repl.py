@@ -488,3 +488,37 @@ def test_resume_lists_earlier_conversations_and_refuses_an_unknown_one_keeping_t
     assert run_processes(lambda p: p.info["cmdline"] == ["sleep", "30"])
     leave(pane)
     assert not run_processes(lambda p: p.info["cmdline"] == ["sleep", "30"])
+
+
+@pytest.mark.parametrize("how", ["/exit", "ctrl-c twice"])
+def test_leaving_while_a_foreground_command_runs_stops_it_and_exits_0(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path, how: str
+) -> None:
+    turns = [
+        {
+            "text": "Running a long one.",
+            "tool_calls": [{"name": "Bash", "input": {"command": "sleep 30"}}],
+        },
+        {"text": "never shown"},
+    ]
+    model = scripted(tmp_path / "t.yaml", turns)
+    pane = start(tmux, tmp_path, "--model", model, "--dangerously-skip-permissions")
+    enter(pane, "go")
+    pane.wait_for("→ Bash(sleep 30)")
+
+    def sleeping(proc: Any) -> bool:
+        return proc.info["cmdline"] in (["sleep", "30"], ["/bin/sh", "-c", "sleep 30"])
+
+    deadline = time.monotonic() + 10
+    while not run_processes(sleeping):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)  # the command's process appears: no event reaches the test
+    if how == "/exit":
+        enter(pane, "/exit")
+    else:
+        pane.send_keys("C-c")
+        pane.wait_for("Ctrl+C again to exit")
+        pane.send_keys("C-c")
+    assert pane.wait_exit(20) == 0
+    assert "never shown" not in pane.history()
+    assert not run_processes(lambda p: p.pid != tmux.pid)

@@ -313,13 +313,17 @@ class Repl:
                 await self._typed.wait()
                 continue
             turn = self.turn = asyncio.get_running_loop().create_task(self._turn(prompt))
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await asyncio.shield(turn)
-            if not turn.done():  # this worker was cancelled (exit, switch)
-                turn.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await turn
-                raise asyncio.CancelledError
+            except asyncio.CancelledError:
+                worker = asyncio.current_task()
+                if worker is not None and worker.cancelling():
+                    # This worker is stopped (exit, switch): the turn goes with it.
+                    if not turn.done():
+                        turn.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await turn
+                    raise
             if turn.cancelled():  # interrupted before it began: nothing was sent
                 self.say("Interrupted before the prompt was sent.", "warn")
             elif turn.exception() is not None:

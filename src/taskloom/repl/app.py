@@ -45,6 +45,7 @@ from taskloom.repl.keys import key_bindings
 from taskloom.repl.panel import TaskPanel, count, grace_from
 from taskloom.repl.screen import build_application, write_lines
 from taskloom.repl.transcript import Line, TranscriptView, call_line, landed
+from taskloom.session import transcript_path
 from taskloom.settings import find_project_root, taskloom_home
 from taskloom.tasks.kinds import kind_of
 
@@ -197,8 +198,6 @@ class Repl:
         """
         old = self.harness
         if resume is not None:
-            from taskloom.session import transcript_path
-
             if resume == old.session_id:
                 self.say(f"Session {resume} is the one open here.", "error")
                 return

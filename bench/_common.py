@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import subprocess
 import time
+
+
+def child_env(pycache: str | None, **extra: str) -> dict[str, str]:
+    """Our environment for a measured child: no model provider's settings, plus ``extra``.
+
+    With ``pycache``, bytecode is cached there (``PYTHONPYCACHEPREFIX``), as an installed
+    taskloom has its .pyc files: without them every run would pay for compiling the package.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env.update(extra)
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
+
+
+def add_bytecode_flag(parser: argparse.ArgumentParser) -> None:
+    """``--no-bytecode-cache``: measure without the private bytecode cache of :func:`child_env`."""
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
+    )
 
 
 def child_max_rss_mib(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float]:

@@ -38,7 +38,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import child_max_rss_mib
+from _common import add_bytecode_flag, child_env, child_max_rss_mib
 
 from coordinator_scenario import (
     FAST_RESULT,
@@ -79,14 +79,9 @@ class TimedScript(CoordinatorScript):
 
 
 def _env(server: FakeAnthropicServer, home: str, pycache: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="bench", TASKLOOM_HOME=home)
-    if pycache is not None:
-        # As bench/startup.py does: an installed taskloom has its .pyc files; without them
-        # every run would pay for compiling the package again.
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = pycache
-    return env
+    return child_env(
+        pycache, ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="bench", TASKLOOM_HOME=home
+    )
 
 
 def _exe() -> str:
@@ -167,11 +162,7 @@ def main() -> int:
     parser.add_argument(
         "--fast-step", type=float, default=0.3, help="Seconds the fast worker's answer takes."
     )
-    parser.add_argument(
-        "--no-bytecode-cache",
-        action="store_true",
-        help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
-    )
+    add_bytecode_flag(parser)
     args = parser.parse_args()
     runs, plain, _ = interleaved(
         lambda server, env, workdir: coordinator_run(server, args.fast_step, env, workdir),

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
+from _common import add_bytecode_flag, child_env
 
 if TYPE_CHECKING:
     from prompt_toolkit.application import Application
@@ -436,8 +437,8 @@ def _idle_run(script: Path, env: dict[str, str], cwd: str, window_s: float) -> I
 
 
 def _child_env(scratch: str, pycache: str | None, mark: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update(
+    env = child_env(
+        pycache,
         TASKLOOM_HOME=os.path.join(scratch, "taskloom-home"),
         HOME=os.path.join(scratch, "home"),
         TERM="xterm-256color",
@@ -446,9 +447,6 @@ def _child_env(scratch: str, pycache: str | None, mark: str) -> dict[str, str]:
         **{MARK: mark},
     )
     env.pop("TMUX", None)
-    if pycache is not None:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = pycache
     return env
 
 
@@ -483,11 +481,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="Measured starts (plus one warm-up).")
     parser.add_argument("--redraws", type=int, default=300, help="Redraws timed of each kind.")
     parser.add_argument("--idle-seconds", type=float, default=5.0, help="The CPU window.")
-    parser.add_argument(
-        "--no-bytecode-cache",
-        action="store_true",
-        help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
-    )
+    add_bytecode_flag(parser)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="taskloom-bench-"))
     mark = uuid.uuid4().hex

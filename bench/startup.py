@@ -53,7 +53,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import child_report
+from _common import add_bytecode_flag, child_env, child_report
 
 from fake_servers import FakeAnthropicServer
 
@@ -146,11 +146,7 @@ def _taskloom_run(env: dict[str, str], workdir: str, extra: tuple[str, ...] = ()
 
 
 def _child_env(home: str, pycache: str | None, src: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
-    env.update(ANTHROPIC_API_KEY="bench", TASKLOOM_HOME=home)
-    if pycache is not None:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = pycache
+    env = child_env(pycache, ANTHROPIC_API_KEY="bench", TASKLOOM_HOME=home)
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return env
@@ -194,11 +190,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--compare", metavar="SRC", help="Also run the taskloom found in SRC.")
-    parser.add_argument(
-        "--no-bytecode-cache",
-        action="store_true",
-        help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
-    )
+    add_bytecode_flag(parser)
     parser.add_argument(
         "--mcp",
         action="store_true",

@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import child_max_rss_mib
+from _common import add_bytecode_flag, child_max_rss_mib
 from coordinator import _exe, _verdict, interleaved
 
 from coordinator_scenario import system_text, texts
@@ -155,11 +155,7 @@ def main() -> int:
     """Run the bench and print its figures; 1 when a run did not go through the scenario."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="Measured runs of each command.")
-    parser.add_argument(
-        "--no-bytecode-cache",
-        action="store_true",
-        help="Leave PYTHONDONTWRITEBYTECODE/PYTHONPYCACHEPREFIX as the environment has them.",
-    )
+    add_bytecode_flag(parser)
     args = parser.parse_args()
     runs, plain, left = interleaved(
         team_run, args.runs, bytecode_cache=not args.no_bytecode_cache, after=_teams_left

@@ -13,7 +13,7 @@ import psutil
 
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer
-from helpers import clean_env
+from helpers import clean_env, run_processes
 from team_scenario import FINAL, TEAM, TeamScript, events_of, team_argv
 
 
@@ -244,9 +244,17 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
                 ).fetchone()
             return int(n)
 
+        def in_its_command() -> bool:
+            # The lead must be inside its long command when it dies: killed before that call
+            # was recorded, the resumed lead would make it again (and sleep a minute).
+            return bool(run_processes(lambda p: "sleep 60" in " ".join(p.info["cmdline"] or [])))
+
         deadline = time.monotonic() + 30
-        while undelivered() < 2:  # the store has no event another process could wait on
-            assert time.monotonic() < deadline, "the teammates' reports never reached the store"
+        # The store and the process table give no event another process could wait on.
+        while undelivered() < 2 or not in_its_command():
+            assert time.monotonic() < deadline, (
+                f"reports in the store: {undelivered()}; lead in its command: {in_its_command()}"
+            )
             time.sleep(0.05)
         lead.send_signal(signal.SIGKILL)
         lead.wait(timeout=10)

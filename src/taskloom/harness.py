@@ -38,9 +38,10 @@ if TYPE_CHECKING:
     from taskloom.messages import Message
     from taskloom.models.base import Model
     from taskloom.models.switch import ModelSwitch
-    from taskloom.permissions import PermissionPolicy
+    from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.session import Session
     from taskloom.tasks.types import TaskState
+    from taskloom.teams.member import TeammateProcess
     from taskloom.teams.service import TeamService
     from taskloom.tools.base import Tool
     from taskloom.tools.structured import StructuredOutput
@@ -94,6 +95,7 @@ class Harness:
         #: The team the main thread leads, when teams are on (known once started).
         self.team: TeamService | None = None
         self._listener: PeerListener | None = None
+        self._member: TeammateProcess | None = None  # this process runs one teammate
 
     @property
     def session_id(self) -> str:
@@ -202,9 +204,10 @@ class Harness:
                 listener = PeerListener(runtime.mailbox, runtime.session_id, path)
                 self._listener = await self._stack.enter_async_context(listener)
             self._build_session()
-            if self._service is not None and self._service.teams is not None:
-                # A resumed session's teammates (of the process that died) go on.
-                await self._service.teams.resume_members()
+            if self.team is not None:
+                # Panes a crashed session left are swept; a resumed session's teammates (of
+                # the process that died) go on.
+                await self.team.open()
         except BaseException:
             self._runtime = None
             await finish_despite_cancel(self._stack.aclose())
@@ -253,7 +256,8 @@ class Harness:
         if team is not None:
             from taskloom.teams.compose import lead_tools
 
-            builtin += lead_tools(team)
+            if self._member is None:
+                builtin += lead_tools(team)
             # Before the runtime closes: its teammates stop, verified, and the team goes.
             self._stack.push_async_callback(team.close)
         if opts.builtin_tools is not None:
@@ -279,7 +283,7 @@ class Harness:
             permissions=policy,
             headless=opts.headless,
             wait_for_tasks=opts.wait_for_tasks,
-            prompter=opts.prompter,
+            prompter=self._prompter,
             settings=self.settings,
             hooks=hooks,
             cwd_source=lambda: place.cwd,
@@ -357,22 +361,37 @@ class Harness:
         return str(self.settings.get("toolProfile") or "claude")
 
     def _team_service(self) -> TeamService | None:
-        """The session's team, when teams are on (``--teams``, ``agentTeams``, the env)."""
-        from taskloom.teams.mode import teams_enabled
-
-        if not teams_enabled(self.options.teams, self.settings):
-            return None
+        """The session's team: led (teams on), or served in (``join_team``); None: neither."""
         from taskloom.prompts import main_system_prompt
-        from taskloom.teams.compose import team_service
+        from taskloom.teams.compose import session_team
 
-        return team_service(
+        team, self._member = session_team(
             self.runtime,
+            self.options,
+            self.settings,
             lambda: self.agents,
             cwd=self.cwd,
             base_prompt=lambda: main_system_prompt(self.cwd, self.options.append_system_prompt),
             # The lead's own set (a coordinator's has no worker tools: its workers' set).
             tools=lambda: self.tools if not self.coordinator else self._subagent_tools(),
         )
+        return team
+
+    @property
+    def _prompter(self) -> PermissionPrompter | None:
+        """Who answers calls that need approval: the caller's, or a teammate's lead."""
+        return self._member.prompter if self._member is not None else self.options.prompter
+
+    async def serve_teammate(self) -> int:
+        """Run the teammate of ``Options.join_team`` until it ends; the exit code.
+
+        Raises:
+            UsageError: This session is not a teammate's process.
+        """
+        await self.start()
+        if self._member is None:
+            raise UsageError("serve_teammate: this session was not started with join_team")
+        return await self._member.serve()
 
     def _agent_service(self, hooks: HookConfig, team: TeamService | None) -> AgentService:
         from taskloom.agents.builder import AgentBuilder
@@ -396,7 +415,7 @@ class Harness:
             policy=self.policy,
             resolve_model=alias_resolver(self.model, self.settings),
             hooks=hooks,
-            prompter=self.options.prompter,
+            prompter=self._prompter,
             observer=self.options.observer,
             default_type="worker" if self.coordinator else "general-purpose",
         )

@@ -82,6 +82,12 @@ class Options:
             socket in the session directory (``--listen``); None: the setting ``listen``.
         teams: The session may lead a team of teammates (``--teams``); None: the setting
             ``agentTeams`` or the environment decides.
+        teammate_mode: Where teammates run: ``in-process``, ``tmux`` (each in a tmux pane
+            of its own) or ``auto`` (tmux inside a tmux session) (``--teammate-mode``); None:
+            ``TASKLOOM_TEAMMATE_MODE``, else the setting ``teammateMode``, else in-process.
+        join_team: Run as the teammate whose spec its lead wrote to this file, in the lead's
+            team (the process ``taskloom teammate --join FILE`` runs in a pane), instead of
+            as a session of its own.
     """
 
     model: str | Model | None = None
@@ -118,3 +124,5 @@ class Options:
     coordinator: bool | None = None
     listen: bool | None = None
     teams: bool | None = None
+    teammate_mode: str | None = None
+    join_team: str | Path | None = None

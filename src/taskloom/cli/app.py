@@ -191,6 +191,12 @@ def _print_parser() -> argparse.ArgumentParser:
         help="Agent teams: Agent with a name spawns a teammate; TeamCreate, the task list.",
     )
     parser.add_argument(
+        "--teammate-mode",
+        choices=("in-process", "tmux", "auto"),
+        default=None,
+        help="Where teammates run: in this process, each in a tmux pane, or tmux inside tmux.",
+    )
+    parser.add_argument(
         "--listen",
         action="store_true",
         default=None,
@@ -343,6 +349,7 @@ def run_print_mode(args: list[str]) -> int:
             coordinator=ns.coordinator,
             listen=ns.listen,
             teams=ns.teams,
+            teammate_mode=ns.teammate_mode,
         ),
     )
     if streamed:
@@ -359,6 +366,10 @@ def run_print_mode(args: list[str]) -> int:
 def main() -> None:
     """Console-script entry point: subcommands, or print mode."""
     args = sys.argv[1:]
+    if args and args[0] == "teammate":  # the process of a teammate in a tmux pane
+        from taskloom.cli.teammate_cmd import main_teammate
+
+        sys.exit(main_teammate(args[1:]))
     if args and args[0] in SUBCOMMANDS:
         from taskloom.cli.commands import app  # typer is loaded only for subcommands
         from taskloom.errors import TaskloomError, UsageError, describe_os_error

@@ -1,9 +1,11 @@
-"""The in-process teammate task kind (``in_process_teammate``) and its state transitions.
+"""The teammate task kind (``in_process_teammate``, prefix ``t``) and its state transitions.
 
 A teammate is a long-lived agent of a team, driven above the task layer
-(:mod:`taskloom.teams.teammate`). Between its turns it is idle, not ended: it waits for mail.
-Its end (a shutdown, a kill) is told to the lead through the team's mailbox protocol
-(``shutdown_approved``, idle notifications), so its kind produces no ``<task-notification>``.
+(:mod:`taskloom.teams.teammate`), in this process or in a tmux pane of its own. Between its
+turns it is idle, not ended: it waits for mail. Its end (a shutdown, a kill) is told to the
+lead through the team's mailbox protocol (``shutdown_approved``, idle notifications), so its
+kind produces no ``<task-notification>`` for those; a teammate that failed (its process died,
+its loop broke) is reported by one, since nothing else would tell the lead.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ class TeammateTaskState(TaskState):
         tool_uses: Tool calls made so far.
         result: Its last answer (the text of its last turn).
         error: Why its last turn failed, if it did (it stays alive all the same).
+        backend: What it runs in: ``in-process``, or ``tmux`` (a process in a pane).
+        pane_id: Its tmux pane (``%3``), for a teammate in a pane.
+        pid: Its process, for a teammate in a pane (0 otherwise).
+        pid_start: That process's start (seconds since boot), to know it again.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.IN_PROCESS_TEAMMATE
@@ -51,6 +57,10 @@ class TeammateTaskState(TaskState):
     tool_uses: int = 0
     result: str | None = None
     error: str | None = None
+    backend: str = "in-process"
+    pane_id: str = ""
+    pid: int = 0
+    pid_start: float = 0.0
 
 
 class TeammateKind(TaskKind):
@@ -66,8 +76,8 @@ class TeammateKind(TaskKind):
         return not (isinstance(state, TeammateTaskState) and state.is_idle)
 
     def notifies(self, state: TaskState) -> bool:
-        """Never: the lead hears of a teammate's end through the team protocol."""
-        return False
+        """Only a failure: the lead hears of a shutdown or a kill through the team protocol."""
+        return state.status == TaskStatus.FAILED
 
     def result(self, state: TaskState) -> str | None:
         """Its last answer, or why its last turn failed."""

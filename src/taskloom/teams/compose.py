@@ -7,21 +7,25 @@ stays one screen per concern.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.teams.executor import InProcessExecutor
+from taskloom.teams.executor import Executors, InProcessExecutor, TeammateSpec
 from taskloom.teams.prompts import teammate_section
 from taskloom.teams.roster import Roster
-from taskloom.teams.service import TeamService
+from taskloom.teams.service import ConfigMaker, TeamService
 from taskloom.teams.task_tools import task_tools
 from taskloom.teams.team_tools import TeamCreateTool, TeamDeleteTool
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
     from taskloom.engine import EngineConfig
+    from taskloom.options import Options
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.teams.join import JoinSpec
+    from taskloom.teams.member import TeammateProcess
+    from taskloom.teams.pane_executor import Launcher, PaneExecutor
     from taskloom.tools.base import Tool
 
 #: What a teammate may not have of the lead's tools: nobody answers its questions, it does
@@ -42,27 +46,15 @@ TEAMMATE_DENIED = frozenset(
 )
 
 
-def team_service(
-    runtime: TaskRuntime,
+def _config_maker(
     agents: Callable[[], AgentService],
+    service: Callable[[], TeamService],
     *,
     cwd: Path,
     base_prompt: Callable[[], str],
     tools: Callable[[], Sequence[Tool[Any]]],
-) -> TeamService:
-    """The session's team service.
-
-    Args:
-        runtime: The session's runtime.
-        agents: The session's agent service (asked when a teammate is spawned: it is built
-            after this).
-        cwd: Where teammates work.
-        base_prompt: The main thread's system prompt, which a teammate's starts from.
-        tools: The lead's tools, as offered to it (``--tools`` and the rules that hide tools
-            applied); a teammate gets those less :data:`TEAMMATE_DENIED`, with its own
-            messaging, Agent and task list tools.
-    """
-    service: TeamService
+) -> ConfigMaker:
+    """How a teammate's engine is configured, in the lead's process or its own."""
 
     def make_config(name: str, team: str, model: str | None, mode: str | None) -> EngineConfig:
         builder = agents().builder
@@ -78,7 +70,7 @@ def team_service(
         )  # fmt: skip
         # Its own messaging, Agent (no teams in it) and task list tools come first: they
         # replace the lead's of the same names (the API refuses duplicate names).
-        own = teammate_tools(agents(), service)
+        own = teammate_tools(agents(), service())
         mine = {t.name for t in own}
         offered = [*own, *(t for t in tools() if t.name not in TEAMMATE_DENIED | mine)]
         permissions = config.permissions
@@ -95,6 +87,36 @@ def team_service(
             metadata={**config.metadata, "agent_type": "teammate", "teammate": member},
         )
 
+    return make_config
+
+
+def team_service(
+    runtime: TaskRuntime,
+    agents: Callable[[], AgentService],
+    *,
+    cwd: Path,
+    base_prompt: Callable[[], str],
+    tools: Callable[[], Sequence[Tool[Any]]],
+    panes: PaneExecutor | None = None,
+) -> TeamService:
+    """The lead session's team service.
+
+    Args:
+        runtime: The session's runtime.
+        agents: The session's agent service (asked when a teammate is spawned: it is built
+            after this).
+        cwd: Where teammates work.
+        base_prompt: The main thread's system prompt, which a teammate's starts from.
+        tools: The lead's tools, as offered to it (``--tools`` and the rules that hide tools
+            applied); a teammate gets those less :data:`TEAMMATE_DENIED`, with its own
+            messaging, Agent and task list tools.
+        panes: The tmux backend, when ``teammateMode`` chose it: new teammates start there.
+    """
+    service: TeamService
+    make_config = _config_maker(
+        agents, lambda: service, cwd=cwd, base_prompt=base_prompt, tools=tools
+    )
+
     def lead_mode() -> str:
         policy = agents().builder.policy
         return str(policy.mode) if policy is not None else "default"
@@ -102,11 +124,167 @@ def team_service(
     service = TeamService(
         runtime,
         Roster(runtime.store, runtime.session_id),
-        InProcessExecutor(runtime),
+        Executors(InProcessExecutor(runtime), panes, spawn_in=panes),
         make_config,
         lead_mode=lead_mode,
     )
     return service
+
+
+def member_service(
+    runtime: TaskRuntime,
+    join: JoinSpec,
+    agents: Callable[[], AgentService],
+    *,
+    base_prompt: Callable[[], str],
+    tools: Callable[[], Sequence[Tool[Any]]],
+) -> tuple[TeamService, TeammateProcess]:
+    """A teammate's own process: its team service, and what runs the teammate in it.
+
+    Args:
+        runtime: The process's runtime (its own session).
+        join: Who the teammate is and whose team (see :class:`~taskloom.teams.join.JoinSpec`).
+        agents: The process's agent service (built after this).
+        base_prompt: The system prompt a teammate's starts from.
+        tools: The tools the process offers (a teammate gets those less the denied).
+    """
+    from pathlib import Path
+
+    from taskloom.teams.member import TeammateProcess, team_mailbox
+
+    mailbox = team_mailbox(runtime.store, join, runtime.home)
+    service: TeamService
+    make_config = _config_maker(
+        agents, lambda: service, cwd=Path(join.cwd), base_prompt=base_prompt, tools=tools
+    )
+    local = InProcessExecutor(runtime, mailbox, join.session)
+    service = TeamService(
+        runtime,
+        Roster(runtime.store, join.session),
+        Executors(local, relay=True),
+        make_config,
+        lambda: join.mode or "default",
+        mailbox=mailbox,
+        leads=False,
+    )
+
+    def spec() -> TeammateSpec:  # once the process's agent service is built
+        return TeammateSpec(
+            name=join.name,
+            team=join.team,
+            color=join.color,
+            prompt=join.prompt,
+            config=make_config(join.name, join.team, None, join.mode),
+            model=join.model,
+            mode=join.mode,
+        )
+
+    return service, TeammateProcess(service, join, spec)
+
+
+#: The session options a teammate's process inherits from its lead's (by field name).
+_INHERITED = (
+    "allowed_tools", "disallowed_tools", "skip_permissions", "settings", "skip_broken_settings",
+    "setting_sources", "builtin_tools", "add_dirs", "mcp_config", "strict_mcp_config", "agents",
+    "append_system_prompt", "fallback_model",
+)  # fmt: skip
+
+
+def session_team(
+    runtime: TaskRuntime,
+    options: Options,
+    settings: Mapping[str, Any],
+    agents: Callable[[], AgentService],
+    *,
+    cwd: Path,
+    base_prompt: Callable[[], str],
+    tools: Callable[[], Sequence[Tool[Any]]],
+) -> tuple[TeamService | None, TeammateProcess | None]:
+    """The session's team: the one it leads, or (``options.join_team``) the one it serves in.
+
+    Returns:
+        The team service (None: teams are off), and what runs the teammate when this
+        process is a teammate's own.
+
+    Raises:
+        UsageError: A bad ``teammateMode``, or tmux asked for where it cannot run.
+    """
+    from taskloom.teams.mode import pane_server, teammate_mode, teams_enabled
+
+    if options.join_team is not None:
+        from taskloom.teams.join import JoinSpec
+
+        join = JoinSpec.read(Path(options.join_team))
+        return member_service(runtime, join, agents, base_prompt=base_prompt, tools=tools)
+    if not teams_enabled(options.teams, settings):
+        return None, None
+    server = pane_server(teammate_mode(options.teammate_mode, settings))
+    panes = None
+    if server is not None:
+        from taskloom.teams.pane_executor import PaneExecutor
+
+        panes = PaneExecutor(
+            runtime,
+            server,
+            _launcher(runtime, options, cwd, agents),
+            prompter=options.prompter,
+            keep_crashed=settings.get("teammateCrashedPane") != "close",
+        )
+    service = team_service(
+        runtime, agents, cwd=cwd, base_prompt=base_prompt, tools=tools, panes=panes
+    )
+    return service, None
+
+
+def _launcher(
+    runtime: TaskRuntime, options: Options, cwd: Path, agents: Callable[[], AgentService]
+) -> Launcher:
+    """Makes the spec a teammate's process starts from, out of the lead's options."""
+    import os
+
+    from taskloom.process.identity import process_start_time
+    from taskloom.teams.join import JoinSpec
+    from taskloom.teams.panes import PaneError
+
+    inherited: dict[str, Any] = {}
+    for name in _INHERITED:
+        value = getattr(options, name)
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, (list, tuple)):
+            value = [str(v) for v in value]
+        inherited[name] = value
+    me = os.getpid()
+    lead_start = process_start_time(me) or 0.0
+
+    def launch(spec: TeammateSpec, task_id: str, pane_id: str) -> JoinSpec:
+        model = spec.model or (options.model if isinstance(options.model, str) else None)
+        if model is None and options.model is not None:
+            raise PaneError(
+                "teammateMode tmux: the lead's model is a Python object, which a teammate's "
+                "process cannot share; give the lead (or the teammate) a model by name"
+            )
+        policy = agents().builder.policy
+        return JoinSpec(
+            session=runtime.session_id,
+            team=spec.team,
+            name=spec.name,
+            task_id=task_id,
+            prompt=spec.prompt,
+            color=spec.color,
+            pane_id=pane_id,
+            lead_pid=me,
+            lead_start=lead_start,
+            home=str(runtime.home),
+            cwd=str(cwd),
+            model=model,
+            # Its own mode, else the lead's as it is now (teammates inherit it).
+            mode=spec.mode or (str(policy.mode) if policy is not None else None),
+            lead_prompts=options.prompter is not None,
+            options=inherited,
+        )
+
+    return launch
 
 
 def teammate_tools(agents: AgentService, team: TeamService) -> list[Tool[Any]]:

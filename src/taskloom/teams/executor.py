@@ -1,9 +1,12 @@
-"""Where teammates run: the executor seam, and its in-process implementation.
+"""Where teammates run: the executor seam, its in-process implementation, and the router.
 
 The messaging layer spawns, messages, asks to shut down and kills teammates through a
 :class:`TeammateExecutor`, whatever runs them. :class:`InProcessExecutor` runs each one in this
 process as an ``in_process_teammate`` task of the session's runtime, driven by a
-:class:`~taskloom.teams.teammate.TeammateRun`.
+:class:`~taskloom.teams.teammate.TeammateRun`; the tmux backend
+(:class:`~taskloom.teams.pane_executor.PaneExecutor`) runs each in a process of its own.
+:class:`Executors` sends each call to the backend that runs the teammate named, and a new one
+to the backend ``teammateMode`` chose.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ from typing import TYPE_CHECKING, Protocol
 from taskloom.errors import UsageError
 from taskloom.tasks.teammate import TeammateTaskState, working
 from taskloom.tasks.types import TaskStatus, TaskType
-from taskloom.teams.protocol import LEAD_NAME, request_id, shutdown_request, wrap
+from taskloom.teams.protocol import IN_PROCESS, LEAD_NAME, request_id, shutdown_request, wrap
 from taskloom.teams.protocol import agent_id as member_id
 from taskloom.teams.teammate import TeammateRun
 
 if TYPE_CHECKING:
     from taskloom.engine import EngineConfig
     from taskloom.messages import Message
+    from taskloom.tasks.mailbox import Mailbox
     from taskloom.tasks.runtime import TaskRuntime
 
 
@@ -38,6 +42,7 @@ class TeammateSpec:
         model: The model it runs on, if not the session's (shown in its task state).
         plan_mode_required: Whether it must have its plan approved before it acts.
         on_end: Called once it has ended, however (its member is then inactive).
+        mode: Its permission mode, if set for it (None: the lead's).
     """
 
     name: str
@@ -48,19 +53,24 @@ class TeammateSpec:
     model: str | None = None
     plan_mode_required: bool = False
     on_end: Callable[[], None] | None = None
+    mode: str | None = None
 
 
 class TeammateExecutor(Protocol):
-    """Runs a team's teammates; each is named by its agent id, ``<name>@<team>``."""
+    """Runs a team's teammates; each is named by its agent id, ``<name>@<team>``.
+
+    Attributes:
+        backend: What its teammates run in (``in-process``, ``tmux``): the members' field.
+    """
+
+    backend: str
 
     async def spawn(self, spec: TeammateSpec) -> str:
         """Start a teammate; returns its agent id."""
         ...
 
-    async def send(
-        self, agent_id: str, body: str, *, sender: str, summary: str | None = None
-    ) -> str:
-        """Post ``body`` (wrapped by its sender) to a teammate; returns the row's id."""
+    def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
+        """Post ``body`` (wrapped by its sender) to a teammate, counted at work; the row's id."""
         ...
 
     async def terminate(self, agent_id: str, reason: str | None) -> str:
@@ -75,13 +85,45 @@ class TeammateExecutor(Protocol):
         """Whether the teammate runs (idle or working)."""
         ...
 
+    def task_id(self, agent_id: str) -> str | None:
+        """The teammate's task id (None: it was not started by this backend)."""
+        ...
+
+    def local_run(self, agent_id: str) -> TeammateRun | None:
+        """The teammate's run, when it runs in this process."""
+        ...
+
+    async def close(self) -> None:
+        """Let go of what the backend holds (its teammates are killed first)."""
+        ...
+
+
+class PaneBackend(TeammateExecutor, Protocol):
+    """A backend whose teammates run in panes a crashed session may leave behind."""
+
+    async def sweep(self) -> list[str]:
+        """Close the panes of sessions that are gone; the panes closed."""
+        ...
+
 
 class InProcessExecutor:
     """Teammates as tasks of this process's runtime (see the module docstring)."""
 
-    def __init__(self, runtime: TaskRuntime) -> None:
-        """Run teammates in ``runtime``; the lead is its session (mailbox: the session id)."""
+    backend = IN_PROCESS
+
+    def __init__(
+        self, runtime: TaskRuntime, mailbox: Mailbox | None = None, lead: str | None = None
+    ) -> None:
+        """Run teammates in ``runtime``.
+
+        Args:
+            runtime: Where their tasks are.
+            mailbox: The team's mailbox (default: the runtime's: the lead runs here).
+            lead: The lead's address (default: the runtime's session).
+        """
         self.runtime = runtime
+        self.mailbox = mailbox if mailbox is not None else runtime.mailbox
+        self.lead = lead if lead is not None else runtime.session_id
         self._tasks: dict[str, str] = {}  # agent id -> task id
         self._runs: dict[str, TeammateRun] = {}
 
@@ -92,6 +134,17 @@ class InProcessExecutor:
         """
         return self._start(spec, task_id, messages)
 
+    def adopt(self, spec: TeammateSpec, task_id: str, **run: str) -> TeammateRun:
+        """Run the teammate its lead registered as ``task_id`` (in a process of its own).
+
+        Args:
+            spec: What it was spawned with.
+            task_id: Its task id, given by its lead.
+            run: ``backend`` and ``pane_id``, as its run says them.
+        """
+        self._start(spec, task_id, None, **run)
+        return self._runs[member_id(spec.name, spec.team)]
+
     async def spawn(self, spec: TeammateSpec) -> str:
         """Register its task (owned by the session), attach its run and start it.
 
@@ -100,7 +153,9 @@ class InProcessExecutor:
         """
         return self._start(spec, self.runtime.new_id(TaskType.IN_PROCESS_TEAMMATE), None)
 
-    def _start(self, spec: TeammateSpec, task_id: str, messages: list[Message] | None) -> str:
+    def _start(
+        self, spec: TeammateSpec, task_id: str, messages: list[Message] | None, **where: str
+    ) -> str:
         member = member_id(spec.name, spec.team)
         if self.is_active(member):
             raise UsageError(f"teammate {member} is running already")
@@ -112,6 +167,8 @@ class InProcessExecutor:
                 description=member,
                 owner=runtime.session_id,
                 output_file=str(runtime.output_path(task_id)),
+                backend=where.get("backend", "in-process"),
+                pane_id=where.get("pane_id", ""),
                 agent_id=member,
                 agent_name=spec.name,
                 team_name=spec.team,
@@ -130,9 +187,11 @@ class InProcessExecutor:
             color=spec.color,
             config=spec.config,
             prompt=spec.prompt,
-            lead=runtime.session_id,
+            lead=self.lead,
             on_end=spec.on_end,
             messages=messages,
+            mailbox=self.mailbox,
+            **where,
         )
         runtime.attach_handle(task_id, run)
         self._tasks[member] = task_id
@@ -162,7 +221,7 @@ class InProcessExecutor:
             StoreError: The row could not be written (it will not arrive).
         """
         task_id = self._active_task(agent_id)
-        letter = self.runtime.mailbox.post(
+        letter = self.mailbox.post(
             recipient=agent_id,
             sender=sender,
             kind="message",
@@ -209,16 +268,23 @@ class InProcessExecutor:
         state = self.runtime.get(task_id) if task_id is not None else None
         return state is not None and not state.terminal
 
+    def local_run(self, agent_id: str) -> TeammateRun | None:
+        """The teammate's run (None: no such teammate was started here)."""
+        return self._runs.get(agent_id)
+
     def run(self, agent_id: str) -> TeammateRun:
-        """The teammate's run (the messaging layer calls its ``shutdown``).
+        """The teammate's run.
 
         Raises:
-            UsageError: No such teammate was spawned here.
+            UsageError: No such teammate was started here.
         """
         run = self._runs.get(agent_id)
         if run is None:
             raise UsageError(f"no teammate {agent_id}")
         return run
+
+    async def close(self) -> None:
+        """Nothing to let go of: its teammates are tasks of the runtime."""
 
     def task_id(self, agent_id: str) -> str | None:
         """The task id of the teammate ``agent_id`` (None: none was spawned here)."""
@@ -231,4 +297,132 @@ class InProcessExecutor:
         return task_id
 
 
-__all__ = ["InProcessExecutor", "TeammateExecutor", "TeammateSpec"]
+class Executors:
+    """The team's backends: each call goes to the one running the teammate named.
+
+    A new teammate starts in ``spawn_in`` (``teammateMode``'s choice); one brought back by a
+    resume runs in this process. A message for a member no backend here runs (a teammate in
+    another process, seen from a teammate's own process) is posted to the team's mailbox, whose
+    process for that address is woken.
+    """
+
+    def __init__(
+        self,
+        local: InProcessExecutor,
+        panes: PaneBackend | None = None,
+        *,
+        spawn_in: TeammateExecutor | None = None,
+        relay: bool = False,
+    ) -> None:
+        """Route between ``local`` and ``panes``.
+
+        Args:
+            local: The in-process backend.
+            panes: The tmux backend, when this session may use it.
+            spawn_in: Where a new teammate starts (default: ``local``).
+            relay: Post a message for a member no backend here runs, rather than refuse it
+                (a teammate's own process: the others run elsewhere).
+        """
+        self.local = local
+        self.panes = panes
+        self.spawn_in: TeammateExecutor = spawn_in or local
+        self.relay = relay
+
+    @property
+    def spawn_backend(self) -> str:
+        """What a new teammate runs in (``in-process``, ``tmux``)."""
+        return self.spawn_in.backend
+
+    def _backends(self) -> list[TeammateExecutor]:
+        return [self.local] if self.panes is None else [self.local, self.panes]
+
+    def _of(self, agent_id: str) -> TeammateExecutor | None:
+        for backend in self._backends():
+            if backend.task_id(agent_id) is not None:
+                return backend
+        return None
+
+    def _known(self, agent_id: str) -> TeammateExecutor:
+        backend = self._of(agent_id)
+        if backend is None:
+            raise UsageError(f"no teammate {agent_id} is running")
+        return backend
+
+    async def spawn(self, spec: TeammateSpec) -> str:
+        """Start a teammate where ``teammateMode`` says.
+
+        Raises:
+            UsageError: A teammate of that name runs in that team already.
+            PaneError: Its pane could not be made.
+        """
+        member = member_id(spec.name, spec.team)
+        if self.is_active(member):
+            raise UsageError(f"teammate {member} is running already")
+        return await self.spawn_in.spawn(spec)
+
+    async def resume(self, spec: TeammateSpec, task_id: str, messages: list[Message]) -> str:
+        """Bring back, in this process, a teammate an earlier process ran (see there)."""
+        return await self.local.resume(spec, task_id, messages)
+
+    def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
+        """Post to a teammate (see :meth:`TeammateExecutor.deliver`).
+
+        Raises:
+            UsageError: No such teammate runs (and this process does not relay).
+            StoreError: The row could not be written (it will not arrive).
+        """
+        backend = self._of(agent_id)
+        if backend is None and self.relay:
+            return self.local.mailbox.post(
+                recipient=agent_id,
+                sender=sender,
+                kind="message",
+                body=body,
+                priority="next",
+                summary=summary or "",
+                commit=True,
+            ).id
+        if backend is None:
+            raise UsageError(f"no teammate {agent_id} is running")
+        return backend.deliver(agent_id, body, sender=sender, summary=summary)
+
+    async def terminate(self, agent_id: str, reason: str | None) -> str:
+        """Ask a teammate to shut down; the request's id."""
+        return await self._known(agent_id).terminate(agent_id, reason)
+
+    async def kill(self, agent_id: str) -> None:
+        """Stop a teammate now."""
+        await self._known(agent_id).kill(agent_id)
+
+    def is_active(self, agent_id: str) -> bool:
+        """Whether a backend here runs it."""
+        backend = self._of(agent_id)
+        return backend is not None and backend.is_active(agent_id)
+
+    def task_id(self, agent_id: str) -> str | None:
+        """Its task id, if a backend here started it."""
+        backend = self._of(agent_id)
+        return backend.task_id(agent_id) if backend is not None else None
+
+    def local_run(self, agent_id: str) -> TeammateRun | None:
+        """Its run, when it runs in this process."""
+        return self.local.local_run(agent_id)
+
+    def run(self, agent_id: str) -> TeammateRun:
+        """Its run in this process.
+
+        Raises:
+            UsageError: It does not run in this process.
+        """
+        run = self.local_run(agent_id)
+        if run is None:
+            raise UsageError(f"teammate {agent_id} does not run in this process")
+        return run
+
+    async def close(self) -> None:
+        """Let go of every backend (their teammates are killed first)."""
+        for backend in self._backends():
+            await backend.close()
+
+
+__all__ = ["Executors", "InProcessExecutor", "PaneBackend", "TeammateExecutor", "TeammateSpec"]

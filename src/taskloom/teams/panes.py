@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from taskloom.errors import TaskloomError
@@ -95,6 +95,8 @@ class TmuxPanes:
         self.tmux = tmux
         self.socket = socket
         self.lead_pane = lead_pane
+        # One pane made at a time: two spawns at once would both make the team's session.
+        self._creating = asyncio.Lock()
 
     async def run(self, *args: str) -> str:
         """Run one tmux command; its output.
@@ -135,14 +137,40 @@ class TmuxPanes:
         cwd: str,
         env: Mapping[str, str],
         colour: str | None = None,
+        before_start: Callable[[Pane], Awaitable[None]] | None = None,
     ) -> Pane:
         """Start ``argv`` in a new pane of ``team``'s window; the pane and its pid.
 
         The command sees exactly ``env`` (tmux's own variables are not passed on).
 
+        Args:
+            team: The team (its window, or its own tmux session).
+            session_id: The session the pane belongs to (its tag, for the sweep).
+            title: Shown on the pane's border.
+            argv: The command.
+            cwd: Where it starts.
+            env: Its whole environment.
+            colour: Its border's colour (a roster colour).
+            before_start: Awaited once the pane exists, before the command starts (to hand
+                it what it needs to know about its pane); if it fails, the pane is killed.
+
         Raises:
             PaneError: tmux failed.
         """
+        async with self._creating:
+            return await self._create(team, session_id, title, argv, cwd, env, colour, before_start)
+
+    async def _create(
+        self,
+        team: str,
+        session_id: str,
+        title: str,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        colour: str | None,
+        before_start: Callable[[Pane], Awaitable[None]] | None,
+    ) -> Pane:
         command = [shutil.which("env") or "/usr/bin/env", "-i"]
         command += [f"{k}={v}" for k, v in env.items()]
         # The pane's shell waits for one line before it becomes the command (exec: the same
@@ -177,6 +205,8 @@ class TmuxPanes:
             if colour is not None:
                 await self.set_border_colour(pane_id, colour)
             await self.rebalance(pane_id)
+            if before_start is not None:
+                await before_start(Pane(pane_id, int(pid)))
             await self.run("send-keys", "-t", pane_id, "Enter")  # now the command starts
         except BaseException:
             # Half set up (tmux failed or was stopped): no pane may be left untagged.
@@ -225,6 +255,19 @@ class TmuxPanes:
             await self.run("select-layout", "-t", window, "main-vertical")
         else:
             await self.run("select-layout", "-t", window, "tiled")
+
+    async def exit_status(self, pane_id: str) -> str:
+        """How the command of a dead pane ended (``exit code 3``, ``signal 9``); '' if unknown."""
+        try:
+            out = await self.run(
+                "display-message", "-p", "-t", pane_id, "#{pane_dead_status} #{pane_dead_signal}"
+            )
+        except PaneError:
+            return ""
+        status, _, signal = out.strip().partition(" ")
+        if signal.strip() and signal.strip() != "0":
+            return f"signal {signal.strip()}"
+        return f"exit code {status}" if status else ""
 
     async def panes(self) -> list[tuple[str, int, str, bool]]:
         """Every pane of the server: id, pid, the session it belongs to ('' if none), dead."""

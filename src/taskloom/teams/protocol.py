@@ -10,10 +10,11 @@ back. Timestamps are ISO 8601 UTC with milliseconds and ``Z``.
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape, unescape
 
 from taskloom.session import LEAD_CLOSING, LEAD_PREAMBLE, lead_batch
 
@@ -23,6 +24,12 @@ LEAD_NAME = "team-lead"
 SUMMARY_LIMIT = 200
 #: What an in-process teammate says it runs in (``paneId`` and ``backendType``).
 IN_PROCESS = "in-process"
+#: What a teammate in a tmux pane says it runs in (``backendType``).
+TMUX = "tmux"
+
+_WRAPPED = re.compile(
+    r'\A<teammate-message teammate_id="([^"]*)"[^>]*>\n(.*)\n</teammate-message>\Z', re.DOTALL
+)
 
 
 # Attribute values are quoted with double quotes: those must be escaped too, with the rest.
@@ -49,6 +56,14 @@ def wrap(body: str, *, sender: str, color: str | None = None, summary: str | Non
     if summary:
         attributes.append(f'summary="{escape(summary, _ATTRIBUTE_ENTITIES)}"')
     return f"<teammate-message {' '.join(attributes)}>\n{body}\n</teammate-message>"
+
+
+def unwrap(body: str) -> tuple[str | None, str]:
+    """The sender's name and the body of a wrapped message (None and ``body``: not wrapped)."""
+    found = _WRAPPED.match(body)
+    if found is None:
+        return None, body
+    return unescape(found.group(1), {"&quot;": '"'}), found.group(2)
 
 
 def structured(body: str) -> dict[str, Any] | None:
@@ -104,16 +119,23 @@ def shutdown_request(request: str, *, reason: str | None, at: float | None = Non
     )
 
 
-def shutdown_approved(request: str, *, name: str, at: float | None = None) -> str:
-    """Teammate ``name`` agreed to shut down, and did (it ran in this process)."""
+def shutdown_approved(
+    request: str,
+    *,
+    name: str,
+    at: float | None = None,
+    pane_id: str = IN_PROCESS,
+    backend: str = IN_PROCESS,
+) -> str:
+    """Teammate ``name`` agreed to shut down, and did (in its pane ``pane_id``, if any)."""
     return _dump(
         {
             "type": "shutdown_approved",
             "requestId": request,
             "from": name,
             "timestamp": timestamp(at),
-            "paneId": IN_PROCESS,
-            "backendType": IN_PROCESS,
+            "paneId": pane_id,
+            "backendType": backend,
         }
     )
 
@@ -156,15 +178,73 @@ def plan_approval_response(request: str, *, approve: bool, feedback: str | None 
     return _dump(data)
 
 
+def permission_request(
+    request: str,
+    *,
+    name: str,
+    tool_name: str,
+    tool_input: dict[str, Any],
+    tool_use_id: str,
+    reason: str,
+    kind: str = "other",
+    target: str | None = None,
+    cwd: str = "",
+    at: float | None = None,
+) -> str:
+    """Teammate ``name`` (in a process of its own) asks its lead whether a call may run.
+
+    ``kind``, ``target`` and ``cwd`` are the request's as the teammate's policy saw it.
+    """
+    return _dump(
+        {
+            "type": "permission_request",
+            "requestId": request,
+            "from": name,
+            "toolName": tool_name,
+            "input": tool_input,
+            "toolUseId": tool_use_id,
+            "reason": reason,
+            "kind": kind,
+            "target": target,
+            "cwd": cwd,
+            "timestamp": timestamp(at),
+        }
+    )
+
+
+def permission_response(
+    request: str,
+    *,
+    allow: bool,
+    message: str = "",
+    updated_input: dict[str, Any] | None = None,
+    interrupt: bool = False,
+) -> str:
+    """The lead's answer to a :func:`permission_request`."""
+    data: dict[str, Any] = {
+        "type": "permission_response",
+        "requestId": request,
+        "approve": allow,
+        "message": message,
+        "interrupt": interrupt,
+    }
+    if updated_input is not None:
+        data["updatedInput"] = updated_input
+    return _dump(data)
+
+
 __all__ = [
     "IN_PROCESS",
     "LEAD_CLOSING",
     "LEAD_NAME",
     "LEAD_PREAMBLE",
     "SUMMARY_LIMIT",
+    "TMUX",
     "agent_id",
     "idle_notification",
     "lead_batch",
+    "permission_request",
+    "permission_response",
     "plan_approval_request",
     "plan_approval_response",
     "request_id",
@@ -173,5 +253,6 @@ __all__ = [
     "shutdown_request",
     "structured",
     "timestamp",
+    "unwrap",
     "wrap",
 ]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom.errors import TaskloomError, ToolError
 from taskloom.tasks.teammate import TeammateTaskState
 from taskloom.teams import protocol
-from taskloom.teams.executor import InProcessExecutor, TeammateSpec
+from taskloom.teams.executor import Executors, TeammateSpec
 from taskloom.teams.model import LEAD_NAME, Member, TeamError
 from taskloom.teams.task_tools import Board
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from taskloom.engine import EngineConfig
+    from taskloom.tasks.mailbox import Mailbox
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.teams.roster import Roster
     from taskloom.tools.base import ToolContext
@@ -51,20 +52,30 @@ class TeamService:
         self,
         runtime: TaskRuntime,
         roster: Roster,
-        executor: InProcessExecutor,
+        executor: Executors,
         make_config: ConfigMaker,
         lead_mode: Callable[[], str] = lambda: "default",
+        *,
+        mailbox: Mailbox | None = None,
+        leads: bool = True,
     ) -> None:
-        """Serve the team the session of ``runtime`` leads.
+        """Serve the team the session of ``runtime`` leads (or, ``leads`` False, is a member of).
 
         Args:
-            runtime: The session's runtime (its mailbox, the teammates' tasks).
-            roster: The teams this session leads, in the store.
+            runtime: This process's runtime (the tasks of the teammates it runs).
+            roster: The teams of the lead's session, in the store.
             executor: Where teammates run.
             make_config: Builds a teammate's engine configuration.
             lead_mode: The lead's permission mode now (a teammate whose plan is approved
                 goes on under it).
+            mailbox: The team's mailbox, the lead's session's (default: the runtime's own).
+            leads: This process runs the lead. False: it runs one teammate, in a pane of its
+                own; its end does not end the team.
         """
+        self.mailbox = mailbox if mailbox is not None else runtime.mailbox
+        #: The lead's mailbox address: its session id.
+        self.lead = self.mailbox.session_id
+        self.leads = leads
         self.runtime = runtime
         self.roster = roster
         self.executor = executor
@@ -76,7 +87,7 @@ class TeamService:
 
     def is_lead(self, ctx: ToolContext) -> bool:
         """Whether the caller is the session's main thread (the lead, or the lead to be)."""
-        return ctx.owner == self.runtime.session_id
+        return ctx.owner == self.lead
 
     def member_of(self, ctx: ToolContext) -> Member | None:
         """The caller as a member of the session's team (None: not in it)."""
@@ -145,6 +156,7 @@ class TeamService:
                 plan_mode_required=mode == "plan",
                 cwd=cwd,
                 mode=mode,
+                backend_type=self.executor.spawn_backend,
             )
         except TeamError as exc:
             raise ToolError(str(exc)) from None
@@ -157,9 +169,13 @@ class TeamService:
             model=model,
             plan_mode_required=mode == "plan",
             on_end=lambda: self._inactive(team.name, name),
+            mode=mode,
         )
         try:
             agent_id = await self.executor.spawn(spec)
+        except TaskloomError as exc:  # e.g. its pane could not be made: the lead is told why
+            self.roster.set_active(team.name, name, False)
+            raise ToolError(f"Could not spawn {name}: {exc}") from None
         except BaseException:
             self.roster.set_active(team.name, name, False)
             raise
@@ -243,8 +259,8 @@ class TeamService:
                 return self.executor.deliver(target.agent_id, body, sender=sender, summary=summary)
             except TaskloomError as exc:
                 raise ToolError(f"SendMessage: {target.name} is not running ({exc}).") from None
-        return self.runtime.mailbox.post(
-            recipient=self.runtime.session_id,
+        return self.mailbox.post(
+            recipient=self.lead,
             sender=sender,
             kind="message",
             body=body,
@@ -294,12 +310,11 @@ class TeamService:
             if approve:
                 # Approved: it leaves plan mode for the lead's mode, and may act now (and its
                 # member says so, so that a resume brings it back in that mode).
-                try:
-                    run = self.executor.run(target.agent_id)
-                except TaskloomError as exc:
-                    raise ToolError(f"SendMessage: {target.name} is not running ({exc}).") from None
+                if not self.executor.is_active(target.agent_id):
+                    raise ToolError(f"SendMessage: {target.name} is not running.")
                 mode = self.lead_mode()
-                if run.engine.config.permissions is not None:
+                run = self.executor.local_run(target.agent_id)
+                if run is not None and run.engine.config.permissions is not None:
                     run.engine.config.permissions.switch_mode(mode)
                 self.roster.tables.set_member(target.team, target.name, mode=mode)
                 del self._plans[request]
@@ -383,6 +398,15 @@ class TeamService:
 
     # -- the end ------------------------------------------------------------------------------
 
+    async def open(self) -> None:
+        """At start, for a lead: sweep the panes crashed sessions left, resume its teammates."""
+        if not self.leads:
+            return
+        panes = self.executor.panes
+        if panes is not None:
+            await panes.sweep()
+        await self.resume_members()
+
     async def resume_members(self) -> list[str]:
         """At start: bring back the teammates an earlier process of this session ran.
 
@@ -440,7 +464,22 @@ class TeamService:
             self.roster.set_active(team, name, False)
 
     async def close(self) -> None:
-        """The session ends: stop every teammate (verified), then remove the team."""
+        """The session ends: stop every teammate (verified), then remove the team.
+
+        A teammate's own process stops only the teammate it runs.
+        """
+        if not self.leads:
+            for member in list(self.executor.local._tasks):
+                if self.executor.is_active(member):
+                    await self.executor.kill(member)
+            await self.executor.close()
+            return
+        try:
+            await self._close_team()
+        finally:
+            await self.executor.close()
+
+    async def _close_team(self) -> None:
         team = self.roster.team()
         if team is None:
             return

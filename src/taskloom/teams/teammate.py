@@ -31,11 +31,20 @@ from taskloom.settings import session_dir
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.teammate import ended, idle, progressed, working
 from taskloom.tasks.types import TaskStatus
-from taskloom.teams.protocol import LEAD_NAME, idle_notification, shutdown_approved, wrap
+from taskloom.teams.protocol import (
+    IN_PROCESS,
+    LEAD_NAME,
+    idle_notification,
+    shutdown_approved,
+    structured,
+    unwrap,
+    wrap,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from taskloom.tasks.mailbox import Letter, Mailbox
     from taskloom.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -51,9 +60,16 @@ MAIL_WAIT_S = 3600.0
 RECENT_LIMIT = 50
 
 
-def sidechain_path(runtime: TaskRuntime, task_id: str) -> Path:
-    """Where a teammate's transcript lives (beside the subagents')."""
-    return session_dir(runtime.session_id, runtime.home) / "subagents" / f"agent-{task_id}.jsonl"
+def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = None) -> Path:
+    """Where a teammate's transcript lives: beside the subagents' of its lead's session.
+
+    Args:
+        runtime: The runtime it runs in (its home).
+        task_id: Its task id.
+        session_id: Its lead's session (default: the runtime's own: the lead runs it).
+    """
+    session = session_id or runtime.session_id
+    return session_dir(session, runtime.home) / "subagents" / f"agent-{task_id}.jsonl"
 
 
 class TeammateRun:
@@ -73,6 +89,9 @@ class TeammateRun:
         lead: str,
         on_end: Callable[[], None] | None = None,
         messages: list[Message] | None = None,
+        mailbox: Mailbox | None = None,
+        backend: str = IN_PROCESS,
+        pane_id: str = IN_PROCESS,
     ) -> None:
         """Prepare the teammate of task ``task_id`` (registered by the caller).
 
@@ -86,10 +105,15 @@ class TeammateRun:
             config: How its engine runs; ``inbox`` is set to this run's, and ``owner`` to its
                 task id (what it starts is then closed by its end).
             prompt: Its task, from the lead.
-            lead: The lead's mailbox address (the session id).
+            lead: The lead's mailbox address (the lead's session id).
             on_end: Called once it has ended, however (e.g. to mark its member inactive).
             messages: Its conversation so far, when it goes on from an earlier process (it
                 then waits for mail at once instead of starting on ``prompt``).
+            mailbox: The team's mailbox, where its messages arrive and its words to others
+                go (default: the runtime's own; a teammate in a pane of its own has its
+                lead's, shared through the store).
+            backend: What it runs in, as its ``shutdown_approved`` says (``backendType``).
+            pane_id: Its pane, as its ``shutdown_approved`` says (``paneId``).
         """
         self.on_end = on_end
         self.runtime = runtime
@@ -100,6 +124,9 @@ class TeammateRun:
         self.color = color
         self.prompt = prompt
         self.lead = lead
+        self.mailbox = mailbox if mailbox is not None else runtime.mailbox
+        self.backend = backend
+        self.pane_id = pane_id
         config = dataclasses.replace(
             config,
             owner=task_id,
@@ -108,7 +135,7 @@ class TeammateRun:
         )
         self.engine = Engine(config, runtime, messages)
         self._resumed = messages is not None
-        path = sidechain_path(runtime, task_id)
+        path = sidechain_path(runtime, task_id, self.mailbox.session_id)
         #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
         self.recorder = Recorder(
             self.engine,
@@ -163,6 +190,14 @@ class TeammateRun:
         """A teammate cannot outlive its session: detaching stops it."""
         await self.kill()
 
+    async def wait_ended(self) -> None:
+        """Wait until its loop, and an end it asked for from inside it, have finished."""
+        while True:
+            pending = [t for t in (self.driver, self._ender) if t is not None and not t.done()]
+            if not pending:
+                return
+            await asyncio.wait(pending)  # its end, however it came; a cancel of ours goes up
+
     def approve_shutdown(self, request_id: str) -> None:
         """Its own tool call approved a shutdown: finish this turn, then end (completed).
 
@@ -190,8 +225,7 @@ class TeammateRun:
     async def _shut_down(self, request_id: str) -> None:
         await self._stop()
         self.runtime.update(self.task_id, lambda s: ended(s))
-        approved = shutdown_approved(request_id, name=self.name, at=self.runtime.clock.time())
-        self._tell_lead(approved)
+        self._tell_lead(self._approval(request_id))
         self._report_end()
 
     def _inside(self) -> bool:
@@ -240,9 +274,23 @@ class TeammateRun:
         They are acknowledged once its transcript holds the message they go into (see
         :meth:`~taskloom.conversation.recorder.Recorder.hold`).
         """
-        letters = self.runtime.mailbox.take(self.agent_id, "message")
-        self.recorder.hold(letters)
+        letters = self.mailbox.take(self.agent_id, "message")
+        self._hold(letters)
         return [letter.body for letter in letters]
+
+    def _hold(self, letters: list[Letter]) -> None:
+        """Taken for its next message: acknowledged once its transcript holds them.
+
+        A shutdown request among them is noted on its task, whoever sent it through which
+        process: its answer is checked against it.
+        """
+        self.recorder.hold(letters)
+        for letter in letters:
+            if '"shutdown_request"' in letter.body and _asked_to_shut_down(letter.body):
+                self.runtime.update(
+                    self.task_id,
+                    lambda s: s if s.terminal else s.replace(shutdown_requested=True),
+                )
 
     async def _drive(self) -> None:
         try:
@@ -321,7 +369,7 @@ class TeammateRun:
         self._tell_lead(idle_notification(self.name, summary, at=self.runtime.clock.time()))
 
     def _tell_lead(self, body: str) -> None:
-        self.runtime.mailbox.post(
+        self.mailbox.post(
             recipient=self.lead,
             sender=self.agent_id,
             kind="message",
@@ -330,11 +378,11 @@ class TeammateRun:
 
     async def _next_input(self) -> str | Message:
         """Wait, idle, for what starts its next turn: messages, or news of its own tasks."""
-        mailbox = self.runtime.mailbox
+        mailbox = self.mailbox
         while True:
             letters = mailbox.take(self.agent_id, "message")
             if letters:
-                self.recorder.hold(letters)
+                self._hold(letters)
                 return "\n\n".join(letter.body for letter in letters)
             if self.runtime.notifications.has_pending(self.task_id):
                 # An empty prompt: the engine makes its pending notifications the prompt.
@@ -342,10 +390,11 @@ class TeammateRun:
             await self._wait_for_mail()
 
     async def _wait_for_mail(self) -> None:
-        mailbox = self.runtime.mailbox
         waits = [
-            asyncio.ensure_future(mailbox.wait(MAIL_WAIT_S, self.agent_id, "message")),
-            asyncio.ensure_future(mailbox.wait(MAIL_WAIT_S, self.task_id, "notification")),
+            asyncio.ensure_future(self.mailbox.wait(MAIL_WAIT_S, self.agent_id, "message")),
+            asyncio.ensure_future(
+                self.runtime.mailbox.wait(MAIL_WAIT_S, self.task_id, "notification")
+            ),
         ]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -375,7 +424,7 @@ class TeammateRun:
             await self._close_processes()
             # It is gone for good (an in-process teammate is never resumed): what is still
             # addressed to it would wait forever, and be replayed to a namesake.
-            self.runtime.mailbox.discard(self.agent_id)
+            self.mailbox.discard(self.agent_id)
         finally:
             self._close_files()
             self._report_end()
@@ -384,8 +433,13 @@ class TeammateRun:
                 # (completed), and only then is the lead told.
                 totals = self._totals()
                 self.runtime.update(self.task_id, lambda s: ended(s).replace(**totals))
-                now = self.runtime.clock.time()
-                self._tell_lead(shutdown_approved(self._approved, name=self.name, at=now))
+                self._tell_lead(self._approval(self._approved))
+
+    def _approval(self, request_id: str) -> str:
+        at = self.runtime.clock.time()
+        return shutdown_approved(
+            request_id, name=self.name, at=at, pane_id=self.pane_id, backend=self.backend
+        )
 
     def _report_end(self) -> None:
         """Call ``on_end``, once.
@@ -422,6 +476,13 @@ class TeammateRun:
                 self.output.append("\n".join(lines) + "\n")
         totals = self._totals()
         self.runtime.update(self.task_id, lambda s: progressed(s, totals))
+
+
+def _asked_to_shut_down(body: str) -> bool:
+    """Whether a wrapped message is the lead's ``shutdown_request``."""
+    _, inner = unwrap(body)
+    data = structured(inner)
+    return data is not None and data.get("type") == "shutdown_request"
 
 
 def _describe(exc: Exception) -> str:

@@ -1,0 +1,511 @@
+"""Teammates in tmux panes, as their lead runs them: one ``taskloom teammate`` process each.
+
+A pane teammate is a task of the lead's session like an in-process one (kind
+``in_process_teammate``, prefix ``t``, owned by the session), but its loop runs in a process of
+its own, in a pane the user can watch. The lead:
+
+- starts it (:meth:`PaneExecutor.spawn`): registers its task, makes its pane, writes its
+  :class:`~taskloom.teams.join.JoinSpec`, starts ``taskloom teammate`` there, and records the
+  process for the orphan sweep;
+- talks to it through the team's mailbox, the store: a row for it is committed, then its
+  wake-up socket is pinged; its rows for the lead ping the lead's socket, and the lead reads
+  what is new. Idle notifications and shutdown approvals seen among them keep its task state
+  (idle, working, done) as the in-process run would;
+- answers its permission requests (``permission_request`` rows, kind ``protocol``) with the
+  lead's own prompter — the REPL asks the user, naming the teammate;
+- watches its process with a pidfd (:func:`~taskloom.process.watch.wait_exit`): the moment it
+  ends the lead knows how. After an approved shutdown or a kill its pane is closed; after a
+  crash its task fails (a notification to the lead), its member is inactive, and its pane
+  stays with its last words unless ``teammateCrashedPane`` is ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from taskloom.errors import StoreError, UsageError
+from taskloom.process.identity import boot_id, is_same_process, process_start_time
+from taskloom.process.kill import kill_tree
+from taskloom.process.watch import wait_exit
+from taskloom.store import ProcessRow, TeamTables
+from taskloom.tasks.teammate import TeammateTaskState, ended, idle, working
+from taskloom.tasks.types import TaskStatus, TaskType
+from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
+from taskloom.teams import protocol
+from taskloom.teams.panes import PaneError
+from taskloom.teams.protocol import LEAD_NAME, TMUX, request_id, shutdown_request, wrap
+
+if TYPE_CHECKING:
+    from taskloom.permissions import PermissionPrompter
+    from taskloom.tasks.mailbox import Letter
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.teams.executor import TeammateSpec
+    from taskloom.teams.join import JoinSpec
+    from taskloom.teams.panes import Pane, TmuxPanes
+    from taskloom.teams.teammate import TeammateRun
+
+log = logging.getLogger(__name__)
+
+#: Longest wait for a teammate's process to end once asked to (SIGTERM), before SIGKILL.
+KILL_WAIT_S = 5.0
+#: One wait for a permission request lasts at most this long before looking again (a bound,
+#: not a poll: a request posted wakes it at once).
+_ASK_WAIT_S = 3600.0
+#: What a teammate's process is started as: this Python, this taskloom.
+_COMMAND = (sys.executable, "-m", "taskloom", "teammate", "--join")
+#: The lead's variables a teammate's process does not inherit: it is not the lead's pane.
+_NOT_INHERITED = ("TMUX_PANE",)
+
+#: Makes the spec a teammate's process starts from: (its spawn spec, its task id, its pane).
+Launcher = Callable[["TeammateSpec", str, str], "JoinSpec"]
+
+
+@dataclass
+class _Member:
+    spec: TeammateSpec
+    agent_id: str
+    task_id: str
+    pane: Pane | None = None
+    start: float = 0.0
+    approved: bool = False
+    killing: bool = False
+    watcher: asyncio.Task[None] | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PaneExecutor:
+    """Teammates as processes in tmux panes (see the module docstring)."""
+
+    backend = TMUX
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        panes: TmuxPanes,
+        launch: Launcher,
+        *,
+        prompter: PermissionPrompter | None = None,
+        keep_crashed: bool = True,
+    ) -> None:
+        """Run teammates in ``panes`` for the lead session of ``runtime``.
+
+        Args:
+            runtime: The lead's runtime (its mailbox is the team's).
+            panes: The tmux server and window they go in.
+            launch: Makes a teammate's :class:`~taskloom.teams.join.JoinSpec`.
+            prompter: Who answers their permission requests (None: they decide headless).
+            keep_crashed: Keep the pane of a teammate that crashed, for the user to read.
+        """
+        self.runtime = runtime
+        self.panes = panes
+        self.launch = launch
+        self.prompter = prompter
+        self.keep_crashed = keep_crashed
+        self._members: dict[str, _Member] = {}
+        self._listener: WakeupListener | None = None
+        self._answering: asyncio.Task[None] | None = None
+        self._asks: set[asyncio.Task[None]] = set()
+
+    @property
+    def mailbox(self) -> Any:
+        """The team's mailbox: the lead's session's."""
+        return self.runtime.mailbox
+
+    # -- starting -----------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        """On the first spawn: serve all but the panes' addresses, listen for their pings."""
+        if self._listener is not None:
+            return
+        runtime = self.runtime
+        mailbox = runtime.mailbox
+        members = self._members
+        mailbox.serves = lambda recipient: recipient not in members
+        mailbox.elsewhere = self._wake
+        listener = WakeupListener(
+            wakeup_path(runtime.home, runtime.session_id, runtime.session_id), self._woken
+        )
+        await listener.__aenter__()
+        self._listener = listener
+        self._answering = asyncio.get_running_loop().create_task(
+            self._answer_requests(), name="teammate permission requests"
+        )
+
+    def _wake(self, recipient: str) -> None:
+        ping(wakeup_path(self.runtime.home, self.runtime.session_id, recipient))
+
+    def _woken(self) -> None:
+        """A teammate posted: read what is new, and keep its task state as its words say."""
+        for letter in self.mailbox.replay():
+            self._observe(letter)
+
+    def _observe(self, letter: Letter) -> None:
+        member = self._members.get(letter.sender)
+        if member is None or letter.kind != "message":
+            return
+        _, inner = protocol.unwrap(letter.body)
+        data = protocol.structured(inner)
+        kind = data.get("type") if data is not None else None
+        if kind == "idle_notification" and data is not None:
+            if not self._mail_waits_for(member.agent_id):
+                summary = str(data.get("summary") or "")
+                self.runtime.update(member.task_id, lambda s: idle(s, {}, result=summary))
+        elif kind == "shutdown_approved":
+            member.approved = True
+
+    def _mail_waits_for(self, agent_id: str) -> bool:
+        """Whether a row for it is not yet in its transcript (its idleness is then old news)."""
+        try:
+            rows = self.runtime.store.undelivered_mail(self.runtime.session_id)
+        except StoreError:
+            return True  # unknown: counted at work, so that a headless lead does not end early
+        return any(row.recipient == agent_id for row in rows)
+
+    async def sweep(self) -> list[str]:
+        """Close the panes of sessions whose process is gone; the panes closed.
+
+        A pane belongs to the session its ``@taskloom-session`` names. It is closed when that
+        session ended, or its process died (a crash), and its command is not a teammate that
+        stays on by design; a pane of a live session, or no session of ours, is left alone.
+        Its process, if it still runs, is the orphan sweep's: closing the pane hangs it up.
+        """
+        from taskloom.tasks._claim import owner_gone
+
+        try:
+            found = await self.panes.panes()
+        except PaneError:
+            return []  # no server to sweep (or none we can reach)
+        closed = []
+        store = self.runtime.store
+        for pane_id, _pid, owner, _dead in found:
+            if not owner or owner == self.runtime.session_id:
+                continue
+            try:
+                session = store.get_session(owner)
+            except StoreError:
+                continue
+            if session is not None and session.ended_at is None and not owner_gone(session):
+                continue  # a live session's
+            if await self.panes.kill(pane_id):
+                closed.append(pane_id)
+        return closed
+
+    # -- the executor -------------------------------------------------------------------------
+
+    async def spawn(self, spec: TeammateSpec) -> str:
+        """Start the teammate in a pane of its own (see the module docstring).
+
+        Raises:
+            UsageError: A teammate of that name runs in that team already.
+            PaneError: tmux failed (no pane is left).
+        """
+        agent_id = protocol.agent_id(spec.name, spec.team)
+        if self.is_active(agent_id):
+            raise UsageError(f"teammate {agent_id} is running already")
+        await self._start()
+        runtime = self.runtime
+        task_id = runtime.new_id(TaskType.IN_PROCESS_TEAMMATE)
+        runtime.register(
+            TeammateTaskState(
+                id=task_id,
+                status=TaskStatus.RUNNING,
+                description=agent_id,
+                owner=runtime.session_id,
+                output_file=str(runtime.output_path(task_id)),
+                agent_id=agent_id,
+                agent_name=spec.name,
+                team_name=spec.team,
+                color=spec.color,
+                prompt=spec.prompt,
+                model=spec.model,
+                plan_mode_required=spec.plan_mode_required,
+                backend=TMUX,
+            )
+        )
+        member = self._members[agent_id] = _Member(spec, agent_id, task_id)
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+        # The tag the sweep finds it (and what it starts without a tag of its own) by.
+        env["TASKLOOM_TASK_ID"] = task_id
+        env["TASKLOOM_HOME"] = str(runtime.home)
+
+        async def hand_over(pane: Pane) -> None:
+            member.pane = pane
+            self.launch(spec, task_id, pane.id).write(runtime.home)
+
+        try:
+            pane = await self.panes.create(
+                team=spec.team,
+                session_id=runtime.session_id,
+                title=agent_id,
+                argv=[*_COMMAND, _join_path(runtime.home, runtime.session_id, task_id)],
+                cwd=str(spec.config.cwd),
+                env=env,
+                colour=spec.color,
+                before_start=hand_over,
+            )
+        except BaseException as exc:
+            error = str(exc) or type(exc).__name__
+            # The spawn's caller is told why (a tool error): no notification besides.
+            runtime.update(
+                task_id,
+                lambda s: ended(s, status=TaskStatus.FAILED, error=error).replace(notified=True),
+            )
+            del self._members[agent_id]
+            raise
+        self._attach(member, pane)
+        return agent_id
+
+    def _attach(self, member: _Member, pane: Pane) -> None:
+        """Its process runs: recorded for the sweep, watched, its pane on its task and member."""
+        runtime = self.runtime
+        member.pane = pane
+        member.start = process_start_time(pane.pid) or 0.0
+        runtime.update(
+            member.task_id,
+            lambda s: s.replace(pane_id=pane.id, pid=pane.pid, pid_start=member.start),
+        )
+        me = os.getpid()
+        with contextlib.suppress(StoreError, OSError):
+            runtime.store.add_process(
+                ProcessRow(
+                    pid=pane.pid,
+                    pid_start=member.start,
+                    pgid=os.getpgid(pane.pid),
+                    session_id=runtime.session_id,
+                    task_id=member.task_id,
+                    owner_pid=me,
+                    owner_start=process_start_time(me) or 0.0,
+                    boot_id=boot_id(),
+                )
+            )
+        with contextlib.suppress(StoreError):
+            TeamTables(runtime.store).set_member(
+                member.spec.team, member.spec.name, tmux_pane_id=pane.id
+            )
+        member.watcher = asyncio.get_running_loop().create_task(
+            self._watch(member), name=f"teammate process {member.agent_id}"
+        )
+
+    def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
+        """Post to the teammate (committed, then its process is woken); it is at work now.
+
+        Raises:
+            UsageError: No such teammate runs.
+            StoreError: The row could not be written (it will not arrive).
+        """
+        member = self._active(agent_id)
+        letter = self.mailbox.post(
+            recipient=agent_id,
+            sender=sender,
+            kind="message",
+            body=body,
+            priority="next",
+            summary=summary or "",
+            commit=True,
+        )
+        self.runtime.update(member.task_id, working)
+        return str(letter.id)
+
+    async def terminate(self, agent_id: str, reason: str | None) -> str:
+        """Send the lead's ``shutdown_request``; the request's id.
+
+        Raises:
+            UsageError: No such teammate runs.
+        """
+        member = self._active(agent_id)
+        now = self.runtime.clock.time()
+        request = request_id("shutdown", member.spec.name, now)
+        body = wrap(shutdown_request(request, reason=reason, at=now), sender=LEAD_NAME)
+        self.deliver(agent_id, body, sender=protocol.agent_id(LEAD_NAME, member.spec.team))
+        self.runtime.update(
+            member.task_id, lambda s: s if s.terminal else s.replace(shutdown_requested=True)
+        )
+        return request
+
+    async def kill(self, agent_id: str) -> None:
+        """Stop its process (SIGTERM, then SIGKILL of its tree after a bound) and its pane.
+
+        Raises:
+            UsageError: No such teammate was started here.
+        """
+        member = self._members.get(agent_id)
+        if member is None:
+            raise UsageError(f"no teammate {agent_id}")
+        if member.ended.is_set():
+            return
+        member.killing = True
+        pane = member.pane
+        if pane is not None and is_same_process(pane.pid, member.start, boot_id()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pane.pid, signal.SIGTERM)  # it stops its run and what that started
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(member.ended.wait(), KILL_WAIT_S)
+        if not member.ended.is_set() and pane is not None:
+            alive = is_same_process(pane.pid, member.start, boot_id())
+            await kill_tree(
+                os.getpgid(pane.pid) if alive else None,
+                leader=pane.pid,
+                leader_start=member.start,
+                tag=member.task_id,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(member.ended.wait(), KILL_WAIT_S)
+
+    def is_active(self, agent_id: str) -> bool:
+        """Whether its task has not ended."""
+        member = self._members.get(agent_id)
+        state = self.runtime.get(member.task_id) if member is not None else None
+        return state is not None and not state.terminal
+
+    def task_id(self, agent_id: str) -> str | None:
+        """Its task id (None: not started here)."""
+        member = self._members.get(agent_id)
+        return member.task_id if member is not None else None
+
+    def local_run(self, agent_id: str) -> TeammateRun | None:
+        """None: its run is in its own process."""
+        return None
+
+    async def close(self) -> None:
+        """Kill every teammate still running, stop listening and answering."""
+        for agent_id in list(self._members):
+            if self.is_active(agent_id):
+                await self.kill(agent_id)
+        watchers = [m.watcher for m in self._members.values() if m.watcher is not None]
+        for task in [self._answering, *self._asks]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(
+            *(t for t in [self._answering, *self._asks] if t is not None), return_exceptions=True
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), KILL_WAIT_S)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.__aexit__(None, None, None)
+
+    def _active(self, agent_id: str) -> _Member:
+        member = self._members.get(agent_id)
+        if member is None or not self.is_active(agent_id):
+            raise UsageError(f"no teammate {agent_id} is running")
+        return member
+
+    # -- its end ------------------------------------------------------------------------------
+
+    async def _watch(self, member: _Member) -> None:
+        """Wait for its process to end (a pidfd: at once), then settle its task and pane."""
+        pane = member.pane
+        assert pane is not None
+        await wait_exit(pane.pid, member.start)
+        self._woken()  # what it posted last (its ping may still be on its way)
+        how = await self.panes.exit_status(pane.id)
+        runtime = self.runtime
+        with contextlib.suppress(StoreError):
+            runtime.store.remove_process(pane.pid, member.start)
+        # What waits for it would wait forever, and reach a namesake spawned later.
+        with contextlib.suppress(StoreError):
+            rows = runtime.store.undelivered_mail(runtime.session_id)
+            mine = [row.id for row in rows if row.recipient == member.agent_id]
+            if mine:
+                runtime.mailbox.withdraw(mine)
+        crashed = not member.approved and not member.killing
+        if not crashed or not self.keep_crashed:
+            await self.panes.kill(pane.id)
+        on_end = member.spec.on_end
+        if on_end is not None:
+            try:
+                on_end()  # its member is inactive before the lead hears of its end
+            except Exception:
+                log.exception("teammate %s: recording its end failed", member.agent_id)
+        if member.approved:
+            runtime.update(member.task_id, lambda s: ended(s))
+        elif member.killing:
+            runtime.update(member.task_id, lambda s: ended(s, status=TaskStatus.KILLED))
+        else:
+            kept = f"; its pane {pane.id} shows its last output" if self.keep_crashed else ""
+            error = f"its process {pane.pid} ended ({how or 'how is unknown'}){kept}"
+            runtime.update(
+                member.task_id, lambda s: ended(s, status=TaskStatus.FAILED, error=error)
+            )
+        member.ended.set()
+
+    # -- permission requests ------------------------------------------------------------------
+
+    async def _answer_requests(self) -> None:
+        """Answer every ``permission_request`` posted to the lead, each as it comes."""
+        mailbox, me = self.mailbox, self.runtime.session_id
+        while True:
+            await mailbox.wait(_ASK_WAIT_S, me, "protocol")
+            for letter in mailbox.take(me, "protocol"):
+                task = asyncio.get_running_loop().create_task(self._answer(letter))
+                self._asks.add(task)
+                task.add_done_callback(self._asks.discard)
+
+    async def _answer(self, letter: Letter) -> None:
+        from taskloom.permissions import PermissionRequest, PromptAnswer, PromptError
+        from taskloom.permissions.rules import Decision
+
+        data = protocol.structured(letter.body) or {}
+        request = str(data.get("requestId") or "")
+        member = self._members.get(letter.sender)
+        if data.get("type") != "permission_request" or member is None or not request:
+            self.mailbox.ack([letter.id])  # nobody's to answer: a stray row is not kept
+            return
+        tool = str(data.get("toolName") or "")
+        raw = data.get("input") if isinstance(data.get("input"), dict) else {}
+        asked = PermissionRequest(
+            tool_name=tool,
+            kind=str(data.get("kind") or "other"),  # type: ignore[arg-type]
+            target=data.get("target") if isinstance(data.get("target"), str) else None,
+            cwd=Path(str(data.get("cwd") or self.runtime.cwd or ".")),
+            input=dict(raw or {}),
+        )
+        decision = Decision("ask", str(data.get("reason") or ""), tool_name=tool)
+        if self.prompter is None:
+            answer = PromptAnswer(False, f"Permission to use {tool} was denied: no one to ask.")
+        else:
+            try:
+                answer = await self.prompter.ask(
+                    asked,
+                    decision,
+                    tool_use_id=str(data.get("toolUseId") or ""),
+                    agent_id=member.agent_id,
+                )
+            except PromptError as exc:
+                answer = PromptAnswer(False, f"Permission to use {tool} was not given: {exc}")
+        body = protocol.permission_response(
+            request,
+            allow=answer.allow,
+            message=answer.message,
+            updated_input=answer.updated_input,
+            interrupt=answer.interrupt,
+        )
+        with contextlib.suppress(UsageError):
+            self._active(member.agent_id)
+            self.mailbox.post(
+                recipient=member.agent_id,
+                sender=self.runtime.session_id,
+                kind="protocol",
+                body=body,
+                priority="next",
+                commit=True,
+            )
+        self.mailbox.ack([letter.id])
+
+
+def _join_path(home: Path, session: str, task_id: str) -> str:
+    from taskloom.settings import session_dir
+
+    return str(session_dir(session, home) / "teammates" / f"{task_id}.json")
+
+
+__all__ = ["KILL_WAIT_S", "PaneExecutor"]

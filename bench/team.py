@@ -20,6 +20,13 @@ command only warms caches and is left out.
 
 Targets: wall <= 1.0 s, delivery p50 <= 20 ms, peak RSS <= 70 MiB.
 Quick run: ``.venv/bin/python bench/team.py --runs 3``.
+
+With ``--tmux`` (bench/team_tmux.py): delivery latency between two processes instead, a lead
+and one teammate in a tmux pane of a private tmux server (``--teammate-mode tmux``), over
+``--messages`` ping/pong exchanges (200 by default): p50 and p99 lead -> teammate, teammate ->
+lead and round trip, each including one model turn's overhead, with the in-process backend
+over the same exchanges as the baseline. Targets there: p50 <= 20 ms, p99 <= 100 ms.
+``.venv/bin/python bench/team.py --tmux --messages 200``.
 """
 
 from __future__ import annotations
@@ -155,8 +162,20 @@ def main() -> int:
     """Run the bench and print its figures; 1 when a run did not go through the scenario."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="Measured runs of each command.")
+    parser.add_argument(
+        "--tmux",
+        action="store_true",
+        help="Lead <-> teammate-in-a-tmux-pane latency instead (see bench/team_tmux.py).",
+    )
+    parser.add_argument(
+        "--messages", type=int, default=200, help="With --tmux: the ping/pong exchanges."
+    )
     add_bytecode_flag(parser)
     args = parser.parse_args()
+    if args.tmux:
+        import team_tmux
+
+        return team_tmux.main(args.messages, bytecode_cache=not args.no_bytecode_cache)
     runs, plain, left = interleaved(
         team_run, args.runs, bytecode_cache=not args.no_bytecode_cache, after=_teams_left
     )

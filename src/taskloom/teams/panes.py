@@ -256,17 +256,27 @@ class TmuxPanes:
         else:
             await self.run("select-layout", "-t", window, "tiled")
 
-    async def exit_status(self, pane_id: str) -> str:
-        """How the command of a dead pane ended (``exit code 3``, ``signal 9``); '' if unknown."""
-        try:
-            out = await self.run(
-                "display-message", "-p", "-t", pane_id, "#{pane_dead_status} #{pane_dead_signal}"
-            )
-        except PaneError:
-            return ""
-        status, _, signal = out.strip().partition(" ")
-        if signal.strip() and signal.strip() != "0":
-            return f"signal {signal.strip()}"
+    async def exit_status(self, pane_id: str, wait: float = 0.5) -> str:
+        """How the command of a pane ended (``exit code 3``, ``signal 9``); '' if unknown.
+
+        tmux learns it when it reaps the command, a moment after the command ended: asked
+        before that, this looks again for at most ``wait`` seconds (tmux has no event to wait
+        on here).
+        """
+        deadline = asyncio.get_running_loop().time() + wait
+        fields = "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
+        while True:
+            try:
+                out = await self.run("display-message", "-p", "-t", pane_id, fields)
+            except PaneError:
+                return ""
+            dead, _, rest = out.strip().partition(":")
+            if dead == "1" or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.02)
+        status, _, signal = rest.partition(":")  # one of them is empty
+        if signal and signal != "0":
+            return f"signal {signal}"
         return f"exit code {status}" if status else ""
 
     async def panes(self) -> list[tuple[str, int, str, bool]]:

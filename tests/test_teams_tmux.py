@@ -1,0 +1,429 @@
+"""Teammates in tmux panes (``teammateMode: tmux``), on a real tmux server of the test's own.
+
+Each teammate is a ``taskloom teammate`` process in a pane; the lead runs in this process (a
+:class:`taskloom.Harness`) or as ``taskloom -p``. The model is a fake Anthropic server whose
+responder answers from what each conversation shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+import tmux_driver
+from coordinator_scenario import system_text, texts
+from fake_servers import FakeAnthropicServer, ToolCall, Turn
+from helpers import clean_env, harness, main_context, run_processes, wait_until
+from taskloom.tasks.teammate import TeammateTaskState
+from taskloom.teams.protocol import wrap
+from team_scenario import FINAL, TEAM, TeamScript, events_of, team_argv
+
+MODEL = "claude-sonnet-4-5"
+
+
+def _tmux_env(server: tmux_driver.TmuxServer) -> str:
+    """``$TMUX`` naming the test's server (as inside one of its sessions)."""
+    return f"{server.socket_path},{server.pid},0"
+
+
+def _panes(server: tmux_driver.TmuxServer) -> list[dict[str, str]]:
+    fields = ["id", "dead", "colour", "title", "session"]
+    out = server.run(
+        "list-panes", "-a", "-F",
+        "#{pane_id}\t#{pane_dead}\t#{@taskloom-colour}\t#{pane_title}\t#{@taskloom-session}",
+        check=False,
+    )  # fmt: skip
+    return [dict(zip(fields, line.split("\t"), strict=True)) for line in out.splitlines() if line]
+
+
+def _teammate_processes() -> list[psutil.Process]:
+    return run_processes(lambda p: "teammate" in (p.info.get("cmdline") or [])[2:4])
+
+
+def _all_text(body: dict[str, Any]) -> str:
+    return "\n".join(
+        t for m in body["messages"] if m["role"] == "user" for t in texts(m["content"])
+    )
+
+
+def _calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        b
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    ]
+
+
+class Echo:
+    """Teammates say they are ready, answer every ``ping N`` with ``pong N``, and approve a
+    shutdown; the lead (when it runs) spawns alice and bob, then holds its request open."""
+
+    def __init__(self) -> None:
+        self.lead_holding = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        system = system_text(body)
+        with self._lock:
+            for name in ("alice", "bob"):
+                if f"You are {name}, a member of the agent team" in system:
+                    return self._teammate(name, body)
+            return self._lead(body)
+
+    def _lead(self, body: dict[str, Any]) -> Turn:
+        seen = _all_text(body)
+        if not _calls(body):
+            spawn = tuple(
+                ToolCall("Agent", {"description": n, "prompt": f"Work as {n}.", "name": n,
+                                   "team_name": TEAM})
+                for n in ("alice", "bob")
+            )  # fmt: skip
+            return Turn(tool_calls=spawn)
+        if "ready alice" in seen and "ready bob" in seen:
+            self.lead_holding.set()
+            return Turn(stall_at=0)  # the lead waits in its request until it is killed
+        return Turn(text="Waiting.")
+
+    @staticmethod
+    def _say(message: str | dict[str, Any]) -> Turn:
+        return Turn(tool_calls=(ToolCall("SendMessage", {"to": "team-lead", "message": message}),))
+
+    def _teammate(self, name: str, body: dict[str, Any]) -> Turn:
+        seen, calls = _all_text(body), _calls(body)
+        sent = [c["input"].get("message") for c in calls if c["name"] == "SendMessage"]
+        if "shutdown_request" in seen and not any(isinstance(m, dict) for m in sent):
+            request = seen.split('"requestId": "', 1)[1].split('"', 1)[0]
+            answer = {"type": "shutdown_response", "request_id": request, "approve": True}
+            return self._say(answer)
+        if not sent:
+            return self._say(f"ready {name}")
+        pings = seen.count("ping ")
+        pongs = sum(1 for m in sent if isinstance(m, str) and m.startswith("pong"))
+        if pings > pongs:
+            return self._say(f"pong {pongs + 1} from {name}")
+        return Turn(text=f"{name} idle")
+
+
+@contextlib.contextmanager
+def _model(responder: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropicServer]:
+    for key in [k for k in os.environ if k.startswith(("ANTHROPIC_", "OPENAI_"))]:
+        monkeypatch.delenv(key)
+    with FakeAnthropicServer(responder=responder) as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+        yield server
+
+
+def _states(h: Any) -> dict[str, TeammateTaskState]:
+    return {s.agent_name: s for s in h.runtime.list() if isinstance(s, TeammateTaskState)}
+
+
+async def _spawn(h: Any, name: str) -> None:
+    tool = next(t for t in h.tools if t.name == "Agent")
+    params = {"description": name, "prompt": f"Work as {name}.", "name": name, "team_name": TEAM}
+    result = await tool.call(tool.validate(params), main_context(h))
+    assert result.content.startswith("Spawned successfully."), result.content
+
+
+# -- 1. the team flow -----------------------------------------------------------------------
+
+
+class PanesSeen(TeamScript):
+    """The team scenario, noting the panes once both teammates have reported."""
+
+    def __init__(self, server: tmux_driver.TmuxServer) -> None:
+        super().__init__()
+        self.server = server
+        self.panes: list[dict[str, str]] = []
+
+    def _lead(self, messages: list[dict[str, Any]]) -> Turn:
+        seen = "\n".join(t for m in messages if m["role"] == "user" for t in texts(m["content"]))
+        if not self.panes and "report from alice" in seen and "report from bob" in seen:
+            self.panes = _panes(self.server)
+        return super()._lead(messages)
+
+
+def test_the_team_flow_with_teammates_in_tmux_panes(
+    tmp_path: Path, tmux: tmux_driver.TmuxServer
+) -> None:
+    tmux.start()
+    script = PanesSeen(tmux)
+    with FakeAnthropicServer(responder=script) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        env["TMUX"] = _tmux_env(tmux)
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", *team_argv(), "--teammate-mode", "tmux"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events = events_of(proc.stdout)
+    assert events[-1]["type"] == "result" and events[-1]["result"] == FINAL
+    # Two panes, each with its teammate's colour and name, while they worked.
+    by_title = {p["title"]: p for p in script.panes}
+    assert set(by_title) == {f"alice@{TEAM}", f"bob@{TEAM}"}, script.panes
+    assert by_title[f"alice@{TEAM}"]["colour"] == "blue"
+    assert by_title[f"bob@{TEAM}"]["colour"] == "green"
+    assert all(p["dead"] == "0" and p["session"] == events[-1]["session_id"] for p in script.panes)
+    # Each teammate ran in its own process: its requests carried its own conversation.
+    for name, prompt in (("alice", "Check module A."), ("bob", "Check module B.")):
+        first = texts(script.teammate_requests[name][0]["messages"][0]["content"])
+        assert first == [
+            f'<teammate-message teammate_id="team-lead">\n{prompt}\n</teammate-message>'
+        ]
+    lead_seen = "\n".join(
+        t for m in script.lead_requests[-1]["messages"] for t in texts(m["content"])
+    )
+    assert lead_seen.count('"backendType": "tmux"') == 2
+    assert "report from alice" in lead_seen and "report from bob" in lead_seen
+    # After the shutdown: no pane, no teammate process, no team.
+    assert _panes(tmux) == []
+    assert _teammate_processes() == []
+    listed = subprocess.run(
+        [sys.executable, "-m", "taskloom", "teams", "--json"],
+        capture_output=True, text=True, timeout=30,
+        env=clean_env(TASKLOOM_HOME=env["TASKLOOM_HOME"]),
+    )  # fmt: skip
+    assert json.loads(listed.stdout)["teams"] == []
+
+
+# -- 3. crashes -------------------------------------------------------------------------------
+
+
+async def test_a_killed_teammate_process_is_seen_within_1_s_and_the_other_goes_on(
+    tmp_path: Path, tmux: tmux_driver.TmuxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmux.start()
+    monkeypatch.setenv("TMUX", _tmux_env(tmux))
+    with _model(Echo(), monkeypatch):
+        async with harness(tmp_path, MODEL, teams=True, teammate_mode="tmux") as h:
+            await _spawn(h, "alice")
+            await _spawn(h, "bob")
+            await wait_until(
+                lambda: len(_states(h)) == 2 and all(s.is_idle for s in _states(h).values()),
+                30,
+                "both teammates idle",
+            )
+            alice, bob = _states(h)["alice"], _states(h)["bob"]
+            assert alice.backend == "tmux" and alice.pid > 0 and alice.pane_id.startswith("%")
+            mailbox = h.runtime.mailbox
+            os.kill(alice.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            assert await mailbox.wait(5.0, h.session_id, "notification")
+            assert time.monotonic() - killed < 1.0
+            (note,) = h.runtime.notifications.pending(h.session_id)
+            assert note.task_id == alice.id and "<status>failed</status>" in note.text
+            assert f'"alice@{TEAM}"' in note.text and "signal 9" in note.text
+            state = _states(h)["alice"]
+            assert state.status.value == "failed" and "signal 9" in (state.error or ""), state
+            team = h.team.roster.team()
+            members = {m.name: m for m in team.members}
+            assert not members["alice"].is_active and members["bob"].is_active
+            # Its pane stays, dead, with its last output for the user.
+            assert any(p["id"] == alice.pane_id and p["dead"] == "1" for p in _panes(tmux))
+            # bob goes on: a message reaches his process and his answer comes back.
+            body = wrap("ping 1", sender="team-lead")
+            h.team.executor.deliver(bob.agent_id, body, sender=f"team-lead@{TEAM}")
+            await wait_until(
+                lambda: any(
+                    "pong 1 from bob" in letter.body
+                    for letter in mailbox.pending(h.session_id, "message")
+                ),
+                20,
+                "bob's answer",
+            )
+    assert _teammate_processes() == []
+
+
+def test_a_killed_lead_s_teammates_stop_within_2_s_and_leave_nothing(
+    tmp_path: Path, tmux: tmux_driver.TmuxServer
+) -> None:
+    tmux.start()
+    script = Echo()
+    with FakeAnthropicServer(responder=script) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        env["TMUX"] = _tmux_env(tmux)
+        argv = [sys.executable, "-m", "taskloom", *team_argv(), "--teammate-mode", "tmux"]
+        lead = subprocess.Popen(
+            argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            assert script.lead_holding.wait(60), "the teammates never reported"
+            mates = _teammate_processes()
+            assert len(mates) == 2
+            lead.send_signal(signal.SIGKILL)
+            lead.wait(10)
+            killed = time.monotonic()
+            alive = tmux_driver.wait_processes(mates, timeout=2.0)  # ended (reaped or not)
+            assert not alive, f"still running {time.monotonic() - killed:.2f} s later: {alive}"
+        finally:
+            if lead.poll() is None:
+                lead.kill()
+                lead.wait(10)
+            assert lead.stderr is not None
+            lead.stderr.close()
+    assert _teammate_processes() == []
+    ours = run_processes(lambda p: str(tmp_path) in " ".join(p.info.get("cmdline") or []))
+    assert [p for p in ours if p.pid != tmux.pid] == []  # the test's tmux server aside
+
+
+# -- 5. the mode ------------------------------------------------------------------------------
+
+
+def test_teammate_mode_tmux_without_tmux_on_path_is_an_error_naming_why(tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    env = clean_env(TASKLOOM_HOME=str(tmp_path / "home"), PATH=str(bare), ANTHROPIC_API_KEY="x")
+    env.pop("TMUX", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskloom", "-p", "hi", "--teams", "--teammate-mode", "tmux",
+         "--model", MODEL],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "teammateMode tmux: tmux is not installed (no tmux on PATH)" in proc.stderr
+
+
+def test_the_mode_comes_from_the_flag_the_environment_or_the_setting() -> None:
+    from taskloom.errors import UsageError
+    from taskloom.teams.mode import pane_server, teammate_mode
+
+    assert teammate_mode(None, {}, {}) == "in-process"
+    assert teammate_mode(None, {"teammateMode": "tmux"}, {}) == "tmux"
+    assert teammate_mode(None, {"teammateMode": "tmux"}, {"TASKLOOM_TEAMMATE_MODE": "auto"}) == (
+        "auto"
+    )
+    assert teammate_mode("in-process", {}, {"TASKLOOM_TEAMMATE_MODE": "tmux"}) == "in-process"
+    with pytest.raises(UsageError, match="TASKLOOM_TEAMMATE_MODE: 'panes' is not a teammate"):
+        teammate_mode(None, {}, {"TASKLOOM_TEAMMATE_MODE": "panes"})
+    # auto outside tmux: in-process; inside tmux: tmux, on that server, beside the lead's pane.
+    assert pane_server("auto", {"PATH": os.environ["PATH"]}) is None
+    assert pane_server("auto", {"PATH": "/nonexistent", "TMUX": "/s,1,0"}) is None
+    inside = pane_server("auto", {"PATH": os.environ["PATH"], "TMUX": "/s,1,0", "TMUX_PANE": "%4"})
+    assert inside is not None and inside.socket == "/s" and inside.lead_pane == "%4"
+    with pytest.raises(UsageError, match="no tmux on PATH"):
+        pane_server("tmux", {"PATH": "/nonexistent"})
+
+
+async def test_auto_outside_tmux_runs_teammates_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TMUX", raising=False)
+    with _model(Echo(), monkeypatch):
+        async with harness(tmp_path, MODEL, teams=True, teammate_mode="auto") as h:
+            await _spawn(h, "alice")
+            await wait_until(lambda: _states(h)["alice"].is_idle, 20, "alice idle")
+            assert _states(h)["alice"].backend == "in-process"
+            assert h.team.executor.local_run(f"alice@{TEAM}") is not None
+    assert _teammate_processes() == []
+
+
+# -- 6. the sweep -----------------------------------------------------------------------------
+
+
+async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
+    tmp_path: Path, tmux: tmux_driver.TmuxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskloom.process.identity import boot_id, process_start_time
+    from taskloom.settings import db_path
+    from taskloom.store import ProcessRow, SessionRow, Store
+    from taskloom.teams.panes import TmuxPanes
+
+    tmux.start()
+    monkeypatch.setenv("TMUX", _tmux_env(tmux))
+    panes = TmuxPanes(tmux_driver.TMUX or "tmux", socket=str(tmux.socket_path))
+    # A session whose process died (a pid that ran and is gone), and a live one (this process).
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    home = Path(os.environ["TASKLOOM_HOME"])
+    store = Store(db_path(home))
+    me = os.getpid()
+    made: dict[str, Any] = {}
+    try:
+        for sid, pid in (("crashed", dead.pid), ("live", me)):
+            store.upsert_session(
+                SessionRow(id=sid, pid=pid, pid_start=process_start_time(me) or 0.0, cwd="/",
+                           started_at=time.time(), ended_at=None, boot_id=boot_id())
+            )  # fmt: skip
+        for sid in ("crashed", "live"):
+            made[sid] = await panes.create(
+                team=sid, session_id=sid, title=sid, argv=["sleep", "600"], cwd=str(tmp_path),
+                env={"PATH": os.environ["PATH"], "TASKLOOM_TASK_ID": f"t-{sid}"},
+            )  # fmt: skip
+        crashed = made["crashed"]
+        # The crashed session's teammate process, recorded as its (the sweep finds it so).
+        store.add_process(
+            ProcessRow(pid=crashed.pid, pid_start=process_start_time(crashed.pid) or 0.0,
+                       pgid=os.getpgid(crashed.pid), session_id="crashed", task_id="t-crashed",
+                       owner_pid=dead.pid, owner_start=process_start_time(me) or 0.0,
+                       boot_id=boot_id())
+        )  # fmt: skip
+        store.flush()
+        crashed_proc = psutil.Process(crashed.pid)
+        with _model(Echo(), monkeypatch):
+            async with harness(tmp_path, MODEL, teams=True, teammate_mode="tmux"):
+                left = {p["session"] for p in _panes(tmux)}
+                assert left == {"live"}
+                assert not crashed_proc.is_running() or crashed_proc.status() == "zombie"
+        assert psutil.Process(made["live"].pid).is_running()
+    finally:
+        for pane in made.values():
+            await panes.kill(pane.id)
+        store.close()
+
+
+# -- 4. permissions ---------------------------------------------------------------------------
+
+
+def test_a_pane_teammates_permission_request_is_asked_in_the_lead_s_repl(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    from test_repl import enter, leave, scripted, start
+
+    tmux.start()
+    target = tmp_path / "from_alice.txt"
+    spawn = {"description": "writer", "prompt": "Write the file.", "name": "alice"}
+    lead = [{"text": "Spawning alice.", "tool_calls": [{"name": "Agent", "input": spawn}]}]
+    lead += [{"text": f"Lead turn {n}."} for n in range(2, 8)]
+    alice = [
+        {"tool_calls": [{"name": "Write", "input": {"file_path": str(target), "content": "hi"}}]},
+        {"text": "Wrote it."},
+        {"text": "Still here."},
+    ]
+    model = scripted(tmp_path / "t.yaml", lead, subagents={"teammate": alice})
+    pane = start(
+        tmux, tmp_path, "--model", model, "--teams", "--teammate-mode", "tmux", width=250,
+        TMUX=_tmux_env(tmux),
+    )  # fmt: skip
+    enter(pane, "get alice to write")
+    # The question is the lead's (its pane), naming the teammate in the other process.
+    pane.wait_for(re.compile(rf"Allow Write\({re.escape(str(target))}\) \(teammate alice@\S+\)\?"))
+    (mate,) = [p for p in _panes(tmux) if p["title"].startswith("alice@")]
+    assert mate["dead"] == "0"
+    assert not target.exists()
+    pane.wait_for("1 yes ·")  # its answer keys work now
+    pane.send_keys("1")
+    deadline = time.monotonic() + 10
+    while not target.exists():
+        assert time.monotonic() < deadline, pane.capture()
+        time.sleep(0.05)  # the file appears when alice's call runs: no event reaches the test
+    assert target.read_text() == "hi"
+    leave(pane)
+    assert _teammate_processes() == []
+    assert [p for p in _panes(tmux) if p["title"].startswith("alice@")] == []

@@ -21,7 +21,10 @@ Measured per message, from the fake server's clock (``time.monotonic()``):
 
 Each figure includes one model turn's overhead on the sender's side (the tool call streamed
 to it, parsed and executed, the message posted) and the receiver's start of a new request:
-what a user sees, not the bare mailbox (``bench/mailbox_ipc.py`` measures that). Measured in
+what a user sees, not the bare mailbox (``bench/mailbox_ipc.py`` measures that). The fake
+server stamps an arrival once it has parsed the body, and the conversations grow with every
+message (the last requests carry some 800 messages, a few ms of JSON for it to parse): the
+late figures are upper bounds, and the bench's own server shares the machine's CPUs. Measured in
 the same invocation, against the same server, with the same script and number of messages:
 the in-process backend (``--teammate-mode in-process``), as a baseline. A first, short run of
 each backend (2 messages) only warms caches and is left out.

@@ -50,7 +50,11 @@ def _panes(server: tmux_driver.TmuxServer) -> list[dict[str, str]]:
 
 
 def _teammate_processes() -> list[psutil.Process]:
-    return run_processes(lambda p: "teammate" in (p.info.get("cmdline") or [])[2:4])
+    def is_teammate(proc: psutil.Process) -> bool:
+        argv = proc.info.get("cmdline") or []
+        return "taskloom" in argv and "teammate" in argv and "--join" in argv
+
+    return run_processes(is_teammate)
 
 
 def _all_text(body: dict[str, Any]) -> str:
@@ -228,9 +232,10 @@ async def test_a_killed_teammate_process_is_seen_within_1_s_and_the_other_goes_o
             assert time.monotonic() - killed < 1.0
             (note,) = h.runtime.notifications.pending(h.session_id)
             assert note.task_id == alice.id and "<status>failed</status>" in note.text
-            assert f'"alice@{TEAM}"' in note.text and "signal 9" in note.text
+            # How it ended (signal 9) is said when tmux has recorded it in time; not always yet.
+            assert f'"alice@{TEAM}"' in note.text and f"its process {alice.pid} ended" in note.text
             state = _states(h)["alice"]
-            assert state.status.value == "failed" and "signal 9" in (state.error or ""), state
+            assert state.status.value == "failed" and alice.pane_id in (state.error or ""), state
             team = h.team.roster.team()
             members = {m.name: m for m in team.members}
             assert not members["alice"].is_active and members["bob"].is_active

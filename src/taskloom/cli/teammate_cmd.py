@@ -60,8 +60,7 @@ def main_teammate(args: list[str]) -> int:
         view.say(f"{join.agent_id}: a teammate of {join.team}'s lead")
         async with Harness(options) as harness:
             code = await harness.serve_teammate()
-            state = harness.runtime.get(join.task_id)
-            view.say(f"{join.agent_id}: {state.status if state is not None else 'ended'}")
+            view.say(f"{join.agent_id}: ended")
             return code
 
     try:

@@ -56,6 +56,25 @@ class TeammateSpec:
     mode: str | None = None
 
 
+def post_message(
+    mailbox: Mailbox, recipient: str, body: str, *, sender: str, summary: str | None
+) -> str:
+    """Post a member's message (``next``, committed: the sender is told it is sent); its id.
+
+    Raises:
+        StoreError: The row could not be written (it will not arrive).
+    """
+    return mailbox.post(
+        recipient=recipient,
+        sender=sender,
+        kind="message",
+        body=body,
+        priority="next",
+        summary=summary or "",
+        commit=True,
+    ).id
+
+
 class TeammateExecutor(Protocol):
     """Runs a team's teammates; each is named by its agent id, ``<name>@<team>``.
 
@@ -99,7 +118,13 @@ class TeammateExecutor(Protocol):
 
 
 class PaneBackend(TeammateExecutor, Protocol):
-    """A backend whose teammates run in panes a crashed session may leave behind."""
+    """A backend whose teammates run in processes (and panes a crashed session may leave).
+
+    Attributes:
+        plans: Plans its teammates sent the lead for approval: request id -> agent id.
+    """
+
+    plans: dict[str, str]
 
     async def sweep(self) -> list[str]:
         """Close the panes of sessions that are gone; the panes closed."""
@@ -140,7 +165,7 @@ class InProcessExecutor:
         Args:
             spec: What it was spawned with.
             task_id: Its task id, given by its lead.
-            run: ``backend`` and ``pane_id``, as its run says them.
+            run: ``backend`` and ``pane_id``, as its run says them, and ``transcript``.
         """
         self._start(spec, task_id, None, **run)
         return self._runs[member_id(spec.name, spec.team)]
@@ -167,7 +192,7 @@ class InProcessExecutor:
                 description=member,
                 owner=runtime.session_id,
                 output_file=str(runtime.output_path(task_id)),
-                backend=where.get("backend", "in-process"),
+                backend=where.get("backend", IN_PROCESS),
                 pane_id=where.get("pane_id", ""),
                 agent_id=member,
                 agent_name=spec.name,
@@ -221,17 +246,9 @@ class InProcessExecutor:
             StoreError: The row could not be written (it will not arrive).
         """
         task_id = self._active_task(agent_id)
-        letter = self.mailbox.post(
-            recipient=agent_id,
-            sender=sender,
-            kind="message",
-            body=body,
-            priority="next",
-            summary=summary or "",
-            commit=True,  # the sender is told it is sent
-        )
+        letter_id = post_message(self.mailbox, agent_id, body, sender=sender, summary=summary)
         self.runtime.update(task_id, working)
-        return letter.id
+        return letter_id
 
     async def terminate(self, agent_id: str, reason: str | None) -> str:
         """Send the lead's ``shutdown_request`` (id ``shutdown-<epoch ms>@<name>``).
@@ -373,15 +390,7 @@ class Executors:
         """
         backend = self._of(agent_id)
         if backend is None and self.relay:
-            return self.local.mailbox.post(
-                recipient=agent_id,
-                sender=sender,
-                kind="message",
-                body=body,
-                priority="next",
-                summary=summary or "",
-                commit=True,
-            ).id
+            return post_message(self.local.mailbox, agent_id, body, sender=sender, summary=summary)
         if backend is None:
             raise UsageError(f"no teammate {agent_id} is running")
         return backend.deliver(agent_id, body, sender=sender, summary=summary)
@@ -425,4 +434,11 @@ class Executors:
             await backend.close()
 
 
-__all__ = ["Executors", "InProcessExecutor", "PaneBackend", "TeammateExecutor", "TeammateSpec"]
+__all__ = [
+    "Executors",
+    "InProcessExecutor",
+    "PaneBackend",
+    "TeammateExecutor",
+    "TeammateSpec",
+    "post_message",
+]

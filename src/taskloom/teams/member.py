@@ -29,9 +29,11 @@ from taskloom.engine import AssistantTurn, UserTurn
 from taskloom.permissions import PromptAnswer, PromptError
 from taskloom.process.watch import wait_exit
 from taskloom.tasks.mailbox import Mailbox
+from taskloom.tasks.types import TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
 from taskloom.teams.protocol import TMUX
+from taskloom.teams.teammate import sidechain_path
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -209,9 +211,18 @@ class TeammateProcess:
 
         async with WakeupListener(path, woken):
             mailbox.replay()  # what was posted before it listened
+            # A task id of its own here: the lead's task row is the lead's to write. Its
+            # transcript is where the lead's session keeps it (a resume reads it there).
+            local_id = runtime.new_id(TaskType.IN_PROCESS_TEAMMATE)
+            transcript = sidechain_path(runtime, join.task_id, join.session)
             run = self.run = self.service.executor.local.adopt(
-                self.spec(), join.task_id, backend=TMUX, pane_id=join.pane_id
+                self.spec(),
+                local_id,
+                backend=TMUX,
+                pane_id=join.pane_id,
+                transcript=str(transcript),
             )
+            run.on_plan_approved = self._plan_approved
             lead = asyncio.get_running_loop().create_task(self._watch_lead(run))
             try:
                 await run.wait_ended()
@@ -223,6 +234,15 @@ class TeammateProcess:
                     await run.kill()  # this process is stopping (a signal): so does it
         return 0
 
+    def _plan_approved(self) -> None:
+        """Its lead approved its plan: it goes on in the mode the lead recorded for it."""
+        run, member = self.run, self.service.roster.resolve(self.join.agent_id)
+        if run is None or member is None:
+            return
+        permissions = run.engine.config.permissions
+        if permissions is not None and member.mode and member.mode != "plan":
+            permissions.switch_mode(member.mode)
+
     async def _watch_lead(self, run: TeammateRun) -> None:
         if self.join.lead_pid <= 0:
             return
@@ -231,7 +251,7 @@ class TeammateProcess:
         await run.kill()
 
 
-def _ended(run: TeammateRun) -> bool:
+def _ended(run: TeammateRun) -> bool:  # its task in this process's runtime
     state = run.runtime.get(run.task_id)
     return state is None or state.terminal
 

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from taskloom.errors import StoreError, UsageError
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
@@ -41,12 +41,13 @@ from taskloom.tasks.teammate import TeammateTaskState, ended, idle, working
 from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
+from taskloom.teams.executor import post_message
 from taskloom.teams.panes import PaneError
 from taskloom.teams.protocol import LEAD_NAME, TMUX, request_id, shutdown_request, wrap
 
 if TYPE_CHECKING:
     from taskloom.permissions import PermissionPrompter
-    from taskloom.tasks.mailbox import Letter
+    from taskloom.tasks.mailbox import Letter, Mailbox
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.teams.executor import TeammateSpec
     from taskloom.teams.join import JoinSpec
@@ -60,13 +61,28 @@ KILL_WAIT_S = 5.0
 #: One wait for a permission request lasts at most this long before looking again (a bound,
 #: not a poll: a request posted wakes it at once).
 _ASK_WAIT_S = 3600.0
-#: What a teammate's process is started as: this Python, this taskloom.
-_COMMAND = (sys.executable, "-m", "taskloom", "teammate", "--join")
+#: What a teammate's process is started as: this Python, this taskloom (``-P``: a
+#: ``taskloom`` directory in the project does not shadow the installed package).
+_COMMAND = (sys.executable, "-P", "-m", "taskloom", "teammate", "--join")
 #: The lead's variables a teammate's process does not inherit: it is not the lead's pane.
 _NOT_INHERITED = ("TMUX_PANE",)
 
 #: Makes the spec a teammate's process starts from: (its spawn spec, its task id, its pane).
 Launcher = Callable[["TeammateSpec", str, str], "JoinSpec"]
+
+
+class _PaneHandle:
+    """A pane teammate's task handle: TaskStop and its owner's end stop its process."""
+
+    def __init__(self, executor: PaneExecutor, agent_id: str) -> None:
+        self.executor = executor
+        self.agent_id = agent_id
+
+    async def kill(self) -> None:
+        await self.executor.kill(self.agent_id)
+
+    async def detach(self) -> None:
+        await self.executor.kill(self.agent_id)  # a teammate does not outlive its lead
 
 
 @dataclass
@@ -114,9 +130,12 @@ class PaneExecutor:
         self._listener: WakeupListener | None = None
         self._answering: asyncio.Task[None] | None = None
         self._asks: set[asyncio.Task[None]] = set()
+        #: Plans its teammates sent for approval: request id -> agent id (the lead's answer
+        #: is checked against them, as for an in-process teammate's).
+        self.plans: dict[str, str] = {}
 
     @property
-    def mailbox(self) -> Any:
+    def mailbox(self) -> Mailbox:
         """The team's mailbox: the lead's session's."""
         return self.runtime.mailbox
 
@@ -161,6 +180,8 @@ class PaneExecutor:
                 self.runtime.update(member.task_id, lambda s: idle(s, {}, result=summary))
         elif kind == "shutdown_approved":
             member.approved = True
+        elif kind == "plan_approval_request" and data is not None:
+            self.plans[str(data.get("requestId") or "")] = member.agent_id
 
     def _mail_waits_for(self, agent_id: str) -> bool:
         """Whether a row for it is not yet in its transcript (its idleness is then old news)."""
@@ -232,6 +253,7 @@ class PaneExecutor:
             )
         )
         member = self._members[agent_id] = _Member(spec, agent_id, task_id)
+        runtime.attach_handle(task_id, _PaneHandle(self, agent_id))
         env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
         # The tag the sweep finds it (and what it starts without a tag of its own) by.
         env["TASKLOOM_TASK_ID"] = task_id
@@ -303,17 +325,9 @@ class PaneExecutor:
             StoreError: The row could not be written (it will not arrive).
         """
         member = self._active(agent_id)
-        letter = self.mailbox.post(
-            recipient=agent_id,
-            sender=sender,
-            kind="message",
-            body=body,
-            priority="next",
-            summary=summary or "",
-            commit=True,
-        )
+        letter_id = post_message(self.mailbox, agent_id, body, sender=sender, summary=summary)
         self.runtime.update(member.task_id, working)
-        return str(letter.id)
+        return letter_id
 
     async def terminate(self, agent_id: str, reason: str | None) -> str:
         """Send the lead's ``shutdown_request``; the request's id.
@@ -350,9 +364,12 @@ class PaneExecutor:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(member.ended.wait(), KILL_WAIT_S)
         if not member.ended.is_set() and pane is not None:
-            alive = is_same_process(pane.pid, member.start, boot_id())
+            pgid = None
+            if is_same_process(pane.pid, member.start, boot_id()):
+                with contextlib.suppress(ProcessLookupError):
+                    pgid = os.getpgid(pane.pid)
             await kill_tree(
-                os.getpgid(pane.pid) if alive else None,
+                pgid,
                 leader=pane.pid,
                 leader_start=member.start,
                 tag=member.task_id,
@@ -377,9 +394,8 @@ class PaneExecutor:
 
     async def close(self) -> None:
         """Kill every teammate still running, stop listening and answering."""
-        for agent_id in list(self._members):
-            if self.is_active(agent_id):
-                await self.kill(agent_id)
+        live = [a for a, m in self._members.items() if m.pane is not None and not m.ended.is_set()]
+        await asyncio.gather(*(self.kill(agent_id) for agent_id in live))
         watchers = [m.watcher for m in self._members.values() if m.watcher is not None]
         for task in [self._answering, *self._asks]:
             if task is not None:
@@ -402,41 +418,57 @@ class PaneExecutor:
     # -- its end ------------------------------------------------------------------------------
 
     async def _watch(self, member: _Member) -> None:
-        """Wait for its process to end (a pidfd: at once), then settle its task and pane."""
+        """Wait for its process to end (a pidfd: at once), then settle its task and pane.
+
+        However settling goes (tmux or the store failing), its task ends and ``ended`` is
+        set: a kill waiting for it, or a headless lead, never waits forever.
+        """
         pane = member.pane
         assert pane is not None
-        await wait_exit(pane.pid, member.start)
-        self._woken()  # what it posted last (its ping may still be on its way)
-        how = await self.panes.exit_status(pane.id)
+        how = ""
+        try:
+            await wait_exit(pane.pid, member.start)
+            self._woken()  # what it posted last (its ping may still be on its way)
+            how = await self.panes.exit_status(pane.id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("teammate %s: watching its process failed", member.agent_id)
+        finally:
+            await self._settle(member, pane, how)
+
+    async def _settle(self, member: _Member, pane: Pane, how: str) -> None:
         runtime = self.runtime
-        with contextlib.suppress(StoreError):
-            runtime.store.remove_process(pane.pid, member.start)
-        # What waits for it would wait forever, and reach a namesake spawned later.
-        with contextlib.suppress(StoreError):
-            rows = runtime.store.undelivered_mail(runtime.session_id)
-            mine = [row.id for row in rows if row.recipient == member.agent_id]
-            if mine:
-                runtime.mailbox.withdraw(mine)
-        crashed = not member.approved and not member.killing
-        if not crashed or not self.keep_crashed:
-            await self.panes.kill(pane.id)
-        on_end = member.spec.on_end
-        if on_end is not None:
-            try:
-                on_end()  # its member is inactive before the lead hears of its end
-            except Exception:
-                log.exception("teammate %s: recording its end failed", member.agent_id)
-        if member.approved:
-            runtime.update(member.task_id, lambda s: ended(s))
-        elif member.killing:
-            runtime.update(member.task_id, lambda s: ended(s, status=TaskStatus.KILLED))
-        else:
-            kept = f"; its pane {pane.id} shows its last output" if self.keep_crashed else ""
-            error = f"its process {pane.pid} ended ({how or 'how is unknown'}){kept}"
-            runtime.update(
-                member.task_id, lambda s: ended(s, status=TaskStatus.FAILED, error=error)
-            )
-        member.ended.set()
+        try:
+            with contextlib.suppress(StoreError):
+                runtime.store.remove_process(pane.pid, member.start)
+                # What waits for it would wait forever, and reach a namesake spawned later.
+                rows = runtime.store.undelivered_mail(runtime.session_id)
+                mine = [row.id for row in rows if row.recipient == member.agent_id]
+                if mine:
+                    runtime.mailbox.withdraw(mine)
+            crashed = not member.approved and not member.killing
+            if not crashed or not self.keep_crashed:
+                with contextlib.suppress(OSError):
+                    await self.panes.kill(pane.id)
+            on_end = member.spec.on_end
+            if on_end is not None:
+                try:
+                    on_end()  # its member is inactive before the lead hears of its end
+                except Exception:
+                    log.exception("teammate %s: recording its end failed", member.agent_id)
+        finally:
+            if member.approved:
+                runtime.update(member.task_id, lambda s: ended(s))
+            elif member.killing:
+                runtime.update(member.task_id, lambda s: ended(s, status=TaskStatus.KILLED))
+            else:
+                kept = f"; its pane {pane.id} shows its last output" if self.keep_crashed else ""
+                error = f"its process {pane.pid} ended ({how or 'how is unknown'}){kept}"
+                runtime.update(
+                    member.task_id, lambda s: ended(s, status=TaskStatus.FAILED, error=error)
+                )
+            member.ended.set()
 
     # -- permission requests ------------------------------------------------------------------
 

@@ -271,7 +271,9 @@ class TmuxPanes:
             except PaneError:
                 return ""
             dead, _, rest = out.strip().partition(":")
-            if dead == "1" or asyncio.get_running_loop().time() >= deadline:
+            # tmux marks the pane dead a moment before it records how: wait for both.
+            known = dead == "1" and rest.strip(":") != ""
+            if known or asyncio.get_running_loop().time() >= deadline:
                 break
             await asyncio.sleep(0.02)
         status, _, signal = rest.partition(":")  # one of them is empty

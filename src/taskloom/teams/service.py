@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom.errors import TaskloomError, ToolError
 from taskloom.tasks.teammate import TeammateTaskState
 from taskloom.teams import protocol
-from taskloom.teams.executor import Executors, TeammateSpec
+from taskloom.teams.executor import Executors, TeammateSpec, post_message
 from taskloom.teams.model import LEAD_NAME, Member, TeamError
 from taskloom.teams.task_tools import Board
 
@@ -259,15 +259,7 @@ class TeamService:
                 return self.executor.deliver(target.agent_id, body, sender=sender, summary=summary)
             except TaskloomError as exc:
                 raise ToolError(f"SendMessage: {target.name} is not running ({exc}).") from None
-        return self.mailbox.post(
-            recipient=self.lead,
-            sender=sender,
-            kind="message",
-            body=body,
-            priority="next",
-            summary=summary or "",
-            commit=True,
-        ).id
+        return post_message(self.mailbox, self.lead, body, sender=sender, summary=summary)
 
     async def _protocol(
         self, me: Member, to: str, message: dict[str, Any]
@@ -301,7 +293,9 @@ class TeamService:
                 raise ToolError("SendMessage: a plan_approval_response goes to one teammate.")
             (target,) = self._targets(me, to)
             request = str(message.get("request_id", ""))
-            if self._plans.get(request) != target.agent_id:
+            panes = self.executor.panes
+            plans = {**(panes.plans if panes is not None else {}), **self._plans}
+            if plans.get(request) != target.agent_id:
                 raise ToolError(
                     f"SendMessage: message.request_id: {request!r} is not a plan {target.name} "
                     "sent for approval."
@@ -317,7 +311,9 @@ class TeamService:
                 if run is not None and run.engine.config.permissions is not None:
                     run.engine.config.permissions.switch_mode(mode)
                 self.roster.tables.set_member(target.team, target.name, mode=mode)
-                del self._plans[request]
+                self._plans.pop(request, None)
+                if panes is not None:
+                    panes.plans.pop(request, None)
             body = protocol.plan_approval_response(
                 request, approve=approve, feedback=message.get("feedback")
             )

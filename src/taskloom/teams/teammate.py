@@ -20,6 +20,7 @@ import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
@@ -42,8 +43,6 @@ from taskloom.teams.protocol import (
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from taskloom.tasks.mailbox import Letter, Mailbox
     from taskloom.tasks.runtime import TaskRuntime
 
@@ -92,6 +91,7 @@ class TeammateRun:
         mailbox: Mailbox | None = None,
         backend: str = IN_PROCESS,
         pane_id: str = IN_PROCESS,
+        transcript: str | None = None,
     ) -> None:
         """Prepare the teammate of task ``task_id`` (registered by the caller).
 
@@ -114,6 +114,8 @@ class TeammateRun:
                 lead's, shared through the store).
             backend: What it runs in, as its ``shutdown_approved`` says (``backendType``).
             pane_id: Its pane, as its ``shutdown_approved`` says (``paneId``).
+            transcript: Where its transcript goes (default: by its task id, in its lead's
+                session: see :func:`sidechain_path`).
         """
         self.on_end = on_end
         self.runtime = runtime
@@ -135,7 +137,11 @@ class TeammateRun:
         )
         self.engine = Engine(config, runtime, messages)
         self._resumed = messages is not None
-        path = sidechain_path(runtime, task_id, self.mailbox.session_id)
+        path = (
+            Path(transcript)
+            if transcript is not None
+            else sidechain_path(runtime, task_id, self.mailbox.session_id)
+        )
         #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
         self.recorder = Recorder(
             self.engine,
@@ -156,6 +162,8 @@ class TeammateRun:
         self._kept_busy = 0  # TeammateIdle continuations in a row
         # An end asked for from inside its own loop runs as this task (see _end_apart).
         self._ender: asyncio.Task[None] | None = None
+        #: Called when a message approving its plan is taken (see :meth:`_hold`).
+        self.on_plan_approved: Callable[[], None] | None = None
 
     @property
     def is_idle(self) -> bool:
@@ -282,15 +290,23 @@ class TeammateRun:
         """Taken for its next message: acknowledged once its transcript holds them.
 
         A shutdown request among them is noted on its task, whoever sent it through which
-        process: its answer is checked against it.
+        process: its answer is checked against it. An approved plan is told to
+        :attr:`on_plan_approved` (a teammate in a process of its own changes its mode so).
         """
         self.recorder.hold(letters)
         for letter in letters:
-            if '"shutdown_request"' in letter.body and _asked_to_shut_down(letter.body):
+            kind = _protocol_type(letter.body)
+            if kind == "shutdown_request":
                 self.runtime.update(
                     self.task_id,
                     lambda s: s if s.terminal else s.replace(shutdown_requested=True),
                 )
+            elif (
+                kind == "plan_approval_response"
+                and self.on_plan_approved is not None
+                and '"approve": true' in letter.body
+            ):
+                self.on_plan_approved()
 
     async def _drive(self) -> None:
         try:
@@ -478,11 +494,13 @@ class TeammateRun:
         self.runtime.update(self.task_id, lambda s: progressed(s, totals))
 
 
-def _asked_to_shut_down(body: str) -> bool:
-    """Whether a wrapped message is the lead's ``shutdown_request``."""
+def _protocol_type(body: str) -> str | None:
+    """The ``type`` of the structured message a wrapped message carries, if any."""
+    if '"type"' not in body:
+        return None  # plain words: no JSON to read
     _, inner = unwrap(body)
     data = structured(inner)
-    return data is not None and data.get("type") == "shutdown_request"
+    return str(data["type"]) if data is not None else None
 
 
 def _describe(exc: Exception) -> str:

@@ -75,6 +75,30 @@ def post_message(
     ).id
 
 
+def request_shutdown(
+    executor: TeammateExecutor,
+    runtime: TaskRuntime,
+    task_id: str,
+    name: str,
+    team: str,
+    reason: str | None,
+) -> str:
+    """Post the lead's ``shutdown_request`` to teammate ``name`` and note it on its task.
+
+    Returns:
+        The request's id, ``shutdown-<epoch ms>@<name>``.
+
+    Raises:
+        UsageError: No such teammate runs.
+    """
+    now = runtime.clock.time()
+    request = request_id("shutdown", name, now)
+    body = wrap(shutdown_request(request, reason=reason, at=now), sender=LEAD_NAME)
+    executor.deliver(member_id(name, team), body, sender=member_id(LEAD_NAME, team))
+    runtime.update(task_id, lambda s: s if s.terminal else s.replace(shutdown_requested=True))
+    return request
+
+
 class TeammateExecutor(Protocol):
     """Runs a team's teammates; each is named by its agent id, ``<name>@<team>``.
 
@@ -258,15 +282,7 @@ class InProcessExecutor:
         """
         task_id = self._active_task(agent_id)
         run = self._runs[agent_id]
-        now = self.runtime.clock.time()
-        request = request_id("shutdown", run.name, now)
-        body = wrap(shutdown_request(request, reason=reason, at=now), sender=LEAD_NAME)
-        await self.send(agent_id, body, sender=member_id(LEAD_NAME, run.team))
-        self.runtime.update(
-            task_id,
-            lambda s: s if s.terminal else s.replace(shutdown_requested=True),
-        )
-        return request
+        return request_shutdown(self, self.runtime, task_id, run.name, run.team, reason)
 
     async def kill(self, agent_id: str) -> None:
         """Kill the teammate's task (its run stops it and what it started).
@@ -288,6 +304,10 @@ class InProcessExecutor:
     def local_run(self, agent_id: str) -> TeammateRun | None:
         """The teammate's run (None: no such teammate was started here)."""
         return self._runs.get(agent_id)
+
+    def members(self) -> list[str]:
+        """The agent ids of the teammates started here, ended ones included."""
+        return list(self._tasks)
 
     def run(self, agent_id: str) -> TeammateRun:
         """The teammate's run.

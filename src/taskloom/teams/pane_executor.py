@@ -41,9 +41,9 @@ from taskloom.tasks.teammate import TeammateTaskState, ended, idle, working
 from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
-from taskloom.teams.executor import post_message
+from taskloom.teams.executor import post_message, request_shutdown
 from taskloom.teams.panes import PaneError
-from taskloom.teams.protocol import LEAD_NAME, TMUX, request_id, shutdown_request, wrap
+from taskloom.teams.protocol import TMUX
 
 if TYPE_CHECKING:
     from taskloom.permissions import PermissionPrompter
@@ -336,14 +336,8 @@ class PaneExecutor:
             UsageError: No such teammate runs.
         """
         member = self._active(agent_id)
-        now = self.runtime.clock.time()
-        request = request_id("shutdown", member.spec.name, now)
-        body = wrap(shutdown_request(request, reason=reason, at=now), sender=LEAD_NAME)
-        self.deliver(agent_id, body, sender=protocol.agent_id(LEAD_NAME, member.spec.team))
-        self.runtime.update(
-            member.task_id, lambda s: s if s.terminal else s.replace(shutdown_requested=True)
-        )
-        return request
+        spec = member.spec
+        return request_shutdown(self, self.runtime, member.task_id, spec.name, spec.team, reason)
 
     async def kill(self, agent_id: str) -> None:
         """Stop its process (SIGTERM, then SIGKILL of its tree after a bound) and its pane.

@@ -465,7 +465,7 @@ class TeamService:
         A teammate's own process stops only the teammate it runs.
         """
         if not self.leads:
-            for member in list(self.executor.local._tasks):
+            for member in self.executor.local.members():
                 if self.executor.is_active(member):
                     await self.executor.kill(member)
             await self.executor.close()

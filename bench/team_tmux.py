@@ -10,7 +10,18 @@ lead it sends ``ping i+1`` (one per lead turn), up to ``--messages``; then it as
 shut down and, her ``shutdown_approved`` in, answers a final text. The messages cross
 processes through the SQLite store plus a Unix-datagram wake-up ping.
 
-Measured per message, from the fake server's clock (``time.monotonic()``):
+Measured per message:
+
+**Delivery** (the targets): from the post of ``ping i`` (or ``pong i``) in the sender's process
+to the moment the recipient's transcript holds it, in the recipient's process: the mailbox
+row's own stamps (``created_at``, stamped by the sender as it posts, and ``delivered_at``,
+stamped by the recipient as it records the message), read from the store after the run. A
+recipient busy with a request when the row comes takes it when that request is answered (at
+its next tool boundary or the end of its turn): that wait is in the figure, as for the user.
+"Both ways" is the sum of the two deliveries of one exchange (alice's own turn left out).
+
+**Turn to request** (what a user sees, for context), from the fake server's clock
+(``time.monotonic()``):
 
 - lead -> teammate: from the responder's return of the lead turn holding the SendMessage
   ``ping i`` to the arrival of alice's first request whose messages carry ``ping i``;
@@ -29,7 +40,8 @@ the same invocation, against the same server, with the same script and number of
 the in-process backend (``--teammate-mode in-process``), as a baseline. A first, short run of
 each backend (2 messages) only warms caches and is left out.
 
-Targets (for the tmux backend): p50 <= 20 ms, p99 <= 100 ms, each direction and round trip.
+Targets (for the tmux backend): delivery p50 <= 20 ms, p99 <= 100 ms, each direction and
+both ways.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -202,6 +215,29 @@ class PingPongRun:
     lead_requests: int
     alice_requests: int
     failure: str | None
+    #: Delivery (post -> the recipient's transcript), from the mailbox rows' stamps.
+    delivered_to_teammate: list[float] = field(default_factory=list)
+    delivered_to_lead: list[float] = field(default_factory=list)
+    delivered_both: list[float] = field(default_factory=list)
+
+
+def _deliveries(home: str) -> tuple[dict[int, float], dict[int, float]]:
+    """Each ping's and pong's delivery, from the rows the run left in its store."""
+    db = sqlite3.connect(f"file:{os.path.join(home, 'taskloom.db')}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            "SELECT recipient, body, created_at, delivered_at FROM mailbox"
+            " WHERE kind = 'message' AND delivered_at IS NOT NULL"
+        ).fetchall()
+    finally:
+        db.close()
+    pings: dict[int, float] = {}
+    pongs: dict[int, float] = {}
+    for recipient, body, created, delivered in rows:
+        to_alice = recipient == f"alice@{TEAM}"
+        for n in _numbers(_PING if to_alice else _PONG, body):
+            (pings if to_alice else pongs).setdefault(n, delivered - created)
+    return pings, pongs
 
 
 def _first_arrivals(
@@ -230,6 +266,7 @@ def ping_pong_run(
     env: dict[str, str],
     workdir: str,
     tmux: TmuxServer | None,
+    home: str,
 ) -> PingPongRun:
     """One ``taskloom -p --teams`` run of :class:`PingPongScript`, in tmux panes or in-process."""
     script = PingPongScript(messages)
@@ -272,6 +309,12 @@ def ping_pong_run(
             f"the {backend} run delivered {len(to_teammate)} pings and {len(to_lead)} pongs"
             f" of {messages}"
         )
+    pinged, ponged = _deliveries(home)
+    if failure is None and not (len(pinged) == len(ponged) == messages):
+        failure = (
+            f"the {backend} run's store holds {len(pinged)} delivered pings and {len(ponged)}"
+            f" delivered pongs of {messages}"
+        )
     return PingPongRun(
         backend,
         messages,
@@ -282,6 +325,9 @@ def ping_pong_run(
         script.lead_requests,
         script.alice_requests,
         failure,
+        list(pinged.values()),
+        list(ponged.values()),
+        [pinged[n] + ponged[n] for n in pinged if n in ponged],
     )
 
 
@@ -332,9 +378,12 @@ def _ms(seconds: float) -> str:
 def _print_run(run: PingPongRun, title: str) -> None:
     print(title)
     for label, values in (
-        ("lead_to_teammate", run.to_teammate),
-        ("teammate_to_lead", run.to_lead),
-        ("round_trip", run.round_trip),
+        ("delivery_lead_to_teammate", run.delivered_to_teammate),
+        ("delivery_teammate_to_lead", run.delivered_to_lead),
+        ("delivery_both_ways", run.delivered_both),
+        ("turn_to_request_lead_to_teammate", run.to_teammate),
+        ("turn_to_request_teammate_to_lead", run.to_lead),
+        ("turn_to_request_round_trip", run.round_trip),
     ):
         print(f"  {label}_ms_p50: {_ms(_quantile(values, 50))}")
         print(f"  {label}_ms_p99: {_ms(_quantile(values, 99))}")
@@ -349,9 +398,9 @@ def _print_run(run: PingPongRun, title: str) -> None:
 
 def _verdicts(run: PingPongRun, base: PingPongRun) -> None:
     for label, values, baseline in (
-        ("lead -> teammate", run.to_teammate, base.to_teammate),
-        ("teammate -> lead", run.to_lead, base.to_lead),
-        ("round trip", run.round_trip, base.round_trip),
+        ("delivery lead -> teammate", run.delivered_to_teammate, base.delivered_to_teammate),
+        ("delivery teammate -> lead", run.delivered_to_lead, base.delivered_to_lead),
+        ("delivery both ways", run.delivered_both, base.delivered_both),
     ):
         for q, target in ((50, P50_TARGET_S), (99, P99_TARGET_S)):
             value = _quantile(values, q)
@@ -382,15 +431,16 @@ def main(messages: int, *, bytecode_cache: bool = True) -> int:
                 ("in-process", None, messages),
                 ("tmux", tmux, messages),
             ):
+                home = os.path.join(scratch, f"home-{label}")
                 env = child_env(
                     pycache,
                     ANTHROPIC_BASE_URL=server.url,
                     ANTHROPIC_API_KEY="bench",
-                    TASKLOOM_HOME=os.path.join(scratch, f"home-{label}"),
+                    TASKLOOM_HOME=home,
                 )
                 for name in ("TMUX", "TMUX_PANE", "TASKLOOM_TEAMMATE_MODE"):
                     env.pop(name, None)  # never the user's tmux, nor their mode
-                run = ping_pong_run(server, count, env, workdir, pane)
+                run = ping_pong_run(server, count, env, workdir, pane, home)
                 if run.failure is not None:
                     print(f"FAILED: {label} run: {run.failure}")
                     return 1
@@ -404,17 +454,18 @@ def main(messages: int, *, bytecode_cache: bool = True) -> int:
         " and tmux pane, ping/pong, shutdown)"
     )
     print(
-        "  (each latency includes one model turn's overhead: the sender's tool call"
-        " streamed and run, the receiver's next request started)"
+        "  (delivery: the sender's post to the recipient's transcript, from the mailbox rows;"
+        " turn to request: also one model turn's overhead, the sender's tool call streamed and"
+        " run, the receiver's next request sent and parsed by the fake server)"
     )
     _print_run(tm, "tmux backend (--teammate-mode tmux, private tmux server):")
     _print_run(base, f"baseline: in-process backend, same script, {messages} messages:")
+    to_tm, to_lead = tm.delivered_to_teammate, tm.delivered_to_lead
     print(
-        "tmux adds over in-process (p50): "
-        f"lead -> teammate {_ms(_quantile(tm.to_teammate, 50) - _quantile(base.to_teammate, 50))}"
-        f" ms, teammate -> lead {_ms(_quantile(tm.to_lead, 50) - _quantile(base.to_lead, 50))}"
-        f" ms, round trip {_ms(_quantile(tm.round_trip, 50) - _quantile(base.round_trip, 50))}"
-        " ms"
+        "tmux adds over in-process, delivery p50: lead -> teammate"
+        f" {_ms(_quantile(to_tm, 50) - _quantile(base.delivered_to_teammate, 50))} ms,"
+        " teammate -> lead"
+        f" {_ms(_quantile(to_lead, 50) - _quantile(base.delivered_to_lead, 50))} ms"
     )
     _verdicts(tm, base)
     return 0

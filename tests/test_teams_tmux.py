@@ -40,10 +40,11 @@ def _tmux_env(server: tmux_driver.TmuxServer) -> str:
 
 
 def _panes(server: tmux_driver.TmuxServer) -> list[dict[str, str]]:
-    fields = ["id", "dead", "colour", "title", "session"]
+    fields = ["id", "dead", "colour", "title", "session", "command"]
     out = server.run(
         "list-panes", "-a", "-F",
-        "#{pane_id}\t#{pane_dead}\t#{@taskloom-colour}\t#{pane_title}\t#{@taskloom-session}",
+        "#{pane_id}\t#{pane_dead}\t#{@taskloom-colour}\t#{pane_title}\t#{@taskloom-session}"
+        "\t#{pane_start_command}",
         check=False,
     )  # fmt: skip
     return [dict(zip(fields, line.split("\t"), strict=True)) for line in out.splitlines() if line]
@@ -167,8 +168,9 @@ def test_the_team_flow_with_teammates_in_tmux_panes(
 ) -> None:
     tmux.start()
     script = PanesSeen(tmux)
+    key = "sk-ant-flow-7c1f93"
     with FakeAnthropicServer(responder=script) as server:
-        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY=key)
         env["TASKLOOM_HOME"] = str(tmp_path / "home")
         env["TMUX"] = _tmux_env(tmux)
         proc = subprocess.run(
@@ -184,6 +186,10 @@ def test_the_team_flow_with_teammates_in_tmux_panes(
     assert by_title[f"alice@{TEAM}"]["colour"] == "blue"
     assert by_title[f"bob@{TEAM}"]["colour"] == "green"
     assert all(p["dead"] == "0" and p["session"] == events[-1]["session_id"] for p in script.panes)
+    # The lead's API key reached the teammates' processes, but not their panes' command lines
+    # (tmux shows those to whoever asks).
+    assert all(key not in p["command"] and "taskloom" in p["command"] for p in script.panes)
+    assert {r.headers.get("x-api-key") for r in server.requests} == {key}
     # Each teammate ran in its own process: its requests carried its own conversation.
     for name, prompt in (("alice", "Check module A."), ("bob", "Check module B.")):
         first = texts(script.teammate_requests[name][0]["messages"][0]["content"])
@@ -204,6 +210,100 @@ def test_the_team_flow_with_teammates_in_tmux_panes(
         env=clean_env(TASKLOOM_HOME=env["TASKLOOM_HOME"]),
     )  # fmt: skip
     assert json.loads(listed.stdout)["teams"] == []
+
+
+class Relay:
+    """bob starts and idles; then alice, spawned, sets bob to work and idles herself; bob
+    starts a command in the background, idles, and once it is done tells the lead."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.done_seen_at = 0.0
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        system = system_text(body)
+        with self._lock:
+            if "You are alice, a member of the agent team" in system:
+                return self._alice(body)
+            if "You are bob, a member of the agent team" in system:
+                return self._bob(body)
+            return self._lead(body)
+
+    def _lead(self, body: dict[str, Any]) -> Turn:
+        seen, calls = _all_text(body), _calls(body)
+        spawned = [c["input"]["name"] for c in calls if c["name"] == "Agent"]
+        if not spawned:
+            return Turn(tool_calls=(_spawn_call("bob"),))
+        if "bob done" in seen:
+            self.done_seen_at = time.monotonic()
+            return Turn(text=FINAL)
+        if spawned == ["bob"] and '"idle_notification"' in seen:
+            return Turn(tool_calls=(_spawn_call("alice"),))
+        return Turn(text="Waiting.")
+
+    @staticmethod
+    def _alice(body: dict[str, Any]) -> Turn:
+        if not _calls(body):
+            job = {"to": "bob", "message": "start the job", "summary": "job"}
+            return Turn(tool_calls=(ToolCall("SendMessage", job),))
+        return Turn(text="alice idle")
+
+    @staticmethod
+    def _bob(body: dict[str, Any]) -> Turn:
+        seen, calls = _all_text(body), _calls(body)
+        if "start the job" not in seen:
+            return Turn(text="bob idle")
+        if not any(c["name"] == "Bash" for c in calls):
+            job = {"command": "sleep 1.5", "run_in_background": True, "description": "job"}
+            return Turn(tool_calls=(ToolCall("Bash", job),))
+        if "<task-notification>" in seen and not any(c["name"] == "SendMessage" for c in calls):
+            done = {"to": "team-lead", "message": "bob done", "summary": "done"}
+            return Turn(tool_calls=(ToolCall("SendMessage", done),))
+        return Turn(text="bob waits for his job")
+
+
+def _spawn_call(name: str) -> ToolCall:
+    return ToolCall(
+        "Agent", {"description": name, "prompt": f"Work as {name}.", "name": name,
+                  "team_name": TEAM},
+    )  # fmt: skip
+
+
+def test_a_headless_lead_waits_for_a_teammate_another_set_to_work_and_its_background_job(
+    tmp_path: Path, tmux: tmux_driver.TmuxServer
+) -> None:
+    # The lead hears nothing of alice's message to bob (her process pings only his), and bob
+    # said he was idle before it; then he idles with a command running in his own process.
+    # Counting him idle either time, the headless lead would end before "bob done".
+    tmux.start()
+    script = Relay()
+    with FakeAnthropicServer(responder=script) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        env["TMUX"] = _tmux_env(tmux)
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", *team_argv(), "--teammate-mode", "tmux"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events = events_of(proc.stdout)
+    assert events[-1]["type"] == "result" and events[-1]["result"] == FINAL, events[-1]
+    # bob's process acknowledged alice's row itself, as his transcript took it (not the
+    # lead's cleanup at his end): a crash of his would not hand it to him twice.
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "home" / "taskloom.db")
+    try:
+        rows = db.execute(
+            "SELECT recipient, body, created_at, delivered_at FROM mailbox WHERE kind = 'message'"
+        ).fetchall()
+    finally:
+        db.close()
+    job = next(r for r in rows if r[0] == f"bob@{TEAM}" and "start the job" in r[1])
+    done = next(r for r in rows if "bob done" in r[1])
+    assert job[3] is not None and job[3] < done[2], (job, done)
+    assert _panes(tmux) == []
+    assert _teammate_processes() == []
 
 
 # -- 3. crashes -------------------------------------------------------------------------------
@@ -360,13 +460,16 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
     store = Store(db_path(home))
     me = os.getpid()
     made: dict[str, Any] = {}
+    # This session's own id, as a resumed session has it: its panes from before are old.
+    own = "5b0c8a52-6f0e-4c1e-9a57-3f4f1c2d9e01"
     try:
         for sid, pid in (("crashed", dead.pid), ("live", me)):
             store.upsert_session(
                 SessionRow(id=sid, pid=pid, pid_start=process_start_time(me) or 0.0, cwd="/",
                            started_at=time.time(), ended_at=None, boot_id=boot_id())
             )  # fmt: skip
-        for sid in ("crashed", "live"):
+        # "elsewhere": a session this store does not know (another TASKLOOM_HOME's).
+        for sid in ("crashed", "live", "elsewhere", own):
             made[sid] = await panes.create(
                 team=sid, session_id=sid, title=sid, argv=["sleep", "600"], cwd=str(tmp_path),
                 env={"PATH": os.environ["PATH"], "TASKLOOM_TASK_ID": f"t-{sid}"},
@@ -382,11 +485,12 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
         store.flush()
         crashed_proc = psutil.Process(crashed.pid)
         with _model(Echo(), monkeypatch):
-            async with harness(tmp_path, MODEL, teams=True, teammate_mode="tmux"):
+            async with harness(tmp_path, MODEL, teams=True, teammate_mode="tmux", session_id=own):
                 left = {p["session"] for p in _panes(tmux)}
-                assert left == {"live"}
+                assert left == {"live", "elsewhere"}
                 assert not crashed_proc.is_running() or crashed_proc.status() == "zombie"
         assert psutil.Process(made["live"].pid).is_running()
+        assert psutil.Process(made["elsewhere"].pid).is_running()
     finally:
         for pane in made.values():
             await panes.kill(pane.id)

@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main_teammate(args: list[str]) -> int:
     """Run the teammate; the exit code (2: a bad command line or spec)."""
+    import os
     import sys
 
     from taskloom.cli._run import configure_logging, run_main
@@ -44,6 +45,9 @@ def main_teammate(args: list[str]) -> int:
         join = JoinSpec.read(ns.join)
     except UsageError as exc:
         parser.error(str(exc))
+    # Its environment is the lead's, from the spec: the pane's command line had only what
+    # starting Python needs (see taskloom.teams.pane_executor.pane_environment).
+    os.environ.update(join.env)
     configure_logging(ns.debug)
     view = PaneView(join)
     options = Options(
@@ -51,6 +55,7 @@ def main_teammate(args: list[str]) -> int:
         cwd=join.cwd,
         permission_mode=join.mode,
         persist_session=False,  # its conversation is kept as its lead's sidechain
+        session_id=join.process_session or None,
         join_team=ns.join,
         observer=view,
         **join.options,

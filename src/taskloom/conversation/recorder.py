@@ -25,7 +25,7 @@ from typing import Any
 
 from taskloom.engine import AssistantTurn, Engine, EngineEvent, UserTurn
 from taskloom.messages import Message, TextBlock
-from taskloom.tasks.mailbox import Letter
+from taskloom.tasks.mailbox import Letter, Mailbox
 from taskloom.transcript import TranscriptWriter, repair
 
 #: Most times Stop or SubagentStop hooks may send an agent back to work (no endless loops).
@@ -50,7 +50,14 @@ class StopHook:
 class Recorder:
     """One engine's conversation, recorded to its transcript (see the module docstring)."""
 
-    def __init__(self, engine: Engine, path: Path | None, *, stop: StopHook | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        path: Path | None,
+        *,
+        stop: StopHook | None = None,
+        mailbox: Mailbox | None = None,
+    ) -> None:
         """Record ``engine``'s conversation in the transcript at ``path``.
 
         The transcript is not opened here: :meth:`open` it before :meth:`run`.
@@ -60,6 +67,8 @@ class Recorder:
             path: The transcript file (appended to); None keeps no transcript (a session
                 that is not to be resumed): delivered messages are still acknowledged.
             stop: The hooks to run when the engine is done (default: the Stop hooks).
+            mailbox: The mailbox the held rows are taken from (default: the runtime's). A
+                teammate in a process of its own takes its rows from the team's mailbox.
         """
         self.engine = engine
         self.runtime = engine.runtime
@@ -67,6 +76,7 @@ class Recorder:
         self.stop = stop or StopHook()
         self._writer: TranscriptWriter | None = None
         self._held: list[Letter] = []
+        self.mailbox = mailbox if mailbox is not None else self.runtime.mailbox
 
     @property
     def transcript(self) -> TranscriptWriter | None:
@@ -96,7 +106,7 @@ class Recorder:
         """Hand back held rows that never reached the transcript (the run was killed first)."""
         held, self._held = self._held, []
         if held:
-            self.runtime.mailbox.requeue(letter.id for letter in held)
+            self.mailbox.requeue(letter.id for letter in held)
 
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
         """Run the engine on ``prompt``, then its stop hooks; yields every event, recorded.
@@ -144,7 +154,7 @@ class Recorder:
             self.runtime.ack(event.notifications)
         if self._held:
             held, self._held = self._held, []
-            self.runtime.mailbox.ack(letter.id for letter in held)
+            self.mailbox.ack(letter.id for letter in held)
 
     def repair(self) -> list[Message]:
         """Make the engine's conversation one the API accepts again, recording what is added.

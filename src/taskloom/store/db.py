@@ -472,6 +472,19 @@ class Store:
         )
         return [MailRow(**dict(r)) for r in rows]
 
+    def mail_taken_after(self, session_id: str, recipient: str, since: float) -> bool:
+        """Whether a row for ``recipient`` is undelivered, or was delivered after ``since``.
+
+        Whether what an agent said at ``since`` (that it is idle) is old news: it has taken,
+        or has yet to take, a row since. The stamps compared are the recipient process's own.
+        """
+        rows = self._query(
+            "SELECT 1 FROM mailbox WHERE session_id = ? AND recipient = ? AND "
+            "(delivered_at IS NULL OR delivered_at > ?) LIMIT 1",
+            (session_id, recipient, since),
+        )
+        return bool(rows)
+
     def ack_mail(self, ids: Iterable[str], when: float | None = None) -> None:
         """Mark mailbox rows as delivered (the first stamp stays); they are not replayed."""
         stamp = when if when is not None else time.time()

@@ -241,6 +241,7 @@ def _launcher(
 ) -> Launcher:
     """Makes the spec a teammate's process starts from, out of the lead's options."""
     import os
+    import uuid
 
     from taskloom.process.identity import process_start_time
     from taskloom.teams.join import JoinSpec
@@ -282,6 +283,7 @@ def _launcher(
             mode=spec.mode or (str(policy.mode) if policy is not None else None),
             lead_prompts=options.prompter is not None,
             options=inherited,
+            process_session=str(uuid.uuid4()),
         )
 
     return launch

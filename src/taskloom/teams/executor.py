@@ -374,10 +374,13 @@ class Executors:
         return [self.local] if self.panes is None else [self.local, self.panes]
 
     def _of(self, agent_id: str) -> TeammateExecutor | None:
-        for backend in self._backends():
-            if backend.task_id(agent_id) is not None:
-                return backend
-        return None
+        """The backend running it, else one that ran it.
+
+        A namesake may have run in one backend, ended, and been spawned again in the other.
+        """
+        known = [b for b in self._backends() if b.task_id(agent_id) is not None]
+        active = [b for b in known if b.is_active(agent_id)]
+        return (active or known or [None])[-1]
 
     def _known(self, agent_id: str) -> TeammateExecutor:
         backend = self._of(agent_id)

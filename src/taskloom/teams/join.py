@@ -44,6 +44,10 @@ class JoinSpec:
             approval are asked of it; otherwise they are decided here, headless.
         options: The rest of the lead's session options it inherits (``allowed_tools``,
             ``settings``...), by :class:`taskloom.Options` field name.
+        process_session: The session id its process runs as (its own tasks are recorded
+            under it: the lead sees whether it has work running).
+        env: Its process's environment, the lead's: here, not on the pane's command line
+            (which tmux shows to whoever asks), since it holds the lead's API keys.
     """
 
     session: str
@@ -61,6 +65,8 @@ class JoinSpec:
     mode: str | None = None
     lead_prompts: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    process_session: str = ""
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def agent_id(self) -> str:

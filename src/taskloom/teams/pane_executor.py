@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -43,6 +45,7 @@ from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
 from taskloom.teams.executor import post_message, request_shutdown
 from taskloom.teams.panes import PaneError
+from taskloom.teams.permission_relay import PermissionRelay
 from taskloom.teams.protocol import TMUX
 
 if TYPE_CHECKING:
@@ -58,17 +61,37 @@ log = logging.getLogger(__name__)
 
 #: Longest wait for a teammate's process to end once asked to (SIGTERM), before SIGKILL.
 KILL_WAIT_S = 5.0
-#: One wait for a permission request lasts at most this long before looking again (a bound,
-#: not a poll: a request posted wakes it at once).
-_ASK_WAIT_S = 3600.0
 #: What a teammate's process is started as: this Python, this taskloom (``-P``: a
 #: ``taskloom`` directory in the project does not shadow the installed package).
 _COMMAND = (sys.executable, "-P", "-m", "taskloom", "teammate", "--join")
 #: The lead's variables a teammate's process does not inherit: it is not the lead's pane.
 _NOT_INHERITED = ("TMUX_PANE",)
 
+#: What of the lead's environment the pane's command line carries: what starting Python and
+#: taskloom needs (the rest, API keys among it, is in the spec file, private to the user).
+_PANE_NAMES = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "COLORTERM", "LANG", "TZ", "TMPDIR",
+     "VIRTUAL_ENV"}
+)  # fmt: skip
+_PANE_PREFIXES = ("LC_", "PYTHON", "TASKLOOM_")
+#: Names that say a value is a secret: never on a command line, whatever the prefix.
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+
 #: Makes the spec a teammate's process starts from: (its spawn spec, its task id, its pane).
 Launcher = Callable[["TeammateSpec", str, str], "JoinSpec"]
+
+
+def _idle_saying(summary: str) -> Callable[[TeammateTaskState], TeammateTaskState]:
+    return lambda s: idle(s, {}, result=summary)
+
+
+def pane_environment(env: dict[str, str]) -> dict[str, str]:
+    """What of ``env`` a teammate's pane command line carries (see ``_PANE_NAMES``)."""
+    return {
+        k: v
+        for k, v in env.items()
+        if (k in _PANE_NAMES or k.startswith(_PANE_PREFIXES)) and not _SECRET.search(k)
+    }
 
 
 class _PaneHandle:
@@ -96,6 +119,12 @@ class _Member:
     killing: bool = False
     watcher: asyncio.Task[None] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The session its process runs as (its own tasks are recorded under it).
+    process_session: str = ""
+    #: When (its process's clock) its last idle notification was posted, while the lead
+    #: counts it idle or may yet; None once the lead gave it work.
+    idle_at: float | None = None
+    idle_summary: str = ""
 
 
 class PaneExecutor:
@@ -128,8 +157,7 @@ class PaneExecutor:
         self.keep_crashed = keep_crashed
         self._members: dict[str, _Member] = {}
         self._listener: WakeupListener | None = None
-        self._answering: asyncio.Task[None] | None = None
-        self._asks: set[asyncio.Task[None]] = set()
+        self._relay: PermissionRelay | None = None
         #: Plans its teammates sent for approval: request id -> agent id (the lead's answer
         #: is checked against them, as for an in-process teammate's).
         self.plans: dict[str, str] = {}
@@ -155,17 +183,21 @@ class PaneExecutor:
         )
         await listener.__aenter__()
         self._listener = listener
-        self._answering = asyncio.get_running_loop().create_task(
-            self._answer_requests(), name="teammate permission requests"
+        self._relay = PermissionRelay(
+            self.mailbox, runtime.session_id, self.prompter, self._asking, runtime.cwd
         )
+        self._relay.start()
 
     def _wake(self, recipient: str) -> None:
         ping(wakeup_path(self.runtime.home, self.runtime.session_id, recipient))
 
     def _woken(self) -> None:
         """A teammate posted: read what is new, and keep its task state as its words say."""
-        for letter in self.mailbox.replay():
+        letters = self.mailbox.replay()
+        for letter in letters:
             self._observe(letter)
+        if letters:
+            self._review()
 
     def _observe(self, letter: Letter) -> None:
         member = self._members.get(letter.sender)
@@ -175,29 +207,60 @@ class PaneExecutor:
         data = protocol.structured(inner)
         kind = data.get("type") if data is not None else None
         if kind == "idle_notification" and data is not None:
-            if not self._mail_waits_for(member.agent_id):
-                summary = str(data.get("summary") or "")
-                self.runtime.update(member.task_id, lambda s: idle(s, {}, result=summary))
+            member.idle_at = letter.created_at
+            member.idle_summary = str(data.get("summary") or "")
         elif kind == "shutdown_approved":
             member.approved = True
         elif kind == "plan_approval_request" and data is not None:
             self.plans[str(data.get("requestId") or "")] = member.agent_id
 
-    def _mail_waits_for(self, agent_id: str) -> bool:
-        """Whether a row for it is not yet in its transcript (its idleness is then old news)."""
+    def _review(self) -> None:
+        """Count each teammate that said it is idle idle, unless that is old news.
+
+        It is old news once a row for it was taken after it said so, or waits to be: sent
+        by the lead, or by another teammate's process (which pings only its recipient, so the
+        lead looks again at every idle notification). Nor is it idle while work of its own
+        runs in its process (a command in the background wakes it when it ends). A headless
+        lead ends when every teammate is idle: it must not end under one at work.
+        """
+        runtime = self.runtime
+        for member in self._members.values():
+            since = member.idle_at
+            if since is None or member.ended.is_set():
+                continue
+            state = runtime.get(member.task_id)
+            if state is None or state.terminal:
+                continue
+            at_work = self._at_work(member, since)
+            if at_work and getattr(state, "is_idle", False):
+                runtime.update(member.task_id, working)
+            elif not at_work and not getattr(state, "is_idle", False):
+                runtime.update(member.task_id, _idle_saying(member.idle_summary))
+
+    def _at_work(self, member: _Member, since: float) -> bool:
+        store = self.runtime.store
         try:
-            rows = self.runtime.store.undelivered_mail(self.runtime.session_id)
+            if store.mail_taken_after(self.runtime.session_id, member.agent_id, since):
+                return True
+            if not member.process_session:
+                return False
+            live = store.list_tasks(member.process_session, ("pending", "running"))
         except StoreError:
             return True  # unknown: counted at work, so that a headless lead does not end early
-        return any(row.recipient == agent_id for row in rows)
+        return any(
+            t.get("type") != TaskType.IN_PROCESS_TEAMMATE and t.get("exit_policy") != "detach"
+            for t in live
+        )
 
     async def sweep(self) -> list[str]:
         """Close the panes of sessions whose process is gone; the panes closed.
 
         A pane belongs to the session its ``@taskloom-session`` names. It is closed when that
-        session ended, or its process died (a crash), and its command is not a teammate that
-        stays on by design; a pane of a live session, or no session of ours, is left alone.
-        Its process, if it still runs, is the orphan sweep's: closing the pane hangs it up.
+        session ended, or its process died (a crash); or when it is this session's own but
+        none of its teammates' (a resumed session's, from before its crash). A pane of a live
+        session, or of a session this store does not know (another ``TASKLOOM_HOME``'s), is
+        left alone. Its process, if it still runs, is the orphan sweep's: closing the pane
+        hangs it up.
         """
         from taskloom.tasks._claim import owner_gone
 
@@ -207,15 +270,19 @@ class PaneExecutor:
             return []  # no server to sweep (or none we can reach)
         closed = []
         store = self.runtime.store
+        ours = {m.pane.id for m in self._members.values() if m.pane is not None}
         for pane_id, _pid, owner, _dead in found:
-            if not owner or owner == self.runtime.session_id:
+            if not owner or pane_id in ours:
                 continue
-            try:
-                session = store.get_session(owner)
-            except StoreError:
-                continue
-            if session is not None and session.ended_at is None and not owner_gone(session):
-                continue  # a live session's
+            if owner != self.runtime.session_id:
+                try:
+                    session = store.get_session(owner)
+                except StoreError:
+                    continue
+                if session is None:
+                    continue  # not a session of this store: not ours to judge
+                if session.ended_at is None and not owner_gone(session):
+                    continue  # a live session's
             if await self.panes.kill(pane_id):
                 closed.append(pane_id)
         return closed
@@ -254,14 +321,16 @@ class PaneExecutor:
         )
         member = self._members[agent_id] = _Member(spec, agent_id, task_id)
         runtime.attach_handle(task_id, _PaneHandle(self, agent_id))
-        env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+        full_env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
         # The tag the sweep finds it (and what it starts without a tag of its own) by.
-        env["TASKLOOM_TASK_ID"] = task_id
-        env["TASKLOOM_HOME"] = str(runtime.home)
+        full_env["TASKLOOM_TASK_ID"] = task_id
+        full_env["TASKLOOM_HOME"] = str(runtime.home)
 
         async def hand_over(pane: Pane) -> None:
             member.pane = pane
-            self.launch(spec, task_id, pane.id).write(runtime.home)
+            join = dataclasses.replace(self.launch(spec, task_id, pane.id), env=full_env)
+            member.process_session = join.process_session
+            join.write(runtime.home)
 
         try:
             pane = await self.panes.create(
@@ -270,7 +339,7 @@ class PaneExecutor:
                 title=agent_id,
                 argv=[*_COMMAND, _join_path(runtime.home, runtime.session_id, task_id)],
                 cwd=str(spec.config.cwd),
-                env=env,
+                env=pane_environment(full_env),
                 colour=spec.color,
                 before_start=hand_over,
             )
@@ -326,6 +395,7 @@ class PaneExecutor:
         """
         member = self._active(agent_id)
         letter_id = post_message(self.mailbox, agent_id, body, sender=sender, summary=summary)
+        member.idle_at = None  # at work until it says it is idle again
         self.runtime.update(member.task_id, working)
         return letter_id
 
@@ -391,17 +461,18 @@ class PaneExecutor:
         live = [a for a, m in self._members.items() if m.pane is not None and not m.ended.is_set()]
         await asyncio.gather(*(self.kill(agent_id) for agent_id in live))
         watchers = [m.watcher for m in self._members.values() if m.watcher is not None]
-        for task in [self._answering, *self._asks]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(
-            *(t for t in [self._answering, *self._asks] if t is not None), return_exceptions=True
-        )
+        if self._relay is not None:
+            await self._relay.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), KILL_WAIT_S)
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.__aexit__(None, None, None)
+
+    def _asking(self, sender: str) -> str | None:
+        """The agent id of the running teammate ``sender`` is (None: not one of ours)."""
+        member = self._members.get(sender)
+        return member.agent_id if member is not None and self.is_active(sender) else None
 
     def _active(self, agent_id: str) -> _Member:
         member = self._members.get(agent_id)
@@ -465,67 +536,6 @@ class PaneExecutor:
             member.ended.set()
 
     # -- permission requests ------------------------------------------------------------------
-
-    async def _answer_requests(self) -> None:
-        """Answer every ``permission_request`` posted to the lead, each as it comes."""
-        mailbox, me = self.mailbox, self.runtime.session_id
-        while True:
-            await mailbox.wait(_ASK_WAIT_S, me, "protocol")
-            for letter in mailbox.take(me, "protocol"):
-                task = asyncio.get_running_loop().create_task(self._answer(letter))
-                self._asks.add(task)
-                task.add_done_callback(self._asks.discard)
-
-    async def _answer(self, letter: Letter) -> None:
-        from taskloom.permissions import PermissionRequest, PromptAnswer, PromptError
-        from taskloom.permissions.rules import Decision
-
-        data = protocol.structured(letter.body) or {}
-        request = str(data.get("requestId") or "")
-        member = self._members.get(letter.sender)
-        if data.get("type") != "permission_request" or member is None or not request:
-            self.mailbox.ack([letter.id])  # nobody's to answer: a stray row is not kept
-            return
-        tool = str(data.get("toolName") or "")
-        raw = data.get("input") if isinstance(data.get("input"), dict) else {}
-        asked = PermissionRequest(
-            tool_name=tool,
-            kind=str(data.get("kind") or "other"),  # type: ignore[arg-type]
-            target=data.get("target") if isinstance(data.get("target"), str) else None,
-            cwd=Path(str(data.get("cwd") or self.runtime.cwd or ".")),
-            input=dict(raw or {}),
-        )
-        decision = Decision("ask", str(data.get("reason") or ""), tool_name=tool)
-        if self.prompter is None:
-            answer = PromptAnswer(False, f"Permission to use {tool} was denied: no one to ask.")
-        else:
-            try:
-                answer = await self.prompter.ask(
-                    asked,
-                    decision,
-                    tool_use_id=str(data.get("toolUseId") or ""),
-                    agent_id=member.agent_id,
-                )
-            except PromptError as exc:
-                answer = PromptAnswer(False, f"Permission to use {tool} was not given: {exc}")
-        body = protocol.permission_response(
-            request,
-            allow=answer.allow,
-            message=answer.message,
-            updated_input=answer.updated_input,
-            interrupt=answer.interrupt,
-        )
-        with contextlib.suppress(UsageError):
-            self._active(member.agent_id)
-            self.mailbox.post(
-                recipient=member.agent_id,
-                sender=self.runtime.session_id,
-                kind="protocol",
-                body=body,
-                priority="next",
-                commit=True,
-            )
-        self.mailbox.ack([letter.id])
 
 
 def _join_path(home: Path, session: str, task_id: str) -> str:

@@ -255,6 +255,10 @@ class TeamService:
     def _deliver(self, target: Member, body: str, *, sender: str, summary: str | None) -> str:
         """Post to a member: the lead's row is the session's; a teammate is woken by its."""
         if target.name != LEAD_NAME:
+            if not target.is_active:
+                # Ended (shut down, killed, crashed): a row for it would wait forever, and
+                # reach a namesake spawned later.
+                raise ToolError(f"SendMessage: {target.name} is not running (it has ended).")
             try:
                 return self.executor.deliver(target.agent_id, body, sender=sender, summary=summary)
             except TaskloomError as exc:

@@ -151,6 +151,7 @@ class TeammateRun:
                 None,
                 {"agent_id": agent_id, "agent_transcript_path": str(path)},
             ),
+            mailbox=self.mailbox,
         )
         self.driver: asyncio.Task[None] | None = None
         self.output: DiskTaskOutput | None = None

@@ -380,7 +380,8 @@ class Executors:
         """
         known = [b for b in self._backends() if b.task_id(agent_id) is not None]
         active = [b for b in known if b.is_active(agent_id)]
-        return (active or known or [None])[-1]
+        found = active or known
+        return found[-1] if found else None
 
     def _known(self, agent_id: str) -> TeammateExecutor:
         backend = self._of(agent_id)

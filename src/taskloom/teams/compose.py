@@ -188,6 +188,12 @@ _INHERITED = (
     "setting_sources", "builtin_tools", "add_dirs", "mcp_config", "strict_mcp_config", "agents",
     "append_system_prompt", "fallback_model",
 )  # fmt: skip
+#: The lead's options that live in its process (Python objects, an SDK's callbacks): a
+#: teammate in a process of its own goes without them, and the lead is told so once.
+_NOT_CARRIED = {
+    "tools": "its tools given in code",
+    "hooks": "its hooks given in code (an SDK's hook callbacks among them)",
+}
 
 
 def session_team(
@@ -257,6 +263,8 @@ def _launcher(
         inherited[name] = value
     me = os.getpid()
     lead_start = process_start_time(me) or 0.0
+    missing = [what for name, what in _NOT_CARRIED.items() if getattr(options, name)]
+    told: list[bool] = []
 
     def launch(spec: TeammateSpec, task_id: str, pane_id: str) -> JoinSpec:
         model = spec.model or (options.model if isinstance(options.model, str) else None)
@@ -264,6 +272,14 @@ def _launcher(
             raise PaneError(
                 "teammateMode tmux: the lead's model is a Python object, which a teammate's "
                 "process cannot share; give the lead (or the teammate) a model by name"
+            )
+        if missing and not told:
+            told.append(True)
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "teammates in tmux panes run in processes of their own, without the lead's %s",
+                ", ".join(missing),
             )
         policy = agents().builder.policy
         return JoinSpec(

@@ -297,8 +297,18 @@ def test_a_headless_lead_waits_for_a_teammate_another_set_to_work_and_its_backgr
         rows = db.execute(
             "SELECT recipient, body, created_at, delivered_at FROM mailbox WHERE kind = 'message'"
         ).fetchall()
+        lead_session = events[-1]["session_id"]
+        tasks = [
+            json.loads(data)
+            for (data,) in db.execute(
+                "SELECT data FROM tasks WHERE session_id = ?", (lead_session,)
+            ).fetchall()
+        ]
     finally:
         db.close()
+    # What bob used, as his process recorded it, is on the lead's task for him.
+    bob = next(t for t in tasks if t.get("agent_name") == "bob")
+    assert bob["tool_uses"] >= 2 and bob["total_tokens"] > 0, bob
     job = next(r for r in rows if r[0] == f"bob@{TEAM}" and "start the job" in r[1])
     done = next(r for r in rows if "bob done" in r[1])
     assert job[3] is not None and job[3] < done[2], (job, done)

@@ -32,14 +32,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import StoreError, UsageError
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.kill import kill_tree
 from taskloom.process.watch import wait_exit
 from taskloom.store import ProcessRow, TeamTables
-from taskloom.tasks.teammate import TeammateTaskState, ended, idle, working
+from taskloom.tasks.teammate import TeammateTaskState, ended, idle, progressed, working
 from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
@@ -81,8 +81,22 @@ _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGN
 Launcher = Callable[["TeammateSpec", str, str], "JoinSpec"]
 
 
-def _idle_saying(summary: str) -> Callable[[TeammateTaskState], TeammateTaskState]:
-    return lambda s: idle(s, {}, result=summary)
+def _idle_saying(
+    summary: str, totals: dict[str, int]
+) -> Callable[[TeammateTaskState], TeammateTaskState]:
+    return lambda s: idle(s, totals, result=summary)
+
+
+def _using(totals: dict[str, int]) -> Callable[[TeammateTaskState], TeammateTaskState]:
+    return lambda s: progressed(s, totals)
+
+
+def _usage(tasks: list[dict[str, Any]]) -> dict[str, int]:
+    """A pane teammate's tokens and tool calls, from its own task in its process's records."""
+    for task in tasks:
+        if task.get("type") == TaskType.IN_PROCESS_TEAMMATE:
+            return {k: int(task.get(k) or 0) for k in ("total_tokens", "tool_uses")}
+    return {}
 
 
 def pane_environment(env: dict[str, str]) -> dict[str, str]:
@@ -231,25 +245,35 @@ class PaneExecutor:
             state = runtime.get(member.task_id)
             if state is None or state.terminal:
                 continue
-            at_work = self._at_work(member, since)
+            tasks = self._its_tasks(member)
+            at_work = tasks is None or self._at_work(member, since, tasks)
+            totals = _usage(tasks or [])
             if at_work and getattr(state, "is_idle", False):
                 runtime.update(member.task_id, working)
             elif not at_work and not getattr(state, "is_idle", False):
-                runtime.update(member.task_id, _idle_saying(member.idle_summary))
+                runtime.update(member.task_id, _idle_saying(member.idle_summary, totals))
+            if totals:
+                runtime.update(member.task_id, _using(totals))
 
-    def _at_work(self, member: _Member, since: float) -> bool:
-        store = self.runtime.store
+    def _its_tasks(self, member: _Member, *, ended: bool = False) -> list[dict[str, Any]] | None:
+        """The tasks its process recorded: live ones (with ``ended``, all); None: unknown."""
+        if not member.process_session:
+            return []
+        statuses = None if ended else ("pending", "running")
         try:
-            if store.mail_taken_after(self.runtime.session_id, member.agent_id, since):
+            return self.runtime.store.list_tasks(member.process_session, statuses)
+        except StoreError:
+            return None
+
+    def _at_work(self, member: _Member, since: float, tasks: list[dict[str, Any]]) -> bool:
+        try:
+            if self.runtime.store.mail_taken_after(self.runtime.session_id, member.agent_id, since):
                 return True
-            if not member.process_session:
-                return False
-            live = store.list_tasks(member.process_session, ("pending", "running"))
         except StoreError:
             return True  # unknown: counted at work, so that a headless lead does not end early
         return any(
             t.get("type") != TaskType.IN_PROCESS_TEAMMATE and t.get("exit_policy") != "detach"
-            for t in live
+            for t in tasks
         )
 
     async def sweep(self) -> list[str]:
@@ -512,6 +536,9 @@ class PaneExecutor:
                 mine = [row.id for row in rows if row.recipient == member.agent_id]
                 if mine:
                     runtime.mailbox.withdraw(mine)
+            totals = _usage(self._its_tasks(member, ended=True) or [])
+            if totals:  # what it used, as its process last recorded it
+                runtime.update(member.task_id, _using(totals))
             crashed = not member.approved and not member.killing
             if not crashed or not self.keep_crashed:
                 with contextlib.suppress(OSError):

@@ -9,8 +9,8 @@ import subprocess
 import time
 
 from helpers import alive
-from taskloom.process.identity import process_start_time
-from taskloom.process.watch import wait_exit
+from taskloom.process.identity import process_start_time, zombie_status
+from taskloom.process.watch import describe_status, wait_exit
 
 
 async def test_the_end_of_a_process_that_is_not_our_child_is_seen_at_once() -> None:
@@ -46,3 +46,25 @@ async def test_a_process_gone_or_replaced_returns_at_once() -> None:
         proc.kill()
         proc.wait()
     await asyncio.wait_for(wait_exit(proc.pid, start), 1)  # gone: returns at once
+
+
+async def test_how_a_process_ended_is_read_before_its_parent_reaps_it() -> None:
+    # Our own children, not reaped until the watch returned: as tmux leaves a pane's command.
+    killed = subprocess.Popen(["sleep", "30"])
+    exited = subprocess.Popen(["sh", "-c", "exit 3"])
+    try:
+        start = process_start_time(killed.pid)
+        watcher = asyncio.ensure_future(wait_exit(killed.pid, start))
+        await asyncio.sleep(0)  # the watch is set up
+        os.kill(killed.pid, signal.SIGKILL)
+        status = await asyncio.wait_for(watcher, 5)
+        assert describe_status(status) == "signal 9"
+        assert describe_status(await asyncio.wait_for(wait_exit(exited.pid), 5)) == "exit code 3"
+    finally:
+        for proc in (killed, exited):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(5)
+    # Reaped: nothing to read any more (and a pid used again is another process).
+    assert zombie_status(killed.pid, start) is None
+    assert describe_status(None) == ""

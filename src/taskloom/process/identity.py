@@ -48,6 +48,24 @@ def process_start_time(pid: int) -> float | None:
     return int(fields[19]) / _ticks_per_second()  # field 22, starttime
 
 
+def zombie_status(pid: int, start: float | None) -> int | None:
+    """The wait status of ``pid`` if it has ended and is not reaped yet (a zombie); else None.
+
+    ``start``: its start (seconds after boot), to tell it from a later process of that pid.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    if len(fields) < 50 or fields[0] != b"Z":
+        return None
+    if start is not None and abs(int(fields[19]) / _ticks_per_second() - start) > _TOLERANCE_S:
+        return None  # field 22, starttime: another process
+    return int(fields[49])  # field 52, exit_code
+
+
 def _psutil_start(pid: int) -> float | None:
     import psutil  # only where /proc cannot be read
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom.errors import StoreError, UsageError
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.kill import kill_tree
-from taskloom.process.watch import wait_exit
+from taskloom.process.watch import describe_status, wait_exit
 from taskloom.store import ProcessRow, TeamTables
 from taskloom.tasks.teammate import TeammateTaskState, ended, idle, progressed, working
 from taskloom.tasks.types import TaskStatus, TaskType
@@ -516,9 +516,11 @@ class PaneExecutor:
         assert pane is not None
         how = ""
         try:
-            await wait_exit(pane.pid, member.start)
+            # Its status, read while it is a zombie; else tmux reaped it, and has it.
+            how = describe_status(await wait_exit(pane.pid, member.start))
             self._woken()  # what it posted last (its ping may still be on its way)
-            how = await self.panes.exit_status(pane.id)
+            if not how:
+                how = await self.panes.exit_status(pane.id)
         except asyncio.CancelledError:
             raise
         except Exception:

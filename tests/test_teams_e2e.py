@@ -212,8 +212,9 @@ class KilledLeadScript(TeamScript):
         return Turn(text=f"{name} waiting")
 
 
+@pytest.mark.parametrize("mode", ["in-process", "tmux"])
 def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
-    tmp_path: Path,
+    tmp_path: Path, mode: str, request: pytest.FixtureRequest
 ) -> None:
     import signal
     import sqlite3
@@ -223,8 +224,13 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
     with FakeAnthropicServer(responder=script) as server:
         env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
         env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        mode_flag = ["--teammate-mode", mode]
+        if mode == "tmux":  # teammates in panes of the test's own tmux server
+            tmux = request.getfixturevalue("tmux")
+            tmux.start()
+            env["TMUX"] = f"{tmux.socket_path},{tmux.pid},0"
         lead = subprocess.Popen(
-            [sys.executable, "-m", "taskloom", *team_argv()],
+            [sys.executable, "-m", "taskloom", *team_argv(), *mode_flag],
             stdout=subprocess.PIPE,
             text=True,
             cwd=tmp_path,
@@ -261,7 +267,7 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
         lead.stdout.close()
         resumed = subprocess.run(
             [sys.executable, "-m", "taskloom", *team_argv("go on")[:1], "go on", "--resume",
-             session, *team_argv()[2:]],
+             session, *team_argv()[2:], *mode_flag],
             capture_output=True,
             text=True,
             timeout=60,
@@ -295,4 +301,10 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
     assert teams == []  # removed at the end of the run; its task list stays in the store
     with contextlib.closing(sqlite3.connect(db)) as conn:
         subjects = [r[0] for r in conn.execute("SELECT subject FROM team_tasks")]
+        backends = {
+            json.loads(data).get("agent_name"): json.loads(data).get("backend")
+            for (data,) in conn.execute("SELECT data FROM tasks WHERE session_id = ?", (session,))
+        }
     assert subjects == ["Keep me"]
+    # Brought back where new teammates start: in panes (new processes) with tmux.
+    assert backends["alice"] == backends["bob"] == mode, backends

@@ -112,6 +112,10 @@ class TeammateExecutor(Protocol):
         """Start a teammate; returns its agent id."""
         ...
 
+    async def resume(self, spec: TeammateSpec, task_id: str, messages: list[Message]) -> str:
+        """Bring back a teammate an earlier process ran, under its task id; its agent id."""
+        ...
+
     def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
         """Post ``body`` (wrapped by its sender) to a teammate, counted at work; the row's id."""
         ...
@@ -183,15 +187,22 @@ class InProcessExecutor:
         """
         return self._start(spec, task_id, messages)
 
-    def adopt(self, spec: TeammateSpec, task_id: str, **run: str) -> TeammateRun:
+    def adopt(
+        self,
+        spec: TeammateSpec,
+        task_id: str,
+        messages: list[Message] | None = None,
+        **run: str,
+    ) -> TeammateRun:
         """Run the teammate its lead registered as ``task_id`` (in a process of its own).
 
         Args:
             spec: What it was spawned with.
             task_id: Its task id, given by its lead.
+            messages: Its conversation so far, when it goes on from an earlier process.
             run: ``backend`` and ``pane_id``, as its run says them, and ``transcript``.
         """
-        self._start(spec, task_id, None, **run)
+        self._start(spec, task_id, messages, **run)
         return self._runs[member_id(spec.name, spec.team)]
 
     async def spawn(self, spec: TeammateSpec) -> str:
@@ -402,8 +413,8 @@ class Executors:
         return await self.spawn_in.spawn(spec)
 
     async def resume(self, spec: TeammateSpec, task_id: str, messages: list[Message]) -> str:
-        """Bring back, in this process, a teammate an earlier process ran (see there)."""
-        return await self.local.resume(spec, task_id, messages)
+        """Bring back a teammate an earlier process ran, where new ones start (see there)."""
+        return await self.spawn_in.resume(spec, task_id, messages)
 
     def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
         """Post to a teammate (see :meth:`TeammateExecutor.deliver`).

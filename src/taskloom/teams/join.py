@@ -48,6 +48,7 @@ class JoinSpec:
             under it: the lead sees whether it has work running).
         env: Its process's environment, the lead's: here, not on the pane's command line
             (which tmux shows to whoever asks), since it holds the lead's API keys.
+        resume: It goes on from its transcript (its lead's session was resumed).
     """
 
     session: str
@@ -67,6 +68,7 @@ class JoinSpec:
     options: dict[str, Any] = field(default_factory=dict)
     process_session: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    resume: bool = False
 
     @property
     def agent_id(self) -> str:

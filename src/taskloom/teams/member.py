@@ -215,9 +215,15 @@ class TeammateProcess:
             # transcript is where the lead's session keeps it (a resume reads it there).
             local_id = runtime.new_id(TaskType.IN_PROCESS_TEAMMATE)
             transcript = sidechain_path(runtime, join.task_id, join.session)
+            messages = None
+            if join.resume:  # its lead was resumed: it goes on from its conversation
+                from taskloom.transcript import load_messages, repair
+
+                messages, _ = repair(load_messages(transcript))
             run = self.run = self.service.executor.local.adopt(
                 self.spec(),
                 local_id,
+                messages,
                 backend=TMUX,
                 pane_id=join.pane_id,
                 transcript=str(transcript),

@@ -29,6 +29,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ from taskloom.teams.permission_relay import PermissionRelay
 from taskloom.teams.protocol import TMUX
 
 if TYPE_CHECKING:
+    from taskloom.messages import Message
     from taskloom.permissions import PermissionPrompter
     from taskloom.tasks.mailbox import Letter, Mailbox
     from taskloom.tasks.runtime import TaskRuntime
@@ -320,12 +322,27 @@ class PaneExecutor:
             UsageError: A teammate of that name runs in that team already.
             PaneError: tmux failed (no pane is left).
         """
+        return await self._launch(spec, self.runtime.new_id(TaskType.IN_PROCESS_TEAMMATE))
+
+    async def resume(self, spec: TeammateSpec, task_id: str, messages: list[Message]) -> str:
+        """Bring back, in a new pane, a teammate an earlier lead process ran, under its task id.
+
+        Its process reads its conversation back from its transcript (``messages`` is what
+        the lead read of it: the process's own reading is the one that counts) and waits for
+        mail: what was sent to it and never delivered is handed to it.
+
+        Raises:
+            UsageError: A teammate of that name runs in that team already.
+            PaneError: tmux failed (no pane is left).
+        """
+        return await self._launch(spec, task_id, resume=True)
+
+    async def _launch(self, spec: TeammateSpec, task_id: str, *, resume: bool = False) -> str:
         agent_id = protocol.agent_id(spec.name, spec.team)
         if self.is_active(agent_id):
             raise UsageError(f"teammate {agent_id} is running already")
         await self._start()
         runtime = self.runtime
-        task_id = runtime.new_id(TaskType.IN_PROCESS_TEAMMATE)
         runtime.register(
             TeammateTaskState(
                 id=task_id,
@@ -341,9 +358,12 @@ class PaneExecutor:
                 model=spec.model,
                 plan_mode_required=spec.plan_mode_required,
                 backend=TMUX,
+                is_idle=resume,  # it goes on waiting for mail
             )
         )
         member = self._members[agent_id] = _Member(spec, agent_id, task_id)
+        if resume:  # idle as of now, unless mail for it waits (see _review)
+            member.idle_at = time.time()
         runtime.attach_handle(task_id, _PaneHandle(self, agent_id))
         full_env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
         # The tag the sweep finds it (and what it starts without a tag of its own) by.
@@ -352,7 +372,8 @@ class PaneExecutor:
 
         async def hand_over(pane: Pane) -> None:
             member.pane = pane
-            join = dataclasses.replace(self.launch(spec, task_id, pane.id), env=full_env)
+            join = self.launch(spec, task_id, pane.id)
+            join = dataclasses.replace(join, env=full_env, resume=resume)
             member.process_session = join.process_session
             join.write(runtime.home)
 
@@ -377,6 +398,8 @@ class PaneExecutor:
             del self._members[agent_id]
             raise
         self._attach(member, pane)
+        if resume:
+            self._review()
         return agent_id
 
     def _attach(self, member: _Member, pane: Pane) -> None:

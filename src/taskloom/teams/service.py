@@ -432,6 +432,11 @@ class TeamService:
             state = tasks.get(member.agent_id)
             path = sidechain_path(self.runtime, state.id) if state is not None else None
             if state is None or path is None or not path.is_file():
+                log.warning(
+                    "teammate %s cannot be brought back (its task or its transcript is gone);"
+                    " it is marked inactive",
+                    member.agent_id,
+                )
                 self._inactive(team.name, member.name)
                 continue
             try:

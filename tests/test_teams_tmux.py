@@ -190,6 +190,8 @@ def test_the_team_flow_with_teammates_in_tmux_panes(
     # (tmux shows those to whoever asks).
     assert all(key not in p["command"] and "taskloom" in p["command"] for p in script.panes)
     assert {r.headers.get("x-api-key") for r in server.requests} == {key}
+    # Nor does a file keep it: each spec was removed once its process had read it.
+    assert list((tmp_path / "home").rglob("teammates/*.json")) == []
     # Each teammate ran in its own process: its requests carried its own conversation.
     for name, prompt in (("alice", "Check module A."), ("bob", "Check module B.")):
         first = texts(script.teammate_requests[name][0]["messages"][0]["content"])

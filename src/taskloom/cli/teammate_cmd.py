@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main_teammate(args: list[str]) -> int:
     """Run the teammate; the exit code (2: a bad command line or spec)."""
+    import contextlib
     import os
     import sys
 
@@ -45,6 +46,7 @@ def main_teammate(args: list[str]) -> int:
         join = JoinSpec.read(ns.join)
     except UsageError as exc:
         parser.error(str(exc))
+
     # Its environment is the lead's, from the spec: the pane's command line had only what
     # starting Python needs (see taskloom.teams.pane_executor.pane_environment).
     os.environ.update(join.env)
@@ -64,6 +66,10 @@ def main_teammate(args: list[str]) -> int:
     async def serve() -> int:
         view.say(f"{join.agent_id}: a teammate of {join.team}'s lead")
         async with Harness(options) as harness:
+            # Read (here and by the session): it holds the lead's environment, its API keys
+            # among it, which no file need keep now.
+            with contextlib.suppress(OSError):
+                ns.join.unlink()
             code = await harness.serve_teammate()
             view.say(f"{join.agent_id}: ended")
             return code

@@ -29,7 +29,7 @@ from taskloom.engine import AssistantTurn, UserTurn
 from taskloom.permissions import PromptAnswer, PromptError
 from taskloom.process.watch import wait_exit
 from taskloom.tasks.mailbox import Mailbox
-from taskloom.tasks.types import TaskType
+from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
 from taskloom.teams.protocol import TMUX
@@ -201,7 +201,10 @@ class TeammateProcess:
         self.prompter = LeadPrompter(service.mailbox, join) if join.lead_prompts else None
 
     async def serve(self) -> int:
-        """Run it until it shuts down, is killed, or its lead ends; the exit code (0)."""
+        """Run it until it shuts down, is killed, or its lead ends; the exit code.
+
+        0 once it ended as asked (a shutdown, a kill, its lead's end); 1 if its run failed.
+        """
         join, runtime = self.join, self.service.runtime
         mailbox = self.service.mailbox
         path = wakeup_path(runtime.home, join.session, join.agent_id)
@@ -238,7 +241,8 @@ class TeammateProcess:
                     await lead
                 if not _ended(run):
                     await run.kill()  # this process is stopping (a signal): so does it
-        return 0
+        state = runtime.get(run.task_id)
+        return 1 if state is not None and state.status == TaskStatus.FAILED else 0
 
     def _plan_approved(self) -> None:
         """Its lead approved its plan: it goes on in the mode the lead recorded for it."""

@@ -561,6 +561,8 @@ class PaneExecutor:
                 mine = [row.id for row in rows if row.recipient == member.agent_id]
                 if mine:
                     runtime.mailbox.withdraw(mine)
+            with contextlib.suppress(OSError):  # its process read it, or never will
+                Path(_join_path(runtime.home, runtime.session_id, member.task_id)).unlink()
             totals = _usage(self._its_tasks(member, ended=True) or [])
             if totals:  # what it used, as its process last recorded it
                 runtime.update(member.task_id, _using(totals))

@@ -215,12 +215,12 @@ def test_the_team_flow_with_teammates_in_tmux_panes(
 
 
 class Relay:
-    """bob starts and idles; then alice, spawned, sets bob to work and idles herself; bob
-    starts a command in the background, idles, and once it is done tells the lead."""
+    """bob starts and idles; then alice, spawned, sets bob to work, waits 2.5 s in a command,
+    tells the lead she is here and idles. bob starts a command in the background and idles;
+    once it is done he answers the lead, slowly (his model streams for some 2.5 s)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.done_seen_at = 0.0
 
     def __call__(self, body: dict[str, Any]) -> Turn:
         system = system_text(body)
@@ -237,7 +237,6 @@ class Relay:
         if not spawned:
             return Turn(tool_calls=(_spawn_call("bob"),))
         if "bob done" in seen:
-            self.done_seen_at = time.monotonic()
             return Turn(text=FINAL)
         if spawned == ["bob"] and '"idle_notification"' in seen:
             return Turn(tool_calls=(_spawn_call("alice"),))
@@ -245,9 +244,15 @@ class Relay:
 
     @staticmethod
     def _alice(body: dict[str, Any]) -> Turn:
-        if not _calls(body):
+        names = [c["name"] for c in _calls(body)]
+        if not names:
             job = {"to": "bob", "message": "start the job", "summary": "job"}
             return Turn(tool_calls=(ToolCall("SendMessage", job),))
+        if "Bash" not in names:
+            return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 2.5"}),))
+        if names.count("SendMessage") == 1:
+            here = {"to": "team-lead", "message": "alice here", "summary": "here"}
+            return Turn(tool_calls=(ToolCall("SendMessage", here),))
         return Turn(text="alice idle")
 
     @staticmethod
@@ -260,7 +265,7 @@ class Relay:
             return Turn(tool_calls=(ToolCall("Bash", job),))
         if "<task-notification>" in seen and not any(c["name"] == "SendMessage" for c in calls):
             done = {"to": "team-lead", "message": "bob done", "summary": "done"}
-            return Turn(tool_calls=(ToolCall("SendMessage", done),))
+            return Turn(tool_calls=(ToolCall("SendMessage", done),), delay=0.4)
         return Turn(text="bob waits for his job")
 
 
@@ -275,8 +280,10 @@ def test_a_headless_lead_waits_for_a_teammate_another_set_to_work_and_its_backgr
     tmp_path: Path, tmux: tmux_driver.TmuxServer
 ) -> None:
     # The lead hears nothing of alice's message to bob (her process pings only his), and bob
-    # said he was idle before it; then he idles with a command running in his own process.
-    # Counting him idle either time, the headless lead would end before "bob done".
+    # said he was idle before it; then he idles with a command running in his own process;
+    # then, that command done, he works on its notification (his process's mail, not the
+    # team's) while alice's message and idleness reach the lead. Counting him idle any of
+    # these times, the headless lead would end before "bob done".
     tmux.start()
     script = Relay()
     with FakeAnthropicServer(responder=script) as server:

@@ -36,10 +36,14 @@ def owner_alive(row: ProcessRow | TagRow) -> bool:
     return is_same_process(row.owner_pid, row.owner_start, row.boot_id)
 
 
-async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProcess]:
+async def sweep_orphans(
+    store: Store, *, grace: float = 2.0, owner_pid: int | None = None
+) -> list[SweptProcess]:
     """Kill the process trees of every non-detached record whose owner process is gone.
 
-    Records of live owners are left alone. A swept record is deleted once its kill is verified
+    With ``owner_pid``, only the records that process owned (a teammate's process that
+    crashed: what it started is swept at once, not at the next start). Records of live owners
+    are left alone. A swept record is deleted once its kill is verified
     (one with survivors stays, to be tried again); so is a detached record whose process has
     ended. Trees whose leader still runs are killed through their group as well; everything
     else that carries a swept tag, process record's or tag record's, is found in one scan.
@@ -47,13 +51,19 @@ async def sweep_orphans(store: Store, *, grace: float = 2.0) -> list[SweptProces
     swept: list[SweptProcess] = []
     orphaned: list[ProcessRow] = []
     for row in store.list_processes():
+        if owner_pid is not None and row.owner_pid != owner_pid:
+            continue
         if row.detached:
             if not leader_alive(row):
                 store.remove_process(row.pid, row.pid_start)
             continue
         if not owner_alive(row):
             orphaned.append(row)
-    orphaned_tags = [t for t in store.list_tags() if not owner_alive(t)]
+    orphaned_tags = [
+        t
+        for t in store.list_tags()
+        if not owner_alive(t) and (owner_pid is None or t.owner_pid == owner_pid)
+    ]
     if not orphaned and not orphaned_tags:
         return swept
     led = [r for r in orphaned if leader_alive(r)]

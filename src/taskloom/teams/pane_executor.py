@@ -268,8 +268,18 @@ class PaneExecutor:
             return None
 
     def _at_work(self, member: _Member, since: float, tasks: list[dict[str, Any]]) -> bool:
+        own = next((t for t in tasks if t.get("type") == TaskType.IN_PROCESS_TEAMMATE), None)
+        if own is not None and not own.get("is_idle"):
+            return True  # its process says it is at work (a turn that no mail of ours began)
+        store = self.runtime.store
         try:
-            if self.runtime.store.mail_taken_after(self.runtime.session_id, member.agent_id, since):
+            if store.mail_taken_after(self.runtime.session_id, member.agent_id, since):
+                return True
+            # Its own notifications (a command of its ended) wake it in its process: taken
+            # after it said it was idle, or waiting to be, it is at work.
+            if own is not None and store.mail_taken_after(
+                member.process_session, str(own.get("id")), since
+            ):
                 return True
         except StoreError:
             return True  # unknown: counted at work, so that a headless lead does not end early
@@ -554,6 +564,12 @@ class PaneExecutor:
     async def _settle(self, member: _Member, pane: Pane, how: str) -> None:
         runtime = self.runtime
         try:
+            on_end = member.spec.on_end
+            if on_end is not None:
+                try:
+                    on_end()  # inactive first: nothing new is posted to it from now on
+                except Exception:
+                    log.exception("teammate %s: recording its end failed", member.agent_id)
             with contextlib.suppress(StoreError):
                 runtime.store.remove_process(pane.pid, member.start)
                 # What waits for it would wait forever, and reach a namesake spawned later.
@@ -570,12 +586,6 @@ class PaneExecutor:
             if not crashed or not self.keep_crashed:
                 with contextlib.suppress(OSError):
                     await self.panes.kill(pane.id)
-            on_end = member.spec.on_end
-            if on_end is not None:
-                try:
-                    on_end()  # its member is inactive before the lead hears of its end
-                except Exception:
-                    log.exception("teammate %s: recording its end failed", member.agent_id)
         finally:
             if member.approved:
                 runtime.update(member.task_id, lambda s: ended(s))
@@ -588,8 +598,16 @@ class PaneExecutor:
                     member.task_id, lambda s: ended(s, status=TaskStatus.FAILED, error=error)
                 )
             member.ended.set()
+        if not member.approved:
+            # Killed or crashed, it may have had no time to stop what it started (its shells
+            # and MCP servers, each in a group and with a tag of its own): swept now, once
+            # its end is told, not at the next session's start.
+            from taskloom.process.sweep import sweep_orphans
 
-    # -- permission requests ------------------------------------------------------------------
+            try:
+                await sweep_orphans(runtime.store, owner_pid=pane.pid)
+            except (StoreError, OSError):
+                log.exception("teammate %s: sweeping what it left failed", member.agent_id)
 
 
 def _join_path(home: Path, session: str, task_id: str) -> str:

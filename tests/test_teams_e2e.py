@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from coordinator_scenario import texts
+from coordinator_scenario import system_text, texts
 from fake_servers import FakeAnthropicServer
 from helpers import clean_env, run_processes
 from team_scenario import FINAL, TEAM, TeamScript, events_of, team_argv
@@ -184,15 +184,20 @@ class KilledLeadScript(TeamScript):
             task = ToolCall("TaskCreate", {"subject": "Keep me", "description": "survives"})
             return Turn(tool_calls=(task,))
         if "Agent" not in names:
+            # bob in plan mode (never approved): he must come back in it.
             spawn = tuple(
-                ToolCall("Agent", {"description": n, "prompt": f"Report, {n}.", "name": n})
+                ToolCall(
+                    "Agent",
+                    {"description": n, "prompt": f"Report, {n}.", "name": n}
+                    | ({"mode": "plan"} if n == "bob" else {}),
+                )
                 for n in ("alice", "bob")
             )
             return Turn(tool_calls=spawn)
         if "Bash" not in names:
             return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 60"}),))
         if "TaskList" not in names:  # resumed: its task list and its team are still there
-            ask = {"to": "alice", "message": "still there?"}
+            ask = {"to": "*", "message": "still there?"}
             return Turn(tool_calls=(ToolCall("TaskList", {}), ToolCall("SendMessage", ask)))
         if "alice is back" in seen:
             return Turn(text=f"resumed: {seen.count('report from')} reports")
@@ -290,6 +295,11 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
     # alice went on from her transcript: her resumed request holds her first prompt too.
     resumed_alice = json.dumps(script.teammate_requests["alice"][-1]["messages"])
     assert "Report, alice." in resumed_alice and "still there?" in resumed_alice
+    # bob came back in his own mode, plan (not the lead's), as his system prompt says.
+    resumed_bob = script.teammate_requests["bob"][-1]
+    assert "still there?" in json.dumps(resumed_bob["messages"])
+    assert "You start in plan mode" in system_text(resumed_bob)
+    assert "You start in plan mode" not in system_text(script.teammate_requests["alice"][-1])
     listed = subprocess.run(
         [sys.executable, "-m", "taskloom", "teams", "--json"],
         capture_output=True,

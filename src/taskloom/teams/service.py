@@ -459,7 +459,11 @@ class TeamService:
             prompt=member.prompt,
             config=self.make_config(member.name, team, member.model, member.mode),
             model=member.model,
+            plan_mode_required=member.plan_mode_required,
             on_end=functools.partial(self._inactive, team, member.name),
+            # Its own mode, as last recorded (plan until its plan is approved): a teammate in a
+            # new process must not come back in the lead's.
+            mode=member.mode,
         )
         await self.executor.resume(spec, task_id, messages)
 

@@ -78,9 +78,11 @@ class Echo:
     """Teammates say they are ready, answer every ``ping N`` with ``pong N``, and approve a
     shutdown; the lead (when it runs) spawns alice and bob, then holds its request open."""
 
-    def __init__(self) -> None:
+    def __init__(self, background: str | None = None) -> None:
         self.lead_holding = threading.Event()
         self._lock = threading.Lock()
+        #: A command each teammate starts in the background before it says it is ready.
+        self.background = background
 
     def __call__(self, body: dict[str, Any]) -> Turn:
         system = system_text(body)
@@ -115,6 +117,10 @@ class Echo:
             request = seen.split('"requestId": "', 1)[1].split('"', 1)[0]
             answer = {"type": "shutdown_response", "request_id": request, "approve": True}
             return self._say(answer)
+        started = any(c["name"] == "Bash" for c in calls)
+        if self.background is not None and not started:
+            job = {"command": self.background, "run_in_background": True, "description": "job"}
+            return Turn(tool_calls=(ToolCall("Bash", job),))
         if not sent:
             return self._say(f"ready {name}")
         pings = seen.count("ping ")
@@ -333,18 +339,27 @@ async def test_a_killed_teammate_process_is_seen_within_1_s_and_the_other_goes_o
 ) -> None:
     tmux.start()
     monkeypatch.setenv("TMUX", _tmux_env(tmux))
-    with _model(Echo(), monkeypatch):
+    job = "sleep 6123"  # each teammate's, in the background, in its own process group
+
+    def jobs() -> list[psutil.Process]:
+        return run_processes(lambda p: job in " ".join(p.info.get("cmdline") or []))
+
+    with _model(Echo(background=job), monkeypatch):
         async with harness(tmp_path, MODEL, teams=True, teammate_mode="tmux") as h:
             await _spawn(h, "alice")
             await _spawn(h, "bob")
-            await wait_until(
-                lambda: len(_states(h)) == 2 and all(s.is_idle for s in _states(h).values()),
-                30,
-                "both teammates idle",
-            )
-            alice, bob = _states(h)["alice"], _states(h)["bob"]
-            assert alice.backend == "tmux" and alice.pid > 0 and alice.pane_id.startswith("%")
             mailbox = h.runtime.mailbox
+
+            def ready() -> bool:
+                said = " ".join(m.body for m in mailbox.pending(h.session_id, "message"))
+                return "ready alice" in said and "ready bob" in said
+
+            # Their jobs run: they are at work for the lead, not idle.
+            await wait_until(ready, 30, "both teammates ready")
+            assert len(jobs()) == 2
+            alice, bob = _states(h)["alice"], _states(h)["bob"]
+            assert not alice.is_idle and not bob.is_idle
+            assert alice.backend == "tmux" and alice.pid > 0 and alice.pane_id.startswith("%")
             os.kill(alice.pid, signal.SIGKILL)
             killed = time.monotonic()
             assert await mailbox.wait(5.0, h.session_id, "notification")
@@ -361,6 +376,8 @@ async def test_a_killed_teammate_process_is_seen_within_1_s_and_the_other_goes_o
             assert not members["alice"].is_active and members["bob"].is_active
             # Its pane stays, dead, with its last output for the user.
             assert any(p["id"] == alice.pane_id and p["dead"] == "1" for p in _panes(tmux))
+            # What it started is swept at once (bob's job runs on).
+            await wait_until(lambda: len(jobs()) == 1, 5, "alice's job swept")
             # bob goes on: a message reaches his process and his answer comes back.
             body = wrap("ping 1", sender="team-lead")
             h.team.executor.deliver(bob.agent_id, body, sender=f"team-lead@{TEAM}")
@@ -379,7 +396,8 @@ def test_a_killed_lead_s_teammates_stop_within_2_s_and_leave_nothing(
     tmp_path: Path, tmux: tmux_driver.TmuxServer
 ) -> None:
     tmux.start()
-    script = Echo()
+    job = "sleep 6124"
+    script = Echo(background=job)
     with FakeAnthropicServer(responder=script) as server:
         env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
         env["TASKLOOM_HOME"] = str(tmp_path / "home")
@@ -406,6 +424,12 @@ def test_a_killed_lead_s_teammates_stop_within_2_s_and_leave_nothing(
     assert _teammate_processes() == []
     ours = run_processes(lambda p: str(tmp_path) in " ".join(p.info.get("cmdline") or []))
     assert [p for p in ours if p.pid != tmux.pid] == []  # the test's tmux server aside
+    # Nor what they started; and their panes closed with them (nobody would read them).
+    assert run_processes(lambda p: job in " ".join(p.info.get("cmdline") or [])) == []
+    await_panes = time.monotonic() + 5
+    while _panes(tmux):  # tmux closes a pane a moment after its command ended: no event
+        assert time.monotonic() < await_panes, _panes(tmux)
+        time.sleep(0.05)
 
 
 # -- 5. the mode ------------------------------------------------------------------------------
@@ -502,6 +526,14 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
                        owner_pid=dead.pid, owner_start=process_start_time(me) or 0.0,
                        boot_id=boot_id())
         )  # fmt: skip
+        # The live session's, recorded as its (its owner, this process, runs): never swept.
+        live = made["live"]
+        store.add_process(
+            ProcessRow(pid=live.pid, pid_start=process_start_time(live.pid) or 0.0,
+                       pgid=os.getpgid(live.pid), session_id="live", task_id="t-live",
+                       owner_pid=me, owner_start=process_start_time(me) or 0.0,
+                       boot_id=boot_id())
+        )  # fmt: skip
         store.flush()
         crashed_proc = psutil.Process(crashed.pid)
         with _model(Echo(), monkeypatch):
@@ -511,6 +543,7 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
                 assert not crashed_proc.is_running() or crashed_proc.status() == "zombie"
         assert psutil.Process(made["live"].pid).is_running()
         assert psutil.Process(made["elsewhere"].pid).is_running()
+        assert [r.task_id for r in store.list_processes()] == ["t-live"]
     finally:
         for pane in made.values():
             await panes.kill(pane.id)

@@ -76,8 +76,13 @@ def _psutil_start(pid: int) -> float | None:
 
 
 def is_same_process(pid: int, start: float, boot: str) -> bool:
-    """Tell whether ``pid`` is alive and is the process recorded as (``start``, ``boot``)."""
+    """Tell whether ``pid`` is alive and is the process recorded as (``start``, ``boot``).
+
+    A zombie (ended, not reaped yet by its parent) is not alive: what it owned is orphaned.
+    """
     if boot != boot_id():
         return False
     actual = process_start_time(pid)
-    return actual is not None and abs(actual - start) < _TOLERANCE_S
+    if actual is None or abs(actual - start) >= _TOLERANCE_S:
+        return False
+    return zombie_status(pid, None) is None

@@ -200,7 +200,8 @@ class InProcessExecutor:
             spec: What it was spawned with.
             task_id: Its task id, given by its lead.
             messages: Its conversation so far, when it goes on from an earlier process.
-            run: ``backend`` and ``pane_id``, as its run says them, and ``transcript``.
+            run: ``backend`` and ``pane_id``, as its run says them, ``transcript`` and
+                ``output_file``.
         """
         self._start(spec, task_id, messages, **run)
         return self._runs[member_id(spec.name, spec.team)]
@@ -226,7 +227,7 @@ class InProcessExecutor:
                 status=TaskStatus.RUNNING,
                 description=member,
                 owner=runtime.session_id,
-                output_file=str(runtime.output_path(task_id)),
+                output_file=where.get("output_file") or str(runtime.output_path(task_id)),
                 backend=where.get("backend", IN_PROCESS),
                 pane_id=where.get("pane_id", ""),
                 agent_id=member,

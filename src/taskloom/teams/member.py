@@ -29,6 +29,7 @@ from taskloom.engine import AssistantTurn, UserTurn
 from taskloom.permissions import PromptAnswer, PromptError
 from taskloom.process.watch import wait_exit
 from taskloom.tasks.mailbox import Mailbox
+from taskloom.tasks.output import output_path
 from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
@@ -203,7 +204,8 @@ class TeammateProcess:
     async def serve(self) -> int:
         """Run it until it shuts down, is killed, or its lead ends; the exit code.
 
-        0 once it ended as asked (a shutdown, a kill, its lead's end); 1 if its run failed.
+        0 once it shut down, was killed or its lead ended (a SIGTERM that stops this
+        process makes its exit code 143, as for any command); 1 if its run failed.
         """
         join, runtime = self.join, self.service.runtime
         mailbox = self.service.mailbox
@@ -230,6 +232,8 @@ class TeammateProcess:
                 backend=TMUX,
                 pane_id=join.pane_id,
                 transcript=str(transcript),
+                # Its lead's task's output file: what TaskOutput and the listings read.
+                output_file=str(output_path(join.session, join.task_id, runtime.home)),
             )
             run.on_plan_approved = self._plan_approved
             lead = asyncio.get_running_loop().create_task(self._watch_lead(run))
@@ -258,6 +262,14 @@ class TeammateProcess:
             return
         await wait_exit(self.join.lead_pid, self.join.lead_start or None)
         log.warning("%s: its lead's process ended; stopping", self.join.agent_id)
+        # Nobody will read this pane or close it (a later session's sweep might, or not):
+        # it closes when this process ends.
+        from taskloom.teams.panes import PaneError, locate
+
+        try:
+            await locate().close_on_exit(self.join.pane_id)
+        except PaneError as exc:
+            log.warning("%s: its pane stays open: %s", self.join.agent_id, exc)
         await run.kill()
 
 

@@ -298,6 +298,7 @@ class PaneExecutor:
         left alone. Its process, if it still runs, is the orphan sweep's: closing the pane
         hangs it up.
         """
+        from taskloom.settings import session_dir
         from taskloom.tasks._claim import owner_gone
 
         try:
@@ -307,6 +308,7 @@ class PaneExecutor:
         closed = []
         store = self.runtime.store
         ours = {m.pane.id for m in self._members.values() if m.pane is not None}
+        gone: set[str] = set()
         for pane_id, _pid, owner, _dead in found:
             if not owner or pane_id in ours:
                 continue
@@ -321,6 +323,14 @@ class PaneExecutor:
                     continue  # a live session's
             if await self.panes.kill(pane_id):
                 closed.append(pane_id)
+            gone.add(owner)
+        mine = {f"{m.task_id}.json" for m in self._members.values()}
+        for owner in gone:  # the specs written for those panes (the lead's environment)
+            folder = session_dir(owner, self.runtime.home) / "teammates"
+            for spec in folder.glob("*.json"):
+                if spec.name not in mine:
+                    with contextlib.suppress(OSError):
+                        spec.unlink()
         return closed
 
     # -- the executor -------------------------------------------------------------------------
@@ -382,6 +392,10 @@ class PaneExecutor:
 
         async def hand_over(pane: Pane) -> None:
             member.pane = pane
+            member.start = process_start_time(pane.pid) or 0.0
+            # Recorded before its command can start: a lead killed from here on leaves a
+            # process the next session's sweep knows (the pane's shell waits for a line).
+            self._record(member, pane)
             join = self.launch(spec, task_id, pane.id)
             join = dataclasses.replace(join, env=full_env, resume=resume)
             member.process_session = join.process_session
@@ -399,6 +413,12 @@ class PaneExecutor:
                 before_start=hand_over,
             )
         except BaseException as exc:
+            # Its pane is gone (killed by create): so goes what was made for it.
+            with contextlib.suppress(OSError):
+                Path(_join_path(runtime.home, runtime.session_id, task_id)).unlink(missing_ok=True)
+            if member.pane is not None:
+                with contextlib.suppress(StoreError):
+                    runtime.store.remove_process(member.pane.pid, member.start)
             error = str(exc) or type(exc).__name__
             # The spawn's caller is told why (a tool error): no notification besides.
             runtime.update(
@@ -413,14 +433,24 @@ class PaneExecutor:
         return agent_id
 
     def _attach(self, member: _Member, pane: Pane) -> None:
-        """Its process runs: recorded for the sweep, watched, its pane on its task and member."""
+        """Its process runs: watched, its pane on its task and member."""
         runtime = self.runtime
         member.pane = pane
-        member.start = process_start_time(pane.pid) or 0.0
         runtime.update(
             member.task_id,
             lambda s: s.replace(pane_id=pane.id, pid=pane.pid, pid_start=member.start),
         )
+        with contextlib.suppress(StoreError):
+            TeamTables(runtime.store).set_member(
+                member.spec.team, member.spec.name, tmux_pane_id=pane.id
+            )
+        member.watcher = asyncio.get_running_loop().create_task(
+            self._watch(member), name=f"teammate process {member.agent_id}"
+        )
+
+    def _record(self, member: _Member, pane: Pane) -> None:
+        """Record its process for the orphan sweep (its pane's pid, which its command keeps)."""
+        runtime = self.runtime
         me = os.getpid()
         with contextlib.suppress(StoreError, OSError):
             runtime.store.add_process(
@@ -435,13 +465,7 @@ class PaneExecutor:
                     boot_id=boot_id(),
                 )
             )
-        with contextlib.suppress(StoreError):
-            TeamTables(runtime.store).set_member(
-                member.spec.team, member.spec.name, tmux_pane_id=pane.id
-            )
-        member.watcher = asyncio.get_running_loop().create_task(
-            self._watch(member), name=f"teammate process {member.agent_id}"
-        )
+            runtime.store.flush()  # durable before the command starts
 
     def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
         """Post to the teammate (committed, then its process is woken); it is at work now.

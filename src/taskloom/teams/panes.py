@@ -229,6 +229,14 @@ class TmuxPanes:
         """
         await self.run(*_pane_option(pane_id, COLOUR_OPTION, TMUX_COLOURS.get(colour, colour)))
 
+    async def close_on_exit(self, pane_id: str) -> None:
+        """Let the pane close once its command ends (it was kept for its last output).
+
+        Raises:
+            PaneError: tmux failed.
+        """
+        await self.run(*_pane_option(pane_id, "remain-on-exit", "off"))
+
     async def kill(self, pane_id: str) -> bool:
         """Close the pane (its command gets SIGHUP); whether it was there."""
         try:

@@ -92,6 +92,7 @@ class TeammateRun:
         backend: str = IN_PROCESS,
         pane_id: str = IN_PROCESS,
         transcript: str | None = None,
+        output_file: str | None = None,
     ) -> None:
         """Prepare the teammate of task ``task_id`` (registered by the caller).
 
@@ -116,6 +117,8 @@ class TeammateRun:
             pane_id: Its pane, as its ``shutdown_approved`` says (``paneId``).
             transcript: Where its transcript goes (default: by its task id, in its lead's
                 session: see :func:`sidechain_path`).
+            output_file: Where its output goes (default: its task's, in this runtime's
+                session; a teammate in a pane writes its lead's task's, which TaskOutput reads).
         """
         self.on_end = on_end
         self.runtime = runtime
@@ -129,6 +132,7 @@ class TeammateRun:
         self.mailbox = mailbox if mailbox is not None else runtime.mailbox
         self.backend = backend
         self.pane_id = pane_id
+        self.output_file = Path(output_file) if output_file else runtime.output_path(task_id)
         config = dataclasses.replace(
             config,
             owner=task_id,
@@ -422,11 +426,11 @@ class TeammateRun:
 
     def _open_files(self) -> None:
         self.recorder.open()
-        path = self.runtime.output_path(self.task_id)
+        path = self.output_file
         if path.exists():  # resumed: its progress goes on in the same file
             self.output = DiskTaskOutput.reopen(path, self.runtime.output_cap)
         else:
-            self.output = self.runtime.create_output(self.task_id)
+            self.output = DiskTaskOutput(path, self.runtime.output_cap)
 
     def _close_files(self) -> None:
         self.recorder.close()

@@ -324,6 +324,9 @@ def test_a_headless_lead_waits_for_a_teammate_another_set_to_work_and_its_backgr
     # What bob used, as his process recorded it, is on the lead's task for him.
     bob = next(t for t in tasks if t.get("agent_name") == "bob")
     assert bob["tool_uses"] >= 2 and bob["total_tokens"] > 0, bob
+    # His process wrote his progress where the lead's task for him says (TaskOutput reads it).
+    shown = Path(bob["output_file"]).read_text()
+    assert "→ Bash" in shown and "→ SendMessage" in shown, shown
     job = next(r for r in rows if r[0] == f"bob@{TEAM}" and "start the job" in r[1])
     done = next(r for r in rows if "bob done" in r[1])
     assert job[3] is not None and job[3] < done[2], (job, done)

@@ -16,6 +16,7 @@ teammates run) and the mailbox:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -492,11 +493,12 @@ class TeamService:
         team = self.roster.team()
         if team is None:
             return
-        for member in team.members:
-            if member.name == LEAD_NAME:
-                continue
-            if self.executor.is_active(member.agent_id):
-                await self.executor.kill(member.agent_id)
+        mates = [m for m in team.members if m.name != LEAD_NAME]
+        # All at once: a teammate's process may take its kill bound to stop.
+        await asyncio.gather(
+            *(self.executor.kill(m.agent_id) for m in mates if self.executor.is_active(m.agent_id))
+        )
+        for member in mates:
             if member.is_active:
                 self.roster.set_active(team.name, member.name, False)
         self.roster.delete(team.name)

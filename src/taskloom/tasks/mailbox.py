@@ -39,6 +39,9 @@ from taskloom.tasks.types import Priority
 
 log = logging.getLogger(__name__)
 
+#: After a failed commit of a row another process serves, try again (and wake it) this often.
+_WAKE_RETRY_S = 0.5
+
 #: What a row carries: a task notification, an agent's message, later a protocol exchange.
 Kind = Literal["notification", "message", "protocol"]
 KINDS: tuple[Kind, ...] = ("notification", "message", "protocol")
@@ -244,13 +247,35 @@ class Mailbox:
                 with contextlib.suppress(StoreError):
                     self._store.ack_mail([letter.id], self._clock.time())
                 raise
-            return  # queued in the store: written, and found, with the next commit
+            # Queued in the store, written with its next commit: its process is told then.
+            self._wake_later(letter.recipient)
+            return
+        self._wake(letter.recipient)
+
+    def _wake(self, recipient: str) -> None:
         if self.elsewhere is not None:
             try:
-                self.elsewhere(letter.recipient)
+                self.elsewhere(recipient)
             except OSError:
                 # Only a wake-up is lost: the row waits in the store for the next look.
-                log.debug("could not wake the process of %s", letter.recipient, exc_info=True)
+                log.debug("could not wake the process of %s", recipient, exc_info=True)
+
+    def _wake_later(self, recipient: str) -> None:
+        """Tell ``recipient``'s process once the store commits again (it retries on its own)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop to come back on: the next commit's own wake-up tells it
+
+        def again() -> None:
+            try:
+                self._store.flush()
+            except StoreError:
+                loop.call_later(_WAKE_RETRY_S, again)
+                return
+            self._wake(recipient)
+
+        loop.call_later(_WAKE_RETRY_S, again)
 
     def pending(self, recipient: str | None = None, kind: Kinds = None) -> list[Letter]:
         """Rows not yet handed out (to ``recipient``, of ``kind``): ``next`` first, then by seq."""

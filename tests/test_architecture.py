@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"tools", "mcp"},
     {"engine", "events", "gate"},
     {"conversation"},
-    {"agents", "session", "options"},
+    {"agents", "session", "options", "remote"},
     {"teams"},
     {"harness"},
     {"repl"},

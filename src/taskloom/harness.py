@@ -181,6 +181,8 @@ class Harness:
             self._model = resolve_model(spec if isinstance(spec, str) else None, self.settings)
         # From here on every step is undone if a later one fails, the model's close included.
         self._stack.push_async_callback(self._close_model)
+        # After the runtime stopped every task (remote agents too): the Ray cluster.
+        self._stack.push_async_callback(self._close_remote)
         try:
             self._policy = PermissionPolicy.from_settings(
                 self.settings,
@@ -463,6 +465,10 @@ class Harness:
             store=runtime.store,
             session_id=runtime.session_id,
         )
+
+    async def _close_remote(self) -> None:
+        if self._service is not None:
+            await self._service.spawner.close_remote()
 
     async def _close_model(self) -> None:
         # Last, once the runtime has stopped every agent: the models their aliases named

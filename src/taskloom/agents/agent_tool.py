@@ -225,11 +225,6 @@ class AgentTool(Tool[AgentInput]):
                 "them on with --teams or the setting agentTeams). Spawn a subagent without "
                 "team_name."
             )
-        if params.isolation == "remote":
-            return tool_error(
-                "isolation 'remote' is not available yet in this version; use 'worktree', or "
-                "spawn the agent without isolation."
-            )
         if params.cwd is not None and not os.path.isabs(params.cwd):
             return tool_error(f"cwd must be an absolute path, got {params.cwd!r}")
         request = SpawnRequest(

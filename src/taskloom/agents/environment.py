@@ -133,7 +133,7 @@ class AgentEnvironment:
             definition: Its agent type.
             base: Where it works unless isolated (its worktree is made from here).
             confine_to: Where its file tools stay unless isolated (its parent's confinement).
-            isolation: ``worktree``, ``remote`` (not available) or None.
+            isolation: ``worktree`` or None (a remote agent has no local environment).
         """
         self.shared = shared
         self.agent_id = agent_id
@@ -165,8 +165,6 @@ class AgentEnvironment:
                 worktree could not be made. Nothing is left to undo.
         """
         await self._require_mcp()
-        if self.isolation == "remote":
-            raise ToolError("isolation 'remote' is not available yet in this version")
         if self.isolation == "worktree":
             self.worktree = await self.shared.create_worktree(self.agent_id, self.cwd)
             self.cwd = self.confine_to = self.worktree.path

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import AgentEnvironment, Environments
     from taskloom.engine import Engine
+    from taskloom.remote.service import RemoteAgents
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
 
@@ -71,6 +72,27 @@ class SpawnResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _as_flag_json(definition: AgentDefinition) -> str:
+    """One definition as ``--agents`` JSON, for a worker that has not its file."""
+    import json
+
+    entry: dict[str, Any] = {
+        "description": definition.when_to_use,
+        "prompt": definition.system_prompt or definition.when_to_use,
+    }
+    if definition.tools is not None:
+        entry["tools"] = list(definition.tools)
+    if definition.disallowed_tools:
+        entry["disallowedTools"] = list(definition.disallowed_tools)
+    if definition.model:
+        entry["model"] = definition.model
+    if definition.permission_mode:
+        entry["permissionMode"] = definition.permission_mode
+    if definition.max_turns:
+        entry["maxTurns"] = definition.max_turns
+    return json.dumps({definition.agent_type: entry})
+
+
 def auto_background_ms(settings: dict[str, Any]) -> int:
     """``TASKLOOM_AUTO_BACKGROUND_MS``, else the ``autoBackgroundMs`` setting, else 2 min."""
     raw = os.environ.get("TASKLOOM_AUTO_BACKGROUND_MS") or settings.get("autoBackgroundMs")
@@ -102,6 +124,8 @@ class Spawner:
         self.builder = builder
         self.environments = environments
         self.runs = runs
+        #: The session's remote agents, made on the first (Ray is imported only then).
+        self.remote: RemoteAgents | None = None
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -125,6 +149,8 @@ class Spawner:
         if request.cwd and not Path(request.cwd).is_dir():
             raise ToolError(f"cwd {request.cwd!r} is not a directory")
         is_async = request.run_in_background or definition.background
+        if (request.isolation or definition.isolation) == "remote":
+            return await self._remote(request, ctx, definition, background=is_async)
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
         # The child starts where its parent works now (a worktree it entered, or its own).
         parent: Engine | None = ctx.engine
@@ -284,6 +310,74 @@ class Spawner:
         self.runtime.attach_handle(agent_id, run)
         run.start(None)
         return self._launched(agent_id, "fork", request)
+
+    async def _remote(
+        self,
+        request: SpawnRequest,
+        ctx: ToolContext,
+        definition: AgentDefinition,
+        *,
+        background: bool,
+    ) -> SpawnResult:
+        """A subagent on the Ray cluster (see :mod:`taskloom.remote`): a ``remote_agent``."""
+        from taskloom.remote.service import RemoteAgents, RemoteSpec, settings_json
+
+        if request.cwd:
+            raise ToolError("A remote agent works on a copy of the project: omit cwd.")
+        if self.remote is None:
+            self.remote = RemoteAgents(self.runtime, self.settings)
+        policy = self.builder.policy
+        spec = RemoteSpec(
+            description=request.description,
+            prompt=request.prompt,
+            agent_type=definition.agent_type,
+            agents=None if definition.source == "built-in" else _as_flag_json(definition),
+            model=request.model or definition.model,
+            mode=request.mode or (str(policy.mode) if policy is not None else None),
+            skip_permissions=policy is not None and str(policy.mode) == "bypassPermissions",
+            settings=settings_json(self.settings),
+            name=request.name,
+        )
+        agent_id, connected = await self.remote.spawn(
+            spec, owner=ctx.owner, tool_use_id=ctx.tool_use_id, cwd=ctx.cwd
+        )
+        launched = self._launched(agent_id, definition.agent_type, request)
+        if connected.started_locally and len(self.remote.runs) == 1:
+            launched.extra["cluster"] = (
+                f"no Ray cluster was configured (RAY_ADDRESS, setting remote.address): a local "
+                f"Ray was started for this session in {connected.seconds:.1f} s"
+            )
+        if background:
+            return launched
+        run = self.remote.runs[agent_id]
+        assert run.driver is not None
+        limit_ms = auto_background_ms(self.settings)
+        done, _ = await asyncio.wait([run.driver], timeout=limit_ms / 1000 if limit_ms else None)
+        if not done:
+            self.runtime.update(agent_id, lambda s: s.replace(is_backgrounded=True))
+            return launched
+        state = self.runtime.get(agent_id)
+        assert state is not None
+        if state.status != TaskStatus.COMPLETED:
+            raise ToolError(f"Agent {agent_id} {state.status.value}: {getattr(state, 'error', '')}")
+        return SpawnResult(
+            status="completed",
+            agent_id=agent_id,
+            agent_type=definition.agent_type,
+            description=request.description,
+            prompt=request.prompt,
+            output_file=state.output_file,
+            content=str(getattr(state, "result", "") or ""),
+            total_tool_uses=int(getattr(state, "tool_uses", 0)),
+            total_tokens=int(getattr(state, "total_tokens", 0)),
+            duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
+            extra=launched.extra,
+        )
+
+    async def close_remote(self) -> None:
+        """Let go of the Ray cluster, once the session's tasks are stopped."""
+        if self.remote is not None:
+            await self.remote.close()
 
     def _launched(self, agent_id: str, agent_type: str, request: SpawnRequest) -> SpawnResult:
         return SpawnResult(

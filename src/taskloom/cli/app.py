@@ -366,6 +366,10 @@ def run_print_mode(args: list[str]) -> int:
 def main() -> None:
     """Console-script entry point: subcommands, or print mode."""
     args = sys.argv[1:]
+    if args and args[0] == "remote":  # the cluster; or one remote agent's process
+        from taskloom.cli.remote_cmd import main_remote
+
+        sys.exit(main_remote(args[1:]))
     if args and args[0] == "teammate":  # the process of a teammate in a tmux pane
         from taskloom.cli.teammate_cmd import main_teammate
 

@@ -265,7 +265,7 @@ class AgentTaskState(TaskState):
 
 #: The state class of each type built in. A task kind may bring the class of its own type
 #: (see :func:`use_state_class`: ``in_process_teammate``'s comes with its kind); the types with
-#: neither (``remote_agent``, ``local_workflow``, ``monitor_mcp``, ``dream``) are reserved: their
+#: neither (``local_workflow``, ``monitor_mcp``, ``dream``) are reserved: their
 #: names and id prefixes are taken, but nothing runs such a task, so there is no state to record.
 STATE_CLASSES: dict[TaskType, type[TaskState]] = {
     cls.TYPE: cls for cls in (ShellTaskState, AgentTaskState)

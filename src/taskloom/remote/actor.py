@@ -1,0 +1,169 @@
+"""The Ray actor a remote agent runs in, on a worker of the cluster.
+
+One actor per agent. Its :meth:`RemoteAgentActor.run` is a streaming generator: it clones the
+parent's snapshot (a git bundle) into a directory of its own, starts ``taskloom remote worker``
+there — the same engine and tools as a local agent, in a process (and process group) of its
+own, its shells in theirs — and passes on, in order, what that process prints (one JSON object
+a line: progress, then the result or an error). Once it is done, what the agent changed is
+committed on top of the snapshot and sent back as a bundle, with its diffstat.
+
+:meth:`RemoteAgentActor.stop` (TaskStop) ends the worker process (SIGTERM: it stops its shells;
+SIGKILL after a bound) while ``run`` is still streaming, which then ends normally; whatever is
+left of the process groups the worker recorded is swept before the directory is removed. A
+worker whose actor dies (killed, its node lost) sees it through a pidfd and stops as well.
+
+Ray is imported here, and this module only on the remote path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections import deque
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from taskloom.remote.snapshot import SnapshotError, git
+
+#: How long the worker has to stop once asked (SIGTERM), before SIGKILL.
+STOP_WAIT_S = 5.0
+#: How much of the worker's error output is kept, to say why it failed.
+_STDERR_LINES = 40
+#: Longest line the worker may print (a progress event with long text in it).
+_LINE_LIMIT = 8 * 1024 * 1024
+
+
+class _RemoteAgent:
+    """Runs one remote agent (see the module docstring)."""
+
+    def __init__(self) -> None:
+        """Nothing runs until :meth:`run`."""
+        self._proc: asyncio.subprocess.Process | None = None
+        self._stopping = False
+
+    async def run(self, spec: dict[str, Any], bundle: bytes) -> AsyncIterator[dict[str, Any]]:
+        """Run the agent ``spec`` describes on the snapshot ``bundle``; its events, in order."""
+        scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
+        home = scratch / "home"
+        try:
+            work, branch = await _checkout(scratch, bundle, spec)
+            spec_file = scratch / "spec.json"
+            spec_file.write_text(json.dumps({**spec, "parent_pid": os.getpid()}))
+            env = {**os.environ, "TASKLOOM_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+            proc = self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-P", "-m", "taskloom", "remote", "worker",
+                "--spec", str(spec_file),
+                cwd=work, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True, limit=_LINE_LIMIT,
+            )  # fmt: skip
+            yield {"type": "started", "node": socket.gethostname(), "pid": proc.pid}
+            assert proc.stdout is not None and proc.stderr is not None
+            errors: deque[str] = deque(maxlen=_STDERR_LINES)
+            drain = asyncio.ensure_future(_collect(proc.stderr, errors))
+            async for raw in proc.stdout:
+                with contextlib.suppress(ValueError):
+                    event = json.loads(raw)
+                    if isinstance(event, dict):
+                        yield event
+            code = await proc.wait()
+            await drain
+            if self._stopping:
+                yield {"type": "killed"}
+            elif code != 0:
+                tail = "\n".join(errors).strip()
+                yield {
+                    "type": "error",
+                    "error": f"its process on {socket.gethostname()} ended with exit code "
+                    f"{code}" + (f": {tail[-2000:]}" if tail else ""),
+                }
+            changes = await _changes(work, branch)
+            if changes is not None:
+                yield {"type": "changes", "branch": branch, **changes}
+        finally:
+            await _sweep(home)
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    async def stop(self) -> bool:
+        """End the worker process (SIGTERM, SIGKILL after a bound); whether one ran."""
+        self._stopping = True
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), STOP_WAIT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        return True
+
+
+async def _checkout(scratch: Path, bundle: bytes, spec: dict[str, Any]) -> tuple[Path, str]:
+    """The snapshot checked out on the agent's branch, in ``scratch/work``."""
+    work = scratch / "work"
+    work.mkdir()
+    path = scratch / "snapshot.bundle"
+    path.write_bytes(bundle)
+    branch = str(spec["branch"])
+    await git(work, "init", "-q")
+    await git(work, "fetch", "-q", str(path), f"{spec['snapshot_ref']}:refs/heads/{branch}")
+    await git(work, "checkout", "-q", branch)
+    await git(work, "tag", "taskloom-base")
+    path.unlink()
+    return work, branch
+
+
+async def _changes(work: Path, branch: str) -> dict[str, Any] | None:
+    """Commit what the agent changed; its bundle and diffstat, None if it changed nothing."""
+    try:
+        if (await git(work, "status", "--porcelain")).strip():
+            await git(work, "add", "-A")
+            await git(work, "commit", "-q", "--no-verify", "-m", "taskloom remote agent")
+        stat = (await git(work, "diff", "--stat", "taskloom-base", "HEAD")).strip()
+        if not stat:
+            return None
+        out = work.parent / "changes.bundle"
+        await git(work, "bundle", "create", "-q", str(out), branch, "^taskloom-base")
+        return {"bundle": out.read_bytes(), "diffstat": stat}
+    except SnapshotError as exc:
+        return {"error": f"its changes could not be bundled: {exc}"}
+
+
+async def _collect(stream: asyncio.StreamReader, into: deque[str]) -> None:
+    async for raw in stream:
+        into.append(raw.decode(errors="replace").rstrip())
+
+
+async def _sweep(home: Path) -> None:
+    """Kill what the worker recorded and left running (it was killed before it could)."""
+    from taskloom.process.sweep import sweep_orphans
+    from taskloom.settings import db_path
+    from taskloom.store import Store
+
+    if not db_path(home).exists():
+        return
+    store = Store(db_path(home), reserve_bytes=0)
+    try:
+        await sweep_orphans(store)
+    finally:
+        store.close()
+
+
+#: The actor class (no CPU of its own: its worker process runs the agent; ``stop`` is served
+#: while ``run`` streams).
+RemoteAgentActor: Any = ray.remote(num_cpus=0, max_concurrency=4)(_RemoteAgent)  # type: ignore[call-overload]
+
+__all__ = ["STOP_WAIT_S", "RemoteAgentActor"]

@@ -1,0 +1,305 @@
+"""The parent's side of remote agents: a ``remote_agent`` task per agent, driven from here.
+
+:meth:`RemoteAgents.spawn` reaches the cluster first (a cluster that is not there is the
+Agent call's error, at once), registers the task (prefix ``r``, owned by the caller) and
+starts its :class:`RemoteRun`: the project's snapshot, the actor, and the stream of its events
+into the task's output file, state and, at its end, the usual notification. Its changes come
+back as branch ``taskloom/remote-<id8>`` (:mod:`taskloom.remote.snapshot`). The run is the
+task's handle: TaskStop and the owner's end stop it (the actor's work, its processes, then
+the actor). A lost connection or a dead node fails the task with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from taskloom.errors import ToolError
+from taskloom.remote.cluster import Cluster, ClusterError, Connected
+from taskloom.remote.snapshot import Snapshot, SnapshotError, bring_back, forget, take
+from taskloom.tasks.output import DiskTaskOutput
+from taskloom.tasks.remote import RemoteAgentTaskState, ended, failed_to_start, progressed
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import TaskStatus, TaskType
+
+log = logging.getLogger(__name__)
+
+#: Longest wait for the actor to stop its work once asked, before it is killed.
+STOP_WAIT_S = 8.0
+#: The environment a remote agent's process gets: the model's endpoint and credentials, a
+#: proxy. In the actor's runtime environment only: never in a log or an output.
+_CARRIED_PREFIXES = ("ANTHROPIC_", "OPENAI_", "TASKLOOM_")
+_CARRIED = {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+#: The parent's own, never carried.
+_NOT_CARRIED = {"TASKLOOM_HOME", "TASKLOOM_TASK_ID"}
+
+
+@dataclass(frozen=True)
+class RemoteSpec:
+    """What a remote agent is asked to do.
+
+    Attributes:
+        description: The Agent call's description.
+        prompt: Its task.
+        agent_type: Its agent type.
+        agents: ``--agents`` JSON defining that type where the worker cannot find it.
+        model: Its model, by name (None: the worker's settings').
+        mode: Its permission mode.
+        skip_permissions: Whether every call is allowed (the parent's
+            ``--dangerously-skip-permissions``).
+        settings: The parent's settings, as JSON.
+        name: The name it was spawned with.
+    """
+
+    description: str
+    prompt: str
+    agent_type: str
+    agents: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    skip_permissions: bool = False
+    settings: str = "{}"
+    name: str | None = None
+
+
+def carried_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What of ``env`` a remote agent's process gets (see ``_CARRIED_PREFIXES``)."""
+    return {
+        k: v
+        for k, v in env.items()
+        if (k.startswith(_CARRIED_PREFIXES) or k in _CARRIED) and k not in _NOT_CARRIED
+    }
+
+
+class RemoteRun:
+    """One remote agent's run, and its task's handle (see the module docstring)."""
+
+    def __init__(
+        self, runtime: TaskRuntime, task_id: str, spec: RemoteSpec, cwd: Path, local: bool
+    ) -> None:
+        """Drive the remote agent of task ``task_id`` (registered by the caller)."""
+        self.runtime = runtime
+        self.task_id = task_id
+        self.spec = spec
+        self.cwd = cwd
+        self.local = local
+        self.branch = f"taskloom/remote-{task_id[1:9]}"
+        self.driver: asyncio.Task[None] | None = None
+        self._actor: Any = None
+        self._stopping = False
+        self._result: str | None = None
+        self._error: str | None = None
+        self._snapshot: Snapshot | None = None
+        self._output: DiskTaskOutput | None = None
+
+    def start(self) -> asyncio.Task[None]:
+        """Start it in the background; its driver."""
+        self.driver = asyncio.get_running_loop().create_task(
+            self._drive(), name=f"remote agent {self.task_id}"
+        )
+        return self.driver
+
+    async def kill(self) -> None:
+        """TaskStop: stop the actor's work (its processes end), then the actor."""
+        self._stopping = True
+        actor = self._actor
+        if actor is not None:
+            with contextlib.suppress(Exception):  # it may be dead already
+                await asyncio.wait_for(actor.stop.remote(), STOP_WAIT_S)
+        driver = self.driver
+        if driver is not None and not driver.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(driver), STOP_WAIT_S)
+            if not driver.done():
+                driver.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await driver
+        self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
+
+    async def detach(self) -> None:
+        """A remote agent does not outlive its owner here: stopped as by TaskStop."""
+        await self.kill()
+
+    async def _drive(self) -> None:
+        try:
+            self._output = self.runtime.create_output(self.task_id)
+            self._snapshot = await take(self.cwd, self.task_id)
+
+            from taskloom.remote.actor import RemoteAgentActor
+
+            env: dict[str, Any] = {"env_vars": carried_env(os.environ)}
+            if not self.local:  # a cluster's workers get this taskloom from here
+                import taskloom
+
+                env["py_modules"] = [str(Path(taskloom.__file__).parent)]
+            self._actor = RemoteAgentActor.options(runtime_env=env).remote()
+            spec = {
+                **self.spec.__dict__,
+                "branch": self.branch,
+                "snapshot_ref": self._snapshot.ref,
+            }
+            stream = self._actor.run.options(num_returns="streaming").remote(
+                spec, self._snapshot.bundle
+            )
+            async for ref in stream:
+                await self._on(await ref)
+            self._finish()
+        except asyncio.CancelledError:
+            self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
+            raise
+        except (SnapshotError, ClusterError) as exc:
+            error = str(exc)
+            self.runtime.update(self.task_id, lambda s: ended(s, error=error))
+        except Exception as exc:  # Ray's: the actor died, its node was lost, the connection
+            if self._stopping:
+                self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
+            else:
+                error = f"the remote agent was lost: {_why(exc)}"
+                self.runtime.update(self.task_id, lambda s: ended(s, error=error))
+        finally:
+            await self._cleanup()
+
+    async def _on(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "started":
+            self._note([f"running on {event.get('node')}"], {})
+        elif kind == "progress":
+            lines = [str(line) for line in event.get("lines") or []]
+            if lines and self._output is not None:
+                self._output.append("\n".join(lines) + "\n")
+            totals = {
+                k: int(event[k])
+                for k in ("total_tokens", "input_tokens", "output_tokens", "tool_uses")
+                if isinstance(event.get(k), int)
+            }
+            self._note([line for line in lines if line.startswith("→")], totals)
+        elif kind == "result":
+            self._result = str(event.get("content") or "")
+        elif kind == "error":
+            self._error = str(event.get("error") or "it failed, saying nothing")
+        elif kind == "changes" and self._snapshot is not None:
+            await self._changes(event)
+
+    def _note(self, activities: list[str], totals: dict[str, int]) -> None:
+        self.runtime.update(self.task_id, lambda s: progressed(s, activities, totals))
+
+    async def _changes(self, event: dict[str, Any]) -> None:
+        assert self._snapshot is not None
+        bundle = event.get("bundle")
+        if not isinstance(bundle, bytes):
+            self._error = self._error or str(event.get("error") or "its changes were lost")
+            return
+        try:
+            await bring_back(self._snapshot, bundle, self.branch)
+        except SnapshotError as exc:
+            self._error = self._error or f"its changes could not be brought back: {exc}"
+            return
+        stat = str(event.get("diffstat") or "")
+        branch = self.branch
+        self.runtime.update(self.task_id, lambda s: s.replace(branch=branch, diffstat=stat))
+
+    def _finish(self) -> None:
+        state = self.runtime.get(self.task_id)
+        branch = state.branch if isinstance(state, RemoteAgentTaskState) else None
+        if self._stopping:
+            self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
+            return
+        if self._error is not None or self._result is None:
+            error = self._error or "it ended without an answer"
+            self.runtime.update(self.task_id, lambda s: ended(s, error=error))
+            return
+        result = self._result
+        if branch and isinstance(state, RemoteAgentTaskState):
+            result += (
+                f"\n\nIts changes are on branch {branch} (your working tree is untouched):\n"
+                f"{state.diffstat}"
+            )
+        self.runtime.update(self.task_id, lambda s: ended(s, result=result))
+
+    async def _cleanup(self) -> None:
+        actor, self._actor = self._actor, None
+        if actor is not None:
+            import ray
+
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        if self._snapshot is not None:
+            await forget(self._snapshot)
+        if self._output is not None:
+            self._output.close()
+
+
+class RemoteAgents:
+    """A session's remote agents and its cluster (see the module docstring)."""
+
+    def __init__(self, runtime: TaskRuntime, settings: Mapping[str, Any]) -> None:
+        """Run remote agents for ``runtime``'s session, on the cluster ``settings`` name."""
+        self.runtime = runtime
+        self.cluster = Cluster(settings)
+        self.runs: dict[str, RemoteRun] = {}
+
+    async def spawn(
+        self, spec: RemoteSpec, *, owner: str, tool_use_id: str | None, cwd: Path
+    ) -> tuple[str, Connected]:
+        """Start a remote agent; its task id, and how the cluster was reached.
+
+        Raises:
+            ToolError: The cluster cannot be reached (nothing was started).
+        """
+        try:
+            connected = await self.cluster.connect()
+        except ClusterError as exc:
+            raise ToolError(str(exc)) from None
+        runtime = self.runtime
+        task_id = runtime.new_id(TaskType.REMOTE_AGENT)
+        runtime.register(
+            RemoteAgentTaskState(
+                id=task_id,
+                status=TaskStatus.RUNNING,
+                description=spec.description,
+                owner=owner,
+                tool_use_id=tool_use_id,
+                output_file=str(runtime.output_path(task_id)),
+                agent_type=spec.agent_type,
+                prompt=spec.prompt,
+                name=spec.name,
+                cluster=connected.address,
+            )
+        )
+        run = RemoteRun(runtime, task_id, spec, cwd, connected.started_locally)
+        try:
+            runtime.attach_handle(task_id, run)
+        except BaseException:
+            runtime.update(task_id, lambda s: failed_to_start(s, "could not start"))
+            raise
+        self.runs[task_id] = run
+        run.start()
+        return task_id, connected
+
+    async def close(self) -> None:
+        """Once the session's tasks are stopped: let go of the cluster."""
+        await self.cluster.close()
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def settings_json(settings: Mapping[str, Any]) -> str:
+    """The parent's settings as the worker reads them (``--settings`` JSON)."""
+    try:
+        return json.dumps(dict(settings))
+    except (TypeError, ValueError):
+        return "{}"
+
+
+__all__ = ["RemoteAgents", "RemoteRun", "RemoteSpec", "carried_env", "settings_json"]

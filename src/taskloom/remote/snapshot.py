@@ -1,0 +1,126 @@
+"""The copy of the project a remote agent works on, and its changes coming back.
+
+Out: the parent's HEAD plus its uncommitted changes (untracked files too, ``.gitignore``
+respected) become one commit, written through a private index so that the user's index and
+working tree are never touched; a git bundle of it (full history: the worker clones it) is
+what travels. Back: the worker commits what the agent changed on top of that commit and
+bundles only that; the parent fetches it as branch ``taskloom/remote-<id8>``. Nothing is ever
+written over the working tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from taskloom.errors import TaskloomError
+
+#: Who the snapshot commits are by (git refuses to commit without a name).
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "taskloom",
+    "GIT_AUTHOR_EMAIL": "taskloom@localhost",
+    "GIT_COMMITTER_NAME": "taskloom",
+    "GIT_COMMITTER_EMAIL": "taskloom@localhost",
+}
+
+
+class SnapshotError(TaskloomError):
+    """The project could not be copied, or the changes could not be brought back."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The commit a remote agent starts from.
+
+    Attributes:
+        root: The repository's top directory.
+        commit: The snapshot commit (HEAD plus the uncommitted changes).
+        ref: The ref that keeps it until the agent's changes are back.
+        bundle: Its bundle's bytes.
+    """
+
+    root: Path
+    commit: str
+    ref: str
+    bundle: bytes
+
+
+async def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run git in ``cwd``; its output.
+
+    Raises:
+        SnapshotError: It failed (its error output says why).
+    """
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=cwd,
+        env={**os.environ, **_IDENTITY, **(env or {})},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        words = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
+        raise SnapshotError(f"git {' '.join(args[:2])}: {words}")
+    return out.decode(errors="replace")
+
+
+async def take(cwd: Path, tag: str) -> Snapshot:
+    """Snapshot the repository ``cwd`` is in, kept by ``refs/taskloom/snapshot-<tag>``.
+
+    Raises:
+        SnapshotError: ``cwd`` is not in a git repository, or git failed.
+    """
+    try:
+        root = Path((await git(cwd, "rev-parse", "--show-toplevel")).strip())
+    except SnapshotError:
+        raise SnapshotError(
+            f"isolation 'remote' copies a git repository, and {cwd} is not in one"
+        ) from None
+    with tempfile.TemporaryDirectory(prefix="taskloom-snapshot-") as scratch:
+        index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        head: str | None
+        try:
+            head = (await git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")).strip()
+        except SnapshotError:
+            head = None  # a repository with no commit yet
+        if head:
+            await git(root, "read-tree", head, env=index)
+        await git(root, "add", "-A", env=index)
+        tree = (await git(root, "write-tree", env=index)).strip()
+        parents = ["-p", head] if head else []
+        commit = (
+            await git(root, "commit-tree", tree, *parents, "-m", f"taskloom remote {tag}")
+        ).strip()
+        ref = f"refs/taskloom/snapshot-{tag}"
+        await git(root, "update-ref", ref, commit)
+        path = Path(scratch) / "snapshot.bundle"
+        await git(root, "bundle", "create", "-q", str(path), ref)
+        return Snapshot(root, commit, ref, path.read_bytes())
+
+
+async def bring_back(snapshot: Snapshot, bundle: bytes, branch: str) -> None:
+    """Fetch the agent's changes (a bundle on top of the snapshot) as ``branch``.
+
+    Raises:
+        SnapshotError: git refused it (the branch exists, the bundle is broken).
+    """
+    with tempfile.TemporaryDirectory(prefix="taskloom-changes-") as scratch:
+        path = Path(scratch) / "changes.bundle"
+        path.write_bytes(bundle)
+        await git(snapshot.root, "fetch", "-q", str(path), f"{branch}:refs/heads/{branch}")
+
+
+async def forget(snapshot: Snapshot) -> None:
+    """Drop the ref that kept the snapshot (its objects go with git's next gc)."""
+    with contextlib.suppress(SnapshotError):  # gone already: nothing to keep
+        await git(snapshot.root, "update-ref", "-d", snapshot.ref)
+
+
+__all__ = ["Snapshot", "SnapshotError", "bring_back", "forget", "git", "take"]

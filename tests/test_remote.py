@@ -1,0 +1,198 @@
+"""Remote agents on Ray, against a real local Ray started by the session under test.
+
+Each test drives ``taskloom -p --output-format stream-json`` against a fake Anthropic server
+that plays the lead and the remote agents (told apart by their first prompt). The remote
+agents run in Ray actors on this machine, each in a ``taskloom remote worker`` process of its
+own, on a copy of a git repository made for the test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator_scenario import texts
+from fake_servers import FakeAnthropicServer, ToolCall, Turn
+from helpers import clean_env, run_processes
+from team_scenario import events_of
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+FINAL = "Remote work done."
+
+
+def _user_text(body: dict[str, Any]) -> str:
+    return "\n".join(
+        t for m in body["messages"] if m["role"] == "user" for t in texts(m["content"])
+    )
+
+
+def _calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        b
+        for m in body["messages"]
+        if m["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    ]
+
+
+class Remote:
+    """The lead spawns remote agents (one per job) in the background; each runs its job's
+    Bash command and answers; the lead ends once every notification is in."""
+
+    def __init__(self, jobs: dict[str, str], *, background: bool = True) -> None:
+        self.jobs = jobs
+        self.background = background
+        self.lead_requests: list[dict[str, Any]] = []
+        self.agent_requests: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        with self._lock:
+            first = texts(body["messages"][0]["content"])
+            job = next((j for j in self.jobs if any(f"job {j}:" in t for t in first)), None)
+            if job is not None:
+                self.agent_requests.setdefault(job, []).append(body)
+                return self._agent(job, body)
+            self.lead_requests.append(body)
+            return self._lead(body)
+
+    def _lead(self, body: dict[str, Any]) -> Turn:
+        if not _calls(body):
+            spawn = tuple(
+                ToolCall("Agent", {"description": f"remote {j}", "prompt": f"job {j}: run it",
+                                   "subagent_type": "general-purpose", "isolation": "remote",
+                                   "run_in_background": self.background})
+                for j in self.jobs
+            )  # fmt: skip
+            return Turn(tool_calls=spawn)
+        seen = _user_text(body)
+        if seen.count("<task-notification>") >= len(self.jobs):
+            return Turn(text=FINAL)
+        return Turn(text="Waiting for the remote agents.")
+
+    def _agent(self, job: str, body: dict[str, Any]) -> Turn:
+        if not _calls(body):
+            return Turn(tool_calls=(ToolCall("Bash", {"command": self.jobs[job]}),))
+        return Turn(text=f"answer {job}: {_user_text(body)[-60:]!r}")
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    (repo / "README.md").write_text("hello\n")
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], cwd=repo, check=True)
+    (repo / "dirty.txt").write_text("uncommitted\n")  # travels too
+    return repo
+
+
+def _run(
+    tmp_path: Path, script: Any, *, env: dict[str, str] | None = None, timeout: float = 90
+) -> tuple[subprocess.CompletedProcess[str], FakeAnthropicServer]:
+    repo = _repo(tmp_path)
+    with FakeAnthropicServer(responder=script) as server:
+        run_env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-remote-test")
+        run_env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        run_env.pop("RAY_ADDRESS", None)
+        run_env.update(env or {})
+        settings = json.dumps({"remote": {"localCpus": 2}})
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
+             "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
+             "--dangerously-skip-permissions", "--settings", settings],
+            capture_output=True, text=True, timeout=timeout, cwd=repo, env=run_env,
+        )  # fmt: skip
+    return proc, server
+
+
+def _notifications(script: Remote) -> str:
+    return _user_text(script.lead_requests[-1])
+
+
+def test_two_remote_agents_run_their_commands_on_copies_and_answer(tmp_path: Path) -> None:
+    script = Remote({"a": "echo out-a; cat dirty.txt", "b": "echo out-b"})
+    proc, server = _run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = events_of(proc.stdout)
+    assert events[-1]["type"] == "result" and events[-1]["result"] == FINAL
+    seen = _notifications(script)
+    ids = re.findall(r"<task-id>(r[0-9a-z]{8})</task-id>", seen)
+    assert len(set(ids)) == 2, seen
+    assert seen.count("<status>completed</status>") == 2, seen
+    # Each ran its command on its copy (the uncommitted file travelled) and answered.
+    assert "answer a:" in seen and "out-a" in seen and "uncommitted" in seen
+    assert "answer b:" in seen and "out-b" in seen
+    for task_id in ids:
+        out = (tmp_path / "home").rglob(f"tasks/{task_id}.output")
+        shown = next(out).read_text()
+        assert "→ Bash" in shown, shown
+    # The model's credentials reached the workers, in their environment only.
+    assert {r.headers.get("x-api-key") for r in server.requests} == {"sk-remote-test"}
+    assert "sk-remote-test" not in proc.stdout and "sk-remote-test" not in proc.stderr
+    # Nothing is left: no worker process, no Ray process of this run.
+    assert run_processes(lambda p: "remote" in (p.info.get("cmdline") or [])[3:5]) == []
+    left = run_processes(lambda p: "ray" in " ".join(p.info.get("cmdline") or []))
+    assert left == [], [p.info.get("cmdline") for p in left]
+
+
+def test_a_remote_agent_s_changes_come_back_as_a_branch_and_the_tree_is_untouched(
+    tmp_path: Path,
+) -> None:
+    script = Remote({"c": "echo made > made.txt && echo more >> README.md"})
+    proc, _ = _run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = _notifications(script)
+    (task_id,) = set(re.findall(r"<task-id>(r[0-9a-z]{8})</task-id>", seen))
+    branch = f"taskloom/remote-{task_id[1:9]}"
+    assert f"branch {branch}" in seen and "made.txt" in seen, seen
+    repo = tmp_path / "repo"
+    shown = subprocess.run(
+        ["git", "show", f"{branch}:made.txt"], cwd=repo, capture_output=True, text=True
+    )
+    assert shown.stdout == "made\n", shown.stderr
+    # The working tree and the index are as they were.
+    assert not (repo / "made.txt").exists() and (repo / "README.md").read_text() == "hello\n"
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True
+    ).stdout
+    assert status == "?? dirty.txt\n"
+    assert (
+        subprocess.run(
+            ["git", "for-each-ref", "refs/taskloom"], cwd=repo, capture_output=True, text=True
+        ).stdout
+        == ""
+    )  # the snapshot's ref is gone
+
+
+def test_ray_address_pointing_nowhere_is_a_tool_error_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    script = Remote({"d": "echo never"})
+    began = time.monotonic()
+    proc, _ = _run(tmp_path, script, env={"RAY_ADDRESS": "127.0.0.1:9"})
+    assert time.monotonic() - began < 30
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [
+        b
+        for e in events_of(proc.stdout)
+        if e.get("type") == "user"
+        for b in e["message"]["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
+    (error,) = results
+    assert error["is_error"] is True
+    assert "cannot reach the Ray cluster at 127.0.0.1:9" in json.dumps(error), error
+    assert "d" not in script.agent_requests

@@ -196,3 +196,96 @@ def test_ray_address_pointing_nowhere_is_a_tool_error_and_the_session_goes_on(
     assert error["is_error"] is True
     assert "cannot reach the Ray cluster at 127.0.0.1:9" in json.dumps(error), error
     assert "d" not in script.agent_requests
+
+
+class Stopped(Remote):
+    """One remote agent runs ``sleep 300``; once it runs, the lead stops it with TaskStop (or
+    the test kills its actor from outside: ``stop=False``)."""
+
+    def __init__(self, *, stop: bool) -> None:
+        super().__init__({"s": "sleep 300"})
+        self.stop = stop
+        self.stop_sent = 0.0
+        self.told = 0.0
+
+    def _lead(self, body: dict[str, Any]) -> Turn:
+        calls = _calls(body)
+        names = [c["name"] for c in calls]
+        seen = _user_text(body)
+        if not calls:
+            return super()._lead(body)
+        if "<task-notification>" in seen:
+            self.told = self.told or time.monotonic()
+            return Turn(text=FINAL)
+        if self.stop and "Bash" not in names:
+            # The model's own wait until the remote command runs (no event reaches it).
+            wait = (
+                "for i in $(seq 300); do pgrep -f 'sleep 300' >/dev/null && exit 0; sleep 0.1; done"
+            )
+            return Turn(tool_calls=(ToolCall("Bash", {"command": wait}),))
+        if self.stop and "TaskStop" not in names:
+            (task_id,) = set(re.findall(r"agentId: (r[0-9a-z]{8})", seen))
+            self.stop_sent = time.monotonic()
+            return Turn(tool_calls=(ToolCall("TaskStop", {"task_id": task_id}),))
+        return Turn(text="Waiting.")
+
+
+def _sleeps() -> list[Any]:
+    return run_processes(
+        lambda p: (
+            (p.info.get("cmdline") or [])[-2:] == ["sleep", "300"]
+            or " ".join(p.info.get("cmdline") or []).endswith("sleep 300")
+        )
+    )
+
+
+def test_task_stop_kills_a_remote_agent_and_its_command_on_the_worker(tmp_path: Path) -> None:
+    script = Stopped(stop=True)
+    proc, _ = _run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert script.stop_sent and script.told, "TaskStop never went, or nothing was told"
+    assert script.told - script.stop_sent < 5.0
+    seen = _notifications(script)
+    assert "<status>killed</status>" in seen, seen
+    assert _sleeps() == []
+
+
+def test_a_remote_agent_whose_actor_is_killed_from_outside_fails_with_a_reason(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+
+    import psutil
+
+    script = Stopped(stop=False)
+    killed: list[float] = []
+
+    def kill_the_actor() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # no event tells another process of it
+            for sleep in _sleeps():
+                chain = psutil.Process(sleep.pid).parents()
+                actors = [p for p in chain if p.name().startswith("ray::")]
+                if actors:
+                    os.kill(actors[0].pid, signal.SIGKILL)
+                    killed.append(time.monotonic())
+                    return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_the_actor)
+    killer.start()
+    try:
+        proc, _ = _run(tmp_path, script)
+    finally:
+        killer.join(70)
+    assert killed, "the remote agent's command never ran"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert script.told and script.told - killed[0] < 10.0
+    seen = _notifications(script)
+    assert "<status>failed</status>" in seen and "the remote agent was lost" in seen, seen
+    # Its worker saw its actor die and stopped its command.
+    deadline = time.monotonic() + 10
+    while _sleeps():
+        assert time.monotonic() < deadline, _sleeps()
+        time.sleep(0.1)

@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+#: The worker's exit code when its actor died under it.
+_ORPHANED = 3
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taskloom remote", description=__doc__.split("\n")[0])
@@ -90,13 +93,19 @@ def _emit(event: dict[str, Any]) -> None:
 
 def _worker(spec_path: Path) -> int:
     import os
+    import shutil
 
     from taskloom.cli._run import run_main
 
     spec = json.loads(spec_path.read_text())
     # In the foreground to its end: the actor streams it; nothing to hand back to.
     os.environ["TASKLOOM_AUTO_BACKGROUND_MS"] = "0"
-    return run_main(lambda: _run_agent(spec))
+    code = run_main(lambda: _run_agent(spec))
+    if code == _ORPHANED and spec.get("scratch"):
+        # Its actor died (killed, its node lost): nobody else will remove its directory.
+        os.chdir("/")
+        shutil.rmtree(spec["scratch"], ignore_errors=True)
+    return code
 
 
 async def _run_agent(spec: dict[str, Any]) -> int:
@@ -140,7 +149,7 @@ async def _run_agent(spec: dict[str, Any]) -> int:
             spawn.cancel()
             with contextlib.suppress(BaseException):
                 await spawn
-            return 1
+            return _ORPHANED
         if lost is not None:
             lost.cancel()
         try:

@@ -58,7 +58,10 @@ class _RemoteAgent:
         try:
             work, branch = await _checkout(scratch, bundle, spec)
             spec_file = scratch / "spec.json"
-            spec_file.write_text(json.dumps({**spec, "parent_pid": os.getpid()}))
+            # Its scratch is the worker's to remove if this actor dies first (killed).
+            spec_file.write_text(
+                json.dumps({**spec, "parent_pid": os.getpid(), "scratch": str(scratch)})
+            )
             env = {**os.environ, "TASKLOOM_HOME": str(home), "PYTHONUNBUFFERED": "1"}
             proc = self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", "taskloom", "remote", "worker",

@@ -115,9 +115,12 @@ class RemoteRun:
                 await asyncio.wait_for(actor.stop.remote(), STOP_WAIT_S)
         driver = self.driver
         if driver is not None and not driver.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(driver), STOP_WAIT_S)
+            if actor is not None:  # its stream ends once its work has stopped
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(driver), STOP_WAIT_S)
             if not driver.done():
+                # Not started yet (or not stopping): cancelled where it is; an actor it made
+                # meanwhile is killed by its cleanup, and the worker in it sees that.
                 driver.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await driver
@@ -139,6 +142,8 @@ class RemoteRun:
                 import taskloom
 
                 env["py_modules"] = [str(Path(taskloom.__file__).parent)]
+            if self._stopping:
+                return  # stopped while the snapshot was taken
             self._actor = RemoteAgentActor.options(runtime_env=env).remote()
             spec = {
                 **self.spec.__dict__,

@@ -86,6 +86,10 @@ class Run:
     cpu: float  # user + system time of the whole run, steadier than wall time under load
 
 
+#: Imported only on the path that needs them.
+OPTIONAL_HEAVY = frozenset({"ray", "opentelemetry", "libtmux"})
+
+
 def _spawn(cmd: list[str], env: dict[str, str], cwd: str, marker: str | None) -> Run:
     """Run ``cmd``; timestamp the stdout line ``marker`` and the exit; and its peak RSS."""
     # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: a dedicated helper process
@@ -143,6 +147,23 @@ def _taskloom_run(env: dict[str, str], workdir: str, extra: tuple[str, ...] = ()
         if missing:
             raise RuntimeError(f"the first request did not offer the MCP tools {missing}")
         return Run(stamp[0] - start, run.result, run.exit, run.rss_mib, run.cpu)
+
+
+def _imported(env: dict[str, str], workdir: str) -> set[str]:
+    """The top-level modules a ``taskloom -p hi`` run imports (``PYTHONPROFILEIMPORTTIME``)."""
+    with FakeAnthropicServer() as server:
+        server.responder = lambda body: {"text": REPLY}  # type: ignore[assignment]
+        exe = str(Path(sys.executable).with_name("taskloom"))
+        proc = subprocess.run(
+            [exe, "-p", "hi", "--model", "sonnet"],
+            env={**env, "ANTHROPIC_BASE_URL": server.url, "PYTHONPROFILEIMPORTTIME": "1"},
+            cwd=workdir, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
 
 
 def _child_env(home: str, pycache: str | None, src: str | None) -> dict[str, str]:
@@ -227,6 +248,7 @@ def main() -> int:
                     floors[name].append(run)
                 for label, run in round_runs.items():
                     runs[label].append(run)
+        imported = _imported(envs[""], workdir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"runs: {args.runs}")
@@ -252,6 +274,10 @@ def main() -> int:
         f"exit {exit_after:.3f} s after the result (target <= {EXIT_TARGET_S} s)",
     )
     _verdict(rss <= RSS_TARGET_MIB, f"peak RSS {rss:.1f} MiB (target <= {RSS_TARGET_MIB:.0f} MiB)")
+    # Remote agents' Ray, only on their path (installed or not, a run without them pays nothing).
+    heavy = sorted(imported & OPTIONAL_HEAVY)
+    print(f"optional_heavy_imported: {', '.join(heavy) or 'none'} (of {len(imported)} modules)")
+    _verdict(not heavy, f"a plain run imports none of {sorted(OPTIONAL_HEAVY)}")
     if args.mcp:
         _verdict(
             mcp_first <= MCP_FIRST_REQUEST_TARGET_S,

@@ -82,9 +82,16 @@ class RemoteRun:
     """One remote agent's run, and its task's handle (see the module docstring)."""
 
     def __init__(
-        self, runtime: TaskRuntime, task_id: str, spec: RemoteSpec, cwd: Path, local: bool
+        self,
+        runtime: TaskRuntime,
+        task_id: str,
+        spec: RemoteSpec,
+        cwd: Path,
+        local: bool,
+        snapshots: Snapshots | None = None,
     ) -> None:
         """Drive the remote agent of task ``task_id`` (registered by the caller)."""
+        self.snapshots = snapshots or Snapshots()
         self.runtime = runtime
         self.task_id = task_id
         self.spec = spec
@@ -133,7 +140,7 @@ class RemoteRun:
     async def _drive(self) -> None:
         try:
             self._output = self.runtime.create_output(self.task_id)
-            self._snapshot = await take(self.cwd, self.task_id)
+            self._snapshot = await self.snapshots.take(self.cwd, self.task_id)
 
             from taskloom.remote.actor import RemoteAgentActor
 
@@ -236,9 +243,49 @@ class RemoteRun:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
         if self._snapshot is not None:
-            await forget(self._snapshot)
+            await self.snapshots.release(self._snapshot)
         if self._output is not None:
             self._output.close()
+
+
+class Snapshots:
+    """Snapshots shared by the remote agents of one moment.
+
+    Agents spawned together (one turn's Agent calls) start from the same commit: one
+    snapshot is taken for all that ask while it is being taken, and its ref goes once the
+    last of them is done with it. One asked for later is a new one (the tree may have
+    changed since).
+    """
+
+    def __init__(self) -> None:
+        """No snapshot yet."""
+        self._taking: dict[Path, asyncio.Future[Snapshot]] = {}
+        self._users: dict[str, int] = {}
+
+    async def take(self, cwd: Path, tag: str) -> Snapshot:
+        """The snapshot being taken of ``cwd`` now, else a new one (kept until released).
+
+        Raises:
+            SnapshotError: ``cwd`` is not in a git repository, or git failed.
+        """
+        key = cwd.resolve()
+        pending = self._taking.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(take(cwd, tag))
+            self._taking[key] = pending
+            pending.add_done_callback(lambda _: self._taking.pop(key, None))
+        snapshot = await asyncio.shield(pending)
+        self._users[snapshot.ref] = self._users.get(snapshot.ref, 0) + 1
+        return snapshot
+
+    async def release(self, snapshot: Snapshot) -> None:
+        """One user is done with it; the last one drops its ref."""
+        left = self._users.get(snapshot.ref, 1) - 1
+        if left > 0:
+            self._users[snapshot.ref] = left
+            return
+        self._users.pop(snapshot.ref, None)
+        await forget(snapshot)
 
 
 class RemoteAgents:
@@ -249,6 +296,7 @@ class RemoteAgents:
         self.runtime = runtime
         self.cluster = Cluster(settings)
         self.runs: dict[str, RemoteRun] = {}
+        self.snapshots = Snapshots()
 
     async def spawn(
         self, spec: RemoteSpec, *, owner: str, tool_use_id: str | None, cwd: Path
@@ -278,7 +326,7 @@ class RemoteAgents:
                 cluster=connected.address,
             )
         )
-        run = RemoteRun(runtime, task_id, spec, cwd, connected.started_locally)
+        run = RemoteRun(runtime, task_id, spec, cwd, connected.started_locally, self.snapshots)
         try:
             runtime.attach_handle(task_id, run)
         except BaseException:
@@ -307,4 +355,11 @@ def settings_json(settings: Mapping[str, Any]) -> str:
         return "{}"
 
 
-__all__ = ["RemoteAgents", "RemoteRun", "RemoteSpec", "carried_env", "settings_json"]
+__all__ = [
+    "RemoteAgents",
+    "RemoteRun",
+    "RemoteSpec",
+    "Snapshots",
+    "carried_env",
+    "settings_json",
+]

@@ -142,6 +142,16 @@ def test_two_remote_agents_run_their_commands_on_copies_and_answer(tmp_path: Pat
     # The model's credentials reached the workers, in their environment only.
     assert {r.headers.get("x-api-key") for r in server.requests} == {"sk-remote-test"}
     assert "sk-remote-test" not in proc.stdout and "sk-remote-test" not in proc.stderr
+    # taskloom remote status lists them, from the store.
+    status = subprocess.run(
+        [sys.executable, "-m", "taskloom", "remote", "status", "--json"],
+        capture_output=True, text=True, timeout=60, check=True,
+        env=clean_env(TASKLOOM_HOME=str(tmp_path / "home")),
+    )  # fmt: skip
+    listed = json.loads(status.stdout)
+    assert sorted(a["id"] for a in listed["agents"]) == sorted(set(ids))
+    assert {a["status"] for a in listed["agents"]} == {"completed"}
+    assert {a["cluster"] for a in listed["agents"]} == {"local"}
     # Nothing is left: no worker process, no Ray process of this run.
     assert run_processes(lambda p: "remote" in (p.info.get("cmdline") or [])[3:5]) == []
     left = run_processes(lambda p: "ray" in " ".join(p.info.get("cmdline") or []))
@@ -202,9 +212,11 @@ class Stopped(Remote):
     """One remote agent runs ``sleep 300``; once it runs, the lead stops it with TaskStop (or
     the test kills its actor from outside: ``stop=False``)."""
 
-    def __init__(self, *, stop: bool) -> None:
+    def __init__(self, *, stop: bool, wait: bool = True) -> None:
         super().__init__({"s": "sleep 300"})
         self.stop = stop
+        #: Whether the lead waits for the remote command to run before it stops the agent.
+        self.wait = wait
         self.stop_sent = 0.0
         self.told = 0.0
 
@@ -217,7 +229,7 @@ class Stopped(Remote):
         if "<task-notification>" in seen:
             self.told = self.told or time.monotonic()
             return Turn(text=FINAL)
-        if self.stop and "Bash" not in names:
+        if self.stop and self.wait and "Bash" not in names:
             # The model's own wait until the remote command runs (no event reaches it).
             wait = (
                 "for i in $(seq 300); do pgrep -f 'sleep 300' >/dev/null && exit 0; sleep 0.1; done"
@@ -247,6 +259,15 @@ def test_task_stop_kills_a_remote_agent_and_its_command_on_the_worker(tmp_path: 
     assert script.told - script.stop_sent < 5.0
     seen = _notifications(script)
     assert "<status>killed</status>" in seen, seen
+    assert _sleeps() == []
+
+
+def test_task_stop_before_the_remote_agent_has_started_leaves_nothing(tmp_path: Path) -> None:
+    script = Stopped(stop=True, wait=False)  # at once: its actor is being made, or not yet
+    proc, _ = _run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert script.told - script.stop_sent < 5.0
+    assert "<status>killed</status>" in _notifications(script)
     assert _sleeps() == []
 
 

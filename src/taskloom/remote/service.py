@@ -146,9 +146,7 @@ class RemoteRun:
 
             env: dict[str, Any] = {"env_vars": carried_env(os.environ)}
             if not self.local:  # a cluster's workers get this taskloom from here
-                import taskloom
-
-                env["py_modules"] = [str(Path(taskloom.__file__).parent)]
+                env["py_modules"] = [str(Path(__file__).resolve().parents[1])]
             if self._stopping:
                 return  # stopped while the snapshot was taken
             self._actor = RemoteAgentActor.options(runtime_env=env).remote()

@@ -244,7 +244,6 @@ OTHER_STATES: list[TaskState] = [
 
 #: Types whose names and id prefixes are taken, but that nothing runs yet: no state class.
 RESERVED = {
-    TaskType.REMOTE_AGENT,
     TaskType.LOCAL_WORKFLOW,
     TaskType.MONITOR_MCP,
     TaskType.DREAM,
@@ -254,7 +253,7 @@ RESERVED = {
 def test_every_type_that_runs_has_a_state_class_and_the_others_are_reserved() -> None:
     assert set(STATE_CLASSES) == {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT}
     # The teammate's state class comes with its kind (taskloom.tasks.teammate).
-    brought = {TaskType.IN_PROCESS_TEAMMATE}
+    brought = {TaskType.IN_PROCESS_TEAMMATE, TaskType.REMOTE_AGENT}
     assert set(STATE_CLASSES) | brought | RESERVED == set(TaskType)
     assert {type(s) for s in OTHER_STATES} == set(STATE_CLASSES.values())
     for task_type, cls in STATE_CLASSES.items():

@@ -35,8 +35,9 @@ import ray
 
 from taskloom.remote.snapshot import SnapshotError, git
 
-#: How long the worker has to stop once asked (SIGTERM), before SIGKILL.
-STOP_WAIT_S = 5.0
+#: How long the worker has to stop once asked (SIGTERM), before SIGKILL (its owner's TaskStop
+#: waits for all of it, and is told within a few seconds).
+STOP_WAIT_S = 2.0
 #: How much of the worker's error output is kept, to say why it failed.
 _STDERR_LINES = 40
 #: Longest line the worker may print (a progress event with long text in it).
@@ -49,12 +50,13 @@ class _RemoteAgent:
     def __init__(self) -> None:
         """Nothing runs until :meth:`run`."""
         self._proc: asyncio.subprocess.Process | None = None
+        self._home: Path | None = None
         self._stopping = False
 
     async def run(self, spec: dict[str, Any], bundle: bytes) -> AsyncIterator[dict[str, Any]]:
         """Run the agent ``spec`` describes on the snapshot ``bundle``; its events, in order."""
         scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
-        home = scratch / "home"
+        home = self._home = scratch / "home"
         try:
             work, branch = await _checkout(scratch, bundle, spec)
             spec_file = scratch / "spec.json"
@@ -98,7 +100,12 @@ class _RemoteAgent:
             shutil.rmtree(scratch, ignore_errors=True)
 
     async def stop(self) -> bool:
-        """End the worker process (SIGTERM, SIGKILL after a bound); whether one ran."""
+        """End the worker process and all it started; whether one ran.
+
+        SIGTERM first (it stops its shells itself); after a short bound, SIGKILL of its group
+        and a sweep of the processes it recorded (each shell in a group of its own): when this
+        returns, nothing of the agent runs on this worker.
+        """
         self._stopping = True
         proc = self._proc
         if proc is None or proc.returncode is not None:
@@ -111,6 +118,8 @@ class _RemoteAgent:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+        if self._home is not None:
+            await _sweep(self._home)
         return True
 
 
@@ -160,7 +169,7 @@ async def _sweep(home: Path) -> None:
         return
     store = Store(db_path(home), reserve_bytes=0)
     try:
-        await sweep_orphans(store)
+        await sweep_orphans(store, grace=0.5)
     finally:
         store.close()
 

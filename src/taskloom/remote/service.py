@@ -31,8 +31,9 @@ from taskloom.tasks.types import TaskStatus, TaskType
 
 log = logging.getLogger(__name__)
 
-#: Longest wait for the actor to stop its work once asked, before it is killed.
-STOP_WAIT_S = 8.0
+#: Longest wait for the actor to stop its work once asked (it takes a few seconds at most:
+#: see taskloom.remote.actor), and then for its stream to end, before it is killed.
+STOP_WAIT_S = 5.0
 #: The environment a remote agent's process gets: the model's endpoint and credentials, a
 #: proxy. In the actor's runtime environment only: never in a log or an output.
 _CARRIED_PREFIXES = ("ANTHROPIC_", "OPENAI_", "TASKLOOM_")

@@ -53,8 +53,14 @@ class _RemoteAgent:
         self._home: Path | None = None
         self._stopping = False
 
-    async def run(self, spec: dict[str, Any], bundle: bytes) -> AsyncIterator[dict[str, Any]]:
-        """Run the agent ``spec`` describes on the snapshot ``bundle``; its events, in order."""
+    async def run(
+        self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Run the agent ``spec`` describes on the snapshot ``bundle``; its events, in order.
+
+        ``env``: the model's endpoint and credentials, for the agent's process only (never
+        written to a file here).
+        """
         scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
         home = self._home = scratch / "home"
         try:
@@ -64,7 +70,12 @@ class _RemoteAgent:
             spec_file.write_text(
                 json.dumps({**spec, "parent_pid": os.getpid(), "scratch": str(scratch)})
             )
-            env = {**os.environ, "TASKLOOM_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+            env = {
+                **os.environ,
+                **(env or {}),
+                "TASKLOOM_HOME": str(home),
+                "PYTHONUNBUFFERED": "1",
+            }
             proc = self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", "taskloom", "remote", "worker",
                 "--spec", str(spec_file),

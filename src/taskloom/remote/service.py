@@ -145,19 +145,27 @@ class RemoteRun:
 
             from taskloom.remote.actor import RemoteAgentActor
 
-            env: dict[str, Any] = {"env_vars": carried_env(os.environ)}
-            if not self.local:  # a cluster's workers get this taskloom from here
-                env["py_modules"] = [str(Path(__file__).resolve().parents[1])]
+            carried = carried_env(os.environ)
+            options: dict[str, Any] = {}
+            if not self.local:
+                # A cluster's workers: the credentials in the actor's runtime environment, and
+                # this taskloom from here. A local Ray's idle workers are this process's own
+                # (same environment, same packages): taken as they are, in a fraction of a
+                # second, where a runtime environment of its own starts a new one (~1 s).
+                options["runtime_env"] = {
+                    "env_vars": carried,
+                    "py_modules": [str(Path(__file__).resolve().parents[1])],
+                }
             if self._stopping:
                 return  # stopped while the snapshot was taken
-            self._actor = RemoteAgentActor.options(runtime_env=env).remote()
+            self._actor = RemoteAgentActor.options(**options).remote()
             spec = {
                 **self.spec.__dict__,
                 "branch": self.branch,
                 "snapshot_ref": self._snapshot.ref,
             }
             stream = self._actor.run.options(num_returns="streaming").remote(
-                spec, self._snapshot.bundle
+                spec, self._snapshot.bundle, carried
             )
             async for ref in stream:
                 await self._on(await ref)

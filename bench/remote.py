@@ -152,6 +152,10 @@ def main() -> int:
     finally:
         stop.set()
         shutil.rmtree(scratch, ignore_errors=True)
+    bad = [line for line in out.splitlines() if line.strip() and not line.startswith("{")]
+    if bad:
+        print(f"FAILED: stream-json output has lines that are not JSON: {bad[:3]}")
+        return 1
     last = [json.loads(line) for line in out.splitlines() if line.strip()][-1:]
     if proc.returncode != 0 or not last or last[0].get("result") != FINAL:
         print(f"FAILED: exit code {proc.returncode}; stderr:\n{err[-3000:]}")

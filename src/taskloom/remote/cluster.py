@@ -122,6 +122,7 @@ class Cluster:
                 options["address"] = "local"
                 options["num_cpus"] = int(cpus) if cpus else os.cpu_count() or 1
             ray.init(**options)
+            _keep_ray_off_stdout()
 
         loop = asyncio.get_running_loop()
         try:
@@ -163,6 +164,28 @@ class Cluster:
 
         with contextlib.suppress(Exception):
             await asyncio.get_running_loop().run_in_executor(None, shutdown)
+
+
+def _keep_ray_off_stdout() -> None:
+    """Route what Ray prints of its cluster's warnings to our log (stderr), not stdout.
+
+    Ray's driver prints the raylet's warnings (too many workers started, a node's memory) to
+    ``sys.stdout`` whatever ``log_to_driver`` says: in print and stream-json mode stdout is
+    the protocol, which one stray line breaks. Ray has no setting for it; its printer is
+    replaced, if it is where this version of Ray keeps it.
+    """
+    import ray
+
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    if module is None or not hasattr(module, "print_to_stdstream"):
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        lines = data.get("lines") or []
+        for line in lines:
+            log.warning("ray (%s): %s", data.get("pid", "?"), line)
+
+    module.print_to_stdstream = to_log
 
 
 def _remove_session_dir(session_dir: Path, temp_dir: Path) -> None:

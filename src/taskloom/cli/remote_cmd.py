@@ -132,6 +132,7 @@ async def _run_agent(spec: dict[str, Any]) -> int:
     )
     async with Harness(options) as harness:
         out.runtime = harness.runtime
+        _emit({"type": "ready"})  # its session started: the next agent may start
         ctx = ToolContext(runtime=harness.runtime, owner=harness.session_id, cwd=Path.cwd())
         request = SpawnRequest(
             description=str(spec.get("description") or ""),

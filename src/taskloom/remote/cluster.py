@@ -47,11 +47,13 @@ class Connected:
         address: What it connected to (``local`` for a Ray started here).
         started_locally: Whether this session started it (and stops it).
         seconds: What connecting (or starting) took.
+        cpus: The CPUs of a Ray started here (0 for a cluster's).
     """
 
     address: str
     started_locally: bool
     seconds: float
+    cpus: int = 0
 
 
 def configured_address(settings: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
@@ -108,6 +110,8 @@ class Cluster:
         remote = (self.settings.get("remote") or {}) if isinstance(self.settings, dict) else {}
         cpus = remote.get("localCpus") if isinstance(remote, dict) else None
 
+        local_cpus = int(cpus) if cpus else os.cpu_count() or 1
+
         def init() -> None:
             import ray
 
@@ -120,7 +124,7 @@ class Cluster:
                 options["address"] = address
             else:
                 options["address"] = "local"
-                options["num_cpus"] = int(cpus) if cpus else os.cpu_count() or 1
+                options["num_cpus"] = local_cpus
             ray.init(**options)
             _keep_ray_off_stdout()
 
@@ -138,7 +142,9 @@ class Cluster:
         seconds = time.monotonic() - began
         if address is None:
             log.info("remote agents: started a local Ray in %.1f s", seconds)
-        return Connected(address or "local", address is None, seconds)
+        return Connected(
+            address or "local", address is None, seconds, local_cpus if address is None else 0
+        )
 
     async def close(self) -> None:
         """Let go of the cluster (a Ray started here is stopped)."""

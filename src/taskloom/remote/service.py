@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 #: Longest wait for the actor to stop its work once asked (it takes a few seconds at most:
 #: see taskloom.remote.actor), and then for its stream to end, before it is killed.
 STOP_WAIT_S = 5.0
+#: Remote agents starting at once on a cluster, unless the setting ``remote.maxStarting``
+#: says (on a local Ray: its CPUs).
+_STARTING = 16
 #: The environment a remote agent's process gets: the model's endpoint and credentials, a
 #: proxy. In the actor's runtime environment only: never in a log or an output.
 _CARRIED_PREFIXES = ("ANTHROPIC_", "OPENAI_", "TASKLOOM_")
@@ -90,9 +93,16 @@ class RemoteRun:
         cwd: Path,
         local: bool,
         snapshots: Snapshots | None = None,
+        starting: asyncio.Semaphore | None = None,
     ) -> None:
-        """Drive the remote agent of task ``task_id`` (registered by the caller)."""
+        """Drive the remote agent of task ``task_id`` (registered by the caller).
+
+        ``starting``: held from its actor's creation until its process is ready (its session
+        started), so that many agents spawned at once start a few at a time, each quickly,
+        rather than all slowly (on a local Ray, their processes share this machine's CPUs).
+        """
         self.snapshots = snapshots or Snapshots()
+        self.starting = starting or asyncio.Semaphore(1)
         self.runtime = runtime
         self.task_id = task_id
         self.spec = spec
@@ -156,19 +166,24 @@ class RemoteRun:
                     "env_vars": carried,
                     "py_modules": [str(Path(__file__).resolve().parents[1])],
                 }
-            if self._stopping:
-                return  # stopped while the snapshot was taken
-            self._actor = RemoteAgentActor.options(**options).remote()
             spec = {
                 **self.spec.__dict__,
                 "branch": self.branch,
                 "snapshot_ref": self._snapshot.ref,
             }
-            stream = self._actor.run.options(num_returns="streaming").remote(
-                spec, self._snapshot.bundle, carried
-            )
-            async for ref in stream:
-                await self._on(await ref)
+            async with contextlib.AsyncExitStack() as launching:
+                await launching.enter_async_context(self.starting)
+                if self._stopping:
+                    return  # stopped before it started
+                self._actor = RemoteAgentActor.options(**options).remote()
+                stream = self._actor.run.options(num_returns="streaming").remote(
+                    spec, self._snapshot.bundle, carried
+                )
+                async for ref in stream:
+                    event = await ref
+                    if event.get("type") != "started":
+                        await launching.aclose()  # it has started: the next may go
+                    await self._on(event)
             self._finish()
         except asyncio.CancelledError:
             self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
@@ -304,6 +319,10 @@ class RemoteAgents:
         self.cluster = Cluster(settings)
         self.runs: dict[str, RemoteRun] = {}
         self.snapshots = Snapshots()
+        remote = settings.get("remote")
+        self._max_starting = (remote if isinstance(remote, dict) else {}).get("maxStarting")
+        #: Agents starting at once (made once the cluster is known: see _starting).
+        self.starting: asyncio.Semaphore | None = None
 
     async def spawn(
         self, spec: RemoteSpec, *, owner: str, tool_use_id: str | None, cwd: Path
@@ -333,7 +352,20 @@ class RemoteAgents:
                 cluster=connected.address,
             )
         )
-        run = RemoteRun(runtime, task_id, spec, cwd, connected.started_locally, self.snapshots)
+        if self.starting is None:
+            # On a local Ray, as many as it has CPUs (their processes share them); on a
+            # cluster, more: its nodes start them.
+            size = self._max_starting or (connected.cpus or _STARTING)
+            self.starting = asyncio.Semaphore(max(1, int(size)))
+        run = RemoteRun(
+            runtime,
+            task_id,
+            spec,
+            cwd,
+            connected.started_locally,
+            self.snapshots,
+            self.starting,
+        )
         try:
             runtime.attach_handle(task_id, run)
         except BaseException:

@@ -142,6 +142,9 @@ def test_two_remote_agents_run_their_commands_on_copies_and_answer(tmp_path: Pat
     # The model's credentials reached the workers, in their environment only.
     assert {r.headers.get("x-api-key") for r in server.requests} == {"sk-remote-test"}
     assert "sk-remote-test" not in proc.stdout and "sk-remote-test" not in proc.stderr
+    # The first remote spawn said a local Ray was started, and what it took.
+    launched = _user_text(script.lead_requests[1])
+    assert launched.count("a local Ray was started for this session in") == 1, launched
     # taskloom remote status lists them, from the store.
     status = subprocess.run(
         [sys.executable, "-m", "taskloom", "remote", "status", "--json"],

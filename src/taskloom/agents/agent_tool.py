@@ -265,6 +265,9 @@ def render(result: SpawnResult) -> ToolResult:
             "it completes; do not wait for it or duplicate its work.\n"
             f"output_file: {result.output_file} (its progress, and its answer when done)"
         )
+        if result.extra.get("cluster"):  # a remote agent's first: where it runs, what it cost
+            text += f"\ncluster: {result.extra['cluster']}"
+            data["cluster"] = result.extra["cluster"]
         return ToolResult(text, data=data)
     if result.extra:
         data.update(result.extra)

@@ -310,7 +310,8 @@ async def test_session_start_context_waits_for_a_prompt_that_is_recorded(tmp_pat
 
     from taskloom.errors import UserError
 
-    guard = "grep -q bad && { echo refused >&2; exit 2; }; exit 0"
+    # A word no session id (hex) or path holds: "bad" alone is in one UUID of ~140.
+    guard = "grep -q 'a bad prompt' && { echo refused >&2; exit 2; }; exit 0"
     hooks = {
         "hooks": {
             "SessionStart": [{"hooks": [{"type": "command", "command": "echo CONTEXT-X"}]}],

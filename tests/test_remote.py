@@ -233,9 +233,11 @@ class Stopped(Remote):
             self.told = self.told or time.monotonic()
             return Turn(text=FINAL)
         if self.stop and self.wait and "Bash" not in names:
-            # The model's own wait until the remote command runs (no event reaches it).
+            # The model's own wait until the remote command runs (no event reaches it); -x:
+            # the whole command line, or this very command would match.
             wait = (
-                "for i in $(seq 300); do pgrep -f 'sleep 300' >/dev/null && exit 0; sleep 0.1; done"
+                "for i in $(seq 300); do pgrep -fx 'sleep 300' >/dev/null && exit 0;"
+                " sleep 0.1; done"
             )
             return Turn(tool_calls=(ToolCall("Bash", {"command": wait}),))
         if self.stop and "TaskStop" not in names:
@@ -260,6 +262,7 @@ def test_task_stop_kills_a_remote_agent_and_its_command_on_the_worker(tmp_path: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert script.stop_sent and script.told, "TaskStop never went, or nothing was told"
     assert script.told - script.stop_sent < 5.0
+    assert script.agent_requests.get("s"), "the remote agent never ran its command"
     seen = _notifications(script)
     assert "<status>killed</status>" in seen, seen
     assert _sleeps() == []
@@ -313,3 +316,24 @@ def test_a_remote_agent_whose_actor_is_killed_from_outside_fails_with_a_reason(
     while _sleeps():
         assert time.monotonic() < deadline, _sleeps()
         time.sleep(0.1)
+
+
+def test_an_address_that_answers_but_is_no_ray_is_a_tool_error_in_bounded_time(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    # A port that accepts connections and says nothing: Ray would wait for it for minutes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        script = Remote({"e": "echo never"})
+        began = time.monotonic()
+        proc, _ = _run(tmp_path, script, env={"RAY_ADDRESS": f"127.0.0.1:{port}"}, timeout=60)
+        took = time.monotonic() - began
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert took < 30, took  # the session ended too: nothing kept it
+    shown = json.dumps(events_of(proc.stdout))
+    assert f"Ray at 127.0.0.1:{port} did not answer within 10 s" in shown, shown[-2000:]
+    assert "e" not in script.agent_requests

@@ -332,14 +332,17 @@ class Spawner:
             prompt=request.prompt,
             agent_type=definition.agent_type,
             agents=None if definition.source == "built-in" else _as_flag_json(definition),
-            model=request.model or definition.model,
+            # Its own model, else its definition's, else its parent's (as a local agent).
+            model=request.model
+            or (definition.model if definition.model not in (None, "inherit") else None)
+            or self.builder.model_name,
             mode=request.mode or (str(policy.mode) if policy is not None else None),
             skip_permissions=policy is not None and str(policy.mode) == "bypassPermissions",
             settings=settings_json(self.settings),
             name=request.name,
         )
         agent_id, connected = await self.remote.spawn(
-            spec, owner=ctx.owner, tool_use_id=ctx.tool_use_id, cwd=ctx.cwd
+            spec, owner=ctx.owner, tool_use_id=ctx.tool_use_id, cwd=ctx.cwd, background=background
         )
         launched = self._launched(agent_id, definition.agent_type, request)
         if connected.started_locally and len(self.remote.runs) == 1:

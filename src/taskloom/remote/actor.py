@@ -76,6 +76,9 @@ class _RemoteAgent:
                 "TASKLOOM_HOME": str(home),
                 "PYTHONUNBUFFERED": "1",
             }
+            if self._stopping:  # stopped while its copy was made: nothing is started
+                yield {"type": "killed"}
+                return
             proc = self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", "taskloom", "remote", "worker",
                 "--spec", str(spec_file),
@@ -83,6 +86,8 @@ class _RemoteAgent:
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True, limit=_LINE_LIMIT,
             )  # fmt: skip
+            if self._stopping:  # stopped while it was being started: it stops at once
+                await self._end(proc)
             yield {"type": "started", "node": socket.gethostname(), "pid": proc.pid}
             assert proc.stdout is not None and proc.stderr is not None
             errors: deque[str] = deque(maxlen=_STDERR_LINES)
@@ -120,7 +125,11 @@ class _RemoteAgent:
         self._stopping = True
         proc = self._proc
         if proc is None or proc.returncode is not None:
-            return False
+            return proc is None  # not started yet: ``run`` will not start it
+        await self._end(proc)
+        return True
+
+    async def _end(self, proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -131,7 +140,6 @@ class _RemoteAgent:
             await proc.wait()
         if self._home is not None:
             await _sweep(self._home)
-        return True
 
 
 async def _checkout(scratch: Path, bundle: bytes, spec: dict[str, Any]) -> tuple[Path, str]:

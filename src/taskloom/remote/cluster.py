@@ -1,13 +1,14 @@
 """The Ray cluster a session's remote agents run on: found, reached, or started here.
 
-Which: ``RAY_ADDRESS``, else the setting ``remote.address`` (a ``ray://host:port`` client
-address, a ``host:port`` of a cluster's head, or ``auto`` for the one running on this
-machine). With neither, a local Ray is started on first use (as many CPUs as the setting
-``remote.localCpus``, else the machine's), and stopped with the session.
+Which: ``RAY_ADDRESS``, else the setting ``remote.address`` (a ``host:port`` of a cluster's
+head, or ``auto`` for the one running on this machine; a ``ray://`` client address is refused,
+since Ray Client cannot stream). With neither, a local Ray is started on first use (as many
+CPUs as the setting ``remote.localCpus``, else the machine's), and stopped with the session.
 
 Reaching a cluster that is not there must not hang the session (Ray itself retries for a
 minute or more): the address is probed first (a TCP connection, bounded), and the connection
-itself is bounded too. Ray's calls block; they run in a thread.
+itself is bounded too, in a daemon thread of its own (Ray's calls block; one that never
+returns must not keep the process from exiting).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,8 +31,10 @@ log = logging.getLogger(__name__)
 
 #: Longest wait for a TCP connection to the cluster's address.
 PROBE_TIMEOUT_S = 5.0
-#: Longest wait for Ray to connect (or start) once the address answers.
+#: Longest wait for a local Ray to start.
 CONNECT_TIMEOUT_S = 60.0
+#: Longest wait for Ray to connect to a cluster once its address answers.
+ADDRESS_TIMEOUT_S = 10.0
 _CLIENT_PORT = 10001
 _HEAD_PORT = 6379
 
@@ -87,22 +91,38 @@ class Cluster:
         self.settings = settings
         self.env = os.environ if env is None else env
         self.connected: Connected | None = None
+        self._failed: ClusterError | None = None
         self._lock = asyncio.Lock()
+        self._release = threading.Event()
+        self._owner: threading.Thread | None = None
 
     async def connect(self) -> Connected:
-        """Reach the cluster (once; later calls return the same connection).
+        """Reach the cluster (once; later calls return the same connection, or error).
 
         Raises:
             ClusterError: It cannot be reached or started; the message names the address.
         """
         async with self._lock:
+            if self._failed is not None:
+                raise self._failed  # a Ray that was asked and hung is not asked again
             if self.connected is None:
-                self.connected = await self._connect()
+                try:
+                    self.connected = await self._connect()
+                except ClusterError as exc:
+                    if "did not answer within" in str(exc) and "Ray at" in str(exc):
+                        self._failed = exc
+                    raise
             return self.connected
 
     async def _connect(self) -> Connected:
         address = configured_address(self.settings, self.env)
         began = time.monotonic()
+        if address is not None and address.startswith("ray://"):
+            raise ClusterError(
+                f"remote agents: {address}: Ray Client (ray://) cannot stream an agent's "
+                "progress; run taskloom on a machine of the cluster and give the head's "
+                "address (RAY_ADDRESS=HEAD:6379)"
+            )
         if address is not None:
             where = endpoint(address)
             if where is not None:
@@ -129,13 +149,37 @@ class Cluster:
             _keep_ray_off_stdout()
 
         loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        release = self._release
+
+        def own_ray() -> None:
+            outcome: BaseException | None = None
+            try:
+                init()
+            except BaseException as exc:  # handed to the loop, which raises it
+                outcome = exc
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits now
+                loop.call_soon_threadsafe(_settle, done, outcome)
+            if outcome is None:
+                # Ray's processes die with the thread that started them (their parent-death
+                # signal is the thread's): this thread lives until the session lets go.
+                release.wait()
+
+        # A thread of its own, a daemon: a ray.init that never returns (an address that
+        # accepts connections but is no Ray) must not keep the process from exiting.
+        self._owner = threading.Thread(target=own_ray, name="taskloom-ray", daemon=True)
+        self._owner.start()
+        bound = CONNECT_TIMEOUT_S if address is None else ADDRESS_TIMEOUT_S
         try:
-            await asyncio.wait_for(loop.run_in_executor(None, init), CONNECT_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(done), bound)
         except TimeoutError:
             raise ClusterError(
                 f"remote agents: Ray at {address or 'a new local cluster'} did not answer "
-                f"within {CONNECT_TIMEOUT_S:.0f} s"
+                f"within {bound:.0f} s"
             ) from None
+        except ModuleNotFoundError as exc:
+            raise ClusterError(f"remote agents need Ray ({exc}): install taskloom[ray]") from None
         except Exception as exc:  # Ray raises many kinds; each means the same here
             what = f"the Ray cluster at {address}" if address else "a local Ray"
             raise ClusterError(f"remote agents: could not reach {what}: {exc}") from None
@@ -170,6 +214,16 @@ class Cluster:
 
         with contextlib.suppress(Exception):
             await asyncio.get_running_loop().run_in_executor(None, shutdown)
+        self._release.set()  # its owning thread may end now
+
+
+def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return  # given up on already
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc)
 
 
 def _keep_ray_off_stdout() -> None:
@@ -226,6 +280,7 @@ async def probe(address: str, host: str, port: int) -> None:
 
 
 __all__ = [
+    "ADDRESS_TIMEOUT_S",
     "CONNECT_TIMEOUT_S",
     "Cluster",
     "ClusterError",

@@ -112,6 +112,7 @@ class RemoteRun:
         self.driver: asyncio.Task[None] | None = None
         self._actor: Any = None
         self._stopping = False
+        self._ended_cleanly = False
         self._result: str | None = None
         self._error: str | None = None
         self._snapshot: Snapshot | None = None
@@ -184,6 +185,7 @@ class RemoteRun:
                     if event.get("type") != "started":
                         await launching.aclose()  # it has started: the next may go
                     await self._on(event)
+                self._ended_cleanly = True
             self._finish()
         except asyncio.CancelledError:
             self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
@@ -216,6 +218,12 @@ class RemoteRun:
             self._note([line for line in lines if line.startswith("→")], totals)
         elif kind == "result":
             self._result = str(event.get("content") or "")
+            totals = {
+                k: int(event[k])
+                for k in ("total_tokens", "tool_uses")
+                if isinstance(event.get(k), int)
+            }
+            self._note([], totals)  # its final usage (progress lags one message)
         elif kind == "error":
             self._error = str(event.get("error") or "it failed, saying nothing")
         elif kind == "changes" and self._snapshot is not None:
@@ -247,13 +255,16 @@ class RemoteRun:
             return
         if self._error is not None or self._result is None:
             error = self._error or "it ended without an answer"
+            if branch:
+                error += f" (what it changed is on branch {branch})"
             self.runtime.update(self.task_id, lambda s: ended(s, error=error))
             return
         result = self._result
         if branch and isinstance(state, RemoteAgentTaskState):
             result += (
-                f"\n\nIts changes are on branch {branch} (your working tree is untouched):\n"
-                f"{state.diffstat}"
+                f"\n\nIts changes are on branch {branch} (your working tree is untouched; the"
+                f" branch starts from a snapshot commit holding your uncommitted changes of"
+                f" the time):\n{state.diffstat}"
             )
         self.runtime.update(self.task_id, lambda s: ended(s, result=result))
 
@@ -262,6 +273,11 @@ class RemoteRun:
         if actor is not None:
             import ray
 
+            if not self._ended_cleanly:
+                # Its stream broke off (or this run was cancelled): its work is stopped first,
+                # or killing the actor would leave its process's commands running.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(actor.stop.remote(), STOP_WAIT_S)
             with contextlib.suppress(Exception):
                 ray.kill(actor)
         if self._snapshot is not None:
@@ -325,7 +341,13 @@ class RemoteAgents:
         self.starting: asyncio.Semaphore | None = None
 
     async def spawn(
-        self, spec: RemoteSpec, *, owner: str, tool_use_id: str | None, cwd: Path
+        self,
+        spec: RemoteSpec,
+        *,
+        owner: str,
+        tool_use_id: str | None,
+        cwd: Path,
+        background: bool = True,
     ) -> tuple[str, Connected]:
         """Start a remote agent; its task id, and how the cluster was reached.
 
@@ -350,6 +372,8 @@ class RemoteAgents:
                 prompt=spec.prompt,
                 name=spec.name,
                 cluster=connected.address,
+                # In the foreground its caller gets its answer: no notification besides.
+                is_backgrounded=background,
             )
         )
         if self.starting is None:

@@ -114,7 +114,10 @@ async def bring_back(snapshot: Snapshot, bundle: bytes, branch: str) -> None:
     with tempfile.TemporaryDirectory(prefix="taskloom-changes-") as scratch:
         path = Path(scratch) / "changes.bundle"
         path.write_bytes(bundle)
-        await git(snapshot.root, "fetch", "-q", str(path), f"{branch}:refs/heads/{branch}")
+        await git(
+            snapshot.root,
+            "fetch", "-q", "--no-write-fetch-head", str(path), f"{branch}:refs/heads/{branch}",
+        )  # fmt: skip
 
 
 async def forget(snapshot: Snapshot) -> None:

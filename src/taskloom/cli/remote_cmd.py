@@ -56,8 +56,8 @@ def _status(as_json: bool) -> int:
     if not address:
         reachable = "none configured: a local Ray is started on first use, for that session"
     else:
-        where = endpoint(str(address))
         try:
+            where = endpoint(str(address))
             if where is not None:
                 asyncio.run(probe(str(address), *where))
             reachable = "answers"

@@ -1,7 +1,8 @@
 """What a remote agent's worker process prints of its agent's progress (one JSON line each).
 
 An engine observer: each message of the agent's conversation becomes a ``progress`` event
-with the lines a local agent writes to its output file (its text, ``→ Tool`` per call) and
+with the lines a local agent writes to its output file (its text, ``→ Running: …`` per
+call) and
 its usage so far, read from its task.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from taskloom.agents.activity import describe_activity
 from taskloom.engine import AssistantTurn, UserTurn
 
 if TYPE_CHECKING:
@@ -38,7 +40,8 @@ class ProgressOut:
             return
         text = event.message.text().strip()
         lines = [text] if text else []
-        lines += [f"→ {call.name}" for call in event.message.tool_uses()]
+        # As a local agent's output file has them (``→ Running: pytest -q``).
+        lines += [f"→ {describe_activity(c.name, c.input)}" for c in event.message.tool_uses()]
         progress: dict[str, Any] = {"type": "progress", "lines": lines}
         state = self.runtime.get(agent_id) if self.runtime is not None else None
         for key in ("total_tokens", "input_tokens", "output_tokens", "tool_uses"):

@@ -215,7 +215,8 @@ class RemoteRun:
                 for k in ("total_tokens", "input_tokens", "output_tokens", "tool_uses")
                 if isinstance(event.get(k), int)
             }
-            self._note([line for line in lines if line.startswith("→")], totals)
+            activities = [line.removeprefix("→ ") for line in lines if line.startswith("→ ")]
+            self._note(activities, totals)
         elif kind == "result":
             self._result = str(event.get("content") or "")
             totals = {

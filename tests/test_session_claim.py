@@ -371,3 +371,44 @@ async def test_a_start_stopped_during_the_sweep_gives_the_session_back(
     async with TaskRuntime(session_id=sid) as again:
         assert again.session_id == sid
     await wait_until(lambda: not any(alive(p) for p in orphan), timeout=20, what="the orphan")
+
+
+async def test_a_crashed_session_s_detached_remote_agent_goes_on_and_its_resume_holds_it(
+    tmp_path: Path,
+) -> None:
+    """A detached remote agent outlives its session's process: neither the settling of the
+    crashed session nor the close of a resume that did not take it up ends it."""
+    from taskloom.tasks.remote import RemoteAgentTaskState
+
+    dead = subprocess.Popen(["true"])
+    dead.wait(timeout=10)
+    session_id = str(uuid.uuid4())
+    ids = {p: new_task_id(TaskType.REMOTE_AGENT) for p in ("detach", "cancel")}
+    store = Store(db_path())
+    try:
+        store.upsert_session(
+            SessionRow(session_id, dead.pid, 1.0, str(tmp_path), 1.0, None, boot_id())
+        )
+        for policy, task_id in ids.items():
+            running = RemoteAgentTaskState(
+                id=task_id,
+                owner=session_id,
+                session_id=session_id,
+                status=TaskStatus.RUNNING,
+                start_time=1.0,
+                exit_policy=policy,  # type: ignore[arg-type]
+                actor=f"taskloom-{session_id}-{task_id}",
+            )
+            store.upsert_task(running.to_dict())
+        store.flush()
+        settle_dead_sessions(store, store.list_processes(), now=2.0)
+        records = {r["id"]: r["status"] for r in store.list_tasks(session_id)}
+        assert records == {ids["detach"]: "running", ids["cancel"]: "killed"}
+        async with TaskRuntime(session_id=session_id, store=store) as rt:
+            held = rt.get(ids["detach"])
+            assert isinstance(held, RemoteAgentTaskState) and held.status == TaskStatus.RUNNING
+            assert held.actor == f"taskloom-{session_id}-{ids['detach']}"
+        # Nobody took it up here: it is still running for the next resume.
+        assert store.get_task(ids["detach"])["status"] == "running"  # type: ignore[index]
+    finally:
+        store.close()

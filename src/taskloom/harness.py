@@ -206,6 +206,8 @@ class Harness:
                 listener = PeerListener(runtime.mailbox, runtime.session_id, path)
                 self._listener = await self._stack.enter_async_context(listener)
             self._build_session()
+            # A resumed session's detached remote agents are followed again.
+            self.agents.spawner.take_up_remote(self.cwd)
             if self.team is not None:
                 # Panes a crashed session left are swept; a resumed session's teammates (of
                 # the process that died) go on.

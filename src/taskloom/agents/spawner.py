@@ -350,6 +350,9 @@ class Spawner:
                 f"no Ray cluster was configured (RAY_ADDRESS, setting remote.address): a local "
                 f"Ray was started for this session in {connected.seconds:.1f} s"
             )
+            note = self.remote.policy_note(connected)
+            if note:
+                launched.extra["cluster"] += f"; {note}"
         if background:
             return launched
         run = self.remote.runs[agent_id]
@@ -376,6 +379,23 @@ class Spawner:
             duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
             extra=launched.extra,
         )
+
+    def take_up_remote(self, cwd: Path) -> None:
+        """A resumed session: follow again the detached remote agents its last process left."""
+        from taskloom.tasks.remote import RemoteAgentTaskState
+
+        left = [
+            s
+            for s in self.runtime.list(types=[TaskType.REMOTE_AGENT])
+            if isinstance(s, RemoteAgentTaskState) and not s.terminal
+        ]
+        if not left:
+            return
+        from taskloom.remote.service import RemoteAgents
+
+        if self.remote is None:
+            self.remote = RemoteAgents(self.runtime, self.settings)
+        self.remote.take_up(left, cwd)
 
     async def close_remote(self) -> None:
         """Let go of the Ray cluster, once the session's tasks are stopped."""

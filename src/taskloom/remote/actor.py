@@ -1,16 +1,22 @@
 """The Ray actor a remote agent runs in, on a worker of the cluster.
 
-One actor per agent. Its :meth:`RemoteAgentActor.run` is a streaming generator: it clones the
+One actor per agent. :meth:`RemoteAgentActor.start` sets its work going: it clones the
 parent's snapshot (a git bundle) into a directory of its own, starts ``taskloom remote worker``
 there — the same engine and tools as a local agent, in a process (and process group) of its
-own, its shells in theirs — and passes on, in order, what that process prints (one JSON object
-a line: progress, then the result or an error). Once it is done, what the agent changed is
-committed on top of the snapshot and sent back as a bundle, with its diffstat.
+own, its shells in theirs — and keeps, in order, what that process prints (one JSON object a
+line: progress, then the result or an error). Once it is done, what the agent changed is
+committed on top of the snapshot and kept as a bundle, with its diffstat.
+
+:meth:`RemoteAgentActor.follow` is a streaming generator of those events from a given one on:
+the parent follows it while it runs. The work does not depend on the stream: a parent that lets
+go (its exit policy ``detach``: the actor is then named and detached) or dies leaves the agent
+working, and a later session follows on from the last event it had. An actor whose events
+nobody can follow again (not detached) keeps only those not yet sent.
 
 :meth:`RemoteAgentActor.stop` (TaskStop) ends the worker process (SIGTERM: it stops its shells;
-SIGKILL after a bound) while ``run`` is still streaming, which then ends normally; whatever is
-left of the process groups the worker recorded is swept before the directory is removed. A
-worker whose actor dies (killed, its node lost) sees it through a pidfd and stops as well.
+SIGKILL after a bound) and the event stream then ends normally; whatever is left of the process
+groups the worker recorded is swept before the directory is removed. A worker whose actor dies
+(killed, its node lost) sees it through a pidfd and stops as well.
 
 Ray is imported here, and this module only on the remote path.
 """
@@ -47,20 +53,70 @@ _LINE_LIMIT = 8 * 1024 * 1024
 class _RemoteAgent:
     """Runs one remote agent (see the module docstring)."""
 
-    def __init__(self) -> None:
-        """Nothing runs until :meth:`run`."""
+    def __init__(self, keep_events: bool = False) -> None:
+        """Nothing runs until :meth:`start`.
+
+        ``keep_events``: keep every event (a detached actor: a later session follows it again
+        from where its parent stopped), not only those not sent yet.
+        """
+        self._keep = keep_events
         self._proc: asyncio.subprocess.Process | None = None
         self._home: Path | None = None
         self._stopping = False
+        self._work: asyncio.Task[None] | None = None
+        #: The events so far; ``_first`` is the index of ``_events[0]`` (older ones sent).
+        self._events: list[dict[str, Any]] = []
+        self._first = 0
+        self._done = False
+        self._grown: asyncio.Event | None = None
 
-    async def run(
+    async def start(
         self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Run the agent ``spec`` describes on the snapshot ``bundle``; its events, in order.
+    ) -> bool:
+        """Set the agent ``spec`` describes going on the snapshot ``bundle``; False if it was.
 
         ``env``: the model's endpoint and credentials, for the agent's process only (never
         written to a file here).
         """
+        if self._work is not None:
+            return False
+        self._work = asyncio.ensure_future(self._run(spec, bundle, env))
+        return True
+
+    async def follow(self, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+        """Its events from number ``after`` on, in order, as they come, until its end."""
+        at = max(after, self._first)
+        while True:
+            grown = self._grown = self._grown or asyncio.Event()
+            while at < self._first + len(self._events):
+                yield self._events[at - self._first]
+                at += 1
+                if not self._keep:  # nobody can ask for it again
+                    drop = at - self._first
+                    del self._events[:drop]
+                    self._first += drop
+            if self._done:
+                return
+            await grown.wait()
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        self._events.append(event)
+        grown, self._grown = self._grown, None
+        if grown is not None:
+            grown.set()
+
+    async def _run(self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None) -> None:
+        try:
+            await self._work_on(spec, bundle, env)
+        except Exception as exc:  # its copy could not be made, its process not started
+            self._emit({"type": "error", "error": f"on {socket.gethostname()}: {exc}"})
+        finally:
+            self._done = True
+            self._emit({"type": "end"})
+
+    async def _work_on(
+        self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None
+    ) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
         home = self._home = scratch / "home"
         try:
@@ -77,7 +133,7 @@ class _RemoteAgent:
                 "PYTHONUNBUFFERED": "1",
             }
             if self._stopping:  # stopped while its copy was made: nothing is started
-                yield {"type": "killed"}
+                self._emit({"type": "killed"})
                 return
             proc = self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", "taskloom", "remote", "worker",
@@ -88,7 +144,7 @@ class _RemoteAgent:
             )  # fmt: skip
             if self._stopping:  # stopped while it was being started: it stops at once
                 await self._end(proc)
-            yield {"type": "started", "node": socket.gethostname(), "pid": proc.pid}
+            self._emit({"type": "started", "node": socket.gethostname(), "pid": proc.pid})
             assert proc.stdout is not None and proc.stderr is not None
             errors: deque[str] = deque(maxlen=_STDERR_LINES)
             drain = asyncio.ensure_future(_collect(proc.stderr, errors))
@@ -96,21 +152,21 @@ class _RemoteAgent:
                 with contextlib.suppress(ValueError):
                     event = json.loads(raw)
                     if isinstance(event, dict):
-                        yield event
+                        self._emit(event)
             code = await proc.wait()
             await drain
             if self._stopping:
-                yield {"type": "killed"}
+                self._emit({"type": "killed"})
             elif code != 0:
                 tail = "\n".join(errors).strip()
-                yield {
+                self._emit({
                     "type": "error",
                     "error": f"its process on {socket.gethostname()} ended with exit code "
                     f"{code}" + (f": {tail[-2000:]}" if tail else ""),
-                }
+                })  # fmt: skip
             changes = await _changes(work, branch)
             if changes is not None:
-                yield {"type": "changes", "branch": branch, **changes}
+                self._emit({"type": "changes", "branch": branch, **changes})
         finally:
             await _sweep(home)
             shutil.rmtree(scratch, ignore_errors=True)
@@ -125,7 +181,7 @@ class _RemoteAgent:
         self._stopping = True
         proc = self._proc
         if proc is None or proc.returncode is not None:
-            return proc is None  # not started yet: ``run`` will not start it
+            return proc is None  # not started yet: it will not be
         await self._end(proc)
         return True
 
@@ -193,8 +249,8 @@ async def _sweep(home: Path) -> None:
         store.close()
 
 
-#: The actor class (no CPU of its own: its worker process runs the agent; ``stop`` is served
-#: while ``run`` streams).
+#: The actor class (no CPU of its own: its worker process runs the agent; ``stop`` and
+#: ``follow`` are served while it works).
 RemoteAgentActor: Any = ray.remote(num_cpus=0, max_concurrency=4)(_RemoteAgent)  # type: ignore[call-overload]
 
 __all__ = ["STOP_WAIT_S", "RemoteAgentActor"]

@@ -142,6 +142,9 @@ class Cluster:
             }
             if address is not None:
                 options["address"] = address
+                # This taskloom, for the cluster's workers (uploaded once for the session: a
+                # directory can only be given to Ray here, for the whole job).
+                options["runtime_env"] = {"py_modules": [str(Path(__file__).resolve().parents[1])]}
             else:
                 options["address"] = "local"
                 options["num_cpus"] = local_cpus
@@ -176,7 +179,7 @@ class Cluster:
         except TimeoutError:
             raise ClusterError(
                 f"remote agents: Ray at {address or 'a new local cluster'} did not answer "
-                f"within {bound:.0f} s"
+                f"within {bound:.0f} s" + (_auth_hint(self.env) if address else "")
             ) from None
         except ModuleNotFoundError as exc:
             raise ClusterError(f"remote agents need Ray ({exc}): install taskloom[ray]") from None
@@ -246,6 +249,18 @@ def _keep_ray_off_stdout() -> None:
             log.warning("ray (%s): %s", data.get("pid", "?"), line)
 
     module.print_to_stdstream = to_log
+
+
+def _auth_hint(env: Mapping[str, str]) -> str:
+    """Why a cluster may not answer: it wants a token Ray does not send unless told to."""
+    if env.get("RAY_AUTH_MODE", "").lower() == "token":
+        return ""
+    # Ray sends its token to an address it is given only in token mode (its own rule).
+    return (
+        "; a Ray cluster with token authentication (Ray's default) does not answer a driver"
+        " without its token: for one, set RAY_AUTH_MODE=token (the token in ~/.ray/auth_token,"
+        " RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)"
+    )
 
 
 def _remove_session_dir(session_dir: Path, temp_dir: Path) -> None:

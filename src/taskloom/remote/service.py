@@ -7,6 +7,11 @@ into the task's output file, state and, at its end, the usual notification. Its 
 back as branch ``taskloom/remote-<id8>`` (:mod:`taskloom.remote.snapshot`). The run is the
 task's handle: TaskStop and the owner's end stop it (the actor's work, its processes, then
 the actor). A lost connection or a dead node fails the task with the reason.
+
+With the setting ``remote.exitPolicy: "detach"`` (on a cluster of its own, not the local Ray
+a session starts and stops), the actor is named and detached: the end of the session, or its
+crash, lets go of the agent without stopping it, and a resumed session follows it on from the
+last event it had (:meth:`RemoteAgents.take_up`), to the usual notification.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from taskloom.errors import ToolError
 from taskloom.remote.cluster import Cluster, ClusterError, Connected
-from taskloom.remote.snapshot import Snapshot, SnapshotError, bring_back, forget, take
+from taskloom.remote.snapshot import Snapshot, SnapshotError, Snapshots, bring_back
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.remote import RemoteAgentTaskState, ended, failed_to_start, progressed
 from taskloom.tasks.runtime import TaskRuntime
@@ -34,6 +39,9 @@ log = logging.getLogger(__name__)
 #: Longest wait for the actor to stop its work once asked (it takes a few seconds at most:
 #: see taskloom.remote.actor), and then for its stream to end, before it is killed.
 STOP_WAIT_S = 5.0
+#: Longest an agent holds its place among those starting (see RemoteRun) before its
+#: process's session is ready.
+READY_WAIT_S = 30.0
 #: Remote agents starting at once on a cluster, unless the setting ``remote.maxStarting``
 #: says (on a local Ray: its CPUs).
 _STARTING = 16
@@ -43,6 +51,9 @@ _CARRIED_PREFIXES = ("ANTHROPIC_", "OPENAI_", "TASKLOOM_")
 _CARRIED = {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
 #: The parent's own, never carried.
 _NOT_CARRIED = {"TASKLOOM_HOME", "TASKLOOM_TASK_ID"}
+#: The Ray namespace of detached remote agents' actors.
+NAMESPACE = "taskloom"
+_EXIT_POLICIES = ("cancel", "detach")
 
 
 @dataclass(frozen=True)
@@ -94,12 +105,19 @@ class RemoteRun:
         local: bool,
         snapshots: Snapshots | None = None,
         starting: asyncio.Semaphore | None = None,
+        *,
+        actor_name: str | None = None,
+        resumed: RemoteAgentTaskState | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         """Drive the remote agent of task ``task_id`` (registered by the caller).
 
         ``starting``: held from its actor's creation until its process is ready (its session
         started), so that many agents spawned at once start a few at a time, each quickly,
         rather than all slowly (on a local Ray, their processes share this machine's CPUs).
+        ``actor_name``: its actor is detached under that name (exit policy ``detach``).
+        ``resumed``: the state an earlier process of the session left: its actor is followed
+        on from there, on ``cluster``, instead of being started.
         """
         self.snapshots = snapshots or Snapshots()
         self.starting = starting or asyncio.Semaphore(1)
@@ -108,6 +126,9 @@ class RemoteRun:
         self.spec = spec
         self.cwd = cwd
         self.local = local
+        self.actor_name = actor_name
+        self.resumed = resumed
+        self.cluster = cluster
         self.branch = f"taskloom/remote-{task_id[1:9]}"
         self.driver: asyncio.Task[None] | None = None
         self._actor: Any = None
@@ -117,6 +138,11 @@ class RemoteRun:
         self._error: str | None = None
         self._snapshot: Snapshot | None = None
         self._output: DiskTaskOutput | None = None
+        self._seen = resumed.seen if resumed is not None else 0
+        #: Set once its actor has its work (from then on, letting go of it loses nothing).
+        self._launched = asyncio.Event()
+        self._detaching = asyncio.Event()
+        self._detached = False
 
     def start(self) -> asyncio.Task[None]:
         """Start it in the background; its driver."""
@@ -128,11 +154,16 @@ class RemoteRun:
     async def kill(self) -> None:
         """TaskStop: stop the actor's work (its processes end), then the actor."""
         self._stopping = True
+        driver = self.driver
+        if self.resumed is not None and driver is not None and not driver.done():
+            # Taken up again but not reached yet: its actor is out there, and is stopped.
+            launched = asyncio.ensure_future(self._launched.wait())
+            await asyncio.wait([launched, driver], timeout=2 * STOP_WAIT_S)
+            launched.cancel()
         actor = self._actor
         if actor is not None:
             with contextlib.suppress(Exception):  # it may be dead already
                 await asyncio.wait_for(actor.stop.remote(), STOP_WAIT_S)
-        driver = self.driver
         if driver is not None and not driver.done():
             if actor is not None:  # its stream ends once its work has stopped
                 with contextlib.suppress(TimeoutError):
@@ -146,49 +177,59 @@ class RemoteRun:
         self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
 
     async def detach(self) -> None:
-        """A remote agent does not outlive its owner here: stopped as by TaskStop."""
-        await self.kill()
+        """Its owner's end, with exit policy ``detach``.
+
+        A detached actor is let go of once it has its work (it goes on; a resumed session
+        follows it); any other is stopped.
+        """
+        if self.actor_name is None:
+            await self.kill()
+            return
+        self._detaching.set()
+        driver = self.driver
+        if driver is None or driver.done():
+            return
+        launched = asyncio.ensure_future(self._launched.wait())
+        try:
+            await asyncio.wait([launched, driver], timeout=2 * STOP_WAIT_S)
+        finally:
+            launched.cancel()
+        if not driver.done():
+            self._detached = True
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver
 
     async def _drive(self) -> None:
         try:
-            self._output = self.runtime.create_output(self.task_id)
-            self._snapshot = await self.snapshots.take(self.cwd, self.task_id)
-
-            from taskloom.remote.actor import RemoteAgentActor
-
-            carried = carried_env(os.environ)
-            options: dict[str, Any] = {}
-            if not self.local:
-                # A cluster's workers: the credentials in the actor's runtime environment, and
-                # this taskloom from here. A local Ray's idle workers are this process's own
-                # (same environment, same packages): taken as they are, in a fraction of a
-                # second, where a runtime environment of its own starts a new one (~1 s).
-                options["runtime_env"] = {
-                    "env_vars": carried,
-                    "py_modules": [str(Path(__file__).resolve().parents[1])],
-                }
-            spec = {
-                **self.spec.__dict__,
-                "branch": self.branch,
-                "snapshot_ref": self._snapshot.ref,
-            }
             async with contextlib.AsyncExitStack() as launching:
-                await launching.enter_async_context(self.starting)
-                if self._stopping:
-                    return  # stopped before it started
-                self._actor = RemoteAgentActor.options(**options).remote()
-                stream = self._actor.run.options(num_returns="streaming").remote(
-                    spec, self._snapshot.bundle, carried
-                )
+                if self.resumed is None:
+                    self._output = self.runtime.create_output(self.task_id)
+                    await self._launch(launching)
+                    if self._actor is None:
+                        return  # stopped before it started
+                else:
+                    if not await self._reach():
+                        return
+                    self._output = DiskTaskOutput.reopen(Path(self.resumed.output_file))
+                    self._find_actor()
+                self._launched.set()
+                stream = self._actor.follow.options(num_returns="streaming").remote(self._seen)
                 async for ref in stream:
                     event = await ref
+                    if event.get("type") == "end":
+                        break
                     if event.get("type") != "started":
                         await launching.aclose()  # it has started: the next may go
                     await self._on(event)
+                    self._seen += 1
+                    if self.actor_name is not None:
+                        self._note_seen(self._seen)
                 self._ended_cleanly = True
             self._finish()
         except asyncio.CancelledError:
-            self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
+            if not self._detached:
+                self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
             raise
         except (SnapshotError, ClusterError) as exc:
             error = str(exc)
@@ -201,6 +242,112 @@ class RemoteRun:
                 self.runtime.update(self.task_id, lambda s: ended(s, error=error))
         finally:
             await self._cleanup()
+
+    async def _launch(self, launching: contextlib.AsyncExitStack) -> None:
+        """Take the snapshot, wait for its turn, make its actor and give it its work."""
+        self._snapshot = snapshot = await self.snapshots.take(self.cwd, self.task_id)
+        if self.actor_name is not None:  # a later process brings its changes back
+            self.runtime.update(
+                self.task_id,
+                lambda s: s.replace(
+                    repo=str(snapshot.root),
+                    snapshot_commit=snapshot.commit,
+                    snapshot_ref=snapshot.ref,
+                ),
+            )
+
+        import ray
+
+        from taskloom.remote.actor import RemoteAgentActor
+
+        carried = carried_env(os.environ)
+        options: dict[str, Any] = {}
+        if not self.local:
+            # A cluster's workers: the credentials in the actor's runtime environment (this
+            # taskloom is the session's: see Cluster). A local Ray's idle workers are this
+            # process's own (same environment, same packages): taken as they are, in a
+            # fraction of a second, where a runtime environment of its own starts a new one.
+            options["runtime_env"] = {"env_vars": carried}
+        if self.actor_name is not None:
+            options.update(name=self.actor_name, namespace=NAMESPACE, lifetime="detached")
+        spec = {**self.spec.__dict__, "branch": self.branch, "snapshot_ref": snapshot.ref}
+        await self._wait_turn(launching)
+        if self._stopping:
+            return
+        bundle = self.snapshots.payload(snapshot, ray.put)  # once for all its agents
+        self._actor = RemoteAgentActor.options(**options).remote(
+            keep_events=self.actor_name is not None
+        )
+        await self._actor.start.remote(spec, bundle, carried)
+        if self.actor_name is not None:
+            name = self.actor_name
+            self.runtime.update(self.task_id, lambda s: s.replace(actor=name))
+
+    async def _wait_turn(self, launching: contextlib.AsyncExitStack) -> None:
+        """Wait for a place among the agents starting.
+
+        Not when its session is ending and it is to be let go: it must have its work first.
+        """
+        turn = asyncio.ensure_future(self.starting.acquire())
+        hurry = asyncio.ensure_future(self._detaching.wait())
+        try:
+            await asyncio.wait([turn, hurry], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurry.cancel()
+            if not turn.done():
+                turn.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await turn
+        if not turn.done() or turn.cancelled():
+            return
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.starting.release()
+
+        launching.callback(release)
+        # A worker that never gets ready (stuck before its session starts) does not hold
+        # up the agents after it for ever.
+        asyncio.get_running_loop().call_later(READY_WAIT_S, release)
+
+    async def _reach(self) -> bool:
+        """A resumed run: reach the cluster; if it cannot be, let go (warned) and say so."""
+        assert self.cluster is not None
+        try:
+            connected = await self.cluster.connect()
+        except ClusterError as exc:
+            log.warning(
+                "remote agent %s is not followed (resume again once its cluster answers): %s",
+                self.task_id,
+                exc,
+            )
+            self._detached = True
+            return False
+        self.local = connected.started_locally
+        return True
+
+    def _find_actor(self) -> None:
+        """The detached actor an earlier process of the session let go of."""
+        import ray
+
+        resumed = self.resumed
+        assert resumed is not None
+        if resumed.repo and resumed.snapshot_commit and resumed.snapshot_ref:
+            self._snapshot = Snapshot(
+                Path(resumed.repo), resumed.snapshot_commit, resumed.snapshot_ref, b""
+            )
+            self.snapshots.adopt(self._snapshot)
+        try:
+            self._actor = ray.get_actor(str(resumed.actor), namespace=NAMESPACE)
+        except ValueError:
+            raise ClusterError(
+                f"its actor {resumed.actor} is no longer on the cluster {resumed.cluster}"
+                " (the cluster was restarted, or the actor killed): what it did after this"
+                " session let go of it is lost"
+            ) from None
 
     async def _on(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -229,6 +376,9 @@ class RemoteRun:
             self._error = str(event.get("error") or "it failed, saying nothing")
         elif kind == "changes" and self._snapshot is not None:
             await self._changes(event)
+
+    def _note_seen(self, seen: int) -> None:
+        self.runtime.update(self.task_id, lambda s: s.replace(seen=seen))
 
     def _note(self, activities: list[str], totals: dict[str, int]) -> None:
         self.runtime.update(self.task_id, lambda s: progressed(s, activities, totals))
@@ -271,6 +421,12 @@ class RemoteRun:
 
     async def _cleanup(self) -> None:
         actor, self._actor = self._actor, None
+        if self._detached:  # it goes on: a resumed session follows it, and brings it back
+            if self._snapshot is not None:
+                await self.snapshots.release(self._snapshot, keep_ref=True)
+            if self._output is not None:
+                self._output.close()
+            return
         if actor is not None:
             import ray
 
@@ -287,46 +443,6 @@ class RemoteRun:
             self._output.close()
 
 
-class Snapshots:
-    """Snapshots shared by the remote agents of one moment.
-
-    Agents spawned together (one turn's Agent calls) start from the same commit: one
-    snapshot is taken for all that ask while it is being taken, and its ref goes once the
-    last of them is done with it. One asked for later is a new one (the tree may have
-    changed since).
-    """
-
-    def __init__(self) -> None:
-        """No snapshot yet."""
-        self._taking: dict[Path, asyncio.Future[Snapshot]] = {}
-        self._users: dict[str, int] = {}
-
-    async def take(self, cwd: Path, tag: str) -> Snapshot:
-        """The snapshot being taken of ``cwd`` now, else a new one (kept until released).
-
-        Raises:
-            SnapshotError: ``cwd`` is not in a git repository, or git failed.
-        """
-        key = cwd.resolve()
-        pending = self._taking.get(key)
-        if pending is None:
-            pending = asyncio.ensure_future(take(cwd, tag))
-            self._taking[key] = pending
-            pending.add_done_callback(lambda _: self._taking.pop(key, None))
-        snapshot = await asyncio.shield(pending)
-        self._users[snapshot.ref] = self._users.get(snapshot.ref, 0) + 1
-        return snapshot
-
-    async def release(self, snapshot: Snapshot) -> None:
-        """One user is done with it; the last one drops its ref."""
-        left = self._users.get(snapshot.ref, 1) - 1
-        if left > 0:
-            self._users[snapshot.ref] = left
-            return
-        self._users.pop(snapshot.ref, None)
-        await forget(snapshot)
-
-
 class RemoteAgents:
     """A session's remote agents and its cluster (see the module docstring)."""
 
@@ -337,7 +453,9 @@ class RemoteAgents:
         self.runs: dict[str, RemoteRun] = {}
         self.snapshots = Snapshots()
         remote = settings.get("remote")
-        self._max_starting = (remote if isinstance(remote, dict) else {}).get("maxStarting")
+        remote = remote if isinstance(remote, dict) else {}
+        self._max_starting = remote.get("maxStarting")
+        self.exit_policy = remote.get("exitPolicy", "cancel")
         #: Agents starting at once (made once the cluster is known: see _starting).
         self.starting: asyncio.Semaphore | None = None
 
@@ -353,14 +471,22 @@ class RemoteAgents:
         """Start a remote agent; its task id, and how the cluster was reached.
 
         Raises:
-            ToolError: The cluster cannot be reached (nothing was started).
+            ToolError: The cluster cannot be reached, or the settings are wrong (nothing was
+                started).
         """
+        if self.exit_policy not in _EXIT_POLICIES:
+            raise ToolError(
+                f"the setting remote.exitPolicy is {self.exit_policy!r}: it must be one of"
+                f" {', '.join(map(repr, _EXIT_POLICIES))}"
+            )
         try:
             connected = await self.cluster.connect()
         except ClusterError as exc:
             raise ToolError(str(exc)) from None
         runtime = self.runtime
         task_id = runtime.new_id(TaskType.REMOTE_AGENT)
+        # A local Ray ends with the session, and its actors with it: nothing to detach from.
+        detach = self.exit_policy == "detach" and not connected.started_locally
         runtime.register(
             RemoteAgentTaskState(
                 id=task_id,
@@ -375,6 +501,7 @@ class RemoteAgents:
                 cluster=connected.address,
                 # In the foreground its caller gets its answer: no notification besides.
                 is_backgrounded=background,
+                exit_policy="detach" if detach else "cancel",
             )
         )
         if self.starting is None:
@@ -390,18 +517,60 @@ class RemoteAgents:
             connected.started_locally,
             self.snapshots,
             self.starting,
+            actor_name=f"taskloom-{runtime.session_id}-{task_id}" if detach else None,
         )
-        try:
-            runtime.attach_handle(task_id, run)
-        except BaseException:
-            runtime.update(task_id, lambda s: failed_to_start(s, "could not start"))
-            raise
-        self.runs[task_id] = run
-        run.start()
+        self._follow(run)
         return task_id, connected
 
+    def policy_note(self, connected: Connected) -> str | None:
+        """What the result says when ``remote.exitPolicy`` cannot apply here, if anything."""
+        if self.exit_policy == "detach" and connected.started_locally:
+            return (
+                "remote.exitPolicy is 'detach', but this local Ray ends with the session: its"
+                " remote agents are stopped then (name a cluster of its own to detach them)"
+            )
+        return None
+
+    def _follow(self, run: RemoteRun) -> None:
+        try:
+            self.runtime.attach_handle(run.task_id, run)
+        except BaseException:
+            self.runtime.update(run.task_id, lambda s: failed_to_start(s, "could not start"))
+            raise
+        self.runs[run.task_id] = run
+        run.start()
+
+    def take_up(self, states: list[RemoteAgentTaskState], cwd: Path) -> None:
+        """Follow again the detached agents an earlier process of the session let go of.
+
+        This is its resume: each is held by a run at once (TaskStop reaches it), which
+        reaches the cluster and follows the agent on. If the cluster cannot be reached they
+        stay as they are, for a later resume (warned).
+        """
+        for state in states:
+            if state.id in self.runs or state.actor is None:
+                continue
+            spec = RemoteSpec(
+                description=state.description,
+                prompt=state.prompt,
+                agent_type=state.agent_type,
+                name=state.name,
+            )
+            run = RemoteRun(
+                self.runtime,
+                state.id,
+                spec,
+                cwd,
+                False,
+                self.snapshots,
+                actor_name=state.actor,
+                resumed=state,
+                cluster=self.cluster,
+            )
+            self._follow(run)
+
     async def close(self) -> None:
-        """Once the session's tasks are stopped: let go of the cluster."""
+        """Once the session's tasks are stopped (or let go of): let go of the cluster."""
         await self.cluster.close()
 
 
@@ -420,10 +589,11 @@ def settings_json(settings: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "NAMESPACE",
+    "READY_WAIT_S",
     "RemoteAgents",
     "RemoteRun",
     "RemoteSpec",
-    "Snapshots",
     "carried_env",
     "settings_json",
 ]

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,4 +127,66 @@ async def forget(snapshot: Snapshot) -> None:
         await git(snapshot.root, "update-ref", "-d", snapshot.ref)
 
 
-__all__ = ["Snapshot", "SnapshotError", "bring_back", "forget", "git", "take"]
+class Snapshots:
+    """Snapshots shared by the remote agents of one moment.
+
+    Agents spawned together (one turn's Agent calls) start from the same commit: one
+    snapshot is taken for all that ask while it is being taken, and its ref goes once the
+    last of them is done with it. One asked for later is a new one (the tree may have
+    changed since). What is made of a snapshot to send it (a Ray object) is kept with it.
+    """
+
+    def __init__(self) -> None:
+        """No snapshot yet."""
+        self._taking: dict[Path, asyncio.Future[Snapshot]] = {}
+        self._users: dict[str, int] = {}
+        #: By snapshot ref: the snapshot as sent (see :meth:`payload`).
+        self._payloads: dict[str, object] = {}
+        #: Refs a detached agent still needs after this process.
+        self._kept: set[str] = set()
+
+    async def take(self, cwd: Path, tag: str) -> Snapshot:
+        """The snapshot being taken of ``cwd`` now, else a new one (kept until released).
+
+        Raises:
+            SnapshotError: ``cwd`` is not in a git repository, or git failed.
+        """
+        key = cwd.resolve()
+        pending = self._taking.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(take(cwd, tag))
+            self._taking[key] = pending
+            pending.add_done_callback(lambda _: self._taking.pop(key, None))
+        snapshot = await asyncio.shield(pending)
+        self._users[snapshot.ref] = self._users.get(snapshot.ref, 0) + 1
+        return snapshot
+
+    def adopt(self, snapshot: Snapshot) -> None:
+        """Hold a snapshot taken by an earlier process (a resumed agent's), until released."""
+        self._users[snapshot.ref] = self._users.get(snapshot.ref, 0) + 1
+
+    def payload(self, snapshot: Snapshot, make: Callable[[bytes], object]) -> object:
+        """``make(snapshot.bundle)``, made once per snapshot (its agents share it)."""
+        if snapshot.ref not in self._payloads:
+            self._payloads[snapshot.ref] = make(snapshot.bundle)
+        return self._payloads[snapshot.ref]
+
+    async def release(self, snapshot: Snapshot, *, keep_ref: bool = False) -> None:
+        """One user is done with it; the last one drops its ref.
+
+        Unless one of them said ``keep_ref``: a detached agent's changes come back on top of
+        it later, in another process.
+        """
+        if keep_ref:
+            self._kept.add(snapshot.ref)
+        left = self._users.get(snapshot.ref, 1) - 1
+        if left > 0:
+            self._users[snapshot.ref] = left
+            return
+        self._users.pop(snapshot.ref, None)
+        self._payloads.pop(snapshot.ref, None)
+        if snapshot.ref not in self._kept:
+            await forget(snapshot)
+
+
+__all__ = ["Snapshot", "SnapshotError", "Snapshots", "bring_back", "forget", "git", "take"]

@@ -2,7 +2,9 @@
 
 After a crash the store still says ``running`` for tasks whose processes the orphan sweep has
 just killed, and for detached commands that have since ended. Both are settled here so that
-nobody waits on them; a resumed session is then notified of them like any other ending.
+nobody waits on them; a resumed session is then notified of them like any other ending. Tasks
+that outlive their session (detached remote agents) are left running: a resumed session takes
+them up again.
 
 Another process may be settling the same crashed session, or resuming it, at the same moment:
 a session is ended here only by a compare-and-set on the dead owner it was seen with, and its
@@ -21,6 +23,7 @@ from taskloom.process.identity import is_same_process
 from taskloom.process.kill import kill_tree
 from taskloom.store import ProcessRow, SessionRow, Store
 from taskloom.tasks._claim import owner_gone
+from taskloom.tasks.kinds import outlives_session
 from taskloom.tasks.types import TaskStatus, TaskType
 
 _LIVE = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
@@ -45,6 +48,8 @@ def settle_dead_sessions(
         _end_live_tasks(store, taken.id, detached, now)
 
     def settle(data: dict[str, Any]) -> dict[str, Any] | None:
+        if outlives_session(data):
+            return None  # it goes on: the session's next process takes it up
         row = detached.get(data["id"])
         if row is None:  # its processes were the orphan sweep's to kill
             return _ended(data, now, TaskStatus.KILLED)
@@ -75,7 +80,7 @@ def _end_live_tasks(
     store: Store, session_id: str, detached: dict[str, ProcessRow], now: float
 ) -> None:
     for data in store.list_tasks(session_id, statuses=_LIVE):
-        if data["id"] not in detached:
+        if data["id"] not in detached and not outlives_session(data):
             store.upsert_task(_ended(data, now, TaskStatus.KILLED))
 
 

@@ -9,6 +9,7 @@ tools show of it, and the state transitions its run records.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar, Protocol, cast
 
 from taskloom.tasks.kinds import Progress, Shown, TaskKind, answer_shown, register_kind
 from taskloom.tasks.types import AgentTaskState, TaskState, TaskStatus, TaskType
@@ -19,32 +20,63 @@ PANEL_GRACE_S = 30.0
 MAX_ACTIVITIES = 5
 
 
+class _Answering(Protocol):
+    """What an agent-like task's state holds: its answer, its usage and its activities."""
+
+    @property
+    def result(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def evict_after(self) -> float | None: ...
+    @property
+    def total_tokens(self) -> int: ...
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def tool_uses(self) -> int: ...
+    @property
+    def activities(self) -> tuple[str, ...]: ...
+
+
 class AgentKind(TaskKind):
-    """Subagents: notified with their answer and usage, kept a while for a UI after their end."""
+    """Subagents: notified with their answer and usage, kept a while for a UI after their end.
+
+    Another agent-like kind (a remote agent) derives from it with ``answer_class`` set to its
+    own state class, which holds the fields of ``_Answering``.
+    """
 
     task_type = TaskType.LOCAL_AGENT
     noun = "Agent"
     eviction_grace = PANEL_GRACE_S
     owns_tasks = True
+    answer_class: ClassVar[type[TaskState]] = AgentTaskState
+
+    def _answering(self, state: TaskState) -> _Answering | None:
+        return cast(_Answering, state) if isinstance(state, self.answer_class) else None
 
     def resume_changes(self, existing: TaskState, resumed: TaskState) -> dict[str, object]:
         """The eviction clock starts again at the end."""
         keep: dict[str, object] = {}
-        if existing.terminal and isinstance(resumed, AgentTaskState):
+        if existing.terminal and self._answering(resumed) is not None:
             keep["evict_after"] = None
         return keep
 
     def end_changes(self, state: TaskState, now: float) -> Mapping[str, object]:
         """Stamp the earliest eviction time, unless one was set already."""
-        if isinstance(state, AgentTaskState) and state.evict_after is None:
+        agent = self._answering(state)
+        if agent is not None and agent.evict_after is None:
             return {"evict_after": now + self.eviction_grace}
         return {}
 
     def evictable(self, state: TaskState, now: float) -> bool:
         """Not before its stamped eviction time."""
-        if not isinstance(state, AgentTaskState):
+        agent = self._answering(state)
+        if agent is None:
             return super().evictable(state, now)
-        return (state.evict_after or 0) <= now
+        return (agent.evict_after or 0) <= now
 
     def summary(self, state: TaskState) -> str:
         """Its end in a line; a stopped agent's says where its kept work is."""
@@ -60,51 +92,57 @@ class AgentKind(TaskKind):
 
     def result(self, state: TaskState) -> str | None:
         """Its final answer, or why it failed; a stopped agent has none."""
-        if not isinstance(state, AgentTaskState) or state.status == TaskStatus.KILLED:
+        agent = self._answering(state)
+        if agent is None or state.status == TaskStatus.KILLED:
             return None
-        return state.result if state.status == TaskStatus.COMPLETED else state.error
+        return agent.result if state.status == TaskStatus.COMPLETED else agent.error
 
     def usage(self, state: TaskState) -> dict[str, int] | None:
         """Tokens, tool calls and wall time; none for a stopped agent (it did not finish)."""
-        if not isinstance(state, AgentTaskState) or state.status == TaskStatus.KILLED:
+        agent = self._answering(state)
+        if agent is None or state.status == TaskStatus.KILLED:
             return None
         duration_ms = int(max(0.0, (state.end_time or state.start_time) - state.start_time) * 1000)
         return {
-            "total_tokens": state.total_tokens,
-            "tool_uses": state.tool_uses,
+            "total_tokens": agent.total_tokens,
+            "tool_uses": agent.tool_uses,
             "duration_ms": duration_ms,
         }
 
     def output_fields(self, state: TaskState, limit: int) -> Shown:
         """Its answer (or error) once there is one."""
-        if not isinstance(state, AgentTaskState):
+        agent = self._answering(state)
+        if agent is None:
             return Shown(())
-        return answer_shown(state.result, state.error)
+        return answer_shown(agent.result, agent.error)
 
     def final_output(self, state: TaskState, limit: int) -> str:
         """Its answer, else its error."""
-        if not isinstance(state, AgentTaskState):
+        agent = self._answering(state)
+        if agent is None:
             return ""
-        return state.result or state.error or ""
+        return agent.result or agent.error or ""
 
     def progress(self, state: TaskState) -> Progress:
         """Its tool calls, tokens and latest activity."""
-        if not isinstance(state, AgentTaskState):
+        agent = self._answering(state)
+        if agent is None:
             return Progress()
-        last = state.activities[-1] if state.activities else ""
-        return Progress(state.tool_uses, state.total_tokens, last)
+        last = agent.activities[-1] if agent.activities else ""
+        return Progress(agent.tool_uses, agent.total_tokens, last)
 
     def event_fields(self, state: TaskState) -> dict[str, object]:
         """Its progress: tool calls, tokens and recent activities."""
-        if not isinstance(state, AgentTaskState):
+        agent = self._answering(state)
+        if agent is None:
             return {}
         return {
             "progress": {
-                "tool_use_count": state.tool_uses,
-                "input_tokens": state.input_tokens,
-                "output_tokens": state.output_tokens,
-                "total_tokens": state.total_tokens,
-                "recent_activities": list(state.activities),
+                "tool_use_count": agent.tool_uses,
+                "input_tokens": agent.input_tokens,
+                "output_tokens": agent.output_tokens,
+                "total_tokens": agent.total_tokens,
+                "recent_activities": list(agent.activities),
             }
         }
 

@@ -102,6 +102,10 @@ class TaskKind:
         owns_tasks: Whether such a task starts tasks of its own under its id (an agent does).
         state_class: The state class of its type, for a type that has none built in: its
             records are read back (after eviction, on resume) as this class.
+        outlives_session: Whether such a task with exit policy ``detach`` goes on without
+            any process of its session and is taken up again by the next one (a remote
+            agent): a crash or the end of the session leaves it running, and a resumed
+            session holds it again (its handle is attached then).
     """
 
     task_type: ClassVar[TaskType | None] = None
@@ -109,6 +113,7 @@ class TaskKind:
     eviction_grace: ClassVar[float] = 0.0
     owns_tasks: ClassVar[bool] = False
     state_class: ClassVar[type[TaskState] | None] = None
+    outlives_session: ClassVar[bool] = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -245,6 +250,23 @@ def kind_of(state: TaskState) -> TaskKind:
     return _KINDS.get(state.type, _FALLBACK)
 
 
+def outlives_session(state: TaskState | Mapping[str, object]) -> bool:
+    """Whether a task (its state, or its stored record) goes on without its session.
+
+    That is a detached task of a kind that outlives its session (see
+    ``TaskKind.outlives_session``): nothing ends it when its session's process goes.
+    """
+    policy: object
+    if isinstance(state, TaskState):
+        task_type, policy = state.type, state.exit_policy
+    else:
+        try:
+            task_type, policy = TaskType(str(state.get("type"))), state.get("exit_policy")
+        except ValueError:
+            return False
+    return policy == "detach" and kind_for(task_type).outlives_session
+
+
 def registered_kinds() -> dict[TaskType, TaskKind]:
     """Every registered kind by its type."""
     return dict(_KINDS)
@@ -258,6 +280,7 @@ __all__ = [
     "TaskKind",
     "kind_for",
     "kind_of",
+    "outlives_session",
     "register_kind",
     "registered_kinds",
     "unregister_kind",

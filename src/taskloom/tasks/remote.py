@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from taskloom.tasks.agent import MAX_ACTIVITIES, PANEL_GRACE_S
-from taskloom.tasks.kinds import Progress, Shown, TaskKind, answer_shown, register_kind
+from taskloom.tasks.agent import MAX_ACTIVITIES, AgentKind
+from taskloom.tasks.kinds import register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 
 
@@ -38,6 +38,12 @@ class RemoteAgentTaskState(TaskState):
         branch: The branch holding what it changed (``taskloom/remote-<id8>``), if anything.
         diffstat: What that branch changes, as ``git diff --stat`` says.
         evict_after: Earliest time it may be evicted after its end.
+        actor: The name of its detached actor (exit policy ``detach``), by which a later
+            process of the session follows it again.
+        seen: How many of its actor's events its output and state hold.
+        repo: The repository its snapshot was taken of.
+        snapshot_commit: The commit it started from (its changes come back on top of it).
+        snapshot_ref: The ref keeping that commit until its changes are back.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.REMOTE_AGENT
@@ -57,77 +63,22 @@ class RemoteAgentTaskState(TaskState):
     branch: str | None = None
     diffstat: str = ""
     evict_after: float | None = None
+    actor: str | None = None
+    seen: int = 0
+    repo: str | None = None
+    snapshot_commit: str | None = None
+    snapshot_ref: str | None = None
 
 
-class RemoteAgentKind(TaskKind):
+class RemoteAgentKind(AgentKind):
     """Remote agents: told as a local agent is, kept a while for a UI after their end."""
 
     task_type = TaskType.REMOTE_AGENT
     state_class = RemoteAgentTaskState
+    answer_class = RemoteAgentTaskState
     noun = "Remote agent"
-    eviction_grace = PANEL_GRACE_S
-
-    def end_changes(self, state: TaskState, now: float) -> Mapping[str, object]:
-        """Stamp the earliest eviction time, unless one was set already."""
-        if isinstance(state, RemoteAgentTaskState) and state.evict_after is None:
-            return {"evict_after": now + self.eviction_grace}
-        return {}
-
-    def evictable(self, state: TaskState, now: float) -> bool:
-        """Not before its stamped eviction time."""
-        if not isinstance(state, RemoteAgentTaskState):
-            return super().evictable(state, now)
-        return (state.evict_after or 0) <= now
-
-    def result(self, state: TaskState) -> str | None:
-        """Its final answer, or why it failed; a stopped agent has none."""
-        if not isinstance(state, RemoteAgentTaskState) or state.status == TaskStatus.KILLED:
-            return None
-        return state.result if state.status == TaskStatus.COMPLETED else state.error
-
-    def usage(self, state: TaskState) -> dict[str, int] | None:
-        """Tokens, tool calls and wall time; none for a stopped agent."""
-        if not isinstance(state, RemoteAgentTaskState) or state.status == TaskStatus.KILLED:
-            return None
-        duration_ms = int(max(0.0, (state.end_time or state.start_time) - state.start_time) * 1000)
-        return {
-            "total_tokens": state.total_tokens,
-            "tool_uses": state.tool_uses,
-            "duration_ms": duration_ms,
-        }
-
-    def output_fields(self, state: TaskState, limit: int) -> Shown:
-        """Its answer (or error) once there is one."""
-        if not isinstance(state, RemoteAgentTaskState):
-            return Shown(())
-        return answer_shown(state.result, state.error)
-
-    def final_output(self, state: TaskState, limit: int) -> str:
-        """Its answer, else its error."""
-        if not isinstance(state, RemoteAgentTaskState):
-            return ""
-        return state.result or state.error or ""
-
-    def progress(self, state: TaskState) -> Progress:
-        """Its tool calls, tokens and latest activity."""
-        if not isinstance(state, RemoteAgentTaskState):
-            return Progress()
-        last = state.activities[-1] if state.activities else ""
-        return Progress(state.tool_uses, state.total_tokens, last)
-
-    def event_fields(self, state: TaskState) -> dict[str, object]:
-        """Its progress, as a local agent's is shown."""
-        if not isinstance(state, RemoteAgentTaskState):
-            return {}
-        return {
-            "progress": {
-                "tool_use_count": state.tool_uses,
-                "input_tokens": state.input_tokens,
-                "output_tokens": state.output_tokens,
-                "total_tokens": state.total_tokens,
-                "recent_activities": list(state.activities),
-            }
-        }
+    owns_tasks = False  # its tasks are its worker's, on the cluster
+    outlives_session = True  # detached: its actor goes on, and a resumed session follows it
 
 
 # -- the transitions its run records ----------------------------------------------------------

@@ -35,7 +35,7 @@ from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
 from taskloom.tasks._waiters import EndWaiters
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.ids import new_task_id
-from taskloom.tasks.kinds import TaskHandle, kind_of
+from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
 from taskloom.tasks.mailbox import Kinds, Mailbox
 from taskloom.tasks.notifications import (
     Notification,
@@ -167,13 +167,20 @@ class TaskRuntime:
         await self.close()
 
     def _load_session_tasks(self) -> None:
-        """On resume, notify tasks that ended while no process of the session was alive."""
+        """On resume, notify tasks that ended while no process of the session was alive.
+
+        Detached tasks that outlive their session (see ``TaskKind.outlives_session``) are held
+        again, still running: whoever takes them up attaches their handles.
+        """
         for data in self.store.list_tasks(self.session_id):
             state = readable_state(data)
             if state is None:
                 continue
             self._known_ids.add(state.id)
-            if state.terminal and not state.notified:
+            if not state.terminal and outlives_session(state):
+                with self._lock:
+                    self._tasks[state.id] = state
+            elif state.terminal and not state.notified:
                 with self._lock:
                     self._tasks[state.id] = state
                 self.update(state.id, lambda s: s.replace(notified=True), _notify=True)
@@ -527,6 +534,8 @@ class TaskRuntime:
             handle = self._handles.get(state.id)
             if state.exit_policy == "detach" and handle is not None:
                 jobs.append(handle.detach())
+            elif outlives_session(state):
+                continue  # not taken up by this process: it goes on as it was
             else:
                 jobs.append(self.kill(state.id))
         await asyncio.gather(*jobs, return_exceptions=True)

@@ -8,6 +8,7 @@ session follows it on, and gets its answer and its branch.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -30,7 +31,7 @@ import pytest
 
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
-from helpers import clean_env, run_processes
+from helpers import clean_env, run_processes, wait_until
 from team_scenario import events_of
 from test_remote import FINAL, _calls, _repo, _user_text
 
@@ -210,3 +211,39 @@ def test_a_detached_remote_agent_outlives_its_session_and_a_resume_takes_it_up(
     # The credentials reached the worker in its environment only.
     assert {r.headers.get("x-api-key") for r in server.requests} == {"sk-remote-test"}
     assert "sk-remote-test" not in first.stdout + first.stderr + second.stdout + second.stderr
+
+
+async def test_a_detached_actor_s_journal_follows_on_from_an_event_and_forgets_what_is_stored() -> (
+    None
+):
+    """The actor's class alone (no Ray): events are kept until acknowledged, a follower from
+    event N gets N on in order, then the end, and waits meanwhile for those still to come."""
+    from taskloom.remote.actor import _RemoteAgent
+
+    agent = _RemoteAgent(keep_events=True)
+    for n in range(5):
+        agent._emit({"type": "progress", "n": n})
+    got: list[int] = []
+
+    async def follow(after: int) -> None:
+        async for event in agent.follow(after):
+            got.append(int(event.get("n", -1)))
+
+    follower = asyncio.ensure_future(follow(2))
+    await wait_until(lambda: got == [2, 3, 4], timeout=5, what="the kept events")
+    assert agent._first == 2 and len(agent._events) == 3  # the two stored before: forgotten
+    agent._emit({"type": "progress", "n": 5})
+    await wait_until(lambda: got[-1:] == [5], timeout=5, what="an event that came later")
+    await agent.ack(5)
+    assert agent._first == 5 and [e["n"] for e in agent._events] == [5]
+    agent._done = True
+    agent._emit({"type": "end"})
+    await asyncio.wait_for(follower, 5)
+    assert got == [2, 3, 4, 5, -1]
+    # One that nobody can follow again keeps only what is not sent yet.
+    once = _RemoteAgent(keep_events=False)
+    once._emit({"type": "progress", "n": 0})
+    once._done = True
+    once._emit({"type": "end"})
+    assert [e.get("n") async for e in once.follow(0)] == [0, None]
+    assert once._events == []

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from taskloom.remote.cluster import ClusterError, configured_address, endpoint, probe
-from taskloom.remote.service import Snapshots, carried_env
-from taskloom.remote.snapshot import SnapshotError, bring_back, forget, git, take
+from taskloom.remote.snapshot import SnapshotError, Snapshots, bring_back, forget, git, take
+from taskloom.remote.spec import carried_env
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
 

@@ -320,7 +320,8 @@ class Spawner:
         background: bool,
     ) -> SpawnResult:
         """A subagent on the Ray cluster (see :mod:`taskloom.remote`): a ``remote_agent``."""
-        from taskloom.remote.service import RemoteAgents, RemoteSpec, settings_json
+        from taskloom.remote.service import RemoteAgents
+        from taskloom.remote.spec import RemoteSpec, settings_json
 
         if request.cwd:
             raise ToolError("A remote agent works on a copy of the project: omit cwd.")

@@ -78,6 +78,8 @@ def _status(as_json: bool) -> int:
         print("  (from RAY_ADDRESS)")
     for t in agents:
         branch = f"  branch {t['branch']}" if t.get("branch") else ""
+        if t.get("exit_policy") == "detach" and t["status"] == "running":
+            branch += f"  detached: taskloom --resume {t.get('session_id')} follows it"
         print(
             f"{t['id']}  {t['status']:<9} {t.get('cluster') or '?':<10} {t['description']}{branch}"
         )

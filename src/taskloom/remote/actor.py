@@ -84,7 +84,11 @@ class _RemoteAgent:
         return True
 
     async def follow(self, after: int = 0) -> AsyncIterator[dict[str, Any]]:
-        """Its events from number ``after`` on, in order, as they come, until its end."""
+        """Its events from number ``after`` on, in order, as they come, until its end.
+
+        The follower has those before ``after``: they are forgotten.
+        """
+        self._forget(after)
         at = max(after, self._first)
         while True:
             grown = self._grown = self._grown or asyncio.Event()
@@ -98,6 +102,17 @@ class _RemoteAgent:
             if self._done:
                 return
             await grown.wait()
+
+    @ray.method(concurrency_group="control")
+    async def ack(self, count: int) -> None:
+        """The follower has stored the first ``count`` events: they are not kept."""
+        self._forget(count)
+
+    def _forget(self, count: int) -> None:
+        drop = min(count - self._first, len(self._events))
+        if drop > 0:
+            del self._events[:drop]
+            self._first += drop
 
     def _emit(self, event: dict[str, Any]) -> None:
         self._events.append(event)
@@ -171,6 +186,7 @@ class _RemoteAgent:
             await _sweep(home)
             shutil.rmtree(scratch, ignore_errors=True)
 
+    @ray.method(concurrency_group="control")
     async def stop(self) -> bool:
         """End the worker process and all it started; whether one ran.
 
@@ -250,7 +266,10 @@ async def _sweep(home: Path) -> None:
 
 
 #: The actor class (no CPU of its own: its worker process runs the agent; ``stop`` and
-#: ``follow`` are served while it works).
-RemoteAgentActor: Any = ray.remote(num_cpus=0, max_concurrency=4)(_RemoteAgent)  # type: ignore[call-overload]
+#: ``follow`` are served while it works, ``stop`` and ``ack`` apart from any number of
+#: ``follow`` calls a crashed parent may have left).
+RemoteAgentActor: Any = ray.remote(
+    num_cpus=0, max_concurrency=8, concurrency_groups={"control": 2}
+)(_RemoteAgent)  # type: ignore[call-overload]
 
 __all__ = ["STOP_WAIT_S", "RemoteAgentActor"]

@@ -114,6 +114,11 @@ class Cluster:
                     raise
             return self.connected
 
+    @property
+    def address(self) -> str | None:
+        """The cluster's address as configured (None: a local Ray, started on first use)."""
+        return configured_address(self.settings, self.env)
+
     async def _connect(self) -> Connected:
         address = configured_address(self.settings, self.env)
         began = time.monotonic()

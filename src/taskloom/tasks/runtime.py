@@ -160,6 +160,11 @@ class TaskRuntime:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         return self
 
+    @property
+    def closing(self) -> bool:
+        """Whether the session is ending (:meth:`close` was called)."""
+        return self._close_task is not None
+
     async def __aenter__(self) -> TaskRuntime:
         return await self.start()
 

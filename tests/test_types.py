@@ -307,6 +307,7 @@ def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
         "activities",
         "worktree_path",
         "worktree_branch",
+        "stopped_reason",
     ]
     assert list(ShellTaskState(id="b00000000").to_dict()) == COMMON + shell
     assert list(AgentTaskState(id="a00000000").to_dict()) == COMMON + agent

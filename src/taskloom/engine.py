@@ -30,6 +30,7 @@ from taskloom.events import (
     EngineEvent,
     EngineObserver,
     Finished,
+    Meter,
     ToolDone,
     UserTurn,
 )
@@ -96,6 +97,8 @@ class EngineConfig:
         metadata: Extra request metadata (e.g. the agent type), for logs and test models.
         observer: Sees what happens as it happens (the model's stream, hook runs, a
             subagent's messages), e.g. the stream-json output; shared by a session's agents.
+        meter: Counts its tokens and tool calls against its budgets, and adds their notes
+            (wrap up) to its next request.
     """
 
     model: Model
@@ -120,6 +123,7 @@ class EngineConfig:
     session_id: str = ""
     transcript_path: str | None = None
     observer: EngineObserver | None = None
+    meter: Meter | None = None
 
 
 class Engine:
@@ -270,7 +274,11 @@ class Engine:
     async def _ask_model(self) -> Message:
         final: Message | None = None
         started = time.monotonic()
-        observer = self.config.observer
+        observer, meter = self.config.observer, self.config.meter
+        note = meter.reminder() if meter is not None else None
+        if note and self.messages and self.messages[-1].role == "user":
+            last = self.messages[-1]
+            self.messages[-1] = Message(role="user", content=[*last.content, TextBlock(text=note)])
         request = self.request()
         if observer is not None:
             observer.model_event(self.config.agent_id, request)
@@ -299,6 +307,8 @@ class Engine:
                 cache_read_input_tokens=self.usage.cache_read_input_tokens
                 + u.cache_read_input_tokens,
             )
+            if meter is not None:
+                meter.charge(tokens=u.context_tokens + u.output_tokens)
         return final
 
     def last_text(self) -> str:
@@ -335,6 +345,8 @@ class Engine:
 
     async def _run_one(self, call: ToolUseBlock) -> ToolResult:
         self.tool_uses += 1
+        if self.config.meter is not None:
+            self.config.meter.charge(tool_calls=1)
         if call.defect is not None:
             return tool_error(call.defect)
         tool = self.tools.get(call.name)

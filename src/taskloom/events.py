@@ -48,6 +48,16 @@ class EngineObserver(Protocol):
         ...
 
 
+class Meter(Protocol):
+    """What an agent's budgets count of its engine, and what they have to tell its model."""
+
+    def charge(self, tokens: int = 0, tool_calls: int = 0) -> None:
+        """Count a model response's tokens, or a tool call (before it runs)."""
+
+    def reminder(self) -> str | None:
+        """A note for the model's next request (once), if there is one (time to wrap up)."""
+
+
 @dataclass(frozen=True, slots=True)
 class UserTurn:
     """A user message entered the conversation (the prompt, tool results, notifications).

@@ -57,12 +57,25 @@ class AgentInput(ToolInput):
         default=None, description="Run in an isolated git worktree, or remotely."
     )
     cwd: str | None = Field(default=None, description="Absolute working directory.")
+    max_tokens_budget: int | None = Field(
+        default=None, ge=1, description="Token budget of the agent and the agents it starts."
+    )
+    max_tool_calls: int | None = Field(
+        default=None, ge=1, description="Tool-call budget of the agent and the agents it starts."
+    )
+    max_seconds: float | None = Field(
+        default=None, gt=0, description="Wall-time budget of the agent and its agents, seconds."
+    )
 
     @model_validator(mode="after")
     def _exclusive(self) -> AgentInput:
         if self.cwd is not None and self.isolation is not None:
             raise ValueError("cwd and isolation cannot be used together")
         return self
+
+
+#: The Agent call's budget fields, offered when the setting ``agentBudgets`` is on.
+BUDGET_FIELDS = ("max_tokens_budget", "max_tool_calls", "max_seconds")
 
 
 def background_disabled(settings: dict[str, Any]) -> bool:
@@ -105,6 +118,21 @@ INPUT_SCHEMA: dict[str, Any] = {
             "description": "Run in an isolated git worktree, or remotely.",
         },
         "cwd": {"type": "string", "description": "Absolute working directory."},
+        "max_tokens_budget": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Token budget of the agent and the agents it starts.",
+        },
+        "max_tool_calls": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Tool-call budget of the agent and the agents it starts.",
+        },
+        "max_seconds": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "Wall-time budget of the agent and its agents, seconds.",
+        },
     },
     "required": ["description", "prompt"],
     "type": "object",
@@ -152,6 +180,8 @@ class AgentTool(Tool[AgentInput]):
             hidden.add("run_in_background")
         if self.teammate or self.in_process_teammate:
             hidden |= {"name", "team_name", "mode"}
+        if self.service.settings.get("agentBudgets") is not True:
+            hidden |= set(BUDGET_FIELDS)
         return hidden
 
     def input_schema(self) -> dict[str, Any]:
@@ -237,6 +267,9 @@ class AgentTool(Tool[AgentInput]):
             mode=params.mode,
             cwd=params.cwd,
             isolation=params.isolation,
+            max_tokens_budget=params.max_tokens_budget,
+            max_tool_calls=params.max_tool_calls,
+            max_seconds=params.max_seconds,
         )
         try:
             result = await self.service.spawn(request, ctx)

@@ -57,6 +57,7 @@ class AgentDefinition:
         initial_prompt: Text sent as the first user turn when the agent starts a session.
         omit_claude_md: Leave CLAUDE.md out of the context (saves tokens for search agents).
         required_mcp_servers: MCP servers that must be available for the agent to be offered.
+        tokens: The token budget of the agent and every agent it starts.
     """
 
     agent_type: str
@@ -81,6 +82,7 @@ class AgentDefinition:
     initial_prompt: str | None = None
     omit_claude_md: bool = False
     required_mcp_servers: tuple[str, ...] = ()
+    tokens: int | None = None
 
     @property
     def name(self) -> str:
@@ -150,6 +152,7 @@ class AgentDefinition:
             initial_prompt=_opt(fields, "initial_prompt", _text, warn),
             omit_claude_md=_opt(fields, "omit_claude_md", _bool, warn) or False,
             required_mcp_servers=_opt(fields, "required_mcp_servers", _names, warn) or (),
+            tokens=_opt(fields, "tokens", _positive_int, warn),
         )
 
 

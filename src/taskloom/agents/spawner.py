@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
 from taskloom.agents.run import AgentRun, sidechain_path
@@ -53,6 +54,14 @@ class SpawnRequest:
     mode: str | None = None
     cwd: str | None = None
     isolation: str | None = None
+    max_tokens_budget: int | None = None
+    max_tool_calls: int | None = None
+    max_seconds: float | None = None
+
+    def budget(self, definition: AgentDefinition) -> Budget:
+        """Its budget: the call's, within its definition's."""
+        asked = Budget(self.max_tokens_budget, self.max_tool_calls, self.max_seconds)
+        return asked.tightest(Budget(tokens=definition.tokens))
 
 
 @dataclass
@@ -126,6 +135,8 @@ class Spawner:
         self.runs = runs
         #: The session's remote agents, made on the first (Ray is imported only then).
         self.remote: RemoteAgents | None = None
+        #: What each agent subtree spends, against its budgets.
+        self.budgets = Budgets(runtime.session_id, self._stop_for_budget)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -177,6 +188,8 @@ class Spawner:
                 confine_to=env.confine_to,
                 extra_tools=env.tools(),
             )
+            meter = self.budgets.open(agent_id, ctx.owner, request.budget(definition))
+            config = dataclasses.replace(config, meter=meter)
             run = AgentRun(
                 self.runtime,
                 agent_id,
@@ -198,6 +211,7 @@ class Spawner:
         self.runs[agent_id] = run
         self.runtime.attach_handle(agent_id, run)
         driver = run.start(request.prompt)
+        driver.add_done_callback(lambda _: self.budgets.close(agent_id))
         if is_async:
             return self._launched(agent_id, definition.agent_type, request)
         return await self._wait_foreground(run, driver, definition, request)
@@ -251,7 +265,8 @@ class Spawner:
         state = self.runtime.get(run.agent_id)
         assert isinstance(state, AgentTaskState)
         if state.status != TaskStatus.COMPLETED:
-            raise ToolError(f"Agent {run.agent_id} {state.status.value}: {state.error or ''}")
+            why = state.stopped_reason or state.error or ""
+            raise ToolError(f"Agent {run.agent_id} {state.status.value}: {why}")
         text = state.result or ""
         if len(text) > MAX_RESULT_CHARS:
             text = text[:MAX_RESULT_CHARS] + f"\n[truncated; full answer in {state.output_file}]"
@@ -298,6 +313,7 @@ class Spawner:
             session_id=self.runtime.session_id,
             transcript_path=str(sidechain_path(self.runtime, agent_id)),
             cwd=ctx.cwd,
+            meter=self.budgets.open(agent_id, ctx.owner, Budget()),
             cwd_source=None,  # fixed where the parent was: it must not follow the parent
         )
         messages = fork_messages(parent.messages, request.prompt)
@@ -308,7 +324,7 @@ class Spawner:
         if request.name:
             self.runtime.directory.bind(request.name, agent_id, replace=True)
         self.runtime.attach_handle(agent_id, run)
-        run.start(None)
+        run.start(None).add_done_callback(lambda _: self.budgets.close(agent_id))
         return self._launched(agent_id, "fork", request)
 
     async def _remote(
@@ -397,6 +413,14 @@ class Spawner:
         if self.remote is None:
             self.remote = RemoteAgents(self.runtime, self.settings)
         self.remote.take_up(left, cwd)
+
+    async def _stop_for_budget(self, agent_id: str, why: str) -> None:
+        """A budget of ``agent_id``'s subtree ran out: it is stopped, saying so."""
+        self.runtime.update(
+            agent_id,
+            lambda s: s.replace(stopped_reason=why) if isinstance(s, AgentTaskState) else s,
+        )
+        await self.runtime.kill(agent_id)
 
     async def close_remote(self) -> None:
         """Let go of the Ray cluster, once the session's tasks are stopped."""

@@ -244,6 +244,7 @@ class AgentTaskState(TaskState):
         activities: The last few things it did ("Reading src/app.py").
         worktree_path: Its git worktree, when isolated and kept (it holds changes).
         worktree_branch: That worktree's branch.
+        stopped_reason: Why it was stopped, when not by TaskStop (a budget that ran out).
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_AGENT
@@ -261,6 +262,7 @@ class AgentTaskState(TaskState):
     activities: tuple[str, ...] = ()
     worktree_path: str | None = None
     worktree_branch: str | None = None
+    stopped_reason: str | None = None
 
 
 #: The state class of each type built in. A task kind may bring the class of its own type

@@ -1,0 +1,243 @@
+"""Budgets per agent subtree: tokens, tool calls and wall time, counted and enforced.
+
+An agent's budget covers it and every agent it starts, recursively: what a child spends is
+counted against its own budget, its parent's, and so on up to the session. Budgets come from
+the agent's definition (``tokens``), from the Agent call (``max_tokens_budget``,
+``max_tool_calls``, ``max_seconds``, offered when the setting ``agentBudgets`` is on) and
+from the call's parent (a child cannot be given more than what its parent's budget has left).
+
+At :data:`WRAP_UP_AT` of any of its budgets, every running member of the subtree finds one
+note in its next request: wrap up now. At 100 % the subtree is stopped — the agent whose
+budget ran out, and with it its children — and its task records why, with the figures; the
+notification says so.
+
+Tokens are what each model response processed and wrote: its input (cache reads and writes
+included) plus its output, summed over the responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The share of a budget at which the subtree is told to wrap up.
+WRAP_UP_AT = 0.8
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits on an agent subtree (None: no limit of that kind).
+
+    Attributes:
+        tokens: Tokens (see the module docstring).
+        tool_calls: Tool calls.
+        seconds: Wall time from the agent's start.
+    """
+
+    tokens: int | None = None
+    tool_calls: int | None = None
+    seconds: float | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.tokens, self.tool_calls, self.seconds))
+
+    def tightest(self, other: Budget) -> Budget:
+        """Each limit the lower of the two."""
+
+        def low(a: float | None, b: float | None) -> float | None:
+            return b if a is None else a if b is None else min(a, b)
+
+        tokens, calls = low(self.tokens, other.tokens), low(self.tool_calls, other.tool_calls)
+        return Budget(
+            None if tokens is None else int(tokens),
+            None if calls is None else int(calls),
+            low(self.seconds, other.seconds),
+        )
+
+
+@dataclass(eq=False)
+class _Node:
+    """One agent (or the session) in the tree of budgets."""
+
+    id: str
+    parent: _Node | None
+    budget: Budget
+    started: float
+    tokens: int = 0
+    tool_calls: int = 0
+    warned: bool = False
+    spent: str | None = None
+    running: bool = True
+    children: list[_Node] = field(default_factory=list)
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+
+    def members(self) -> list[_Node]:
+        """It and its descendants, running or not."""
+        found = [self]
+        for child in self.children:
+            found += child.members()
+        return found
+
+
+class Budgets:
+    """A session's budgets and what each agent subtree has used (see the module docstring)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        stop: Callable[[str, str], Coroutine[Any, Any, object]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Count for ``session_id``'s agents; ``stop(agent_id, why)`` stops a subtree."""
+        self._stop = stop
+        self._clock = clock
+        self._nodes: dict[str, _Node] = {session_id: _Node(session_id, None, Budget(), clock())}
+        self._notes: dict[str, str] = {}
+        self._stopping: set[asyncio.Task[object]] = set()
+
+    def left(self, parent: str) -> Budget:
+        """What ``parent``'s subtree may still spend, by its tightest budget above it."""
+        node = self._nodes.get(parent)
+        tokens: int | None = None
+        calls: int | None = None
+        seconds: float | None = None
+        now = self._clock()
+        while node is not None:
+            b = node.budget
+            if b.tokens is not None:
+                tokens = min(tokens if tokens is not None else b.tokens, b.tokens - node.tokens)
+            if b.tool_calls is not None:
+                rest = b.tool_calls - node.tool_calls
+                calls = min(calls if calls is not None else rest, rest)
+            if b.seconds is not None:
+                rest_s = b.seconds - (now - node.started)
+                seconds = min(seconds if seconds is not None else rest_s, rest_s)
+            node = node.parent
+        return Budget(tokens, calls, seconds)
+
+    def open(self, agent_id: str, parent: str, budget: Budget) -> AgentMeter:
+        """Count ``agent_id`` (started by ``parent``) under ``budget``; its engine's meter."""
+        above = self._nodes.get(parent) or self._nodes[next(iter(self._nodes))]
+        node = _Node(agent_id, above, budget, self._clock())
+        above.children.append(node)
+        self._nodes[agent_id] = node
+        if budget.seconds is not None:
+            loop = asyncio.get_running_loop()
+            node.timers = [
+                loop.call_later(budget.seconds * WRAP_UP_AT, self._check, node),
+                loop.call_later(budget.seconds, self._check, node),
+            ]
+        return AgentMeter(self, agent_id)
+
+    def close(self, agent_id: str) -> None:
+        """The agent has ended: it is told nothing more (its spending stays counted)."""
+        node = self._nodes.get(agent_id)
+        if node is not None:
+            node.running = False
+            for timer in node.timers:
+                timer.cancel()
+            self._notes.pop(agent_id, None)
+
+    def used(self, agent_id: str) -> tuple[int, int]:
+        """Tokens and tool calls of ``agent_id``'s subtree so far."""
+        node = self._nodes.get(agent_id)
+        return (node.tokens, node.tool_calls) if node is not None else (0, 0)
+
+    def spent(self, agent_id: str) -> str | None:
+        """Why ``agent_id``'s subtree was stopped (which budget ran out), if it was."""
+        node = self._nodes.get(agent_id)
+        return node.spent if node is not None else None
+
+    async def aclose(self) -> None:
+        """Stop the timers; wait for the stops under way."""
+        for node in self._nodes.values():
+            for timer in node.timers:
+                timer.cancel()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)
+
+    # -- counting -----------------------------------------------------------------------------
+
+    def charge(self, agent_id: str, tokens: int, tool_calls: int) -> None:
+        """Count what ``agent_id`` spent against its budget and every one above it."""
+        node = self._nodes.get(agent_id)
+        while node is not None:
+            node.tokens += tokens
+            node.tool_calls += tool_calls
+            self._check(node)
+            node = node.parent
+
+    def reminder(self, agent_id: str) -> str | None:
+        """The note waiting for ``agent_id``'s next request (taken)."""
+        return self._notes.pop(agent_id, None)
+
+    def _check(self, node: _Node) -> None:
+        if node.spent is not None or not node.budget:
+            return
+        share, what = self._share(node)
+        if share >= 1.0:
+            node.spent = what
+            self._warn_off(node)
+            task: asyncio.Task[object] = asyncio.get_running_loop().create_task(
+                self._stop(node.id, what)
+            )
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+        elif share >= WRAP_UP_AT and not node.warned:
+            node.warned = True
+            note = (
+                f"<system-reminder>{what}: it covers you and every agent started under "
+                f"{node.id}. Wrap up now: finish what you are doing, report what you have, "
+                "and start nothing new. At 100 % the work is stopped.</system-reminder>"
+            )
+            for member in node.members():
+                if member.running and member.spent is None:
+                    self._notes[member.id] = note
+
+    def _warn_off(self, node: _Node) -> None:
+        for member in node.members():
+            self._notes.pop(member.id, None)
+            for timer in member.timers:
+                timer.cancel()
+
+    def _share(self, node: _Node) -> tuple[float, str]:
+        """The largest share of a budget used, and that budget in words, with the figures."""
+        b = node.budget
+        shares: list[tuple[float, str, str]] = []
+        if b.tokens is not None:
+            figures = f"{node.tokens:,} of {b.tokens:,} tokens"
+            shares.append((node.tokens / max(b.tokens, 1), "token", figures))
+        if b.tool_calls is not None:
+            figures = f"{node.tool_calls} of {b.tool_calls} tool calls"
+            shares.append((node.tool_calls / max(b.tool_calls, 1), "tool-call", figures))
+        if b.seconds is not None:
+            elapsed = self._clock() - node.started
+            figures = f"{elapsed:.0f} of {b.seconds:g} s"
+            shares.append((elapsed / max(b.seconds, 1e-9), "wall-time", figures))
+        share, kind, figures = max(shares, key=lambda s: s[0])
+        used = f"{share:.0%} used" if share < 1.0 else "ran out"
+        return share, f"the {kind} budget of {node.id} {used} ({figures})"
+
+
+@dataclass
+class AgentMeter:
+    """One agent's engine meter over the session's :class:`Budgets`."""
+
+    budgets: Budgets
+    agent_id: str
+
+    def charge(self, tokens: int = 0, tool_calls: int = 0) -> None:
+        """Count a response's tokens or a tool call."""
+        with contextlib.suppress(RuntimeError):  # no loop: nothing to stop with
+            self.budgets.charge(self.agent_id, tokens, tool_calls)
+
+    def reminder(self) -> str | None:
+        """Its wrap-up note, once."""
+        return self.budgets.reminder(self.agent_id)
+
+
+__all__ = ["WRAP_UP_AT", "AgentMeter", "Budget", "Budgets"]

@@ -1,0 +1,160 @@
+"""Budgets per agent subtree: the wrap-up note at 80 %, the stop of the whole subtree at 100 %."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import harness, main_context, wait_until
+from taskloom.agents.budget import Budget, Budgets
+from taskloom.agents.service import SpawnRequest
+from taskloom.messages import TextBlock
+from taskloom.models.base import ModelRequest
+from taskloom.models.scripted import FunctionModel, ToolCall, Turn
+from taskloom.tasks.notifications import render_terminal
+from taskloom.tasks.types import AgentTaskState, TaskStatus
+
+NOTE = "Wrap up now"
+
+
+def _texts(request: ModelRequest) -> str:
+    return "\n".join(
+        b.text for m in request.messages if m.role == "user" for b in m.content
+        if isinstance(b, TextBlock)
+    )  # fmt: skip
+
+
+class Subtree:
+    """A boss that starts two children; all three run one short command a turn, for ever.
+
+    Each response costs 100 tokens until the budget's note is out; then nothing, until all
+    three have found the note in a request; then 1000, which ends the budget.
+    """
+
+    def __init__(self) -> None:
+        self.noted: set[str] = set()
+        #: How many notes each member's latest request held (its history included).
+        self.notes_in_last: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ModelRequest) -> Turn:
+        first = request.messages[0].content
+        who = next(b.text for b in first if isinstance(b, TextBlock)).split()[0]
+        with self._lock:
+            seen = _texts(request)
+            if NOTE in seen:
+                self.noted.add(who)
+            self.notes_in_last[who] = seen.count(NOTE)
+            cost = 100 if not self.noted else 0 if len(self.noted) < 3 else 1000
+        usage = {"input_tokens": cost - cost // 10, "output_tokens": cost // 10}
+        if who == "boss" and len(request.messages) == 1:
+            spawn = tuple(
+                ToolCall("Agent", {"description": f"child {n}", "prompt": f"child-{n} work",
+                                   "run_in_background": True})
+                for n in (1, 2)
+            )  # fmt: skip
+            return Turn(tool_calls=spawn, usage=usage)  # type: ignore[arg-type]
+        work = ToolCall("Bash", {"command": "sleep 0.05"})
+        return Turn(tool_calls=(work,), usage=usage)  # type: ignore[arg-type]
+
+
+async def test_a_subtree_s_token_budget_warns_every_member_then_stops_them_all(
+    tmp_path: Path,
+) -> None:
+    script = Subtree()
+    settings = '{"allowNestedAgents": true}'
+    async with harness(tmp_path, FunctionModel(script), settings=settings) as h:
+        rt, ctx = h.runtime, main_context(h)
+        launched = await h.agents.spawn(
+            SpawnRequest(
+                description="boss",
+                prompt="boss work",
+                run_in_background=True,
+                max_tokens_budget=2000,
+            ),
+            ctx,
+        )
+        boss = launched.agent_id
+
+        def ended() -> bool:
+            agents = [s for s in rt.list() if isinstance(s, AgentTaskState)]
+            return len(agents) == 3 and all(s.terminal for s in agents)
+
+        await wait_until(ended, timeout=30, what=f"the subtree's end ({script.noted})")
+        agents = {s.id: s for s in rt.list() if isinstance(s, AgentTaskState)}
+        # Every member found the note in a request, and was told it once.
+        assert script.noted == {"boss", "child-1", "child-2"}
+        assert script.notes_in_last == {"boss": 1, "child-1": 1, "child-2": 1}
+        assert {s.status for s in agents.values()} == {TaskStatus.KILLED}
+        top = agents[boss]
+        assert top.stopped_reason is not None
+        assert f"the token budget of {boss} ran out" in top.stopped_reason
+        assert "of 2,000 tokens" in top.stopped_reason
+        summary = render_terminal(top)
+        assert "was stopped: the token budget" in summary and "tokens" in summary, summary
+        used, _ = h.agents.spawner.budgets.used(boss)
+        assert used >= 2000
+
+
+def test_a_budget_is_the_tightest_of_the_call_s_and_the_definition_s() -> None:
+    assert Budget(100, None, 5.0).tightest(Budget(50, 3, None)) == Budget(50, 3, 5.0)
+    assert not Budget() and Budget(tool_calls=1)
+
+
+async def test_a_child_s_spending_counts_for_its_parent_and_a_tool_call_budget_stops_it() -> None:
+    stopped: list[tuple[str, str]] = []
+
+    async def stop(agent_id: str, why: str) -> None:
+        stopped.append((agent_id, why))
+
+    budgets = Budgets("s", stop)
+    parent = budgets.open("a1", "s", Budget(tool_calls=5))
+    child = budgets.open("a2", "a1", Budget())
+    for _ in range(3):
+        child.charge(tool_calls=1)
+    assert budgets.used("a1") == (0, 3) and budgets.used("a2") == (0, 3)
+    child.charge(tool_calls=1)  # 4 of 5: 80 %
+    assert NOTE in (parent.reminder() or "") and NOTE in (child.reminder() or "")
+    assert parent.reminder() is None  # once
+    parent.charge(tool_calls=1)
+    await budgets.aclose()
+    assert stopped == [("a1", "the tool-call budget of a1 ran out (5 of 5 tool calls)")]
+    assert budgets.spent("a1") is not None and budgets.spent("a2") is None
+
+
+@pytest.mark.parametrize("field", ["max_tokens_budget", "max_tool_calls", "max_seconds"])
+async def test_the_budget_fields_are_offered_only_when_budgets_are_on(
+    tmp_path: Path, field: str
+) -> None:
+    from taskloom.agents.agent_tool import AgentTool
+
+    def offered(settings: dict[str, Any]) -> bool:
+        tool = next(t for t in h.session.engine.config.tools if isinstance(t, AgentTool))
+        tool.service.settings.clear()
+        tool.service.settings.update(settings)
+        return field in tool.input_schema()["properties"]
+
+    async with harness(tmp_path, FunctionModel(lambda r: "ok")) as h:
+        assert not offered({})
+        assert offered({"agentBudgets": True})
+
+
+async def test_a_wall_time_budget_stops_an_agent_that_runs_on(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn:
+        return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 0.2"}),))
+
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        launched = await h.agents.spawn(
+            SpawnRequest(description="slow", prompt="slow", run_in_background=True,
+                         max_seconds=1.0),
+            main_context(h),
+        )  # fmt: skip
+        state = await h.runtime.wait(launched.agent_id, timeout=20)
+        assert state.status == TaskStatus.KILLED
+        assert isinstance(state, AgentTaskState) and state.stopped_reason is not None
+        assert "wall-time budget" in state.stopped_reason
+    await asyncio.sleep(0)

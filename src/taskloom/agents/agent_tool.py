@@ -119,18 +119,18 @@ INPUT_SCHEMA: dict[str, Any] = {
         },
         "cwd": {"type": "string", "description": "Absolute working directory."},
         "max_tokens_budget": {
-            "type": "integer",
             "minimum": 1,
+            "type": "integer",
             "description": "Token budget of the agent and the agents it starts.",
         },
         "max_tool_calls": {
-            "type": "integer",
             "minimum": 1,
+            "type": "integer",
             "description": "Tool-call budget of the agent and the agents it starts.",
         },
         "max_seconds": {
-            "type": "number",
             "exclusiveMinimum": 0,
+            "type": "number",
             "description": "Wall-time budget of the agent and its agents, seconds.",
         },
     },

@@ -44,7 +44,8 @@ class Notification:
         seq: Order of enqueueing within the session.
         owner: Who receives it (the task's owner).
         task_id: The task it is about.
-        kind: ``terminal`` for the end of a task, ``stall`` for a command waiting on input.
+        kind: ``terminal`` for the end of a task, ``stall`` for a command waiting on input,
+            ``monitor`` for new lines of a monitor.
         priority: ``next`` (after the current turn) or ``later``.
         text: The rendered ``<task-notification>`` block.
         created_at: Wall-clock time it was enqueued.

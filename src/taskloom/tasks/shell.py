@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.kill import kill_tree
@@ -103,6 +104,8 @@ class ShellHandle:
         self._over_cap = False
         self._detached = False
         self._stall_notified = False
+        #: What reads its output as it comes (a monitor's line follower).
+        self.followers: list[asyncio.Task[None]] = []
         # The cap is checked from the start (foreground too); stall detection is switched on
         # when the command goes to the background.
         self._watch = Watch(
@@ -241,6 +244,7 @@ async def run_shell(
     env: Mapping[str, str] | None = None,
     agent_id: str | None = None,
     watch: WatchSettings | None = None,
+    kind: Literal["bash", "monitor"] = "bash",
 ) -> ShellOutcome:
     """Run ``command`` as a shell task and return when it ends or goes to the background.
 
@@ -258,6 +262,8 @@ async def run_shell(
         env: Environment (default: ours).
         agent_id: The agent that started it (for :meth:`TaskRuntime.kill_shells_for_agent`).
         watch: Stall thresholds for the background watch.
+        kind: ``monitor``: each new line of its output is told to its owner as it comes
+            (:mod:`taskloom.tasks.monitor`; run it in the background).
 
     Raises:
         TaskloomError: The output file or the process could not be created (the task is then
@@ -277,6 +283,7 @@ async def run_shell(
             is_backgrounded=run_in_background,
             command=command,
             agent_id=agent_id,
+            kind=kind,
         )
     )
     try:
@@ -315,6 +322,14 @@ async def run_shell(
     handle = ShellHandle(runtime, task_id, child, output, watch or WatchSettings())
     runtime.attach_handle(task_id, handle)
     runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
+    if kind == "monitor":
+        from taskloom.tasks.monitor import follow_lines
+
+        handle.followers.append(
+            asyncio.get_running_loop().create_task(
+                follow_lines(runtime, task_id, str(path), handle.finished)
+            )
+        )
     if run_in_background:
         handle.on_background()
         return _outcome(runtime, task_id, backgrounded=True)

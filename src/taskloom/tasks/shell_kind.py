@@ -33,7 +33,8 @@ class ShellKind(TaskKind):
     def label(self, state: TaskState) -> str:
         """Its description, else its command line."""
         command = state.command if isinstance(state, ShellTaskState) else ""
-        return f'{self.noun} "{state.description or command}"'
+        noun = "Monitor" if isinstance(state, ShellTaskState) and state.kind == "monitor" else None
+        return f'{noun or self.noun} "{state.description or command}"'
 
     def summary(self, state: TaskState) -> str:
         """Its end, with its exit code when it is known."""

@@ -26,10 +26,11 @@ def core_tools(profile: str = "claude") -> list[Tool[Any]]:
     from taskloom.tools.edit import Edit
     from taskloom.tools.glob import Glob
     from taskloom.tools.grep import Grep
+    from taskloom.tools.monitor import MonitorTool
     from taskloom.tools.read import Read
     from taskloom.tools.write import Write
 
-    tools: list[Tool[Any]] = [BashTool(), Glob(), Grep(), Read(), Edit(), Write()]
+    tools: list[Tool[Any]] = [BashTool(), Glob(), Grep(), Read(), Edit(), Write(), MonitorTool()]
     if profile == "jobs":
         from taskloom.tools.jobs import JobKillTool, JobListTool, JobOutputTool
 

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.filter import filter_tools
+from taskloom.agents.memory import load_memory
 from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
 from taskloom.prompts import environment
+from taskloom.settings import find_project_root
 
 if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
@@ -148,9 +150,20 @@ class AgentBuilder:
             is_async=is_async,
             allow_nesting=self.allow_nesting,
         )
+        memory = load_memory(definition.memory, definition.agent_type, find_project_root(cwd))
         prompt = "\n\n".join(
-            p for p in (definition.system_prompt.strip(), AGENT_SUFFIX, environment(cwd)) if p
+            p
+            for p in (
+                definition.system_prompt.strip(),
+                memory.prompt() if memory is not None else "",
+                AGENT_SUFFIX,
+                environment(cwd),
+            )
+            if p
         )
+        policy = self._policy_for(mode, definition.permission_mode)
+        if memory is not None and policy is not None:
+            policy = policy.with_directories([memory.directory])
         return EngineConfig(
             model=chosen,
             model_name=model_name,
@@ -160,7 +173,7 @@ class AgentBuilder:
             agent_id=agent_id,
             cwd=cwd,
             max_turns=definition.max_turns,
-            permissions=self._policy_for(mode, definition.permission_mode),
+            permissions=policy,
             headless=True,
             prompter=self.prompter,
             wait_for_tasks=False,

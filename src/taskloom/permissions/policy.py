@@ -111,6 +111,20 @@ class PermissionPolicy:
         copy._rules, copy._by_behavior = self._rules, self._by_behavior
         return copy
 
+    def with_directories(self, directories: Iterable[Path]) -> PermissionPolicy:
+        """The same rules and mode, shared, with more working directories.
+
+        An agent's memory directory is one: acceptEdits allows its edits there.
+        """
+        copy = PermissionPolicy(
+            self.mode,
+            (),
+            self.project_root,
+            additional_directories=(*self.additional_directories, *directories),
+        )
+        copy._rules, copy._by_behavior = self._rules, self._by_behavior
+        return copy
+
     @classmethod
     def from_settings(
         cls,

@@ -1,0 +1,96 @@
+"""Agent memory: a directory per agent type and scope that outlives its runs.
+
+An agent whose definition says ``memory: user | project | local`` has a memory directory, in
+Claude Code's places (so the memories its users have are found):
+
+- ``user``: ``~/.claude/agent-memory/<agent-type>/``, for every project;
+- ``project``: ``<project>/.claude/agent-memory/<agent-type>/``, shared through the repository;
+- ``local``: ``<project>/.claude/agent-memory-local/<agent-type>/``, this checkout's only.
+
+Its ``MEMORY.md`` (the first :data:`MAX_LINES` lines) is put in the agent's system prompt at
+its start, with where the directory is; the agent keeps it up to date with its file tools
+(its permission mode applies: the directory is one of its working directories).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: Lines of MEMORY.md put in the prompt (the rest stays in the file, for the agent to read).
+MAX_LINES = 200
+_DIRS = {"project": "agent-memory", "local": "agent-memory-local"}
+
+
+@dataclass(frozen=True)
+class AgentMemory:
+    """One agent type's memory in one scope.
+
+    Attributes:
+        scope: ``user``, ``project`` or ``local``.
+        directory: Where it is kept.
+        text: What MEMORY.md held at the start (cut at :data:`MAX_LINES` lines).
+    """
+
+    scope: str
+    directory: Path
+    text: str
+
+    @property
+    def index(self) -> Path:
+        """Its MEMORY.md."""
+        return self.directory / "MEMORY.md"
+
+    def prompt(self) -> str:
+        """The part of the agent's system prompt that gives it its memory."""
+        held = self.text.strip() or "(empty: nothing remembered yet)"
+        return (
+            f"# Your memory ({self.scope})\n"
+            f"You have a persistent memory directory, {self.directory}, kept across your runs"
+            f" (shared by every {self.directory.name} agent of this {self.scope} scope). Its"
+            f" index, {self.index}, is below. Before you finish, record there what a later run"
+            " should know (facts learned, decisions, where things are), briefly; keep the"
+            " index short and put details in other files of the directory.\n\n"
+            f'<memory file="{self.index}">\n{held}\n</memory>'
+        )
+
+
+def memory_dir(scope: str, agent_type: str, project_root: Path, home: Path | None = None) -> Path:
+    """Where ``agent_type``'s memory of ``scope`` is kept."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in agent_type) or "agent"
+    if scope == "user":
+        return (home or Path.home()) / ".claude" / "agent-memory" / safe
+    return project_root / ".claude" / _DIRS[scope] / safe
+
+
+def load_memory(
+    scope: str | None, agent_type: str, project_root: Path, home: Path | None = None
+) -> AgentMemory | None:
+    """The memory of an agent whose definition names ``scope`` (None: it has none).
+
+    Its directory is made if need be; a MEMORY.md that cannot be read counts as empty
+    (warned), so the agent still starts.
+    """
+    if scope not in ("user", "project", "local"):
+        return None
+    directory = memory_dir(scope, agent_type, project_root, home)
+    text = ""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        index = directory / "MEMORY.md"
+        if index.is_file():
+            with index.open(encoding="utf-8", errors="replace") as f:
+                lines = list(itertools.islice(f, MAX_LINES + 1))
+            text = "".join(lines[:MAX_LINES])
+            if len(lines) > MAX_LINES:
+                text += f"\n[more in {index}]\n"
+    except OSError as exc:
+        log.warning("agent memory %s: cannot be read: %s", directory, exc)
+    return AgentMemory(scope, directory, text)
+
+
+__all__ = ["MAX_LINES", "AgentMemory", "load_memory", "memory_dir"]

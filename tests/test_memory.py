@@ -1,0 +1,71 @@
+"""Agent memory: an agent with ``memory: project`` writes a note; its next run starts with it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from helpers import harness, main_context
+from taskloom.agents.memory import MAX_LINES, load_memory, memory_dir
+from taskloom.agents.service import SpawnRequest
+from taskloom.models.base import ModelRequest
+from taskloom.models.scripted import FunctionModel, ToolCall, Turn
+from taskloom.tasks.types import TaskStatus
+
+AGENTS = json.dumps(
+    {
+        "notetaker": {
+            "description": "Takes notes.",
+            "prompt": "You take notes.",
+            "memory": "project",
+        }
+    }
+)
+
+
+async def test_a_project_memory_written_in_one_run_is_in_the_next_run_s_first_request(
+    tmp_path: Path,
+) -> None:
+    systems: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if "You take notes." not in request.system:
+            return "main"
+        if len(request.messages) == 1:
+            systems.append(request.system)
+            if len(systems) == 1:  # the first run: remember something
+                (index,) = re.findall(r'<memory file="([^"]+)">', request.system)
+                note = {"file_path": index, "content": "- the build needs GO=1\n"}
+                return Turn(tool_calls=(ToolCall("Write", note),))
+        return "noted"
+
+    for _ in range(2):  # two sessions of the same project
+        async with harness(tmp_path, FunctionModel(respond), agents=AGENTS) as h:
+            launched = await h.agents.spawn(
+                SpawnRequest(description="notes", prompt="go", subagent_type="notetaker"),
+                main_context(h),
+            )
+            state = h.runtime.get(launched.agent_id)
+            assert state is not None and state.status == TaskStatus.COMPLETED
+    first, second = systems
+    where = memory_dir("project", "notetaker", tmp_path)
+    assert str(where) in first and "nothing remembered yet" in first
+    assert "the build needs GO=1" in second and "nothing remembered yet" not in second
+    assert (where / "MEMORY.md").read_text() == "- the build needs GO=1\n"
+
+
+def test_a_memory_s_scopes_are_claude_code_s_places_and_a_long_index_is_cut(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    assert memory_dir("user", "a/b", tmp_path, home) == home / ".claude/agent-memory/a-b"
+    assert memory_dir("local", "x", tmp_path) == tmp_path / ".claude/agent-memory-local/x"
+    assert load_memory(None, "x", tmp_path) is None
+    memory = load_memory("project", "x", tmp_path)
+    assert memory is not None and memory.directory.is_dir() and memory.text == ""
+    memory.index.write_text("".join(f"line {n}\n" for n in range(MAX_LINES + 50)))
+    again = load_memory("project", "x", tmp_path)
+    assert again is not None
+    assert f"line {MAX_LINES - 1}\n" in again.text and f"line {MAX_LINES}\n" not in again.text
+    assert f"[more in {memory.index}]" in again.text

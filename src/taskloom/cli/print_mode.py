@@ -405,6 +405,14 @@ async def run_turn(
         **account.fields(engine, harness.settings.get("modelPrices")),
         "permission_denials": engine.denials,
     }
+    if emitter.tap is not None:
+        from taskloom.cli.agent_usage import agent_usage
+
+        result["agentUsage"] = agent_usage(
+            emitter.tap.by_agent,
+            runtime.list(include_evicted=True),
+            harness.settings.get("modelPrices"),
+        )
     if harness.structured_output is not None:
         result["structured_output"] = harness.structured_output
     return result

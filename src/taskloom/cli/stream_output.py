@@ -135,6 +135,8 @@ class OutputTap:
         self.partial_messages = partial_messages
         self.hook_events = hook_events
         self.ledger = UsageLedger()
+        #: The same per agent (``main``: the main thread), for the result's ``agentUsage``.
+        self.by_agent: dict[str, UsageLedger] = {}
         #: Set once the final result is written: nothing is printed any more.
         self.closed = False
         self._streams: dict[str | None, _Stream] = {}
@@ -162,6 +164,8 @@ class OutputTap:
         if isinstance(event, MessageComplete):
             model = event.message.model or self._models.get(agent_id) or "unknown"
             self.ledger.add(model, event.message.usage or Usage())
+            own = self.by_agent.setdefault(agent_id or "main", UsageLedger())
+            own.add(model, event.message.usage or Usage())
         current = self._streams.get(agent_id)
         if current is None:
             return

@@ -1,0 +1,80 @@
+"""Usage per agent in the result: a run with three background agents, through ``taskloom -p``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator_scenario import texts
+from fake_servers import FakeAnthropicServer, ToolCall, Turn
+from helpers import clean_env
+from team_scenario import events_of
+
+
+class Three:
+    """The lead starts three background agents; each runs one command and answers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        with self._lock:
+            first = " ".join(texts(body["messages"][0]["content"]))
+            turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+            for n in (1, 2, 3):
+                if f"job {n}." in first:
+                    if turns == 0:
+                        cmd = ToolCall("Bash", {"command": f"echo {n}"})
+                        return Turn(tool_calls=(cmd,), input_tokens=1000 * n, output_tokens=10)
+                    return Turn(text=f"done {n}", input_tokens=1100 * n, output_tokens=20 * n)
+            seen = " ".join(t for m in body["messages"] if m["role"] == "user"
+                            for t in texts(m["content"]))  # fmt: skip
+            if turns == 0:
+                spawn = tuple(
+                    ToolCall("Agent", {"description": f"agent {n}", "prompt": f"job {n}.",
+                                       "run_in_background": True})
+                    for n in (1, 2, 3)
+                )  # fmt: skip
+                return Turn(tool_calls=spawn, input_tokens=500, output_tokens=30)
+            if seen.count("<task-notification>") >= 3:
+                return Turn(text="All done.", input_tokens=900, output_tokens=5)
+            return Turn(text="Waiting.", input_tokens=700, output_tokens=5)
+
+
+def test_the_result_has_each_agent_s_usage_and_they_add_up(tmp_path: Path) -> None:
+    with FakeAnthropicServer(responder=Three()) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
+             "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
+             "--dangerously-skip-permissions"],
+            capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = events_of(proc.stdout)[-1]
+    assert result["type"] == "result" and result["result"] == "All done.", result
+    usage = result["agentUsage"]
+    agents = {k: v for k, v in usage.items() if k != "main"}
+    assert len(agents) == 3 and "main" in usage
+    for entry in agents.values():
+        n = int(entry["description"].split()[-1])
+        # Its own two responses: the figures the model server sent.
+        assert entry["inputTokens"] == 1000 * n + 1100 * n
+        assert entry["outputTokens"] == 10 + 20 * n
+        assert entry["toolUses"] == 1 and entry["status"] == "completed"
+        assert entry["parentAgentId"] is None and entry["agentType"] == "general-purpose"
+        assert entry["subtree"]["costUSD"] == pytest.approx(entry["costUSD"])
+        assert entry["costUSD"] > 0
+    # They add up: to the models' totals, and to the session's cost.
+    (model,) = result["modelUsage"].values()
+    for name in ("inputTokens", "outputTokens", "cacheReadInputTokens"):
+        assert sum(e[name] for e in usage.values()) == model[name], name
+    assert sum(e["costUSD"] for e in usage.values()) == pytest.approx(result["total_cost_usd"])
+    json.dumps(result)  # plain JSON

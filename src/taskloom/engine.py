@@ -149,6 +149,9 @@ class Engine:
         self.num_turns = 0
         self.tool_uses = 0
         self.api_seconds = 0.0
+        #: Grows with every model stream event and every tool call started or ended: what the
+        #: watchdog reads as the agent's progress.
+        self.progress = 0
         #: Set when a hook answered ``continue: false``: the loop ends after this turn.
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
@@ -285,6 +288,7 @@ class Engine:
         try:
             async with self.config.model.stream(request) as events:
                 async for event in events:
+                    self.progress += 1
                     if observer is not None:
                         observer.model_event(self.config.agent_id, event)
                     if isinstance(event, MessageComplete):
@@ -335,6 +339,7 @@ class Engine:
                     j += 1
             group = calls[i:j]
             results = await asyncio.gather(*(self._run_one(c) for c in group))
+            self.progress += len(group)
             for call, result in zip(group, results, strict=True):
                 yield call, result
             i = j
@@ -345,6 +350,7 @@ class Engine:
 
     async def _run_one(self, call: ToolUseBlock) -> ToolResult:
         self.tool_uses += 1
+        self.progress += 1
         if self.config.meter is not None:
             self.config.meter.charge(tool_calls=1)
         if call.defect is not None:

@@ -22,6 +22,7 @@ from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
 from taskloom.agents.run import AgentRun, sidechain_path
+from taskloom.agents.watch import watch_agent
 from taskloom.errors import ToolError
 from taskloom.tasks.agent import failed_to_start
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
@@ -136,7 +137,7 @@ class Spawner:
         #: The session's remote agents, made on the first (Ray is imported only then).
         self.remote: RemoteAgents | None = None
         #: What each agent subtree spends, against its budgets.
-        self.budgets = Budgets(runtime.session_id, self._stop_for_budget)
+        self.budgets = Budgets(runtime.session_id, self._stop_saying)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -211,7 +212,7 @@ class Spawner:
         self.runs[agent_id] = run
         self.runtime.attach_handle(agent_id, run)
         driver = run.start(request.prompt)
-        driver.add_done_callback(lambda _: self.budgets.close(agent_id))
+        self._watch(run, driver)
         if is_async:
             return self._launched(agent_id, definition.agent_type, request)
         return await self._wait_foreground(run, driver, definition, request)
@@ -324,7 +325,7 @@ class Spawner:
         if request.name:
             self.runtime.directory.bind(request.name, agent_id, replace=True)
         self.runtime.attach_handle(agent_id, run)
-        run.start(None).add_done_callback(lambda _: self.budgets.close(agent_id))
+        self._watch(run, run.start(None))
         return self._launched(agent_id, "fork", request)
 
     async def _remote(
@@ -414,8 +415,20 @@ class Spawner:
             self.remote = RemoteAgents(self.runtime, self.settings)
         self.remote.take_up(left, cwd)
 
-    async def _stop_for_budget(self, agent_id: str, why: str) -> None:
-        """A budget of ``agent_id``'s subtree ran out: it is stopped, saying so."""
+    def _watch(self, run: AgentRun, driver: asyncio.Task[None]) -> None:
+        """Watch its progress (if the settings say), until it ends; its budgets end then."""
+        agent_id = run.agent_id
+        unwatch = watch_agent(self.runtime, agent_id, run.engine, self.settings, self._stop_saying)
+
+        def ended(_: object) -> None:
+            self.budgets.close(agent_id)
+            if unwatch is not None:
+                unwatch()
+
+        driver.add_done_callback(ended)
+
+    async def _stop_saying(self, agent_id: str, why: str) -> None:
+        """Stop ``agent_id`` (and its subtree), recording why (a budget ran out, a stall)."""
         self.runtime.update(
             agent_id,
             lambda s: s.replace(stopped_reason=why) if isinstance(s, AgentTaskState) else s,

@@ -1,0 +1,98 @@
+"""The watchdog for agents: no model output and no tool progress → tell its owner → stop it.
+
+The shells' watchdog (:mod:`taskloom.tasks.watchdog`) serves agents too: an agent's progress
+probe is its engine's count of model stream events and tool calls started and ended. With the
+setting ``watchdog.agents`` (``{"notifyAfterMs", "stopAfterMs", "checkEveryMs"}``), an agent
+with no progress for ``notifyAfterMs`` gets its owner one ``stall`` notification (priority
+``next``); still none ``stopAfterMs`` after its last progress, it is stopped, saying why. Off
+unless set (a long tool call counts as no progress).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from taskloom.engine import Engine
+from taskloom.tasks.notifications import render_notification
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.watchdog import Watch
+
+#: Seconds between checks unless ``checkEveryMs`` says.
+CHECK_EVERY_S = 5.0
+
+
+def agent_watch_settings(settings: Mapping[str, Any]) -> tuple[float, float | None, float] | None:
+    """``(notify_after, stop_after, check_every)`` in seconds, or None when it is off."""
+    raw = (settings.get("watchdog") or {}) if isinstance(settings, Mapping) else {}
+    agents = raw.get("agents") if isinstance(raw, Mapping) else None
+    if not isinstance(agents, Mapping):
+        return None
+
+    def seconds(key: str) -> float | None:
+        value = agents.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            return None
+        return float(value) / 1000
+
+    notify = seconds("notifyAfterMs")
+    stop = seconds("stopAfterMs")
+    if notify is None and stop is None:
+        return None
+    first = notify if notify is not None else stop
+    assert first is not None
+    if stop is not None and stop < first:
+        stop = first
+    return first, stop, seconds("checkEveryMs") or CHECK_EVERY_S
+
+
+def watch_agent(
+    runtime: TaskRuntime,
+    agent_id: str,
+    engine: Engine,
+    settings: Mapping[str, Any],
+    stop: Callable[[str, str], Coroutine[Any, Any, object]],
+) -> Callable[[], None] | None:
+    """Watch ``agent_id`` as ``settings`` say; the function that stops watching (None: off).
+
+    ``stop(agent_id, why)`` stops it.
+    """
+    chosen = agent_watch_settings(settings)
+    if chosen is None:
+        return None
+    notify_after, stop_after, check_every = chosen
+
+    def tell() -> None:
+        state = runtime.get(agent_id)
+        if state is None or state.terminal:
+            return
+        then = f"; it is stopped after {stop_after:g} s without any" if stop_after else ""
+        text = render_notification(
+            task_id=agent_id,
+            tool_use_id=state.tool_use_id,
+            output_file=state.output_file,
+            status=state.status.value,
+            summary=f'Agent "{state.description}" has made no progress for {notify_after:g} s',
+            result=(
+                f"No model output and no tool progress for {notify_after:g} s{then}. Stop it "
+                "with TaskStop, or send it a message (SendMessage) if it waits for something."
+            ),
+        )
+        runtime.notify(agent_id, text, kind="stall", priority="next")
+
+    async def halt() -> None:
+        await stop(agent_id, f"it made no progress (no model output, no tool) for {stop_after:g} s")
+
+    watch = Watch(
+        task_id=agent_id,
+        probe=lambda: engine.progress,
+        stall_after=notify_after,
+        check_every=check_every,
+        on_stall=tell if stop_after != notify_after else None,
+        kill_after_stall=(stop_after - notify_after) if stop_after is not None else None,
+        kill=halt if stop_after is not None else None,
+    )
+    return runtime.watchdog.watch(watch)
+
+
+__all__ = ["CHECK_EVERY_S", "agent_watch_settings", "watch_agent"]

@@ -15,13 +15,13 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "taskloom"
 
 #: The layers, bottom up. A module may import from its own layer and the layers below.
 LAYERS: list[set[str]] = [
-    {"errors", "messages", "settings", "clock", "_aio", "_version"},
+    {"errors", "messages", "settings", "clock", "_aio", "_version", "signals"},
     {"store"},
     {"process"},
     {"tasks"},
     {"untrusted", "models", "testing"},
     {"permissions", "hooks"},
-    {"transcript", "prompts", "worktrees"},
+    {"transcript", "prompts", "worktrees", "telemetry"},
     {"tools", "mcp"},
     {"engine", "events", "gate"},
     {"conversation"},

@@ -338,7 +338,7 @@ class Engine:
                 while j < len(calls) and self._concurrent(calls[j]):
                     j += 1
             group = calls[i:j]
-            results = await asyncio.gather(*(self._run_one(c) for c in group))
+            results = await asyncio.gather(*(self._traced(c) for c in group))
             self.progress += len(group)
             for call, result in zip(group, results, strict=True):
                 yield call, result
@@ -347,6 +347,16 @@ class Engine:
     def _concurrent(self, call: ToolUseBlock) -> bool:
         tool = self.tools.get(call.name)
         return tool is not None and tool.concurrency_safe
+
+    async def _traced(self, call: ToolUseBlock) -> ToolResult:
+        # An observer that hears tool calls (telemetry's spans) is told of each start and end.
+        hook = getattr(self.config.observer, "tool_event", None)
+        if hook is None:
+            return await self._run_one(call)
+        hook(self.config.agent_id, call, None)
+        result = await self._run_one(call)
+        hook(self.config.agent_id, call, result)
+        return result
 
     async def _run_one(self, call: ToolUseBlock) -> ToolResult:
         self.tool_uses += 1

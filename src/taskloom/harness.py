@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from taskloom.agents.peers import PeerListener
     from taskloom.agents.service import AgentService
-    from taskloom.engine import EngineEvent
+    from taskloom.engine import EngineEvent, EngineObserver
     from taskloom.hooks import HookConfig
     from taskloom.mcp.manager import McpManager
     from taskloom.messages import Message
@@ -96,6 +96,8 @@ class Harness:
         self.team: TeamService | None = None
         self._listener: PeerListener | None = None
         self._member: TeammateProcess | None = None  # this process runs one teammate
+        #: What hears the engines (the caller's observer, and telemetry when it is on).
+        self._observer: EngineObserver | None = self.options.observer
 
     @property
     def session_id(self) -> str:
@@ -195,6 +197,7 @@ class Harness:
             )
             self._find_conversation()
             runtime = TaskRuntime(session_id=self._session_id, cwd=str(self.cwd.resolve()))
+            self._start_telemetry(runtime.session_id)  # closed after the runtime: every span ends
             await self._stack.enter_async_context(runtime)
             self._runtime, self._claimed = runtime, True
             self._mcp = await self._stack.enter_async_context(self._mcp_servers())
@@ -216,6 +219,15 @@ class Harness:
             self._runtime = None
             await finish_despite_cancel(self._stack.aclose())
             raise
+
+    def _start_telemetry(self, session_id: str) -> None:
+        from taskloom.telemetry import Tee, start_telemetry
+
+        telemetry = start_telemetry(self.settings, session_id, self.model.name)
+        if telemetry is not None:
+            self._stack.callback(telemetry.close)
+            first = self.options.observer
+            self._observer = Tee(first, telemetry) if first is not None else telemetry
 
     def _build_session(self) -> None:
         from taskloom.agents.agent_tool import AgentTool
@@ -293,7 +305,7 @@ class Harness:
             cwd_source=lambda: place.cwd,
             session_id=runtime.session_id,
             transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
-            observer=opts.observer,
+            observer=self._observer,
         )
         if self._resuming:
             self._session = Session.resume(runtime, config, persist=opts.persist_session)
@@ -420,7 +432,7 @@ class Harness:
             resolve_model=alias_resolver(self.model, self.settings),
             hooks=hooks,
             prompter=self._prompter,
-            observer=self.options.observer,
+            observer=self._observer,
             default_type="worker" if self.coordinator else "general-purpose",
         )
         environments = Environments(

@@ -19,6 +19,7 @@ from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
 from taskloom.prompts import environment
 from taskloom.settings import find_project_root
+from taskloom.signals import emit
 
 if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
@@ -151,6 +152,15 @@ class AgentBuilder:
             allow_nesting=self.allow_nesting,
         )
         memory = load_memory(definition.memory, definition.agent_type, find_project_root(cwd))
+        if memory is not None:
+            emit(
+                "agent_memory_loaded",
+                session_id=self.runtime.session_id,
+                agent_id=agent_id,
+                scope=memory.scope,
+                source=definition.source,
+                path=str(memory.directory),
+            )
         prompt = "\n\n".join(
             p
             for p in (

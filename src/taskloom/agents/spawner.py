@@ -24,6 +24,7 @@ from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages,
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.agents.watch import watch_agent
 from taskloom.errors import ToolError
+from taskloom.signals import emit
 from taskloom.tasks.agent import failed_to_start
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 
@@ -175,6 +176,7 @@ class Spawner:
         )
         await env.isolate()
         self._register(agent_id, request, ctx, definition.agent_type, background=is_async)
+        self._selected(agent_id, ctx, definition, is_async=is_async)
         try:
             await env.start()
             files = ctx.files.clone() if ctx.files else None
@@ -302,6 +304,17 @@ class Spawner:
             )
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
         self._register(agent_id, request, ctx, "fork", background=True)
+        emit(
+            "agent_tool_selected",
+            session_id=self.runtime.session_id,
+            agent_id=agent_id,
+            parent_id=ctx.owner,
+            agent_type="fork",
+            model=parent.config.model_name or "",
+            source="fork",
+            is_fork=True,
+            is_async=True,
+        )
         # Same prompt, tools and model as the parent: the request prefix stays identical.
         config = dataclasses.replace(
             parent.config,
@@ -424,8 +437,38 @@ class Spawner:
             self.budgets.close(agent_id)
             if unwatch is not None:
                 unwatch()
+            state = self.runtime.get(agent_id)
+            if isinstance(state, AgentTaskState):
+                end = state.end_time or time.time()
+                emit(
+                    "agent_tool_terminated",
+                    session_id=self.runtime.session_id,
+                    agent_id=agent_id,
+                    agent_type=state.agent_type,
+                    model=run.engine.config.model_name or "",
+                    duration_ms=int(max(0.0, end - state.start_time) * 1000),
+                    is_async=state.is_backgrounded,
+                    reason=state.stopped_reason or state.status.value,
+                    total_tokens=state.total_tokens,
+                    tool_uses=state.tool_uses,
+                )
 
         driver.add_done_callback(ended)
+
+    def _selected(
+        self, agent_id: str, ctx: ToolContext, definition: AgentDefinition, *, is_async: bool
+    ) -> None:
+        emit(
+            "agent_tool_selected",
+            session_id=self.runtime.session_id,
+            agent_id=agent_id,
+            parent_id=ctx.owner,
+            agent_type=definition.agent_type,
+            model=definition.model or "inherit",
+            source=definition.source,
+            is_fork=False,
+            is_async=is_async,
+        )
 
     async def _stop_saying(self, agent_id: str, why: str) -> None:
         """Stop ``agent_id`` (and its subtree), recording why (a budget ran out, a stall)."""

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field
 
 from taskloom.errors import StoreError
+from taskloom.signals import emit
 from taskloom.teams.model import TeamError
 from taskloom.teams.roster import Roster
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
@@ -71,6 +72,13 @@ class TeamCreateTool(Tool[TeamCreateInput]):
             )
         except (TeamError, StoreError) as exc:
             return tool_error(str(exc))
+        emit(
+            "team_created",
+            session_id=ctx.runtime.session_id,
+            team_name=team.name,
+            teammate_count=0,
+            lead_agent_type="main",
+        )
         return ToolResult(
             f'Team "{team.name}" created. You are its lead ({team.lead_agent_id}). Spawn '
             "teammates with Agent and a name; they join this team.",
@@ -122,6 +130,7 @@ class TeamDeleteTool(Tool[TeamDeleteInput]):
             self.roster.delete(team.name)
         except (TeamError, StoreError) as exc:
             return tool_error(str(exc))
+        emit("team_deleted", session_id=ctx.runtime.session_id, team_name=team.name)
         return ToolResult(
             f'Team "{team.name}" deleted.', data={"success": True, "team_name": team.name}
         )

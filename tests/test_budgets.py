@@ -158,3 +158,91 @@ async def test_a_wall_time_budget_stops_an_agent_that_runs_on(tmp_path: Path) ->
         assert isinstance(state, AgentTaskState) and state.stopped_reason is not None
         assert "wall-time budget" in state.stopped_reason
     await asyncio.sleep(0)
+
+
+class Session:
+    """The lead starts two background agents that work for ever (100 tokens a response)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.noted: set[str] = set()
+        self.after_stop = 0
+        self.requests = 0
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        from fake_servers import ToolCall as Call
+        from fake_servers import Turn as Answer
+
+        first = " ".join(_wire_texts(body["messages"][0]))
+        who = "lead" if "Fan out." in first else first.split()[0]
+        seen = " ".join(t for m in body["messages"] for t in _wire_texts(m))
+        with self.lock:
+            self.requests += 1
+            if NOTE in seen:
+                self.noted.add(who)
+        turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if who == "lead" and turns == 0:
+            spawn = tuple(
+                Call("Agent", {"description": f"w{n}", "prompt": f"worker-{n} go",
+                               "run_in_background": True})
+                for n in (1, 2)
+            )  # fmt: skip
+            return Answer(tool_calls=spawn, input_tokens=90, output_tokens=10)
+        if who == "lead":
+            return Answer(text="Waiting for them.", input_tokens=90, output_tokens=10)
+        return Answer(
+            tool_calls=(Call("Bash", {"command": "sleep 0.05"}),), input_tokens=90, output_tokens=10
+        )
+
+
+def _wire_texts(message: dict[str, Any]) -> list[str]:
+    content = message["content"]
+    if isinstance(content, str):
+        return [content]
+    out = []
+    for block in content:
+        if block.get("type") == "text":
+            out.append(block["text"])
+        elif block.get("type") == "tool_result":
+            inner = block.get("content")
+            out += [inner] if isinstance(inner, str) else [b.get("text", "") for b in inner or []]
+    return out
+
+
+def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run(
+    tmp_path: Path,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from fake_servers import FakeAnthropicServer
+    from helpers import clean_env
+
+    script = Session()
+    with FakeAnthropicServer(responder=script) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
+             "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
+             "--dangerously-skip-permissions", "--max-budget-tokens", "3000"],
+            capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["subtype"] == "error_max_budget_token" and result["is_error"], result
+    assert "the token budget of the session ran out" in result["result"]
+    assert "of 3,000 tokens" in result["result"]
+    # The workers were told to wrap up before the end (the lead, waiting, may not have asked).
+    assert {"worker-1", "worker-2"} <= script.noted
+    usage = result["agentUsage"]
+    spent = sum(e["inputTokens"] + e["outputTokens"] for e in usage.values())
+    assert 3000 <= spent <= 3000 + 4 * 100  # what was in flight when it ran out, no more
+    workers = [e for k, e in usage.items() if k != "main"]
+    assert len(workers) == 2 and {e["status"] for e in workers} == {"killed"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "taskloom", "-p", "x", "--max-budget-tokens", "0"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--max-budget-tokens" in bad.stderr

@@ -152,6 +152,8 @@ class Engine:
         #: Grows with every model stream event and every tool call started or ended: what the
         #: watchdog reads as the agent's progress.
         self.progress = 0
+        #: Set when its budget ran out: it makes no more requests (each run ends at once).
+        self.halted: str | None = None
         #: Set when a hook answered ``continue: false``: the loop ends after this turn.
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
@@ -205,6 +207,9 @@ class Engine:
             self._ack(pending)
         turns = 0
         while True:
+            if self.halted is not None:
+                yield Finished("end_turn", self.halted)
+                return
             if self.config.max_turns is not None and turns >= self.config.max_turns:
                 yield Finished("max_turns", self._last_text())
                 return

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from taskloom.agents.peers import PeerListener
     from taskloom.agents.service import AgentService
     from taskloom.engine import EngineEvent, EngineObserver
+    from taskloom.events import Meter
     from taskloom.hooks import HookConfig
     from taskloom.mcp.manager import McpManager
     from taskloom.messages import Message
@@ -220,6 +221,22 @@ class Harness:
             await finish_despite_cancel(self._stack.aclose())
             raise
 
+    def _session_meter(self, service: AgentService) -> Meter:
+        """The main thread's meter; the session's budget (flag, then settings) is set here."""
+        from taskloom.agents.budget import session_budget
+
+        budgets = service.spawner.budgets
+        budget = session_budget(self.settings, self.options.max_budget_tokens)
+        if budget:
+            budgets.limit_session(budget)
+
+            def spent(why: str) -> None:
+                if self._session is not None:
+                    self._session.engine.halted = why  # no more requests
+
+            service.spawner.on_session_spent = spent
+        return budgets.meter(self.runtime.session_id)
+
     def _start_telemetry(self, session_id: str) -> None:
         from taskloom.telemetry import Tee, start_telemetry
 
@@ -306,6 +323,7 @@ class Harness:
             session_id=runtime.session_id,
             transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
             observer=self._observer,
+            meter=self._session_meter(service),
         )
         if self._resuming:
             self._session = Session.resume(runtime, config, persist=opts.persist_session)

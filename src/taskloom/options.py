@@ -58,6 +58,8 @@ class Options:
         fallback_model: The model the main thread goes on with when its own fails after its
             retries (overloaded, unreachable), for the rest of the session.
         max_turns: Most model turns per run.
+        max_budget_tokens: The token budget of the whole session, its main thread and every
+            agent (``--max-budget-tokens``; the setting ``sessionBudget`` may add others).
         tools: Extra tools offered to the main thread (e.g. from :func:`taskloom.tool`).
         wait_for_tasks: A run of the main thread does not end while a task it started runs
             or a notification waits (print mode); False ends it when the model is done, and
@@ -112,6 +114,7 @@ class Options:
     json_schema: dict[str, Any] | None = None
     fallback_model: str | None = None
     max_turns: int | None = None
+    max_budget_tokens: int | None = None
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)
     wait_for_tasks: bool = True
     headless: bool = True

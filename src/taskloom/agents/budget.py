@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,7 @@ class _Node:
     tool_calls: int = 0
     warned: bool = False
     spent: str | None = None
+    spent_kind: str | None = None
     running: bool = True
     children: list[_Node] = field(default_factory=list)
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
@@ -91,33 +92,42 @@ class Budgets:
         session_id: str,
         stop: Callable[[str, str], Coroutine[Any, Any, object]],
         clock: Callable[[], float] = time.monotonic,
+        session: Budget | None = None,
     ) -> None:
-        """Count for ``session_id``'s agents; ``stop(agent_id, why)`` stops a subtree."""
+        """Count for ``session_id``'s agents; ``stop(agent_id, why)`` stops a subtree.
+
+        ``session``: the budget of the whole session (its main thread and every agent), whose
+        ``stop`` is called with the session's id.
+        """
         self._stop = stop
         self._clock = clock
-        self._nodes: dict[str, _Node] = {session_id: _Node(session_id, None, Budget(), clock())}
+        root = _Node(session_id, None, session or Budget(), clock())
+        self._nodes: dict[str, _Node] = {session_id: root}
         self._notes: dict[str, str] = {}
         self._stopping: set[asyncio.Task[object]] = set()
+        with contextlib.suppress(RuntimeError):  # no loop (a unit test): no wall-time clock
+            self._time(root)
 
-    def left(self, parent: str) -> Budget:
-        """What ``parent``'s subtree may still spend, by its tightest budget above it."""
-        node = self._nodes.get(parent)
-        tokens: int | None = None
-        calls: int | None = None
-        seconds: float | None = None
-        now = self._clock()
-        while node is not None:
-            b = node.budget
-            if b.tokens is not None:
-                tokens = min(tokens if tokens is not None else b.tokens, b.tokens - node.tokens)
-            if b.tool_calls is not None:
-                rest = b.tool_calls - node.tool_calls
-                calls = min(calls if calls is not None else rest, rest)
-            if b.seconds is not None:
-                rest_s = b.seconds - (now - node.started)
-                seconds = min(seconds if seconds is not None else rest_s, rest_s)
-            node = node.parent
-        return Budget(tokens, calls, seconds)
+    def _time(self, node: _Node) -> None:
+        seconds = node.budget.seconds
+        if seconds is not None:
+            loop = asyncio.get_running_loop()
+            node.timers = [
+                loop.call_later(seconds * WRAP_UP_AT, self._check, node),
+                loop.call_later(seconds, self._check, node),
+            ]
+
+    def limit_session(self, budget: Budget) -> None:
+        """Give the whole session ``budget`` (before it spends anything)."""
+        root = self._nodes[next(iter(self._nodes))]
+        root.budget = budget
+        for timer in root.timers:
+            timer.cancel()
+        self._time(root)
+
+    def meter(self, agent_id: str) -> AgentMeter:
+        """The meter of an agent already counted (the session's id: its main thread's)."""
+        return AgentMeter(self, agent_id)
 
     def open(self, agent_id: str, parent: str, budget: Budget) -> AgentMeter:
         """Count ``agent_id`` (started by ``parent``) under ``budget``; its engine's meter."""
@@ -125,12 +135,7 @@ class Budgets:
         node = _Node(agent_id, above, budget, self._clock())
         above.children.append(node)
         self._nodes[agent_id] = node
-        if budget.seconds is not None:
-            loop = asyncio.get_running_loop()
-            node.timers = [
-                loop.call_later(budget.seconds * WRAP_UP_AT, self._check, node),
-                loop.call_later(budget.seconds, self._check, node),
-            ]
+        self._time(node)
         return AgentMeter(self, agent_id)
 
     def close(self, agent_id: str) -> None:
@@ -151,6 +156,20 @@ class Budgets:
         """Why ``agent_id``'s subtree was stopped (which budget ran out), if it was."""
         node = self._nodes.get(agent_id)
         return node.spent if node is not None else None
+
+    def exhausted(self, agent_id: str) -> str | None:
+        """Why ``agent_id`` may start nothing more (a budget above it, or its own, ran out)."""
+        node = self._nodes.get(agent_id)
+        while node is not None:
+            if node.spent is not None:
+                return node.spent
+            node = node.parent
+        return None
+
+    def spent_kind(self, agent_id: str) -> str | None:
+        """Which budget of ``agent_id``'s ran out: ``token``, ``tool-call`` or ``wall-time``."""
+        node = self._nodes.get(agent_id)
+        return node.spent_kind if node is not None else None
 
     async def aclose(self) -> None:
         """Stop the timers; wait for the stops under way."""
@@ -178,9 +197,9 @@ class Budgets:
     def _check(self, node: _Node) -> None:
         if node.spent is not None or not node.budget:
             return
-        share, what = self._share(node)
+        share, kind, what = self._share(node)
         if share >= 1.0:
-            node.spent = what
+            node.spent, node.spent_kind = what, kind
             self._warn_off(node)
             task: asyncio.Task[object] = asyncio.get_running_loop().create_task(
                 self._stop(node.id, what)
@@ -189,10 +208,11 @@ class Budgets:
             task.add_done_callback(self._stopping.discard)
         elif share >= WRAP_UP_AT and not node.warned:
             node.warned = True
+            whom = "the whole session" if node.parent is None else f"{node.id} and its agents"
             note = (
-                f"<system-reminder>{what}: it covers you and every agent started under "
-                f"{node.id}. Wrap up now: finish what you are doing, report what you have, "
-                "and start nothing new. At 100 % the work is stopped.</system-reminder>"
+                f"<system-reminder>{what}: it covers you ({whom}). Wrap up now: finish what "
+                "you are doing, report what you have, and start nothing new. At 100 % the "
+                "work is stopped.</system-reminder>"
             )
             for member in node.members():
                 if member.running and member.spent is None:
@@ -204,8 +224,8 @@ class Budgets:
             for timer in member.timers:
                 timer.cancel()
 
-    def _share(self, node: _Node) -> tuple[float, str]:
-        """The largest share of a budget used, and that budget in words, with the figures."""
+    def _share(self, node: _Node) -> tuple[float, str, str]:
+        """The largest share of a budget used, its kind, and it in words, with the figures."""
         b = node.budget
         shares: list[tuple[float, str, str]] = []
         if b.tokens is not None:
@@ -220,7 +240,32 @@ class Budgets:
             shares.append((elapsed / max(b.seconds, 1e-9), "wall-time", figures))
         share, kind, figures = max(shares, key=lambda s: s[0])
         used = f"{share:.0%} used" if share < 1.0 else "ran out"
-        return share, f"the {kind} budget of {node.id} {used} ({figures})"
+        whose = "the session" if node.parent is None else node.id
+        return share, kind, f"the {kind} budget of {whose} {used} ({figures})"
+
+
+def session_budget(settings: Mapping[str, Any], max_tokens: int | None = None) -> Budget:
+    """The whole session's budget.
+
+    Its tokens are ``--max-budget-tokens``, else the setting ``sessionBudget``'s ``tokens``;
+    its tool calls and seconds are that setting's ``toolCalls`` and ``seconds``.
+    """
+    raw = settings.get("sessionBudget")
+    raw = raw if isinstance(raw, Mapping) else {}
+
+    def number(key: str) -> float | None:
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            return None
+        return float(value)
+
+    tokens = max_tokens or number("tokens")
+    calls = number("toolCalls")
+    return Budget(
+        None if tokens is None else int(tokens),
+        None if calls is None else int(calls),
+        number("seconds"),
+    )
 
 
 @dataclass
@@ -240,4 +285,4 @@ class AgentMeter:
         return self.budgets.reminder(self.agent_id)
 
 
-__all__ = ["WRAP_UP_AT", "AgentMeter", "Budget", "Budgets"]
+__all__ = ["WRAP_UP_AT", "AgentMeter", "Budget", "Budgets", "session_budget"]

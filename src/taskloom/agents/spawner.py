@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,6 +140,8 @@ class Spawner:
         self.remote: RemoteAgents | None = None
         #: What each agent subtree spends, against its budgets.
         self.budgets = Budgets(runtime.session_id, self._stop_saying)
+        #: Told when the session's own budget runs out (the main thread ends its run).
+        self.on_session_spent: Callable[[str], None] | None = None
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -153,6 +156,9 @@ class Spawner:
         """
         # With forks on, naming no type forks the caller; but not where an omitted type
         # means another default (a coordinator's workers).
+        spent = self.budgets.exhausted(ctx.owner)
+        if spent is not None:
+            raise ToolError(f"No agent can be started: {spent}.")
         forks = fork_enabled(self.settings) and self.builder.default_type == DEFAULT_TYPE
         if request.subagent_type is None and forks:
             return await self._fork(request, ctx)
@@ -471,7 +477,21 @@ class Spawner:
         )
 
     async def _stop_saying(self, agent_id: str, why: str) -> None:
-        """Stop ``agent_id`` (and its subtree), recording why (a budget ran out, a stall)."""
+        """Stop ``agent_id`` (and its subtree), recording why (a budget ran out, a stall).
+
+        The session's id stands for the whole session: every agent is stopped, and the main
+        thread is told (``on_session_spent``) to end its run.
+        """
+        if agent_id == self.runtime.session_id:
+            live = [
+                s.id
+                for s in self.runtime.list(types=[TaskType.LOCAL_AGENT])
+                if not s.terminal and s.owner == agent_id
+            ]
+            if self.on_session_spent is not None:
+                self.on_session_spent(why)
+            await asyncio.gather(*(self._stop_saying(a, why) for a in live))
+            return
         self.runtime.update(
             agent_id,
             lambda s: s.replace(stopped_reason=why) if isinstance(s, AgentTaskState) else s,

@@ -159,6 +159,12 @@ def _print_parser() -> argparse.ArgumentParser:
         help="Stop once the session has cost this much (by the price table).",
     )
     parser.add_argument(
+        "--max-budget-tokens",
+        type=_positive_int,
+        metavar="TOKENS",
+        help="The token budget of the whole session, its agents included.",
+    )
+    parser.add_argument(
         "--no-session-persistence",
         dest="persist_session",
         action="store_false",
@@ -325,6 +331,7 @@ def run_print_mode(args: list[str]) -> int:
             model=ns.model,
             cwd=os.getcwd(),
             max_turns=ns.max_turns,
+            max_budget_tokens=ns.max_budget_tokens,
             permission_mode=ns.permission_mode,
             skip_permissions=ns.skip_permissions,
             allowed_tools=list(ns.allowed_tools),

@@ -387,6 +387,11 @@ async def run_turn(
         subtype = "error_during_execution"
     elif finished is not None and finished.reason == "max_turns":
         subtype = "error_max_turns"
+    elif (spent_on := harness.agents.spawner.budgets.spent(runtime.session_id)) is not None:
+        kind = harness.agents.spawner.budgets.spent_kind(runtime.session_id) or "token"
+        subtype = f"error_max_budget_{kind.replace('-', '_')}"  # token, tool_call, wall_time
+        error = f"Error: {spent_on}"
+        harness.session.recorder.repair()
     elif over_budget:
         subtype = "error_max_budget_usd"
         error = f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"

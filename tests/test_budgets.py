@@ -96,8 +96,14 @@ async def test_a_subtree_s_token_budget_warns_every_member_then_stops_them_all(
         assert "of 2,000 tokens" in top.stopped_reason
         summary = render_terminal(top)
         assert "was stopped: the token budget" in summary and "tokens" in summary, summary
-        used, _ = h.agents.spawner.budgets.used(boss)
+        used, calls = h.agents.spawner.budgets.used(boss)
         assert used >= 2000
+        # Its live usage covers its children too: in its state, and so in its task events.
+        assert top.subtree_tokens == used and top.subtree_tool_uses == calls > top.tool_uses
+        from taskloom.tasks.kinds import kind_of
+
+        progress = kind_of(top).event_fields(top)["progress"]
+        assert progress["subtree_tokens"] == used  # type: ignore[index]
 
 
 def test_a_budget_is_the_tightest_of_the_call_s_and_the_definition_s() -> None:

@@ -308,6 +308,8 @@ def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
         "worktree_path",
         "worktree_branch",
         "stopped_reason",
+        "subtree_tokens",
+        "subtree_tool_uses",
     ]
     assert list(ShellTaskState(id="b00000000").to_dict()) == COMMON + shell
     assert list(AgentTaskState(id="a00000000").to_dict()) == COMMON + agent

@@ -93,13 +93,16 @@ class Budgets:
         stop: Callable[[str, str], Coroutine[Any, Any, object]],
         clock: Callable[[], float] = time.monotonic,
         session: Budget | None = None,
+        on_spend: Callable[[str, int, int], None] | None = None,
     ) -> None:
         """Count for ``session_id``'s agents; ``stop(agent_id, why)`` stops a subtree.
 
         ``session``: the budget of the whole session (its main thread and every agent), whose
-        ``stop`` is called with the session's id.
+        ``stop`` is called with the session's id. ``on_spend(agent_id, tokens, tool_calls)``
+        hears each agent's subtree totals as they grow (for its live usage).
         """
         self._stop = stop
+        self._on_spend = on_spend
         self._clock = clock
         root = _Node(session_id, None, session or Budget(), clock())
         self._nodes: dict[str, _Node] = {session_id: root}
@@ -187,6 +190,8 @@ class Budgets:
         while node is not None:
             node.tokens += tokens
             node.tool_calls += tool_calls
+            if self._on_spend is not None and node.parent is not None:
+                self._on_spend(node.id, node.tokens, node.tool_calls)
             self._check(node)
             node = node.parent
 

@@ -139,7 +139,7 @@ class Spawner:
         #: The session's remote agents, made on the first (Ray is imported only then).
         self.remote: RemoteAgents | None = None
         #: What each agent subtree spends, against its budgets.
-        self.budgets = Budgets(runtime.session_id, self._stop_saying)
+        self.budgets = Budgets(runtime.session_id, self._stop_saying, on_spend=self._spent)
         #: Told when the session's own budget runs out (the main thread ends its run).
         self.on_session_spent: Callable[[str], None] | None = None
 
@@ -474,6 +474,17 @@ class Spawner:
             source=definition.source,
             is_fork=False,
             is_async=is_async,
+        )
+
+    def _spent(self, agent_id: str, tokens: int, tool_calls: int) -> None:
+        """An agent's subtree totals grew: its state shows them (live usage)."""
+        self.runtime.update(
+            agent_id,
+            lambda s: (
+                s.replace(subtree_tokens=tokens, subtree_tool_uses=tool_calls)
+                if isinstance(s, AgentTaskState) and not s.terminal
+                else s
+            ),
         )
 
     async def _stop_saying(self, agent_id: str, why: str) -> None:

@@ -62,6 +62,10 @@ def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[d
                 "end_time": rec.get("end_time"),
                 "age_s": round(now - (rec.get("start_time") or now), 3),
                 "exit_code": rec.get("exit_code"),
+                "tokens": rec.get("total_tokens"),
+                "tool_uses": rec.get("tool_uses"),
+                "subtree_tokens": rec.get("subtree_tokens"),
+                "subtree_tool_uses": rec.get("subtree_tool_uses"),
                 "output_file": rec.get("output_file") or None,
                 "output_size": _size(rec.get("output_file") or ""),
             }
@@ -85,7 +89,7 @@ def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int
 
     title = "all sessions" if all_sessions else f"session {chosen}"
     table = Table(title=f"Tasks ({title})")
-    for name in ("id", "type", "status", "description", "age", "output"):
+    for name in ("id", "type", "status", "description", "age", "usage", "output"):
         table.add_column(name, overflow="fold" if name == "description" else "ellipsis")
     for row in rows:
         table.add_row(
@@ -94,7 +98,23 @@ def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int
             row["status"],
             row["description"],
             span(row["age_s"]),
+            _usage(row),
             _human(row["output_size"]),
         )
     Console().print(table)
     return 0
+
+
+def _usage(row: dict[str, Any]) -> str:
+    """An agent's tokens and tool calls, and its subtree's when it started agents."""
+    if row.get("tokens") is None:
+        return ""
+    text = f"{_count(row['tokens'])} tok · {row.get('tool_uses') or 0} tools"
+    sub_tokens, sub_tools = row.get("subtree_tokens") or 0, row.get("subtree_tool_uses") or 0
+    if sub_tools > (row.get("tool_uses") or 0):
+        text += f" (with its agents: {_count(sub_tokens)} · {sub_tools})"
+    return text
+
+
+def _count(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)

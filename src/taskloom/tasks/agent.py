@@ -146,6 +146,9 @@ class AgentKind(TaskKind):
                 "output_tokens": agent.output_tokens,
                 "total_tokens": agent.total_tokens,
                 "recent_activities": list(agent.activities),
+                # It and every agent it started, cumulative (local agents: what budgets count).
+                "subtree_tokens": getattr(state, "subtree_tokens", agent.total_tokens),
+                "subtree_tool_use_count": getattr(state, "subtree_tool_uses", agent.tool_uses),
             }
         }
 

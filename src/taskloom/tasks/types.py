@@ -245,6 +245,9 @@ class AgentTaskState(TaskState):
         worktree_path: Its git worktree, when isolated and kept (it holds changes).
         worktree_branch: That worktree's branch.
         stopped_reason: Why it was stopped, when not by TaskStop (a budget that ran out).
+        subtree_tokens: Tokens it and every agent it started have used so far, summed over
+            their responses (input, cache reads and writes, output): what budgets count.
+        subtree_tool_uses: Tool calls it and every agent it started have made so far.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_AGENT
@@ -263,6 +266,8 @@ class AgentTaskState(TaskState):
     worktree_path: str | None = None
     worktree_branch: str | None = None
     stopped_reason: str | None = None
+    subtree_tokens: int = 0
+    subtree_tool_uses: int = 0
 
 
 #: The state class of each type built in. A task kind may bring the class of its own type

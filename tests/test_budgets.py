@@ -252,3 +252,21 @@ def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run
         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert bad.returncode == 2 and "--max-budget-tokens" in bad.stderr
+
+
+async def test_an_answer_that_crosses_the_budget_is_kept_not_stopped(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn:
+        if len(request.messages) == 1:
+            work = ToolCall("Bash", {"command": "echo once"})
+            return Turn(tool_calls=(work,), usage={"input_tokens": 400, "output_tokens": 100})  # type: ignore[arg-type]
+        return Turn(text="the report", usage={"input_tokens": 500, "output_tokens": 100})  # type: ignore[arg-type]
+
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        launched = await h.agents.spawn(
+            SpawnRequest(description="last", prompt="last", max_tokens_budget=1000),
+            main_context(h),
+        )
+        state = h.runtime.get(launched.agent_id)
+    assert isinstance(state, AgentTaskState) and state.status == TaskStatus.COMPLETED
+    assert state.result == "the report" and state.stopped_reason is None
+    assert launched.content == "the report"

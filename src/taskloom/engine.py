@@ -226,6 +226,7 @@ class Engine:
                     results.append(_result_block(call, result))
                 notes = self._take_notifications()
                 steering = [TextBlock(text=t) for t in self._take_inbox()]
+                steering += self._reminders()  # in the message, so its record holds them
                 message = _with_notes(Message(role="user", content=[*results, *steering]), notes)
                 self.messages.append(message)
                 yield UserTurn(message, "tool_results", tuple(notes))
@@ -237,7 +238,9 @@ class Engine:
             sent = self._take_inbox()
             if sent:
                 # Sent while it was answering: it must see them before it is done.
-                message = Message(role="user", content=[TextBlock(text=t) for t in sent])
+                message = Message(
+                    role="user", content=[*(TextBlock(text=t) for t in sent), *self._reminders()]
+                )
                 self.messages.append(message)
                 yield UserTurn(message, "messages")
                 continue
@@ -257,6 +260,7 @@ class Engine:
                 return
             content: list[ContentBlock] = [TextBlock(text=render_batch(notes))] if notes else []
             content += [TextBlock(text=t) for t in sent]
+            content += self._reminders()
             message = Message(role="user", content=content)
             self.messages.append(message)
             yield UserTurn(message, "notifications" if notes else "messages", tuple(notes))
@@ -283,10 +287,6 @@ class Engine:
         final: Message | None = None
         started = time.monotonic()
         observer, meter = self.config.observer, self.config.meter
-        note = meter.reminder() if meter is not None else None
-        if note and self.messages and self.messages[-1].role == "user":
-            last = self.messages[-1]
-            self.messages[-1] = Message(role="user", content=[*last.content, TextBlock(text=note)])
         request = self.request()
         if observer is not None:
             observer.model_event(self.config.agent_id, request)
@@ -319,6 +319,12 @@ class Engine:
             if meter is not None:
                 meter.charge(tokens=u.context_tokens + u.output_tokens)
         return final
+
+    def _reminders(self) -> list[TextBlock]:
+        """What the meter has to tell the model (a budget's wrap-up note), once."""
+        meter = self.config.meter
+        note = meter.reminder() if meter is not None else None
+        return [TextBlock(text=note)] if note else []
 
     def last_text(self) -> str:
         """The text of the last answer (no tool blocks)."""
@@ -359,9 +365,12 @@ class Engine:
         if hook is None:
             return await self._run_one(call)
         hook(self.config.agent_id, call, None)
-        result = await self._run_one(call)
-        hook(self.config.agent_id, call, result)
-        return result
+        result: ToolResult | None = None
+        try:
+            result = await self._run_one(call)
+            return result
+        finally:
+            hook(self.config.agent_id, call, result or tool_error("cancelled"))
 
     async def _run_one(self, call: ToolUseBlock) -> ToolResult:
         self.tool_uses += 1

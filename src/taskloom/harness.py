@@ -242,7 +242,7 @@ class Harness:
 
         telemetry = start_telemetry(self.settings, session_id, self.model.name)
         if telemetry is not None:
-            self._stack.callback(telemetry.close)
+            self._stack.push_async_callback(telemetry.aclose)
             first = self.options.observer
             self._observer = Tee(first, telemetry) if first is not None else telemetry
 

@@ -15,8 +15,10 @@ Events, with their fields, on the span they concern: ``agent_tool_selected`` and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -160,8 +162,8 @@ class Telemetry:
     def hook_finished(self, hook_id: str, event: str, name: str, result: Any) -> None:
         """Not traced."""
 
-    def close(self) -> None:
-        """End every open span (the session's last) and send what is left (bounded)."""
+    async def aclose(self) -> None:
+        """End every open span (the session's last) and send what is left (5 s at most)."""
         self._stop_listening()
         for span in [*self._tools.values(), *self._requests.values(), *self._agents.values()]:
             span.end()
@@ -169,7 +171,16 @@ class Telemetry:
         self._requests.clear()
         self._agents.clear()
         self.session.end()
-        self.provider.shutdown()
+        provider = self.provider
+
+        def send() -> None:
+            provider.force_flush(timeout_millis=5000)
+            provider.shutdown()
+
+        # Off the event loop: a receiver that does not answer must not hold the session up.
+        thread = threading.Thread(target=send, name="taskloom-telemetry", daemon=True)
+        thread.start()
+        await asyncio.to_thread(thread.join, 6.0)
 
 
 class Tee:

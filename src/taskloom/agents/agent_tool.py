@@ -174,14 +174,14 @@ class AgentTool(Tool[AgentInput]):
     @property
     def _hidden(self) -> set[str]:
         hidden: set[str] = set()
+        if self.service.settings.get("agentBudgets") is not True:
+            hidden |= set(BUDGET_FIELDS)
         if self.coordinator:
             return hidden  # run_in_background is dropped from its schema, and ignored
         if not self.enable_run_in_background or self.in_process_teammate:
             hidden.add("run_in_background")
         if self.teammate or self.in_process_teammate:
             hidden |= {"name", "team_name", "mode"}
-        if self.service.settings.get("agentBudgets") is not True:
-            hidden |= set(BUDGET_FIELDS)
         return hidden
 
     def input_schema(self) -> dict[str, Any]:

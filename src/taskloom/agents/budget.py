@@ -162,7 +162,8 @@ class Budgets:
 
     def exhausted(self, agent_id: str) -> str | None:
         """Why ``agent_id`` may start nothing more (a budget above it, or its own, ran out)."""
-        node = self._nodes.get(agent_id)
+        # One not counted here (a teammate, an agent of another process) is under the session.
+        node: _Node | None = self._nodes.get(agent_id) or self._nodes[next(iter(self._nodes))]
         while node is not None:
             if node.spent is not None:
                 return node.spent

@@ -61,7 +61,9 @@ class AgentMemory:
 
 def memory_dir(scope: str, agent_type: str, project_root: Path, home: Path | None = None) -> Path:
     """Where ``agent_type``'s memory of ``scope`` is kept."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in agent_type) or "agent"
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in agent_type)
+    if not safe.strip("."):
+        safe = "agent"  # "..", ".": never a directory above the memories
     if scope == "user":
         return (home or Path.home()) / ".claude" / "agent-memory" / safe
     return project_root / ".claude" / _DIRS[scope] / safe

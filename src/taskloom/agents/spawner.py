@@ -250,6 +250,7 @@ class Spawner:
         )
 
     async def _abandon(self, agent_id: str, env: AgentEnvironment, exc: BaseException) -> None:
+        self.budgets.close(agent_id)
         await env.abandon()
         error = f"could not start: {exc}" if str(exc) else "could not start"
         self.runtime.update(agent_id, lambda s: failed_to_start(s, error))
@@ -503,14 +504,22 @@ class Spawner:
                 self.on_session_spent(why)
             await asyncio.gather(*(self._stop_saying(a, why) for a in live))
             return
+        run = self.runs.get(agent_id)
+        if run is not None and _finishing(run):
+            return  # its last answer ended its work: it ends on its own, with that answer
         self.runtime.update(
             agent_id,
-            lambda s: s.replace(stopped_reason=why) if isinstance(s, AgentTaskState) else s,
+            lambda s: (
+                s.replace(stopped_reason=why)
+                if isinstance(s, AgentTaskState) and not s.terminal
+                else s
+            ),
         )
         await self.runtime.kill(agent_id)
 
     async def close_remote(self) -> None:
-        """Let go of the Ray cluster, once the session's tasks are stopped."""
+        """Once the session's tasks are stopped: let go of the Ray cluster and budget clocks."""
+        await self.budgets.aclose()
         if self.remote is not None:
             await self.remote.close()
 
@@ -523,3 +532,9 @@ class Spawner:
             prompt=request.prompt,
             output_file=str(self.runtime.output_path(agent_id)),
         )
+
+
+def _finishing(run: AgentRun) -> bool:
+    """Whether its last model answer asked for no tool: it is ending its run."""
+    messages = run.engine.messages
+    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_uses()

@@ -10,6 +10,7 @@ unless set (a long tool call counts as no progress).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -80,8 +81,15 @@ def watch_agent(
         )
         runtime.notify(agent_id, text, kind="stall", priority="next")
 
-    async def halt() -> None:
-        await stop(agent_id, f"it made no progress (no model output, no tool) for {stop_after:g} s")
+    stopping: set[asyncio.Task[object]] = set()
+
+    def halt() -> None:
+        # A task of its own: the stop may take seconds, and the watchdog's loop serves every
+        # shell's watch too.
+        why = f"it made no progress (no model output, no tool) for {stop_after:g} s"
+        task: asyncio.Task[object] = asyncio.get_running_loop().create_task(stop(agent_id, why))
+        stopping.add(task)
+        task.add_done_callback(stopping.discard)
 
     watch = Watch(
         task_id=agent_id,

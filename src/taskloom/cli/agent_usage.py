@@ -11,6 +11,7 @@ to the result's ``total_cost_usd``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ def agent_usage(
         entry = _figures(ledger)
         state = agents.get(key)
         if state is not None:
-            end = state.end_time or state.start_time
+            end = state.end_time or time.time()  # still running: so far
             entry.update(
                 agentType=state.agent_type,
                 description=state.description,

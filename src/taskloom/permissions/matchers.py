@@ -28,6 +28,8 @@ _SUBCOMMAND_PROGRAMS = frozenset(
     {"git", "npm", "pnpm", "yarn", "bun", "cargo", "go", "docker", "kubectl", "pip", "uv",
      "poetry", "gh", "make", "dotnet", "brew", "apt", "apt-get", "systemctl", "terraform"}
 )  # fmt: skip
+#: Tools that run a shell command line: their rules are matched as Bash's are.
+SHELL_TOOLS = frozenset({"Bash", "Monitor"})
 _WORD = re.compile(r"[A-Za-z][\w:.-]*")
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=\S*")
 
@@ -37,6 +39,8 @@ def tool_matches(rule: Rule, request: PermissionRequest) -> bool:
     name = request.tool_name
     if rule.tool == name:
         return True
+    if rule.tool == "Bash" and name in SHELL_TOOLS:
+        return True  # a Monitor runs a shell command: Bash's rules hold for it as well
     if rule.tool == "Edit":
         return request.kind == "edit"
     if rule.tool == "Read":
@@ -310,7 +314,7 @@ def _program_mentioned(pattern: str, command: str) -> bool:
 
 
 def _is_bash(request: PermissionRequest) -> bool:
-    return request.tool_name == "Bash"
+    return request.tool_name in SHELL_TOOLS
 
 
 def _is_file_tool(request: PermissionRequest) -> bool:

@@ -197,6 +197,7 @@ def resumed(state: AgentTaskState) -> AgentTaskState:
         is_backgrounded=True,
         result=None,
         error=None,
+        stopped_reason=None,
         worktree_path=None,
         worktree_branch=None,
     )

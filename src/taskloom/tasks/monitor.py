@@ -38,6 +38,11 @@ async def follow_lines(
         done = finished.done()  # read after: the last read sees all it wrote
         try:
             chunk, offset = read_delta(path, offset, 1024 * 1024)
+            while done and chunk:  # its end: all that is left, not one window of it
+                more, offset = read_delta(path, offset, 1024 * 1024)
+                if not more:
+                    break
+                chunk += more
         except (OSError, TaskloomError):
             return  # its file is gone: there is nothing more to tell
         *lines, partial = (partial + chunk).split(b"\n")

@@ -402,3 +402,24 @@ def test_landed_names_the_task_its_summary_and_its_output_file(clock: Clock) -> 
         '● b7: Background command "run the tests" completed (exit code 3) · output: /tmp/b7.out'
     )
     assert landed(state.replace(output_file="")).endswith("(exit code 3)")
+
+
+def test_an_agent_row_shows_its_agents_work_too(clock: Clock) -> None:
+    panel = make_panel(clock)
+    agent = AgentTaskState(
+        id="a1",
+        status=TaskStatus.RUNNING,
+        description="boss",
+        owner=SESSION,
+        session_id=SESSION,
+        start_time=clock.time(),
+        tool_uses=2,
+        total_tokens=1500,
+        subtree_tool_uses=9,
+        subtree_tokens=12_400,
+    )
+    panel.update(agent)
+    (text,) = texts(panel)
+    assert "2 tool uses" in text and "with its agents 12.4k tokens" in text, text
+    panel.update(agent.replace(id="a2", subtree_tool_uses=2, subtree_tokens=1500))
+    assert "with its agents" not in texts(panel)[1]  # none of its own: nothing more to say

@@ -180,6 +180,10 @@ class TaskPanel:
                 parts.append(f"{uses} tool use" + ("" if uses == 1 else "s"))
             if progress.tokens is not None:
                 parts.append(f"{count(progress.tokens)} tokens")
+            below = progress.subtree_tool_uses
+            if below is not None and progress.tool_uses is not None and below > progress.tool_uses:
+                # Its agents' work too: what its budgets count.
+                parts.append(f"with its agents {count(progress.subtree_tokens or 0)} tokens")
             if progress.activity:
                 parts.append(progress.activity)
             if state.owner != self.session_id and state.type != TaskType.IN_PROCESS_TEAMMATE:

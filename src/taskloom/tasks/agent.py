@@ -132,7 +132,13 @@ class AgentKind(TaskKind):
         if agent is None:
             return Progress()
         last = agent.activities[-1] if agent.activities else ""
-        return Progress(agent.tool_uses, agent.total_tokens, last)
+        return Progress(
+            agent.tool_uses,
+            agent.total_tokens,
+            last,
+            getattr(state, "subtree_tool_uses", None),
+            getattr(state, "subtree_tokens", None),
+        )
 
     def event_fields(self, state: TaskState) -> dict[str, object]:
         """Its progress: tool calls, tokens and recent activities."""

@@ -56,11 +56,15 @@ class Progress(NamedTuple):
         tool_uses: Tool calls made.
         tokens: Tokens used.
         activity: The last thing it did, in a few words ('' if nothing is known).
+        subtree_tool_uses: Tool calls of it and every agent it started (None: not counted).
+        subtree_tokens: Tokens of it and every agent it started.
     """
 
     tool_uses: int | None = None
     tokens: int | None = None
     activity: str = ""
+    subtree_tool_uses: int | None = None
+    subtree_tokens: int | None = None
 
 
 class TaskHandle(Protocol):

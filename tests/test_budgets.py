@@ -270,3 +270,31 @@ async def test_an_answer_that_crosses_the_budget_is_kept_not_stopped(tmp_path: P
     assert isinstance(state, AgentTaskState) and state.status == TaskStatus.COMPLETED
     assert state.result == "the report" and state.stopped_reason is None
     assert launched.content == "the report"
+
+
+async def test_a_resumed_agent_counts_again_and_one_whose_budget_ran_out_cannot_go_on(
+    tmp_path: Path,
+) -> None:
+    from taskloom.errors import ToolError
+
+    def respond(request: ModelRequest) -> Turn:
+        usage = {"input_tokens": 450, "output_tokens": 50}
+        return Turn(text="ok", usage=usage)  # type: ignore[arg-type]
+
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        ctx = main_context(h)
+        first = await h.agents.spawn(
+            SpawnRequest(description="a", prompt="a", max_tokens_budget=5000, name="alpha"), ctx
+        )
+        budgets = h.agents.spawner.budgets
+        assert budgets.used(first.agent_id) == (500, 0)
+        await h.agents.send("alpha", "again", ctx)
+        await h.runtime.wait(first.agent_id, timeout=20)
+        assert budgets.used(first.agent_id) == (1000, 0)  # counted on top
+        spent = await h.agents.spawn(
+            SpawnRequest(description="b", prompt="b", max_tokens_budget=400, name="beta"), ctx
+        )
+        assert spent.status == "completed" and spent.content == "ok"  # its answer is kept...
+        assert budgets.spent(spent.agent_id) is not None
+        with pytest.raises(ToolError, match="cannot go on: the token budget"):
+            await h.agents.send("beta", "more", ctx)  # ...but it goes no further

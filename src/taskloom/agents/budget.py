@@ -141,6 +141,17 @@ class Budgets:
         self._time(node)
         return AgentMeter(self, agent_id)
 
+    def reopen(self, agent_id: str, parent: str) -> AgentMeter:
+        """A resumed agent counts again, on top of what it had spent; its meter.
+
+        One this process has not counted yet (an agent of an earlier process) is opened.
+        """
+        node = self._nodes.get(agent_id)
+        if node is None:
+            return self.open(agent_id, parent, Budget())
+        node.running = True
+        return AgentMeter(self, agent_id)
+
     def close(self, agent_id: str) -> None:
         """The agent has ended: it is told nothing more (its spending stays counted)."""
         node = self._nodes.get(agent_id)

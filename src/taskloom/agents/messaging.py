@@ -15,6 +15,8 @@ gets it as it was written (it is its new prompt).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,7 @@ from taskloom.tasks.types import AgentTaskState, TaskType
 from taskloom.transcript import load_messages, repair
 
 if TYPE_CHECKING:
+    from taskloom.agents.budget import Budgets
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
@@ -101,6 +104,10 @@ class Messenger:
         self.listen_path = listen_path
         self.teams = teams
         self._resume_locks: dict[str, asyncio.Lock] = {}
+        #: The session's budgets, and who watches a resumed run (the spawner's, set by the
+        #: service): a resumed agent is counted and watched as a spawned one is.
+        self.budgets: Budgets | None = None
+        self.on_resumed: Callable[[AgentRun, asyncio.Task[None]], None] | None = None
 
     # -- addresses ----------------------------------------------------------------------------
 
@@ -387,19 +394,33 @@ class Messenger:
         if run is not None:
             # A run killed mid-call left tool calls unanswered: the API would refuse it.
             run.recorder.repair()
+        spent = self.budgets.exhausted(agent_id) if self.budgets is not None else None
+        if spent is not None:
+            raise ToolError(
+                f"Agent {agent_id} cannot go on: {spent}. Start a new agent (with a budget of "
+                "its own) for what is left."
+            )
         if run is None:  # not started by this process: rebuild it from its transcript
             definition = self._definition(state.agent_type)
             messages, _ = repair(load_messages(sidechain_path(self.runtime, agent_id)))
             config = self.builder.config(
                 agent_id, definition, description=state.description, cwd=self.cwd, is_async=True
             )
+            if self.budgets is not None:
+                config = dataclasses.replace(
+                    config, meter=self.budgets.reopen(agent_id, state.owner)
+                )
             run = AgentRun(self.runtime, agent_id, config, messages=messages)
             self.runs[agent_id] = run
+        elif self.budgets is not None:
+            self.budgets.reopen(agent_id, state.owner)
         self.runtime.reopen_owner(agent_id)
         # Back to running under the same id (the runtime merges what must survive).
         self.runtime.register(resumed(state))
         self.runtime.attach_handle(agent_id, run)
-        run.resume()
+        driver = run.resume()
+        if self.on_resumed is not None:
+            self.on_resumed(run, driver)
 
 
 def _checked(message: str | dict[str, Any], summary: str | None) -> _Letter:

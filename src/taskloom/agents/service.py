@@ -79,6 +79,8 @@ class AgentService:
             listen_path=listen_path,
             teams=teams,
         )
+        self.messenger.budgets = self.spawner.budgets
+        self.messenger.on_resumed = self.spawner.resumed
 
     @property
     def catalog(self) -> AgentCatalog:

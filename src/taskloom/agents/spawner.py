@@ -435,6 +435,10 @@ class Spawner:
             self.remote = RemoteAgents(self.runtime, self.settings)
         self.remote.take_up(left, cwd)
 
+    def resumed(self, run: AgentRun, driver: asyncio.Task[None]) -> None:
+        """A resumed agent (SendMessage) is watched and counted again, as a spawned one is."""
+        self._watch(run, driver)
+
     def _watch(self, run: AgentRun, driver: asyncio.Task[None]) -> None:
         """Watch its progress (if the settings say), until it ends; its budgets end then."""
         agent_id = run.agent_id

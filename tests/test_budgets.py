@@ -121,14 +121,19 @@ async def test_a_child_s_spending_counts_for_its_parent_and_a_tool_call_budget_s
     parent = budgets.open("a1", "s", Budget(tool_calls=5))
     child = budgets.open("a2", "a1", Budget())
     for _ in range(3):
-        child.charge(tool_calls=1)
+        assert child.admit_tool_call() is None
     assert budgets.used("a1") == (0, 3) and budgets.used("a2") == (0, 3)
-    child.charge(tool_calls=1)  # 4 of 5: 80 %
+    assert child.admit_tool_call() is None  # 4 of 5: 80 %
     assert NOTE in (parent.reminder() or "") and NOTE in (child.reminder() or "")
     assert parent.reminder() is None  # once
-    parent.charge(tool_calls=1)
+    assert parent.admit_tool_call() is None  # the fifth, the last allowed, runs
+    assert stopped == []
+    refused = child.admit_tool_call()  # the sixth does not, and the subtree stops
+    assert refused == "the tool-call budget of a1 ran out (5 of 5 tool calls)"
+    assert child.admit_tool_call() == refused  # nor does anything after it
     await budgets.aclose()
-    assert stopped == [("a1", "the tool-call budget of a1 ran out (5 of 5 tool calls)")]
+    assert stopped == [("a1", refused)]
+    assert budgets.used("a1") == (0, 5)
     assert budgets.spent("a1") is not None and budgets.spent("a2") is None
 
 
@@ -298,3 +303,28 @@ async def test_a_resumed_agent_counts_again_and_one_whose_budget_ran_out_cannot_
         assert budgets.spent(spent.agent_id) is not None
         with pytest.raises(ToolError, match="cannot go on: the token budget"):
             await h.agents.send("beta", "more", ctx)  # ...but it goes no further
+
+
+async def test_a_tool_call_budget_runs_the_last_call_allowed_and_refuses_the_next(
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def respond(request: ModelRequest) -> Turn:
+        n = sum(1 for m in request.messages if m.role == "assistant")
+        return Turn(tool_calls=(ToolCall("Bash", {"command": f"touch {marks}/{n}"}),))
+
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        launched = await h.agents.spawn(
+            SpawnRequest(description="busy", prompt="busy", run_in_background=True,
+                         max_tool_calls=2),
+            main_context(h),
+        )  # fmt: skip
+        state = await h.runtime.wait(launched.agent_id, timeout=20)
+    assert state.status == TaskStatus.KILLED
+    assert isinstance(state, AgentTaskState)
+    assert state.stopped_reason == (
+        f"the tool-call budget of {launched.agent_id} ran out (2 of 2 tool calls)"
+    )
+    assert sorted(p.name for p in marks.iterdir()) == ["0", "1"]  # two ran, whole; not a third

@@ -375,8 +375,9 @@ class Engine:
     async def _run_one(self, call: ToolUseBlock) -> ToolResult:
         self.tool_uses += 1
         self.progress += 1
-        if self.config.meter is not None:
-            self.config.meter.charge(tool_calls=1)
+        refused = self.config.meter.admit_tool_call() if self.config.meter is not None else None
+        if refused is not None:
+            return tool_error(f"Not run: {refused}. Stop and report what you have.")
         if call.defect is not None:
             return tool_error(call.defect)
         tool = self.tools.get(call.name)

@@ -54,6 +54,9 @@ class Meter(Protocol):
     def charge(self, tokens: int = 0, tool_calls: int = 0) -> None:
         """Count a model response's tokens, or a tool call (before it runs)."""
 
+    def admit_tool_call(self) -> str | None:
+        """Count a tool call about to start; why it may not (a budget used up), if so."""
+
     def reminder(self) -> str | None:
         """A note for the model's next request (once), if there is one (time to wrap up)."""
 

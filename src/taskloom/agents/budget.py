@@ -211,18 +211,32 @@ class Budgets:
         """The note waiting for ``agent_id``'s next request (taken)."""
         return self._notes.pop(agent_id, None)
 
+    def admit_tool_call(self, agent_id: str) -> str | None:
+        """Count a tool call ``agent_id`` is about to make; why not, if a budget is used up.
+
+        The last call a tool-call budget allows runs; the one after it is refused and the
+        subtree whose budget it is, stopped.
+        """
+        node: _Node | None = self._nodes.get(agent_id)
+        while node is not None:
+            if node.spent is not None:
+                return node.spent  # stopping already: nothing more runs
+            limit = node.budget.tool_calls
+            if limit is not None and node.tool_calls >= limit:
+                figures = f"{limit} of {limit} tool calls"
+                what = f"the tool-call budget of {_whose(node)} ran out ({figures})"
+                self._spend(node, "tool-call", what)
+                return what
+            node = node.parent
+        self.charge(agent_id, 0, 1)
+        return None
+
     def _check(self, node: _Node) -> None:
         if node.spent is not None or not node.budget:
             return
         share, kind, what = self._share(node)
-        if share >= 1.0:
-            node.spent, node.spent_kind = what, kind
-            self._warn_off(node)
-            task: asyncio.Task[object] = asyncio.get_running_loop().create_task(
-                self._stop(node.id, what)
-            )
-            self._stopping.add(task)
-            task.add_done_callback(self._stopping.discard)
+        if share >= 1.0 and kind != "tool-call":  # the last call allowed runs (see admit)
+            self._spend(node, kind, what)
         elif share >= WRAP_UP_AT and not node.warned:
             node.warned = True
             whom = "the whole session" if node.parent is None else f"{node.id} and its agents"
@@ -234,6 +248,15 @@ class Budgets:
             for member in node.members():
                 if member.running and member.spent is None:
                     self._notes[member.id] = note
+
+    def _spend(self, node: _Node, kind: str, what: str) -> None:
+        node.spent, node.spent_kind = what, kind
+        self._warn_off(node)
+        task: asyncio.Task[object] = asyncio.get_running_loop().create_task(
+            self._stop(node.id, what)
+        )
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     def _warn_off(self, node: _Node) -> None:
         for member in node.members():
@@ -257,8 +280,11 @@ class Budgets:
             shares.append((elapsed / max(b.seconds, 1e-9), "wall-time", figures))
         share, kind, figures = max(shares, key=lambda s: s[0])
         used = f"{share:.0%} used" if share < 1.0 else "ran out"
-        whose = "the session" if node.parent is None else node.id
-        return share, kind, f"the {kind} budget of {whose} {used} ({figures})"
+        return share, kind, f"the {kind} budget of {_whose(node)} {used} ({figures})"
+
+
+def _whose(node: _Node) -> str:
+    return "the session" if node.parent is None else node.id
 
 
 def session_budget(settings: Mapping[str, Any], max_tokens: int | None = None) -> Budget:
@@ -296,6 +322,13 @@ class AgentMeter:
         """Count a response's tokens or a tool call."""
         with contextlib.suppress(RuntimeError):  # no loop: nothing to stop with
             self.budgets.charge(self.agent_id, tokens, tool_calls)
+
+    def admit_tool_call(self) -> str | None:
+        """Count a tool call about to start; why it may not, if a budget is used up."""
+        try:
+            return self.budgets.admit_tool_call(self.agent_id)
+        except RuntimeError:  # no loop: nothing to stop with
+            return None
 
     def reminder(self) -> str | None:
         """Its wrap-up note, once."""

@@ -85,6 +85,8 @@ def _config_maker(
             tools=offered,
             wait_for_tasks=False,  # it goes idle; its tasks' notifications wake it
             metadata={**config.metadata, "agent_type": "teammate", "teammate": member},
+            # Counted under the session (its budget, and its agents' under it).
+            meter=agents().spawner.budgets.reopen(member, agents().runtime.session_id),
         )
 
     return make_config

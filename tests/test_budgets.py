@@ -328,3 +328,33 @@ async def test_a_tool_call_budget_runs_the_last_call_allowed_and_refuses_the_nex
         f"the tool-call budget of {launched.agent_id} ran out (2 of 2 tool calls)"
     )
     assert sorted(p.name for p in marks.iterdir()) == ["0", "1"]  # two ran, whole; not a third
+
+
+def test_max_budget_usd_stops_the_session_s_agents_too(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from fake_servers import FakeAnthropicServer
+    from helpers import clean_env
+
+    # A price of 100 dollars per million tokens: each 100-token response costs a cent.
+    prices = {"modelPrices": {"claude-sonnet-4-5": {"input": 100, "output": 100}}}
+    script = Session()
+    with FakeAnthropicServer(responder=script) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
+             "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
+             "--dangerously-skip-permissions", "--max-budget-usd", "0.3",
+             "--settings", json.dumps(prices)],
+            capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["subtype"] == "error_max_budget_usd", result
+    assert "reached --max-budget-usd 0.3" in result["result"]
+    workers = [e for k, e in result["agentUsage"].items() if k != "main"]
+    assert len(workers) == 2 and {e["status"] for e in workers} == {"killed"}
+    assert 0.3 <= result["total_cost_usd"] <= 0.3 + 0.05  # what was in flight, no more

@@ -317,8 +317,14 @@ class Engine:
                 + u.cache_read_input_tokens,
             )
             if meter is not None:
-                meter.charge(tokens=u.context_tokens + u.output_tokens)
+                meter.charge(tokens=u.context_tokens + u.output_tokens, usd=self._cost(request, u))
         return final
+
+    def _cost(self, request: ModelRequest, usage: Usage) -> float:
+        from taskloom.models.pricing import price_for
+
+        price = price_for(request.model, self.config.settings.get("modelPrices"))
+        return price.cost(usage) if price is not None else 0.0
 
     def _reminders(self) -> list[TextBlock]:
         """What the meter has to tell the model (a budget's wrap-up note), once."""

@@ -226,7 +226,8 @@ class Harness:
         from taskloom.agents.budget import session_budget
 
         budgets = service.spawner.budgets
-        budget = session_budget(self.settings, self.options.max_budget_tokens)
+        opts = self.options
+        budget = session_budget(self.settings, opts.max_budget_tokens, opts.max_budget_usd)
         if budget:
             budgets.limit_session(budget)
 

@@ -60,6 +60,7 @@ class Options:
         max_turns: Most model turns per run.
         max_budget_tokens: The token budget of the whole session, its main thread and every
             agent (``--max-budget-tokens``; the setting ``sessionBudget`` may add others).
+        max_budget_usd: The cost budget of the whole session, likewise (``--max-budget-usd``).
         tools: Extra tools offered to the main thread (e.g. from :func:`taskloom.tool`).
         wait_for_tasks: A run of the main thread does not end while a task it started runs
             or a notification waits (print mode); False ends it when the model is done, and
@@ -115,6 +116,7 @@ class Options:
     fallback_model: str | None = None
     max_turns: int | None = None
     max_budget_tokens: int | None = None
+    max_budget_usd: float | None = None
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)
     wait_for_tasks: bool = True
     headless: bool = True

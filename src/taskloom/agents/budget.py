@@ -36,14 +36,17 @@ class Budget:
         tokens: Tokens (see the module docstring).
         tool_calls: Tool calls.
         seconds: Wall time from the agent's start.
+        usd: Dollars, by the price table (``modelPrices``, else list prices).
     """
 
     tokens: int | None = None
     tool_calls: int | None = None
     seconds: float | None = None
+    usd: float | None = None
 
     def __bool__(self) -> bool:
-        return any(v is not None for v in (self.tokens, self.tool_calls, self.seconds))
+        limits = (self.tokens, self.tool_calls, self.seconds, self.usd)
+        return any(v is not None for v in limits)
 
     def tightest(self, other: Budget) -> Budget:
         """Each limit the lower of the two."""
@@ -56,6 +59,7 @@ class Budget:
             None if tokens is None else int(tokens),
             None if calls is None else int(calls),
             low(self.seconds, other.seconds),
+            low(self.usd, other.usd),
         )
 
 
@@ -69,6 +73,7 @@ class _Node:
     started: float
     tokens: int = 0
     tool_calls: int = 0
+    usd: float = 0.0
     warned: bool = False
     spent: str | None = None
     spent_kind: str | None = None
@@ -196,12 +201,13 @@ class Budgets:
 
     # -- counting -----------------------------------------------------------------------------
 
-    def charge(self, agent_id: str, tokens: int, tool_calls: int) -> None:
+    def charge(self, agent_id: str, tokens: int, tool_calls: int, usd: float = 0.0) -> None:
         """Count what ``agent_id`` spent against its budget and every one above it."""
         node = self._nodes.get(agent_id)
         while node is not None:
             node.tokens += tokens
             node.tool_calls += tool_calls
+            node.usd += usd
             if self._on_spend is not None and node.parent is not None:
                 self._on_spend(node.id, node.tokens, node.tool_calls)
             self._check(node)
@@ -278,6 +284,9 @@ class Budgets:
             elapsed = self._clock() - node.started
             figures = f"{elapsed:.0f} of {b.seconds:g} s"
             shares.append((elapsed / max(b.seconds, 1e-9), "wall-time", figures))
+        if b.usd is not None:
+            figures = f"{node.usd:.4f} of {b.usd:g} USD"
+            shares.append((node.usd / max(b.usd, 1e-12), "cost", figures))
         share, kind, figures = max(shares, key=lambda s: s[0])
         used = f"{share:.0%} used" if share < 1.0 else "ran out"
         return share, kind, f"the {kind} budget of {_whose(node)} {used} ({figures})"
@@ -287,7 +296,9 @@ def _whose(node: _Node) -> str:
     return "the session" if node.parent is None else node.id
 
 
-def session_budget(settings: Mapping[str, Any], max_tokens: int | None = None) -> Budget:
+def session_budget(
+    settings: Mapping[str, Any], max_tokens: int | None = None, max_usd: float | None = None
+) -> Budget:
     """The whole session's budget.
 
     Its tokens are ``--max-budget-tokens``, else the setting ``sessionBudget``'s ``tokens``;
@@ -308,6 +319,7 @@ def session_budget(settings: Mapping[str, Any], max_tokens: int | None = None) -
         None if tokens is None else int(tokens),
         None if calls is None else int(calls),
         number("seconds"),
+        max_usd or number("usd"),
     )
 
 
@@ -318,10 +330,10 @@ class AgentMeter:
     budgets: Budgets
     agent_id: str
 
-    def charge(self, tokens: int = 0, tool_calls: int = 0) -> None:
-        """Count a response's tokens or a tool call."""
+    def charge(self, tokens: int = 0, tool_calls: int = 0, usd: float = 0.0) -> None:
+        """Count a response's tokens (and cost) or a tool call."""
         with contextlib.suppress(RuntimeError):  # no loop: nothing to stop with
-            self.budgets.charge(self.agent_id, tokens, tool_calls)
+            self.budgets.charge(self.agent_id, tokens, tool_calls, usd)
 
     def admit_tool_call(self) -> str | None:
         """Count a tool call about to start; why it may not, if a budget is used up."""

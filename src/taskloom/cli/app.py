@@ -332,6 +332,7 @@ def run_print_mode(args: list[str]) -> int:
             cwd=os.getcwd(),
             max_turns=ns.max_turns,
             max_budget_tokens=ns.max_budget_tokens,
+            max_budget_usd=ns.max_budget_usd,
             permission_mode=ns.permission_mode,
             skip_permissions=ns.skip_permissions,
             allowed_tools=list(ns.allowed_tools),

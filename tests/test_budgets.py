@@ -358,3 +358,25 @@ def test_max_budget_usd_stops_the_session_s_agents_too(tmp_path: Path) -> None:
     workers = [e for k, e in result["agentUsage"].items() if k != "main"]
     assert len(workers) == 2 and {e["status"] for e in workers} == {"killed"}
     assert 0.3 <= result["total_cost_usd"] <= 0.3 + 0.05  # what was in flight, no more
+
+
+async def test_a_budget_used_to_its_end_lets_nothing_more_start_and_a_reopened_one_counts_on() -> (
+    None
+):
+    async def stop(agent_id: str, why: str) -> None:
+        pass
+
+    budgets = Budgets("s", stop)
+    meter = budgets.open("a1", "s", Budget(tool_calls=2))
+    assert meter.admit_tool_call() is None and meter.admit_tool_call() is None
+    # Its last call ran; nothing is spent yet, but nothing more may start under it.
+    assert budgets.spent("a1") is None
+    assert budgets.exhausted("a1") == "the tool-call budget of a1 ran out (2 of 2 tool calls)"
+    assert budgets.exhausted("a-teammate@crew") is None  # one not counted: under the session
+    # An agent of an earlier process comes back with what it had spent then.
+    budgets.reopen("a9", "s", Budget(tokens=1000), (900, 3))
+    assert budgets.used("a9") == (900, 3)
+    assert "80% used" not in (budgets.reminder("a9") or "")
+    budgets.charge("a9", 50, 0)
+    assert budgets.used("a9") == (950, 3) and "95% used" in (budgets.reminder("a9") or "")
+    await budgets.aclose()

@@ -317,13 +317,15 @@ class Engine:
                 + u.cache_read_input_tokens,
             )
             if meter is not None:
-                meter.charge(tokens=u.context_tokens + u.output_tokens, usd=self._cost(request, u))
+                model = final.model or request.model  # as the usage ledger prices it
+                meter.charge(tokens=u.context_tokens + u.output_tokens, usd=self._cost(model, u))
         return final
 
-    def _cost(self, request: ModelRequest, usage: Usage) -> float:
+    def _cost(self, model: str, usage: Usage) -> float:
         from taskloom.models.pricing import price_for
 
-        price = price_for(request.model, self.config.settings.get("modelPrices"))
+        prices = self.config.settings.get("modelPrices")
+        price = price_for(model, prices if isinstance(prices, dict) else None)
         return price.cost(usage) if price is not None else 0.0
 
     def _reminders(self) -> list[TextBlock]:

@@ -117,12 +117,14 @@ class Budgets:
             self._time(root)
 
     def _time(self, node: _Node) -> None:
+        """Check its wall-time budget at 80 % and at 100 % (of what is left of it)."""
         seconds = node.budget.seconds
         if seconds is not None:
             loop = asyncio.get_running_loop()
+            elapsed = self._clock() - node.started
             node.timers = [
-                loop.call_later(seconds * WRAP_UP_AT, self._check, node),
-                loop.call_later(seconds, self._check, node),
+                loop.call_later(max(0.0, at - elapsed), self._check, node)
+                for at in (seconds * WRAP_UP_AT, seconds)
             ]
 
     def limit_session(self, budget: Budget) -> None:
@@ -146,15 +148,26 @@ class Budgets:
         self._time(node)
         return AgentMeter(self, agent_id)
 
-    def reopen(self, agent_id: str, parent: str) -> AgentMeter:
+    def reopen(
+        self,
+        agent_id: str,
+        parent: str,
+        budget: Budget | None = None,
+        spent: tuple[int, int] = (0, 0),
+    ) -> AgentMeter:
         """A resumed agent counts again, on top of what it had spent; its meter.
 
-        One this process has not counted yet (an agent of an earlier process) is opened.
+        One this process has not counted yet (an agent of an earlier process) is opened with
+        ``budget`` and what it had ``spent`` then (tokens, tool calls).
         """
         node = self._nodes.get(agent_id)
         if node is None:
-            return self.open(agent_id, parent, Budget())
-        node.running = True
+            meter = self.open(agent_id, parent, budget or Budget())
+            self._nodes[agent_id].tokens, self._nodes[agent_id].tool_calls = spent
+            return meter
+        if not node.running:
+            node.running = True
+            self._time(node)  # its clock goes on from its start
         return AgentMeter(self, agent_id)
 
     def close(self, agent_id: str) -> None:
@@ -183,6 +196,10 @@ class Budgets:
         while node is not None:
             if node.spent is not None:
                 return node.spent
+            if node.budget:
+                share, _, what = self._share(node)
+                if share >= 1.0:  # all of it used (its last call, its time): nothing more
+                    return what
             node = node.parent
         return None
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents import structured_messages
+from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.errors import TaskError, ToolError
 from taskloom.tasks.agent import resumed
@@ -29,7 +30,6 @@ from taskloom.tasks.types import AgentTaskState, TaskType
 from taskloom.transcript import load_messages, repair
 
 if TYPE_CHECKING:
-    from taskloom.agents.budget import Budgets
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
@@ -369,6 +369,12 @@ class Messenger:
         return self.builder.definition(agent_type)
 
     async def _resume(self, agent_id: str, state: AgentTaskState) -> None:
+        spent = self.budgets.exhausted(agent_id) if self.budgets is not None else None
+        if spent is not None:  # before anything is made for it (a fresh worktree)
+            raise ToolError(
+                f"Agent {agent_id} cannot go on: {spent}. Start a new agent (with a budget of "
+                "its own) for what is left."
+            )
         run = self.runs.get(agent_id)
         if run is not None and run.driver is not None and not run.driver.done():
             # Still cleaning up after its last run (killing its shells): let that finish first,
@@ -394,12 +400,6 @@ class Messenger:
         if run is not None:
             # A run killed mid-call left tool calls unanswered: the API would refuse it.
             run.recorder.repair()
-        spent = self.budgets.exhausted(agent_id) if self.budgets is not None else None
-        if spent is not None:
-            raise ToolError(
-                f"Agent {agent_id} cannot go on: {spent}. Start a new agent (with a budget of "
-                "its own) for what is left."
-            )
         if run is None:  # not started by this process: rebuild it from its transcript
             definition = self._definition(state.agent_type)
             messages, _ = repair(load_messages(sidechain_path(self.runtime, agent_id)))
@@ -407,9 +407,11 @@ class Messenger:
                 agent_id, definition, description=state.description, cwd=self.cwd, is_async=True
             )
             if self.budgets is not None:
-                config = dataclasses.replace(
-                    config, meter=self.budgets.reopen(agent_id, state.owner)
+                before = (state.subtree_tokens, state.subtree_tool_uses)
+                meter = self.budgets.reopen(
+                    agent_id, state.owner, Budget(tokens=definition.tokens), before
                 )
+                config = dataclasses.replace(config, meter=meter)
             run = AgentRun(self.runtime, agent_id, config, messages=messages)
             self.runs[agent_id] = run
         elif self.budgets is not None:

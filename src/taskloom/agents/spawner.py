@@ -445,6 +445,8 @@ class Spawner:
         unwatch = watch_agent(self.runtime, agent_id, run.engine, self.settings, self._stop_saying)
 
         def ended(_: object) -> None:
+            if run.driver is not driver:
+                return  # resumed since: the new run's end is the one to tell
             self.budgets.close(agent_id)
             if unwatch is not None:
                 unwatch()
@@ -499,11 +501,10 @@ class Spawner:
         thread is told (``on_session_spent``) to end its run.
         """
         if agent_id == self.runtime.session_id:
-            live = [
-                s.id
-                for s in self.runtime.list(types=[TaskType.LOCAL_AGENT])
-                if not s.terminal and s.owner == agent_id
-            ]
+            # Every agent: the session's, its teammates' and theirs (a stopped owner's
+            # agents are stopped with it; stopping one twice is harmless).
+            kinds = [TaskType.LOCAL_AGENT, TaskType.IN_PROCESS_TEAMMATE]
+            live = [s.id for s in self.runtime.list(types=kinds) if not s.terminal]
             if self.on_session_spent is not None:
                 self.on_session_spent(why)
             await asyncio.gather(*(self._stop_saying(a, why) for a in live))

@@ -389,11 +389,15 @@ async def run_turn(
         subtype = "error_max_turns"
     elif (spent_on := harness.agents.spawner.budgets.spent(runtime.session_id)) is not None:
         kind = harness.agents.spawner.budgets.spent_kind(runtime.session_id) or "token"
-        if kind == "cost" and budget_usd is not None:  # --max-budget-usd, as it always said
+        if kind == "cost":  # --max-budget-usd (or sessionBudget.usd), as it always said
             subtype = "error_max_budget_usd"
             spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0
-            error = f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"
-        else:  # token, tool_call, wall_time (cost: the setting sessionBudget's usd)
+            error = (
+                f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"
+                if budget_usd is not None
+                else f"Error: {spent_on}"
+            )
+        else:  # token, tool_call, wall_time
             subtype = f"error_max_budget_{kind.replace('-', '_')}"
             error = f"Error: {spent_on}"
         harness.session.recorder.repair()

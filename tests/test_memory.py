@@ -69,3 +69,16 @@ def test_a_memory_s_scopes_are_claude_code_s_places_and_a_long_index_is_cut(
     assert again is not None
     assert f"line {MAX_LINES - 1}\n" in again.text and f"line {MAX_LINES}\n" not in again.text
     assert f"[more in {memory.index}]" in again.text
+
+
+def test_a_memory_agent_s_policy_follows_the_session_s_mode(tmp_path: Path) -> None:
+    from taskloom.permissions import PermissionPolicy
+
+    session = PermissionPolicy.from_settings({}, mode="acceptEdits", project_root=tmp_path)
+    agent = session.with_directories([tmp_path / "memory"])
+    assert agent.additional_directories[-1] == tmp_path / "memory"
+    session.switch_mode("plan")  # the user switches the session's mode
+    assert str(agent.mode) == "plan"
+    own = session.with_mode("default")  # a definition's own mode stays its own
+    session.switch_mode("acceptEdits")
+    assert str(agent.mode) == "acceptEdits" and str(own.mode) == "default"

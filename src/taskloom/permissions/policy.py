@@ -75,7 +75,9 @@ class PermissionPolicy:
         *,
         additional_directories: Iterable[Path] = (),
     ) -> None:
-        self.mode = parse_mode(str(mode), "the permission policy")
+        # A one-item list: the copies with_directories makes share it (a mode switched on
+        # the session's policy reaches them), with_mode's do not (their mode is their own).
+        self._mode = [parse_mode(str(mode), "the permission policy")]
         self.project_root = Path(project_root)
         self.additional_directories = tuple(Path(d) for d in additional_directories)
         # Shared by the copies with_mode makes (a subagent's, a teammate's): a rule the user
@@ -84,6 +86,11 @@ class PermissionPolicy:
         self._by_behavior: dict[Behavior, list[Rule]] = {"allow": [], "deny": [], "ask": []}
         for rule in rules:
             self.add_rule(rule)
+
+    @property
+    def mode(self) -> PermissionMode:
+        """The permission mode (shared with the copies :meth:`with_directories` made)."""
+        return self._mode[0]
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -101,7 +108,7 @@ class PermissionPolicy:
         Raises:
             UsageError: Not a permission mode.
         """
-        self.mode = parse_mode(str(mode), "the permission mode")
+        self._mode[0] = parse_mode(str(mode), "the permission mode")
 
     def with_mode(self, mode: PermissionMode | str) -> PermissionPolicy:
         """The same rules, shared, under another mode (a subagent's ``permissionMode``)."""
@@ -114,7 +121,8 @@ class PermissionPolicy:
     def with_directories(self, directories: Iterable[Path]) -> PermissionPolicy:
         """The same rules and mode, shared, with more working directories.
 
-        An agent's memory directory is one: acceptEdits allows its edits there.
+        An agent's memory directory is one: acceptEdits allows its edits there. A mode
+        switched on this policy (or on the copy) holds for both.
         """
         copy = PermissionPolicy(
             self.mode,
@@ -122,7 +130,7 @@ class PermissionPolicy:
             self.project_root,
             additional_directories=(*self.additional_directories, *directories),
         )
-        copy._rules, copy._by_behavior = self._rules, self._by_behavior
+        copy._rules, copy._by_behavior, copy._mode = self._rules, self._by_behavior, self._mode
         return copy
 
     @classmethod

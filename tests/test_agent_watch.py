@@ -64,3 +64,29 @@ def test_the_agent_watchdog_is_off_unless_set_and_reads_the_shell_watchdog_s_sha
     assert agent_watch_settings(
         {"watchdog": {"agents": {"notifyAfterMs": 5000, "stopAfterMs": 1000, "checkEveryMs": True}}}
     ) == (5.0, 5.0, 5.0)
+
+
+async def test_a_parent_waiting_on_a_working_child_is_not_stalled(tmp_path: Path) -> None:
+    async def respond(request: ModelRequest) -> Turn | str:
+        first = str(request.messages[0].content)
+        turns = sum(1 for m in request.messages if m.role == "assistant")
+        if "parent job" in first:
+            if turns == 0:  # the child, in the foreground: the parent waits on it
+                return Turn(tool_calls=(ToolCall("Agent", {"description": "child",
+                                                           "prompt": "child job"}),))  # fmt: skip
+            return "parent done"
+        if turns < 12:  # the child works on, a step every 0.25 s, for about 3 s
+            return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 0.25"}),))
+        return "child done"
+
+    watch = {"agents": {"notifyAfterMs": 1500, "stopAfterMs": 2000, "checkEveryMs": 100}}
+    settings = json.dumps({"watchdog": watch, "allowNestedAgents": True})
+    async with harness(tmp_path, FunctionModel(respond), settings=settings) as h:
+        launched = await h.agents.spawn(
+            SpawnRequest(description="parent", prompt="parent job", run_in_background=True),
+            main_context(h),
+        )
+        state = await h.runtime.wait(launched.agent_id, timeout=30)
+        notes = h.runtime.notifications.pending(h.session_id)
+    assert state.status == TaskStatus.COMPLETED, getattr(state, "stopped_reason", None)
+    assert [n for n in notes if n.kind == "stall"] == []

@@ -442,7 +442,14 @@ class Spawner:
     def _watch(self, run: AgentRun, driver: asyncio.Task[None]) -> None:
         """Watch its progress (if the settings say), until it ends; its budgets end then."""
         agent_id = run.agent_id
-        unwatch = watch_agent(self.runtime, agent_id, run.engine, self.settings, self._stop_saying)
+        unwatch = watch_agent(
+            self.runtime,
+            agent_id,
+            run.engine,
+            self.settings,
+            self._stop_saying,
+            below=lambda: self._progress_below(agent_id),
+        )
 
         def ended(_: object) -> None:
             if run.driver is not driver:
@@ -482,6 +489,19 @@ class Spawner:
             is_fork=False,
             is_async=is_async,
         )
+
+    def _progress_below(self, agent_id: str) -> int:
+        """The progress of the live agents ``agent_id`` started, and theirs."""
+        live = [s for s in self.runtime.list(types=[TaskType.LOCAL_AGENT]) if not s.terminal]
+        total, owners = 0, {agent_id}
+        while True:  # the live ones only (what is in memory): this runs on each check
+            found = [s for s in live if s.owner in owners and s.id not in owners]
+            if not found:
+                return total
+            for state in found:
+                owners.add(state.id)
+                run = self.runs.get(state.id)
+                total += run.engine.progress if run is not None else 0
 
     def _spent(self, agent_id: str, tokens: int, tool_calls: int) -> None:
         """An agent's subtree totals grew: its state shows them (live usage)."""

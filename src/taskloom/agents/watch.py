@@ -53,10 +53,12 @@ def watch_agent(
     engine: Engine,
     settings: Mapping[str, Any],
     stop: Callable[[str, str], Coroutine[Any, Any, object]],
+    below: Callable[[], int] = lambda: 0,
 ) -> Callable[[], None] | None:
     """Watch ``agent_id`` as ``settings`` say; the function that stops watching (None: off).
 
-    ``stop(agent_id, why)`` stops it.
+    ``stop(agent_id, why)`` stops it; ``below()`` is the progress of the agents it started
+    (one waiting on a working child is not stalled).
     """
     chosen = agent_watch_settings(settings)
     if chosen is None:
@@ -93,7 +95,7 @@ def watch_agent(
 
     watch = Watch(
         task_id=agent_id,
-        probe=lambda: engine.progress,
+        probe=lambda: engine.progress + below(),
         stall_after=notify_after,
         check_every=check_every,
         on_stall=tell if stop_after != notify_after else None,

@@ -369,9 +369,15 @@ async def test_a_budget_used_to_its_end_lets_nothing_more_start_and_a_reopened_o
     budgets = Budgets("s", stop)
     meter = budgets.open("a1", "s", Budget(tool_calls=2))
     assert meter.admit_tool_call() is None and meter.admit_tool_call() is None
-    # Its last call ran; nothing is spent yet, but nothing more may start under it.
-    assert budgets.spent("a1") is None
-    assert budgets.exhausted("a1") == "the tool-call budget of a1 ran out (2 of 2 tool calls)"
+    # Its last call ran (it may be a spawn: that one starts); the next one is refused, and
+    # from then on nothing starts under it.
+    assert budgets.spent("a1") is None and budgets.exhausted("a1") is None
+    refused = meter.admit_tool_call()
+    assert refused == "the tool-call budget of a1 ran out (2 of 2 tool calls)"
+    assert budgets.exhausted("a1") == refused
+    budgets.open("a2", "s", Budget(seconds=0.01))
+    await asyncio.sleep(0.05)  # its time is up (the budget's own clock, not a synchronisation)
+    assert "the wall-time budget of a2" in (budgets.exhausted("a2") or "")
     assert budgets.exhausted("a-teammate@crew") is None  # one not counted: under the session
     # An agent of an earlier process comes back with what it had spent then.
     budgets.reopen("a9", "s", Budget(tokens=1000), (900, 3))

@@ -164,7 +164,7 @@ class Budgets:
         if node is None:
             meter = self.open(agent_id, parent, budget or Budget())
             self._nodes[agent_id].tokens, self._nodes[agent_id].tool_calls = spent
-            return meter
+            return meter  # whether that is all of it is for exhausted() to say
         if not node.running:
             node.running = True
             self._time(node)  # its clock goes on from its start
@@ -197,8 +197,11 @@ class Budgets:
             if node.spent is not None:
                 return node.spent
             if node.budget:
-                share, _, what = self._share(node)
-                if share >= 1.0:  # all of it used (its last call, its time): nothing more
+                share, kind, what = self._share(node)
+                # All of it used (its time, its tokens): nothing more. A tool-call budget at
+                # its end has just let its last call run (that may be this very spawn); the
+                # calls after it are refused one by one.
+                if share >= 1.0 and kind != "tool-call":
                     return what
             node = node.parent
         return None

@@ -369,13 +369,19 @@ class Messenger:
         return self.builder.definition(agent_type)
 
     async def _resume(self, agent_id: str, state: AgentTaskState) -> None:
+        run = self.runs.get(agent_id)
+        if run is None and self.budgets is not None:  # of an earlier process: as it was then
+            definition = self._definition(state.agent_type)
+            before = (state.subtree_tokens, state.subtree_tool_uses)
+            self.budgets.reopen(agent_id, state.owner, Budget(tokens=definition.tokens), before)
         spent = self.budgets.exhausted(agent_id) if self.budgets is not None else None
         if spent is not None:  # before anything is made for it (a fresh worktree)
+            if self.budgets is not None:
+                self.budgets.close(agent_id)
             raise ToolError(
                 f"Agent {agent_id} cannot go on: {spent}. Start a new agent (with a budget of "
                 "its own) for what is left."
             )
-        run = self.runs.get(agent_id)
         if run is not None and run.driver is not None and not run.driver.done():
             # Still cleaning up after its last run (killing its shells): let that finish first,
             # or it would close the files and the owner of the new run.
@@ -407,11 +413,7 @@ class Messenger:
                 agent_id, definition, description=state.description, cwd=self.cwd, is_async=True
             )
             if self.budgets is not None:
-                before = (state.subtree_tokens, state.subtree_tool_uses)
-                meter = self.budgets.reopen(
-                    agent_id, state.owner, Budget(tokens=definition.tokens), before
-                )
-                config = dataclasses.replace(config, meter=meter)
+                config = dataclasses.replace(config, meter=self.budgets.reopen(agent_id, ""))
             run = AgentRun(self.runtime, agent_id, config, messages=messages)
             self.runs[agent_id] = run
         elif self.budgets is not None:

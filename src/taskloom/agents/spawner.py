@@ -452,8 +452,9 @@ class Spawner:
         )
 
         def ended(_: object) -> None:
-            if run.driver is not driver:
-                return  # resumed since: the new run's end is the one to tell
+            current = self.runs.get(agent_id)
+            if current is not None and current.driver is not driver:
+                return  # resumed since (maybe moved to a new run): that end is the one to tell
             self.budgets.close(agent_id)
             if unwatch is not None:
                 unwatch()
@@ -527,7 +528,7 @@ class Spawner:
             live = [s.id for s in self.runtime.list(types=kinds) if not s.terminal]
             if self.on_session_spent is not None:
                 self.on_session_spent(why)
-            await asyncio.gather(*(self._stop_saying(a, why) for a in live))
+            await asyncio.gather(*(self._stop_saying(a, why) for a in live), return_exceptions=True)
             return
         run = self.runs.get(agent_id)
         if run is not None and _finishing(run):

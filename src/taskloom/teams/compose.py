@@ -74,9 +74,9 @@ def _config_maker(
         mine = {t.name for t in own}
         offered = [*own, *(t for t in tools() if t.name not in TEAMMATE_DENIED | mine)]
         permissions = config.permissions
-        if permissions is not None and permissions is builder.policy:
-            # Its own policy object (same rules and mode): a plan approved for it, or a mode
-            # the lead switches to, must not change the other's.
+        if permissions is not None:
+            # Its own policy object (same rules, mode and directories): a plan approved for
+            # it, or a mode the lead switches to, must not change the other's.
             permissions = permissions.with_mode(str(permissions.mode))
         return dataclasses.replace(
             config,

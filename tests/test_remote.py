@@ -100,7 +100,12 @@ def _repo(tmp_path: Path) -> Path:
 
 
 def _run(
-    tmp_path: Path, script: Any, *, env: dict[str, str] | None = None, timeout: float = 90
+    tmp_path: Path,
+    script: Any,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 90,
+    settings: str | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], FakeAnthropicServer]:
     repo = _repo(tmp_path)
     with FakeAnthropicServer(responder=script) as server:
@@ -108,7 +113,7 @@ def _run(
         run_env["TASKLOOM_HOME"] = str(tmp_path / "home")
         run_env.pop("RAY_ADDRESS", None)
         run_env.update(env or {})
-        settings = json.dumps({"remote": {"localCpus": 2}})
+        settings = settings or json.dumps({"remote": {"localCpus": 2}})
         proc = subprocess.run(
             [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
              "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
@@ -337,3 +342,34 @@ def test_an_address_that_answers_but_is_no_ray_is_a_tool_error_in_bounded_time(
     shown = json.dumps(events_of(proc.stdout))
     assert f"Ray at 127.0.0.1:{port} did not answer within 10 s" in shown, shown[-2000:]
     assert "e" not in script.agent_requests
+
+
+class Budgeted(Remote):
+    """One remote agent with a token budget works on and on (1000 tokens a response)."""
+
+    def __init__(self) -> None:
+        super().__init__({"t": "echo step"})
+
+    def _lead(self, body: dict[str, Any]) -> Turn:
+        if not _calls(body):
+            spawn = {"description": "remote t", "prompt": "job t: run it", "isolation": "remote",
+                     "run_in_background": True, "max_tokens_budget": 2500}  # fmt: skip
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        if "<task-notification>" in _user_text(body):
+            return Turn(text=FINAL)
+        return Turn(text="Waiting.")
+
+    def _agent(self, job: str, body: dict[str, Any]) -> Turn:
+        step = ToolCall("Bash", {"command": "echo step"})
+        return Turn(tool_calls=(step,), input_tokens=990, output_tokens=10)
+
+
+def test_a_remote_agent_s_token_budget_stops_it(tmp_path: Path) -> None:
+    script = Budgeted()
+    settings = json.dumps({"remote": {"localCpus": 2}, "agentBudgets": True})
+    proc, _ = _run(tmp_path, script, settings=settings)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = _notifications(script)
+    assert "<status>killed</status>" in seen, seen
+    assert "was stopped: the token budget of r" in seen and "of 2,500 tokens" in seen, seen
+    assert len(script.agent_requests["t"]) <= 5  # stopped soon after it ran out, not later

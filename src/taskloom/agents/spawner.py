@@ -379,9 +379,18 @@ class Spawner:
             settings=settings_json(self.settings),
             name=request.name,
         )
+        budget = request.budget(definition)
         agent_id, connected = await self.remote.spawn(
-            spec, owner=ctx.owner, tool_use_id=ctx.tool_use_id, cwd=ctx.cwd, background=background
+            spec,
+            owner=ctx.owner,
+            tool_use_id=ctx.tool_use_id,
+            cwd=ctx.cwd,
+            background=background,
+            meter_for=lambda task_id: self.budgets.open(task_id, ctx.owner, budget),
         )
+        driver = self.remote.runs[agent_id].driver
+        if driver is not None:
+            driver.add_done_callback(lambda _: self.budgets.close(agent_id))
         launched = self._launched(agent_id, definition.agent_type, request)
         if connected.started_locally and len(self.remote.runs) == 1:
             launched.extra["cluster"] = (
@@ -537,7 +546,7 @@ class Spawner:
             agent_id,
             lambda s: (
                 s.replace(stopped_reason=why)
-                if isinstance(s, AgentTaskState) and not s.terminal
+                if hasattr(s, "stopped_reason") and not s.terminal
                 else s
             ),
         )

@@ -168,6 +168,7 @@ async def _run_agent(spec: dict[str, Any]) -> int:
                 "total_tokens": result.total_tokens,
                 "tool_uses": result.total_tool_uses,
                 "duration_ms": result.duration_ms,
+                "usage_by_model": out.usage,
             }
         )
         return 0

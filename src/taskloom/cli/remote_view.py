@@ -30,9 +30,24 @@ class ProgressOut:
         self.partial_messages = False
         #: The worker's runtime, once its session started (usage is read from it).
         self.runtime: TaskRuntime | None = None
+        #: Every response's usage so far, by model (its agents' too): for the parent's
+        #: budgets, which count cumulative tokens and cost.
+        self.usage: dict[str, dict[str, int]] = {}
 
     def model_event(self, agent_id: str | None, event: ModelRequest | StreamEvent) -> None:
-        """Not shown: the messages are."""
+        """Counts each response's usage (the messages are shown, not the stream)."""
+        from taskloom.models.base import MessageComplete
+
+        if isinstance(event, MessageComplete) and event.message.usage is not None:
+            u = event.message.usage
+            row = self.usage.setdefault(event.message.model or "unknown", {})
+            for key, value in (
+                ("input_tokens", u.input_tokens),
+                ("output_tokens", u.output_tokens),
+                ("cache_read_input_tokens", u.cache_read_input_tokens),
+                ("cache_creation_input_tokens", u.cache_creation_input_tokens),
+            ):
+                row[key] = row.get(key, 0) + value
 
     def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
         """A message of an agent's conversation: its lines, and the agent's usage so far."""
@@ -48,6 +63,7 @@ class ProgressOut:
             value = getattr(state, key, None)
             if isinstance(value, int):
                 progress[key] = value
+        progress["usage_by_model"] = {m: dict(u) for m, u in self.usage.items()}
         self.emit(progress)
 
     def hook_started(self, hook_id: str, event: str, name: str) -> None:

@@ -18,10 +18,11 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from taskloom.events import Meter
 from taskloom.remote.cluster import Cluster, ClusterError
 from taskloom.remote.snapshot import Snapshot, SnapshotError, Snapshots, bring_back
 from taskloom.remote.spec import RemoteSpec, carried_env
@@ -59,6 +60,8 @@ class RemoteRun:
         actor_name: str | None = None,
         resumed: RemoteAgentTaskState | None = None,
         cluster: Cluster | None = None,
+        meter: Meter | None = None,
+        prices: Mapping[str, Any] | None = None,
     ) -> None:
         """Drive the remote agent of task ``task_id`` (registered by the caller).
 
@@ -67,7 +70,8 @@ class RemoteRun:
         rather than all slowly (on a local Ray, their processes share this machine's CPUs).
         ``actor_name``: its actor is detached under that name (exit policy ``detach``).
         ``resumed``: the state an earlier process of the session left: its actor is followed
-        on from there, on ``cluster``, instead of being started.
+        on from there, on ``cluster``, instead of being started. ``meter``: what it spends is
+        counted there (its budgets), priced by ``prices`` (the setting ``modelPrices``).
         """
         self.snapshots = snapshots or Snapshots()
         self.starting = starting or asyncio.Semaphore(1)
@@ -79,6 +83,11 @@ class RemoteRun:
         self.actor_name = actor_name
         self.resumed = resumed
         self.cluster = cluster
+        self.meter = meter
+        self.prices = dict(prices) if isinstance(prices, Mapping) else None
+        #: What has been counted so far: tokens, tool calls, dollars (the worker's figures are
+        #: cumulative; the meter is told what they grew by).
+        self._counted: tuple[int, int, float] = (0, 0, 0.0)
         self.branch = f"taskloom/remote-{task_id[1:9]}"
         self.driver: asyncio.Task[None] | None = None
         self._actor: Any = None
@@ -350,6 +359,7 @@ class RemoteRun:
             }
             activities = [line.removeprefix("→ ") for line in lines if line.startswith("→ ")]
             self._note(activities, totals)
+            self._count(event)
         elif kind == "result":
             self._result = result = str(event.get("content") or "")
             totals = {
@@ -357,6 +367,7 @@ class RemoteRun:
                 for k in ("total_tokens", "tool_uses")
                 if isinstance(event.get(k), int)
             }
+            self._count(event)
             # Its final usage (progress lags one message), and its answer kept: a session
             # that lets go of it before its end has it on resume.
             self._update(lambda s: progressed(s, [], totals).replace(result=result))
@@ -367,6 +378,32 @@ class RemoteRun:
             await self._changes(event)
         else:
             self._update(lambda s: s)
+
+    def _count(self, event: dict[str, Any]) -> None:
+        """Tell its meter what it spent since the last event (tokens, tool calls, cost)."""
+        by_model = event.get("usage_by_model")
+        if self.meter is None or not isinstance(by_model, dict):
+            return
+        from taskloom.messages import Usage
+        from taskloom.models.pricing import price_for
+
+        tokens, usd = 0, 0.0
+        names = set(Usage.model_fields)
+        for model, raw in by_model.items():
+            if not isinstance(raw, dict):
+                continue
+            usage = Usage(**{k: int(v) for k, v in raw.items() if k in names})
+            tokens += usage.context_tokens + usage.output_tokens
+            price = price_for(str(model), self.prices)
+            usd += price.cost(usage) if price is not None else 0.0
+        calls = int(event.get("tool_uses") or 0)
+        was_tokens, was_calls, was_usd = self._counted
+        self._counted = (max(tokens, was_tokens), max(calls, was_calls), max(usd, was_usd))
+        grown = (tokens - was_tokens, calls - was_calls, usd - was_usd)
+        if any(g > 0 for g in grown):
+            self.meter.charge(
+                tokens=max(0, grown[0]), tool_calls=max(0, grown[1]), usd=max(0.0, grown[2])
+            )
 
     def _update(self, fn: Callable[[RemoteAgentTaskState], RemoteAgentTaskState]) -> None:
         """Apply ``fn`` to its state; a detached one's also records the events it has."""

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from taskloom.errors import ToolError
+from taskloom.events import Meter
 from taskloom.remote.cluster import Cluster, ClusterError, Connected
 from taskloom.remote.run import RemoteRun
 from taskloom.remote.snapshot import Snapshots
@@ -48,6 +49,8 @@ class RemoteAgents:
         remote = remote if isinstance(remote, dict) else {}
         self._max_starting = remote.get("maxStarting")
         self.exit_policy = remote.get("exitPolicy", "cancel")
+        prices = settings.get("modelPrices")
+        self._prices = prices if isinstance(prices, Mapping) else None
         #: Agents starting at once (made once the cluster is known: see _starting).
         self.starting: asyncio.Semaphore | None = None
 
@@ -59,6 +62,7 @@ class RemoteAgents:
         tool_use_id: str | None,
         cwd: Path,
         background: bool = True,
+        meter_for: Callable[[str], Meter] | None = None,
     ) -> tuple[str, Connected]:
         """Start a remote agent; its task id, and how the cluster was reached.
 
@@ -112,6 +116,8 @@ class RemoteAgents:
             self.snapshots,
             self.starting,
             actor_name=actor,
+            meter=meter_for(task_id) if meter_for is not None else None,
+            prices=self._prices,
         )
         self._follow(run)
         return task_id, connected

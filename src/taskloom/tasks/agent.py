@@ -81,7 +81,7 @@ class AgentKind(TaskKind):
     def summary(self, state: TaskState) -> str:
         """Its end in a line; a stopped agent's says where its kept work is."""
         line = super().summary(state)
-        why = state.stopped_reason if isinstance(state, AgentTaskState) else None
+        why = getattr(state, "stopped_reason", None)  # a local or remote agent's
         if state.status == TaskStatus.KILLED and why:
             line += f": {why}"  # a budget that ran out, with its figures
         if (

@@ -44,6 +44,7 @@ class RemoteAgentTaskState(TaskState):
         repo: The repository its snapshot was taken of.
         snapshot_commit: The commit it started from (its changes come back on top of it).
         snapshot_ref: The ref keeping that commit until its changes are back.
+        stopped_reason: Why it was stopped, when not by TaskStop (a budget that ran out).
     """
 
     TYPE: ClassVar[TaskType] = TaskType.REMOTE_AGENT
@@ -68,6 +69,7 @@ class RemoteAgentTaskState(TaskState):
     repo: str | None = None
     snapshot_commit: str | None = None
     snapshot_ref: str | None = None
+    stopped_reason: str | None = None
 
 
 class RemoteAgentKind(AgentKind):

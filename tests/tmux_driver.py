@@ -48,6 +48,8 @@ SOCKET_NAME = "tmux.sock"
 
 #: How often the ``wait_*`` methods look at the screen.
 POLL_INTERVAL = 0.025
+#: How long a dead pane's screen may still change (its last output being drawn).
+DEAD_SETTLE_S = 1.0
 
 #: Bound on one tmux client call; the server answers in milliseconds when it is healthy.
 COMMAND_TIMEOUT = 10.0
@@ -606,14 +608,19 @@ class Pane:
 
     def _wait(self, want_match: bool, pattern: Pattern, timeout: float, history: bool) -> str:
         deadline = time.monotonic() + timeout
+        dead_since: float | None = None
         while True:
             dead, status, screen = self._look(history)
             if _matches(pattern, screen) == want_match:
                 return screen
             if dead:
-                # The screen of a dead pane never changes again: fail now, not at the timeout.
-                reason = f"the program exited (status {status}) with"
-                break
+                # tmux may mark the pane dead before it has drawn the program's last output
+                # (seen under load); past a short settling time the screen of a dead pane
+                # never changes again: fail then, not at the timeout.
+                dead_since = dead_since if dead_since is not None else time.monotonic()
+                if time.monotonic() - dead_since >= DEAD_SETTLE_S:
+                    reason = f"the program exited (status {status}) with"
+                    break
             if time.monotonic() >= deadline:
                 reason = f"timed out after {timeout}s with"
                 break

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import harness, main_context, wait_until
+from fake_servers import FakeAnthropicServer
+from helpers import clean_env, harness, main_context, wait_until
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.service import SpawnRequest
 from taskloom.messages import TextBlock
 from taskloom.models.base import ModelRequest
 from taskloom.models.scripted import FunctionModel, ToolCall, Turn
 from taskloom.tasks.notifications import render_terminal
-from taskloom.tasks.types import AgentTaskState, TaskStatus
+from taskloom.tasks.types import AgentTaskState, TaskState, TaskStatus
 
 NOTE = "Wrap up now"
 
@@ -158,17 +162,20 @@ async def test_a_wall_time_budget_stops_an_agent_that_runs_on(tmp_path: Path) ->
     def respond(request: ModelRequest) -> Turn:
         return Turn(tool_calls=(ToolCall("Bash", {"command": "sleep 0.2"}),))
 
+    _, state = await _alone(tmp_path, respond, max_seconds=1.0)
+    assert state.status == TaskStatus.KILLED
+    assert isinstance(state, AgentTaskState) and state.stopped_reason is not None
+    assert "wall-time budget" in state.stopped_reason
+
+
+async def _alone(tmp_path: Path, respond: Any, **budget: Any) -> tuple[str, TaskState]:
+    """One background agent answered by ``respond``, under ``budget``: its id and its end."""
     async with harness(tmp_path, FunctionModel(respond)) as h:
         launched = await h.agents.spawn(
-            SpawnRequest(description="slow", prompt="slow", run_in_background=True,
-                         max_seconds=1.0),
+            SpawnRequest(description="alone", prompt="alone", run_in_background=True, **budget),
             main_context(h),
-        )  # fmt: skip
-        state = await h.runtime.wait(launched.agent_id, timeout=20)
-        assert state.status == TaskStatus.KILLED
-        assert isinstance(state, AgentTaskState) and state.stopped_reason is not None
-        assert "wall-time budget" in state.stopped_reason
-    await asyncio.sleep(0)
+        )
+        return launched.agent_id, await h.runtime.wait(launched.agent_id, timeout=20)
 
 
 class Session:
@@ -220,26 +227,27 @@ def _wire_texts(message: dict[str, Any]) -> list[str]:
     return out
 
 
-def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run(
-    tmp_path: Path,
-) -> None:
-    import json
-    import subprocess
-    import sys
-
-    from fake_servers import FakeAnthropicServer
-    from helpers import clean_env
-
-    script = Session()
+def _fan_out(
+    tmp_path: Path, script: Session, *flags: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """``taskloom -p "Fan out."`` against ``script`` with ``flags``; the run and its env."""
     with FakeAnthropicServer(responder=script) as server:
         env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test")
         env["TASKLOOM_HOME"] = str(tmp_path / "home")
         proc = subprocess.run(
             [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
              "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
-             "--dangerously-skip-permissions", "--max-budget-tokens", "3000"],
+             "--dangerously-skip-permissions", *flags],
             capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env,
         )  # fmt: skip
+    return proc, env
+
+
+def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run(
+    tmp_path: Path,
+) -> None:
+    script = Session()
+    proc, env = _fan_out(tmp_path, script, "--max-budget-tokens", "3000")
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["subtype"] == "error_max_budget_token" and result["is_error"], result
@@ -315,42 +323,19 @@ async def test_a_tool_call_budget_runs_the_last_call_allowed_and_refuses_the_nex
         n = sum(1 for m in request.messages if m.role == "assistant")
         return Turn(tool_calls=(ToolCall("Bash", {"command": f"touch {marks}/{n}"}),))
 
-    async with harness(tmp_path, FunctionModel(respond)) as h:
-        launched = await h.agents.spawn(
-            SpawnRequest(description="busy", prompt="busy", run_in_background=True,
-                         max_tool_calls=2),
-            main_context(h),
-        )  # fmt: skip
-        state = await h.runtime.wait(launched.agent_id, timeout=20)
+    agent_id, state = await _alone(tmp_path, respond, max_tool_calls=2)
     assert state.status == TaskStatus.KILLED
     assert isinstance(state, AgentTaskState)
-    assert state.stopped_reason == (
-        f"the tool-call budget of {launched.agent_id} ran out (2 of 2 tool calls)"
-    )
+    assert state.stopped_reason == f"the tool-call budget of {agent_id} ran out (2 of 2 tool calls)"
     assert sorted(p.name for p in marks.iterdir()) == ["0", "1"]  # two ran, whole; not a third
 
 
 def test_max_budget_usd_stops_the_session_s_agents_too(tmp_path: Path) -> None:
-    import json
-    import subprocess
-    import sys
-
-    from fake_servers import FakeAnthropicServer
-    from helpers import clean_env
-
     # A price of 100 dollars per million tokens: each 100-token response costs a cent.
     prices = {"modelPrices": {"claude-sonnet-4-5": {"input": 100, "output": 100}}}
-    script = Session()
-    with FakeAnthropicServer(responder=script) as server:
-        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test")
-        env["TASKLOOM_HOME"] = str(tmp_path / "home")
-        proc = subprocess.run(
-            [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
-             "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
-             "--dangerously-skip-permissions", "--max-budget-usd", "0.3",
-             "--settings", json.dumps(prices)],
-            capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env,
-        )  # fmt: skip
+    proc, _ = _fan_out(
+        tmp_path, Session(), "--max-budget-usd", "0.3", "--settings", json.dumps(prices)
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["subtype"] == "error_max_budget_usd", result

@@ -371,3 +371,37 @@ async def test_a_budget_used_to_its_end_lets_nothing_more_start_and_a_reopened_o
     budgets.charge("a9", 50, 0)
     assert budgets.used("a9") == (950, 3) and "95% used" in (budgets.reminder("a9") or "")
     await budgets.aclose()
+
+
+async def test_a_teammate_s_spending_counts_for_the_session_and_its_stop_says_why(
+    tmp_path: Path,
+) -> None:
+    from taskloom.tasks.kinds import kind_of
+    from taskloom.tasks.teammate import TeammateTaskState
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if not request.metadata.get("teammate"):
+            return "lead"
+        work = ToolCall("Bash", {"command": "sleep 0.05"})
+        return Turn(tool_calls=(work,), usage={"input_tokens": 400, "output_tokens": 100})
+
+    async with harness(tmp_path, FunctionModel(respond), teams=True, max_budget_tokens=2000) as h:
+        tool = next(t for t in h.tools if t.name == "Agent")
+        params = tool.validate({"description": "w", "prompt": "p", "name": "fay"})
+        spawned = await tool.call(params, main_context(h))
+        assert "agent_id: fay@" in spawned.content, spawned.content
+
+        def mate() -> TeammateTaskState:
+            (state,) = [s for s in h.runtime.list() if isinstance(s, TeammateTaskState)]
+            return state
+
+        await wait_until(lambda: mate().terminal, timeout=30, what="the teammate's stop")
+        state = mate()
+        assert state.status == TaskStatus.KILLED
+        assert state.stopped_reason is not None
+        assert "the token budget of the session ran out" in state.stopped_reason
+        assert "of 2,000 tokens" in state.stopped_reason
+        assert state.stopped_reason in kind_of(state).summary(state)
+        # Its spending was the session's: the main thread's run is ended too.
+        assert h.session.engine.halted
+        assert all(s.terminal for s in h.runtime.list())

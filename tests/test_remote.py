@@ -144,6 +144,17 @@ def test_two_remote_agents_run_their_commands_on_copies_and_answer(tmp_path: Pat
         out = (tmp_path / "home").rglob(f"tasks/{task_id}.output")
         shown = next(out).read_text()
         assert "→ Running: echo out-" in shown, shown  # as a local agent's output shows it
+    # The result counts what each spent on the cluster, and its cost is in the session's.
+    result = events[-1]
+    usage = result["agentUsage"]
+    for task_id in set(ids):
+        entry = usage[task_id]
+        assert entry["status"] == "completed" and entry["agentType"] == "general-purpose", entry
+        assert entry["inputTokens"] > 0 and entry["costUSD"] > 0, entry
+    assert sum(e["costUSD"] for e in usage.values()) == pytest.approx(result["total_cost_usd"])
+    assert result["total_cost_usd"] > usage["main"]["costUSD"] > 0
+    model_in = sum(m["inputTokens"] for m in result["modelUsage"].values())
+    assert sum(e["inputTokens"] for e in usage.values()) == model_in
     # The model's credentials reached the workers, in their environment only.
     assert {r.headers.get("x-api-key") for r in server.requests} == {"sk-remote-test"}
     assert "sk-remote-test" not in proc.stdout and "sk-remote-test" not in proc.stderr

@@ -519,6 +519,11 @@ def test_leaving_while_a_foreground_command_runs_stops_it_and_exits_0(
         pane.send_keys("C-c")
         pane.wait_for("Ctrl+C again to exit")
         pane.send_keys("C-c")
-    assert pane.wait_exit(20) == 0
+    try:
+        status = pane.wait_exit(20)
+    except AssertionError as exc:  # seen once in CI: say what was still running
+        left = [" ".join(p.info["cmdline"] or []) for p in run_processes()]
+        raise AssertionError(f"{exc}\nstill running: {left}") from None
+    assert status == 0
     assert "never shown" not in pane.history()
     assert not run_processes(lambda p: p.pid != tmux.pid)

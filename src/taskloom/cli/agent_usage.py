@@ -1,6 +1,7 @@
 """The ``agentUsage`` of a result: each agent's tokens and cost, and its subtree's.
 
-Keyed by agent id, ``main`` for the session's main thread. Each entry has the agent's own
+Keyed by agent id, ``main`` for the session's main thread; a remote agent's figures are
+what its worker reported. Each entry has the agent's own
 tokens (``inputTokens``, ``outputTokens``, ``cacheReadInputTokens``,
 ``cacheCreationInputTokens``) and ``costUSD``, summed over every model it used; an agent also
 has its ``agentType``, ``description``, ``status``, ``toolUses``, ``durationMs`` and
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from taskloom.models.pricing import UsageLedger
+from taskloom.tasks.remote import RemoteAgentTaskState
 from taskloom.tasks.types import AgentTaskState, TaskState
 
 MAIN = "main"
@@ -28,7 +30,9 @@ def agent_usage(
     prices: Mapping[str, Any] | None,
 ) -> dict[str, dict[str, Any]]:
     """Each agent's figures (see the module docstring), from its ledger and its task."""
-    agents = {s.id: s for s in states if isinstance(s, AgentTaskState)}
+    agents: dict[str, AgentTaskState | RemoteAgentTaskState] = {
+        s.id: s for s in states if isinstance(s, (AgentTaskState, RemoteAgentTaskState))
+    }
     out: dict[str, dict[str, Any]] = {}
     for key, ledger in ledgers.items():
         ledger.overrides = dict(prices or {})

@@ -37,6 +37,7 @@ from taskloom.tasks._subscription import Subscription
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import summarize
 from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import TaskType
 from taskloom.untrusted import clean_text
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
@@ -166,6 +167,9 @@ class Emitter:
 
     def task_event(self, kind: str, state: Any) -> None:
         """Print a task's start, and each change of its status."""
+        by_model = getattr(state, "usage_by_model", None)  # a remote agent's (its cluster's)
+        if by_model and self.tap is not None:
+            self.tap.remote_usage(state.id, by_model)
         status = state.status.value
         if kind == "registered":
             self.line(
@@ -382,6 +386,10 @@ async def run_turn(
         with contextlib.suppress(asyncio.CancelledError):
             await pump
     engine = harness.session.engine
+    if emitter.tap is not None:  # the remote agents' latest reports (the pump may lag)
+        for state in runtime.list(types=[TaskType.REMOTE_AGENT], include_evicted=True):
+            if by_model := getattr(state, "usage_by_model", None):
+                emitter.tap.remote_usage(state.id, by_model)
     subtype = "success"
     if error is not None:
         subtype = "error_during_execution"

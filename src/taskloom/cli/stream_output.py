@@ -139,6 +139,8 @@ class OutputTap:
         self.by_agent: dict[str, UsageLedger] = {}
         #: Set once the final result is written: nothing is printed any more.
         self.closed = False
+        #: What each remote agent's worker had reported when it was last counted.
+        self._remote: dict[str, dict[str, Usage]] = {}
         self._streams: dict[str | None, _Stream] = {}
         self._models: dict[str | None, str] = {}
         #: The ledger when the last result was built (for ``model_usage_since_last_result``).
@@ -172,6 +174,22 @@ class OutputTap:
         if isinstance(event, MessageComplete):
             del self._streams[agent_id]
         self._events(agent_id, current.feed(event))
+
+    def remote_usage(self, agent_id: str, by_model: Mapping[str, Mapping[str, int]]) -> None:
+        """Count what a remote agent spent since it was last counted.
+
+        Its model calls run on the cluster, not through an engine here: its worker reports its
+        totals per model (cumulative), and what they grew by is counted as a response would be.
+        """
+        counted = self._remote.setdefault(agent_id, {})
+        for model, raw in by_model.items():
+            now = Usage(**raw)
+            grown = usage_minus(now, counted.get(model, Usage()))
+            if min(grown.model_dump().values()) < 0 or grown == Usage():
+                continue  # nothing new (or an older report arriving late)
+            counted[model] = now
+            self.ledger.add(model, grown)
+            self.by_agent.setdefault(agent_id, UsageLedger()).add(model, grown)
 
     def _events(self, agent_id: str | None, events: list[dict[str, Any]]) -> None:
         parent = self._parent(agent_id)

@@ -358,8 +358,9 @@ class RemoteRun:
                 if isinstance(event.get(k), int)
             }
             activities = [line.removeprefix("→ ") for line in lines if line.startswith("→ ")]
-            self._note(activities, totals)
-            self._count(event)
+            by_model = _by_model(event)
+            self._update(lambda s: progressed(s, activities, totals, by_model))
+            self._count(by_model, event)
         elif kind == "result":
             self._result = result = str(event.get("content") or "")
             totals = {
@@ -367,10 +368,11 @@ class RemoteRun:
                 for k in ("total_tokens", "tool_uses")
                 if isinstance(event.get(k), int)
             }
-            self._count(event)
+            by_model = _by_model(event)
+            self._count(by_model, event)
             # Its final usage (progress lags one message), and its answer kept: a session
             # that lets go of it before its end has it on resume.
-            self._update(lambda s: progressed(s, [], totals).replace(result=result))
+            self._update(lambda s: progressed(s, [], totals, by_model).replace(result=result))
         elif kind == "error":
             self._error = error = str(event.get("error") or "it failed, saying nothing")
             self._update(lambda s: s.replace(error=error))
@@ -379,22 +381,18 @@ class RemoteRun:
         else:
             self._update(lambda s: s)
 
-    def _count(self, event: dict[str, Any]) -> None:
+    def _count(self, by_model: dict[str, dict[str, int]] | None, event: dict[str, Any]) -> None:
         """Tell its meter what it spent since the last event (tokens, tool calls, cost)."""
-        by_model = event.get("usage_by_model")
-        if self.meter is None or not isinstance(by_model, dict):
+        if self.meter is None or by_model is None:
             return
         from taskloom.messages import Usage
         from taskloom.models.pricing import price_for
 
         tokens, usd = 0, 0.0
-        names = set(Usage.model_fields)
         for model, raw in by_model.items():
-            if not isinstance(raw, dict):
-                continue
-            usage = Usage(**{k: int(v) for k, v in raw.items() if k in names})
+            usage = Usage(**raw)
             tokens += usage.context_tokens + usage.output_tokens
-            price = price_for(str(model), self.prices)
+            price = price_for(model, self.prices)
             usd += price.cost(usage) if price is not None else 0.0
         calls = int(event.get("tool_uses") or 0)
         was_tokens, was_calls, was_usd = self._counted
@@ -480,6 +478,28 @@ def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+_TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def _by_model(event: dict[str, Any]) -> dict[str, dict[str, int]] | None:
+    """A worker event's cumulative usage per model (bad entries left out), if it has one."""
+    raw = event.get("usage_by_model")
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for model, usage in raw.items():
+        if isinstance(usage, dict):
+            out[str(model)] = {
+                k: int(v) for k, v in usage.items() if k in _TOKEN_FIELDS and isinstance(v, int)
+            }
+    return out
 
 
 __all__ = ["NAMESPACE", "READY_WAIT_S", "STOP_WAIT_S", "RemoteRun"]

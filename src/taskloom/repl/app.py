@@ -545,6 +545,9 @@ class Repl:
         self._ctrl_c = now
         self.interrupt()
         self.redraw()
+        # Drawn again when the window closes: a hint left on screen after it would lie.
+        with contextlib.suppress(RuntimeError):  # no loop: nothing to draw
+            asyncio.get_running_loop().call_later(_EXIT_WINDOW_S + 0.05, self.redraw)
 
     def ask_reason(self) -> None:
         """Deny the call asked about once the user has typed why."""

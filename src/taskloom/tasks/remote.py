@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from taskloom.tasks.agent import MAX_ACTIVITIES, AgentKind
 from taskloom.tasks.kinds import register_kind
@@ -45,6 +45,9 @@ class RemoteAgentTaskState(TaskState):
         snapshot_commit: The commit it started from (its changes come back on top of it).
         snapshot_ref: The ref keeping that commit until its changes are back.
         stopped_reason: Why it was stopped, when not by TaskStop (a budget that ran out).
+        usage_by_model: Its tokens so far per model (``input_tokens``, ``output_tokens``,
+            ``cache_read_input_tokens``, ``cache_creation_input_tokens``), as its worker
+            reports them: what the session's cost and usage count of it.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.REMOTE_AGENT
@@ -70,6 +73,7 @@ class RemoteAgentTaskState(TaskState):
     snapshot_commit: str | None = None
     snapshot_ref: str | None = None
     stopped_reason: str | None = None
+    usage_by_model: dict[str, dict[str, int]] | None = None
 
 
 class RemoteAgentKind(AgentKind):
@@ -87,13 +91,17 @@ class RemoteAgentKind(AgentKind):
 
 
 def progressed(
-    state: RemoteAgentTaskState, activities: list[str], totals: Mapping[str, int]
+    state: RemoteAgentTaskState,
+    activities: list[str],
+    totals: Mapping[str, int],
+    by_model: dict[str, dict[str, int]] | None = None,
 ) -> RemoteAgentTaskState:
     """Progress streamed back: its latest activities (the last few kept) and usage so far."""
     if state.terminal:
         return state
     recent = (*state.activities, *activities)[-MAX_ACTIVITIES:]
-    return state.replace(activities=tuple(recent), **totals)
+    more: dict[str, Any] = {"usage_by_model": by_model} if by_model is not None else {}
+    return state.replace(activities=tuple(recent), **totals, **more)
 
 
 def ended(

@@ -40,6 +40,7 @@ class TeammateTaskState(TaskState):
         pane_id: Its tmux pane (``%3``), for a teammate in a pane.
         pid: Its process, for a teammate in a pane (0 otherwise).
         pid_start: That process's start (seconds since boot), to know it again.
+        stopped_reason: Why it was stopped, when not by its lead (the session's budget ran out).
     """
 
     TYPE: ClassVar[TaskType] = TaskType.IN_PROCESS_TEAMMATE
@@ -61,6 +62,7 @@ class TeammateTaskState(TaskState):
     pane_id: str = ""
     pid: int = 0
     pid_start: float = 0.0
+    stopped_reason: str | None = None
 
 
 class TeammateKind(TaskKind):
@@ -102,6 +104,14 @@ class TeammateKind(TaskKind):
         if not isinstance(state, TeammateTaskState):
             return ""
         return state.result or state.error or ""
+
+    def summary(self, state: TaskState) -> str:
+        """Its end in a line; one stopped by a budget says which, with its figures."""
+        line = super().summary(state)
+        why = state.stopped_reason if isinstance(state, TeammateTaskState) else None
+        if state.status == TaskStatus.KILLED and why:
+            line += f": {why}"
+        return line
 
     def status_note(self, state: TaskState) -> str:
         """`` idle`` while it waits for mail."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from helpers import harness, main_context
@@ -53,6 +54,41 @@ async def test_a_project_memory_written_in_one_run_is_in_the_next_run_s_first_re
     assert str(where) in first and "nothing remembered yet" in first
     assert "the build needs GO=1" in second and "nothing remembered yet" not in second
     assert (where / "MEMORY.md").read_text() == "- the build needs GO=1\n"
+
+
+async def test_a_worktree_agent_keeps_its_memory_in_the_main_checkout_outside_its_worktree(
+    tmp_path: Path,
+) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "README.md").write_text("hi\n")
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], cwd=tmp_path, check=True)
+    results: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if "You take notes." not in request.system:
+            return "main"
+        if len(request.messages) == 1:
+            (index,) = re.findall(r'<memory file="([^"]+)">', request.system)
+            note = {"file_path": index, "content": "- kept outside the worktree\n"}
+            return Turn(tool_calls=(ToolCall("Write", note),))
+        results.append(json.dumps(request.messages[-1].model_dump()))
+        return "noted"
+
+    async with harness(tmp_path, FunctionModel(respond), agents=AGENTS) as h:
+        request = SpawnRequest(
+            description="notes", prompt="go", subagent_type="notetaker", isolation="worktree"
+        )
+        launched = await h.agents.spawn(request, main_context(h))
+        state = h.runtime.get(launched.agent_id)
+        assert state is not None and state.status == TaskStatus.COMPLETED
+    (written,) = results
+    assert "outside" not in written and "File created" in written, written
+    index = memory_dir("project", "notetaker", tmp_path) / "MEMORY.md"
+    assert index.read_text() == "- kept outside the worktree\n"
+    # Nothing else changed in it: the worktree went with the agent's end.
+    assert getattr(state, "worktree_path", None) is None or not Path(state.worktree_path).exists()
 
 
 def test_a_memory_s_scopes_are_claude_code_s_places_and_a_long_index_is_cut(

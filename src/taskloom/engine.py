@@ -90,6 +90,8 @@ class EngineConfig:
             would end, and are acknowledged once its transcript holds that message.
         hooks: Hook configuration (PreToolUse, PostToolUse, PostToolUseFailure run here).
         confine_to: File tools may only touch paths under this directory (a worktree).
+        confine_also: Directories outside ``confine_to`` its file tools may use too (its
+            memory directory).
         cwd_source: Where the working directory is read from on each call (EnterWorktree
             moves the main session); ``cwd`` when None.
         session_id: For hook input.
@@ -119,6 +121,7 @@ class EngineConfig:
     metadata: dict[str, Any] = field(default_factory=dict)
     hooks: HookConfig | None = None
     confine_to: Path | None = None
+    confine_also: tuple[Path, ...] = ()
     cwd_source: Callable[[], Path] | None = None
     session_id: str = ""
     transcript_path: str | None = None
@@ -493,7 +496,8 @@ class Engine:
         target = tool.permission_target(params, ctx)
         if target is None:
             return None
-        if Path(target).resolve().is_relative_to(root.resolve()):
+        resolved = Path(target).resolve()
+        if any(resolved.is_relative_to(r.resolve()) for r in (root, *self.config.confine_also)):
             return None
         return tool_error(
             f"{tool.name} may only use files inside this agent's worktree {root}; "

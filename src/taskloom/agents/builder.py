@@ -126,6 +126,7 @@ class AgentBuilder:
         mode: str | None = None,
         confine_to: Path | None = None,
         extra_tools: Sequence[Tool[Any]] = (),
+        project_root: Path | None = None,
     ) -> EngineConfig:
         """The complete configuration of one subagent's engine.
 
@@ -139,6 +140,8 @@ class AgentBuilder:
             mode: A permission mode the caller asked for (only a stricter one applies).
             confine_to: The directory its file tools may not leave (its worktree), if any.
             extra_tools: Tools of its own (its MCP servers), offered besides the session's.
+            project_root: The project its memory belongs to (a worktree's main checkout: a
+                note kept there outlives the worktree); else the one holding ``cwd``.
         """
         chosen, model_name = self._model_for(model or definition.model)
         offered: dict[str, Tool[Any]] = {}
@@ -151,7 +154,8 @@ class AgentBuilder:
             is_async=is_async,
             allow_nesting=self.allow_nesting,
         )
-        memory = load_memory(definition.memory, definition.agent_type, find_project_root(cwd))
+        root = project_root or find_project_root(cwd)
+        memory = load_memory(definition.memory, definition.agent_type, root)
         if memory is not None:
             emit(
                 "agent_memory_loaded",
@@ -191,6 +195,8 @@ class AgentBuilder:
             metadata={"agent_type": definition.agent_type, "description": description},
             hooks=self._hooks_for(definition),
             confine_to=confine_to,
+            # Its memory stays writable from a worktree (it lives outside it).
+            confine_also=(memory.directory,) if memory is not None and confine_to else (),
             session_id=self.runtime.session_id,
             transcript_path=str(sidechain_path(self.runtime, agent_id)),
             observer=self.observer,

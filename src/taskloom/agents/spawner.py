@@ -196,6 +196,7 @@ class Spawner:
                 mode=request.mode,
                 confine_to=env.confine_to,
                 extra_tools=env.tools(),
+                project_root=env.worktree.repo_root if env.worktree is not None else None,
             )
             meter = self.budgets.open(agent_id, ctx.owner, request.budget(definition))
             config = dataclasses.replace(config, meter=meter)

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"permissions", "hooks"},
     {"transcript", "prompts", "worktrees"},
     {"tools", "mcp"},
-    {"engine", "events", "gate", "telemetry"},
+    {"engine", "engine_config", "events", "gate", "telemetry"},
     {"conversation"},
     {"agents", "session", "options", "remote"},
     {"teams"},

@@ -328,6 +328,7 @@ async def test_a_tool_call_budget_runs_the_last_call_allowed_and_refuses_the_nex
     assert isinstance(state, AgentTaskState)
     assert state.stopped_reason == f"the tool-call budget of {agent_id} ran out (2 of 2 tool calls)"
     assert sorted(p.name for p in marks.iterdir()) == ["0", "1"]  # two ran, whole; not a third
+    assert state.tool_uses == 2  # the one refused is not counted as a use
 
 
 def test_max_budget_usd_stops_the_session_s_agents_too(tmp_path: Path) -> None:
@@ -405,3 +406,70 @@ async def test_a_teammate_s_spending_counts_for_the_session_and_its_stop_says_wh
         # Its spending was the session's: the main thread's run is ended too.
         assert h.session.engine.halted
         assert all(s.terminal for s in h.runtime.list())
+
+
+async def test_calls_counted_after_they_ran_overshoot_a_tool_call_budget_and_hide_no_other() -> (
+    None
+):
+    stopped: list[tuple[str, str]] = []
+
+    async def stop(agent_id: str, why: str) -> None:
+        stopped.append((agent_id, why))
+
+    budgets = Budgets("s", stop)
+    # A remote agent's calls are counted after they ran, never admitted one by one.
+    over = budgets.open("r1", "s", Budget(tool_calls=2))
+    over.charge(tool_calls=3)
+    # Its tool calls far over their budget must not hide its tokens' (nor the reverse).
+    both = budgets.open("r2", "s", Budget(tokens=1000, tool_calls=2))
+    both.charge(tool_calls=2)
+    both.charge(tokens=2000)
+    await budgets.aclose()
+    assert dict(stopped) == {
+        "r1": "the tool-call budget of r1 ran out (3 of 2 tool calls)",
+        "r2": "the token budget of r2 ran out (2,000 of 1,000 tokens)",
+    }
+    assert budgets.exhausted("r1") and budgets.exhausted("r2")
+
+
+async def test_a_session_budget_ends_a_run_that_waits_for_its_own_command(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn:
+        usage = {"input_tokens": 450, "output_tokens": 50}
+        if len(request.messages) == 1:
+            serve = ToolCall("Bash", {"command": "sleep 60", "run_in_background": True})
+            return Turn(tool_calls=(serve,), usage=usage)  # type: ignore[arg-type]
+        return Turn(text="waiting for it", usage=usage)  # type: ignore[arg-type]
+
+    async with harness(tmp_path, FunctionModel(respond), max_budget_tokens=900) as h:
+
+        async def run() -> list[object]:
+            return [event async for event in h.run("go")]
+
+        # Its answer crossed the budget while the command runs: it does not wait on for it.
+        events = await asyncio.wait_for(run(), 20)
+        assert type(events[-1]).__name__ == "Finished"
+        assert "the token budget of the session ran out" in (h.session.engine.halted or "")
+
+
+async def test_an_agent_ending_with_its_answer_past_its_budget_is_stopped_if_it_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskloom.agents import spawner
+
+    monkeypatch.setattr(spawner, "FINISH_GRACE_S", 0.5)
+    hooks = {"hooks": {"SubagentStop": [{"hooks": [{"type": "command", "command": "sleep 60"}]}]}}
+
+    def respond(request: ModelRequest) -> Turn:
+        return Turn(text="the report", usage={"input_tokens": 900, "output_tokens": 200})  # type: ignore[arg-type]
+
+    async with harness(tmp_path, FunctionModel(respond), settings=json.dumps(hooks)) as h:
+        launched = await h.agents.spawn(
+            SpawnRequest(
+                description="d", prompt="p", run_in_background=True, max_tokens_budget=1000
+            ),
+            main_context(h),
+        )
+        state = await h.runtime.wait(launched.agent_id, timeout=20)
+    assert state.status == TaskStatus.KILLED
+    assert isinstance(state, AgentTaskState) and state.stopped_reason is not None
+    assert "the token budget of" in state.stopped_reason

@@ -19,18 +19,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from taskloom.engine_config import EngineConfig
 from taskloom.errors import ModelError, TaskloomError
 from taskloom.events import (
     AssistantTurn,
     EngineEvent,
     EngineObserver,
     Finished,
-    Meter,
     ToolDone,
     UserTurn,
 )
@@ -42,15 +41,14 @@ from taskloom.messages import (
     ToolUseBlock,
     Usage,
 )
-from taskloom.models.base import MessageComplete, Model, ModelRequest
+from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
 from taskloom.untrusted import vet_answer
 
 if TYPE_CHECKING:
-    from taskloom.hooks import HookConfig, HookOutcome
-    from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.hooks import HookOutcome
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tasks.types import TaskState
 
@@ -63,70 +61,6 @@ _NOTIFICATION_POLL_S = 30.0
 #: A quiet window (it restarts at each end): ends that come together are a few ms apart, and
 #: a longer one only delays every notification that arrives while other tasks run.
 DEFAULT_BATCH_WINDOW_MS = 25
-
-
-@dataclass
-class EngineConfig:
-    """How an engine runs.
-
-    Attributes:
-        model: The model to ask.
-        system_prompt: The system prompt.
-        tools: The tools offered.
-        owner: Whose calls these are (the agent id, or the session id on the main thread).
-        cwd: Working directory for tools.
-        agent_id: The subagent's id, None on the main thread.
-        model_name: The model id to request (default: the model's own name).
-        max_turns: Most model requests in one :meth:`Engine.run` (None: no limit).
-        max_tokens: Cap on each response.
-        permissions: The permission policy (None: everything allowed).
-        headless: No one can answer a permission prompt: an ``ask`` is a denial (unless a
-            ``prompter`` answers it).
-        prompter: Who answers the calls that need approval (the program driving the session).
-        wait_for_tasks: Do not end while owned tasks run or notifications are pending.
-        settings: Effective settings, passed to tools.
-        inbox: Returns (and takes from the agent's mailbox) messages sent to it while it
-            runs; they go into its next user message, at its next tool boundary or before it
-            would end, and are acknowledged once its transcript holds that message.
-        hooks: Hook configuration (PreToolUse, PostToolUse, PostToolUseFailure run here).
-        confine_to: File tools may only touch paths under this directory (a worktree).
-        confine_also: Directories outside ``confine_to`` its file tools may use too (its
-            memory directory).
-        cwd_source: Where the working directory is read from on each call (EnterWorktree
-            moves the main session); ``cwd`` when None.
-        session_id: For hook input.
-        transcript_path: For hook input.
-        metadata: Extra request metadata (e.g. the agent type), for logs and test models.
-        observer: Sees what happens as it happens (the model's stream, hook runs, a
-            subagent's messages), e.g. the stream-json output; shared by a session's agents.
-        meter: Counts its tokens and tool calls against its budgets, and adds their notes
-            (wrap up) to its next request.
-    """
-
-    model: Model
-    system_prompt: str
-    tools: Sequence[Tool[Any]]
-    owner: str
-    cwd: Path
-    agent_id: str | None = None
-    model_name: str | None = None
-    max_turns: int | None = None
-    max_tokens: int = 16_000
-    permissions: PermissionPolicy | None = None
-    headless: bool = True
-    prompter: PermissionPrompter | None = None
-    wait_for_tasks: bool = True
-    settings: dict[str, Any] = field(default_factory=dict)
-    inbox: Callable[[], list[str]] | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    hooks: HookConfig | None = None
-    confine_to: Path | None = None
-    confine_also: tuple[Path, ...] = ()
-    cwd_source: Callable[[], Path] | None = None
-    session_id: str = ""
-    transcript_path: str | None = None
-    observer: EngineObserver | None = None
-    meter: Meter | None = None
 
 
 class Engine:
@@ -155,12 +89,21 @@ class Engine:
         #: Grows with every model stream event and every tool call started or ended: what the
         #: watchdog reads as the agent's progress.
         self.progress = 0
-        #: Set when its budget ran out: it makes no more requests (each run ends at once).
+        #: Set when its budget ran out (:meth:`halt`): no more requests, no more waiting.
         self.halted: str | None = None
+        self._halt = asyncio.Event()
         #: Set when a hook answered ``continue: false``: the loop ends after this turn.
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
         self.denials: list[dict[str, Any]] = []
+
+    def halt(self, why: str) -> None:
+        """Its budget ran out: it makes no more requests, and stops waiting for its tasks.
+
+        Each run ends at once, with ``why``; one waiting at its end for notifications ends.
+        """
+        self.halted = why
+        self._halt.set()
 
     def continued(self, config: EngineConfig) -> Engine:
         """This conversation carried on under ``config``: messages, files, usage, counts kept.
@@ -176,6 +119,8 @@ class Engine:
         engine.api_seconds = self.api_seconds
         engine.stop_reason = self.stop_reason
         engine.denials = list(self.denials)
+        if self.halted is not None:
+            engine.halt(self.halted)
         return engine
 
     async def run(self, prompt: str | Message | None = None) -> AsyncIterator[EngineEvent]:
@@ -384,11 +329,11 @@ class Engine:
             hook(self.config.agent_id, call, result or tool_error("cancelled"))
 
     async def _run_one(self, call: ToolUseBlock) -> ToolResult:
-        self.tool_uses += 1
         self.progress += 1
         refused = self.config.meter.admit_tool_call() if self.config.meter is not None else None
-        if refused is not None:
+        if refused is not None:  # not run: not counted as a use (the budget says as much)
             return tool_error(f"Not run: {refused}. Stop and report what you have.")
+        self.tool_uses += 1
         if call.defect is not None:
             return tool_error(call.defect)
         tool = self.tools.get(call.name)
@@ -584,15 +529,26 @@ class Engine:
         if notes or not self.config.wait_for_tasks:
             return notes
         owner, listens = self.config.owner, self.config.inbox is not None
-        while self._must_wait():
+        while self._must_wait() and self.halted is None:
             # A message sent to it wakes it too: it sees it now, not after the next task ends.
-            await self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
+            change = self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
+            await self._unless_halted(change)
             if self.runtime.notifications.has_pending(owner):
                 await self._gather_more()
             notes = self._take_notifications()
             if notes or (listens and self.runtime.mailbox.has_pending(owner, "message")):
                 return notes
         return []
+
+    async def _unless_halted(self, waiting: Coroutine[Any, Any, None]) -> None:
+        """Wait for ``waiting``, or until the engine is halted."""
+        wait = asyncio.ensure_future(waiting)
+        halt = asyncio.ensure_future(self._halt.wait())
+        try:
+            await asyncio.wait((wait, halt), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            wait.cancel()
+            halt.cancel()
 
     async def _gather_more(self) -> None:
         """Let tasks that end at about the same time join the batch (bounded to 1 s)."""

@@ -233,7 +233,7 @@ class Harness:
 
             def spent(why: str) -> None:
                 if self._session is not None:
-                    self._session.engine.halted = why  # no more requests
+                    self._session.engine.halt(why)  # no more requests, no more waiting
 
             service.spawner.on_session_spent = spent
         return budgets.meter(self.runtime.session_id)

@@ -4,7 +4,8 @@ An agent's budget covers it and every agent it starts, recursively: what a child
 counted against its own budget, its parent's, and so on up to the session. Budgets come from
 the agent's definition (``tokens``), from the Agent call (``max_tokens_budget``,
 ``max_tool_calls``, ``max_seconds``, offered when the setting ``agentBudgets`` is on) and
-from the call's parent (a child cannot be given more than what its parent's budget has left).
+from the session's options; a child never runs on past what its ancestors allow, since what it
+spends is theirs too.
 
 At :data:`WRAP_UP_AT` of any of its budgets, every running member of the subtree finds one
 note in its next request: wrap up now. At 100 % the subtree is stopped — the agent whose
@@ -124,7 +125,7 @@ class Budgets:
             elapsed = self._clock() - node.started
             node.timers = [
                 loop.call_later(max(0.0, at - elapsed), self._check, node)
-                for at in (seconds * WRAP_UP_AT, seconds)
+                for at in (seconds * WRAP_UP_AT, seconds + 0.001)  # never a hair early
             ]
 
     def limit_session(self, budget: Budget) -> None:
@@ -196,13 +197,9 @@ class Budgets:
         while node is not None:
             if node.spent is not None:
                 return node.spent
-            if node.budget:
-                share, kind, what = self._share(node)
-                # All of it used (its time, its tokens): nothing more. A tool-call budget at
-                # its end has just let its last call run (that may be this very spawn); the
-                # calls after it are refused one by one.
-                if share >= 1.0 and kind != "tool-call":
-                    return what
+            ran_out = self._ran_out(node)
+            if ran_out is not None:
+                return ran_out[1]
             node = node.parent
         return None
 
@@ -210,6 +207,11 @@ class Budgets:
         """Which budget of ``agent_id``'s ran out: ``token``, ``tool-call`` or ``wall-time``."""
         node = self._nodes.get(agent_id)
         return node.spent_kind if node is not None else None
+
+    async def settled(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) for the stops under way: the stopped tasks have ended."""
+        if self._stopping:
+            await asyncio.wait(set(self._stopping), timeout=timeout)
 
     async def aclose(self) -> None:
         """Stop the timers; wait for the stops under way."""
@@ -260,10 +262,12 @@ class Budgets:
     def _check(self, node: _Node) -> None:
         if node.spent is not None or not node.budget:
             return
-        share, kind, what = self._share(node)
-        if share >= 1.0 and kind != "tool-call":  # the last call allowed runs (see admit)
-            self._spend(node, kind, what)
-        elif share >= WRAP_UP_AT and not node.warned:
+        ran_out = self._ran_out(node)
+        if ran_out is not None:
+            self._spend(node, *ran_out)
+            return
+        share, _, what = max(self._shares(node))
+        if share >= WRAP_UP_AT and not node.warned:
             node.warned = True
             whom = "the whole session" if node.parent is None else f"{node.id} and its agents"
             note = (
@@ -290,8 +294,21 @@ class Budgets:
             for timer in member.timers:
                 timer.cancel()
 
-    def _share(self, node: _Node) -> tuple[float, str, str]:
-        """The largest share of a budget used, its kind, and it in words, with the figures."""
+    def _ran_out(self, node: _Node) -> tuple[str, str] | None:
+        """A budget of ``node``'s used up, if one is: its kind, and it in words.
+
+        All of its tokens, time or cost used: nothing more. A tool-call budget at its end has
+        just let its last call run (that may be this very spawn; the calls after it are
+        refused one by one, see :meth:`admit_tool_call`): it ran out once more were counted
+        (a remote agent's calls are counted after they ran).
+        """
+        for share, kind, what in self._shares(node):
+            if share > 1.0 or (share >= 1.0 and kind != "tool-call"):
+                return kind, what
+        return None
+
+    def _shares(self, node: _Node) -> list[tuple[float, str, str]]:
+        """Each of its budgets: the share used, its kind, and it in words, with the figures."""
         b = node.budget
         shares: list[tuple[float, str, str]] = []
         if b.tokens is not None:
@@ -307,9 +324,15 @@ class Budgets:
         if b.usd is not None:
             figures = f"{node.usd:.4f} of {b.usd:g} USD"
             shares.append((node.usd / max(b.usd, 1e-12), "cost", figures))
-        share, kind, figures = max(shares, key=lambda s: s[0])
-        used = f"{share:.0%} used" if share < 1.0 else "ran out"
-        return share, kind, f"the {kind} budget of {_whose(node)} {used} ({figures})"
+        whose = _whose(node)
+        return [
+            (share, kind, f"the {kind} budget of {whose} {_used(share)} ({figures})")
+            for share, kind, figures in shares
+        ]
+
+
+def _used(share: float) -> str:
+    return f"{share:.0%} used" if share < 1.0 else "ran out"
 
 
 def _whose(node: _Node) -> str:

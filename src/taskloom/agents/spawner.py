@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 DEFAULT_AUTO_BACKGROUND_MS = 120_000
 #: Most characters of a foreground agent's answer returned inline.
 MAX_RESULT_CHARS = 100_000
+#: How long an agent told to stop while it ends with its answer has to end on its own.
+FINISH_GRACE_S = 5.0
 
 
 @dataclass
@@ -534,7 +536,7 @@ class Spawner:
         if agent_id == self.runtime.session_id:
             # Every agent: the session's, its teammates' and theirs (a stopped owner's
             # agents are stopped with it; stopping one twice is harmless).
-            kinds = [TaskType.LOCAL_AGENT, TaskType.IN_PROCESS_TEAMMATE]
+            kinds = [TaskType.LOCAL_AGENT, TaskType.IN_PROCESS_TEAMMATE, TaskType.REMOTE_AGENT]
             live = [s.id for s in self.runtime.list(types=kinds) if not s.terminal]
             if self.on_session_spent is not None:
                 self.on_session_spent(why)
@@ -542,7 +544,16 @@ class Spawner:
             return
         run = self.runs.get(agent_id)
         if run is not None and _finishing(run):
-            return  # its last answer ended its work: it ends on its own, with that answer
+            # Its last answer ended its work: it ends on its own, with that answer, asking
+            # for nothing more (mail that comes now is not answered). One that does not end
+            # soon (a SubagentStop hook that hangs) is stopped all the same.
+            run.engine.halt(why)
+            driver = run.driver
+            if driver is None or driver.done():
+                return
+            done, _ = await asyncio.wait({driver}, timeout=FINISH_GRACE_S)
+            if done:
+                return
         self.runtime.update(
             agent_id,
             lambda s: (

@@ -386,6 +386,9 @@ async def run_turn(
         with contextlib.suppress(asyncio.CancelledError):
             await pump
     engine = harness.session.engine
+    budgets = harness.agents.spawner.budgets
+    if budgets.spent(runtime.session_id) is not None:
+        await budgets.settled()  # the result says what was stopped, and what it had spent
     if emitter.tap is not None:  # the remote agents' latest reports (the pump may lag)
         for state in runtime.list(types=[TaskType.REMOTE_AGENT], include_evicted=True):
             if by_model := getattr(state, "usage_by_model", None):
@@ -395,8 +398,8 @@ async def run_turn(
         subtype = "error_during_execution"
     elif finished is not None and finished.reason == "max_turns":
         subtype = "error_max_turns"
-    elif (spent_on := harness.agents.spawner.budgets.spent(runtime.session_id)) is not None:
-        kind = harness.agents.spawner.budgets.spent_kind(runtime.session_id) or "token"
+    elif (spent_on := budgets.spent(runtime.session_id)) is not None:
+        kind = budgets.spent_kind(runtime.session_id) or "token"
         if kind == "cost":  # --max-budget-usd (or sessionBudget.usd), as it always said
             subtype = "error_max_budget_usd"
             spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0

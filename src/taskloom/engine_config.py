@@ -1,0 +1,86 @@
+"""How an engine runs: its model, tools, owner, permissions, hooks and budgets (its config).
+
+Kept apart from the loop itself (:mod:`taskloom.engine`, which re-exports it): agents, teams
+and the harness build configurations without touching the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskloom.events import EngineObserver, Meter
+    from taskloom.hooks import HookConfig
+    from taskloom.models.base import Model
+    from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.tools.base import Tool
+
+
+@dataclass
+class EngineConfig:
+    """How an engine runs.
+
+    Attributes:
+        model: The model to ask.
+        system_prompt: The system prompt.
+        tools: The tools offered.
+        owner: Whose calls these are (the agent id, or the session id on the main thread).
+        cwd: Working directory for tools.
+        agent_id: The subagent's id, None on the main thread.
+        model_name: The model id to request (default: the model's own name).
+        max_turns: Most model requests in one :meth:`Engine.run` (None: no limit).
+        max_tokens: Cap on each response.
+        permissions: The permission policy (None: everything allowed).
+        headless: No one can answer a permission prompt: an ``ask`` is a denial (unless a
+            ``prompter`` answers it).
+        prompter: Who answers the calls that need approval (the program driving the session).
+        wait_for_tasks: Do not end while owned tasks run or notifications are pending.
+        settings: Effective settings, passed to tools.
+        inbox: Returns (and takes from the agent's mailbox) messages sent to it while it
+            runs; they go into its next user message, at its next tool boundary or before it
+            would end, and are acknowledged once its transcript holds that message.
+        hooks: Hook configuration (PreToolUse, PostToolUse, PostToolUseFailure run here).
+        confine_to: File tools may only touch paths under this directory (a worktree).
+        confine_also: Directories outside ``confine_to`` its file tools may use too (its
+            memory directory).
+        cwd_source: Where the working directory is read from on each call (EnterWorktree
+            moves the main session); ``cwd`` when None.
+        session_id: For hook input.
+        transcript_path: For hook input.
+        metadata: Extra request metadata (e.g. the agent type), for logs and test models.
+        observer: Sees what happens as it happens (the model's stream, hook runs, a
+            subagent's messages), e.g. the stream-json output; shared by a session's agents.
+        meter: Counts its tokens and tool calls against its budgets, and adds their notes
+            (wrap up) to its next request.
+    """
+
+    model: Model
+    system_prompt: str
+    tools: Sequence[Tool[Any]]
+    owner: str
+    cwd: Path
+    agent_id: str | None = None
+    model_name: str | None = None
+    max_turns: int | None = None
+    max_tokens: int = 16_000
+    permissions: PermissionPolicy | None = None
+    headless: bool = True
+    prompter: PermissionPrompter | None = None
+    wait_for_tasks: bool = True
+    settings: dict[str, Any] = field(default_factory=dict)
+    inbox: Callable[[], list[str]] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    hooks: HookConfig | None = None
+    confine_to: Path | None = None
+    confine_also: tuple[Path, ...] = ()
+    cwd_source: Callable[[], Path] | None = None
+    session_id: str = ""
+    transcript_path: str | None = None
+    observer: EngineObserver | None = None
+    meter: Meter | None = None
+
+
+__all__ = ["EngineConfig"]

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from helpers import harness, main_context
-from taskloom.agents.memory import MAX_LINES, load_memory, memory_dir
+from taskloom.agents.memory import MAX_CHARS, MAX_LINES, load_memory, memory_dir
 from taskloom.agents.service import SpawnRequest
 from taskloom.models.base import ModelRequest
 from taskloom.models.scripted import FunctionModel, ToolCall, Turn
@@ -105,6 +105,9 @@ def test_a_memory_s_scopes_are_claude_code_s_places_and_a_long_index_is_cut(
     assert again is not None
     assert f"line {MAX_LINES - 1}\n" in again.text and f"line {MAX_LINES}\n" not in again.text
     assert f"[more in {memory.index}]" in again.text
+    memory.index.write_text("x" * (MAX_CHARS * 4) + "\n")  # one huge line
+    huge = load_memory("project", "x", tmp_path)
+    assert huge is not None and huge.text == "x" * MAX_CHARS + f"\n[more in {memory.index}]\n"
 
 
 def test_a_memory_agent_s_policy_follows_the_session_s_mode(tmp_path: Path) -> None:

@@ -7,14 +7,14 @@ Claude Code's places (so the memories its users have are found):
 - ``project``: ``<project>/.claude/agent-memory/<agent-type>/``, shared through the repository;
 - ``local``: ``<project>/.claude/agent-memory-local/<agent-type>/``, this checkout's only.
 
-Its ``MEMORY.md`` (the first :data:`MAX_LINES` lines) is put in the agent's system prompt at
-its start, with where the directory is; the agent keeps it up to date with its file tools
-(its permission mode applies: the directory is one of its working directories).
+Its ``MEMORY.md`` (the first :data:`MAX_LINES` lines, :data:`MAX_CHARS` characters at most)
+is put in the agent's system prompt at its start, with where the directory is; the agent keeps
+it up to date with its file tools (its permission mode applies: the directory is one of its
+working directories).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: Lines of MEMORY.md put in the prompt (the rest stays in the file, for the agent to read).
 MAX_LINES = 200
+#: And at most this many characters of them (a few huge lines must not fill the prompt).
+MAX_CHARS = 25_000
 _DIRS = {"project": "agent-memory", "local": "agent-memory-local"}
 
 
@@ -86,13 +88,14 @@ def load_memory(
         index = directory / "MEMORY.md"
         if index.is_file():
             with index.open(encoding="utf-8", errors="replace") as f:
-                lines = list(itertools.islice(f, MAX_LINES + 1))
-            text = "".join(lines[:MAX_LINES])
-            if len(lines) > MAX_LINES:
+                head = f.read(MAX_CHARS + 1)
+            lines = head.splitlines(keepends=True)
+            text = "".join(lines[:MAX_LINES])[:MAX_CHARS]
+            if len(lines) > MAX_LINES or len(head) > MAX_CHARS:
                 text += f"\n[more in {index}]\n"
     except OSError as exc:
         log.warning("agent memory %s: cannot be read: %s", directory, exc)
     return AgentMemory(scope, directory, text)
 
 
-__all__ = ["MAX_LINES", "AgentMemory", "load_memory", "memory_dir"]
+__all__ = ["MAX_CHARS", "MAX_LINES", "AgentMemory", "load_memory", "memory_dir"]

@@ -36,7 +36,7 @@ async def test_a_stalled_agent_is_told_of_then_stopped(tmp_path: Path) -> None:
             main_context(h),
         )
         await asyncio.wait_for(stalled.wait(), 10)
-        began = time.monotonic()
+        began, stalled_at = time.monotonic(), time.time()
         state = await h.runtime.wait(launched.agent_id, timeout=20)
         took = time.monotonic() - began
         notes = h.runtime.notifications.pending(h.session_id)
@@ -48,6 +48,7 @@ async def test_a_stalled_agent_is_told_of_then_stopped(tmp_path: Path) -> None:
     assert len(stall) == 1 and stall[0].priority == "next"
     assert "has made no progress for 1 s" in stall[0].text
     assert "it is stopped after 3 s" in stall[0].text
+    assert 0.5 <= stall[0].created_at - stalled_at <= 2.5  # at the first limit, not the stop
     ended = [n for n in notes if n.kind == "terminal"]
     assert len(ended) == 1 and "was stopped: it made no progress" in ended[0].text
 
@@ -90,3 +91,26 @@ async def test_a_parent_waiting_on_a_working_child_is_not_stalled(tmp_path: Path
         notes = h.runtime.notifications.pending(h.session_id)
     assert state.status == TaskStatus.COMPLETED, getattr(state, "stopped_reason", None)
     assert [n for n in notes if n.kind == "stall"] == []
+
+
+async def test_an_agent_whose_long_command_prints_is_not_stalled(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        if "print on" not in str(request.messages[0].content):
+            return "main"
+        if len(request.messages) == 1:  # about 3 s in the foreground, a line every 0.2 s
+            loop = "for i in $(seq 15); do echo step $i; sleep 0.2; done"
+            return Turn(tool_calls=(ToolCall("Bash", {"command": loop}),))
+        return "printed it all"
+
+    watch = {"agents": {"notifyAfterMs": 1000, "stopAfterMs": 2000, "checkEveryMs": 100}}
+    settings = json.dumps({"watchdog": watch})
+    async with harness(tmp_path, FunctionModel(respond), settings=settings) as h:
+        launched = await h.agents.spawn(
+            SpawnRequest(description="printer", prompt="print on", run_in_background=True),
+            main_context(h),
+        )
+        state = await h.runtime.wait(launched.agent_id, timeout=20)
+        notes = h.runtime.notifications.pending(h.session_id)
+    assert state.status == TaskStatus.COMPLETED, state
+    assert isinstance(state, AgentTaskState) and state.result == "printed it all"
+    assert not [n for n in notes if n.kind == "stall"]

@@ -10,6 +10,7 @@ calling agent instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import time
@@ -27,6 +28,7 @@ from taskloom.agents.watch import watch_agent
 from taskloom.errors import ToolError
 from taskloom.signals import emit
 from taskloom.tasks.agent import failed_to_start
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 
 if TYPE_CHECKING:
@@ -504,17 +506,26 @@ class Spawner:
         )
 
     def _progress_below(self, agent_id: str) -> int:
-        """The progress of the live agents ``agent_id`` started, and theirs."""
+        """What the agents ``agent_id`` started (and theirs) and their commands did.
+
+        The progress of its live agents, and the output its and their live commands wrote:
+        a long command that prints is at work.
+        """
         live = [s for s in self.runtime.list(types=[TaskType.LOCAL_AGENT]) if not s.terminal]
         total, owners = 0, {agent_id}
         while True:  # the live ones only (what is in memory): this runs on each check
             found = [s for s in live if s.owner in owners and s.id not in owners]
             if not found:
-                return total
+                break
             for state in found:
                 owners.add(state.id)
                 run = self.runs.get(state.id)
                 total += run.engine.progress if run is not None else 0
+        for shell in self.runtime.list(types=[TaskType.LOCAL_BASH]):
+            if not shell.terminal and any(kind_of(shell).started_by(shell, o) for o in owners):
+                with contextlib.suppress(OSError):
+                    total += self.runtime.output_path(shell.id).stat().st_size
+        return total
 
     def _spent(self, agent_id: str, tokens: int, tool_calls: int) -> None:
         """An agent's subtree totals grew: its state shows them (live usage)."""

@@ -5,7 +5,8 @@ probe is its engine's count of model stream events and tool calls started and en
 setting ``watchdog.agents`` (``{"notifyAfterMs", "stopAfterMs", "checkEveryMs"}``), an agent
 with no progress for ``notifyAfterMs`` gets its owner one ``stall`` notification (priority
 ``next``); still none ``stopAfterMs`` after its last progress, it is stopped, saying why. Off
-unless set (a long tool call counts as no progress).
+unless set. The output its live commands write counts as progress too; a long tool call that
+shows nothing does not.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import pytest
 
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
-from helpers import clean_env, write_turns
+from helpers import clean_env
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -86,8 +87,15 @@ def lead_and_agent(body: dict[str, Any]) -> Turn:
         spawn = {"description": "scribe", "prompt": "scribe job", "subagent_type": "scribe",
                  "run_in_background": True}  # fmt: skip
         return Turn(tool_calls=(ToolCall("Agent", spawn),))
-    if "<task-notification>" not in seen:
+    done = seen.count("<task-notification>")
+    if done == 0:
         return Turn(text="Waiting.")
+    if '"name": "SendMessage"' not in json.dumps(body["messages"]):  # a second run: a span
+        agent_id = re.findall(r"<task-id>(a[0-9a-z]+)</task-id>", seen)[0]
+        again = {"to": agent_id, "message": "once more", "summary": "again"}
+        return Turn(tool_calls=(ToolCall("SendMessage", again),))
+    if done < 2:
+        return Turn(text="Waiting again.")
     if "TeamDelete" not in json.dumps(body["messages"]):
         return Turn(tool_calls=(ToolCall("TeamDelete", {}),))
     return Turn(text="All done.")
@@ -113,13 +121,18 @@ def test_a_run_s_spans_arrive_with_the_agent_tree_and_its_events(
     for span in spans:
         by_name.setdefault(span.name, []).append(span)
     (session,) = by_name["taskloom.session"]
-    (agent,) = by_name["taskloom.agent"]
+    agent, again = sorted(by_name["taskloom.agent"], key=lambda s: s.start_time_unix_nano)
     assert session.parent_span_id == b"" and agent.parent_span_id == session.span_id
+    assert again.parent_span_id == session.span_id  # resumed: a run (and span) of its own
     assert len({s.trace_id for s in spans}) == 1  # one tree
     requests = by_name["taskloom.model_request"]
     mine = [r for r in requests if r.parent_span_id == agent.span_id]
+    resumed = [r for r in requests if r.parent_span_id == again.span_id]
     lead = [r for r in requests if r.parent_span_id == session.span_id]
-    assert len(mine) == 2 and len(lead) == len(requests) - 2 >= 4
+    assert len(mine) == 2 and len(resumed) == 1
+    assert len(lead) == len(requests) - 3 >= 4
+    again_events = {e.name for e in again.events}
+    assert {"agent_tool_selected", "agent_tool_terminated"} <= again_events
     by_parent = {(t.parent_span_id, _attr(t, "tool")) for t in by_name["taskloom.tool"]}
     assert (agent.span_id, "Bash") in by_parent
     assert {(session.span_id, n) for n in ("TeamCreate", "Agent", "TeamDelete")} <= by_parent
@@ -145,19 +158,31 @@ def _attr(span: Any, key: str) -> str:
 
 
 def test_without_an_endpoint_no_opentelemetry_module_is_imported(tmp_path: Path) -> None:
-    model = write_turns(
-        tmp_path / "s.yaml",
-        [{"tool_calls": [{"name": "Bash", "input": {"command": "echo hi"}}]}, {"text": "done"}],
-    )
     code = textwrap.dedent(
         f"""
         import asyncio, sys
         import taskloom
+        from taskloom.testing import FunctionModel, ToolCall, Turn
+
+        def respond(request):
+            first = str(request.messages[0].content)
+            turns = sum(1 for m in request.messages if m.role == "assistant")
+            if "sub job" in first:  # a background agent that runs a command
+                if turns == 0:
+                    return Turn(tool_calls=(ToolCall("Bash", {{"command": "echo hi"}}),))
+                return "sub done"
+            if turns == 0:
+                spawn = {{"description": "sub", "prompt": "sub job", "run_in_background": True}}
+                return Turn(tool_calls=(ToolCall("Agent", spawn),))
+            return "done"
+
         async def main():
-            async with taskloom.Harness(model={model!r}, cwd={str(tmp_path)!r},
+            async with taskloom.Harness(model=FunctionModel(respond), cwd={str(tmp_path)!r},
                                         skip_permissions=True) as h:
                 async for _ in h.run("go"):
                     pass
+                ran = {{(s.type.value, s.status.value) for s in h.tasks()}}
+                assert ran == {{("local_agent", "completed"), ("local_bash", "completed")}}, ran
         asyncio.run(main())
         print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
         """

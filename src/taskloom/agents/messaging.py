@@ -25,6 +25,7 @@ from taskloom.agents import structured_messages
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.errors import TaskError, ToolError
+from taskloom.signals import emit
 from taskloom.tasks.agent import resumed
 from taskloom.tasks.types import AgentTaskState, TaskType
 from taskloom.transcript import load_messages, repair
@@ -422,6 +423,17 @@ class Messenger:
         # Back to running under the same id (the runtime merges what must survive).
         self.runtime.register(resumed(state))
         self.runtime.attach_handle(agent_id, run)
+        emit(
+            "agent_tool_selected",
+            session_id=self.runtime.session_id,
+            agent_id=agent_id,
+            parent_id=state.owner,
+            agent_type=state.agent_type,
+            model=run.engine.config.model_name or "",
+            source="resume",
+            is_fork=False,
+            is_async=True,
+        )
         driver = run.resume()
         if self.on_resumed is not None:
             self.on_resumed(run, driver)

@@ -259,6 +259,7 @@ class Spawner:
         await env.abandon()
         error = f"could not start: {exc}" if str(exc) else "could not start"
         self.runtime.update(agent_id, lambda s: failed_to_start(s, error))
+        self._terminated(agent_id, "")
 
     async def _wait_foreground(
         self,
@@ -472,23 +473,27 @@ class Spawner:
             self.budgets.close(agent_id)
             if unwatch is not None:
                 unwatch()
-            state = self.runtime.get(agent_id)
-            if isinstance(state, AgentTaskState):
-                end = state.end_time or time.time()
-                emit(
-                    "agent_tool_terminated",
-                    session_id=self.runtime.session_id,
-                    agent_id=agent_id,
-                    agent_type=state.agent_type,
-                    model=run.engine.config.model_name or "",
-                    duration_ms=int(max(0.0, end - state.start_time) * 1000),
-                    is_async=state.is_backgrounded,
-                    reason=state.stopped_reason or state.status.value,
-                    total_tokens=state.total_tokens,
-                    tool_uses=state.tool_uses,
-                )
+            self._terminated(agent_id, run.engine.config.model_name or "")
 
         driver.add_done_callback(ended)
+
+    def _terminated(self, agent_id: str, model: str) -> None:
+        """Emit ``agent_tool_terminated`` for an agent that has ended (its span ends)."""
+        state = self.runtime.get(agent_id)
+        if isinstance(state, AgentTaskState):
+            end = state.end_time or time.time()
+            emit(
+                "agent_tool_terminated",
+                session_id=self.runtime.session_id,
+                agent_id=agent_id,
+                agent_type=state.agent_type,
+                model=model,
+                duration_ms=int(max(0.0, end - state.start_time) * 1000),
+                is_async=state.is_backgrounded,
+                reason=state.stopped_reason or state.status.value,
+                total_tokens=state.total_tokens,
+                tool_uses=state.tool_uses,
+            )
 
     def _selected(
         self, agent_id: str, ctx: ToolContext, definition: AgentDefinition, *, is_async: bool

@@ -274,6 +274,7 @@ _KNOWN_TOOLS = {
         "TaskStop",
         "SendMessage",
         "Skill",
+        "Monitor",
     )
 }
 

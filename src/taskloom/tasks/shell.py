@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 120.0
 #: Longest foreground timeout a caller may ask for (the Bash tool's cap, 10 minutes).
 MAX_TIMEOUT_S = 600.0
+#: How long a command's end waits for its followers' last read (a monitor's last lines).
+FOLLOW_GRACE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,9 @@ class ShellHandle:
         self._stall_notified = False
         #: What reads its output as it comes (a monitor's line follower).
         self.followers: list[asyncio.Task[None]] = []
+        #: Done when its command has exited (and its output is complete), before its end is
+        #: recorded: the followers' last read comes first.
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # The cap is checked from the start (foreground too); stall detection is switched on
         # when the command goes to the background.
         self._watch = Watch(
@@ -134,7 +139,12 @@ class ShellHandle:
                     await asyncio.wait_for(self._kill_done.wait(), 10.0)
             if self._over_cap:
                 self.output.enforce_cap()
+            self.exited.set_result(None)
+            if self.followers:  # a monitor's last lines are told before its end is
+                await asyncio.wait(self.followers, timeout=FOLLOW_GRACE_S)
         finally:
+            if not self.exited.done():
+                self.exited.set_result(None)
             # Whatever failed above, the task must end and its notification go out.
             state = self.runtime.update(self.task_id, _finisher(code, killed))
             # The process record stays until the session closes: descendants that outlived
@@ -327,7 +337,7 @@ async def run_shell(
 
         handle.followers.append(
             asyncio.get_running_loop().create_task(
-                follow_lines(runtime, task_id, str(path), handle.finished)
+                follow_lines(runtime, task_id, str(path), handle.exited)
             )
         )
     if run_in_background:

@@ -32,7 +32,8 @@ class Three:
                     if turns == 0:
                         cmd = ToolCall("Bash", {"command": f"echo {n}"})
                         return Turn(tool_calls=(cmd,), input_tokens=1000 * n, output_tokens=10)
-                    return Turn(text=f"done {n}", input_tokens=1100 * n, output_tokens=20 * n)
+                    return Turn(text=f"done {n}", input_tokens=1100 * n, output_tokens=20 * n,
+                                cache_read_input_tokens=50 * n)  # fmt: skip
             seen = " ".join(t for m in body["messages"] if m["role"] == "user"
                             for t in texts(m["content"]))  # fmt: skip
             if turns == 0:
@@ -78,3 +79,25 @@ def test_the_result_has_each_agent_s_usage_and_they_add_up(tmp_path: Path) -> No
         assert sum(e[name] for e in usage.values()) == model[name], name
     assert sum(e["costUSD"] for e in usage.values()) == pytest.approx(result["total_cost_usd"])
     json.dumps(result)  # plain JSON
+    # Live, in each agent's task events: cache tokens, duration and cost so far; the last
+    # one's figures are the result's.
+    updates: dict[str, dict[str, Any]] = {}
+    for event in events_of(proc.stdout):
+        if event.get("subtype") == "task_updated" and event["task_id"] in agents:
+            updates[event["task_id"]] = event["progress"]
+    assert set(updates) == set(agents)
+    for agent_id, progress in updates.items():
+        n = int(agents[agent_id]["description"].split()[-1])
+        assert progress["cache_read_input_tokens"] == 50 * n
+        assert progress["cost_usd"] == pytest.approx(agents[agent_id]["costUSD"])
+        assert progress["subtree_cost_usd"] == pytest.approx(agents[agent_id]["costUSD"])
+        assert 0 <= progress["duration_ms"] == agents[agent_id]["durationMs"]
+    # And in taskloom tasks: each agent's tokens, tool calls and cost.
+    listed = subprocess.run(
+        [sys.executable, "-m", "taskloom", "tasks", "--session", result["session_id"]],
+        capture_output=True, text=True, timeout=60, env=clean_env(TASKLOOM_HOME=env["TASKLOOM_HOME"],
+                                                                  COLUMNS="200"),
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    for entry in agents.values():
+        assert f"${entry['costUSD']:.4f}" in listed.stdout, listed.stdout

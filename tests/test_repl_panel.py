@@ -423,3 +423,6 @@ def test_an_agent_row_shows_its_agents_work_too(clock: Clock) -> None:
     assert "2 tool uses" in text and "with its agents 12.4k tokens" in text, text
     panel.update(agent.replace(id="a2", subtree_tool_uses=2, subtree_tokens=1500))
     assert "with its agents" not in texts(panel)[1]  # none of its own: nothing more to say
+    assert "$" not in texts(panel)[0]  # nothing priced: no cost shown
+    panel.update(agent.replace(subtree_cost_usd=0.1234))
+    assert "$0.12" in texts(panel)[0]  # what it and its agents have cost so far

@@ -86,6 +86,8 @@ class Engine:
         self.num_turns = 0
         self.tool_uses = 0
         self.api_seconds = 0.0
+        #: What its responses cost, by the price table (``modelPrices``, else list prices).
+        self.cost_usd = 0.0
         #: Grows with every model stream event and every tool call started or ended: what the
         #: watchdog reads as the agent's progress.
         self.progress = 0
@@ -117,6 +119,7 @@ class Engine:
         engine.num_turns = self.num_turns
         engine.tool_uses = self.tool_uses
         engine.api_seconds = self.api_seconds
+        engine.cost_usd = self.cost_usd
         engine.stop_reason = self.stop_reason
         engine.denials = list(self.denials)
         if self.halted is not None:
@@ -264,9 +267,10 @@ class Engine:
                 cache_read_input_tokens=self.usage.cache_read_input_tokens
                 + u.cache_read_input_tokens,
             )
+            cost = self._cost(final.model or request.model, u)  # as the usage ledger prices it
+            self.cost_usd += cost
             if meter is not None:
-                model = final.model or request.model  # as the usage ledger prices it
-                meter.charge(tokens=u.context_tokens + u.output_tokens, usd=self._cost(model, u))
+                meter.charge(tokens=u.context_tokens + u.output_tokens, usd=cost)
         return final
 
     def _cost(self, model: str, usage: Usage) -> float:

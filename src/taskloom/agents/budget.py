@@ -99,13 +99,13 @@ class Budgets:
         stop: Callable[[str, str], Coroutine[Any, Any, object]],
         clock: Callable[[], float] = time.monotonic,
         session: Budget | None = None,
-        on_spend: Callable[[str, int, int], None] | None = None,
+        on_spend: Callable[[str, int, int, float], None] | None = None,
     ) -> None:
         """Count for ``session_id``'s agents; ``stop(agent_id, why)`` stops a subtree.
 
         ``session``: the budget of the whole session (its main thread and every agent), whose
-        ``stop`` is called with the session's id. ``on_spend(agent_id, tokens, tool_calls)``
-        hears each agent's subtree totals as they grow (for its live usage).
+        ``stop`` is called with the session's id. ``on_spend(agent_id, tokens, tool_calls,
+        usd)`` hears each agent's subtree totals as they grow (for its live usage).
         """
         self._stop = stop
         self._on_spend = on_spend
@@ -231,7 +231,7 @@ class Budgets:
             node.tool_calls += tool_calls
             node.usd += usd
             if self._on_spend is not None and node.parent is not None:
-                self._on_spend(node.id, node.tokens, node.tool_calls)
+                self._on_spend(node.id, node.tokens, node.tool_calls, node.usd)
             self._check(node)
             node = node.parent
 

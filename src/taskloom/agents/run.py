@@ -273,13 +273,16 @@ class AgentRun:
         finally:
             self._close_files()
 
-    def _totals(self) -> dict[str, int]:
+    def _totals(self) -> dict[str, int | float]:
         engine = self.engine
         return {
             "input_tokens": engine.context_tokens,
             "output_tokens": engine.usage.output_tokens,
             "total_tokens": engine.context_tokens + engine.usage.output_tokens,
             "tool_uses": engine.tool_uses,
+            "cache_read_input_tokens": engine.usage.cache_read_input_tokens,
+            "cache_creation_input_tokens": engine.usage.cache_creation_input_tokens,
+            "cost_usd": engine.cost_usd,
         }
 
     def _progress(self, event: EngineEvent) -> None:

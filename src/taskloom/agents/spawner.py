@@ -532,12 +532,12 @@ class Spawner:
                     total += self.runtime.output_path(shell.id).stat().st_size
         return total
 
-    def _spent(self, agent_id: str, tokens: int, tool_calls: int) -> None:
+    def _spent(self, agent_id: str, tokens: int, tool_calls: int, usd: float) -> None:
         """An agent's subtree totals grew: its state shows them (live usage)."""
         self.runtime.update(
             agent_id,
             lambda s: (
-                s.replace(subtree_tokens=tokens, subtree_tool_uses=tool_calls)
+                s.replace(subtree_tokens=tokens, subtree_tool_uses=tool_calls, subtree_cost_usd=usd)
                 if isinstance(s, AgentTaskState) and not s.terminal
                 else s
             ),

@@ -189,6 +189,7 @@ class Emitter:
                 getattr(state, "tool_uses", None),
                 getattr(state, "total_tokens", None),
                 getattr(state, "activities", None),
+                getattr(state, "subtree_tokens", None),  # its agents' work is its progress too
             )
             if self._task_status.get(state.id) == progress:
                 return

@@ -66,6 +66,8 @@ def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[d
                 "tool_uses": rec.get("tool_uses"),
                 "subtree_tokens": rec.get("subtree_tokens"),
                 "subtree_tool_uses": rec.get("subtree_tool_uses"),
+                "cost_usd": rec.get("cost_usd"),
+                "subtree_cost_usd": rec.get("subtree_cost_usd"),
                 "output_file": rec.get("output_file") or None,
                 "output_size": _size(rec.get("output_file") or ""),
             }
@@ -106,13 +108,18 @@ def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int
 
 
 def _usage(row: dict[str, Any]) -> str:
-    """An agent's tokens and tool calls, and its subtree's when it started agents."""
+    """An agent's tokens, tool calls and cost, and its subtree's when it started agents."""
     if row.get("tokens") is None:
         return ""
     text = f"{_count(row['tokens'])} tok · {row.get('tool_uses') or 0} tools"
+    own, whole = row.get("cost_usd") or 0.0, row.get("subtree_cost_usd") or 0.0
+    if own:
+        text += f" · ${own:.4f}"
     sub_tokens, sub_tools = row.get("subtree_tokens") or 0, row.get("subtree_tool_uses") or 0
-    if sub_tools > (row.get("tool_uses") or 0):
-        text += f" (with its agents: {_count(sub_tokens)} · {sub_tools})"
+    # Its agents' spending shows as more tool calls or more cost than its own.
+    if sub_tools > (row.get("tool_uses") or 0) or whole > own + 1e-9:
+        text += f" (with its agents: {_count(sub_tokens)} · {sub_tools} tools"
+        text += f" · ${whole:.4f})" if whole else ")"
     return text
 
 

@@ -184,6 +184,9 @@ class TaskPanel:
             if below is not None and progress.tool_uses is not None and below > progress.tool_uses:
                 # Its agents' work too: what its budgets count.
                 parts.append(f"with its agents {count(progress.subtree_tokens or 0)} tokens")
+            if progress.subtree_cost_usd:  # with its agents': what it has cost so far
+                cost = progress.subtree_cost_usd
+                parts.append(f"${cost:.2f}" if cost >= 0.01 else f"${cost:.4f}")
             if progress.activity:
                 parts.append(progress.activity)
             if state.owner != self.session_id and state.type != TaskType.IN_PROCESS_TEAMMATE:

@@ -8,6 +8,7 @@ tools show of it, and the state transitions its run records.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import ClassVar, Protocol, cast
 
@@ -138,6 +139,7 @@ class AgentKind(TaskKind):
             last,
             getattr(state, "subtree_tool_uses", None),
             getattr(state, "subtree_tokens", None),
+            getattr(state, "subtree_cost_usd", None),
         )
 
     def event_fields(self, state: TaskState) -> dict[str, object]:
@@ -145,16 +147,22 @@ class AgentKind(TaskKind):
         agent = self._answering(state)
         if agent is None:
             return {}
+        end = state.end_time or time.time()  # still running: so far
         return {
             "progress": {
                 "tool_use_count": agent.tool_uses,
                 "input_tokens": agent.input_tokens,
                 "output_tokens": agent.output_tokens,
                 "total_tokens": agent.total_tokens,
+                "cache_read_input_tokens": getattr(state, "cache_read_input_tokens", 0),
+                "cache_creation_input_tokens": getattr(state, "cache_creation_input_tokens", 0),
+                "duration_ms": int(max(0.0, end - state.start_time) * 1000),
+                "cost_usd": getattr(state, "cost_usd", 0.0),
                 "recent_activities": list(agent.activities),
                 # It and every agent it started, cumulative (local agents: what budgets count).
                 "subtree_tokens": getattr(state, "subtree_tokens", agent.total_tokens),
                 "subtree_tool_use_count": getattr(state, "subtree_tool_uses", agent.tool_uses),
+                "subtree_cost_usd": getattr(state, "subtree_cost_usd", 0.0),
             }
         }
 
@@ -164,7 +172,7 @@ class AgentKind(TaskKind):
 
 def ended(
     state: AgentTaskState,
-    totals: Mapping[str, int],
+    totals: Mapping[str, int | float],
     *,
     result: str | None = None,
     error: str | None = None,
@@ -182,7 +190,7 @@ def killed(state: AgentTaskState) -> AgentTaskState:
 
 
 def progressed(
-    state: AgentTaskState, activities: list[str], totals: Mapping[str, int]
+    state: AgentTaskState, activities: list[str], totals: Mapping[str, int | float]
 ) -> AgentTaskState:
     """One more turn: its latest activities (the last few kept) and usage so far."""
     recent = (*state.activities, *activities)[-MAX_ACTIVITIES:]

@@ -58,6 +58,7 @@ class Progress(NamedTuple):
         activity: The last thing it did, in a few words ('' if nothing is known).
         subtree_tool_uses: Tool calls of it and every agent it started (None: not counted).
         subtree_tokens: Tokens of it and every agent it started.
+        subtree_cost_usd: What it and every agent it started cost so far (None: not priced).
     """
 
     tool_uses: int | None = None
@@ -65,6 +66,7 @@ class Progress(NamedTuple):
     activity: str = ""
     subtree_tool_uses: int | None = None
     subtree_tokens: int | None = None
+    subtree_cost_usd: float | None = None
 
 
 class TaskHandle(Protocol):

@@ -248,6 +248,10 @@ class AgentTaskState(TaskState):
         subtree_tokens: Tokens it and every agent it started have used so far, summed over
             their responses (input, cache reads and writes, output): what budgets count.
         subtree_tool_uses: Tool calls it and every agent it started have made so far.
+        cache_read_input_tokens: Tokens read from the prompt cache so far, summed.
+        cache_creation_input_tokens: Tokens written to the prompt cache so far, summed.
+        cost_usd: What its own requests cost so far (by the price table).
+        subtree_cost_usd: What it and every agent it started have cost so far.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_AGENT
@@ -268,6 +272,10 @@ class AgentTaskState(TaskState):
     stopped_reason: str | None = None
     subtree_tokens: int = 0
     subtree_tool_uses: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cost_usd: float = 0.0
+    subtree_cost_usd: float = 0.0
 
 
 #: The state class of each type built in. A task kind may bring the class of its own type

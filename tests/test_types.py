@@ -310,6 +310,10 @@ def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
         "stopped_reason",
         "subtree_tokens",
         "subtree_tool_uses",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "cost_usd",
+        "subtree_cost_usd",
     ]
     assert list(ShellTaskState(id="b00000000").to_dict()) == COMMON + shell
     assert list(AgentTaskState(id="a00000000").to_dict()) == COMMON + agent

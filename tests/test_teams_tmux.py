@@ -592,3 +592,48 @@ def test_a_pane_teammates_permission_request_is_asked_in_the_lead_s_repl(
     leave(pane)
     assert _teammate_processes() == []
     assert [p for p in _panes(tmux) if p["title"].startswith("alice@")] == []
+
+
+class Spender:
+    """alice says she is ready, then answers each ping; each of her responses is 1000 tokens."""
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        seen, calls = _all_text(body), _calls(body)
+        sent = [c["input"].get("message") for c in calls if c["name"] == "SendMessage"]
+        spend = {"input_tokens": 900, "output_tokens": 100}
+        if "You are alice, a member of the agent team" not in system_text(body):
+            return Turn(text="lead", **spend)
+        pongs = sum(1 for m in sent if isinstance(m, str) and m.startswith("pong"))
+        if not sent or seen.count("ping ") > pongs:
+            said = "ready alice" if not sent else f"pong {pongs + 1}"
+            call = ToolCall("SendMessage", {"to": "team-lead", "message": said})
+            return Turn(tool_calls=(call,), **spend)
+        return Turn(text="alice idle", **spend)
+
+
+async def test_a_pane_teammate_s_spending_counts_for_the_lead_s_session_budget(
+    tmp_path: Path, tmux: tmux_driver.TmuxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmux.start()
+    monkeypatch.setenv("TMUX", _tmux_env(tmux))
+    with _model(Spender(), monkeypatch):
+        async with harness(
+            tmp_path, MODEL, teams=True, teammate_mode="tmux", max_budget_tokens=3000
+        ) as h:
+            await _spawn(h, "alice")
+            budgets = h.agents.spawner.budgets
+            # Its first turn (two responses) is counted when it says it is idle.
+            await wait_until(lambda: budgets.used(h.session_id)[0] >= 2000, 30, "2000 counted")
+            alice = _states(h)["alice"]
+            assert alice.spent_tokens == 2000 and alice.cost_usd > 0
+            assert not alice.terminal  # under the session's budget: it goes on
+            body = wrap("ping 1", sender="team-lead")
+            h.team.executor.deliver(alice.agent_id, body, sender=f"team-lead@{TEAM}")
+            # Its next turn takes the session past its 3000 tokens: it is stopped, saying why.
+            await wait_until(lambda: _states(h)["alice"].terminal, 30, "alice stopped")
+            state = _states(h)["alice"]
+            assert state.status.value == "killed", state
+            assert "the token budget of the session ran out" in (state.stopped_reason or "")
+            assert budgets.used(h.session_id)[0] >= 3000
+            assert h.session.engine.halted
+    assert _teammate_processes() == []

@@ -41,6 +41,9 @@ class TeammateTaskState(TaskState):
         pid: Its process, for a teammate in a pane (0 otherwise).
         pid_start: That process's start (seconds since boot), to know it again.
         stopped_reason: Why it was stopped, when not by its lead (the session's budget ran out).
+        spent_tokens: Tokens its responses used so far, summed (input, cache reads and writes,
+            output): what budgets count of it; its lead reads a pane teammate's from its record.
+        cost_usd: What its requests cost so far (by the price table).
     """
 
     TYPE: ClassVar[TaskType] = TaskType.IN_PROCESS_TEAMMATE
@@ -63,6 +66,8 @@ class TeammateTaskState(TaskState):
     pid: int = 0
     pid_start: float = 0.0
     stopped_reason: str | None = None
+    spent_tokens: int = 0
+    cost_usd: float = 0.0
 
 
 class TeammateKind(TaskKind):
@@ -156,7 +161,7 @@ def working(state: TeammateTaskState) -> TeammateTaskState:
 
 def idle(
     state: TeammateTaskState,
-    totals: Mapping[str, int],
+    totals: Mapping[str, int | float],
     *,
     result: str | None = None,
     error: str | None = None,
@@ -173,7 +178,7 @@ def idle(
     return state.replace(**changes)
 
 
-def progressed(state: TeammateTaskState, totals: Mapping[str, int]) -> TeammateTaskState:
+def progressed(state: TeammateTaskState, totals: Mapping[str, int | float]) -> TeammateTaskState:
     """One more message in its conversation: its usage so far."""
     return state if state.terminal else state.replace(**totals)
 

@@ -237,6 +237,8 @@ def session_team(
             _launcher(runtime, options, cwd, agents),
             prompter=options.prompter,
             keep_crashed=settings.get("teammateCrashedPane") != "close",
+            # What its process spends counts for the session's budget, as an in-process one's.
+            meter_for=lambda member: agents().spawner.budgets.reopen(member, runtime.session_id),
         )
     service = team_service(
         runtime, agents, cwd=cwd, base_prompt=base_prompt, tools=tools, panes=panes

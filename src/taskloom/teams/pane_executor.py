@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -45,11 +44,14 @@ from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
 from taskloom.teams.executor import post_message, request_shutdown
+from taskloom.teams.pane_env import NOT_INHERITED, pane_environment
+from taskloom.teams.pane_usage import PaneSpending, recorded_usage
 from taskloom.teams.panes import PaneError
 from taskloom.teams.permission_relay import PermissionRelay
 from taskloom.teams.protocol import TMUX
 
 if TYPE_CHECKING:
+    from taskloom.events import Meter
     from taskloom.messages import Message
     from taskloom.permissions import PermissionPrompter
     from taskloom.tasks.mailbox import Letter, Mailbox
@@ -66,48 +68,18 @@ KILL_WAIT_S = 5.0
 #: What a teammate's process is started as: this Python, this taskloom (``-P``: a
 #: ``taskloom`` directory in the project does not shadow the installed package).
 _COMMAND = (sys.executable, "-P", "-m", "taskloom", "teammate", "--join")
-#: The lead's variables a teammate's process does not inherit: it is not the lead's pane.
-_NOT_INHERITED = ("TMUX_PANE",)
-
-#: What of the lead's environment the pane's command line carries: what starting Python and
-#: taskloom needs (the rest, API keys among it, is in the spec file, private to the user).
-_PANE_NAMES = frozenset(
-    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "COLORTERM", "LANG", "TZ", "TMPDIR",
-     "VIRTUAL_ENV"}
-)  # fmt: skip
-_PANE_PREFIXES = ("LC_", "PYTHON", "TASKLOOM_")
-#: Names that say a value is a secret: never on a command line, whatever the prefix.
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-
 #: Makes the spec a teammate's process starts from: (its spawn spec, its task id, its pane).
 Launcher = Callable[["TeammateSpec", str, str], "JoinSpec"]
 
 
 def _idle_saying(
-    summary: str, totals: dict[str, int]
+    summary: str, totals: dict[str, int | float]
 ) -> Callable[[TeammateTaskState], TeammateTaskState]:
     return lambda s: idle(s, totals, result=summary)
 
 
-def _using(totals: dict[str, int]) -> Callable[[TeammateTaskState], TeammateTaskState]:
+def _using(totals: dict[str, int | float]) -> Callable[[TeammateTaskState], TeammateTaskState]:
     return lambda s: progressed(s, totals)
-
-
-def _usage(tasks: list[dict[str, Any]]) -> dict[str, int]:
-    """A pane teammate's tokens and tool calls, from its own task in its process's records."""
-    for task in tasks:
-        if task.get("type") == TaskType.IN_PROCESS_TEAMMATE:
-            return {k: int(task.get(k) or 0) for k in ("total_tokens", "tool_uses")}
-    return {}
-
-
-def pane_environment(env: dict[str, str]) -> dict[str, str]:
-    """What of ``env`` a teammate's pane command line carries (see ``_PANE_NAMES``)."""
-    return {
-        k: v
-        for k, v in env.items()
-        if (k in _PANE_NAMES or k.startswith(_PANE_PREFIXES)) and not _SECRET.search(k)
-    }
 
 
 class _PaneHandle:
@@ -156,6 +128,7 @@ class PaneExecutor:
         *,
         prompter: PermissionPrompter | None = None,
         keep_crashed: bool = True,
+        meter_for: Callable[[str], Meter] | None = None,
     ) -> None:
         """Run teammates in ``panes`` for the lead session of ``runtime``.
 
@@ -165,12 +138,15 @@ class PaneExecutor:
             launch: Makes a teammate's :class:`~taskloom.teams.join.JoinSpec`.
             prompter: Who answers their permission requests (None: they decide headless).
             keep_crashed: Keep the pane of a teammate that crashed, for the user to read.
+            meter_for: The lead's meter for a teammate (by agent id): what its process
+                spends counts against the lead's budgets.
         """
         self.runtime = runtime
         self.panes = panes
         self.launch = launch
         self.prompter = prompter
         self.keep_crashed = keep_crashed
+        self.spending = PaneSpending(meter_for)
         self._members: dict[str, _Member] = {}
         self._listener: WakeupListener | None = None
         self._relay: PermissionRelay | None = None
@@ -249,13 +225,14 @@ class PaneExecutor:
                 continue
             tasks = self._its_tasks(member)
             at_work = tasks is None or self._at_work(member, since, tasks)
-            totals = _usage(tasks or [])
+            totals = recorded_usage(tasks or [])
             if at_work and getattr(state, "is_idle", False):
                 runtime.update(member.task_id, working)
             elif not at_work and not getattr(state, "is_idle", False):
                 runtime.update(member.task_id, _idle_saying(member.idle_summary, totals))
             if totals:
                 runtime.update(member.task_id, _using(totals))
+                self.spending.count(member.task_id, member.agent_id, totals)
 
     def _its_tasks(self, member: _Member, *, ended: bool = False) -> list[dict[str, Any]] | None:
         """The tasks its process recorded: live ones (with ``ended``, all); None: unknown."""
@@ -363,6 +340,7 @@ class PaneExecutor:
             raise UsageError(f"teammate {agent_id} is running already")
         await self._start()
         runtime = self.runtime
+        self.spending.started(task_id)
         runtime.register(
             TeammateTaskState(
                 id=task_id,
@@ -385,7 +363,7 @@ class PaneExecutor:
         if resume:  # idle as of now, unless mail for it waits (see _review)
             member.idle_at = time.time()
         runtime.attach_handle(task_id, _PaneHandle(self, agent_id))
-        full_env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+        full_env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         # The tag the sweep finds it (and what it starts without a tag of its own) by.
         full_env["TASKLOOM_TASK_ID"] = task_id
         full_env["TASKLOOM_HOME"] = str(runtime.home)
@@ -603,9 +581,10 @@ class PaneExecutor:
                     runtime.mailbox.withdraw(mine)
             with contextlib.suppress(OSError):  # its process read it, or never will
                 Path(_join_path(runtime.home, runtime.session_id, member.task_id)).unlink()
-            totals = _usage(self._its_tasks(member, ended=True) or [])
+            totals = recorded_usage(self._its_tasks(member, ended=True) or [])
             if totals:  # what it used, as its process last recorded it
                 runtime.update(member.task_id, _using(totals))
+                self.spending.count(member.task_id, member.agent_id, totals)
             crashed = not member.approved and not member.killing
             if not crashed or not self.keep_crashed:
                 with contextlib.suppress(OSError):

@@ -475,11 +475,13 @@ class TeammateRun:
             except Exception:  # a bookkeeping failure must not hide how it ended
                 log.exception("teammate %s: recording its end failed", self.agent_id)
 
-    def _totals(self) -> dict[str, int]:
-        engine = self.engine
+    def _totals(self) -> dict[str, int | float]:
+        engine, usage = self.engine, self.engine.usage
         return {
-            "total_tokens": engine.context_tokens + engine.usage.output_tokens,
+            "total_tokens": engine.context_tokens + usage.output_tokens,
             "tool_uses": engine.tool_uses,
+            "spent_tokens": usage.context_tokens + usage.output_tokens,
+            "cost_usd": engine.cost_usd,
         }
 
     def _progress(self, event: EngineEvent) -> None:

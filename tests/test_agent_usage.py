@@ -93,10 +93,10 @@ def test_the_result_has_each_agent_s_usage_and_they_add_up(tmp_path: Path) -> No
         assert progress["subtree_cost_usd"] == pytest.approx(agents[agent_id]["costUSD"])
         assert 0 <= progress["duration_ms"] == agents[agent_id]["durationMs"]
     # And in taskloom tasks: each agent's tokens, tool calls and cost.
+    wide = clean_env(TASKLOOM_HOME=env["TASKLOOM_HOME"], COLUMNS="200")
     listed = subprocess.run(
         [sys.executable, "-m", "taskloom", "tasks", "--session", result["session_id"]],
-        capture_output=True, text=True, timeout=60, env=clean_env(TASKLOOM_HOME=env["TASKLOOM_HOME"],
-                                                                  COLUMNS="200"),
+        capture_output=True, text=True, timeout=60, env=wide,
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     for entry in agents.values():

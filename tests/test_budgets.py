@@ -260,6 +260,12 @@ def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run
     assert 3000 <= spent <= 3000 + 4 * 100  # what was in flight when it ran out, no more
     workers = [e for k, e in usage.items() if k != "main"]
     assert len(workers) == 2 and {e["status"] for e in workers} == {"killed"}
+    # Their ends were streamed before the result.
+    ends = [
+        e["task_id"] for e in map(json.loads, proc.stdout.splitlines())
+        if e.get("subtype") == "task_updated" and e.get("status") == "killed"
+    ]  # fmt: skip
+    assert {k for k in usage if k != "main"} <= set(ends), ends  # (their commands' too)
     bad = subprocess.run(
         [sys.executable, "-m", "taskloom", "-p", "x", "--max-budget-tokens", "0"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
@@ -371,6 +377,14 @@ async def test_a_budget_used_to_its_end_lets_nothing_more_start_and_a_reopened_o
     assert "80% used" not in (budgets.reminder("a9") or "")
     budgets.charge("a9", 50, 0)
     assert budgets.used("a9") == (950, 3) and "95% used" in (budgets.reminder("a9") or "")
+    # Its cost too: 0.5 of a dollar then, 0.4 now, is 90 % of its dollar.
+    budgets.reopen("a8", "s", Budget(usd=1.0), (0, 0), 0.5)
+    budgets.charge("a8", 0, 0, 0.4)
+    assert "the cost budget of a8 90% used" in (budgets.reminder("a8") or "")
+    # A tool-call budget at its end is used up, not run out: its last call runs.
+    budgets.reopen("a7", "s", Budget(tool_calls=5), (0, 3))
+    budgets.charge("a7", 0, 2)
+    assert "the tool-call budget of a7 100% used (5 of 5" in (budgets.reminder("a7") or "")
     await budgets.aclose()
 
 

@@ -210,3 +210,26 @@ def test_two_interrupts_still_clean_up(tmp_path: Path) -> None:
     assert proc.wait(timeout=30) == 128 + signal.SIGINT
     proc.stdout.close()
     # The autouse fixture fails this test if the trapped loop survived.
+
+
+async def test_a_halted_engine_asks_nothing_until_a_new_run_unhalts_it(tmp_path: Path) -> None:
+    from taskloom.models.scripted import FunctionModel
+
+    asked: list[int] = []
+
+    def respond(request: Any) -> str:
+        asked.append(1)
+        return "answer"
+
+    async with TaskRuntime() as runtime:
+        config = EngineConfig(
+            model=FunctionModel(respond), system_prompt="", tools=[], owner="me", cwd=tmp_path
+        )
+        engine = Engine(config, runtime)
+        engine.halt("the token budget of a1 ran out")
+        events = [e async for e in engine.run("go")]
+        assert isinstance(events[-1], Finished) and asked == []
+        engine.unhalt()
+        events = [e async for e in engine.run("again")]
+        assert isinstance(events[-1], Finished) and events[-1].result == "answer"
+        assert asked == [1] and engine.halted is None

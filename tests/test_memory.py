@@ -91,6 +91,30 @@ async def test_a_worktree_agent_keeps_its_memory_in_the_main_checkout_outside_it
     assert getattr(state, "worktree_path", None) is None or not Path(state.worktree_path).exists()
 
 
+def test_the_memory_of_any_agent_working_in_a_worktree_is_the_main_checkout_s(
+    tmp_path: Path,
+) -> None:
+    from taskloom.agents.memory import memory_project
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "src").mkdir()
+    (repo / "src" / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    tree = tmp_path / "tree"
+    subprocess.run([*git, "worktree", "add", "-q", str(tree)], check=True)
+    try:
+        # A child of a worktree agent works in it too, not isolated itself: the same memory.
+        assert memory_project(tree / "src") == repo.resolve()
+        assert memory_project(repo / "src") == repo
+        assert memory_project(tmp_path / "elsewhere") == tmp_path / "elsewhere"  # no git
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)
+
+
 def test_a_memory_s_scopes_are_claude_code_s_places_and_a_long_index_is_cut(
     tmp_path: Path,
 ) -> None:

@@ -507,3 +507,21 @@ def test_a_forks_messages_carry_the_id_of_the_call_that_forked_it(tmp_path: Path
     assert [e["type"] for e in under] == ["assistant"]
     assert under[0]["message"]["content"][0]["text"] == "the fork's answer"
     assert events[-1]["type"] == "result"
+
+
+def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
+    from taskloom.cli.stream_output import OutputTap
+    from taskloom.tasks.remote import RemoteAgentTaskState
+
+    tap = OutputTap(lambda obj: None)
+    before = {"m": {"input_tokens": 1000, "output_tokens": 100}}
+    earlier = RemoteAgentTaskState(id="r00000001", usage_by_model=before)
+    tap.remote_baseline([earlier])
+    tap.remote_baseline([])  # once: a later turn's call changes nothing
+    tap.remote_usage("r00000001", before)  # what the earlier run counted already
+    assert tap.ledger.by_model == {} and "r00000001" not in tap.by_agent
+    tap.remote_usage("r00000001", {"m": {"input_tokens": 1500, "output_tokens": 150}})
+    (grown,) = tap.by_agent["r00000001"].by_model.values()
+    assert (grown.input_tokens, grown.output_tokens) == (500, 50)  # what it grew by, here
+    tap.remote_usage("r00000002", {"m": {"input_tokens": 7, "output_tokens": 1}})  # a new one
+    assert tap.ledger.by_model["m"].input_tokens == 507

@@ -107,6 +107,11 @@ class Engine:
         self.halted = why
         self._halt.set()
 
+    def unhalt(self) -> None:
+        """Make requests again (a new run of an agent that was told to stop as it ended)."""
+        self.halted = None
+        self._halt = asyncio.Event()
+
     def continued(self, config: EngineConfig) -> Engine:
         """This conversation carried on under ``config``: messages, files, usage, counts kept.
 

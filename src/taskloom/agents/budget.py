@@ -155,16 +155,18 @@ class Budgets:
         parent: str,
         budget: Budget | None = None,
         spent: tuple[int, int] = (0, 0),
+        spent_usd: float = 0.0,
     ) -> AgentMeter:
         """A resumed agent counts again, on top of what it had spent; its meter.
 
         One this process has not counted yet (an agent of an earlier process) is opened with
-        ``budget`` and what it had ``spent`` then (tokens, tool calls).
+        ``budget`` and what it had ``spent`` then (tokens, tool calls; ``spent_usd``).
         """
         node = self._nodes.get(agent_id)
         if node is None:
             meter = self.open(agent_id, parent, budget or Budget())
-            self._nodes[agent_id].tokens, self._nodes[agent_id].tool_calls = spent
+            node = self._nodes[agent_id]
+            (node.tokens, node.tool_calls), node.usd = spent, spent_usd
             return meter  # whether that is all of it is for exhausted() to say
         if not node.running:
             node.running = True
@@ -326,13 +328,15 @@ class Budgets:
             shares.append((node.usd / max(b.usd, 1e-12), "cost", figures))
         whose = _whose(node)
         return [
-            (share, kind, f"the {kind} budget of {whose} {_used(share)} ({figures})")
+            (share, kind, f"the {kind} budget of {whose} {_used(share, kind)} ({figures})")
             for share, kind, figures in shares
         ]
 
 
-def _used(share: float) -> str:
-    return f"{share:.0%} used" if share < 1.0 else "ran out"
+def _used(share: float, kind: str) -> str:
+    # A tool-call budget at its end has let its last call run: it runs out with the next.
+    out = share > 1.0 or (share >= 1.0 and kind != "tool-call")
+    return "ran out" if out else f"{share:.0%} used"
 
 
 def _whose(node: _Node) -> str:

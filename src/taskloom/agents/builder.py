@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.filter import filter_tools
-from taskloom.agents.memory import load_memory
+from taskloom.agents.memory import load_memory, memory_project
 from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
 from taskloom.prompts import environment
-from taskloom.settings import find_project_root
 from taskloom.signals import emit
 
 if TYPE_CHECKING:
@@ -126,7 +125,6 @@ class AgentBuilder:
         mode: str | None = None,
         confine_to: Path | None = None,
         extra_tools: Sequence[Tool[Any]] = (),
-        project_root: Path | None = None,
     ) -> EngineConfig:
         """The complete configuration of one subagent's engine.
 
@@ -140,8 +138,6 @@ class AgentBuilder:
             mode: A permission mode the caller asked for (only a stricter one applies).
             confine_to: The directory its file tools may not leave (its worktree), if any.
             extra_tools: Tools of its own (its MCP servers), offered besides the session's.
-            project_root: The project its memory belongs to (a worktree's main checkout: a
-                note kept there outlives the worktree); else the one holding ``cwd``.
         """
         chosen, model_name = self._model_for(model or definition.model)
         offered: dict[str, Tool[Any]] = {}
@@ -154,8 +150,8 @@ class AgentBuilder:
             is_async=is_async,
             allow_nesting=self.allow_nesting,
         )
-        root = project_root or find_project_root(cwd)
-        memory = load_memory(definition.memory, definition.agent_type, root)
+        # A worktree's memory is its main checkout's: a note kept there outlives it.
+        memory = load_memory(definition.memory, definition.agent_type, memory_project(cwd))
         if memory is not None:
             emit(
                 "agent_memory_loaded",

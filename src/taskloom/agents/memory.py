@@ -19,6 +19,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from taskloom.settings import find_project_root
+
 log = logging.getLogger(__name__)
 
 #: Lines of MEMORY.md put in the prompt (the rest stays in the file, for the agent to read).
@@ -61,6 +63,28 @@ class AgentMemory:
         )
 
 
+def memory_project(cwd: Path) -> Path:
+    """The project whose memory an agent working in ``cwd`` keeps: the main checkout.
+
+    A git worktree (its ``.git`` a file naming its git directory, whose ``commondir`` leads to
+    the repository's) belongs to the checkout it was made from: a note kept there outlives the
+    worktree, and is the one the next run finds wherever it works.
+    """
+    root = find_project_root(cwd)
+    marker = root / ".git"
+    try:
+        if not marker.is_file():
+            return root
+        text = marker.read_text(encoding="utf-8", errors="replace").strip()
+        if not text.startswith("gitdir:"):
+            return root
+        gitdir = (root / text.removeprefix("gitdir:").strip()).resolve()
+        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+    except OSError:
+        return root  # not a worktree of a repository this can read: the checkout itself
+    return common.parent if common.name == ".git" and common.parent.is_dir() else root
+
+
 def memory_dir(scope: str, agent_type: str, project_root: Path, home: Path | None = None) -> Path:
     """Where ``agent_type``'s memory of ``scope`` is kept."""
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in agent_type)
@@ -89,7 +113,9 @@ def load_memory(
         if index.is_file():
             with index.open(encoding="utf-8", errors="replace") as f:
                 head = f.read(MAX_CHARS + 1)
-            lines = head.splitlines(keepends=True)
+            # Lines as a text file has them (splitlines would also break at \f, \u2028, ...).
+            pieces = head.split("\n")
+            lines = [p + "\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
             text = "".join(lines[:MAX_LINES])[:MAX_CHARS]
             if len(lines) > MAX_LINES or len(head) > MAX_CHARS:
                 text += f"\n[more in {index}]\n"
@@ -98,4 +124,4 @@ def load_memory(
     return AgentMemory(scope, directory, text)
 
 
-__all__ = ["MAX_CHARS", "MAX_LINES", "AgentMemory", "load_memory", "memory_dir"]
+__all__ = ["MAX_CHARS", "MAX_LINES", "AgentMemory", "load_memory", "memory_dir", "memory_project"]

@@ -374,7 +374,10 @@ class Messenger:
         if run is None and self.budgets is not None:  # of an earlier process: as it was then
             definition = self._definition(state.agent_type)
             before = (state.subtree_tokens, state.subtree_tool_uses)
-            self.budgets.reopen(agent_id, state.owner, Budget(tokens=definition.tokens), before)
+            self.budgets.reopen(
+                agent_id, state.owner, Budget(tokens=definition.tokens), before,
+                state.subtree_cost_usd,
+            )  # fmt: skip
         spent = self.budgets.exhausted(agent_id) if self.budgets is not None else None
         if spent is not None:  # before anything is made for it (a fresh worktree)
             if self.budgets is not None:
@@ -416,6 +419,7 @@ class Messenger:
             if self.budgets is not None:
                 config = dataclasses.replace(config, meter=self.budgets.reopen(agent_id, ""))
             run = AgentRun(self.runtime, agent_id, config, messages=messages)
+            run.engine.cost_usd = state.cost_usd  # its figures go on from where they were
             self.runs[agent_id] = run
         elif self.budgets is not None:
             self.budgets.reopen(agent_id, state.owner)

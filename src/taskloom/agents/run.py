@@ -164,6 +164,8 @@ class AgentRun:
         """Run the engine on ``prompt`` (None: its history is ready) in a task of its own."""
         self.started = time.monotonic()
         self.finishing = False
+        # A new run asks again (a budget that ran out refuses the resume before it comes here).
+        self.engine.unhalt()
         self.finalize = self._finisher  # each run ends by finishing its worktree, once
         self.handoff = Handoff()
         self.driver = asyncio.get_running_loop().create_task(self._drive(prompt))

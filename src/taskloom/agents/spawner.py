@@ -200,7 +200,6 @@ class Spawner:
                 mode=request.mode,
                 confine_to=env.confine_to,
                 extra_tools=env.tools(),
-                project_root=env.worktree.repo_root if env.worktree is not None else None,
             )
             meter = self.budgets.open(agent_id, ctx.owner, request.budget(definition))
             config = dataclasses.replace(config, meter=meter)
@@ -559,7 +558,7 @@ class Spawner:
             await asyncio.gather(*(self._stop_saying(a, why) for a in live), return_exceptions=True)
             return
         run = self.runs.get(agent_id)
-        if run is not None and _finishing(run):
+        if run is not None and _finishing(run, self.runtime):
             # Its last answer ended its work: it ends on its own, with that answer, asking
             # for nothing more (mail that comes now is not answered). One that does not end
             # soon (a SubagentStop hook that hangs) is stopped all the same.
@@ -597,7 +596,13 @@ class Spawner:
         )
 
 
-def _finishing(run: AgentRun) -> bool:
-    """Whether its last model answer asked for no tool: it is ending its run."""
+def _finishing(run: AgentRun, runtime: TaskRuntime) -> bool:
+    """Whether it is ending its run.
+
+    Its last answer asked for no tool, and it waits for no task of its own (one that does is
+    stopped: it would go on when they end).
+    """
     messages = run.engine.messages
-    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_uses()
+    if not messages or messages[-1].role != "assistant" or messages[-1].tool_uses():
+        return False
+    return not any(not s.terminal for s in runtime.list(owner=run.agent_id))

@@ -189,7 +189,10 @@ class Emitter:
                 getattr(state, "tool_uses", None),
                 getattr(state, "total_tokens", None),
                 getattr(state, "activities", None),
-                getattr(state, "subtree_tokens", None),  # its agents' work is its progress too
+                # Its agents' work is its progress too.
+                getattr(state, "subtree_tokens", None),
+                getattr(state, "subtree_tool_uses", None),
+                getattr(state, "subtree_cost_usd", None),
             )
             if self._task_status.get(state.id) == progress:
                 return
@@ -331,6 +334,10 @@ async def run_turn(
     over_budget = False
     if emitter.tap is not None:
         emitter.tap.ledger.overrides = dict(harness.settings.get("modelPrices") or {})
+        # Remote agents of the session's earlier runs were counted there: from here on only.
+        emitter.tap.remote_baseline(
+            runtime.list(types=[TaskType.REMOTE_AGENT], include_evicted=True)
+        )
     events = harness.run(prompt)
     try:
         async for event in events:
@@ -380,6 +387,11 @@ async def run_turn(
         error = f"Internal error: {type(exc).__name__}: {exc}"
     finally:
         await events.aclose()
+        budgets = harness.agents.spawner.budgets
+        if budgets.spent(runtime.session_id) is not None:
+            # The session's budget ran out: the stopped tasks' ends are streamed, and the
+            # result says what they had spent.
+            await budgets.settled()
         emitter.flush_tasks()
         emitter.tasks = None
         sub.close()
@@ -387,9 +399,6 @@ async def run_turn(
         with contextlib.suppress(asyncio.CancelledError):
             await pump
     engine = harness.session.engine
-    budgets = harness.agents.spawner.budgets
-    if budgets.spent(runtime.session_id) is not None:
-        await budgets.settled()  # the result says what was stopped, and what it had spent
     if emitter.tap is not None:  # the remote agents' latest reports (the pump may lag)
         for state in runtime.list(types=[TaskType.REMOTE_AGENT], include_evicted=True):
             if by_model := getattr(state, "usage_by_model", None):

@@ -20,7 +20,7 @@ set (the final result is written) it prints nothing more.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +141,7 @@ class OutputTap:
         self.closed = False
         #: What each remote agent's worker had reported when it was last counted.
         self._remote: dict[str, dict[str, Usage]] = {}
+        self._remote_baseline = False
         self._streams: dict[str | None, _Stream] = {}
         self._models: dict[str | None, str] = {}
         #: The ledger when the last result was built (for ``model_usage_since_last_result``).
@@ -174,6 +175,19 @@ class OutputTap:
         if isinstance(event, MessageComplete):
             del self._streams[agent_id]
         self._events(agent_id, current.feed(event))
+
+    def remote_baseline(self, states: Iterable[Any]) -> None:
+        """Once, before this process's first turn: what remote agents had reported already.
+
+        A resumed session's remote agents of earlier runs were counted by those runs (a
+        detached one taken up again counts from what it had then).
+        """
+        if self._remote_baseline:
+            return
+        self._remote_baseline = True
+        for state in states:
+            by_model = getattr(state, "usage_by_model", None) or {}
+            self._remote[state.id] = {m: Usage(**u) for m, u in by_model.items()}
 
     def remote_usage(self, agent_id: str, by_model: Mapping[str, Mapping[str, int]]) -> None:
         """Count what a remote agent spent since it was last counted.

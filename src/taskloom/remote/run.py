@@ -88,6 +88,9 @@ class RemoteRun:
         #: What has been counted so far: tokens, tool calls, dollars (the worker's figures are
         #: cumulative; the meter is told what they grew by).
         self._counted: tuple[int, int, float] = (0, 0, 0.0)
+        if resumed is not None:  # what it spent before was counted by the process it ran for
+            tokens, usd = self._spend(resumed.usage_by_model or {})
+            self._counted = (tokens, resumed.tool_uses, usd)
         self.branch = f"taskloom/remote-{task_id[1:9]}"
         self.driver: asyncio.Task[None] | None = None
         self._actor: Any = None
@@ -385,6 +388,18 @@ class RemoteRun:
         """Tell its meter what it spent since the last event (tokens, tool calls, cost)."""
         if self.meter is None or by_model is None:
             return
+        tokens, usd = self._spend(by_model)
+        calls = int(event.get("tool_uses") or 0)
+        was_tokens, was_calls, was_usd = self._counted
+        self._counted = (max(tokens, was_tokens), max(calls, was_calls), max(usd, was_usd))
+        grown = (tokens - was_tokens, calls - was_calls, usd - was_usd)
+        if any(g > 0 for g in grown):
+            self.meter.charge(
+                tokens=max(0, grown[0]), tool_calls=max(0, grown[1]), usd=max(0.0, grown[2])
+            )
+
+    def _spend(self, by_model: Mapping[str, Mapping[str, int]]) -> tuple[int, float]:
+        """Tokens (as budgets count them) and dollars of a worker's usage per model."""
         from taskloom.messages import Usage
         from taskloom.models.pricing import price_for
 
@@ -394,14 +409,7 @@ class RemoteRun:
             tokens += usage.context_tokens + usage.output_tokens
             price = price_for(model, self.prices)
             usd += price.cost(usage) if price is not None else 0.0
-        calls = int(event.get("tool_uses") or 0)
-        was_tokens, was_calls, was_usd = self._counted
-        self._counted = (max(tokens, was_tokens), max(calls, was_calls), max(usd, was_usd))
-        grown = (tokens - was_tokens, calls - was_calls, usd - was_usd)
-        if any(g > 0 for g in grown):
-            self.meter.charge(
-                tokens=max(0, grown[0]), tool_calls=max(0, grown[1]), usd=max(0.0, grown[2])
-            )
+        return tokens, usd
 
     def _update(self, fn: Callable[[RemoteAgentTaskState], RemoteAgentTaskState]) -> None:
         """Apply ``fn`` to its state; a detached one's also records the events it has."""

@@ -148,23 +148,31 @@ class AgentKind(TaskKind):
         if agent is None:
             return {}
         end = state.end_time or time.time()  # still running: so far
-        return {
-            "progress": {
-                "tool_use_count": agent.tool_uses,
-                "input_tokens": agent.input_tokens,
-                "output_tokens": agent.output_tokens,
-                "total_tokens": agent.total_tokens,
-                "cache_read_input_tokens": getattr(state, "cache_read_input_tokens", 0),
-                "cache_creation_input_tokens": getattr(state, "cache_creation_input_tokens", 0),
-                "duration_ms": int(max(0.0, end - state.start_time) * 1000),
-                "cost_usd": getattr(state, "cost_usd", 0.0),
-                "recent_activities": list(agent.activities),
-                # It and every agent it started, cumulative (local agents: what budgets count).
-                "subtree_tokens": getattr(state, "subtree_tokens", agent.total_tokens),
-                "subtree_tool_use_count": getattr(state, "subtree_tool_uses", agent.tool_uses),
-                "subtree_cost_usd": getattr(state, "subtree_cost_usd", 0.0),
-            }
+        progress: dict[str, object] = {
+            "tool_use_count": agent.tool_uses,
+            "input_tokens": agent.input_tokens,
+            "output_tokens": agent.output_tokens,
+            "total_tokens": agent.total_tokens,
+            "duration_ms": int(max(0.0, end - state.start_time) * 1000),
+            "recent_activities": list(agent.activities),
+            # It and every agent it started, cumulative (local agents: what budgets count).
+            "subtree_tokens": getattr(state, "subtree_tokens", agent.total_tokens),
+            "subtree_tool_use_count": getattr(state, "subtree_tool_uses", agent.tool_uses),
         }
+        # A local agent's own cache tokens and costs (a remote one's are its worker's).
+        for name in _PRICED:
+            if hasattr(state, name):
+                progress[name] = getattr(state, name)
+        return {"progress": progress}
+
+
+#: The live usage figures a local agent's task events add (see :meth:`AgentKind.event_fields`).
+_PRICED = (
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cost_usd",
+    "subtree_cost_usd",
+)
 
 
 # -- the transitions an agent's run records ---------------------------------------------------

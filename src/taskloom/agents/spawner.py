@@ -532,12 +532,16 @@ class Spawner:
         return total
 
     def _spent(self, agent_id: str, tokens: int, tool_calls: int, usd: float) -> None:
-        """An agent's subtree totals grew: its state shows them (live usage)."""
+        """An agent's subtree totals grew: its state shows them (live usage).
+
+        Also once it has ended: what its agents were answered while they were being stopped
+        with it counts (its figures are what its budgets counted).
+        """
         self.runtime.update(
             agent_id,
             lambda s: (
                 s.replace(subtree_tokens=tokens, subtree_tool_uses=tool_calls, subtree_cost_usd=usd)
-                if isinstance(s, AgentTaskState) and not s.terminal
+                if isinstance(s, AgentTaskState)
                 else s
             ),
         )

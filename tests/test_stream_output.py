@@ -510,13 +510,21 @@ def test_a_forks_messages_carry_the_id_of_the_call_that_forked_it(tmp_path: Path
 
 
 def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
+    from taskloom.cli.print_mode import spent_elsewhere
     from taskloom.cli.stream_output import OutputTap
     from taskloom.tasks.remote import RemoteAgentTaskState
+    from taskloom.tasks.teammate import TeammateTaskState
 
     tap = OutputTap(lambda obj: None)
     before = {"m": {"input_tokens": 1000, "output_tokens": 100}}
     earlier = RemoteAgentTaskState(id="r00000001", usage_by_model=before)
-    tap.remote_baseline([earlier])
+    reported = spent_elsewhere(earlier)
+    assert reported == ("r00000001", before)
+    # A pane teammate's is its process's (by its agent id); an in-process one's is counted here.
+    pane = TeammateTaskState(id="t00000001", agent_id="al@t", backend="tmux", usage_by_model=before)
+    assert spent_elsewhere(pane) == ("al@t", before)
+    assert spent_elsewhere(pane.replace(backend="in-process")) is None
+    tap.remote_baseline([reported])
     tap.remote_baseline([])  # once: a later turn's call changes nothing
     tap.remote_usage("r00000001", before)  # what the earlier run counted already
     assert tap.ledger.by_model == {} and "r00000001" not in tap.by_agent

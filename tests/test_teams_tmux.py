@@ -209,6 +209,14 @@ def test_the_team_flow_with_teammates_in_tmux_panes(
     )
     assert lead_seen.count('"backendType": "tmux"') == 2
     assert "report from alice" in lead_seen and "report from bob" in lead_seen
+    # What they spent in their processes is in the result, and it adds up.
+    result = events[-1]
+    usage = result["agentUsage"]
+    for name in ("alice", "bob"):
+        assert usage[f"{name}@{TEAM}"]["inputTokens"] > 0, usage
+    assert sum(e["costUSD"] for e in usage.values()) == pytest.approx(result["total_cost_usd"])
+    model_in = sum(m["inputTokens"] for m in result["modelUsage"].values())
+    assert sum(e["inputTokens"] for e in usage.values()) == model_in
     # After the shutdown: no pane, no teammate process, no team.
     assert _panes(tmux) == []
     assert _teammate_processes() == []

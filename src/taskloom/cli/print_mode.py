@@ -167,9 +167,9 @@ class Emitter:
 
     def task_event(self, kind: str, state: Any) -> None:
         """Print a task's start, and each change of its status."""
-        by_model = getattr(state, "usage_by_model", None)  # a remote agent's (its cluster's)
-        if by_model and self.tap is not None:
-            self.tap.remote_usage(state.id, by_model)
+        spent = spent_elsewhere(state)  # a remote agent's, a pane teammate's
+        if spent is not None and self.tap is not None:
+            self.tap.remote_usage(*spent)
         status = state.status.value
         if kind == "registered":
             self.line(
@@ -206,6 +206,28 @@ class Emitter:
             }
             event.update(kind_of(state).event_fields(state))  # exit_code, progress, ...
             self.line(event)
+
+
+def spent_elsewhere(state: Any) -> tuple[str, dict[str, dict[str, int]]] | None:
+    """What a task whose model calls another process makes reported: its key, its usage.
+
+    A remote agent (its worker on the cluster) by its task id; a pane teammate (its own
+    process) by its agent id, as an in-process teammate's calls are counted.
+    """
+    by_model = getattr(state, "usage_by_model", None)
+    if not by_model:
+        return None
+    if state.type == TaskType.REMOTE_AGENT:
+        return state.id, by_model
+    if getattr(state, "backend", "") == "tmux":
+        return state.agent_id, by_model
+    return None
+
+
+def _reported(runtime: TaskRuntime) -> list[tuple[str, dict[str, dict[str, int]]]]:
+    kinds = [TaskType.REMOTE_AGENT, TaskType.IN_PROCESS_TEAMMATE]
+    found = (spent_elsewhere(s) for s in runtime.list(types=kinds, include_evicted=True))
+    return [spent for spent in found if spent is not None]
 
 
 async def _pump(sub: Subscription, emitter: Emitter) -> None:
@@ -334,10 +356,8 @@ async def run_turn(
     over_budget = False
     if emitter.tap is not None:
         emitter.tap.ledger.overrides = dict(harness.settings.get("modelPrices") or {})
-        # Remote agents of the session's earlier runs were counted there: from here on only.
-        emitter.tap.remote_baseline(
-            runtime.list(types=[TaskType.REMOTE_AGENT], include_evicted=True)
-        )
+        # Remote agents (pane teammates) of the session's earlier runs were counted there.
+        emitter.tap.remote_baseline(_reported(runtime))
     events = harness.run(prompt)
     try:
         async for event in events:
@@ -399,10 +419,9 @@ async def run_turn(
         with contextlib.suppress(asyncio.CancelledError):
             await pump
     engine = harness.session.engine
-    if emitter.tap is not None:  # the remote agents' latest reports (the pump may lag)
-        for state in runtime.list(types=[TaskType.REMOTE_AGENT], include_evicted=True):
-            if by_model := getattr(state, "usage_by_model", None):
-                emitter.tap.remote_usage(state.id, by_model)
+    if emitter.tap is not None:  # their latest reports (the pump may lag)
+        for report in _reported(runtime):
+            emitter.tap.remote_usage(*report)
     subtype = "success"
     if error is not None:
         subtype = "error_during_execution"

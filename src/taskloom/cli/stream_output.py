@@ -176,24 +176,25 @@ class OutputTap:
             del self._streams[agent_id]
         self._events(agent_id, current.feed(event))
 
-    def remote_baseline(self, states: Iterable[Any]) -> None:
-        """Once, before this process's first turn: what remote agents had reported already.
+    def remote_baseline(self, reports: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Once, before this process's first turn: what was reported from elsewhere already.
 
-        A resumed session's remote agents of earlier runs were counted by those runs (a
-        detached one taken up again counts from what it had then).
+        ``reports``: ``(agent id, usage by model)`` of the session's remote agents and pane
+        teammates; those of its earlier runs were counted by those runs (one taken up again
+        counts from what it had then).
         """
         if self._remote_baseline:
             return
         self._remote_baseline = True
-        for state in states:
-            by_model = getattr(state, "usage_by_model", None) or {}
-            self._remote[state.id] = {m: Usage(**u) for m, u in by_model.items()}
+        for agent_id, by_model in reports:
+            self._remote[agent_id] = {m: Usage(**u) for m, u in by_model.items()}
 
     def remote_usage(self, agent_id: str, by_model: Mapping[str, Mapping[str, int]]) -> None:
-        """Count what a remote agent spent since it was last counted.
+        """Count what an agent whose calls another process makes spent since last counted.
 
-        Its model calls run on the cluster, not through an engine here: its worker reports its
-        totals per model (cumulative), and what they grew by is counted as a response would be.
+        A remote agent's calls run on the cluster, a pane teammate's in its own process, not
+        through an engine here: their totals per model (cumulative) are reported, and what
+        they grew by is counted as a response would be.
         """
         counted = self._remote.setdefault(agent_id, {})
         for model, raw in by_model.items():

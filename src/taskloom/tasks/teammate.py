@@ -44,6 +44,9 @@ class TeammateTaskState(TaskState):
         spent_tokens: Tokens its responses used so far, summed (input, cache reads and writes,
             output): what budgets count of it; its lead reads a pane teammate's from its record.
         cost_usd: What its requests cost so far (by the price table).
+        usage_by_model: Its tokens so far per model (``input_tokens``, ``output_tokens``,
+            ``cache_read_input_tokens``, ``cache_creation_input_tokens``): for a pane
+            teammate, what its lead's usage and cost count of it.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.IN_PROCESS_TEAMMATE
@@ -68,6 +71,7 @@ class TeammateTaskState(TaskState):
     stopped_reason: str | None = None
     spent_tokens: int = 0
     cost_usd: float = 0.0
+    usage_by_model: dict[str, dict[str, int]] | None = None
 
 
 class TeammateKind(TaskKind):
@@ -161,7 +165,7 @@ def working(state: TeammateTaskState) -> TeammateTaskState:
 
 def idle(
     state: TeammateTaskState,
-    totals: Mapping[str, int | float],
+    totals: Mapping[str, object],
     *,
     result: str | None = None,
     error: str | None = None,
@@ -178,7 +182,7 @@ def idle(
     return state.replace(**changes)
 
 
-def progressed(state: TeammateTaskState, totals: Mapping[str, int | float]) -> TeammateTaskState:
+def progressed(state: TeammateTaskState, totals: Mapping[str, object]) -> TeammateTaskState:
     """One more message in its conversation: its usage so far."""
     return state if state.terminal else state.replace(**totals)
 

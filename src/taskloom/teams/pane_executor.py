@@ -73,12 +73,12 @@ Launcher = Callable[["TeammateSpec", str, str], "JoinSpec"]
 
 
 def _idle_saying(
-    summary: str, totals: dict[str, int | float]
+    summary: str, totals: dict[str, Any]
 ) -> Callable[[TeammateTaskState], TeammateTaskState]:
     return lambda s: idle(s, totals, result=summary)
 
 
-def _using(totals: dict[str, int | float]) -> Callable[[TeammateTaskState], TeammateTaskState]:
+def _using(totals: dict[str, Any]) -> Callable[[TeammateTaskState], TeammateTaskState]:
     return lambda s: progressed(s, totals)
 
 

@@ -21,12 +21,15 @@ if TYPE_CHECKING:
 _FIELDS = ("total_tokens", "tool_uses", "spent_tokens")
 
 
-def recorded_usage(tasks: list[dict[str, Any]]) -> dict[str, int | float]:
+def recorded_usage(tasks: list[dict[str, Any]]) -> dict[str, Any]:
     """A pane teammate's usage so far, from its own task in its process's records."""
     for task in tasks:
         if task.get("type") == TaskType.IN_PROCESS_TEAMMATE:
-            usage: dict[str, int | float] = {k: int(task.get(k) or 0) for k in _FIELDS}
+            usage: dict[str, Any] = {k: int(task.get(k) or 0) for k in _FIELDS}
             usage["cost_usd"] = float(task.get("cost_usd") or 0.0)
+            by_model = task.get("usage_by_model")
+            if isinstance(by_model, dict):  # its lead's usage and cost count it by model
+                usage["usage_by_model"] = by_model
             return usage
     return {}
 
@@ -47,7 +50,7 @@ class PaneSpending:
         """A new process runs it (a spawn, a resume): its records count from zero again."""
         self._counted.pop(task_id, None)
 
-    def count(self, task_id: str, agent_id: str, usage: Mapping[str, int | float]) -> None:
+    def count(self, task_id: str, agent_id: str, usage: Mapping[str, Any]) -> None:
         """Charge what its record says it spent since it was last counted."""
         if self.meter_for is None or not usage:
             return

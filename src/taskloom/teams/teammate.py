@@ -475,13 +475,15 @@ class TeammateRun:
             except Exception:  # a bookkeeping failure must not hide how it ended
                 log.exception("teammate %s: recording its end failed", self.agent_id)
 
-    def _totals(self) -> dict[str, int | float]:
+    def _totals(self) -> dict[str, object]:
         engine, usage = self.engine, self.engine.usage
+        model = engine.config.model_name or "unknown"
         return {
             "total_tokens": engine.context_tokens + usage.output_tokens,
             "tool_uses": engine.tool_uses,
             "spent_tokens": usage.context_tokens + usage.output_tokens,
             "cost_usd": engine.cost_usd,
+            "usage_by_model": {model: usage.model_dump()},  # read by a pane teammate's lead
         }
 
     def _progress(self, event: EngineEvent) -> None:

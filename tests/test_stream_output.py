@@ -533,3 +533,9 @@ def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
     assert (grown.input_tokens, grown.output_tokens) == (500, 50)  # what it grew by, here
     tap.remote_usage("r00000002", {"m": {"input_tokens": 7, "output_tokens": 1}})  # a new one
     assert tap.ledger.by_model["m"].input_tokens == 507
+    # A pane teammate resumed in a new process counts from zero again: all of it is new.
+    tap.remote_baseline([("al@t", before)])  # (once only: no effect now)
+    tap.remote_usage("al@t", before)
+    tap.remote_usage("al@t", {"m": {"input_tokens": 30, "output_tokens": 3}})
+    (again,) = tap.by_agent["al@t"].by_model.values()
+    assert (again.input_tokens, again.output_tokens) == (1030, 103)

@@ -200,8 +200,10 @@ class OutputTap:
         for model, raw in by_model.items():
             now = Usage(**raw)
             grown = usage_minus(now, counted.get(model, Usage()))
-            if min(grown.model_dump().values()) < 0 or grown == Usage():
-                continue  # nothing new (or an older report arriving late)
+            if min(grown.model_dump().values()) < 0:
+                grown = now  # figures that went back: a new process counting from zero
+            if grown == Usage():
+                continue  # nothing new
             counted[model] = now
             self.ledger.add(model, grown)
             self.by_agent.setdefault(agent_id, UsageLedger()).add(model, grown)

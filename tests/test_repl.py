@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -488,6 +489,19 @@ def test_resume_lists_earlier_conversations_and_refuses_an_unknown_one_keeping_t
     assert run_processes(lambda p: p.info["cmdline"] == ["sleep", "30"])
     leave(pane)
     assert not run_processes(lambda p: p.info["cmdline"] == ["sleep", "30"])
+
+
+def test_a_ctrl_c_that_comes_as_a_signal_counts_as_one(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    """While lines are printed the terminal is briefly not raw: a Ctrl+C then is a SIGINT."""
+    model = scripted(tmp_path / "t.yaml", [{"text": "never asked"}])
+    pane = start(tmux, tmp_path, "--model", model)
+    pane.wait_for("/help for commands")
+    os.kill(pane.pid, signal.SIGINT)
+    pane.wait_for("Ctrl+C again to exit")
+    os.kill(pane.pid, signal.SIGINT)
+    assert pane.wait_exit(20) == 0
 
 
 @pytest.mark.parametrize("how", ["/exit", "ctrl-c twice"])

@@ -51,8 +51,11 @@ from taskloom.tasks.kinds import kind_of
 
 log = logging.getLogger(__name__)
 
-#: How long after a first Ctrl+C a second one exits.
+#: How long a second Ctrl+C exits, from when the first one's hint was drawn.
 _EXIT_WINDOW_S = 2.0
+#: How long a Ctrl+C whose hint was never drawn (nothing showed the status line) still arms
+#: the next one.
+_UNSEEN_HINT_S = 10.0
 #: An idle session waits this long for something to arrive before it looks again (a bound,
 #: not a poll: what arrives wakes it at once).
 _IDLE_WAIT_S = 3600.0
@@ -122,6 +125,8 @@ class Repl:
         self._reason_for: Ask | None = None  # the call whose denial the user explains
         self._commands: set[asyncio.Task[None]] = set()
         self._ctrl_c = 0.0
+        #: When the "Ctrl+C again to exit" hint of the last Ctrl+C was first drawn (None: not yet).
+        self._hint_seen: float | None = None
         self._told: set[str] = set()  # tasks whose end was shown
         self._panel_changed = asyncio.Event()
         self._model = ""
@@ -538,16 +543,22 @@ class Repl:
 
     def ctrl_c(self) -> None:
         """Ctrl+C on an empty input: interrupt; a second one soon after exits."""
-        now = time.monotonic()
-        if now - self._ctrl_c < _EXIT_WINDOW_S:
+        if self._exit_armed():
             self.exit(0)
             return
-        self._ctrl_c = now
+        self._ctrl_c, self._hint_seen = time.monotonic(), None
         self.interrupt()
         self.redraw()
-        # Drawn again when the window closes: a hint left on screen after it would lie.
-        with contextlib.suppress(RuntimeError):  # no loop: nothing to draw
-            asyncio.get_running_loop().call_later(_EXIT_WINDOW_S + 0.05, self.redraw)
+
+    def _exit_armed(self) -> bool:
+        """Whether a Ctrl+C now exits: the last one's hint is up, or not drawn yet.
+
+        Its window runs from when the hint was first drawn, not from the key: a loop busy with
+        the interrupt's cleanup may draw it late, and the user answers what they see.
+        """
+        if self._hint_seen is None:
+            return 0 < time.monotonic() - self._ctrl_c < _UNSEEN_HINT_S
+        return time.monotonic() - self._hint_seen < _EXIT_WINDOW_S
 
     def ask_reason(self) -> None:
         """Deny the call asked about once the user has typed why."""
@@ -606,7 +617,12 @@ class Repl:
         if harness is None:
             return ""
         tokens = sum(u.input_tokens + u.output_tokens for u in self.ledger.by_model.values())
-        hint = "Ctrl+C again to exit · " if time.monotonic() - self._ctrl_c < _EXIT_WINDOW_S else ""
+        hint = "Ctrl+C again to exit · " if self._exit_armed() else ""
+        if hint and self._hint_seen is None:
+            self._hint_seen = time.monotonic()
+            # Drawn again when its window closes: a hint left on screen after it would lie.
+            with contextlib.suppress(RuntimeError):  # no loop: nothing to draw
+                asyncio.get_running_loop().call_later(_EXIT_WINDOW_S + 0.05, self.redraw)
         head = f" {hint}{self._model} · {harness.policy.mode} · "
         tail = f" · {count(tokens)} tokens · ${self.ledger.cost():.2f}"
         cwd = str(harness.cwd)

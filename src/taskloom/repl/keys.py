@@ -83,7 +83,10 @@ def key_bindings(actions: KeyActions) -> KeyBindings:
     def _(event: KeyPressEvent) -> None:
         actions.to_background()
 
+    # SIGINT too: a Ctrl+C typed while lines are printed (the terminal is not raw for that
+    # moment) reaches the process as a signal, which prompt_toolkit ignores by default.
     @keys.add("c-c")
+    @keys.add("<sigint>")
     def _(event: KeyPressEvent) -> None:
         if actions.buffer.text:
             actions.buffer.reset()

@@ -304,6 +304,10 @@ class FakeServer:
             bad = ErrorReply(400, "invalid_request_error", "fake server: send stream: true")
             await self._json(writer, bad)
             return True
+        refusal = self._refusal(body)
+        if refusal is not None:
+            await self._json(writer, refusal)
+            return True
         reply = self._next_reply(body)
         if isinstance(reply, ErrorReply) and not reply.in_stream:
             await self._json(writer, reply)
@@ -347,6 +351,10 @@ class FakeServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()
         return False
+
+    def _refusal(self, body: dict[str, Any]) -> ErrorReply | None:
+        """The error the real API answers this request with, if it refuses it (none here)."""
+        return None
 
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
@@ -413,6 +421,55 @@ class FakeAnthropicServer(FakeServer):
     """A fake Anthropic Messages API (``POST /v1/messages``); ``url`` is the base URL."""
 
     api_path = "/v1/messages"
+
+    def _refusal(self, body: dict[str, Any]) -> ErrorReply | None:
+        """The API's 400 for tool results and calls that do not pair up, in its words.
+
+        Every ``tool_result`` must answer a ``tool_use`` of the message just before it, and
+        every ``tool_use`` must be answered in the message just after it.
+        """
+        messages = body.get("messages") or []
+        for i, message in enumerate(messages):
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else []
+            if message.get("role") == "assistant":
+                calls = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+                after = messages[i + 1].get("content") if i + 1 < len(messages) else None
+                answered = {
+                    b.get("tool_use_id")
+                    for b in (after if isinstance(after, list) else [])
+                    if b.get("type") == "tool_result"
+                }
+                missing = [c for c in calls if c not in answered]
+                if missing and i + 1 < len(messages):
+                    return ErrorReply(
+                        400,
+                        "invalid_request_error",
+                        f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                        f"immediately after: {', '.join(missing)}. Each `tool_use` block must "
+                        "have a corresponding `tool_result` block in the next message.",
+                    )
+                continue
+            before = messages[i - 1] if i else {}
+            before_content = before.get("content") if before.get("role") == "assistant" else None
+            calls_before = {
+                b.get("id")
+                for b in (before_content if isinstance(before_content, list) else [])
+                if b.get("type") == "tool_use"
+            }
+            for j, block in enumerate(blocks):
+                if block.get("type") == "tool_result" and block.get("tool_use_id") not in (
+                    calls_before
+                ):
+                    return ErrorReply(
+                        400,
+                        "invalid_request_error",
+                        f"messages.{i}.content.{j}: unexpected `tool_use_id` found in "
+                        f"`tool_result` blocks: {block.get('tool_use_id')}. Each `tool_result` "
+                        "block must have a corresponding `tool_use` block in the previous "
+                        "message.",
+                    )
+        return None
 
     def _error_body(self, error: ErrorReply) -> dict[str, Any]:
         return {"type": "error", "error": {"type": error.error_type, "message": error.message}}

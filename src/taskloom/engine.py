@@ -45,6 +45,7 @@ from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
+from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class Engine:
         """
         if prompt is not None:
             message = Message.user(prompt) if isinstance(prompt, str) else prompt
+            refuse_orphans(self.messages, message)
             # An empty prompt wakes it for what waits (a message to an idle main thread): the
             # turn is then told as one of messages, not as the program's prompt.
             origin: Literal["prompt", "messages"] = "prompt" if message.content else "messages"

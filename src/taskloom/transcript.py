@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from taskloom.errors import UserError
 from taskloom.messages import Message, ToolResultBlock
 from taskloom.settings import ensure_private_dir
 from taskloom.untrusted import clean_text
@@ -147,3 +148,45 @@ def repair(messages: list[Message]) -> tuple[list[Message], list[Message]]:
         else:
             out.append(Message(role="user", content=list(missing)))
     return out, added
+
+
+def orphan_results(messages: list[Message], prompt: Message) -> list[str]:
+    """The ids of ``prompt``'s tool results that answer no pending call of the conversation.
+
+    A call is pending while the conversation ends with the assistant message that made it,
+    or with the user message after it that does not answer it yet. An API that checks ids
+    refuses a result for anything else, in this request and every later one.
+    """
+    pending: set[str] = set()
+    answered: set[str] = set()
+    if messages and messages[-1].role == "assistant":
+        pending = {call.id for call in messages[-1].tool_uses()}
+    elif len(messages) > 1 and messages[-2].role == "assistant":
+        pending = {call.id for call in messages[-2].tool_uses()}
+        answered = {b.tool_use_id for b in messages[-1].content if isinstance(b, ToolResultBlock)}
+    orphans = []
+    for block in prompt.content:
+        if isinstance(block, ToolResultBlock):
+            if block.tool_use_id not in pending or block.tool_use_id in answered:
+                orphans.append(block.tool_use_id)
+            answered.add(block.tool_use_id)
+    return orphans
+
+
+def refuse_orphans(messages: list[Message], prompt: Message) -> None:
+    """Refuse a prompt whose tool results answer no pending call (see :func:`orphan_results`).
+
+    Raises:
+        UserError: Naming the ids, before anything is added to the conversation.
+    """
+    orphans = orphan_results(messages, prompt)
+    if orphans:
+        raise UserError(orphan_error(orphans))
+
+
+def orphan_error(orphans: list[str]) -> str:
+    """What is said of a prompt holding tool results for ``orphans``."""
+    return (
+        f"a tool_result for {', '.join(orphans)} answers no pending tool_use of the "
+        "conversation (the API would refuse this request and every later one)"
+    )

@@ -112,7 +112,33 @@ def _clean_value(value: Any, depth: int) -> tuple[Any, int]:
     return value, 0
 
 
-def _not_json(constant: str) -> Any:
+def clean_json(value: Any) -> tuple[Any, int]:
+    """Parsed JSON from outside made safe: lone surrogates replaced, depth bounded.
+
+    Args:
+        value: A parsed JSON value (the value itself is level 1).
+
+    Returns:
+        ``(value with clean strings, how many surrogates were replaced)``; ``value`` itself
+        when nothing needed changing.
+
+    Raises:
+        ValueError: The value is nested more than :data:`MAX_INPUT_DEPTH` levels deep.
+    """
+    try:
+        return _clean_value(value, 1)
+    except _TooDeep:
+        raise ValueError(f"it is nested more than {MAX_INPUT_DEPTH} levels deep") from None
+
+
+def not_json(constant: str) -> Any:
+    """``parse_constant`` for :func:`json.loads`: NaN and Infinity are not JSON.
+
+    Accepted, they would make the next request that carries them unsendable.
+
+    Raises:
+        ValueError: Always.
+    """
     raise ValueError(f"{constant} is not valid JSON")
 
 
@@ -140,8 +166,7 @@ def tool_use_block(
         defect = CUT_OFF if last and stop_reason == "max_tokens" else None
         return ToolUseBlock(id=tool_id, name=name, input={}, defect=defect)
     try:
-        # NaN and Infinity are not JSON: accepted, they would make the next request unsendable.
-        value = json.loads(raw, parse_constant=_not_json)
+        value = json.loads(raw, parse_constant=not_json)
     except RecursionError:
         return ToolUseBlock(id=tool_id, name=name, input={}, defect=TOO_DEEP)
     except ValueError:

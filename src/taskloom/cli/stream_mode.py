@@ -26,9 +26,8 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 from taskloom.cli.control import ControlChannel, SdkHookCaller, SdkMcpCaller, StdioPrompter
 from taskloom.cli.print_mode import (
@@ -40,64 +39,26 @@ from taskloom.cli.print_mode import (
     run_turn,
     stop_requested,
 )
+from taskloom.cli.stream_input import (
+    BadLine,
+    InputLine,
+    LineReader,
+    parse_line,
+    request_id_in,
+    user_prompt,
+)
 from taskloom.cli.stream_output import replayed
 from taskloom.errors import TaskloomError, UsageError, describe_os_error
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
 from taskloom.messages import Message
+from taskloom.transcript import orphan_error, orphan_results
 
 log = logging.getLogger(__name__)
 
 #: How long an idle session waits for a message before it looks again (a bound, not a poll:
 #: a prompt or a message wakes it at once).
 _IDLE_WAIT_S = 3600.0
-
-#: What a queue of input lines holds at the end of stdin.
-_EOF = None
-
-
-class LineReader:
-    """stdin's lines, read on a thread and handed to the event loop as they come.
-
-    A thread, not the loop's pipe transport: stdin may be a regular file or a terminal, which
-    the transport refuses; and the loop never blocks on a line that is slow to arrive.
-
-    Answers to our own requests go to ``channel`` as they arrive, not through the queue: they
-    are awaited while the session is built too (by the program's MCP servers), when nothing
-    reads the queue yet.
-    """
-
-    def __init__(self, stream: Any, channel: ControlChannel | None = None) -> None:
-        """Start reading ``stream`` (text mode) in the background."""
-        self._loop = asyncio.get_running_loop()
-        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
-        self._stream = stream
-        self._channel = channel
-        threading.Thread(target=self._read, name="taskloom-stdin", daemon=True).start()
-
-    def _deliver(self, line: str) -> None:
-        if self._channel is not None and '"control_response"' in line:
-            with contextlib.suppress(ValueError):
-                message = json.loads(line)
-                if isinstance(message, dict) and message.get("type") == "control_response":
-                    self._channel.resolve(message)  # a late answer is dropped
-                    return
-        self.lines.put_nowait(line)
-
-    def _end(self) -> None:
-        if self._channel is not None:  # no answer can come any more: those waiting fail now
-            self._channel.close("the program closed its input; nobody can answer")
-        self.lines.put_nowait(_EOF)
-
-    def _read(self) -> None:
-        try:
-            for line in self._stream:
-                self._loop.call_soon_threadsafe(self._deliver, line)
-        except (OSError, ValueError) as exc:  # closed under us: as the end of input
-            log.debug("stdin: %s", exc)
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-                self._loop.call_soon_threadsafe(self._end)
 
 
 class StreamSession:
@@ -111,7 +72,8 @@ class StreamSession:
         self.harness = harness
         self.emitter = emitter
         self.channel = channel
-        self.prompts: asyncio.Queue[str | Message | None] = asyncio.Queue()
+        #: The prompts to run, with the number of the stdin line each came on; None ends.
+        self.prompts: asyncio.Queue[tuple[int | None, str | Message] | None] = asyncio.Queue()
         self.turn: asyncio.Task[dict[str, Any]] | None = None
         self.last: dict[str, Any] | None = None
         #: A signal came: the running turn ends with its result and no other starts.
@@ -119,7 +81,7 @@ class StreamSession:
 
     # -- the input ----------------------------------------------------------------------------
 
-    async def serve(self, reader: LineReader, read: list[str | None] | None = None) -> int:
+    async def serve(self, reader: LineReader, read: list[InputLine | None] | None = None) -> int:
         """Read stdin to its end, answering requests and running turns; the exit code.
 
         ``read`` holds lines read already (before the session was built; None for the end).
@@ -127,12 +89,9 @@ class StreamSession:
         pending = list(read or [])
         worker = asyncio.get_running_loop().create_task(self._run_turns())
         try:
-            number = 0
             line = pending.pop(0) if pending else await reader.lines.get()
-            while line is not _EOF:
-                number += 1
-                if line.strip():
-                    await self._dispatch(line, number)
+            while line is not None:
+                await self._take(line)
                 line = pending.pop(0) if pending else await reader.lines.get()
             # Nothing can answer a request of ours any more: those waiting fail now.
             self.channel.close("the program closed its input; nobody can answer")
@@ -153,33 +112,43 @@ class StreamSession:
             worker.cancel()
         return 0 if self.last is None or not self.last["is_error"] else 1
 
-    async def _dispatch(self, line: str, number: int) -> None:
+    async def _take(self, line: InputLine) -> None:
+        """Act on one line; one that cannot be taken is reported, and the session goes on.
+
+        A control request is answered with an error, when its id can be told; any other line
+        gets one line on stderr.
+        """
         try:
-            message = json.loads(line)
-        except json.JSONDecodeError as exc:
-            sys.stderr.write(f"Error: stdin line {number} is not JSON ({exc}); skipped\n")
-            return
-        kind = message.get("type") if isinstance(message, dict) else None
+            if line.text is None:
+                raise BadLine(line.error or "could not be read")
+            if line.text.strip():
+                await self._dispatch(parse_line(line.text), line.number)
+        except BadLine as exc:
+            request_id = request_id_in(line)
+            if request_id is not None:
+                self._respond(request_id, error=f"stdin line {line.number}{_said(exc)}")
+            else:
+                report(line.number, str(exc))
+
+    async def _dispatch(self, message: dict[str, Any], number: int) -> None:
+        kind = message.get("type")
         if kind == "user":
-            prompt = _prompt_of(message)
-            if prompt is None:
-                sys.stderr.write(f"Error: stdin line {number}: a user message needs content\n")
-                return
+            prompt = user_prompt(message)
             if self.opts.replay_user_messages:
                 self.emitter.line(replayed(message))
-            await self.prompts.put(prompt)
+            await self.prompts.put((number, prompt))
         elif kind == "control_request":
-            await self._answer(message)
+            await self._answer(message, number)
         elif kind == "control_response":
             self.channel.resolve(message)  # a late answer (timed out, cancelled) is dropped
         elif kind in ("control_cancel_request", "keep_alive"):
             pass  # we answer every request at once: there is nothing in flight to cancel
         else:
-            sys.stderr.write(f"Error: stdin line {number}: unknown message type {kind!r}\n")
+            raise BadLine(f"unknown message type {kind!r}")
 
     # -- turns --------------------------------------------------------------------------------
 
-    async def _next_prompt(self) -> str | Message | None:
+    async def _next_prompt(self) -> tuple[int | None, str | Message] | None:
         """The next prompt: the program's, or — while idle — what was sent to the main thread.
 
         A message from an agent or another session (``uds:``) wakes an idle session at once:
@@ -193,7 +162,7 @@ class StreamSession:
                 # An empty prompt: the engine takes the messages itself, inside the turn, so
                 # an interrupt before it records them hands them back (never acknowledged
                 # unseen). Not before the program's first prompt: it starts the session.
-                return Message(role="user", content=[])
+                return None, Message(role="user", content=[])
             prompt = asyncio.ensure_future(self.prompts.get())
             mail = asyncio.ensure_future(mailbox.wait(_IDLE_WAIT_S, me, "message"))
             try:
@@ -206,7 +175,10 @@ class StreamSession:
                 return prompt.result()
 
     async def _run_turns(self) -> None:
-        while not self.stopping and (prompt := await self._next_prompt()) is not None:
+        while not self.stopping and (item := await self._next_prompt()) is not None:
+            number, prompt = item
+            if not self._may_start(number, prompt):
+                continue
             started = time.monotonic()
             self.emitter.line(init_event(self.harness))
             self.turn = asyncio.get_running_loop().create_task(
@@ -234,6 +206,20 @@ class StreamSession:
                 continue
             self._finish_turn(result)
 
+    def _may_start(self, number: int | None, prompt: str | Message) -> bool:
+        """Whether ``prompt`` may start a turn now; one that may not is reported and dropped.
+
+        Its tool results must answer calls the conversation is waiting for, as it stands
+        when the turn starts: anything else would make the API refuse this turn and every
+        later one.
+        """
+        if isinstance(prompt, Message):
+            orphans = orphan_results(self.harness.session.engine.messages, prompt)
+            if orphans:
+                report(number, orphan_error(orphans))
+                return False
+        return True
+
     def _finish_turn(self, result: dict[str, Any]) -> None:
         self.turn = None
         if result["subtype"] != "success":
@@ -244,19 +230,22 @@ class StreamSession:
 
     # -- control requests ---------------------------------------------------------------------
 
-    async def answer(self, message: dict[str, Any]) -> None:
+    async def answer(self, message: dict[str, Any], number: int) -> None:
         """Answer one ``control_request`` (also the ``initialize`` read before the session)."""
-        await self._answer(message)
+        await self._answer(message, number)
 
-    async def _answer(self, message: dict[str, Any]) -> None:
+    async def _answer(self, message: dict[str, Any], number: int) -> None:
         request_id = message.get("request_id")
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+            raise BadLine("a control_request needs a request_id (a string)")
         request = message.get("request")
         subtype = request.get("subtype") if isinstance(request, dict) else None
         handler = _HANDLERS.get(str(subtype))
         try:
+            if not isinstance(request, dict):
+                raise UsageError("a control_request needs a request object")
             if handler is None:
                 raise UsageError(f"Unsupported control request subtype: {subtype}")
-            assert isinstance(request, dict)
             body = await handler(self, request)
         except Exception as exc:  # an answer for every request: the program waits for one
             if not isinstance(exc, TaskloomError | ValueError | KeyError | TypeError):
@@ -305,12 +294,12 @@ class StreamSession:
         return {}
 
     async def _set_permission_mode(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.harness.set_permission_mode(str(request["mode"]))
+        self.harness.set_permission_mode(_string(request, "mode"))
         return {}
 
     async def _set_model(self, request: dict[str, Any]) -> dict[str, Any]:
-        model = request.get("model")
-        chosen = self.harness.set_model(None if model in (None, "", "default") else str(model))
+        model = _optional_string(request, "model")
+        chosen = self.harness.set_model(None if model in (None, "", "default") else model)
         return {"model": chosen}
 
     async def _mcp_status(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -318,7 +307,7 @@ class StreamSession:
         return {"mcpServers": servers}
 
     async def _stop_task(self, request: dict[str, Any]) -> dict[str, Any]:
-        state = await self.harness.stop_task(str(request["task_id"]))
+        state = await self.harness.stop_task(_string(request, "task_id"))
         return {"task_id": state.id, "status": state.status.value}
 
 
@@ -338,15 +327,55 @@ def current_task_cancelling() -> int:
     return task.cancelling() if task is not None else 0
 
 
-def _initialize_request(line: str | None) -> dict[str, Any] | None:
+def report(number: int | None, why: str) -> None:
+    """Say on stderr that stdin line ``number`` was skipped, and why."""
+    where = "stdin" if number is None else f"stdin line {number}"
+    sys.stderr.write(f"Error: {where}{_said(why)}; skipped\n")
+
+
+def _said(why: object) -> str:
+    """``why`` as it follows "stdin line N": "is ..." directly, anything else after a colon."""
+    text = str(why)
+    return f" {text}" if text.startswith("is ") else f": {text}"
+
+
+def _string(request: dict[str, Any], name: str) -> str:
+    """A string field a control request must have, checked before anything changes.
+
+    Raises:
+        UsageError: It is missing or not a string.
+    """
+    value = _optional_string(request, name, optional=False)
+    assert value is not None
+    return value
+
+
+def _optional_string(request: dict[str, Any], name: str, *, optional: bool = True) -> str | None:
+    """A string field of a control request, or None where it may be absent or null.
+
+    Raises:
+        UsageError: It is not a string (or is missing, unless ``optional``).
+    """
+    value = request.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        subtype = request.get("subtype")
+        got = "missing" if value is None else f"{type(value).__name__} {json.dumps(value)[:60]}"
+        need = "a string or null" if optional else "a string"
+        raise UsageError(f"{subtype}: {name} must be {need}, not {got}")
+    return value
+
+
+def _initialize_request(line: InputLine | None) -> dict[str, Any] | None:
     """The ``initialize`` control request ``line`` holds, if it is one."""
-    if line is None:
+    if line is None or line.text is None:
         return None
     try:
-        message = json.loads(line)
-    except json.JSONDecodeError:
+        message = parse_line(line.text)
+    except BadLine:
         return None
-    if not isinstance(message, dict) or message.get("type") != "control_request":
+    if message.get("type") != "control_request":
         return None
     request = message.get("request")
     if isinstance(request, dict) and request.get("subtype") == "initialize":
@@ -368,23 +397,19 @@ def _with_program(options: Options, request: dict[str, Any], channel: ControlCha
     return dataclasses.replace(options, **changes)
 
 
-def _prompt_of(message: dict[str, Any]) -> str | Message | None:
-    """The prompt a ``user`` line carries: its text, or its content blocks as a message."""
-    inner = message.get("message")
-    content = inner.get("content") if isinstance(inner, dict) else None
-    if isinstance(content, str):
-        return content if content.strip() else None
-    if isinstance(content, list) and content:
-        from taskloom.messages import MESSAGE_ADAPTER
+async def run_stream(
+    opts: PrintOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None
+) -> int:
+    """Serve a stream-json session on stdin and stdout; returns the exit code.
 
-        return MESSAGE_ADAPTER.validate_python({"role": "user", "content": content})
-    return None
-
-
-async def run_stream(opts: PrintOptions) -> int:
-    """Serve a stream-json session on stdin and stdout; returns the exit code."""
+    Args:
+        opts: The session's options.
+        stdin: Where the program's lines come from (default: the process's stdin, as bytes).
+        stdout: Where the session's lines go (default: the process's stdout).
+    """
     started = time.monotonic()
-    emitter = Emitter("stream-json", known_session_id(opts.session), sys.stdout)
+    out = sys.stdout if stdout is None else stdout
+    emitter = Emitter("stream-json", known_session_id(opts.session), out)
     channel = ControlChannel(emitter.raw)
     session_options = opts.session
     if opts.permission_prompt_tool == "stdio":
@@ -395,11 +420,11 @@ async def run_stream(opts: PrintOptions) -> int:
             "supported (permission prompts as can_use_tool control requests)"
         )
     session_options = dataclasses.replace(session_options, mcp_caller=SdkMcpCaller(channel))
-    reader = LineReader(sys.stdin, channel)
+    reader = LineReader(sys.stdin.buffer if stdin is None else stdin, channel)
     # The program's first word is its initialize request (claude-agent-sdk waits for the
     # answer before anything else): its hooks and agents are part of the session to build.
     first = await reader.lines.get()
-    read: list[str | None] = [first]  # None: the input ended before a line came
+    read: list[InputLine | None] = [first]  # None: the input ended before a line came
     initialize = _initialize_request(first)
     if initialize is not None:
         read = []
@@ -415,7 +440,7 @@ async def run_stream(opts: PrintOptions) -> int:
             session = StreamSession(opts, harness, emitter, channel)
             try:
                 if initialize is not None:
-                    await session.answer(initialize)
+                    await session.answer(initialize, 1)
                 return await session.serve(reader, read)
             finally:
                 if emitter.tap is not None:

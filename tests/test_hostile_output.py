@@ -24,7 +24,9 @@ from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import ScriptedModel
 from taskloom.testing import ToolCall as ScriptedCall
 from taskloom.testing import Turn as ScriptedTurn
+from taskloom.tools.base import MAX_TOOL_ERROR_CHARS, tool_error
 from taskloom.tools.bash import BashTool
+from taskloom.tools.tasks import TaskOutputTool
 from taskloom.untrusted import (
     CUT_OFF,
     INCOMPLETE,
@@ -354,3 +356,45 @@ async def test_an_event_of_the_wrong_shape_is_a_model_error_not_a_crash() -> Non
         async for _ in model._transport._guard(model._parser("m")(sse())):
             pass
     assert info.value.retryable
+
+
+async def test_inputs_a_tool_refuses_are_quoted_cut_short(tmp_path: Path) -> None:
+    huge = "echo " + "a" * 10 * 1024 * 1024  # execve refuses it: too long for one argument
+    model = ScriptedModel(
+        [
+            ScriptedTurn(
+                tool_calls=(
+                    ScriptedCall("Bash", {"command": huge}),
+                    ScriptedCall("TaskOutput", {"task_id": "b" * 1_000_000}),
+                    ScriptedCall("N" * 1_000_000, {}),
+                )
+            ),
+            "ok",
+        ]
+    )
+    async with TaskRuntime() as rt:
+        config = EngineConfig(
+            model=model,
+            system_prompt="",
+            tools=[BashTool(), TaskOutputTool()],
+            owner=rt.session_id,
+            cwd=tmp_path,
+        )
+        events = [e async for e in Engine(config, rt).run("go")]
+    done = [e.result for e in events if isinstance(e, ToolDone)]
+    assert [r.is_error for r in done] == [True, True, True]
+    assert all(len(r.content) < 1_000 for r in done), [len(r.content) for r in done]
+    assert "cannot start shell for 'echo aaa" in done[0].content
+    assert "(10,485,765 characters)" in done[0].content
+    assert (
+        "No task found with ID: bbb" in done[1].content
+        and "(1,000,000 characters)" in done[1].content
+    )
+    assert "No such tool available: NNN" in done[2].content
+
+
+def test_a_tool_error_is_bounded_whatever_it_says() -> None:
+    result = tool_error("start " + "x" * 50_000 + " end")
+    assert len(result.content) < MAX_TOOL_ERROR_CHARS + 100
+    assert "start" in result.content and "end" in result.content
+    assert "[40,010 characters cut]" in result.content

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskloom.engine_config import EngineConfig
-from taskloom.errors import ModelError, TaskloomError
+from taskloom.errors import ModelError, TaskloomError, clipped
 from taskloom.events import (
     AssistantTurn,
     EngineEvent,
@@ -349,7 +349,7 @@ class Engine:
             return tool_error(call.defect)
         tool = self.tools.get(call.name)
         if tool is None:
-            return tool_error(f"No such tool available: {call.name}")
+            return tool_error(f"No such tool available: {clipped(call.name)}")
         params = tool.validate(call.input)
         if isinstance(params, ToolResult):
             return params

@@ -119,6 +119,29 @@ _OS_ERROR_ADVICE = {
 }
 
 
+#: Most characters of a value an error message quotes: the value came from a model or a
+#: program, and a 10 MB command echoed back whole would fill the model's context.
+QUOTE_CHARS = 200
+
+
+def quoted(value: str, limit: int = QUOTE_CHARS) -> str:
+    """``value`` as an error message quotes it: its repr, cut to ``limit`` characters.
+
+    A longer value is cut and its full length said, e.g. ``'echo aaa'… (10,485,765
+    characters)``.
+    """
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value):,} characters)"
+
+
+def clipped(value: str, limit: int = QUOTE_CHARS) -> str:
+    """``value`` as an error message shows it in its own words: as it is, or cut likewise."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}… ({len(value):,} characters)"
+
+
 def describe_os_error(exc: OSError) -> str:
     """One line for a user: the path, what went wrong, and what to do about it.
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from taskloom.errors import ToolError
+from taskloom.errors import ToolError, quoted
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ class AgentTool(Tool[AgentInput]):
                 "team_name."
             )
         if params.cwd is not None and not os.path.isabs(params.cwd):
-            return tool_error(f"cwd must be an absolute path, got {params.cwd!r}")
+            return tool_error(f"cwd must be an absolute path, got {quoted(params.cwd)}")
         request = SpawnRequest(
             description=params.description,
             prompt=params.prompt,

@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from taskloom.errors import ProcessError
+from taskloom.errors import ProcessError, quoted
 from taskloom.process.identity import process_start_time
 
 TASK_ENV = "TASKLOOM_TASK_ID"
@@ -146,5 +146,5 @@ def spawn_shell(
             close_fds=True,
         )
     except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
-        raise ProcessError(f"cannot start shell for {command!r}: {exc}") from exc
+        raise ProcessError(f"cannot start shell for {quoted(command)}: {exc}") from exc
     return Child(popen, task_id)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
-from taskloom.errors import StoreError, TaskloomError
+from taskloom.errors import StoreError, TaskloomError, clipped
 from taskloom.store import TaskRow, TeamTables, TeamTaskError
 from taskloom.store.teams import open_blockers
 from taskloom.teams.model import LEAD_NAME
@@ -69,7 +69,7 @@ def parse_task_id(text: str, field: str = "taskId") -> int | ToolResult:
     digits = text.strip().removeprefix("#")
     if digits.isascii() and digits.isdigit():
         return int(digits)
-    return tool_error(f'{field} must be a task number such as "1", got "{text}"')
+    return tool_error(f'{field} must be a task number such as "1", got "{clipped(text)}"')
 
 
 def iso_utc(seconds: float) -> str:

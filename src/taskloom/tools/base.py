@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from taskloom.errors import clipped
 from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
 
 # Defined with the permission rules, which decide by it; re-exported for tools.
@@ -96,8 +97,18 @@ class ToolContext:
     read_denied: Callable[[str], bool] | None = None
 
 
+#: Longest tool error a model is shown. Errors quote what they refuse cut short (see
+#: :func:`taskloom.errors.quoted`); this bounds the rest (an exception's text, a hook's
+#: reason), whose middle is cut.
+MAX_TOOL_ERROR_CHARS = 10_000
+
+
 def tool_error(message: str) -> ToolResult:
-    """A tool error in the form Claude Code shows models."""
+    """A tool error in the form Claude Code shows models (over 10,000 characters: cut)."""
+    if len(message) > MAX_TOOL_ERROR_CHARS:
+        half = MAX_TOOL_ERROR_CHARS // 2
+        cut = len(message) - 2 * half
+        message = f"{message[:half]}\n… [{cut:,} characters cut] …\n{message[-half:]}"
     return ToolResult(f"<tool_use_error>{message}</tool_use_error>", is_error=True)
 
 
@@ -152,7 +163,7 @@ class Tool(ABC, Generic[InputT]):
         if INVALID_INPUT_KEY in raw:
             return tool_error(
                 f"InputValidationError: {self.name} input must be a JSON object, got: "
-                f"{raw[INVALID_INPUT_KEY]}"
+                f"{clipped(str(raw[INVALID_INPUT_KEY]))}"
             )
         try:
             return self.Input.model_validate(raw)  # type: ignore[return-value]

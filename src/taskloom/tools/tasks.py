@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from taskloom.errors import TaskAccessDenied, TaskNotFound
+from taskloom.errors import TaskAccessDenied, TaskNotFound, clipped
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import TaskState
@@ -34,7 +34,7 @@ def find_task(runtime: TaskRuntime, task_id: str, caller: str) -> TaskState | To
         if named:
             ids = ", ".join(f"{s.id} ({kind_of(s).addresses(s)[0]})" for s in named)
             return tool_error(f"{task_id} names more than one task: {ids}; use a task id")
-        return tool_error(f"No task found with ID: {task_id}")
+        return tool_error(f"No task found with ID: {clipped(task_id)}")
     except TaskAccessDenied:
         return tool_error(f"Task {task_id} belongs to another agent; you may not use it")
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,61 @@ async def test_search_tools_leave_out_files_a_read_rule_denies(
     results = [e.result.content for e in events if isinstance(e, ToolDone)]
     assert all("notes.txt" in r for r in results)
     assert not any("secrets" in r or "TOPSECRET value" in r for r in results), results
+
+
+# -- the state directory ------------------------------------------------------------------------
+
+
+def _run_in(tmp_path: Path, home: Path) -> Any:
+    from helpers import clean_env, run_cli, write_turns
+
+    model = write_turns(tmp_path / "turns.yaml", [{"text": "ran"}])
+    env = clean_env(TASKLOOM_HOME=str(home))
+    return run_cli("-p", "hi", "--model", model, cwd=tmp_path, env=env)
+
+
+@pytest.mark.parametrize("link", ["sessions", "taskloom.db", "taskloom.db-wal"])
+def test_a_symlink_in_the_state_directory_is_refused_not_followed(
+    tmp_path: Path, link: str
+) -> None:
+    home = tmp_path / "state"
+    home.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "target"
+    if link == "sessions":
+        target.mkdir()
+    (home / link).symlink_to(target)
+    proc = _run_in(tmp_path, home)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{home / link}: refusing a symlink" in proc.stderr
+    assert "ran" not in proc.stdout
+    assert list(elsewhere.rglob("*")) == ([target] if link == "sessions" else [])
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_home_of_another_user_is_refused_with_the_fix(tmp_path: Path) -> None:
+    if os.getuid() == 0:
+        home = tmp_path / "shared"
+        home.mkdir()
+        os.chown(home, 65534, 65534)  # nobody's
+        os.chmod(home, 0o777)
+    else:  # a directory of the system's, writable by all
+        home = Path("/var/tmp")
+        if home.stat().st_uid == os.getuid():
+            pytest.skip("no directory of another user to point TASKLOOM_HOME at")
+    before = set(os.listdir(home))
+    proc = _run_in(tmp_path, home)
+    assert proc.returncode == 1, proc.stderr
+    assert "TASKLOOM_HOME is owned by another user" in proc.stderr
+    assert "Point TASKLOOM_HOME at a directory of your own" in proc.stderr
+    assert set(os.listdir(home)) == before  # nothing written there
+
+
+def test_a_loose_home_of_ones_own_is_tightened_and_used(tmp_path: Path) -> None:
+    home = tmp_path / "mine"
+    home.mkdir(mode=0o777)
+    os.chmod(home, 0o777)
+    proc = _run_in(tmp_path, home)
+    assert proc.returncode == 0, proc.stderr
+    assert (home.stat().st_mode & 0o777) == 0o700

@@ -29,7 +29,7 @@ DEFAULT_OUTPUT_CAP_BYTES = 5 * 1024**3
 def taskloom_home() -> Path:
     """Return the state directory: ``$TASKLOOM_HOME`` or ``~/.taskloom``."""
     env = os.environ.get("TASKLOOM_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".taskloom"
+    return Path(env).expanduser().absolute() if env else Path.home() / ".taskloom"
 
 
 def db_path(home: Path | None = None) -> Path:
@@ -52,11 +52,18 @@ def ensure_private_dir(path: Path) -> Path:
 
     An existing directory we own is tightened to 0700, so output written by one user is never
     readable by another through a loose directory. A symlink is refused (never followed, never
-    chmod-ed): it could point anywhere.
+    chmod-ed): it could point anywhere. Inside the state directory (:func:`taskloom_home`)
+    that holds for every component below the home, and the home must be one of the user's own
+    (see :func:`check_home`).
 
     Raises:
-        OSError: ``path`` (or a parent it had to create) is a symlink or not a directory.
+        OSError: ``path`` (or a component of it inside the home, or a parent it had to create)
+            is a symlink or not a directory, or the home is not the user's own.
     """
+    home = taskloom_home()
+    if path == home or path.is_relative_to(home):
+        check_home(home)
+        refuse_symlinks(home, path.relative_to(home).parts)
     missing = []
     probe = path
     while not os.path.lexists(probe):
@@ -73,6 +80,53 @@ def ensure_private_dir(path: Path) -> Path:
     if st.st_uid == os.getuid() and st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
+
+
+def check_home(home: Path) -> None:
+    """Refuse a state directory that is not the user's own.
+
+    The home itself may be a symlink the user made (to another disk, say); what it points at
+    must be a directory owned by the user. Others could plant links in it otherwise, or read
+    what it holds, so a home owned by someone else is refused, also when it is writable by
+    everybody (``/tmp``). A home of one's own that is loose is tightened to 0700 by
+    :func:`ensure_private_dir`. A home that does not exist yet is made private.
+
+    Raises:
+        OSError: The home is not a directory, or is another user's (the message says how to
+            fix it).
+    """
+    try:
+        st = os.stat(home)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, "TASKLOOM_HOME is not a directory", str(home))
+    if st.st_uid != os.getuid():
+        loose = " and writable by others" if st.st_mode & 0o022 else ""
+        raise OSError(
+            errno.EPERM,
+            f"TASKLOOM_HOME is owned by another user (uid {st.st_uid}){loose}; taskloom keeps "
+            "private state there. Point TASKLOOM_HOME at a directory of your own (for "
+            "example: mkdir -m 700 ~/.taskloom && export TASKLOOM_HOME=~/.taskloom)",
+            str(home),
+        )
+
+
+def refuse_symlinks(base: Path, parts: tuple[str, ...]) -> None:
+    """Refuse a symlink at any existing component of ``base / parts`` below ``base``.
+
+    Raises:
+        OSError: ``ELOOP`` naming the first symlinked component.
+    """
+    probe = base
+    for part in parts:
+        probe = probe / part
+        try:
+            mode = os.lstat(probe).st_mode
+        except FileNotFoundError:
+            return  # nothing below a missing component exists yet
+        if stat.S_ISLNK(mode):
+            raise OSError(errno.ELOOP, "refusing a symlink in taskloom's state", str(probe))
 
 
 # --- Settings files (Claude Code compatible) -------------------------------------------------

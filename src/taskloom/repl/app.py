@@ -46,7 +46,12 @@ from taskloom.repl.panel import TaskPanel, count, grace_from
 from taskloom.repl.screen import build_application, write_lines
 from taskloom.repl.transcript import Line, TranscriptView, call_line, landed
 from taskloom.session import transcript_path
-from taskloom.settings import find_project_root, taskloom_home
+from taskloom.settings import (
+    ensure_private_dir,
+    find_project_root,
+    refuse_symlinks,
+    taskloom_home,
+)
 from taskloom.tasks.kinds import kind_of
 
 log = logging.getLogger(__name__)
@@ -636,7 +641,8 @@ class Repl:
 
 
 def _ready(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_private_dir(path.parent)
+    refuse_symlinks(path.parent, (path.name,))  # prompt_toolkit's history follows links
     return path
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from taskloom.errors import StoreError
-from taskloom.settings import ensure_private_dir
+from taskloom.settings import ensure_private_dir, refuse_symlinks
 from taskloom.store import _sql
 from taskloom.store._disk import RESERVE_BYTES, Reserve, describe, is_full
 from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
@@ -58,6 +58,10 @@ class Store:
         self._failing = False
         self._closed = False
         ensure_private_dir(self.path.parent)
+        # SQLite follows links: none may stand where it writes (and the database is opened
+        # with O_NOFOLLOW below, against one planted after this check).
+        for suffix in ("", "-wal", "-shm"):
+            refuse_symlinks(self.path.parent, (self.path.name + suffix,))
         self._lock = threading.RLock()
         self._pending: list[tuple[str, Sequence[Any]]] = []
         # Task records queued for the next commit, by id: a task updated several times in one
@@ -70,7 +74,8 @@ class Store:
         self._ckpt_stop = threading.Event()
         self._reserve = Reserve(self.path, reserve_bytes)
         # SQLite gives the -wal and -shm files the database file's mode: create it private.
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        os.close(os.open(self.path, flags, 0o600))
         self._open()
         self._reserve.open()
 

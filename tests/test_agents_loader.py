@@ -156,6 +156,32 @@ def test_values_starting_with_yaml_indicators_load(repo: Path) -> None:
     assert agent.model == "sonnet"
 
 
+@pytest.mark.parametrize(
+    ("frontmatter", "line", "what"),
+    [
+        # Line 1 is "---", line 2 the name.
+        ('description: "never closed\ntools: Bash', 3, "quoted scalar"),
+        ("description: fine\ntools: [Bash, Read", 4, "flow sequence"),
+        ("description: {broken\nmodel: sonnet", 3, "flow mapping"),
+        ("description: fine\n  nested: too: deep", 4, "mapping values are not allowed"),
+    ],
+)
+def test_broken_yaml_frontmatter_is_skipped_with_a_warning_naming_file_and_line(
+    repo: Path, caplog: pytest.LogCaptureFixture, frontmatter: str, line: int, what: str
+) -> None:
+    agents = repo / ".claude" / "agents"
+    path = write_agent(agents, "broken.md", f"name: broken\n{frontmatter}")
+    write_agent(agents, "fine.md", "name: fine\ndescription: A fine agent")
+    with caplog.at_level(logging.WARNING, logger="taskloom.agents"):
+        catalog = load_agents(repo)
+    assert "broken" not in catalog and "fine" in catalog
+    [(where, why)] = catalog.skipped
+    assert where == str(path)
+    assert why.startswith(f"invalid YAML frontmatter at line {line}: ") and what in why
+    [record] = [r for r in caplog.records if r.name == "taskloom.agents"]
+    assert str(path) in record.getMessage() and f"line {line}" in record.getMessage()
+
+
 def test_missing_description_is_skipped_with_a_warning_naming_the_file(
     repo: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

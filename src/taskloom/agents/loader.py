@@ -168,8 +168,8 @@ def _load_files(
         where = str(path)
         try:
             text = path.read_text(encoding="utf-8")
-            meta, body = _split_frontmatter(text)
-            data = _parse_yaml(meta, yaml)
+            meta, body, first = _split_frontmatter(text)
+            data = _parse_yaml(meta, yaml, first)
             agent = AgentDefinition.from_mapping(
                 data,
                 source=source,
@@ -223,8 +223,11 @@ def _load_flag(flag_json: str, catalog: AgentCatalog) -> None:
 _CLOSING = re.compile(r"-{3,}")
 
 
-def _split_frontmatter(text: str) -> tuple[str, str]:
+def _split_frontmatter(text: str) -> tuple[str, str, int]:
     """Split a file into its YAML frontmatter and its body.
+
+    Returns:
+        The frontmatter, the body, and the file's line number of the frontmatter's first line.
 
     Raises:
         ValueError: There is no frontmatter block, or it is never closed.
@@ -236,15 +239,21 @@ def _split_frontmatter(text: str) -> tuple[str, str]:
     for end in range(start + 1, len(lines)):
         # Some editors close the block with a longer rule ("-------------"); accept it.
         if _CLOSING.fullmatch(lines[end].strip()):
-            return "\n".join(lines[start + 1 : end]), "\n".join(lines[end + 1 :])
+            return "\n".join(lines[start + 1 : end]), "\n".join(lines[end + 1 :]), start + 2
     raise ValueError("frontmatter is never closed by a '---' line")
 
 
-def _parse_yaml(meta: str, yaml: ModuleType) -> dict[Any, Any]:
+def _parse_yaml(meta: str, yaml: ModuleType, first: int = 1) -> dict[Any, Any]:
     """Parse frontmatter, repairing unquoted values as hand-written files often need.
 
+    Args:
+        meta: The frontmatter.
+        yaml: The yaml module (imported by the caller, only when there are files).
+        first: The file's line number of the frontmatter's first line (for errors).
+
     Raises:
-        ValueError: The frontmatter is not YAML even after repair, or is not a mapping.
+        ValueError: The frontmatter is not YAML even after repair (naming the file's line),
+            or is not a mapping.
     """
     try:
         data = yaml.safe_load(meta)
@@ -255,8 +264,7 @@ def _parse_yaml(meta: str, yaml: ModuleType) -> dict[Any, Any]:
         except yaml.YAMLError:
             data = None
         if data is None:
-            reason = " ".join(str(exc).split())
-            raise ValueError(f"invalid YAML frontmatter: {reason}") from None
+            raise ValueError(_yaml_problem(exc, first)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -264,7 +272,25 @@ def _parse_yaml(meta: str, yaml: ModuleType) -> dict[Any, Any]:
     return data
 
 
+def _yaml_problem(exc: Exception, first: int) -> str:
+    """``invalid YAML frontmatter at line N: what`` for a YAML error, N the file's line.
+
+    The line is where the broken construct starts (an unclosed quote or bracket), else where
+    the parser gave up.
+    """
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+    where = f" at line {first + mark.line}" if mark is not None else ""
+    what = f"{context}: {problem}" if context else problem
+    return f"invalid YAML frontmatter{where}: {what}"
+
+
 _TOP_LEVEL_PAIR = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:[ \t]+(\S.*?)[ \t]*$")
+
+#: How a value that means to be a quoted string, a list or a mapping starts: one that does not
+#: parse is broken, not plain text to quote (its file is skipped, saying where).
+_STRUCTURED = ("'", '"', "[", "{")
 
 
 def _quote_bad_values(meta: str, yaml: ModuleType) -> str:
@@ -272,12 +298,13 @@ def _quote_bad_values(meta: str, yaml: ModuleType) -> str:
 
     This is what makes ``description: Use this agent when: the user asks`` load, and values
     that start with a YAML indicator (``*``, ``@``, backquote, ``%``...). Values continued on
-    indented lines are left alone: quoting their first line would break them.
+    indented lines are left alone: quoting their first line would break them. So are values
+    that open a quote, a list or a mapping: when they do not parse, the file is broken.
     """
     lines = meta.split("\n")
     for i, line in enumerate(lines):
         match = _TOP_LEVEL_PAIR.match(line)
-        if match is None or _continues(lines, i):
+        if match is None or _continues(lines, i) or match.group(2).startswith(_STRUCTURED):
             continue
         try:
             if isinstance(yaml.safe_load(line), dict):

@@ -92,7 +92,8 @@ async def test_stall_watchdog_notifies_once_for_a_prompt_and_never_for_silence()
     async with TaskRuntime(clock=clock) as rt:
         prompt = await run_shell(
             rt,
-            "python3 -c \"input('Continue? (y/n) ')\"",
+            # Asks, then waits (stdin is /dev/null: a real read would end at once).
+            "printf 'Continue? (y/n) '; sleep 300",
             run_in_background=True,
             description="ask",
         )
@@ -125,6 +126,78 @@ async def test_stall_watchdog_with_short_real_thresholds() -> None:
         assert await rt.notifications.wait_pending(timeout=10)
         notes = rt.drain()
         assert [n.kind for n in notes] == ["stall"]
+        await rt.kill(out.task_id)
+
+
+async def test_a_command_that_reads_input_gets_end_of_file_at_once() -> None:
+    async with TaskRuntime() as rt:
+        out = await run_shell(
+            rt,
+            'cat; python3 -c "import sys; print(len(sys.stdin.read()))"; '
+            'read -r answer; echo "read exit $?"',
+            run_in_background=True,
+        )
+        state = await rt.wait(out.task_id, timeout=10)
+        assert state.status == TaskStatus.COMPLETED
+        assert Path(out.output_file).read_text() == "0\nread exit 1\n"
+
+
+async def _blocked_reading(rt: TaskRuntime, command: str) -> tuple[str, str]:
+    """Run ``command`` in the background with a short stall watch; its stall notice's text."""
+    import sys
+
+    rt.watchdog.tick = 0.05
+    out = await run_shell(
+        rt,
+        command.replace("PYTHON", sys.executable),
+        run_in_background=True,
+        watch=WatchSettings(stall_after=0.3, check_every=0.05),
+    )
+    assert await rt.notifications.wait_pending(timeout=20)
+    [note] = rt.drain()
+    await rt.kill(out.task_id)
+    return note.kind, note.text
+
+
+async def test_a_silent_command_reading_its_own_terminal_is_reported() -> None:
+    async with TaskRuntime() as rt:
+        kind, text = await _blocked_reading(rt, "PYTHON -c 'import pty; pty.spawn([\"cat\"])'")
+    assert kind == "stall" and "appears to be waiting for interactive input" in text
+    assert "It has printed nothing for 0s" in text
+    assert "(cat) is blocked reading its terminal (/dev/pts/" in text
+
+
+async def test_a_silent_command_reading_a_pipe_nobody_of_it_writes_is_reported() -> None:
+    read_end, write_end = os.pipe()  # this process writes it: no process of the command
+    try:
+        async with TaskRuntime() as rt:
+            kind, text = await _blocked_reading(rt, f"cat < /proc/{os.getpid()}/fd/{read_end}")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert kind == "stall"
+    assert "(cat) is blocked reading its standard input, a pipe that no process" in text
+
+
+async def test_a_command_reading_what_its_own_pipeline_writes_is_not_waiting_for_input() -> None:
+    from taskloom.process.input_wait import waiting_for_input
+
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "sleep 30 | cat", run_in_background=True)
+        state = rt.get(out.task_id)
+        assert state is not None and state.pid is not None
+        procs: list[object] = []
+
+        def cat_blocked() -> bool:
+            procs[:] = find_tree(state.pid, leader=state.pid, tag=out.task_id)[0]
+            names = {p.name(): p.pid for p in procs}  # type: ignore[attr-defined]
+            if "cat" not in names:
+                return False
+            with open(f"/proc/{names['cat']}/syscall") as f:
+                return f.read().split()[:2] == ["0", "0x0"]
+
+        await wait_until(cat_blocked, what="cat blocked on its pipe")
+        assert waiting_for_input(p.pid for p in procs) is None  # type: ignore[attr-defined]
         await rt.kill(out.task_id)
 
 

@@ -6,14 +6,16 @@ after they leave the group (``setsid``) or are re-parented, which is how a kill 
 sweep finds them. stdout and stderr are the output file itself: bytes go from the child to the
 page cache without passing through Python.
 
-stdin is a pipe we keep open and never write: a command that asks a question blocks (and the
-stall watchdog reports it) instead of reading end-of-file and going on with a default answer.
+stdin is ``/dev/null``: nobody can answer a command, so one that reads input gets end-of-file
+at once (``cat``, ``python`` with no script, a ``read`` prompt end) instead of waiting forever.
+The new session has no controlling terminal either, so ``/dev/tty`` cannot be opened. A command
+that asks anyway (on a terminal of its own, or after printing a question) is reported by the
+stall watchdog.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import subprocess
@@ -55,13 +57,6 @@ class Child:
         """The exit status once reaped (negative: killed by that signal)."""
         return self.popen.returncode
 
-    def close_stdin(self) -> None:
-        """Close our end of the child's stdin (it reads end-of-file)."""
-        stdin = self.popen.stdin
-        if stdin is not None and not stdin.closed:
-            with contextlib.suppress(OSError):
-                stdin.close()
-
     def wait(self) -> asyncio.Future[int]:
         """Return a future resolved with the exit status; the child is reaped then.
 
@@ -87,7 +82,6 @@ class Child:
             loop.remove_reader(pidfd)
             os.close(pidfd)
             code = self.popen.wait()
-            self.close_stdin()
             if not fut.done():
                 fut.set_result(code)
 
@@ -137,7 +131,7 @@ def spawn_shell(
     try:
         popen = subprocess.Popen(
             [shell or default_shell(), "-c", command],
-            stdin=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             stdout=output_fd,
             stderr=output_fd,
             cwd=cwd,

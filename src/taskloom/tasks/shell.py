@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Literal
 
 from taskloom.process.identity import boot_id, process_start_time
-from taskloom.process.kill import kill_tree
+from taskloom.process.input_wait import waiting_for_input
+from taskloom.process.kill import find_tree, kill_tree
 from taskloom.process.registry import ProcessRecorder, recorded_tag
 from taskloom.process.spawn import Child, spawn_shell
 from taskloom.store import ProcessRow
@@ -159,7 +160,6 @@ class ShellHandle:
             await self._kill_lingering()
             return
         self._killing = True
-        self.child.close_stdin()
         try:
             report = await kill_tree(
                 self.child.pgid,
@@ -203,6 +203,16 @@ class ShellHandle:
         if stop is not None:
             stop()
 
+    def _reading_input(self) -> str | None:
+        """Which process of the command is blocked reading input nobody gives, if any."""
+        procs, _ = find_tree(
+            self.child.pgid,
+            leader=self.child.pid,
+            leader_start=self.child.pid_start or None,
+            tag=self.task_id,
+        )
+        return waiting_for_input(p.pid for p in procs)
+
     async def _check_cap(self) -> None:
         # The child shares the descriptor: stop it first, then cut the file back to the cap
         # (done in _supervise once the whole tree is dead).
@@ -210,17 +220,31 @@ class ShellHandle:
             self._over_cap = True
             await self.runtime.kill(self.task_id)
 
-    def _on_stall(self) -> None:
+    async def _on_stall(self) -> None:
+        """Silent for a while: tell the owner if the command waits for an answer.
+
+        It does when its output ends with a question, or when one of its processes is blocked
+        reading a terminal or a pipe none of them writes (it printed nothing, perhaps).
+        """
         if self._stall_notified:
             return
         tail = read_tail(self.output.path, STALL_TAIL_BYTES).decode("utf-8", "replace")
-        if not looks_like_prompt(tail):
-            return
+        last = "\n".join(line for line in tail.splitlines() if line.strip())[-400:]
+        silent = int(self.watch_settings.stall_after)
+        if looks_like_prompt(tail):
+            what = f"Its output has not changed for {silent}s and ends with:\n{last}"
+        else:
+            reading = await asyncio.to_thread(self._reading_input)
+            if reading is None:
+                return
+            shown = f" and ends with:\n{last}" if last else ""
+            what = (
+                f"It has printed nothing for {silent}s{shown}\n{reading[0].upper()}{reading[1:]}."
+            )
         self._stall_notified = True
         state = self.runtime.get(self.task_id)
         if state is None or state.terminal:
             return
-        last = "\n".join(line for line in tail.splitlines() if line.strip())[-400:]
         text = render_notification(
             task_id=self.task_id,
             tool_use_id=state.tool_use_id,
@@ -231,8 +255,7 @@ class ShellHandle:
                 "interactive input"
             ),
             result=(
-                f"Its output has not changed for {int(self.watch_settings.stall_after)}s and "
-                f"ends with:\n{last}\nNo one can answer it. Stop it with TaskStop and run it "
+                f"{what}\nNo one can answer it. Stop it with TaskStop and run it "
                 "non-interactively (a --yes flag, or input piped in)."
             ),
         )

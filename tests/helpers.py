@@ -15,6 +15,10 @@ import psutil
 #: conftest; tests find their processes by it, never by looking at the whole machine.
 RUN_MARK = "TASKLOOM_TEST_RUN"
 
+#: Elapsed-time bounds in tests are multiplied by this: a slow or loaded machine sets
+#: ``TASKLOOM_TEST_TIME_FACTOR`` above 1.
+TIME_FACTOR = float(os.environ.get("TASKLOOM_TEST_TIME_FACTOR") or 1)
+
 
 def run_processes(where: Callable[[psutil.Process], bool] | None = None) -> list[psutil.Process]:
     """Live processes (not zombies) of this test run, other than us, for which ``where`` holds.

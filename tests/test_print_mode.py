@@ -7,12 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fake_servers import FakeAnthropicServer
-from helpers import clean_env, write_turns
+from helpers import TIME_FACTOR, clean_env, write_turns
 from helpers import json_lines as lines
 from helpers import run_cli as run
 
@@ -144,6 +146,76 @@ def test_background_command_keeps_the_run_alive_until_its_notification_is_answer
         "user",
         "assistant",
     ]
+
+
+def _background_then_answer(tmp_path: Path, command: str, *flags: str) -> tuple[Any, float]:
+    """``-p`` whose model starts ``command`` in the background, answers, then answers again."""
+    model = write_turns(
+        tmp_path / "t.yaml",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "Bash",
+                        "input": {"command": command, "run_in_background": True},
+                    }
+                ]
+            },
+            {"text": "Started; I will wait."},
+            {"text": "It ended."},
+        ],
+    )
+    started = time.monotonic()
+    proc = run(
+        "-p",
+        "go",
+        "--output-format",
+        "stream-json",
+        "--model",
+        model,
+        "--dangerously-skip-permissions",
+        *flags,
+        cwd=tmp_path,
+        timeout=60 * TIME_FACTOR,
+    )
+    return proc, time.monotonic() - started
+
+
+def test_a_background_command_that_reads_input_does_not_keep_the_run_waiting(
+    tmp_path: Path,
+) -> None:
+    proc, took = _background_then_answer(tmp_path, "cat")  # reads end-of-file at once
+    assert proc.returncode == 0, proc.stderr
+    events = lines(proc.stdout)
+    assert events[-1]["result"] == "It ended." and took < 20 * TIME_FACTOR
+    [note] = [e for e in events if e.get("subtype") == "task_notification"]
+    assert note["status"] == "completed" and "exit code 0" in note["summary"]
+
+
+def test_a_one_shot_run_waits_for_an_endless_command_only_as_long_as_it_says(
+    tmp_path: Path,
+) -> None:
+    settings = json.dumps({"taskWaitSeconds": 1})
+    proc, took = _background_then_answer(tmp_path, "sleep 3711", "--settings", settings)
+    assert proc.returncode == 0, proc.stderr
+    assert took < 20 * TIME_FACTOR
+    assert 'waiting at most 1 s for Background command "sleep 3711"' in proc.stderr
+    events = lines(proc.stdout)
+    assert events[-1]["result"] == "It ended."
+    [note] = [e for e in events if e.get("subtype") == "task_notification"]
+    assert note["status"] == "killed"
+    assert note["summary"] == (
+        'Background command "sleep 3711" was stopped: the run waited 1 s for it to end '
+        "(setting taskWaitSeconds); start it again if it is still needed"
+    )
+    shown = [
+        b["text"]
+        for e in events
+        if e["type"] == "user"
+        for b in e["message"]["content"]
+        if b.get("type") == "text"
+    ]
+    assert any("the run waited 1 s for it to end" in text for text in shown)
 
 
 def test_headless_permission_ask_is_a_denial_unless_skipped(tmp_path: Path) -> None:

@@ -292,7 +292,7 @@ COMMON = [
 
 def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
     assert [f.name for f in dataclasses.fields(TaskState)] == COMMON
-    shell = ["command", "exit_code", "interrupted", "pid", "kind", "agent_id"]
+    shell = ["command", "exit_code", "interrupted", "pid", "kind", "agent_id", "stopped_reason"]
     agent = [
         "prompt",
         "agent_type",

@@ -44,6 +44,7 @@ from taskloom.messages import (
 from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import Notification, render_batch
+from taskloom.tasks.wait_bound import WaitBound, task_wait_seconds
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
 from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
@@ -95,6 +96,8 @@ class Engine:
         #: Set when its budget ran out (:meth:`halt`): no more requests, no more waiting.
         self.halted: str | None = None
         self._halt = asyncio.Event()
+        #: How long it waits for its tasks that have no end of their own (armed once waiting).
+        self._bound: WaitBound | None = None
         #: Set when a hook answered ``continue: false``: the loop ends after this turn.
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
@@ -540,7 +543,10 @@ class Engine:
         if notes or not self.config.wait_for_tasks:
             return notes
         owner, listens = self.config.owner, self.config.inbox is not None
+        if self._bound is None:
+            self._bound = WaitBound(self.runtime, owner, task_wait_seconds(self.config.settings))
         while self._must_wait() and self.halted is None:
+            self._bound.arm()  # a command that may run forever is waited for so long only
             # A message sent to it wakes it too: it sees it now, not after the next task ends.
             change = self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
             await self._unless_halted(change)
@@ -549,6 +555,7 @@ class Engine:
             notes = self._take_notifications()
             if notes or (listens and self.runtime.mailbox.has_pending(owner, "message")):
                 return notes
+        self._bound.close()
         return []
 
     async def _unless_halted(self, waiting: Coroutine[Any, Any, None]) -> None:

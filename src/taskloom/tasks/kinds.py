@@ -187,6 +187,15 @@ class TaskKind:
         """
         return True
 
+    def ends_by_itself(self, state: TaskState) -> bool:
+        """Whether the task has a bound of its own (default: yes).
+
+        An agent ends with its answer, its turns or its budget; a teammate with its lead. A
+        command may run forever (a server, ``tail -f``): an owner that waits for it must set
+        the bound (see :mod:`taskloom.tasks.wait_bound`).
+        """
+        return True
+
     def notifies(self, state: TaskState) -> bool:
         """Whether the owner hears of the end as a ``<task-notification>`` (default: yes).
 

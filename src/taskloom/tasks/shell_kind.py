@@ -30,6 +30,10 @@ class ShellKind(TaskKind):
             isinstance(state, ShellTaskState) and state.agent_id == agent_id
         )
 
+    def ends_by_itself(self, state: TaskState) -> bool:
+        """No: a command may run forever."""
+        return False
+
     def label(self, state: TaskState) -> str:
         """Its description, else its command line."""
         command = state.command if isinstance(state, ShellTaskState) else ""
@@ -42,7 +46,8 @@ class ShellKind(TaskKind):
             return super().summary(state)
         label = self.label(state)
         if state.status == TaskStatus.KILLED:
-            return f"{label} was stopped"
+            why = f": {state.stopped_reason}" if state.stopped_reason else ""
+            return f"{label} was stopped{why}"
         if state.status == TaskStatus.COMPLETED:
             if state.exit_code is None:  # a detached command whose exit nobody collected
                 return f"{label} completed (exit code unknown)"

@@ -214,6 +214,7 @@ class ShellTaskState(TaskState):
         pid: The shell's pid while it runs (process group leader).
         kind: ``bash`` for commands, ``monitor`` for long-lived watchers.
         agent_id: The agent that started it, for :meth:`kill_shells_for_agent`.
+        stopped_reason: Why it was stopped, when not by TaskStop (its owner stopped waiting).
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_BASH
@@ -224,6 +225,7 @@ class ShellTaskState(TaskState):
     pid: int | None = None
     kind: Literal["bash", "monitor"] = "bash"
     agent_id: str | None = None
+    stopped_reason: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

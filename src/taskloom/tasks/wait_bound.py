@@ -1,0 +1,98 @@
+"""How long an owner waits for tasks that have no end of their own.
+
+A headless run does not end while a task it owns runs: it waits to tell the model how each
+ended. Agents end by themselves (an answer, their turns, their budget); a background command
+may not (a dev server, ``tail -f``). So an owner that is done and waits arms a bound on each
+such task: once it has waited ``seconds`` for it, the task is stopped, saying why, and its
+notification (``… was stopped: the run waited 600 s for it to end …``) starts the model's
+next turn like any other. The bound counts from when the owner first waits for the task, not
+from the task's start: the time it ran while the model was at work is not held against it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import TaskState
+from taskloom.tasks.watchdog import Watch
+
+log = logging.getLogger(__name__)
+
+#: Default seconds an owner waits for a task with no end of its own (setting taskWaitSeconds).
+DEFAULT_TASK_WAIT_S = 600.0
+
+#: The setting that changes it (0 or less: such tasks are stopped as soon as the wait starts).
+SETTING = "taskWaitSeconds"
+
+
+class WaitBound:
+    """The bounds one owner has armed on its tasks, each armed once."""
+
+    def __init__(self, runtime: TaskRuntime, owner: str, seconds: float) -> None:
+        """Bound ``owner``'s waits for its tasks to ``seconds`` each."""
+        self.runtime = runtime
+        self.owner = owner
+        self.seconds = max(0.0, seconds)
+        self._armed: dict[str, Callable[[], None]] = {}
+
+    def arm(self) -> list[TaskState]:
+        """Bound the owner's live tasks that have no end of their own; those newly bounded.
+
+        Each newly bounded task is stated in the log: what is waited for, and for how long.
+        """
+        fresh = [
+            s
+            for s in self.runtime.list(owner=self.owner)
+            if not s.terminal
+            and s.exit_policy != "detach"
+            and s.id not in self._armed
+            and not kind_of(s).ends_by_itself(s)
+        ]
+        deadline = self.runtime.watchdog.clock.monotonic() + self.seconds
+        for state in fresh:
+            watch = Watch(
+                task_id=f"{state.id}#wait",
+                stall_after=None,
+                deadline=deadline,
+                on_deadline=functools.partial(self._stop, state.id),
+            )
+            self._armed[state.id] = self.runtime.watchdog.watch(watch)
+            log.warning(
+                "waiting at most %g s for %s (%s) to end; then it is stopped (setting %s)",
+                self.seconds,
+                kind_of(state).label(state),
+                state.id,
+                SETTING,
+            )
+        return fresh
+
+    def close(self) -> None:
+        """Disarm every bound (the owner waits no more: nothing is left to wait for)."""
+        armed, self._armed = self._armed, {}
+        for stop in armed.values():
+            stop()
+
+    async def _stop(self, task_id: str) -> None:
+        self._armed.pop(task_id, lambda: None)()
+        state = self.runtime.get(task_id)
+        if state is None or state.terminal:
+            return
+        reason = (
+            f"the run waited {self.seconds:g} s for it to end (setting {SETTING}); "
+            "start it again if it is still needed"
+        )
+        if hasattr(state, "stopped_reason"):
+            self.runtime.update(task_id, lambda s: s.replace(stopped_reason=reason))
+        await self.runtime.kill(task_id)
+
+
+def task_wait_seconds(settings: dict[str, object]) -> float:
+    """The ``taskWaitSeconds`` setting, else the default (a value not a number: the default)."""
+    value = settings.get(SETTING)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return DEFAULT_TASK_WAIT_S

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import taskloom
@@ -226,6 +226,8 @@ _line = (
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(lines=st.lists(_line, min_size=1, max_size=5))
+# Found by this test: an initialize first, with no request_id, ended the session.
+@example(lines=[b'{"type": "control_request", "request": {"subtype": "initialize"}}'])
 def test_no_line_keeps_the_session_from_answering_the_next_prompt(
     lines: list[bytes], tmp_path: Path
 ) -> None:

@@ -230,10 +230,6 @@ class StreamSession:
 
     # -- control requests ---------------------------------------------------------------------
 
-    async def answer(self, message: dict[str, Any], number: int) -> None:
-        """Answer one ``control_request`` (also the ``initialize`` read before the session)."""
-        await self._answer(message, number)
-
     async def _answer(self, message: dict[str, Any], number: int) -> None:
         request_id = message.get("request_id")
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
@@ -424,10 +420,10 @@ async def run_stream(
     # The program's first word is its initialize request (claude-agent-sdk waits for the
     # answer before anything else): its hooks and agents are part of the session to build.
     first = await reader.lines.get()
-    read: list[InputLine | None] = [first]  # None: the input ended before a line came
+    # Answered in its turn, as any request (None: the input ended before a line came).
+    read: list[InputLine | None] = [first]
     initialize = _initialize_request(first)
     if initialize is not None:
-        read = []
         session_options = _with_program(session_options, initialize["request"], channel)
     opts = dataclasses.replace(opts, session=session_options)
     harness = emitter.harness = Harness(emitter.observe(opts))
@@ -439,8 +435,6 @@ async def run_stream(
                 gc.enable()
             session = StreamSession(opts, harness, emitter, channel)
             try:
-                if initialize is not None:
-                    await session.answer(initialize, 1)
                 return await session.serve(reader, read)
             finally:
                 if emitter.tap is not None:

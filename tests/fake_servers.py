@@ -548,10 +548,19 @@ class FakeOpenAIServer(FakeServer):
     """A fake OpenAI Chat Completions API; ``url`` ends in ``/v1`` like ``OPENAI_BASE_URL``.
 
     Thinking, when scripted, is streamed as ``reasoning_content`` (as vLLM and others do).
+    With ``usage=False`` it sends no usage, whatever ``stream_options`` asks (as
+    llama-cpp-python's server does).
     """
 
     api_path = "/v1/chat/completions"
     url_suffix = "/v1"
+
+    def __init__(self, responder: Responder | None = None, *, usage: bool = True) -> None:
+        super().__init__(responder)
+        self.usage = usage
+
+    def _includes_usage(self, request: dict[str, Any]) -> bool:
+        return self.usage and bool((request.get("stream_options") or {}).get("include_usage"))
 
     def _error_body(self, error: ErrorReply) -> dict[str, Any]:
         return {
@@ -563,13 +572,13 @@ class FakeOpenAIServer(FakeServer):
             }
         }
 
-    @staticmethod
-    def _chunk(request: dict[str, Any], n: int, delta: dict[str, Any], finish: str | None) -> bytes:
-        return _data(FakeOpenAIServer._chunk_obj(request, n, delta, finish))
+    def _chunk(
+        self, request: dict[str, Any], n: int, delta: dict[str, Any], finish: str | None
+    ) -> bytes:
+        return _data(self._chunk_obj(request, n, delta, finish))
 
-    @staticmethod
     def _chunk_obj(
-        request: dict[str, Any], n: int, delta: dict[str, Any], finish: str | None
+        self, request: dict[str, Any], n: int, delta: dict[str, Any], finish: str | None
     ) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         chunk = {
@@ -580,7 +589,7 @@ class FakeOpenAIServer(FakeServer):
             "system_fingerprint": "fp_fake",
             "choices": [choice],
         }
-        if (request.get("stream_options") or {}).get("include_usage"):
+        if self._includes_usage(request):
             chunk["usage"] = None
         return chunk
 
@@ -600,7 +609,7 @@ class FakeOpenAIServer(FakeServer):
         reasons = {"tool_use": "tool_calls", "end_turn": "stop", "max_tokens": "length"}
         stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         events.append(self._chunk(request, n, {}, reasons.get(stop, stop)))
-        if (request.get("stream_options") or {}).get("include_usage"):
+        if self._includes_usage(request):
             inp, out = self._tokens(turn, request)
             usage: dict[str, Any] = {
                 "prompt_tokens": inp + turn.cache_read_input_tokens,

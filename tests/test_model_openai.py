@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from fake_servers import FakeOpenAIServer, ToolCall, Turn
+from fake_llama_cpp import FakeLlamaCppServer, render, validation_errors
+from fake_servers import ErrorReply, FakeOpenAIServer, ToolCall, Turn
 from taskloom.errors import ModelError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.models.base import (
@@ -190,17 +191,77 @@ async def test_request_shape(fake: FakeOpenAIServer, model: OpenAIModel) -> None
     ]
 
 
-def test_tool_only_assistant_message_has_null_content() -> None:
+def test_tool_only_assistant_message_has_empty_content() -> None:
     msg = Message(role="assistant", content=[ToolUseBlock(id="c", name="Bash", input={})])
     assert to_chat_messages("", [msg]) == [
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {"id": "c", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}
             ],
         }
     ]
+
+
+def _null_contents(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body["messages"] if "content" in m and m["content"] is None]
+
+
+async def test_after_a_tool_call_llama_cpp_takes_every_request() -> None:
+    """llama-cpp-python refuses ``"content": null`` (500); after a tool call none is sent."""
+    async with FakeLlamaCppServer() as server:
+        server.add_turn(tool_calls=[("Bash", {"command": "ls"})])
+        server.add_turn(text="Two files.")
+        async with OpenAIModel("local", base_url=server.url, retry_base_delay=0.01) as model:
+            _, first = await run(model, request("list", tools=[BASH]))
+            assert first.text() == "" and len(first.tool_uses()) == 1
+            call = first.tool_uses()[0]
+            history = [
+                Message.user("list"),
+                first,
+                Message(role="user", content=[ToolResultBlock(tool_use_id=call.id, content="a b")]),
+            ]
+            _, second = await run(model, ModelRequest("local", "Be terse.", history, [BASH]))
+    assert second.text() == "Two files."
+    assert len(server.requests) == 2  # none refused, none retried
+    assert [_null_contents(r.body) for r in server.requests] == [[], []]
+    sent = server.requests[1].body["messages"][2]
+    assert sent["role"] == "assistant" and sent["tool_calls"][0]["id"] == call.id
+
+
+async def test_a_500_refusing_the_request_is_not_retried(
+    fake: FakeOpenAIServer, model: OpenAIModel
+) -> None:
+    """llama-cpp-python's 500 for a body its types refuse: one try, its reason and the URL."""
+    call = {"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}
+    refused = {"messages": [{"role": "user", "content": "hi"}]}
+    refused["messages"].append({"role": "assistant", "content": None, "tool_calls": [call]})
+    body = render(validation_errors(refused))  # the body the real server sends for it
+    fake.add(ErrorReply(500, "internal_server_error", body))
+    fake.add_turn(text="never")
+    with pytest.raises(ModelError) as info:
+        await run(model, request())
+    err = info.value
+    assert (err.status, err.error_type, err.retryable) == (500, "internal_server_error", False)
+    assert len(fake.requests) == 1 and fake.pending == 1
+    text = str(err)
+    assert f"{fake.url}/chat/completions" in text and "\n" not in text
+    # What was wrong, without the noise of the union's other members.
+    assert text.endswith(
+        "refused the request as invalid (not retried): messages.1."
+        "ChatCompletionRequestAssistantMessage.content: Input should be a valid string "
+        "(got None)"
+    )
+
+
+async def test_a_500_that_is_a_server_failure_is_still_retried(
+    fake: FakeOpenAIServer, model: OpenAIModel
+) -> None:
+    fake.add_error(500, "internal_server_error", "llama_decode returned -1")
+    fake.add_turn(text="ok")
+    _, msg = await run(model, request())
+    assert msg.text() == "ok" and len(fake.requests) == 2
 
 
 def test_official_endpoint_gets_max_completion_tokens() -> None:

@@ -4,11 +4,12 @@ Retry policy: 408, 409, 429, 5xx (529 included) and ``overloaded_error`` — als
 latter arrives as an SSE ``error`` event — connection failures and idle timeouts (no byte for
 ``streamIdleTimeout`` seconds, waiting for the headers included) are retried with jittered
 exponential backoff (capped at 30 s), honouring ``retry-after`` up to 60 s; 400/401/403/404
-are not. Retries stop once three idle timeouts have been lost: waiting after a try's last event
-until it failed, and backing off. Nothing is retried
-once an event has reached the caller: a replay would duplicate what it has already seen. A
-caller that asks for no deltas (``ModelRequest.deltas``) sees only the final message, so its
-stream can be retried at any point before that.
+are not, nor is a 5xx whose body says the request itself was refused as invalid (some
+servers answer a validation error with a 500). Retries stop once three idle timeouts have
+been lost: waiting after a try's last event until it failed, and backing off. Nothing is
+retried once an event has reached the caller: a replay would duplicate what it has already
+seen. A caller that asks for no deltas (``ModelRequest.deltas``) sees only the final message,
+so its stream can be retried at any point before that.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import httpx
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
 
 from taskloom.errors import ModelError, UsageError
+from taskloom.models._refusal import is_validation_error, summary
 from taskloom.models.base import MessageComplete, StreamEvent
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
@@ -108,14 +110,28 @@ def _tagged(kind: str | None) -> str:
     return f" {kind}" if kind else ""
 
 
-def response_error(provider: str, response: httpx.Response) -> ModelError:
-    """The :class:`ModelError` for a non-2xx answer whose body has been read."""
+def response_error(provider: str, response: httpx.Response, url: str = "") -> ModelError:
+    """The :class:`ModelError` for a non-2xx answer whose body has been read.
+
+    A 5xx whose body says the request was refused as invalid (see
+    :mod:`taskloom.models._refusal`) is not retryable: the same request would fail again.
+    Its message names ``url`` and what the server refused.
+    """
     try:
         kind, message = error_details(response.json())
     except ValueError:
         kind, message = None, None
     if message is None:
         message = response.text[:500] or response.reason_phrase
+    status = response.status_code
+    if status >= 500 and is_validation_error(message):
+        return ModelError(
+            f"{provider} API error {status}{_tagged(kind)}: the server at {url or 'its URL'} "
+            f"refused the request as invalid (not retried): {summary(message)}",
+            status=status,
+            error_type=kind,
+            retryable=False,
+        )
     return ModelError(
         f"{provider} API error {response.status_code}{_tagged(kind)}: {message}",
         status=response.status_code,
@@ -346,7 +362,7 @@ class HttpTransport:
                     if not response.is_success:
                         await response.aread()
                         hint = retry_after(response.headers)
-                        raise response_error(self.provider, response)
+                        raise response_error(self.provider, response, url)
                     async with aclosing(self._guard(parse(source.aiter_sse()))) as events:
                         async for event in events:
                             progress = loop.time()

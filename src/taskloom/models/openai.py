@@ -68,6 +68,10 @@ def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any
     tool result becomes a ``tool`` message (placed first, as the API requires them right
     after the call), the rest of a user message a ``user`` message. Thinking is not sent back:
     chat APIs take no reasoning input.
+
+    No ``content`` is ever ``null``: an assistant message with tool calls and no text says
+    ``""``, which every compatible server takes, while some refuse ``null`` (llama-cpp-python's
+    server answers it with a 500).
     """
     chat: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for message in messages:
@@ -81,11 +85,9 @@ def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any
                 }
                 for b in message.tool_uses()
             ]
-            out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+            out: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
             if calls:
                 out["tool_calls"] = calls
-            else:
-                out["content"] = out["content"] or ""
             chat.append(out)
             continue
         for block in message.content:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
+
 if TYPE_CHECKING:
     from taskloom.events import EngineObserver, Meter
     from taskloom.hooks import HookConfig
@@ -32,7 +34,8 @@ class EngineConfig:
         agent_id: The subagent's id, None on the main thread.
         model_name: The model id to request (default: the model's own name).
         max_turns: Most model requests in one :meth:`Engine.run` (None: no limit).
-        max_tokens: Cap on each response.
+        max_tokens: Cap on each response, in tokens (see
+            :func:`taskloom.settings.max_output_tokens`).
         permissions: The permission policy (None: everything allowed).
         headless: No one can answer a permission prompt: an ``ask`` is a denial (unless a
             ``prompter`` answers it).
@@ -65,7 +68,7 @@ class EngineConfig:
     agent_id: str | None = None
     model_name: str | None = None
     max_turns: int | None = None
-    max_tokens: int = 16_000
+    max_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     permissions: PermissionPolicy | None = None
     headless: bool = True
     prompter: PermissionPrompter | None = None

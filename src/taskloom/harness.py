@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom._aio import finish_despite_cancel
 from taskloom.errors import ModelError, UsageError
 from taskloom.options import Options as Options  # its home; re-exported for callers
+from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from taskloom.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class Harness:
         self._resuming: str | None = opts.resume
         self._runtime: TaskRuntime | None = None
         self.settings: dict[str, Any] = {}
+        #: The cap on each model response, in tokens (known once started).
+        self.max_output_tokens = DEFAULT_MAX_OUTPUT_TOKENS
         self.tools: list[Tool[Any]] = []
         self._stack = contextlib.AsyncExitStack()
         self._session: Session | None = None
@@ -163,7 +166,7 @@ class Harness:
             return  # started already
         from taskloom.models.resolve import resolve_model
         from taskloom.permissions import PermissionPolicy
-        from taskloom.settings import find_project_root, load_settings
+        from taskloom.settings import find_project_root, load_settings, max_output_tokens
 
         opts = self.options
         self._check_session_options()
@@ -173,6 +176,7 @@ class Harness:
             skip_broken=opts.skip_broken_settings,
             sources=opts.setting_sources,
         )
+        self.max_output_tokens = max_output_tokens(self.settings, opts.max_output_tokens)
         from taskloom.agents.coordinator import coordinator_enabled
 
         self.coordinator = coordinator_enabled(opts.coordinator, self.settings)
@@ -314,6 +318,7 @@ class Harness:
             owner=runtime.session_id,
             cwd=self.cwd,
             max_turns=opts.max_turns,
+            max_tokens=self.max_output_tokens,
             permissions=policy,
             headless=opts.headless,
             wait_for_tasks=opts.wait_for_tasks,
@@ -448,6 +453,7 @@ class Harness:
             tools=self._subagent_tools,
             settings=self.settings,
             policy=self.policy,
+            max_tokens=self.max_output_tokens,
             resolve_model=alias_resolver(self.model, self.settings),
             hooks=hooks,
             prompter=self._prompter,

@@ -58,6 +58,9 @@ class Options:
         fallback_model: The model the main thread goes on with when its own fails after its
             retries (overloaded, unreachable), for the rest of the session.
         max_turns: Most model turns per run.
+        max_output_tokens: Cap on each model response, in tokens, for the main thread and
+            every agent (``--max-output-tokens``); None: ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``,
+            else the setting ``maxOutputTokens``, else 16,000.
         max_budget_tokens: The token budget of the whole session, its main thread and every
             agent (``--max-budget-tokens``; the setting ``sessionBudget`` may add others).
         max_budget_usd: The cost budget of the whole session, likewise (``--max-budget-usd``).
@@ -115,6 +118,7 @@ class Options:
     json_schema: dict[str, Any] | None = None
     fallback_model: str | None = None
     max_turns: int | None = None
+    max_output_tokens: int | None = None
     max_budget_tokens: int | None = None
     max_budget_usd: float | None = None
     tools: Sequence[Tool[Any]] = field(default_factory=tuple)

@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,12 @@ from taskloom.errors import SettingsError, UsageError
 
 #: Default cap on one task's output file.
 DEFAULT_OUTPUT_CAP_BYTES = 5 * 1024**3
+
+#: Default cap on the length of one model response, in tokens (``max_tokens``).
+DEFAULT_MAX_OUTPUT_TOKENS = 16_000
+#: The environment variable that sets it (Claude Code's), and the setting.
+MAX_OUTPUT_TOKENS_ENV = "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
+MAX_OUTPUT_TOKENS_SETTING = "maxOutputTokens"
 
 
 def taskloom_home() -> Path:
@@ -127,6 +133,37 @@ def refuse_symlinks(base: Path, parts: tuple[str, ...]) -> None:
             return  # nothing below a missing component exists yet
         if stat.S_ISLNK(mode):
             raise OSError(errno.ELOOP, "refusing a symlink in taskloom's state", str(probe))
+
+
+def max_output_tokens(settings: Mapping[str, Any], given: int | None = None) -> int:
+    """The cap on each model response, in tokens: for the main thread and every agent.
+
+    ``given`` (``--max-output-tokens``), else ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, else the
+    setting ``maxOutputTokens``, else 16,000. A model that never stops costs at most this
+    much per request: on a slow local server, minutes.
+
+    Raises:
+        UsageError: The value is not a whole number of at least 1; the message names where
+            it came from.
+    """
+    raw: Any = given
+    source = "--max-output-tokens"
+    if raw is None:
+        raw = os.environ.get(MAX_OUTPUT_TOKENS_ENV) or None
+        source = f"the environment variable {MAX_OUTPUT_TOKENS_ENV}"
+    if raw is None and settings.get(MAX_OUTPUT_TOKENS_SETTING) is not None:
+        raw = settings[MAX_OUTPUT_TOKENS_SETTING]
+        source = f"the setting {MAX_OUTPUT_TOKENS_SETTING}"
+    if raw is None:
+        return DEFAULT_MAX_OUTPUT_TOKENS
+    value: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
+        value = int(raw.strip())
+    if value is None or value < 1:
+        raise UsageError(f"{source} must be a whole number of tokens (at least 1), got {raw!r}")
+    return value
 
 
 # --- Settings files (Claude Code compatible) -------------------------------------------------

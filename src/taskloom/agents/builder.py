@@ -18,6 +18,7 @@ from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
 from taskloom.prompts import environment
+from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from taskloom.signals import emit
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class AgentBuilder:
         tools: Callable[[], Sequence[Tool[Any]]],
         settings: dict[str, Any],
         policy: PermissionPolicy | None,
+        max_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
         resolve_model: Callable[[str], Model] | None = None,
         hooks: HookConfig | None = None,
         prompter: PermissionPrompter | None = None,
@@ -70,6 +72,8 @@ class AgentBuilder:
             tools: Returns every tool a subagent could be given (filtered per agent).
             settings: Effective settings.
             policy: The session's permission policy (a subagent may change its mode).
+            max_tokens: Cap on each of its agents' responses (the session's, see
+                :func:`taskloom.settings.max_output_tokens`).
             resolve_model: Builds a model for an alias or id (``sonnet``, ``claude-…``).
             hooks: The session's hooks (an agent's own hooks are added for its runs).
             prompter: Who answers the calls of its agents that need approval, if anyone.
@@ -84,6 +88,7 @@ class AgentBuilder:
         self.tools = tools
         self.settings = settings
         self.policy = policy
+        self.max_tokens = max_tokens
         self.resolve_model = resolve_model
         self.hooks = hooks
         self.prompter = prompter
@@ -183,6 +188,7 @@ class AgentBuilder:
             agent_id=agent_id,
             cwd=cwd,
             max_turns=definition.max_turns,
+            max_tokens=self.max_tokens,
             permissions=policy,
             headless=True,
             prompter=self.prompter,

@@ -364,6 +364,7 @@ class Spawner:
         """A subagent on the Ray cluster (see :mod:`taskloom.remote`): a ``remote_agent``."""
         from taskloom.remote.service import RemoteAgents
         from taskloom.remote.spec import RemoteSpec, settings_json
+        from taskloom.settings import MAX_OUTPUT_TOKENS_SETTING
 
         if request.cwd:
             raise ToolError("A remote agent works on a copy of the project: omit cwd.")
@@ -381,7 +382,10 @@ class Spawner:
             or self.builder.model_name,
             mode=request.mode or (str(policy.mode) if policy is not None else None),
             skip_permissions=policy is not None and str(policy.mode) == "bypassPermissions",
-            settings=settings_json(self.settings),
+            # Its responses are capped as the session's are, whatever set the cap here.
+            settings=settings_json(
+                {**self.settings, MAX_OUTPUT_TOKENS_SETTING: self.builder.max_tokens}
+            ),
             name=request.name,
         )
         budget = request.budget(definition)

@@ -68,6 +68,13 @@ def _print_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="Full turn-by-turn output.")
     parser.add_argument("--model", help="claude-…, sonnet|opus|haiku, openai:ID or scripted:FILE.")
     parser.add_argument("--max-turns", type=_positive_int, help="Most model turns.")
+    parser.add_argument(
+        "--max-output-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="Cap on each model response, in tokens (default: CLAUDE_CODE_MAX_OUTPUT_TOKENS, "
+        "else the setting maxOutputTokens, else 16000).",
+    )
     parser.add_argument("--permission-mode", choices=_MODES)
     parser.add_argument(
         "--dangerously-skip-permissions",
@@ -264,7 +271,10 @@ def _positive_float(text: str) -> float:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
@@ -331,6 +341,7 @@ def run_print_mode(args: list[str]) -> int:
             model=ns.model,
             cwd=os.getcwd(),
             max_turns=ns.max_turns,
+            max_output_tokens=ns.max_output_tokens,
             max_budget_tokens=ns.max_budget_tokens,
             max_budget_usd=ns.max_budget_usd,
             permission_mode=ns.permission_mode,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from taskloom.messages import INVALID_INPUT_KEY, Message
+from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 
 __all__ = ["INVALID_INPUT_KEY"]  # re-exported: tools import it from here
 
@@ -48,7 +49,7 @@ class ModelRequest:
     system: str
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
-    max_tokens: int = 16_000
+    max_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     agent_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     deltas: bool = True

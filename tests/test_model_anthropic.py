@@ -383,3 +383,21 @@ def test_fake_server_from_sync_code_and_responder() -> None:
         assert texts == ["pong", "what?"]
         assert [r.body["messages"][0]["content"] for r in server.requests] == ["ping", "hello"]
     assert not any(t.name == "FakeAnthropicServer" for t in threading.enumerate())
+
+
+def test_a_stream_reporting_no_usage_leaves_it_unknown() -> None:
+    """A proxy that sends no usage at all: the message's usage is None (unknown), not 0."""
+    from taskloom.models.anthropic import _Assembly
+
+    assembly = _Assembly(model="claude-x")
+    stream = [
+        ("message_start", {"message": {"id": "msg_1", "model": "claude-x"}}),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": "hi"}}),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": {"stop_reason": "end_turn"}}),
+        ("message_stop", {}),
+    ]
+    events = [event for kind, data in stream for event in assembly.feed(kind, data)]
+    final = events[-1]
+    assert isinstance(final, MessageComplete)
+    assert final.message.text() == "hi" and final.message.usage is None

@@ -6,12 +6,14 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fake_llama_cpp import FakeLlamaCppServer, render, validation_errors
 from fake_servers import ErrorReply, FakeOpenAIServer, ToolCall, Turn
+from helpers import clean_env, json_lines, run_cli
 from taskloom.errors import ModelError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.models.base import (
@@ -264,6 +266,21 @@ async def test_a_500_that_is_a_server_failure_is_still_retried(
     assert msg.text() == "ok" and len(fake.requests) == 2
 
 
+async def test_a_server_sending_no_usage_leaves_it_unknown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with FakeOpenAIServer(usage=False) as server:
+        server.add_turn(text="one")
+        server.add_turn(text="two")
+        async with OpenAIModel("local", base_url=server.url) as model:
+            with caplog.at_level("WARNING", logger="taskloom"):
+                _, first = await run(model, request())
+                _, second = await run(model, request())
+    assert first.usage is None and second.usage is None  # unknown, not 0
+    warned = [r.getMessage() for r in caplog.records if "no token usage" in r.getMessage()]
+    assert len(warned) == 1 and server.url in warned[0]  # said once
+
+
 def test_official_endpoint_gets_max_completion_tokens() -> None:
     body = OpenAIModel("gpt-x", base_url="https://api.openai.com/v1").request_body(request())
     assert body["max_completion_tokens"] == 16_000 and "max_tokens" not in body
@@ -404,3 +421,42 @@ async def test_fake_accepts_scripted_file_turns_and_reports_responder_bugs() -> 
         with pytest.raises(KeyError, match="no route"):
             server.close()
     assert not any(t.name == "FakeOpenAIServer" for t in threading.enumerate())
+
+
+def test_a_session_on_llama_cpp_runs_its_tool_loop_and_says_usage_is_unknown(
+    tmp_path: Path,
+) -> None:
+    """The whole loop against llama-cpp-python's validation and its lack of usage."""
+    lines = [
+        {"type": "user", "message": {"role": "user", "content": text}}
+        for text in ("list the files", "thanks")
+    ]
+    with FakeLlamaCppServer() as server:
+        server.add_turn(tool_calls=[("Bash", {"command": "echo listed"})])
+        server.add_turn(text="One file.")
+        server.add_turn(text="You are welcome.")
+        proc = run_cli(
+            "--input-format", "stream-json", "--output-format", "stream-json",
+            "--model", "openai:local", "--dangerously-skip-permissions",
+            cwd=tmp_path,
+            env=clean_env(OPENAI_BASE_URL=server.url),
+            stdin="".join(json.dumps(line) + "\n" for line in lines),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    first, second = [e for e in json_lines(proc.stdout) if e["type"] == "result"]
+    assert (first["subtype"], first["result"]) == ("success", "One file."), first
+    assert (second["subtype"], second["result"]) == ("success", "You are welcome.")
+    assert len(server.requests) == 3  # nothing refused, nothing retried
+    assert not any(_null_contents(r.body) for r in server.requests)
+    # The server sent no usage: the figures are 0, and said to be unknown; the session's
+    # and the turn's figures agree on what they count.
+    for result, n_session, n_turn in ((first, 2, 2), (second, 3, 1)):
+        assert result["usage_unknown"] is True
+        assert result["usage"]["output_tokens"] == 0
+        session, turn = result["modelUsage"], result["model_usage_since_last_result"]
+        assert session["local"]["responsesWithoutUsage"] == n_session
+        assert turn["local"]["responsesWithoutUsage"] == n_turn
+        assert result["agentUsage"]["main"]["responsesWithoutUsage"] == n_session
+    assert first["modelUsage"] == first["model_usage_since_last_result"]
+    assert proc.stderr.count("reported no token usage") == 1, proc.stderr
+    assert server.url in proc.stderr

@@ -7,7 +7,8 @@ tokens (``inputTokens``, ``outputTokens``, ``cacheReadInputTokens``,
 has its ``agentType``, ``description``, ``status``, ``toolUses``, ``durationMs`` and
 ``parentAgentId`` (None: started by the main thread), and ``subtree`` — the same token and
 cost figures for it and every agent it started, recursively. The entries' ``costUSD`` add up
-to the result's ``total_cost_usd``.
+to the result's ``total_cost_usd``. ``responsesWithoutUsage`` is added when some of the
+agent's responses had no usage reported (counted as 0).
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def _figures(ledger: UsageLedger) -> dict[str, Any]:
         for name in _TOKENS:
             entry[name] += per_model[name]
     entry["costUSD"] = ledger.cost()
+    unreported = ledger.unreported_responses()
+    if unreported:
+        entry["responsesWithoutUsage"] = unreported  # its figures count less than it spent
     return entry
 
 

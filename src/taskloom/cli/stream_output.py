@@ -16,6 +16,9 @@ runs, and each subagent's run of its messages. It prints:
 and it counts every response's usage per model (:class:`~taskloom.models.pricing.UsageLedger`)
 for the results' ``modelUsage`` and ``total_cost_usd``. Once :attr:`OutputTap.closed` is
 set (the final result is written) it prints nothing more.
+
+A response whose provider reported no usage counts 0 tokens, and the results say so: the
+model's ``modelUsage`` entry has ``responsesWithoutUsage`` and the result ``usage_unknown``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from taskloom.models.base import (
     ThinkingDelta,
     ToolUseStart,
 )
-from taskloom.models.pricing import UsageLedger, usage_minus
+from taskloom.models.pricing import LedgerMark, UsageLedger, usage_minus
 
 if TYPE_CHECKING:
     from taskloom.engine import Engine
@@ -145,7 +148,7 @@ class OutputTap:
         self._streams: dict[str | None, _Stream] = {}
         self._models: dict[str | None, str] = {}
         #: The ledger when the last result was built (for ``model_usage_since_last_result``).
-        self._at_result: dict[str, Usage] = {}
+        self._at_result = LedgerMark({}, {}, {})
 
     def _line(self, obj: dict[str, Any]) -> None:
         if not self.closed:
@@ -166,9 +169,9 @@ class OutputTap:
             return
         if isinstance(event, MessageComplete):
             model = event.message.model or self._models.get(agent_id) or "unknown"
-            self.ledger.add(model, event.message.usage or Usage())
+            self.ledger.add(model, event.message.usage)  # None: the provider reported none
             own = self.by_agent.setdefault(agent_id or "main", UsageLedger())
-            own.add(model, event.message.usage or Usage())
+            own.add(model, event.message.usage)
         current = self._streams.get(agent_id)
         if current is None:
             return
@@ -256,14 +259,19 @@ class OutputTap:
 
         ``total_cost_usd`` and ``modelUsage`` are the session's so far (Claude Code's running
         totals), ``model_usage_since_last_result`` what was counted since the previous result.
+        ``usage_unknown`` (only when true): some response of the session had no usage
+        reported, so these figures (and ``usage``) count less than was spent.
         """
         self.ledger.overrides = dict(prices or {})
         since, self._at_result = self._at_result, self.ledger.snapshot()
-        return {
+        fields: dict[str, Any] = {
             "total_cost_usd": self.ledger.cost(),
             "modelUsage": self.ledger.model_usage(),
             "model_usage_since_last_result": self.ledger.model_usage(since),
         }
+        if self.ledger.unreported_responses():
+            fields["usage_unknown"] = True
+        return fields
 
 
 class TurnAccount:

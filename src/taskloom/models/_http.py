@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import logging
 import math
 import os
 import random
@@ -52,6 +53,8 @@ IDLE_TIMEOUT_SETTING = "streamIdleTimeout"
 #: it failed, and backing off): a server that stalls every time costs a few timeouts, not one
 #: per retry (270 s by default), while a long answer that breaks is still retried.
 RETRY_WINDOW_TIMEOUTS = 3.0
+
+_log = logging.getLogger("taskloom.models")
 
 EventParser = Callable[[AsyncIterator[ServerSentEvent]], AsyncGenerator[StreamEvent, None]]
 
@@ -440,6 +443,7 @@ class HttpModel:
 
     provider: ClassVar[str] = "HTTP"
     name: str
+    base_url: str
 
     def _init_transport(
         self,
@@ -455,6 +459,20 @@ class HttpModel:
             prefetch_tls_context()  # our client will need one: build it while start-up goes on
         self._transport = HttpTransport(
             self.provider, RetryPolicy(max_retries, retry_base_delay), idle, client
+        )
+        self._told_no_usage: set[str] = set()
+
+    def _no_usage(self, model: str) -> None:
+        """Say once per model that the server reported no usage for a response."""
+        if model in self._told_no_usage:
+            return
+        self._told_no_usage.add(model)
+        _log.warning(
+            "%s server at %s reported no token usage for %s: its responses count as 0 tokens "
+            "and 0 USD (results say usage_unknown)",
+            self.provider,
+            self.base_url,
+            model,
         )
 
     @property

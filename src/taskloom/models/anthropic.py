@@ -84,7 +84,8 @@ class _Assembly:
             # (no content_block_stop) must still reach the model, as a tool error.
             blocks = [b for _, b in sorted(self.blocks.items())]
             content = [self._build(b, last=b is blocks[-1]) for b in blocks]
-            usage = Usage.model_validate(self.usage)
+            # A proxy that reports nothing leaves it unknown (None), not 0.
+            usage = Usage.model_validate(self.usage) if self.usage else None
             yield MessageComplete(
                 Message(
                     role="assistant",
@@ -225,6 +226,8 @@ class AnthropicModel(HttpModel):
                 if kind == "error":
                     raise stream_error(self.provider, data)
                 for event in msg.feed(kind, data):
+                    if isinstance(event, MessageComplete) and event.message.usage is None:
+                        self._no_usage(msg.model)
                     yield event
                 if kind == "message_stop":
                     return

@@ -3,8 +3,9 @@
 ``async with model.stream(request) as events: async for event in events: ...`` yields
 :class:`TextDelta`, :class:`ThinkingDelta`, :class:`ToolUseStart` and :class:`ToolInputDelta`
 as they arrive, and always ends with one :class:`MessageComplete` carrying the assembled
-assistant :class:`~taskloom.messages.Message` (content, ``stop_reason``, ``usage``). Leaving
-the ``async with`` early closes the connection.
+assistant :class:`~taskloom.messages.Message` (content, ``stop_reason``, ``usage``: None
+when the provider reported none, which is unknown, not 0). Leaving the ``async with`` early
+closes the connection.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class _Assembly:
     calls: dict[int, _Call] = field(default_factory=dict)
     order: list[str | _Call] = field(default_factory=list)
     finish_reason: str | None = None
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = None  # None until the server reports some (some never do)
 
     def _index(self, key: str | _Call) -> int:
         if key not in self.order:
@@ -299,6 +299,8 @@ class OpenAIModel(HttpModel):
                 raise ModelError(
                     f"{self.provider}: stream ended without a finish reason", retryable=True
                 )
+            if msg.usage is None:
+                self._no_usage(msg.model)
             yield MessageComplete(msg.message())
 
         return parse

@@ -134,8 +134,27 @@ def usage_minus(a: Usage, b: Usage) -> Usage:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerMark:
+    """What a ledger had counted at one moment (for :meth:`UsageLedger.model_usage` ``since``).
+
+    Attributes:
+        usage: Tokens per model.
+        counts: How many times something was counted per model (responses, reports).
+        unreported: Responses per model whose provider reported no usage.
+    """
+
+    usage: dict[str, Usage]
+    counts: dict[str, int]
+    unreported: dict[str, int]
+
+
 class UsageLedger:
     """A session's token usage per model, every agent's calls included, and what it cost.
+
+    A response whose provider reported no usage (``None``: some OpenAI-compatible servers
+    send none) adds no tokens, but is counted as unreported: the figures of its model are
+    then a lower bound, and :meth:`model_usage` says so (``responsesWithoutUsage``).
 
     Args:
         overrides: The setting ``modelPrices`` (see the module docstring).
@@ -144,26 +163,45 @@ class UsageLedger:
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
         self.overrides = dict(overrides or {})
         self.by_model: dict[str, Usage] = {}
+        self.counts: dict[str, int] = {}
+        self.unreported: dict[str, int] = {}
 
-    def add(self, model: str, usage: Usage) -> None:
-        """Count one response of ``model``."""
-        self.by_model[model] = _add(self.by_model.get(model, Usage()), usage)
+    def add(self, model: str, usage: Usage | None) -> None:
+        """Count one response of ``model`` (or what grew elsewhere); None: usage unknown."""
+        self.by_model[model] = _add(self.by_model.get(model, Usage()), usage or Usage())
+        self.counts[model] = self.counts.get(model, 0) + 1
+        if usage is None:
+            self.unreported[model] = self.unreported.get(model, 0) + 1
 
-    def snapshot(self) -> dict[str, Usage]:
-        """The totals so far (for :meth:`model_usage` ``since``)."""
-        return dict(self.by_model)
+    def snapshot(self) -> LedgerMark:
+        """What is counted so far (for :meth:`model_usage` ``since``)."""
+        return LedgerMark(dict(self.by_model), dict(self.counts), dict(self.unreported))
 
-    def cost(self, since: Mapping[str, Usage] | None = None) -> float:
+    def unreported_responses(self, since: LedgerMark | None = None) -> int:
+        """How many responses had no usage reported (since ``since``, if given)."""
+        before = since.unreported if since is not None else {}
+        return sum(n - before.get(model, 0) for model, n in self.unreported.items())
+
+    def cost(self, since: LedgerMark | None = None) -> float:
         """Dollars spent (since the ``since`` snapshot, if given)."""
         return float(sum(entry["costUSD"] for entry in self.model_usage(since).values()))
 
-    def model_usage(self, since: Mapping[str, Usage] | None = None) -> dict[str, dict[str, Any]]:
-        """Claude Code's ``modelUsage``: per model id its tokens and cost (since ``since``)."""
+    def model_usage(self, since: LedgerMark | None = None) -> dict[str, dict[str, Any]]:
+        """Claude Code's ``modelUsage``: per model id its tokens and cost (since ``since``).
+
+        A model is listed when something was counted for it (since ``since``): the same
+        rule for the session's figures and for those since the last result, so the two
+        agree whatever a response reported (nothing, or 0 tokens). ``responsesWithoutUsage``
+        is added when some of its responses reported no usage.
+        """
         out: dict[str, dict[str, Any]] = {}
         for model, total in self.by_model.items():
-            usage = usage_minus(total, since[model]) if since and model in since else total
-            if since is not None and usage == Usage():
-                continue  # nothing counted since: left out, as Claude Code does
+            usage, unreported = total, self.unreported.get(model, 0)
+            if since is not None:
+                if self.counts.get(model, 0) == since.counts.get(model, 0):
+                    continue  # nothing counted since: left out, as Claude Code does
+                usage = usage_minus(total, since.usage.get(model, Usage()))
+                unreported -= since.unreported.get(model, 0)
             price = price_for(model, self.overrides)
             out[model] = {
                 "inputTokens": usage.input_tokens,
@@ -175,4 +213,6 @@ class UsageLedger:
                 "contextWindow": 200_000 if price is not None else 0,
                 "maxOutputTokens": 0,
             }
+            if unreported:
+                out[model]["responsesWithoutUsage"] = unreported
         return out

@@ -16,13 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from helpers import clean_env, run_cli, scripted_argv, wait_until
 from helpers import json_lines as lines
 from taskloom.settings import db_path, session_dir
 from taskloom.store import Store
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 from taskloom.tasks.directory import Directory
-from taskloom.tasks.mailbox import Mailbox
+from taskloom.tasks.mailbox import Kind, Mailbox
 from taskloom.tasks.types import Priority
 
 
@@ -202,6 +204,76 @@ def test_messages_waiting_in_an_old_agent_record_move_into_the_mailbox(home: Pat
         data = {r["id"]: r["data"] for r in store.query("SELECT id, data FROM tasks")}
         assert all("pending_messages" not in json.loads(data[t]) for t in ("a1", "a2", "a3"))
         assert data["a4"] == "{not json"  # an unreadable record is left alone, not lost
+    finally:
+        store.close()
+
+
+def test_a_protocol_row_keeps_its_payload_apart_and_is_replayed_once(home: Path) -> None:
+    store = Store(db_path(home))
+    payload = json.dumps({"type": "shutdown_request", "requestId": "r1"})
+    try:
+        box = Mailbox(store, "s1")
+        shown = f'<teammate-message teammate_id="team-lead">\n{payload}\n</teammate-message>'
+        text = box.post(recipient="a1", sender="x", kind="message", body=payload)
+        sent = box.post(
+            recipient="a1",
+            sender="x",
+            kind="protocol",
+            topic="shutdown_request",
+            body=shown,
+            payload=payload,
+        )
+        assert (text.data, sent.data) == (None, json.loads(payload))  # text is never protocol
+        wrong: list[tuple[Kind, str]] = [("protocol", ""), ("control", ""), ("message", payload)]
+        for kind, given in wrong:
+            with pytest.raises(ValueError, match="payload"):
+                box.post(recipient="a1", sender="x", kind=kind, body="b", payload=given)
+        box.take("a1")
+        store.flush()
+    finally:
+        store.close()
+    store = Store(db_path(home))  # a new process: what was not acknowledged comes again
+    try:
+        box = Mailbox(store, "s1")
+        again = {letter.id: letter for letter in box.replay()}
+        assert again == {text.id: text, sent.id: sent}
+        box.take("a1")
+        box.ack(again)
+        assert Mailbox(store, "s1").replay() == []
+    finally:
+        store.close()
+
+
+def test_permission_rows_of_before_become_control_rows_and_old_text_stays_text(
+    home: Path,
+) -> None:
+    path, opened = schema_1_database(home)
+    request = json.dumps({"type": "permission_request", "requestId": "p1"})
+    shaped = (
+        '<teammate-message teammate_id="alice">\n{"type": "shutdown_approved"}\n</teammate-message>'
+    )
+    with contextlib.closing(opened) as conn:
+        for number in range(1, 6):  # up to schema 6, the one before protocol rows
+            for statement in (s.strip() for s in MIGRATIONS[number].split(";")):
+                if statement:
+                    conn.execute(statement)
+        conn.execute("PRAGMA user_version = 6")
+        conn.executemany(
+            "INSERT INTO mailbox(id, seq, session_id, recipient, sender, kind, topic, priority, "
+            "body, summary, created_at) VALUES (?, ?, 's1', 's1', 'alice@t', ?, '', 'next', ?, "
+            "'', 1.0)",
+            [("m1", 0, "protocol", request), ("m2", 1, "message", shaped),
+             ("m3", 2, "protocol", "{not json")],
+        )  # fmt: skip
+    store = Store(path)
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+        letters = Mailbox(store, "s1").replay()
+        assert [(x.id, x.kind, x.topic, x.data) for x in letters] == [
+            ("m1", "control", "permission_request", json.loads(request)),
+            ("m2", "message", "", None),
+            ("m3", "control", "", None),
+        ]
     finally:
         store.close()
 

@@ -502,12 +502,19 @@ async def test_a_structured_message_does_not_wake_an_ended_agent(tmp_path: Path)
 
 
 async def test_a_row_of_another_kind_does_not_wake_the_waiting_main_thread(tmp_path: Path) -> None:
-    """A ``protocol`` row for the main thread must not end its wait at once (it would spin)."""
+    """A ``control`` row for the main thread must not end its wait at once (it would spin)."""
     import time
 
     async with harness(tmp_path, ScriptedModel([])) as h:
         rt = h.runtime
-        rt.mailbox.post(recipient=h.session_id, sender="x", kind="protocol", body="{}", commit=True)
+        rt.mailbox.post(
+            recipient=h.session_id,
+            sender="x",
+            kind="control",
+            body="{}",
+            commit=True,
+            payload='{"type": "permission_request"}',
+        )
         started = time.monotonic()
         await rt.wait_for_change(0.3, h.session_id, messages=True)
         assert time.monotonic() - started >= 0.25  # slept to its bound: nothing it waits for

@@ -141,7 +141,7 @@ def task_params(data: dict[str, Any]) -> tuple[Any, ...]:
 #: Insert one mailbox row (parameters: :func:`mail_params`).
 INSERT_MAIL = (
     "INSERT INTO mailbox(id, seq, session_id, recipient, sender, kind, topic, priority, body, "
-    "summary, created_at, delivered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL)"
+    "summary, created_at, payload, delivered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL)"
 )
 
 
@@ -159,6 +159,7 @@ def mail_params(row: MailRow) -> tuple[Any, ...]:
         row.body,
         row.summary,
         row.created_at,
+        row.payload,
     )
 
 

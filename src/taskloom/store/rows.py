@@ -15,13 +15,17 @@ class MailRow:
         session_id: The session whose runtime delivers it.
         recipient: The address it is for: a session id or an agent id.
         sender: Who sent it: an agent id, a session id, or the task a notification is about.
-        kind: ``notification`` or ``message`` (``protocol`` later).
-        topic: What a notification reports (``terminal``, ``stall``); '' for messages.
+        kind: ``notification``, ``message`` (text), ``protocol`` (a protocol message its
+            recipient's model is shown) or ``control`` (one only code reads).
+        topic: What a notification reports (``terminal``, ``stall``), a protocol or control
+            row's type; '' for text.
         priority: ``next`` or ``later``.
         body: The text the recipient's transcript will hold.
         summary: A short preview ('' when none).
         created_at: Wall-clock time it was posted.
         delivered_at: When the recipient's transcript held it (None: not yet).
+        payload: What code reads of a protocol or control row: the JSON object it was sent
+            as ('' for text and notifications).
     """
 
     id: str
@@ -36,6 +40,7 @@ class MailRow:
     summary: str
     created_at: float
     delivered_at: float | None = None
+    payload: str = ""
 
 
 @dataclass(frozen=True, slots=True)

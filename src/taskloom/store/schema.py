@@ -192,6 +192,25 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE tasks SET data = json_remove(data, '$.pending_messages')
         WHERE json_valid(data) AND json_type(data, '$.pending_messages') IS NOT NULL;
     """,
+    # 7: protocol is never read out of text. A team's protocol messages (shutdown, plan
+    # approval, idle notifications, task assignments) are rows of kind 'protocol', which the
+    # recipient's model is shown and its code acts on; a pane teammate's permission request
+    # and its answer are rows of kind 'control', which only code reads. Only the code paths
+    # that send protocol write them, never text a model wrote. 'payload' holds what code
+    # reads of such a row (the JSON object it was sent as; '' for text and notifications),
+    # apart from the body a model is shown; 'topic' holds its type. The permission rows of
+    # before were kind 'protocol', their body the JSON: they become 'control'. Messages of
+    # before stay text: a protocol message among them cannot be told from text shaped so.
+    """
+    ALTER TABLE mailbox ADD COLUMN payload TEXT NOT NULL DEFAULT '';
+    UPDATE mailbox
+        SET kind = 'control',
+            payload = body,
+            topic = CASE WHEN json_valid(body)
+                         THEN COALESCE(CAST(json_extract(body, '$.type') AS TEXT), '')
+                         ELSE '' END
+        WHERE kind = 'protocol';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,8 +1,19 @@
 """The durable mailbox: every message to one recipient address, delivered exactly once.
 
 Each row is a message to one address — a session id (the main thread) or an agent id — from a
-sender, of a kind: ``notification`` (a task's end or stall, sent by the task to its owner),
-``message`` (SendMessage text for an agent) and, later, ``protocol``. The life of a row:
+sender, of a kind:
+
+- ``notification``: a task's end or stall, sent by the task to its owner;
+- ``message``: text for an agent (SendMessage), which nothing but a model reads;
+- ``protocol``: a protocol message (a team's shutdown and plan approval exchanges, idle
+  notifications, task assignments; a structured SendMessage), which the recipient's model is
+  shown (its body) and its code acts on (its ``payload``, the JSON object it was sent as);
+- ``control``: a protocol message only code reads (a pane teammate's permission request and
+  the answer), its ``payload`` that object.
+
+Only the code paths that send protocol post the last two: text is ``message`` whatever it
+says, so no text (whatever a model was led to write) is ever taken for protocol. What a
+model reads as mail from other agents is :data:`MESSAGES`. The life of a row:
 
 1. :meth:`Mailbox.post` writes it to the store. It can be handed out only once it is
    committed: :meth:`Mailbox.take` commits the store's queue before it hands anything out.
@@ -26,11 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError
@@ -42,9 +54,14 @@ log = logging.getLogger(__name__)
 #: After a failed commit of a row another process serves, try again (and wake it) this often.
 _WAKE_RETRY_S = 0.5
 
-#: What a row carries: a task notification, an agent's message, later a protocol exchange.
-Kind = Literal["notification", "message", "protocol"]
-KINDS: tuple[Kind, ...] = ("notification", "message", "protocol")
+#: What a row carries: a task notification, text, protocol shown to a model, or protocol only
+#: code reads (see the module docstring).
+Kind = Literal["notification", "message", "protocol", "control"]
+KINDS: tuple[Kind, ...] = ("notification", "message", "protocol", "control")
+#: The kinds a recipient's model reads as mail from other agents: text and protocol.
+MESSAGES: tuple[Kind, ...] = ("message", "protocol")
+#: The kinds whose rows carry a payload, which only code posts.
+PROTOCOL: tuple[Kind, ...] = ("protocol", "control")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +73,15 @@ class Letter:
         seq: Posting order within the session (a resumed session goes on from the last).
         recipient: The address it is for (a session id or an agent id).
         sender: Who sent it (an agent or session id; for a notification, its task's id).
-        kind: ``notification``, ``message`` or ``protocol``.
-        topic: What a notification reports (``terminal``, ``stall``); '' otherwise.
+        kind: ``notification``, ``message``, ``protocol`` or ``control``.
+        topic: What a notification reports (``terminal``, ``stall``), the type of a protocol
+            or control row; '' otherwise.
         priority: ``next`` (at the next delivery point) or ``later``.
         body: The text the recipient will see.
         summary: A short preview ('' when none).
         created_at: Wall-clock time it was posted.
+        payload: A protocol or control row's JSON object, as its sender's code made it ('' for
+            text and notifications): what code reads, never the body.
     """
 
     id: str
@@ -74,6 +94,18 @@ class Letter:
     body: str
     summary: str
     created_at: float
+    payload: str = ""
+
+    @property
+    def data(self) -> dict[str, Any] | None:
+        """The object a protocol or control row carries (None: any other row)."""
+        if self.kind not in PROTOCOL or not self.payload:
+            return None
+        try:
+            found = json.loads(self.payload)
+        except (ValueError, RecursionError):  # a store written by hand: nothing to act on
+            return None
+        return found if isinstance(found, dict) else None
 
 
 #: Which kinds a look at the mailbox is about: one, several, or None for any.
@@ -153,6 +185,7 @@ class Mailbox:
                 body=row.body,
                 summary=row.summary,
                 created_at=row.created_at,
+                payload=row.payload,
             )
             self._pending[letter.id] = letter
             self._seq = max(self._seq, row.seq + 1)
@@ -172,6 +205,7 @@ class Mailbox:
         priority: Priority = "later",
         summary: str = "",
         commit: bool = False,
+        payload: str = "",
     ) -> Letter:
         """Write a row for ``recipient``; it is handed out only once it is committed.
 
@@ -180,15 +214,20 @@ class Mailbox:
             sender: Who sends it.
             kind: What it carries.
             body: Its text.
-            topic: What a notification reports.
+            topic: What a notification reports; a protocol or control row's type.
             priority: ``next`` or ``later``.
             summary: A short preview.
             commit: Commit it now rather than with the loop iteration's group commit (the
                 sender is about to be told that it is queued).
+            payload: The JSON object a protocol or control row carries (required for those,
+                refused for the others).
 
         Raises:
             StoreError: ``commit`` was asked for and the store could not be written.
+            ValueError: A protocol or control row without a payload, or another with one.
         """
+        if (kind in PROTOCOL) != bool(payload):
+            raise ValueError(f"a {kind} row {'needs' if kind in PROTOCOL else 'has no'} payload")
         letter = Letter(
             id=secrets.token_hex(8),
             seq=self._seq,
@@ -200,6 +239,7 @@ class Mailbox:
             body=body,
             summary=summary,
             created_at=self._clock.time(),
+            payload=payload,
         )
         self._seq += 1
         self._store.add_mail(
@@ -215,6 +255,7 @@ class Mailbox:
                 body=body,
                 summary=summary,
                 created_at=letter.created_at,
+                payload=payload,
             )
         )
         if self.serves is not None and not self.serves(recipient):
@@ -296,7 +337,7 @@ class Mailbox:
     def take(
         self,
         recipient: str | None = None,
-        kind: Kind | None = None,
+        kind: Kinds = None,
         priority: Priority | None = None,
     ) -> list[Letter]:
         """Hand out every pending row (for ``recipient``, of ``kind``) as one batch, once.

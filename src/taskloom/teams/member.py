@@ -69,8 +69,8 @@ def team_mailbox(store: Store, join: JoinSpec, home: Path) -> Mailbox:
 class LeadPrompter:
     """Asks the lead whether a call may run: ``permission_request`` out, the answer back.
 
-    Both are rows of kind ``protocol`` in the team's mailbox; several calls may wait at once
-    (each answer names its request).
+    Both are rows of kind ``control`` in the team's mailbox (only code reads them); several
+    calls may wait at once (each answer names its request).
     """
 
     def __init__(self, mailbox: Mailbox, join: JoinSpec) -> None:
@@ -113,24 +113,28 @@ class LeadPrompter:
                 self.mailbox.post(
                     recipient=join.session,
                     sender=join.agent_id,
-                    kind="protocol",
+                    kind="control",
+                    topic="permission_request",
                     body=body,
                     priority="next",
                     commit=True,
+                    payload=body,
                 )
             except Exception as exc:
                 raise PromptError(f"the lead could not be asked ({exc})") from None
             while not answer.done():
-                await self.mailbox.wait(_ANSWER_WAIT_S, join.agent_id, "protocol")
+                await self.mailbox.wait(_ANSWER_WAIT_S, join.agent_id, "control")
                 self._collect()
             return answer.result()
         finally:
             self._waiting.pop(rid, None)
 
     def _collect(self) -> None:
-        letters = self.mailbox.take(self.join.agent_id, "protocol")
+        letters = self.mailbox.take(self.join.agent_id, "control")
         for letter in letters:
-            data = protocol.structured(letter.body) or {}
+            data = letter.data or {}
+            if letter.topic != "permission_response" or letter.sender != self.join.session:
+                continue  # only its lead answers
             waiting = self._waiting.get(str(data.get("requestId") or ""))
             if waiting is not None and not waiting.done():
                 updated = data.get("updatedInput")

@@ -1,7 +1,8 @@
 """The lead's side of its pane teammates' permission requests: asked here, answered there.
 
 A teammate in a process of its own has no terminal to ask the user in: a call that needs
-approval is posted to the lead as a ``permission_request`` row (kind ``protocol``, see
+approval is posted to the lead as a ``permission_request`` row (kind ``control``: only code
+reads it, and only code posts it; see
 :class:`taskloom.teams.member.LeadPrompter`). The lead asks its own prompter — the REPL asks
 the user, naming the teammate — and posts the ``permission_response`` back. Each request is
 answered as it comes; several may wait at once. Whatever goes wrong in the asking, the
@@ -79,9 +80,9 @@ class PermissionRelay:
     async def _serve(self) -> None:
         mailbox, me = self.mailbox, self.lead
         while True:
-            await mailbox.wait(_ASK_WAIT_S, me, "protocol")
+            await mailbox.wait(_ASK_WAIT_S, me, "control")
             try:
-                letters = mailbox.take(me, "protocol")
+                letters = mailbox.take(me, "control")
             except StoreError as exc:
                 # The rows stay pending (nothing is lost): look again once the store may
                 # write again, as its own retries do.
@@ -94,10 +95,10 @@ class PermissionRelay:
                 task.add_done_callback(self._asks.discard)
 
     async def _answer(self, letter: Letter) -> None:
-        data = protocol.structured(letter.body) or {}
+        data = letter.data or {}
         request = str(data.get("requestId") or "")
         agent_id = self.asking(letter.sender)
-        if data.get("type") != "permission_request" or agent_id is None or not request:
+        if letter.topic != "permission_request" or agent_id is None or not request:
             with contextlib.suppress(StoreError):
                 self.mailbox.ack([letter.id])  # nobody's to answer: a stray row is not kept
             return
@@ -115,10 +116,12 @@ class PermissionRelay:
                 self.mailbox.post(
                     recipient=agent_id,
                     sender=self.lead,
-                    kind="protocol",
+                    kind="control",
+                    topic="permission_response",
                     body=body,
                     priority="next",
                     commit=True,
+                    payload=body,
                 )
             except StoreError as exc:
                 log.error("the answer to %s's %s request was not sent: %s", agent_id, tool, exc)

@@ -17,7 +17,7 @@ from taskloom.agents.service import SpawnRequest
 from taskloom.messages import TextBlock
 from taskloom.models.base import ModelRequest
 from taskloom.store import Store
-from taskloom.tasks.mailbox import Mailbox
+from taskloom.tasks.mailbox import MESSAGES, Mailbox
 from taskloom.tasks.types import AgentTaskState, TaskStatus
 from taskloom.testing import FunctionModel, ScriptedModel, ToolCall, Turn
 from taskloom.tools.base import ToolContext, ToolResult
@@ -201,7 +201,7 @@ async def test_broadcast_from_an_agent_skips_itself_and_what_it_may_not_address(
         assert (
             result.content == "<tool_use_error>No running agent to broadcast to.</tool_use_error>"
         )
-        assert h.runtime.mailbox.pending(kind="message") == []
+        assert h.runtime.mailbox.pending(kind=MESSAGES) == []
         agents.gate("first").touch()
         agents.gate("second").touch()
         await finished(h, first)
@@ -217,7 +217,7 @@ async def test_broadcast_with_no_running_agent_is_an_error(tmp_path: Path) -> No
         assert (
             result.content == "<tool_use_error>No running agent to broadcast to.</tool_use_error>"
         )
-        assert h.runtime.mailbox.pending(kind="message") == []
+        assert h.runtime.mailbox.pending(kind=MESSAGES) == []
 
 
 @pytest.mark.parametrize(
@@ -269,7 +269,7 @@ async def test_an_invalid_structured_message_names_the_field_and_posts_nothing(
         for to in (agent_id, "*", h.session_id, "uds:/nowhere.sock"):
             result = await call(h, main_context(h), to=to, message=message)
             assert result.is_error and result.content == f"<tool_use_error>{error}</tool_use_error>"
-        assert h.runtime.mailbox.pending(kind="message") == []
+        assert h.runtime.mailbox.pending(kind=MESSAGES) == []
         state = h.runtime.get(agent_id)
         assert state is not None and state.status == TaskStatus.COMPLETED  # not resumed
     assert len(agents.requests["quick"]) == 1
@@ -296,7 +296,10 @@ async def test_a_shutdown_request_gets_a_request_id(tmp_path: Path) -> None:
             + TAIL
         )
         rows = h.runtime.mailbox.pending(agent_id)
-        assert [(r.kind, r.body) for r in rows] == [("message", framed)]
+        # A protocol row, made by the tool from the object it checked: its payload is that.
+        assert [(r.kind, r.topic, r.body, r.data) for r in rows] == [
+            ("protocol", "shutdown_request", framed, json.loads(posted))
+        ]
         agents.gate("worker").touch()
         await finished(h, agent_id)
     assert framed in agents.last_texts("worker")
@@ -331,7 +334,7 @@ async def test_a_structured_message_to_another_process_is_refused(tmp_path: Path
             "<tool_use_error>SendMessage: structured messages cannot be sent to another "
             "process (uds:/tmp/peer.sock); send text</tool_use_error>"
         )
-        assert h.runtime.mailbox.pending(kind="message") == []
+        assert h.runtime.mailbox.pending(kind=MESSAGES) == []
 
 
 async def test_an_unknown_recipient_lists_whom_the_sender_may_address(tmp_path: Path) -> None:
@@ -353,7 +356,7 @@ async def test_an_unknown_recipient_lists_whom_the_sender_may_address(tmp_path: 
             f'{h.session_id} (the main session), "*" (every running agent), or '
             f"{PEER_HINT}</tool_use_error>"
         )
-        assert h.runtime.mailbox.pending(kind="message") == []
+        assert h.runtime.mailbox.pending(kind=MESSAGES) == []
 
 
 async def test_the_main_thread_cannot_message_its_own_session(tmp_path: Path) -> None:
@@ -361,7 +364,7 @@ async def test_the_main_thread_cannot_message_its_own_session(tmp_path: Path) ->
     async with h:
         result = await call(h, main_context(h), to=h.session_id, message="hello me")
         assert result.is_error and "is your own session" in result.content
-        assert h.runtime.mailbox.pending(kind="message") == []
+        assert h.runtime.mailbox.pending(kind=MESSAGES) == []
 
 
 async def test_a_peer_address_needs_a_socket_path(tmp_path: Path) -> None:

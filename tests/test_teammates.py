@@ -17,7 +17,7 @@ from taskloom.engine import EngineConfig
 from taskloom.errors import ModelError
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.kinds import kind_for
-from taskloom.tasks.mailbox import Letter
+from taskloom.tasks.mailbox import MESSAGES, Letter
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.teammate import TeammateKind, TeammateTaskState
 from taskloom.tasks.types import ShellTaskState, TaskStatus, TaskType, state_from_dict
@@ -124,15 +124,18 @@ async def spawn(
 
 async def lead_mail(rt: TaskRuntime) -> list[Letter]:
     """The rows for the lead, waiting (bounded) until there is one."""
-    assert await rt.mailbox.wait(WAIT_S, rt.session_id, "message")
-    return rt.mailbox.take(rt.session_id, "message")
+    assert await rt.mailbox.wait(WAIT_S, rt.session_id, MESSAGES)
+    return rt.mailbox.take(rt.session_id, MESSAGES)
 
 
-def unwrap(body: str, sender: str) -> dict[str, Any]:
+def unwrap(letter: Letter, sender: str) -> dict[str, Any]:
+    """A protocol message from ``sender``: what code reads of it, and what the model is shown."""
     head = f'<teammate-message teammate_id="{sender}" color="blue">\n'
+    body = letter.body
     assert body.startswith(head) and body.endswith("\n</teammate-message>")
     data = protocol.structured(body[len(head) : -len("\n</teammate-message>")])
     assert data is not None
+    assert (letter.kind, letter.topic, letter.data) == ("protocol", data["type"], data)
     return data
 
 
@@ -215,9 +218,9 @@ async def test_a_turn_on_the_wrapped_prompt_then_an_idle_notification(tmp_path: 
         assert (letter.recipient, letter.sender, letter.kind) == (
             rt.session_id,
             "alice@crew",
-            "message",
+            "protocol",
         )
-        idle = unwrap(letter.body, "alice")
+        idle = unwrap(letter, "alice")
         assert idle["type"] == "idle_notification" and idle["from"] == "alice"
         assert idle["idleReason"] == "available" and ISO.match(idle["timestamp"])
         assert idle["summary"] == "All done: the build is green."
@@ -246,7 +249,7 @@ async def test_a_message_wakes_an_idle_teammate_at_once(tmp_path: Path) -> None:
         assert time.monotonic() - posted < 0.5
         assert request.messages[-1].role == "user" and request.messages[-1].text() == body
         [letter] = await lead_mail(rt)
-        assert unwrap(letter.body, "alice")["summary"] == "answer 3"
+        assert unwrap(letter, "alice")["summary"] == "answer 3"
 
 
 async def test_a_message_sent_while_it_works_arrives_at_its_next_tool_boundary(
@@ -294,8 +297,8 @@ async def test_shutdown_kills_its_processes_and_tells_the_lead(tmp_path: Path) -
         assert rt.get(shell.id).terminal  # type: ignore[union-attr]
         assert state(rt, task_id).status == TaskStatus.COMPLETED
         assert not executor.is_active(member)
-        [letter] = rt.mailbox.take(rt.session_id, "message")
-        approved = unwrap(letter.body, "alice")
+        [letter] = rt.mailbox.take(rt.session_id, MESSAGES)
+        approved = unwrap(letter, "alice")
         assert approved["type"] == "shutdown_approved"
         assert approved["requestId"] == "shutdown-1@alice" and approved["from"] == "alice"
         assert approved["paneId"] == "in-process" and approved["backendType"] == "in-process"
@@ -324,7 +327,7 @@ async def test_a_shutdown_approved_from_its_own_tool_call_ends_it(tmp_path: Path
         ended = await rt.wait(task_id, WAIT_S)
         assert ended.status == TaskStatus.COMPLETED
         [letter] = await lead_mail(rt)
-        assert unwrap(letter.body, "alice")["requestId"] == request
+        assert unwrap(letter, "alice")["requestId"] == request
         no_task_notification(rt, task_id)
 
 
@@ -396,13 +399,13 @@ async def test_a_failed_turn_leaves_it_alive_and_idle(tmp_path: Path) -> None:
     async with TaskRuntime() as rt:
         executor, member, task_id = await spawn(rt, model, tmp_path)
         [letter] = await lead_mail(rt)
-        assert "turn failed: overloaded" in unwrap(letter.body, "alice")["summary"]
+        assert "turn failed: overloaded" in unwrap(letter, "alice")["summary"]
         failed = state(rt, task_id)
         assert failed.status == TaskStatus.RUNNING and failed.is_idle
         assert failed.error == "overloaded"
         assert executor.is_active(member) and executor.run(member).is_idle
         await executor.send(member, "try again", sender="team-lead@crew")
         [letter] = await lead_mail(rt)
-        assert unwrap(letter.body, "alice")["summary"] == "recovered"
+        assert unwrap(letter, "alice")["summary"] == "recovered"
         assert state(rt, task_id).error is None
         assert state(rt, task_id).result == "recovered"

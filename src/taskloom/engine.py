@@ -43,6 +43,7 @@ from taskloom.messages import (
 )
 from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.mailbox import MESSAGES
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.wait_bound import WaitBound, task_wait_seconds
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
@@ -553,7 +554,7 @@ class Engine:
             if self.runtime.notifications.has_pending(owner):
                 await self._gather_more()
             notes = self._take_notifications()
-            if notes or (listens and self.runtime.mailbox.has_pending(owner, "message")):
+            if notes or (listens and self.runtime.mailbox.has_pending(owner, MESSAGES)):
                 return notes
         self._bound.close()
         return []

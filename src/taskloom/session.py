@@ -16,7 +16,7 @@ from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UsageError, UserError
 from taskloom.messages import Message
 from taskloom.settings import db_path, session_dir
-from taskloom.tasks.mailbox import Letter
+from taskloom.tasks.mailbox import MESSAGES, Letter
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.transcript import TranscriptWriter, load_messages
 
@@ -71,7 +71,7 @@ class Session:
         Acknowledged once the transcript holds the message they go into (see
         :meth:`~taskloom.conversation.recorder.Recorder.hold`).
         """
-        letters = self.runtime.mailbox.take(self.id, "message")
+        letters = self.runtime.mailbox.take(self.id, MESSAGES)
         if letters:
             self.recorder.hold(letters)
         # What teammates sent (``name@team``) comes as one batch under the team's preamble.

@@ -8,8 +8,9 @@ Besides one agent, a message may go to every running agent the sender may addres
 to the main session (its session id, from an agent), or to another taskloom process on this
 machine (``uds:<socket path>``, see :mod:`taskloom.agents.peers`). A message is text, or a
 structured object (see :mod:`taskloom.agents.structured_messages`), checked before anything
-is posted. A running recipient sees it framed with who sent it; a stopped agent resumed on it
-gets it as it was written (it is its new prompt).
+is posted: a structured one is a ``protocol`` row (with the object as its payload), text a
+``message`` row, even text that is JSON. A running recipient sees it framed with who sent it;
+a stopped agent resumed on it gets it as it was written (it is its new prompt).
 """
 
 from __future__ import annotations
@@ -240,25 +241,28 @@ class Messenger:
     def _lock(self, agent_id: str) -> asyncio.Lock:
         return self._resume_locks.setdefault(agent_id, asyncio.Lock())
 
-    def _post(self, recipient: str, sender: str, body: str, summary: str) -> str:
-        # Structured messages go as kind "message" too: a running agent takes only those at
-        # its tool boundaries. The "protocol" kind is for a team's automatic handling of
-        # them, which is not built yet.
+    def _post(self, recipient: str, sender: str, body: str, letter: _Letter) -> str:
+        """Post ``body`` (``letter`` as ``recipient`` is shown it); the row's id.
+
+        A structured letter is a ``protocol`` row carrying its object; text a ``message`` row.
+        """
         return self.runtime.mailbox.post(
             recipient=recipient,
             sender=sender,
-            kind="message",
+            kind="protocol" if letter.type else "message",
+            topic=letter.type or "",
             body=body,
             priority="next",
-            summary=summary,
+            summary=letter.summary,
             commit=True,
+            payload=letter.body if letter.type else "",
         ).id
 
     async def _deliver(self, agent_id: str, ctx: ToolContext, letter: _Letter) -> str:
         state = self.runtime.authorize(agent_id, ctx.owner)
         assert isinstance(state, AgentTaskState)
         if not state.terminal:
-            self._post(agent_id, ctx.owner, self._framed(letter, ctx.owner), letter.summary)
+            self._post(agent_id, ctx.owner, self._framed(letter, ctx.owner), letter)
             return (
                 f"Message queued for agent {agent_id}; it will see it at its next tool "
                 "boundary, before its next model request."
@@ -271,7 +275,7 @@ class Messenger:
                 f"{state.status.value}); a {letter.type} goes only to a running agent."
             )
         # Resumed on it: the message is its new prompt, as it was written.
-        posted = self._post(agent_id, ctx.owner, letter.body, letter.summary)
+        posted = self._post(agent_id, ctx.owner, letter.body, letter)
         try:
             await self._resume(agent_id, state)
         except BaseException:
@@ -299,7 +303,7 @@ class Messenger:
                 current = self.runtime.get(state.id)
                 if not isinstance(current, AgentTaskState) or current.terminal:
                     continue
-                self._post(state.id, ctx.owner, framed, letter.summary)
+                self._post(state.id, ctx.owner, framed, letter)
             reached.append(state.id)
         if not reached:
             raise ToolError("No running agent to broadcast to.")
@@ -315,7 +319,7 @@ class Messenger:
             raise ToolError(
                 f"SendMessage: to: {session} is your own session; address an agent instead."
             )
-        posted = self._post(session, ctx.owner, self._framed(letter, ctx.owner), letter.summary)
+        posted = self._post(session, ctx.owner, self._framed(letter, ctx.owner), letter)
         return Delivery(
             f"Message queued for the main session ({session}).", {"to": session, "id": posted}
         )

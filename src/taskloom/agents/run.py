@@ -26,6 +26,7 @@ from taskloom.messages import Message
 from taskloom.settings import session_dir
 from taskloom.tasks.agent import ended, killed, progressed
 from taskloom.tasks.handoff import Handoff
+from taskloom.tasks.mailbox import MESSAGES
 from taskloom.tasks.output import DiskTaskOutput
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ class AgentRun:
         :meth:`~taskloom.conversation.recorder.Recorder.hold`); until then a crash or a kill
         hands them out again.
         """
-        letters = self.runtime.mailbox.take(self.agent_id, "message")
+        letters = self.runtime.mailbox.take(self.agent_id, MESSAGES)
         self.recorder.hold(letters)
         return [letter.body for letter in letters]
 

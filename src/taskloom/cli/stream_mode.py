@@ -52,6 +52,7 @@ from taskloom.errors import TaskloomError, UsageError, describe_os_error
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
 from taskloom.messages import Message
+from taskloom.tasks.mailbox import MESSAGES
 from taskloom.transcript import orphan_error, orphan_results
 
 log = logging.getLogger(__name__)
@@ -158,13 +159,13 @@ class StreamSession:
         while True:
             if not self.prompts.empty():
                 return self.prompts.get_nowait()
-            if self.last is not None and mailbox.has_pending(me, "message"):
+            if self.last is not None and mailbox.has_pending(me, MESSAGES):
                 # An empty prompt: the engine takes the messages itself, inside the turn, so
                 # an interrupt before it records them hands them back (never acknowledged
                 # unseen). Not before the program's first prompt: it starts the session.
                 return None, Message(role="user", content=[])
             prompt = asyncio.ensure_future(self.prompts.get())
-            mail = asyncio.ensure_future(mailbox.wait(_IDLE_WAIT_S, me, "message"))
+            mail = asyncio.ensure_future(mailbox.wait(_IDLE_WAIT_S, me, MESSAGES))
             try:
                 await asyncio.wait([prompt, mail], return_when=asyncio.FIRST_COMPLETED)
             finally:

@@ -53,6 +53,7 @@ from taskloom.settings import (
     taskloom_home,
 )
 from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.mailbox import MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +353,7 @@ class Repl:
             self._typed.clear()
             if self.prompts:
                 return self.prompts.popleft()
-            if runtime.notifications.has_pending(me) or runtime.mailbox.has_pending(me, "message"):
+            if runtime.notifications.has_pending(me) or runtime.mailbox.has_pending(me, MESSAGES):
                 # The engine takes what waits itself, inside the turn: an interrupt before it
                 # is recorded gives it back, never acknowledged unseen.
                 return Message(role="user", content=[])

@@ -36,7 +36,7 @@ from taskloom.tasks._waiters import EndWaiters
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
-from taskloom.tasks.mailbox import Kinds, Mailbox
+from taskloom.tasks.mailbox import MESSAGES, Kinds, Mailbox
 from taskloom.tasks.notifications import (
     Notification,
     NotificationQueue,
@@ -450,7 +450,7 @@ class TaskRuntime:
 
         With ``messages``, a message for ``owner`` (SendMessage text) wakes it too.
         """
-        kind: Kinds = ("notification", "message") if messages else "notification"
+        kind: Kinds = ("notification", *MESSAGES) if messages else "notification"
         await self._end_waiters.change(timeout, self.mailbox, owner, kind)
 
     async def wait_for_task_end(self, timeout: float) -> bool:

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Protocol
 from taskloom.errors import UsageError
 from taskloom.tasks.teammate import TeammateTaskState, working
 from taskloom.tasks.types import TaskStatus, TaskType
-from taskloom.teams.protocol import IN_PROCESS, LEAD_NAME, request_id, shutdown_request, wrap
+from taskloom.teams.protocol import (
+    IN_PROCESS,
+    LEAD_NAME,
+    message_type,
+    request_id,
+    shutdown_request,
+    wrap,
+)
 from taskloom.teams.protocol import agent_id as member_id
 from taskloom.teams.teammate import TeammateRun
 
@@ -57,9 +64,25 @@ class TeammateSpec:
 
 
 def post_message(
-    mailbox: Mailbox, recipient: str, body: str, *, sender: str, summary: str | None
+    mailbox: Mailbox,
+    recipient: str,
+    body: str,
+    *,
+    sender: str,
+    summary: str | None,
+    payload: str = "",
 ) -> str:
     """Post a member's message (``next``, committed: the sender is told it is sent); its id.
+
+    Args:
+        mailbox: The team's mailbox.
+        recipient: Its address.
+        body: What the recipient's model is shown (wrapped by its sender).
+        sender: The sender's agent id.
+        summary: A short preview.
+        payload: A structured message the sender's code made (a builder's of
+            :mod:`taskloom.teams.protocol`): the row is then of kind ``protocol``, which its
+            recipient's code acts on. '' for text, which nothing but a model reads.
 
     Raises:
         StoreError: The row could not be written (it will not arrive).
@@ -67,11 +90,13 @@ def post_message(
     return mailbox.post(
         recipient=recipient,
         sender=sender,
-        kind="message",
+        kind="protocol" if payload else "message",
+        topic=message_type(payload) if payload else "",
         body=body,
         priority="next",
         summary=summary or "",
         commit=True,
+        payload=payload,
     ).id
 
 
@@ -93,8 +118,10 @@ def request_shutdown(
     """
     now = runtime.clock.time()
     request = request_id("shutdown", name, now)
-    body = wrap(shutdown_request(request, reason=reason, at=now), sender=LEAD_NAME)
-    executor.deliver(member_id(name, team), body, sender=member_id(LEAD_NAME, team))
+    payload = shutdown_request(request, reason=reason, at=now)
+    lead = member_id(LEAD_NAME, team)
+    body = wrap(payload, sender=LEAD_NAME)
+    executor.deliver(member_id(name, team), body, sender=lead, payload=payload)
     runtime.update(task_id, lambda s: s if s.terminal else s.replace(shutdown_requested=True))
     return request
 
@@ -116,8 +143,19 @@ class TeammateExecutor(Protocol):
         """Bring back a teammate an earlier process ran, under its task id; its agent id."""
         ...
 
-    def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
-        """Post ``body`` (wrapped by its sender) to a teammate, counted at work; the row's id."""
+    def deliver(
+        self,
+        agent_id: str,
+        body: str,
+        *,
+        sender: str,
+        summary: str | None = None,
+        payload: str = "",
+    ) -> str:
+        """Post ``body`` (wrapped by its sender) to a teammate, counted at work; the row's id.
+
+        A ``payload`` makes it a protocol message (see :func:`post_message`).
+        """
         ...
 
     async def terminate(self, agent_id: str, reason: str | None) -> str:
@@ -271,7 +309,15 @@ class InProcessExecutor:
         """
         return self.deliver(agent_id, body, sender=sender, summary=summary)
 
-    def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
+    def deliver(
+        self,
+        agent_id: str,
+        body: str,
+        *,
+        sender: str,
+        summary: str | None = None,
+        payload: str = "",
+    ) -> str:
         """:meth:`send`, from synchronous code: post, and count the teammate at work now.
 
         It is marked working in the same step as the row is posted, before its loop wakes:
@@ -282,7 +328,9 @@ class InProcessExecutor:
             StoreError: The row could not be written (it will not arrive).
         """
         task_id = self._active_task(agent_id)
-        letter_id = post_message(self.mailbox, agent_id, body, sender=sender, summary=summary)
+        letter_id = post_message(
+            self.mailbox, agent_id, body, sender=sender, summary=summary, payload=payload
+        )
         self.runtime.update(task_id, working)
         return letter_id
 
@@ -417,7 +465,15 @@ class Executors:
         """Bring back a teammate an earlier process ran, where new ones start (see there)."""
         return await self.spawn_in.resume(spec, task_id, messages)
 
-    def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
+    def deliver(
+        self,
+        agent_id: str,
+        body: str,
+        *,
+        sender: str,
+        summary: str | None = None,
+        payload: str = "",
+    ) -> str:
         """Post to a teammate (see :meth:`TeammateExecutor.deliver`).
 
         Raises:
@@ -426,10 +482,13 @@ class Executors:
         """
         backend = self._of(agent_id)
         if backend is None and self.relay:
-            return post_message(self.local.mailbox, agent_id, body, sender=sender, summary=summary)
+            mailbox = self.local.mailbox
+            return post_message(
+                mailbox, agent_id, body, sender=sender, summary=summary, payload=payload
+            )
         if backend is None:
             raise UsageError(f"no teammate {agent_id} is running")
-        return backend.deliver(agent_id, body, sender=sender, summary=summary)
+        return backend.deliver(agent_id, body, sender=sender, summary=summary, payload=payload)
 
     async def terminate(self, agent_id: str, reason: str | None) -> str:
         """Ask a teammate to shut down; the request's id."""

@@ -192,18 +192,17 @@ class PaneExecutor:
             self._review()
 
     def _observe(self, letter: Letter) -> None:
+        """Keep a teammate's state as its protocol messages say (its text says nothing)."""
         member = self._members.get(letter.sender)
-        if member is None or letter.kind != "message":
+        data = letter.data if letter.kind == "protocol" else None
+        if member is None or data is None:
             return
-        _, inner = protocol.unwrap(letter.body)
-        data = protocol.structured(inner)
-        kind = data.get("type") if data is not None else None
-        if kind == "idle_notification" and data is not None:
+        if letter.topic == "idle_notification":
             member.idle_at = letter.created_at
             member.idle_summary = str(data.get("summary") or "")
-        elif kind == "shutdown_approved":
+        elif letter.topic == "shutdown_approved":
             member.approved = True
-        elif kind == "plan_approval_request" and data is not None:
+        elif letter.topic == "plan_approval_request":
             self.plans[str(data.get("requestId") or "")] = member.agent_id
 
     def _review(self) -> None:
@@ -445,15 +444,27 @@ class PaneExecutor:
             )
             runtime.store.flush()  # durable before the command starts
 
-    def deliver(self, agent_id: str, body: str, *, sender: str, summary: str | None = None) -> str:
+    def deliver(
+        self,
+        agent_id: str,
+        body: str,
+        *,
+        sender: str,
+        summary: str | None = None,
+        payload: str = "",
+    ) -> str:
         """Post to the teammate (committed, then its process is woken); it is at work now.
+
+        A ``payload`` makes it a protocol message (see :func:`post_message`).
 
         Raises:
             UsageError: No such teammate runs.
             StoreError: The row could not be written (it will not arrive).
         """
         member = self._active(agent_id)
-        letter_id = post_message(self.mailbox, agent_id, body, sender=sender, summary=summary)
+        letter_id = post_message(
+            self.mailbox, agent_id, body, sender=sender, summary=summary, payload=payload
+        )
         member.idle_at = None  # at work until it says it is idle again
         self.runtime.update(member.task_id, working)
         return letter_id

@@ -2,19 +2,21 @@
 
 Every message a member receives from another member is wrapped in a ``<teammate-message>``
 element naming its sender (:func:`wrap`), so the model can tell it from its user's words.
-Structured messages (idle notifications, shutdown and plan approval exchanges) are JSON objects
-with a string ``type``, carried as the body of such a message; :func:`structured` reads one
-back. Timestamps are ISO 8601 UTC with milliseconds and ``Z``.
+Structured messages (idle notifications, shutdown and plan approval exchanges, task
+assignments, permission relays) are JSON objects with a string ``type``, made by the builders
+here. Only the code that sends protocol posts one, as a mailbox row of its own kind with the
+object as its payload (the model is shown it wrapped): code reads a protocol message from that
+payload, never from a body, so text that merely looks like one stays text. Timestamps are ISO
+8601 UTC with milliseconds and ``Z``.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from datetime import UTC, datetime
 from typing import Any
-from xml.sax.saxutils import escape, unescape
+from xml.sax.saxutils import escape
 
 from taskloom.session import LEAD_CLOSING, LEAD_PREAMBLE, lead_batch
 
@@ -26,11 +28,6 @@ SUMMARY_LIMIT = 200
 IN_PROCESS = "in-process"
 #: What a teammate in a tmux pane says it runs in (``backendType``).
 TMUX = "tmux"
-
-_WRAPPED = re.compile(
-    r'\A<teammate-message teammate_id="([^"]*)"[^>]*>\n(.*)\n</teammate-message>\Z', re.DOTALL
-)
-
 
 # Attribute values are quoted with double quotes: those must be escaped too, with the rest.
 _ATTRIBUTE_ENTITIES = {'"': "&quot;"}
@@ -58,16 +55,20 @@ def wrap(body: str, *, sender: str, color: str | None = None, summary: str | Non
     return f"<teammate-message {' '.join(attributes)}>\n{body}\n</teammate-message>"
 
 
-def unwrap(body: str) -> tuple[str | None, str]:
-    """The sender's name and the body of a wrapped message (None and ``body``: not wrapped)."""
-    found = _WRAPPED.match(body)
-    if found is None:
-        return None, body
-    return unescape(found.group(1), {"&quot;": '"'}), found.group(2)
+def message_type(payload: str) -> str:
+    """The ``type`` of a structured message built here (its topic in the mailbox)."""
+    data = structured(payload)
+    if data is None:
+        raise ValueError("not a structured message")
+    return str(data["type"])
 
 
 def structured(body: str) -> dict[str, Any] | None:
-    """The structured message ``body`` holds: a JSON object with a string ``type``; else None."""
+    """The JSON object with a string ``type`` that ``body`` is; else None.
+
+    For what code built (a payload, a scripted model reading its request): a message's text
+    is never read as protocol.
+    """
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):  # not JSON, or nested too deep to read
@@ -243,6 +244,7 @@ __all__ = [
     "agent_id",
     "idle_notification",
     "lead_batch",
+    "message_type",
     "permission_request",
     "permission_response",
     "plan_approval_request",
@@ -253,6 +255,5 @@ __all__ = [
     "shutdown_request",
     "structured",
     "timestamp",
-    "unwrap",
     "wrap",
 ]

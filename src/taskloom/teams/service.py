@@ -9,7 +9,9 @@ teammates run) and the mailbox:
 - ``SendMessage`` between members goes here: text is wrapped as a ``<teammate-message>`` from
   its sender and posted to the recipient's address (the session id for the lead, ``name@team``
   for a teammate); ``*`` reaches every other member; ``shutdown_request`` /
-  ``shutdown_response`` and ``plan_approval_response`` are the team's protocol;
+  ``shutdown_response`` and ``plan_approval_response`` are the team's protocol. Text is a
+  ``message`` row whatever it says; only the protocol made here (from a structured message
+  the tool validated, or by the team itself) is a ``protocol`` row, which code acts on;
 - the task list tools find their board here (which team, which member);
 - at the end of the session the teammates are stopped and the team is removed.
 """
@@ -250,10 +252,18 @@ class TeamService:
         return [target]
 
     def _post(self, me: Member, target: Member, body: str, summary: str | None) -> str:
+        """Post ``me``'s text to ``target``: a ``message`` row, whatever the text says."""
         wrapped = protocol.wrap(body, sender=me.name, color=me.color, summary=summary)
         return self._deliver(target, wrapped, sender=me.agent_id, summary=summary)
 
-    def _deliver(self, target: Member, body: str, *, sender: str, summary: str | None) -> str:
+    def _post_protocol(self, me: Member, target: Member, payload: str) -> str:
+        """Post a protocol message built here (``payload``) from ``me`` to ``target``."""
+        wrapped = protocol.wrap(payload, sender=me.name, color=me.color)
+        return self._deliver(target, wrapped, sender=me.agent_id, summary=None, payload=payload)
+
+    def _deliver(
+        self, target: Member, body: str, *, sender: str, summary: str | None, payload: str = ""
+    ) -> str:
         """Post to a member: the lead's row is the session's; a teammate is woken by its."""
         if target.name != LEAD_NAME:
             if not target.is_active:
@@ -261,10 +271,14 @@ class TeamService:
                 # reach a namesake spawned later.
                 raise ToolError(f"SendMessage: {target.name} is not running (it has ended).")
             try:
-                return self.executor.deliver(target.agent_id, body, sender=sender, summary=summary)
+                return self.executor.deliver(
+                    target.agent_id, body, sender=sender, summary=summary, payload=payload
+                )
             except TaskloomError as exc:
                 raise ToolError(f"SendMessage: {target.name} is not running ({exc}).") from None
-        return post_message(self.mailbox, self.lead, body, sender=sender, summary=summary)
+        return post_message(
+            self.mailbox, self.lead, body, sender=sender, summary=summary, payload=payload
+        )
 
     async def _protocol(
         self, me: Member, to: str, message: dict[str, Any]
@@ -322,7 +336,7 @@ class TeamService:
             body = protocol.plan_approval_response(
                 request, approve=approve, feedback=message.get("feedback")
             )
-            msg_id = self._post(me, target, body, None)
+            msg_id = self._post_protocol(me, target, body)
             verdict = "approved: it may go ahead" if approve else "sent back with your feedback"
             data = {
                 "success": True,
@@ -350,7 +364,7 @@ class TeamService:
         lead = self.roster.resolve(protocol.agent_id(LEAD_NAME, me.team))
         assert lead is not None
         body = protocol.plan_approval_request(request, name=me.name, plan=plan, at=now)
-        self._post(me, lead, body, None)
+        self._post_protocol(me, lead, body)
         data = {
             "success": True,
             "message": f"Plan sent to team-lead for approval. Request ID: {request}",
@@ -383,7 +397,7 @@ class TeamService:
         )
         lead = self.roster.resolve(protocol.agent_id(LEAD_NAME, me.team))
         assert lead is not None
-        self._post(me, lead, body, None)
+        self._post_protocol(me, lead, body)
         data = {"success": True, "message": "Shutdown rejected; the lead is told why."}
         return json.dumps(data), data
 
@@ -394,8 +408,10 @@ class TeamService:
             raise TeamError(f'Team "{team}" has no member "{owner}".')
         sender = str(payload.get("assignedBy") or LEAD_NAME)
         me = self.roster.resolve(protocol.agent_id(sender, team))
-        body = protocol.wrap(json.dumps(payload), sender=sender, color=me.color if me else None)
-        self._deliver(target, body, sender=protocol.agent_id(sender, team), summary=None)
+        data = json.dumps(payload)
+        body = protocol.wrap(data, sender=sender, color=me.color if me else None)
+        sent_by = protocol.agent_id(sender, team)
+        self._deliver(target, body, sender=sent_by, summary=None, payload=data)
 
     # -- the end ------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, Us
 from taskloom.errors import TaskloomError
 from taskloom.messages import Message
 from taskloom.settings import session_dir
+from taskloom.tasks.mailbox import MESSAGES
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.teammate import ended, idle, progressed, working
 from taskloom.tasks.types import TaskStatus
@@ -36,11 +37,11 @@ from taskloom.teams.protocol import (
     IN_PROCESS,
     LEAD_NAME,
     idle_notification,
+    message_type,
     shutdown_approved,
-    structured,
-    unwrap,
     wrap,
 )
+from taskloom.teams.protocol import agent_id as member_id
 
 if TYPE_CHECKING:
     from taskloom.tasks.mailbox import Letter, Mailbox
@@ -287,29 +288,34 @@ class TeammateRun:
         They are acknowledged once its transcript holds the message they go into (see
         :meth:`~taskloom.conversation.recorder.Recorder.hold`).
         """
-        letters = self.mailbox.take(self.agent_id, "message")
+        letters = self.mailbox.take(self.agent_id, MESSAGES)
         self._hold(letters)
         return [letter.body for letter in letters]
 
     def _hold(self, letters: list[Letter]) -> None:
         """Taken for its next message: acknowledged once its transcript holds them.
 
-        A shutdown request among them is noted on its task, whoever sent it through which
-        process: its answer is checked against it. An approved plan is told to
-        :attr:`on_plan_approved` (a teammate in a process of its own changes its mode so).
+        The lead's protocol messages among them (rows of kind ``protocol``: text that looks
+        like one is not) are acted on here. A shutdown request is noted on its task, whichever
+        process the lead sent it through: its answer is checked against it. An approved plan
+        is told to :attr:`on_plan_approved` (a teammate in a process of its own changes its
+        mode so).
         """
         self.recorder.hold(letters)
+        lead = member_id(LEAD_NAME, self.team)
         for letter in letters:
-            kind = _protocol_type(letter.body)
-            if kind == "shutdown_request":
+            data = letter.data if letter.kind == "protocol" else None
+            if data is None or letter.sender != lead:
+                continue
+            if letter.topic == "shutdown_request":
                 self.runtime.update(
                     self.task_id,
                     lambda s: s if s.terminal else s.replace(shutdown_requested=True),
                 )
             elif (
-                kind == "plan_approval_response"
+                letter.topic == "plan_approval_response"
                 and self.on_plan_approved is not None
-                and '"approve": true' in letter.body
+                and data.get("approve") is True
             ):
                 self.on_plan_approved()
 
@@ -389,19 +395,22 @@ class TeammateRun:
         summary = f"[turn failed: {error}]" if error is not None else result or ""
         self._tell_lead(idle_notification(self.name, summary, at=self.runtime.clock.time()))
 
-    def _tell_lead(self, body: str) -> None:
+    def _tell_lead(self, payload: str) -> None:
+        """Post a protocol message of its own (idle, shutdown approved) to the lead."""
         self.mailbox.post(
             recipient=self.lead,
             sender=self.agent_id,
-            kind="message",
-            body=wrap(body, sender=self.name, color=self.color),
+            kind="protocol",
+            topic=message_type(payload),
+            body=wrap(payload, sender=self.name, color=self.color),
+            payload=payload,
         )
 
     async def _next_input(self) -> str | Message:
         """Wait, idle, for what starts its next turn: messages, or news of its own tasks."""
         mailbox = self.mailbox
         while True:
-            letters = mailbox.take(self.agent_id, "message")
+            letters = mailbox.take(self.agent_id, MESSAGES)
             if letters:
                 self._hold(letters)
                 return "\n\n".join(letter.body for letter in letters)
@@ -412,7 +421,7 @@ class TeammateRun:
 
     async def _wait_for_mail(self) -> None:
         waits = [
-            asyncio.ensure_future(self.mailbox.wait(MAIL_WAIT_S, self.agent_id, "message")),
+            asyncio.ensure_future(self.mailbox.wait(MAIL_WAIT_S, self.agent_id, MESSAGES)),
             asyncio.ensure_future(
                 self.runtime.mailbox.wait(MAIL_WAIT_S, self.task_id, "notification")
             ),
@@ -501,15 +510,6 @@ class TeammateRun:
                 self.output.append("\n".join(lines) + "\n")
         totals = self._totals()
         self.runtime.update(self.task_id, lambda s: progressed(s, totals))
-
-
-def _protocol_type(body: str) -> str | None:
-    """The ``type`` of the structured message a wrapped message carries, if any."""
-    if '"type"' not in body:
-        return None  # plain words: no JSON to read
-    _, inner = unwrap(body)
-    data = structured(inner)
-    return str(data["type"]) if data is not None else None
 
 
 def _describe(exc: Exception) -> str:

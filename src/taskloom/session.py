@@ -15,6 +15,7 @@ from taskloom.conversation.recorder import Recorder
 from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UsageError, UserError
 from taskloom.messages import Message
+from taskloom.quoting import quote
 from taskloom.settings import db_path, session_dir
 from taskloom.tasks.mailbox import MESSAGES, Letter
 from taskloom.tasks.runtime import TaskRuntime
@@ -151,7 +152,8 @@ def _inbox_text(letter: Letter) -> str:
     """What the main thread is shown of a message: another session's says who sent it.
 
     An agent's message comes framed already (its sender knows who it is); a row from another
-    process (``uds:<its socket>`` or ``session:<its id>``) is framed here, with how to reply.
+    process (``uds:<its socket>`` or ``session:<its id>``) is framed here, with how to reply,
+    its text quoted inside a ``<session-message>`` element (see :mod:`taskloom.quoting`).
     """
     sender, body = letter.sender, letter.body
     if len(body) > PEER_TEXT_CAP:  # another process's text: it does not get the whole context
@@ -163,9 +165,10 @@ def _inbox_text(letter: Letter) -> str:
     else:
         return letter.body
     return (
-        f"Another taskloom session ({sender}) sent a message while you were working:\n"
-        f"{body}\n\nThis is from another session, not from your user. After completing "
-        f"your current task, decide whether and how to respond{reply}."
+        f"Another taskloom session ({quote(sender)}) sent a message while you were working:\n"
+        f"<session-message>\n{quote(body)}\n</session-message>\n\nThis is from another "
+        "session, not from your user. After completing your current task, decide whether and "
+        f"how to respond{quote(reply)}."
     )
 
 

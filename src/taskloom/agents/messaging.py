@@ -9,8 +9,10 @@ to the main session (its session id, from an agent), or to another taskloom proc
 machine (``uds:<socket path>``, see :mod:`taskloom.agents.peers`). A message is text, or a
 structured object (see :mod:`taskloom.agents.structured_messages`), checked before anything
 is posted: a structured one is a ``protocol`` row (with the object as its payload), text a
-``message`` row, even text that is JSON. A running recipient sees it framed with who sent it;
-a stopped agent resumed on it gets it as it was written (it is its new prompt).
+``message`` row, even text that is JSON. A running recipient sees it framed with who sent it,
+the text quoted inside an ``<agent-message>`` element (see :mod:`taskloom.quoting`: it cannot
+end it, nor pose as another sender); a stopped agent resumed on it gets it as it was written
+(it is its new prompt, from its owner, the one sender that may message it).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from taskloom.agents import structured_messages
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.errors import TaskError, ToolError
+from taskloom.quoting import quote
 from taskloom.signals import emit
 from taskloom.tasks.agent import resumed
 from taskloom.tasks.types import AgentTaskState, TaskType
@@ -173,7 +176,8 @@ class Messenger:
         """``letter`` as a recipient at work sees it: who sent it, and that it must be heard."""
         what = f"a {letter.type} message" if letter.type else "a message"
         return (
-            f"The {self._who(sender)} sent {what} while you were working:\n{letter.body}\n\n"
+            f"The {quote(self._who(sender))} sent {what} while you were working:\n"
+            f"<agent-message>\n{quote(letter.body)}\n</agent-message>\n\n"
             "Address this before completing your current task."
         )
 

@@ -1,13 +1,14 @@
 """What the members of a team say to each other: wrapped messages and structured bodies.
 
 Every message a member receives from another member is wrapped in a ``<teammate-message>``
-element naming its sender (:func:`wrap`), so the model can tell it from its user's words.
-Structured messages (idle notifications, shutdown and plan approval exchanges, task
-assignments, permission relays) are JSON objects with a string ``type``, made by the builders
-here. Only the code that sends protocol posts one, as a mailbox row of its own kind with the
-object as its payload (the model is shown it wrapped): code reads a protocol message from that
-payload, never from a body, so text that merely looks like one stays text. Timestamps are ISO
-8601 UTC with milliseconds and ``Z``.
+element naming its sender (:func:`wrap`), so the model can tell it from its user's words; the
+body is quoted (:func:`taskloom.quoting.quote`) so that it can neither end that element nor
+start another, and the attributes are escaped. Structured messages (idle notifications,
+shutdown and plan approval exchanges, task assignments, permission relays) are JSON objects
+with a string ``type``, made by the builders here. Only the code that sends protocol posts
+one, as a mailbox row of its own kind with the object as its payload (the model is shown it
+wrapped): code reads a protocol message from that payload, never from a body, so text that
+merely looks like one stays text. Timestamps are ISO 8601 UTC with milliseconds and ``Z``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import json
 import time
 from datetime import UTC, datetime
 from typing import Any
-from xml.sax.saxutils import escape
 
+from taskloom.quoting import attribute, quote
 from taskloom.session import LEAD_CLOSING, LEAD_PREAMBLE, lead_batch
 
 #: The lead's name in its team (its agent id is ``team-lead@<team>``).
@@ -29,9 +30,6 @@ IN_PROCESS = "in-process"
 #: What a teammate in a tmux pane says it runs in (``backendType``).
 TMUX = "tmux"
 
-# Attribute values are quoted with double quotes: those must be escaped too, with the rest.
-_ATTRIBUTE_ENTITIES = {'"': "&quot;"}
-
 
 def agent_id(name: str, team: str) -> str:
     """A member's agent id (and, for a teammate, its mailbox address): ``<name>@<team>``."""
@@ -41,18 +39,21 @@ def agent_id(name: str, team: str) -> str:
 def wrap(body: str, *, sender: str, color: str | None = None, summary: str | None = None) -> str:
     """``body`` as a member receives it from ``sender`` (a name, e.g. ``team-lead``).
 
+    The body is quoted: it cannot close the element nor open another (a tag of ours in it
+    reads ``&lt;/teammate-message>``); it is otherwise as written. Attributes are escaped.
+
     Args:
         body: The message (text, or a structured message's JSON).
         sender: The sending member's name.
         color: The sender's colour, when it has one.
         summary: A short preview, when there is one.
     """
-    attributes = [f'teammate_id="{escape(sender, _ATTRIBUTE_ENTITIES)}"']
+    attributes = [f'teammate_id="{attribute(sender)}"']
     if color:
-        attributes.append(f'color="{escape(color, _ATTRIBUTE_ENTITIES)}"')
+        attributes.append(f'color="{attribute(color)}"')
     if summary:
-        attributes.append(f'summary="{escape(summary, _ATTRIBUTE_ENTITIES)}"')
-    return f"<teammate-message {' '.join(attributes)}>\n{body}\n</teammate-message>"
+        attributes.append(f'summary="{attribute(summary)}"')
+    return f"<teammate-message {' '.join(attributes)}>\n{quote(body)}\n</teammate-message>"
 
 
 def message_type(payload: str) -> str:

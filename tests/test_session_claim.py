@@ -412,3 +412,42 @@ async def test_a_crashed_session_s_detached_remote_agent_goes_on_and_its_resume_
         assert store.get_task(ids["detach"])["status"] == "running"  # type: ignore[index]
     finally:
         store.close()
+
+
+async def test_a_crashed_session_whose_processes_are_not_verified_gone_stays_open(
+    tmp_path: Path,
+) -> None:
+    """Its remote agent is said to be killed only once nothing the sweep looks for is left:
+    while a record of what it ran survives (a kill the sweep could not verify), the session
+    stays open and the task running, for the next start to try again."""
+    from taskloom.tasks.remote import RemoteAgentTaskState
+
+    dead = subprocess.Popen(["true"])
+    dead.wait(timeout=10)
+    session_id = str(uuid.uuid4())
+    task_id = new_task_id(TaskType.REMOTE_AGENT)
+    store = Store(db_path())
+    try:
+        store.upsert_session(
+            SessionRow(session_id, dead.pid, 1.0, str(tmp_path), 1.0, None, boot_id())
+        )
+        running = RemoteAgentTaskState(
+            id=task_id, owner=session_id, session_id=session_id, status=TaskStatus.RUNNING,
+            start_time=1.0,
+        )  # fmt: skip
+        store.upsert_task(running.to_dict())
+        # What the sweep left: the record of the agent's worker and scratch checkout.
+        left = store.record_tags(
+            session_id, [task_id], owner_pid=dead.pid, owner_start=1.0, boot_id=boot_id(),
+            path=str(tmp_path / "scratch"),
+        )  # fmt: skip
+        store.flush()
+        settle_dead_sessions(store, store.list_processes(), now=2.0)
+        assert [s.id for s in store.open_sessions()] == [session_id]
+        assert store.get_task(task_id)["status"] == "running"  # type: ignore[index]
+        store.forget_tags(left)  # a later sweep verified it gone
+        settle_dead_sessions(store, store.list_processes(), now=3.0)
+        assert session_id not in [s.id for s in store.open_sessions()]
+        assert store.get_task(task_id)["status"] == "killed"  # type: ignore[index]
+    finally:
+        store.close()

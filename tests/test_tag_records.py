@@ -184,3 +184,42 @@ async def test_a_tag_only_process_row_of_an_old_store_becomes_a_tag_record_and_i
             assert rt.store.list_processes() == []
     finally:
         stop(orphan)
+
+
+def holder(directory: Path) -> subprocess.Popen[bytes]:
+    """A ``sleep`` with no tag whose working directory is ``directory`` (as a Ray process,
+    whose environment its title overwrote, holds files in the directory made for it)."""
+    return subprocess.Popen(["sleep", "300"], cwd=directory, start_new_session=True)
+
+
+async def test_the_sweep_kills_what_holds_an_owned_directory_and_what_a_nested_store_left(
+    store: Store, tmp_path: Path
+) -> None:
+    """A dead owner's tag record owning a directory (a local Ray's): what holds files in it is
+    killed, the store of a session nested in it (a remote agent's worker's, in its scratch
+    checkout) is swept, and only then is the directory removed and the record forgotten."""
+    owned = tmp_path / "owned"
+    (owned / "home").mkdir(parents=True)
+    ray_like = holder(owned)
+    command = tagged_sleep("shell-left")  # recorded only in the nested store
+    try:
+        nested = Store(owned / "home" / "taskloom.db")
+        try:
+            nested.record_tags(
+                "worker", ["shell-left"], owner_pid=dead_pid(), owner_start=1.0, boot_id=boot_id()
+            )
+        finally:
+            nested.close()
+        [record] = store.record_tags(
+            "crashed", ["ray-0123"], owner_pid=dead_pid(), owner_start=1.0, boot_id=boot_id(),
+            path=str(owned),
+        )  # fmt: skip
+        assert record.path == str(owned) and store.list_tags() == [record]
+        swept = await sweep_orphans(store, grace=0.2)
+        assert [s.row for s in swept] == [record] and swept[0].report.verified
+        assert ray_like.wait(timeout=10) is not None and command.wait(timeout=10) is not None
+        assert not owned.exists()
+        assert store.list_tags() == []
+    finally:
+        stop(ray_like)
+        stop(command)

@@ -4,7 +4,11 @@ Who belongs to a task's tree:
 - every process in its process group,
 - every descendant of the leader that is still linked to it,
 - every process whose environment carries the task's tag (``TASKLOOM_TASK_ID``): this finds
-  the ones that called ``setsid`` and were re-parented when their parent died.
+  the ones that called ``setsid`` and were re-parented when their parent died;
+- every process that holds a file, or its working directory, in a directory the task owns (a
+  private directory we made for it, given as ``holding``): this finds the ones whose
+  environment is no longer readable as it was started (a program that sets its process title
+  may overwrite it, as Ray's processes do).
 
 A zombie counts as dead: it holds no resources but a table slot, and reaping it is its
 parent's job (ours for the leader, which :class:`~taskloom.process.spawn.Child` reaps).
@@ -68,6 +72,7 @@ def find_tree(
     leader: int | None = None,
     leader_start: float | None = None,
     tag: str | Collection[str] | None = None,
+    holding: Collection[str] = (),
 ) -> tuple[list[psutil.Process], bool]:
     """Return the live members of a task's process tree (see the module docstring).
 
@@ -82,6 +87,8 @@ def find_tree(
             child we have not reaped yet and so cannot have been replaced).
         tag: The task id stamped in the environment of its processes (or several ids: one
             scan of the process table serves them all).
+        holding: Directories the task owns: a process with a file or its working directory
+            in one is a member.
 
     Returns:
         The living members, and whether the group id is known to be ours.
@@ -107,10 +114,16 @@ def find_tree(
     scan_group = pgid is not None and group_ours
     tags: frozenset[str] = frozenset(() if tag is None else [tag] if isinstance(tag, str) else tag)
 
-    def member(pid: int) -> bool:
-        return (scan_group and _in_group(pid, pgid)) or (bool(tags) and _tag_of(pid) in tags)
+    dirs = tuple(os.path.join(d, "") for d in holding if d)
 
-    if scan_group or tags:
+    def member(pid: int) -> bool:
+        return (
+            (scan_group and _in_group(pid, pgid))
+            or (bool(tags) and _tag_of(pid) in tags)
+            or (bool(dirs) and _holds(pid, dirs))
+        )
+
+    if scan_group or tags or dirs:
         for pid in psutil.pids():
             if pid == me or pid in found or not member(pid):
                 continue
@@ -128,6 +141,19 @@ def _in_group(pid: int, pgid: int | None) -> bool:
         return os.getpgid(pid) == pgid
     except OSError:
         return False
+
+
+def _holds(pid: int, dirs: tuple[str, ...]) -> bool:
+    """Whether ``pid`` has its working directory, or a file open, under one of ``dirs``."""
+    base = f"/proc/{pid}"
+    try:
+        targets = [os.readlink(f"{base}/cwd")]
+        for fd in os.listdir(f"{base}/fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                targets.append(os.readlink(f"{base}/fd/{fd}"))
+    except OSError:  # gone, or not ours to look at
+        return False
+    return any(os.path.join(t, "").startswith(dirs) for t in targets)
 
 
 def _tag_of(pid: int) -> str | None:
@@ -223,22 +249,28 @@ async def kill_tree(
     leader_start: float | None = None,
     tag: str | Collection[str] | None = None,
     grace: float = DEFAULT_GRACE_S,
+    holding: Collection[str] = (),
 ) -> KillReport:
     """Kill a task's whole process tree and verify it is gone.
 
     SIGTERM goes to the group and to every member found; after ``grace`` seconds survivors get
     SIGKILL. Members are searched again after each round, so a process forked meanwhile is
-    caught too. The result lists whatever still lives (empty when verified).
+    caught too. The result lists whatever still lives (empty when verified). ``holding``: see
+    :func:`find_tree`.
     """
     report = KillReport()
-    procs, group_ours = find_tree(pgid, leader=leader, leader_start=leader_start, tag=tag)
+    procs, group_ours = find_tree(
+        pgid, leader=leader, leader_start=leader_start, tag=tag, holding=holding
+    )
     group = pgid if group_ours else None
     # A stopped process cannot act on TERM: continue it first.
     _signal_all(procs, group, signal.SIGCONT, report)
     _signal_all(procs, group, signal.SIGTERM, report)
     living = await _wait_gone(procs, grace) if procs else []
     for _ in range(_KILL_ROUNDS):
-        again, group_ours = find_tree(pgid, leader=leader, leader_start=leader_start, tag=tag)
+        again, group_ours = find_tree(
+            pgid, leader=leader, leader_start=leader_start, tag=tag, holding=holding
+        )
         group = pgid if group_ours else None
         living = [p for p in {p.pid: p for p in again + living}.values() if _alive(p)]
         if not living:

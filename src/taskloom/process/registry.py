@@ -40,8 +40,10 @@ class ProcessRecorder:
         self.store = store
         self.session_id = session_id
 
-    def record_tags(self, tags: Iterable[str]) -> list[TagRow]:
+    def record_tags(self, tags: Iterable[str], *, path: str = "") -> list[TagRow]:
         """Record ``tags`` for the sweep, all committed before this returns.
+
+        ``path``: a directory the tagged processes own (the sweep removes it with them).
 
         Raises:
             StoreError: The store could not record them (none is recorded).
@@ -53,6 +55,7 @@ class ProcessRecorder:
             owner_pid=me,
             owner_start=process_start_time(me) or 0.0,
             boot_id=boot_id(),
+            path=path,
         )
 
     def forget(self, rows: Iterable[TagRow]) -> None:

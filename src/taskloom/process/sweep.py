@@ -6,16 +6,29 @@ before anything carrying it started, and its owner. A record is swept only when 
 gone — the owner pid is dead or now belongs to another process — and only processes that are
 provably ours are signalled: the leader must match pid, start time and boot, other members must
 carry the record's tag. A pid reused by an unrelated program is never touched.
+
+A tag record may own a directory (a local Ray's temporary directory, a remote agent's scratch
+checkout): what holds a file in it is killed with what carries the tag (a process may have
+overwritten its environment: Ray's set their titles over it), and it is removed once nothing of
+them is left. Such a directory may hold the
+store of a session nested in it (a remote agent's worker keeps one in its scratch checkout,
+recording its own commands): that store is swept first, its owner being gone by then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
+from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
 from taskloom.process.kill import KillReport, kill_tree
 from taskloom.store import ProcessRow, Store, TagRow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +88,67 @@ async def sweep_orphans(
     )
     by_row = {(r.pid, r.pid_start): rep for r, rep in zip(led, reports, strict=True)}
     tags = {r.task_id for r in orphaned} | {t.tag for t in orphaned_tags}
-    rest = await kill_tree(None, tag=tags, grace=grace)
+    owned = [t.path for t in orphaned_tags if t.path]
+    rest = await kill_tree(None, tag=tags, grace=grace, holding=owned)
     for row in orphaned:
         report = by_row.get((row.pid, row.pid_start), rest)
         if report.verified and rest.verified:
             store.remove_process(row.pid, row.pid_start)
         swept.append(SweptProcess(row, report))
     if rest.verified:
-        store.forget_tags(orphaned_tags)
+        store.forget_tags([t for t in orphaned_tags if await remove_owned(t.path, grace)])
     swept.extend(SweptProcess(t, rest) for t in orphaned_tags)
     return swept
+
+
+async def reap_tags(store: Store, rows: list[TagRow], *, grace: float) -> bool:
+    """Kill what carries these tags (verified), remove the directories they own, forget them.
+
+    A record whose processes or directory are not verified gone stays, for the sweep to try
+    again. Returns whether every record was forgotten.
+    """
+    if not rows:
+        return True
+    owned = [r.path for r in rows if r.path]
+    report = await kill_tree(None, tag={r.tag for r in rows}, grace=grace, holding=owned)
+    if not report.verified:
+        return False
+    done = [r for r in rows if await remove_owned(r.path, grace)]
+    if done and not store.closed:
+        store.forget_tags(done)
+    return len(done) == len(rows)
+
+
+async def remove_owned(path: str, grace: float) -> bool:
+    """Remove a directory a tag record owns ('' for none); whether it is gone.
+
+    A store of a session nested in it (``*/taskloom.db``) is swept first: what that session
+    recorded and left running is killed, or the directory stays (its records with it).
+    """
+    if not path:
+        return True
+    root = Path(path)
+    for db in sorted(root.glob("*/taskloom.db")):
+        if not await sweep_store(db, grace=grace):
+            return False
+    shutil.rmtree(root, ignore_errors=True)
+    return not root.exists()
+
+
+async def sweep_store(db: Path, *, grace: float) -> bool:
+    """Sweep the orphans recorded in the store at ``db``; whether it holds no record left.
+
+    A record left is one whose kill was not verified, or whose owner still runs. A store that
+    cannot be read is reported and counts as swept: nothing more can be found in it.
+    """
+    try:
+        store = Store(db, reserve_bytes=0)
+    except StoreError as exc:
+        log.warning("cannot sweep the store %s: %s", db, exc)
+        return True
+    try:
+        await sweep_orphans(store, grace=grace)
+        left = [r for r in store.list_processes() if not r.detached] + store.list_tags()
+    finally:
+        store.close()
+    return not left

@@ -81,17 +81,20 @@ def insert_tags(
     owner_start: float,
     boot_id: str,
     when: float,
+    path: str = "",
 ) -> list[TagRow]:
     """The body of :meth:`Store.record_tags`."""
     rows = []
     for tag in tags:
         cur = conn.execute(
-            "INSERT INTO tags(tag, session_id, owner_pid, owner_start, boot_id, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (tag, session_id, owner_pid, owner_start, boot_id, when),
+            "INSERT INTO tags(tag, session_id, owner_pid, owner_start, boot_id, created_at, path)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (tag, session_id, owner_pid, owner_start, boot_id, when, path),
         )
         assert cur.lastrowid is not None
-        rows.append(TagRow(cur.lastrowid, tag, session_id, owner_pid, owner_start, boot_id, when))
+        rows.append(
+            TagRow(cur.lastrowid, tag, session_id, owner_pid, owner_start, boot_id, when, path)
+        )
     return rows
 
 

@@ -586,13 +586,15 @@ class Store:
         owner_start: float,
         boot_id: str = "",
         when: float | None = None,
+        path: str = "",
     ) -> list[TagRow]:
         """Record ``tags`` for the orphan sweep durably, now: before anything carrying them starts.
 
         All or none, in one transaction; returned in the order of ``tags``. Each record has an
         id of its own (a tag recorded twice is two records). ``owner_pid`` and ``owner_start``
         (seconds since boot) name the session process recording them: the sweep acts once it
-        is gone. ``when`` is the wall-clock time of the record (default: now).
+        is gone. ``when`` is the wall-clock time of the record (default: now). ``path``: a
+        directory the tagged processes own, removed with them.
 
         Raises:
             StoreError: They could not be recorded (none is).
@@ -603,7 +605,7 @@ class Store:
         stamp = when if when is not None else time.time()
         return self._transaction(
             lambda conn: _sql.insert_tags(
-                conn, wanted, session_id, owner_pid, owner_start, boot_id, stamp
+                conn, wanted, session_id, owner_pid, owner_start, boot_id, stamp, path
             )
         )
 

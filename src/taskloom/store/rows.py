@@ -89,6 +89,7 @@ class TagRow:
         owner_start: That process's start (seconds since boot).
         boot_id: The boot it ran in.
         created_at: Wall-clock time it was recorded.
+        path: A directory those processes own ('' for none): removed once they are gone.
     """
 
     id: int
@@ -98,6 +99,7 @@ class TagRow:
     owner_start: float
     boot_id: str = ""
     created_at: float = 0.0
+    path: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,6 +211,11 @@ MIGRATIONS: tuple[str, ...] = (
                          ELSE '' END
         WHERE kind = 'protocol';
     """,
+    # 8: a tag record may own a directory (a local Ray's temporary directory, a remote agent's
+    # scratch checkout): the sweep removes it once nothing carrying the tag is left.
+    """
+    ALTER TABLE tags ADD COLUMN path TEXT NOT NULL DEFAULT '';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,7 +4,9 @@ After a crash the store still says ``running`` for tasks whose processes the orp
 just killed, and for detached commands that have since ended. Both are settled here so that
 nobody waits on them; a resumed session is then notified of them like any other ending. Tasks
 that outlive their session (detached remote agents) are left running: a resumed session takes
-them up again.
+them up again. A session whose records the sweep could not clear (a kill not verified) is left
+open, its tasks running: a task is said to be killed only once its processes are verified gone,
+and the next start tries again.
 
 Another process may be settling the same crashed session, or resuming it, at the same moment:
 a session is ended here only by a compare-and-set on the dead owner it was seen with, and its
@@ -21,7 +23,8 @@ from typing import Any
 from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
 from taskloom.process.kill import kill_tree
-from taskloom.store import ProcessRow, SessionRow, Store
+from taskloom.process.sweep import owner_alive, remove_owned
+from taskloom.store import ProcessRow, SessionRow, Store, TagRow
 from taskloom.tasks._claim import owner_gone
 from taskloom.tasks.kinds import outlives_session
 from taskloom.tasks.types import TaskStatus, TaskType
@@ -55,8 +58,9 @@ def settle_dead_sessions(
             return _ended(data, now, TaskStatus.KILLED)
         return None if _still_runs(row) else _ended(data, now, TaskStatus.COMPLETED)
 
+    unswept = _unswept_sessions(store)
     for session in store.open_sessions():
-        if session.pid == os.getpid() or not owner_gone(session):
+        if session.pid == os.getpid() or not owner_gone(session) or session.id in unswept:
             continue
         # Ending the session and settling its tasks is one transaction: a resume claiming the
         # session right after must find them settled (and notify them), not still running.
@@ -70,6 +74,16 @@ def settle_dead_sessions(
         record = store.get_task(task_id)
         if record is not None and record["status"] in _LIVE:
             store.upsert_task(_ended(record, now, TaskStatus.COMPLETED))
+
+
+def _unswept_sessions(store: Store) -> set[str]:
+    """Sessions with records of a gone owner still there: the sweep could not verify them."""
+    rows: list[ProcessRow | TagRow] = [*store.list_processes(), *store.list_tags()]
+    return {
+        r.session_id
+        for r in rows
+        if not (isinstance(r, ProcessRow) and r.detached) and not owner_alive(r)
+    }
 
 
 def _still_runs(row: ProcessRow) -> bool:
@@ -115,8 +129,8 @@ async def kill_lingering(
     if not rows and not tagged:
         return
     tags = {r.task_id for r in rows} | {t.tag for t in tagged}
-    report = await kill_tree(None, tag=tags, grace=grace)
+    report = await kill_tree(None, tag=tags, grace=grace, holding=[t.path for t in tagged])
     if report.verified:
         for row in rows:
             store.remove_process(row.pid, row.pid_start)
-        store.forget_tags(tagged)
+        store.forget_tags([t for t in tagged if await remove_owned(t.path, grace)])

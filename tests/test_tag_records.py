@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
-from helpers import alive
+import pytest
+
+from helpers import TIME_FACTOR, alive, wait_until
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.registry import ProcessRecorder, recorded_tag
 from taskloom.process.spawn import TASK_ENV
@@ -223,3 +228,61 @@ async def test_the_sweep_kills_what_holds_an_owned_directory_and_what_a_nested_s
     finally:
         stop(ray_like)
         stop(command)
+
+
+GUARDED = """
+import os, subprocess, sys, time
+from pathlib import Path
+from taskloom.process.guard import Guard
+from taskloom.process.registry import ProcessRecorder
+from taskloom.store import Store
+
+owned = Path(sys.argv[1])
+store = Store(Path(sys.argv[2]))
+ProcessRecorder(store, "guarded").record_tags(["ray-guarded"], path=str(owned))
+store.flush()
+owned.mkdir()
+guard = Guard(store.path, "ray-guarded", grace=0.2)
+guard.start()
+held = subprocess.Popen(["sleep", "300"], cwd=owned, start_new_session=True)
+print(guard._proc.pid, held.pid, flush=True)
+if sys.argv[3] == "bye":
+    import asyncio
+    asyncio.run(guard.stop())
+    print("bye", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("end", ["killed", "bye"])
+async def test_a_guard_sweeps_its_session_the_moment_it_dies_and_not_after_a_bye(
+    home: Path, tmp_path: Path, end: str
+) -> None:
+    owned = tmp_path / "owned"
+    session = subprocess.Popen(
+        [sys.executable, "-c", GUARDED, str(owned), str(db_path()), end],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert session.stdout is not None
+    guard_pid, held_pid = map(int, session.stdout.readline().split())
+    try:
+        if end == "bye":
+            assert session.stdout.readline() == "bye\n"
+            assert not alive(guard_pid)  # it has gone, and touched nothing
+            assert alive(held_pid) and owned.exists()
+        session.kill()
+        session.wait(timeout=10)
+        if end == "killed":
+            # The guard kills what holds the directory, removes it, forgets the record, exits.
+            await wait_until(lambda: not alive(guard_pid), 10 * TIME_FACTOR, "the guard")
+            assert not alive(held_pid) and not owned.exists()
+            check = Store(db_path(), reserve_bytes=0)
+            try:
+                assert check.list_tags() == []
+            finally:
+                check.close()
+    finally:
+        for pid in (held_pid, guard_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(owned, ignore_errors=True)

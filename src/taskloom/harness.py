@@ -188,8 +188,6 @@ class Harness:
             self._model = resolve_model(spec if isinstance(spec, str) else None, self.settings)
         # From here on every step is undone if a later one fails, the model's close included.
         self._stack.push_async_callback(self._close_model)
-        # After the runtime stopped every task (remote agents too): the Ray cluster.
-        self._stack.push_async_callback(self._close_remote)
         try:
             self._policy = PermissionPolicy.from_settings(
                 self.settings,
@@ -202,6 +200,9 @@ class Harness:
             )
             self._find_conversation()
             runtime = TaskRuntime(session_id=self._session_id, cwd=str(self.cwd.resolve()))
+            # Once the runtime has stopped every task (remote agents too): the Ray cluster,
+            # while the store still records what it stops.
+            runtime.on_close(self._close_remote)
             self._start_telemetry(runtime.session_id)  # closed after the runtime: every span ends
             await self._stack.enter_async_context(runtime)
             self._runtime, self._claimed = runtime, True

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 #: says (on a local Ray: its CPUs).
 _STARTING = 16
 _EXIT_POLICIES = ("cancel", "detach")
+#: Longest wait at the session's end for the runs still cleaning up (each bounds its own
+#: steps: see taskloom.remote.run).
+_CLEANUP_WAIT_S = 15.0
 
 
 class RemoteAgents:
@@ -185,7 +188,19 @@ class RemoteAgents:
             self._follow(run)
 
     async def close(self) -> None:
-        """Once the session's tasks are stopped (or let go of): let go of the cluster."""
+        """Once the session's tasks are stopped (or let go of): let go of the cluster.
+
+        A run that has ended may still be cleaning up (stopping its actor, reaping its worker):
+        it is waited for (bounded) first, since a call into Ray during its shutdown ends the
+        process.
+        """
+        drivers = [r.driver for r in self.runs.values() if r.driver and not r.driver.done()]
+        if drivers:
+            _, late = await asyncio.wait(drivers, timeout=_CLEANUP_WAIT_S)
+            for driver in late:
+                driver.cancel()
+            if late:
+                await asyncio.wait(late)
         await self.cluster.close()
 
 

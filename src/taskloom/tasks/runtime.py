@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -62,6 +63,8 @@ S = TypeVar("S", bound=TaskState)
 # The runtime has a ``list`` method; these keep annotations in the class unambiguous.
 States = list[TaskState]
 Notifications = list[Notification]
+
+log = logging.getLogger(__name__)
 
 
 class TaskRuntime:
@@ -123,6 +126,7 @@ class TaskRuntime:
         self._stop_waiting = asyncio.Event()
         self._started = False
         self._recorder: ProcessRecorder | None = None
+        self._closers: list[Callable[[], Awaitable[None]]] = []
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -159,6 +163,19 @@ class TaskRuntime:
             raise
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
         return self
+
+    @property
+    def recorder(self) -> ProcessRecorder | None:
+        """Where this session records what it starts, for the orphan sweep (once started)."""
+        return self._recorder
+
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Run ``closer`` at the session's end once its tasks are stopped (or let go of).
+
+        Before what they left running is killed and the store is closed: a closer may still
+        stop what it owns (the local Ray of remote agents) and update its records.
+        """
+        self._closers.append(closer)
 
     @property
     def closing(self) -> bool:
@@ -225,6 +242,13 @@ class TaskRuntime:
             async with asyncio.timeout(timeout):
                 owners = {s.owner for s in self.list() if not s.terminal}
                 await asyncio.gather(*(self._close_owner(o) for o in owners))
+        for closer in self._closers:
+            try:
+                await closer()
+            except Exception:  # one that fails must not keep the session from ending
+                log.warning("closing the session: %s failed", closer, exc_info=True)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
                 shells = {
                     s.id
                     for s in self.list(types=[TaskType.LOCAL_BASH])

@@ -39,6 +39,7 @@ from typing import Any
 
 import ray
 
+from taskloom.process.spawn import TASK_ENV
 from taskloom.remote.snapshot import SnapshotError, git
 
 #: How long the worker has to stop once asked (SIGTERM), before SIGKILL (its owner's TaskStop
@@ -132,7 +133,11 @@ class _RemoteAgent:
     async def _work_on(
         self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None
     ) -> None:
-        scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
+        if spec.get("scratch"):  # chosen, and recorded, by its parent (a local Ray)
+            scratch = Path(str(spec["scratch"]))
+            scratch.mkdir(mode=0o700)
+        else:
+            scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
         home = self._home = scratch / "home"
         try:
             work, branch = await _checkout(scratch, bundle, spec)
@@ -146,6 +151,8 @@ class _RemoteAgent:
                 **(env or {}),
                 "TASKLOOM_HOME": str(home),
                 "PYTHONUNBUFFERED": "1",
+                # The tag its parent recorded (a local Ray's): the orphan sweep finds it by it.
+                **({TASK_ENV: str(spec["tag"])} if spec.get("tag") else {}),
             }
             if self._stopping:  # stopped while its copy was made: nothing is started
                 self._emit({"type": "killed"})
@@ -252,17 +259,11 @@ async def _collect(stream: asyncio.StreamReader, into: deque[str]) -> None:
 
 async def _sweep(home: Path) -> None:
     """Kill what the worker recorded and left running (it was killed before it could)."""
-    from taskloom.process.sweep import sweep_orphans
+    from taskloom.process.sweep import sweep_store
     from taskloom.settings import db_path
-    from taskloom.store import Store
 
-    if not db_path(home).exists():
-        return
-    store = Store(db_path(home), reserve_bytes=0)
-    try:
-        await sweep_orphans(store, grace=0.5)
-    finally:
-        store.close()
+    if db_path(home).exists():
+        await sweep_store(db_path(home), grace=0.5)
 
 
 #: The actor class (no CPU of its own: its worker process runs the agent; ``stop`` and

@@ -9,6 +9,9 @@ Reaching a cluster that is not there must not hang the session (Ray itself retri
 minute or more): the address is probed first (a TCP connection, bounded), and the connection
 itself is bounded too, in a daemon thread of its own (Ray's calls block; one that never
 returns must not keep the process from exiting).
+
+A local Ray is recorded before it starts and does not outlive the session, however the session
+ends (:mod:`taskloom.remote.local`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from taskloom.errors import TaskloomError
+from taskloom.process.registry import ProcessRecorder
+from taskloom.remote.local import LocalRay
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +91,22 @@ def endpoint(address: str) -> tuple[str, int] | None:
 class Cluster:
     """The session's connection to Ray (made on first use; see the module docstring)."""
 
-    def __init__(self, settings: Mapping[str, Any], env: Mapping[str, str] | None = None) -> None:
-        """Use ``settings`` (``remote``) and ``env`` (``RAY_ADDRESS``; default: os.environ)."""
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        env: Mapping[str, str] | None = None,
+        *,
+        recorder: ProcessRecorder | None = None,
+    ) -> None:
+        """Use ``settings`` (``remote``) and ``env`` (``RAY_ADDRESS``; default: os.environ).
+
+        ``recorder``: where a local Ray is recorded before it starts (None: unrecorded).
+        """
         self.settings = settings
         self.env = os.environ if env is None else env
+        self.recorder = recorder
         self.connected: Connected | None = None
+        self._local: LocalRay | None = None
         self._failed: ClusterError | None = None
         self._lock = asyncio.Lock()
         self._release = threading.Event()
@@ -109,6 +125,10 @@ class Cluster:
                 try:
                     self.connected = await self._connect()
                 except ClusterError as exc:
+                    # A local Ray that did not start: what it started, and its files, go now.
+                    local, self._local = self._local, None
+                    if local is not None:
+                        await local.close()
                     if "did not answer within" in str(exc) and "Ray at" in str(exc):
                         self._failed = exc
                     raise
@@ -136,25 +156,16 @@ class Cluster:
         cpus = remote.get("localCpus") if isinstance(remote, dict) else None
 
         local_cpus = int(cpus) if cpus else os.cpu_count() or 1
+        local = None
+        if address is None:
+            local = self._local = LocalRay(self.recorder, None)
+            try:
+                local.open()  # recorded, and guarded, before anything of it starts
+            except OSError as exc:
+                raise ClusterError(f"remote agents: cannot start a local Ray: {exc}") from None
 
         def init() -> None:
-            import ray
-
-            options: dict[str, Any] = {
-                "include_dashboard": False,
-                "log_to_driver": False,
-                "configure_logging": False,
-            }
-            if address is not None:
-                options["address"] = address
-                # This taskloom, for the cluster's workers (uploaded once for the session: a
-                # directory can only be given to Ray here, for the whole job).
-                options["runtime_env"] = {"py_modules": [str(Path(__file__).resolve().parents[1])]}
-            else:
-                options["address"] = "local"
-                options["num_cpus"] = local_cpus
-            ray.init(**options)
-            _keep_ray_off_stdout()
+            _ray_init(address, local, local_cpus)
 
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
@@ -199,30 +210,41 @@ class Cluster:
         )
 
     async def close(self) -> None:
-        """Let go of the cluster (a Ray started here is stopped)."""
+        """Let go of the cluster (a Ray started here is stopped, and what it left removed)."""
         connected, self.connected = self.connected, None
-        if connected is None:
-            return
+        local, self._local = self._local, None
+        if connected is not None:
 
-        def shutdown() -> None:
-            import ray
+            def shutdown() -> None:
+                import ray
 
-            # A Ray started here leaves its session's directory (logs, sockets) behind: it
-            # is this session's to remove. Ray has no public way to name it.
-            node = getattr(getattr(ray, "_private", None), "worker", None)
-            node = getattr(node, "_global_node", None)
-            session_dir = temp_dir = None
-            if connected.started_locally and node is not None:
-                with contextlib.suppress(Exception):
-                    session_dir = Path(node.get_session_dir_path())
-                    temp_dir = Path(node.get_temp_dir_path())
-            ray.shutdown()
-            if session_dir is not None and temp_dir is not None:
-                _remove_session_dir(session_dir, temp_dir)
+                ray.shutdown()
 
-        with contextlib.suppress(Exception):
-            await asyncio.get_running_loop().run_in_executor(None, shutdown)
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(None, shutdown)
         self._release.set()  # its owning thread may end now
+        if local is not None:
+            await local.close()
+
+
+def _ray_init(address: str | None, local: LocalRay | None, cpus: int) -> None:
+    """``ray.init``: the cluster at ``address``, or the ``local`` Ray with ``cpus`` CPUs."""
+    import ray
+
+    options: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": False,
+    }
+    if local is None:
+        options["address"] = address
+        # This taskloom, for the cluster's workers (uploaded once for the session: a
+        # directory can only be given to Ray here, for the whole job).
+        options["runtime_env"] = {"py_modules": [str(Path(__file__).resolve().parents[1])]}
+        ray.init(**options)
+    else:
+        ray.init(**options, **local.options(), num_cpus=cpus)
+    _keep_ray_off_stdout()
 
 
 def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
@@ -266,18 +288,6 @@ def _auth_hint(env: Mapping[str, str]) -> str:
         " without its token: for one, set RAY_AUTH_MODE=token (the token in ~/.ray/auth_token,"
         " RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN)"
     )
-
-
-def _remove_session_dir(session_dir: Path, temp_dir: Path) -> None:
-    """Remove a local Ray's session directory; its temp directory too if nothing else is left."""
-    import shutil
-
-    shutil.rmtree(session_dir, ignore_errors=True)
-    latest = temp_dir / "session_latest"
-    if latest.is_symlink() and not latest.exists():
-        latest.unlink(missing_ok=True)  # it named ours
-    with contextlib.suppress(OSError):
-        temp_dir.rmdir()  # only when empty: another Ray's sessions stay
 
 
 async def probe(address: str, host: str, port: int) -> None:

@@ -10,6 +10,12 @@ node fails the task with the reason.
 A detached one (exit policy ``detach``: its actor is named and detached) is let go of at the
 session's end once its actor has its work; a run made for a resumed session follows that
 actor on from the last event the earlier process stored.
+
+On a local Ray (this machine), before its actor is made, the run records its task id as a tag
+owning its scratch checkout (chosen here): its worker process carries the tag, and keeps the
+store recording its commands in that checkout. Whatever ends the session, the orphan sweep
+finds them by these (see :mod:`taskloom.process.sweep`); at its own end the run kills what is
+left of them (verified) and removes the checkout.
 """
 
 from __future__ import annotations
@@ -18,14 +24,20 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from taskloom.errors import StoreError
 from taskloom.events import Meter
+from taskloom.process.sweep import reap_tags
 from taskloom.remote.cluster import Cluster, ClusterError
+from taskloom.remote.local import KILL_CHILDREN
 from taskloom.remote.snapshot import Snapshot, SnapshotError, Snapshots, bring_back
 from taskloom.remote.spec import RemoteSpec, carried_env
+from taskloom.store import TagRow
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.remote import RemoteAgentTaskState, ended, progressed
 from taskloom.tasks.runtime import TaskRuntime
@@ -42,6 +54,8 @@ READY_WAIT_S = 30.0
 _ACK_EVERY = 64
 #: The Ray namespace of detached remote agents' actors.
 NAMESPACE = "taskloom"
+#: Seconds between SIGTERM and SIGKILL for what is left of a remote agent at its end.
+_REAP_GRACE_S = 2.0
 
 
 class RemoteRun:
@@ -114,6 +128,8 @@ class RemoteRun:
         self._launched = asyncio.Event()
         self._detaching = asyncio.Event()
         self._detached = False
+        #: Its tag record on a local Ray (its worker, its scratch checkout), until reaped.
+        self._records: list[TagRow] = []
 
     def start(self) -> asyncio.Task[None]:
         """Start it in the background; its driver."""
@@ -273,18 +289,42 @@ class RemoteRun:
             # taskloom is the session's: see Cluster). A local Ray's idle workers are this
             # process's own (same environment, same packages): taken as they are, in a
             # fraction of a second, where a runtime environment of its own starts a new one.
-            options["runtime_env"] = {"env_vars": carried}
+            # Ray must not SIGKILL the worker process as the actor exits (the local Ray is
+            # told so when it starts): the worker stops its commands itself then.
+            options["runtime_env"] = {"env_vars": {**carried, f"RAY_{KILL_CHILDREN}": "0"}}
         if self.actor_name is not None:
             options.update(name=self.actor_name, namespace=NAMESPACE, lifetime="detached")
         spec = {**self.spec.__dict__, "branch": self.branch, "snapshot_ref": snapshot.ref}
         await self._wait_turn(launching)
         if self._stopping:
             return
+        if self.local:
+            spec.update(self._record())
         bundle = self.snapshots.payload(snapshot, ray.put)  # once for all its agents
         self._actor = RemoteAgentActor.options(**options).remote(
             keep_events=self.actor_name is not None
         )
         await self._actor.start.remote(spec, bundle, carried)
+
+    def _record(self) -> dict[str, str]:
+        """Record its tag and scratch checkout (a local Ray) before its actor is made.
+
+        The spec's ``tag`` (its worker process's) and ``scratch`` (its checkout's path).
+        """
+        scratch = Path(tempfile.gettempdir()) / f"taskloom-remote-{secrets.token_hex(6)}"
+        recorder = self.runtime.recorder
+        if recorder is not None:
+            try:
+                self._records = recorder.record_tags([self.task_id], path=str(scratch))
+            except StoreError as exc:
+                log.warning("remote agent %s runs unrecorded: %s", self.task_id, exc)
+        return {"tag": self.task_id, "scratch": str(scratch)}
+
+    async def _reap(self) -> None:
+        """Its end: what is left of its worker killed (verified), its checkout removed."""
+        rows, self._records = self._records, []
+        if rows and not await reap_tags(self.runtime.store, rows, grace=_REAP_GRACE_S):
+            log.warning("what remote agent %s left is left for the orphan sweep", self.task_id)
 
     async def _wait_turn(self, launching: contextlib.AsyncExitStack) -> None:
         """Wait for a place among the agents starting.
@@ -476,6 +516,7 @@ class RemoteRun:
                     await asyncio.wait_for(actor.stop.remote(), STOP_WAIT_S)
             with contextlib.suppress(Exception):
                 ray.kill(actor)
+        await self._reap()
         if self._snapshot is not None:
             await self.snapshots.release(self._snapshot)
         if self._output is not None:

@@ -45,7 +45,7 @@ class RemoteAgents:
     def __init__(self, runtime: TaskRuntime, settings: Mapping[str, Any]) -> None:
         """Run remote agents for ``runtime``'s session, on the cluster ``settings`` name."""
         self.runtime = runtime
-        self.cluster = Cluster(settings)
+        self.cluster = Cluster(settings, recorder=runtime.recorder)
         self.runs: dict[str, RemoteRun] = {}
         self.snapshots = Snapshots()
         remote = settings.get("remote")

@@ -4,7 +4,8 @@
 so the remote agents' workers find it in their copies) spawns remote agents whose command is a
 ``sleep`` of a value of the test's own, found with psutil. The session is then killed: with
 SIGKILL nothing of it may outlive it (commands, workers, Ray's processes, Ray's directory, the
-scratch checkouts), and its tasks are said to be killed only by the next session's start.
+scratch checkouts), and its tasks are said to be killed only by the next session's start; with
+SIGTERM, nothing of Ray reaches taskloom's stderr.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from test_remote import _repo
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
+
+#: What Ray printed on taskloom's stderr: its start notices, its C++ stack dump on SIGTERM.
+RAY_NOISE = ("SIGTERM handler is not set", "Token authentication", "SIGTERM received", "PC: @")
 
 
 def _script(repo: Path, agents: int, seconds: int) -> Path:
@@ -100,7 +104,7 @@ def _statuses(home: Path) -> dict[str, str]:
 def test_a_sigkilled_session_leaves_no_remote_command_worker_ray_process_or_file(
     tmp_path: Path,
 ) -> None:
-    proc, seconds, home, _ = _start(tmp_path, agents=3)
+    proc, seconds, home, err = _start(tmp_path, agents=3)
     try:
         _wait_for("three remote commands", lambda: len(_sleeps(seconds)) == 3, 120)
         workers = run_processes(lambda p: "worker" in (p.info.get("cmdline") or [])[3:6])
@@ -128,4 +132,22 @@ def test_a_sigkilled_session_leaves_no_remote_command_worker_ray_process_or_file
     assert after.returncode == 0, after.stderr[-2000:]
     statuses = _statuses(home)
     assert len(statuses) == 3 and set(statuses.values()) == {"killed"}, statuses
+    text = err.read_text(errors="replace")
+    assert not [n for n in RAY_NOISE if n in text], text[-3000:]
     print(f"everything gone {gone_in:.1f} s after the SIGKILL")
+
+
+def test_a_sigterm_leaves_nothing_and_ray_says_nothing_on_stderr(tmp_path: Path) -> None:
+    proc, seconds, home, err = _start(tmp_path, agents=1)
+    try:
+        _wait_for("the remote command", lambda: len(_sleeps(seconds)) == 1, 120)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == 128 + signal.SIGTERM
+    assert not run_processes() and not _ours_on_disk()
+    text = err.read_text(errors="replace")
+    assert not [n for n in RAY_NOISE if n in text], text[-3000:]
+    # What Ray said is in the session's log instead.
+    (log,) = home.glob("sessions/*/ray.log")
+    assert "SIGTERM handler is not set" in log.read_text(), log.read_text()[-2000:]

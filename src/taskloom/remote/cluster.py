@@ -11,7 +11,9 @@ itself is bounded too, in a daemon thread of its own (Ray's calls block; one tha
 returns must not keep the process from exiting).
 
 A local Ray is recorded before it starts and does not outlive the session, however the session
-ends (:mod:`taskloom.remote.local`).
+ends (:mod:`taskloom.remote.local`). What Ray says (its notices, its warnings) goes to the
+session's ``ray.log``, not to our stderr; its handler of fatal signals, which would print a
+stack dump there on a plain SIGTERM, is not installed in this process.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ from typing import Any
 from taskloom.errors import TaskloomError
 from taskloom.process.registry import ProcessRecorder
 from taskloom.remote.local import LocalRay
+from taskloom.settings import ensure_private_dir
 
 log = logging.getLogger(__name__)
+#: What Ray's driver printed, under Ray's loggers: it goes where theirs go (see _RayLog).
+_RAY_SAID = logging.getLogger("ray.driver_output")
 
 #: Longest wait for a TCP connection to the cluster's address.
 PROBE_TIMEOUT_S = 5.0
@@ -97,16 +102,20 @@ class Cluster:
         env: Mapping[str, str] | None = None,
         *,
         recorder: ProcessRecorder | None = None,
+        log_path: Path | None = None,
     ) -> None:
         """Use ``settings`` (``remote``) and ``env`` (``RAY_ADDRESS``; default: os.environ).
 
         ``recorder``: where a local Ray is recorded before it starts (None: unrecorded).
+        ``log_path``: where what Ray says is written (None: dropped).
         """
         self.settings = settings
         self.env = os.environ if env is None else env
         self.recorder = recorder
+        self.log_path = log_path
         self.connected: Connected | None = None
         self._local: LocalRay | None = None
+        self._ray_log: _RayLog | None = None
         self._failed: ClusterError | None = None
         self._lock = asyncio.Lock()
         self._release = threading.Event()
@@ -156,16 +165,17 @@ class Cluster:
         cpus = remote.get("localCpus") if isinstance(remote, dict) else None
 
         local_cpus = int(cpus) if cpus else os.cpu_count() or 1
+        ray_log = self._ray_log = self._ray_log or _RayLog(self.log_path)
         local = None
         if address is None:
-            local = self._local = LocalRay(self.recorder, None)
+            local = self._local = LocalRay(self.recorder, ray_log.file)
             try:
                 local.open()  # recorded, and guarded, before anything of it starts
             except OSError as exc:
                 raise ClusterError(f"remote agents: cannot start a local Ray: {exc}") from None
 
         def init() -> None:
-            _ray_init(address, local, local_cpus)
+            _ray_init(address, local, local_cpus, ray_log)
 
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
@@ -225,12 +235,16 @@ class Cluster:
         self._release.set()  # its owning thread may end now
         if local is not None:
             await local.close()
+        ray_log, self._ray_log = self._ray_log, None
+        if ray_log is not None:
+            ray_log.close()
 
 
-def _ray_init(address: str | None, local: LocalRay | None, cpus: int) -> None:
+def _ray_init(address: str | None, local: LocalRay | None, cpus: int, ray_log: _RayLog) -> None:
     """``ray.init``: the cluster at ``address``, or the ``local`` Ray with ``cpus`` CPUs."""
     import ray
 
+    ray_log.attach()
     options: dict[str, Any] = {
         "include_dashboard": False,
         "log_to_driver": False,
@@ -244,6 +258,7 @@ def _ray_init(address: str | None, local: LocalRay | None, cpus: int) -> None:
         ray.init(**options)
     else:
         ray.init(**options, **local.options(), num_cpus=cpus)
+    ray_log.attached()
     _keep_ray_off_stdout()
 
 
@@ -256,13 +271,73 @@ def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
         future.set_exception(exc)
 
 
-def _keep_ray_off_stdout() -> None:
-    """Route what Ray prints of its cluster's warnings to our log (stderr), not stdout.
+class _RayLog:
+    """Where what Ray says goes: the session's ``ray.log`` (see the module docstring).
 
-    Ray's driver prints the raylet's warnings (too many workers started, a node's memory) to
-    ``sys.stdout`` whatever ``log_to_driver`` says: in print and stream-json mode stdout is
-    the protocol, which one stray line breaks. Ray has no setting for it; its printer is
-    replaced, if it is where this version of Ray keeps it.
+    Ray's loggers are under ``ray``, which has a handler of Ray's writing to stderr from the
+    moment Ray is imported, and none at all (stderr again, Python's last resort) from the
+    moment ``ray.init`` begins. Ours is set on ``ray`` and, for what ``ray.init`` says
+    meanwhile, on ``ray._private``, where its notices come from.
+    """
+
+    _LOGGERS = ("ray", "ray._private")
+
+    def __init__(self, path: Path | None) -> None:
+        self.file = None
+        if path is not None:
+            with contextlib.suppress(OSError):  # then it is dropped, not printed
+                ensure_private_dir(path.parent)
+                self.file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._handler: logging.Handler | None = None
+        self._theirs: dict[str, tuple[list[logging.Handler], bool]] = {}
+
+    def attach(self) -> None:
+        """Before ``ray.init``: Ray's records here, and no fatal-signal dump from it."""
+        import ray._private.ray_constants as constants
+
+        # Read when the driver's core worker starts (the environment variable of that name
+        # is read when Ray is imported, which may have happened already).
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+        handler: logging.Handler = (
+            logging.StreamHandler(self.file) if self.file is not None else logging.NullHandler()
+        )
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self._handler = handler
+        for name in self._LOGGERS:
+            logger = logging.getLogger(name)
+            self._theirs[name] = (list(logger.handlers), logger.propagate)
+        self.attached()
+
+    def attached(self) -> None:
+        """Ours again, where ``ray.init`` has cleared them."""
+        for name in self._LOGGERS:
+            logger = logging.getLogger(name)
+            if self._handler is not None and logger.handlers != [self._handler]:
+                logger.handlers[:] = [self._handler]
+            logger.propagate = False
+
+    def close(self) -> None:
+        if self._handler is not None:
+            for name, (handlers, propagate) in self._theirs.items():
+                logger = logging.getLogger(name)
+                if logger.handlers == [self._handler]:
+                    logger.handlers[:] = handlers
+                    logger.propagate = propagate
+            self._handler = None
+        if self.file is not None:
+            with contextlib.suppress(OSError):
+                self.file.close()
+            self.file = None
+
+
+def _keep_ray_off_stdout() -> None:
+    """Route what Ray prints of its cluster's warnings to the session's ``ray.log``.
+
+    Ray's driver prints the raylet's warnings (too many workers started, a node's memory, a
+    worker that died) to ``sys.stdout`` whatever ``log_to_driver`` says: in print and
+    stream-json mode stdout is the protocol, which one stray line breaks. Ray has no setting
+    for it; its printer is replaced, if it is where this version of Ray keeps it. (What it
+    means to a remote agent, its task says.)
     """
     import ray
 
@@ -273,7 +348,7 @@ def _keep_ray_off_stdout() -> None:
     def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
         lines = data.get("lines") or []
         for line in lines:
-            log.warning("ray (%s): %s", data.get("pid", "?"), line)
+            _RAY_SAID.warning("ray (%s): %s", data.get("pid", "?"), line)
 
     module.print_to_stdstream = to_log
 

@@ -24,6 +24,7 @@ from taskloom.remote.cluster import Cluster, ClusterError, Connected
 from taskloom.remote.run import RemoteRun
 from taskloom.remote.snapshot import Snapshots
 from taskloom.remote.spec import RemoteSpec
+from taskloom.settings import session_dir
 from taskloom.tasks.remote import RemoteAgentTaskState, ended, failed_to_start
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import TaskStatus, TaskType
@@ -45,7 +46,11 @@ class RemoteAgents:
     def __init__(self, runtime: TaskRuntime, settings: Mapping[str, Any]) -> None:
         """Run remote agents for ``runtime``'s session, on the cluster ``settings`` name."""
         self.runtime = runtime
-        self.cluster = Cluster(settings, recorder=runtime.recorder)
+        self.cluster = Cluster(
+            settings,
+            recorder=runtime.recorder,
+            log_path=session_dir(runtime.session_id, runtime.home) / "ray.log",
+        )
         self.runs: dict[str, RemoteRun] = {}
         self.snapshots = Snapshots()
         remote = settings.get("remote")

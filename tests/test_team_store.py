@@ -50,7 +50,7 @@ def test_a_schema_3_database_migrates_to_the_latest_keeping_its_rows(home: Path)
     conn.close()
     store = Store(path)
     try:
-        assert SCHEMA_VERSION == 7
+        assert SCHEMA_VERSION == 8
         assert store.schema_version == SCHEMA_VERSION
         assert store.get_session("s1") is not None
         tables = {r["name"] for r in store.query("SELECT name FROM sqlite_master")}

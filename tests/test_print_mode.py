@@ -218,6 +218,57 @@ def test_a_one_shot_run_waits_for_an_endless_command_only_as_long_as_it_says(
     assert any("the run waited 1 s for it to end" in text for text in shown)
 
 
+def test_only_time_spent_waiting_counts_against_a_command_s_bound(tmp_path: Path) -> None:
+    def bash(command: str, background: bool) -> dict[str, Any]:
+        return {"name": "Bash", "input": {"command": command, "run_in_background": background}}
+
+    model = write_turns(
+        tmp_path / "t.yaml",
+        [
+            {"tool_calls": [bash("sleep 1", True), bash("sleep 3712", True)]},
+            {"text": "Waiting."},  # ~1 s of waiting for sleep 3712, then sleep 1 ends
+            {"tool_calls": [bash("sleep 3", False)]},  # working: not waiting
+            {"text": "Waiting again."},  # the rest of its 2 s
+            {"text": "Done."},
+        ],
+    )
+    settings = json.dumps({"taskWaitSeconds": 2})
+    proc = run(
+        "-p",
+        "go",
+        "--output-format",
+        "stream-json",
+        "--model",
+        model,
+        "--dangerously-skip-permissions",
+        "--settings",
+        settings,
+        cwd=tmp_path,
+        timeout=60 * TIME_FACTOR,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = lines(proc.stdout)
+    assert events[-1]["result"] == "Done."
+    killed = [e for e in events if e.get("subtype") == "task_notification"]
+    assert [n["status"] for n in killed] == ["completed", "killed"]
+    assert "the run waited 2 s" in killed[1]["summary"]
+    # The foreground command ran its 3 s to the end before the bound took the rest.
+    results = [
+        b
+        for e in events
+        if e["type"] == "user"
+        for b in e["message"]["content"]
+        if b.get("type") == "tool_result"
+    ]
+    assert len(results) == 3 and not results[2].get("is_error"), results
+    foreground_done = next(
+        i
+        for i, e in enumerate(events)
+        if e["type"] == "user" and results[2] in e["message"]["content"]
+    )
+    assert events.index(killed[1]) > foreground_done
+
+
 def test_headless_permission_ask_is_a_denial_unless_skipped(tmp_path: Path) -> None:
     turns = [
         {"tool_calls": [{"name": "Bash", "input": {"command": "touch made-it"}}]},

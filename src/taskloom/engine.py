@@ -546,18 +546,20 @@ class Engine:
         owner, listens = self.config.owner, self.config.inbox is not None
         if self._bound is None:
             self._bound = WaitBound(self.runtime, owner, task_wait_seconds(self.config.settings))
-        while self._must_wait() and self.halted is None:
-            self._bound.arm()  # a command that may run forever is waited for so long only
-            # A message sent to it wakes it too: it sees it now, not after the next task ends.
-            change = self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
-            await self._unless_halted(change)
-            if self.runtime.notifications.has_pending(owner):
-                await self._gather_more()
-            notes = self._take_notifications()
-            if notes or (listens and self.runtime.mailbox.has_pending(owner, MESSAGES)):
-                return notes
-        self._bound.close()
-        return []
+        try:  # only the time spent waiting counts against a command's bound
+            while self._must_wait() and self.halted is None:
+                self._bound.arm()  # a command that may run forever is waited for so long only
+                # A message sent to it wakes it too: it sees it now, not after the next task ends.
+                change = self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
+                await self._unless_halted(change)
+                if self.runtime.notifications.has_pending(owner):
+                    await self._gather_more()
+                notes = self._take_notifications()
+                if notes or (listens and self.runtime.mailbox.has_pending(owner, MESSAGES)):
+                    return notes
+            return []
+        finally:
+            self._bound.pause()
 
     async def _unless_halted(self, waiting: Coroutine[Any, Any, None]) -> None:
         """Wait for ``waiting``, or until the engine is halted."""

@@ -71,6 +71,10 @@ def test_bad_lines_are_reported_by_number_and_the_next_prompt_is_answered(
         user([{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}]),
         '{"type": "user", "message": {"content": NaN}}',
         "",
+        user([{"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": 1}}]),
+        '{"type": "user", "message": {"content": [{"type": "text", "text": "x", "n": 1e999}]}}',
+        user([{"type": "text", "text": "x", "bogus": 1}]),
+        user([{"type": "text", "text": " \n"}]),
         user("hi"),
     ]
     proc, events, err = serve(tmp_path, lines, env, "--model", model)
@@ -80,12 +84,16 @@ def test_bad_lines_are_reported_by_number_and_the_next_prompt_is_answered(
         for line in err.splitlines()
         if line.startswith("Error: stdin line ")
     }
-    assert sorted(reported) == [2, 3, 4, 5, 6, 7, 8, 9], err
+    assert sorted(reported) == [2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14], err
     assert "bogus_block" in reported[2] and "message.content[0].text: Field required" in reported[3]
     assert "nested more than 64 levels" in reported[4] and "nested" in reported[5]
     assert f"over the limit of {MAX_LINE_BYTES:,} bytes" in reported[6]
     assert "not UTF-8" in reported[7] and "not 'tool_use'" in reported[8]
     assert "NaN is not valid JSON" in reported[9]
+    assert "message.content[0].cache_control: must be" in reported[11]
+    assert "1e999 is out of range" in reported[12]
+    assert "a text block takes no field 'bogus'" in reported[13]
+    assert "text blocks must hold non-whitespace text" in reported[14]
     assert all(len(line) < 300 for line in reported.values())
     results = [e for e in events if e["type"] == "result"]
     assert [(r["subtype"], r["result"]) for r in results] == [("success", "answered")]
@@ -115,7 +123,7 @@ def test_a_control_request_that_cannot_be_read_is_answered_with_an_error(tmp_pat
     assert "over the limit" in errors["huge"]
     assert errors["num"] == "set_model: model must be a string or null, not int 12345"
     assert errors["nomode"] == "set_permission_mode: mode must be a string, not missing"
-    assert "stdin line 5: a control_request needs a request_id" in err
+    assert "stdin line 5: a control_request needs a request_id (a string or a number)" in err
     init = next(e for e in events if e.get("subtype") == "init")
     assert init["model"] == "scripted:turns.yaml"  # set_model 12345 changed nothing
     results = [e for e in events if e["type"] == "result"]
@@ -212,6 +220,9 @@ _extreme = st.sampled_from(
         b'{"type": "user", "message": {"content": "' + b"y" * (MAX_LINE_BYTES + 5) + b'"}}',
         b'{"type": "user", "message": {"content": [{"type": "text", "text": "\\ud800"}]}}',
         b'{"type": "user", "message": {"content": [{"type": "image"}]}}',
+        b'{"type": "user", "message": {"content": [{"type": "text", "text": "a", "x": -1e999}]}}',
+        b'{"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t",'
+        b' "content": [{"type": "text", "text": "a", "cache_control": {"ttl": 2e400}}]}]}}',
         b"\x00\xff\xfe\n\r\x1b[2J",
     ]
 )
@@ -232,7 +243,13 @@ def test_no_line_keeps_the_session_from_answering_the_next_prompt(
     lines: list[bytes], tmp_path: Path
 ) -> None:
     data = b"".join(line + b"\n" for line in lines) + user("ping").encode() + b"\n"
-    model = FunctionModel(lambda request: "pong")
+
+    def answer(request: Any) -> str:
+        # As a provider would: a line taken must leave every request sendable as strict JSON.
+        json.dumps([m.wire() for m in request.messages], allow_nan=False)
+        return "pong"
+
+    model = FunctionModel(answer)
     options = taskloom.Options(model=model, cwd=tmp_path, skip_permissions=True)
     out = io.StringIO()
     opts = PrintOptions(None, options, output_format="stream-json")

@@ -16,12 +16,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import re
 import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from taskloom.cli.control import ControlChannel
+from taskloom.errors import clipped
 from taskloom.messages import Message
 from taskloom.untrusted import MAX_INPUT_DEPTH, clean_json, not_json
 
@@ -43,8 +45,13 @@ _HEAD_BYTES = 64 * 1024
 _CONTROL_REQUEST = re.compile(r'"type"\s*:\s*"control_request"')
 _REQUEST_ID = re.compile(r'"request_id"\s*:\s*"([^"\\]{1,256})"')
 
-#: The content blocks a user message may hold (the API refuses a tool call or thinking there).
+#: The content blocks a user message may hold (the API refuses a tool call or thinking there),
+#: and the fields each takes.
 _USER_BLOCKS = ("text", "tool_result")
+_BLOCK_FIELDS = {
+    "text": {"type", "text", "cache_control"},
+    "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
+}
 
 
 class BadLine(ValueError):
@@ -114,6 +121,8 @@ class LineReader:
                 if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                     line = InputLine(number, None, self._skip_rest(len(raw)), _head(raw))
                 self._loop.call_soon_threadsafe(self._deliver, line)
+        except RuntimeError:  # the loop is gone (a library session ended): nobody reads on
+            return
         except (OSError, ValueError) as exc:  # closed under us: as the end of input
             log.debug("stdin: %s", exc)
         finally:
@@ -162,7 +171,7 @@ def parse_line(text: str) -> dict[str, Any]:
         BadLine: It is not JSON, not an object, or nested too deeply.
     """
     try:
-        value = json.loads(text, parse_constant=not_json)
+        value = json.loads(text, parse_constant=not_json, parse_float=_finite)
     except RecursionError:
         raise BadLine(f"is nested more than {MAX_INPUT_DEPTH} levels deep") from None
     except ValueError as exc:
@@ -194,12 +203,7 @@ def user_prompt(message: dict[str, Any]) -> str | Message:
     if not isinstance(content, list) or not content:
         raise BadLine("a user message needs content (message.content: a string or blocks)")
     for i, block in enumerate(content):
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind not in _USER_BLOCKS:
-            raise BadLine(
-                f"message.content[{i}]: a user message's blocks are text or tool_result, "
-                f"not {kind!r}"
-            )
+        _check_block(f"message.content[{i}]", block)
     from pydantic import ValidationError
 
     from taskloom.messages import MESSAGE_ADAPTER
@@ -217,6 +221,45 @@ def user_prompt(message: dict[str, Any]) -> str | Message:
         ).replace(".[", "[")
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise BadLine(f"{where}: {first['msg']}{more}") from None
+
+
+def _check_block(where: str, block: Any, kinds: tuple[str, ...] = _USER_BLOCKS) -> None:
+    """Refuse a content block the API would refuse, in this request and every later one.
+
+    That is a block of another type, a field its type does not take, or blank text.
+
+    Raises:
+        BadLine: Naming the block and what is wrong with it.
+    """
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind not in kinds:
+        allowed = " or ".join(kinds)
+        raise BadLine(f"{where}: a user message's blocks are {allowed}, not {kind!r}")
+    extra = sorted(set(block) - _BLOCK_FIELDS[kind])
+    if extra:
+        raise BadLine(f"{where}: a {kind} block takes no field {clipped(str(extra[0]))!r}")
+    control = block.get("cache_control")
+    if control is not None and not (
+        isinstance(control, dict)
+        and control.get("type") == "ephemeral"
+        and set(control) <= {"type", "ttl"}
+        and control.get("ttl", "5m") in ("5m", "1h")
+    ):
+        raise BadLine(f'{where}.cache_control: must be {{"type": "ephemeral"}} (ttl 5m or 1h)')
+    text = block.get("text")
+    if kind == "text" and isinstance(text, str) and not text.strip():
+        raise BadLine(f"{where}.text: text blocks must hold non-whitespace text")
+    if kind == "tool_result" and isinstance(block.get("content"), list):
+        for j, inner in enumerate(block["content"]):
+            _check_block(f"{where}.content[{j}]", inner, ("text",))
+
+
+def _finite(text: str) -> float:
+    """``parse_float`` for :func:`json.loads`: a number too large for a float is refused."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{clipped(text, 40)} is out of range")
+    return value
 
 
 def _kind(value: Any) -> str:

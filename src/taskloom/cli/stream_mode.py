@@ -119,13 +119,16 @@ class StreamSession:
         A control request is answered with an error, when its id can be told; any other line
         gets one line on stderr.
         """
+        message: dict[str, Any] | None = None
         try:
             if line.text is None:
                 raise BadLine(line.error or "could not be read")
             if line.text.strip():
-                await self._dispatch(parse_line(line.text), line.number)
+                message = parse_line(line.text)
+                await self._dispatch(message, line.number)
         except BadLine as exc:
-            request_id = request_id_in(line)
+            # Only a line that did not parse is searched: a parsed one says what it is.
+            request_id = request_id_in(line) if message is None else None
             if request_id is not None:
                 self._respond(request_id, error=f"stdin line {line.number}{_said(exc)}")
             else:
@@ -234,7 +237,7 @@ class StreamSession:
     async def _answer(self, message: dict[str, Any], number: int) -> None:
         request_id = message.get("request_id")
         if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-            raise BadLine("a control_request needs a request_id (a string)")
+            raise BadLine("a control_request needs a request_id (a string or a number)")
         request = message.get("request")
         subtype = request.get("subtype") if isinstance(request, dict) else None
         handler = _HANDLERS.get(str(subtype))

@@ -145,6 +145,16 @@ def test_an_unquoted_colon_in_the_description_loads(repo: Path) -> None:
     assert agent.system_prompt == "Review carefully.\n\nLine two."
 
 
+def test_values_that_open_and_close_a_quote_or_list_before_more_text_load(repo: Path) -> None:
+    agents = repo / ".claude" / "agents"
+    write_agent(agents, "beta.md", "name: beta\ndescription: [Beta] Reviews code")
+    write_agent(agents, "expert.md", 'name: expert\ndescription: "Expert" reviewer for code')
+    catalog = load_agents(repo)
+    assert catalog.skipped == []
+    assert catalog.active["beta"].when_to_use == "[Beta] Reviews code"
+    assert catalog.active["expert"].when_to_use == '"Expert" reviewer for code'
+
+
 def test_values_starting_with_yaml_indicators_load(repo: Path) -> None:
     write_agent(
         repo / ".claude" / "agents",

@@ -288,9 +288,31 @@ def _yaml_problem(exc: Exception, first: int) -> str:
 
 _TOP_LEVEL_PAIR = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:[ \t]+(\S.*?)[ \t]*$")
 
-#: How a value that means to be a quoted string, a list or a mapping starts: one that does not
-#: parse is broken, not plain text to quote (its file is skipped, saying where).
-_STRUCTURED = ("'", '"', "[", "{")
+#: What closes the quote, list or mapping a value opens with.
+_CLOSERS = {"'": "'", '"': '"', "[": "]", "{": "}"}
+
+
+def _unclosed(value: str) -> bool:
+    """Whether ``value`` opens a quote, a list or a mapping that it never closes.
+
+    Such a value is broken, not plain text to quote: its file is skipped, saying where.
+    ``"Expert" reviewer`` or ``[Beta] Reviews code`` close what they open, and are read as
+    text when YAML refuses them whole.
+    """
+    opener = value[:1]
+    if opener in ("'", '"'):
+        return _CLOSERS[opener] not in value[1:]
+    if opener not in ("[", "{"):
+        return False
+    depth = 0
+    for char in value:
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return False
+    return True
 
 
 def _quote_bad_values(meta: str, yaml: ModuleType) -> str:
@@ -304,7 +326,7 @@ def _quote_bad_values(meta: str, yaml: ModuleType) -> str:
     lines = meta.split("\n")
     for i, line in enumerate(lines):
         match = _TOP_LEVEL_PAIR.match(line)
-        if match is None or _continues(lines, i) or match.group(2).startswith(_STRUCTURED):
+        if match is None or _continues(lines, i) or _unclosed(match.group(2)):
             continue
         try:
             if isinstance(yaml.safe_load(line), dict):

@@ -286,3 +286,26 @@ async def test_a_guard_sweeps_its_session_the_moment_it_dies_and_not_after_a_bye
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(owned, ignore_errors=True)
+
+
+async def test_an_owned_directory_a_command_made_read_only_is_still_removed(tmp_path: Path) -> None:
+    from taskloom.process.sweep import remove_owned
+
+    owned = tmp_path / "scratch"
+    locked = owned / "work" / "cache"
+    locked.mkdir(parents=True)
+    (locked / "entry").write_text("x")
+    locked.chmod(0o500)  # as some build tools leave their caches
+    (owned / "work").chmod(0o500)
+    assert await remove_owned(str(owned), grace=1.0)
+    assert not owned.exists()
+
+
+async def test_an_owned_directory_whose_nested_store_cannot_be_opened_stays(tmp_path: Path) -> None:
+    from taskloom.process.sweep import NESTED_HOME, remove_owned
+
+    owned = tmp_path / "scratch"
+    (owned / NESTED_HOME).mkdir(parents=True)
+    (owned / NESTED_HOME / "taskloom.db").write_bytes(b"not a database at all" * 100)
+    assert not await remove_owned(str(owned), grace=1.0)
+    assert owned.exists()  # what that store recorded may still run: kept for a later sweep

@@ -18,15 +18,22 @@ recording its own commands): that store is swept first, its owner being gone by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
 from taskloom.process.kill import KillReport, kill_tree
 from taskloom.store import ProcessRow, Store, TagRow
+
+#: Where a session that works inside an owned directory keeps its state: a remote agent's
+#: worker runs with ``TASKLOOM_HOME`` there, in its scratch checkout.
+NESTED_HOME = "home"
 
 log = logging.getLogger(__name__)
 
@@ -122,30 +129,40 @@ async def reap_tags(store: Store, rows: list[TagRow], *, grace: float) -> bool:
 async def remove_owned(path: str, grace: float) -> bool:
     """Remove a directory a tag record owns ('' for none); whether it is gone.
 
-    A store of a session nested in it (``*/taskloom.db``) is swept first: what that session
-    recorded and left running is killed, or the directory stays (its records with it).
+    The store of a session nested in it (:data:`NESTED_HOME`) is swept first: what that
+    session recorded and left running is killed, or the directory stays (its records with it).
+    A directory a command made read-only is made writable to be emptied.
     """
     if not path:
         return True
     root = Path(path)
-    for db in sorted(root.glob("*/taskloom.db")):
-        if not await sweep_store(db, grace=grace):
-            return False
-    shutil.rmtree(root, ignore_errors=True)
+    db = root / NESTED_HOME / "taskloom.db"
+    if db.is_file() and not await sweep_store(db, grace=grace):
+        return False
+    shutil.rmtree(root, onerror=_writable_then_retry)
     return not root.exists()
+
+
+def _writable_then_retry(func: Any, path: str, exc_info: Any) -> None:
+    """``rmtree``'s error handler: make the parent directory writable and try once more."""
+    parent = os.path.dirname(path)
+    with contextlib.suppress(OSError):
+        os.chmod(parent, 0o700)
+        func(path)
 
 
 async def sweep_store(db: Path, *, grace: float) -> bool:
     """Sweep the orphans recorded in the store at ``db``; whether it holds no record left.
 
     A record left is one whose kill was not verified, or whose owner still runs. A store that
-    cannot be read is reported and counts as swept: nothing more can be found in it.
+    cannot be opened (busy, refused) is reported and counts as not swept: what it records may
+    still run, so the directory holding it must stay for a later sweep.
     """
     try:
         store = Store(db, reserve_bytes=0)
-    except StoreError as exc:
+    except (StoreError, OSError) as exc:
         log.warning("cannot sweep the store %s: %s", db, exc)
-        return True
+        return False
     try:
         await sweep_orphans(store, grace=grace)
         left = [r for r in store.list_processes() if not r.detached] + store.list_tags()

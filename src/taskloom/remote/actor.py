@@ -40,6 +40,7 @@ from typing import Any
 import ray
 
 from taskloom.process.spawn import TASK_ENV
+from taskloom.process.sweep import NESTED_HOME
 from taskloom.remote.snapshot import SnapshotError, git
 
 #: How long the worker has to stop once asked (SIGTERM), before SIGKILL (its owner's TaskStop
@@ -138,7 +139,7 @@ class _RemoteAgent:
             scratch.mkdir(mode=0o700)
         else:
             scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
-        home = self._home = scratch / "home"
+        home = self._home = scratch / NESTED_HOME
         try:
             work, branch = await _checkout(scratch, bundle, spec)
             spec_file = scratch / "spec.json"

@@ -257,10 +257,19 @@ async def test_a_500_refusing_the_request_is_not_retried(
     )
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "llama_decode returned -1",
+        # A proxy failing to parse its upstream's answer: not the request's body.
+        "1 validation error for ModelResponse\n  {'type': 'missing', 'loc': ('choices',), "
+        "'msg': 'Field required'}",
+    ],
+)
 async def test_a_500_that_is_a_server_failure_is_still_retried(
-    fake: FakeOpenAIServer, model: OpenAIModel
+    fake: FakeOpenAIServer, model: OpenAIModel, message: str
 ) -> None:
-    fake.add_error(500, "internal_server_error", "llama_decode returned -1")
+    fake.add_error(500, "internal_server_error", message)
     fake.add_turn(text="ok")
     _, msg = await run(model, request())
     assert msg.text() == "ok" and len(fake.requests) == 2

@@ -24,9 +24,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-# FastAPI's "N validation error(s):" heading; pydantic's error dicts, with their "loc" tuple.
-_HEADING = re.compile(r"\b\d+ validation errors?\b", re.IGNORECASE)
-_LOC = re.compile(r"""['"]loc['"]\s*:\s*[(\[]""")
+from taskloom.errors import clipped
+
+# Pydantic's error dicts, with their "loc" tuple; a request's body starts FastAPI's (a proxy's
+# 500 about the upstream's answer, which may pass, has other locations).
+_BODY_LOC = re.compile(r"""['"]loc['"]\s*:\s*[(\[]\s*['"]body['"]""")
 #: Most characters of the server's text quoted, and of the summary of its errors.
 MAX_QUOTED = 500
 MAX_SUMMARY = 1000
@@ -35,8 +37,11 @@ _MAX_PARSED = 100_000
 
 
 def is_validation_error(message: str) -> bool:
-    """Whether a server's error message reports that it refused the request's body."""
-    return bool(_HEADING.search(message) or _LOC.search(message))
+    """Whether a server's error message reports that it refused the request's body.
+
+    Only FastAPI's request validation says so: its errors' locations start with ``body``.
+    """
+    return bool(_BODY_LOC.search(message))
 
 
 def _error_dicts(message: str) -> list[dict[str, Any]]:
@@ -98,12 +103,8 @@ def summary(message: str) -> str:
     errors = _error_dicts(message)
     shown = [_describe(e) for e in _relevant(errors)] or [_describe(e) for e in errors]
     if shown:
-        return _capped("; ".join(shown), MAX_SUMMARY)
-    return _capped(" ".join(message.split()), MAX_QUOTED)
-
-
-def _capped(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        return clipped("; ".join(shown), MAX_SUMMARY)
+    return clipped(" ".join(message.split()), MAX_QUOTED)
 
 
 __all__ = ["MAX_QUOTED", "MAX_SUMMARY", "is_validation_error", "summary"]

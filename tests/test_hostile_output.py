@@ -367,6 +367,7 @@ async def test_inputs_a_tool_refuses_are_quoted_cut_short(tmp_path: Path) -> Non
                     ScriptedCall("Bash", {"command": huge}),
                     ScriptedCall("TaskOutput", {"task_id": "b" * 1_000_000}),
                     ScriptedCall("N" * 1_000_000, {}),
+                    ScriptedCall("Bash", {"command": "true", "k" * 1_000_000: 1}),
                 )
             ),
             "ok",
@@ -382,7 +383,7 @@ async def test_inputs_a_tool_refuses_are_quoted_cut_short(tmp_path: Path) -> Non
         )
         events = [e async for e in Engine(config, rt).run("go")]
     done = [e.result for e in events if isinstance(e, ToolDone)]
-    assert [r.is_error for r in done] == [True, True, True]
+    assert [r.is_error for r in done] == [True, True, True, True]
     assert all(len(r.content) < 1_000 for r in done), [len(r.content) for r in done]
     assert "cannot start shell for 'echo aaa" in done[0].content
     assert "(10,485,765 characters)" in done[0].content
@@ -391,6 +392,7 @@ async def test_inputs_a_tool_refuses_are_quoted_cut_short(tmp_path: Path) -> Non
         and "(1,000,000 characters)" in done[1].content
     )
     assert "No such tool available: NNN" in done[2].content
+    assert "kkk… (1,000,000 characters): unexpected field" in done[3].content
 
 
 def test_a_tool_error_is_bounded_whatever_it_says() -> None:

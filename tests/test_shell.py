@@ -163,7 +163,7 @@ async def test_a_silent_command_reading_its_own_terminal_is_reported() -> None:
     async with TaskRuntime() as rt:
         kind, text = await _blocked_reading(rt, "PYTHON -c 'import pty; pty.spawn([\"cat\"])'")
     assert kind == "stall" and "appears to be waiting for interactive input" in text
-    assert "It has printed nothing for 0s" in text
+    assert "It has printed nothing for 0.3s" in text
     assert "(cat) is blocked reading its terminal (/dev/pts/" in text
 
 

@@ -37,11 +37,14 @@ def quote(text: str) -> str:
     return _OPENS_A_WRAPPER.sub("&lt;", text)
 
 
+def escape(text: str) -> str:
+    """XML-escape ``&``, ``<`` and ``>`` (xml.sax.saxutils would pull in urllib at start-up)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def attribute(value: str) -> str:
     """``value`` escaped for an attribute in double quotes."""
-    return (
-        value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    )
+    return escape(value).replace('"', "&quot;")
 
 
-__all__ = ["WRAPPER_TAGS", "attribute", "quote"]
+__all__ = ["WRAPPER_TAGS", "attribute", "escape", "quote"]

@@ -287,17 +287,22 @@ class _RayLog:
         if path is not None:
             with contextlib.suppress(OSError):  # then it is dropped, not printed
                 ensure_private_dir(path.parent)
-                self.file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+                # Never through a link planted where the log goes (the session's state).
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(path, flags, 0o600)
+                self.file = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
         self._handler: logging.Handler | None = None
         self._theirs: dict[str, tuple[list[logging.Handler], bool]] = {}
 
     def attach(self) -> None:
         """Before ``ray.init``: Ray's records here, and no fatal-signal dump from it."""
-        import ray._private.ray_constants as constants
-
         # Read when the driver's core worker starts (the environment variable of that name
-        # is read when Ray is imported, which may have happened already).
-        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+        # is read when Ray is imported, which may have happened already). A private constant:
+        # a Ray without it keeps its handler, and only prints more.
+        with contextlib.suppress(ImportError):
+            import ray._private.ray_constants as constants
+
+            constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
         handler: logging.Handler = (
             logging.StreamHandler(self.file) if self.file is not None else logging.NullHandler()
         )

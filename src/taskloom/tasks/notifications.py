@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
+from taskloom.quoting import escape
 from taskloom.store import Store
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.mailbox import Kind, Letter, Mailbox
@@ -59,11 +60,6 @@ class Notification:
     priority: Priority
     text: str
     created_at: float
-
-
-def escape(text: str) -> str:
-    """XML-escape ``&``, ``<`` and ``>`` (xml.sax.saxutils would pull in urllib at start-up)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _tag(name: str, value: object) -> str:

@@ -230,7 +230,7 @@ class ShellHandle:
             return
         tail = read_tail(self.output.path, STALL_TAIL_BYTES).decode("utf-8", "replace")
         last = "\n".join(line for line in tail.splitlines() if line.strip())[-400:]
-        silent = int(self.watch_settings.stall_after)
+        silent = f"{self.watch_settings.stall_after:g}"
         if looks_like_prompt(tail):
             what = f"Its output has not changed for {silent}s and ends with:\n{last}"
         else:

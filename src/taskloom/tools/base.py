@@ -192,7 +192,7 @@ def describe_errors(exc: ValidationError) -> str:
     """One readable line per error, each naming the field (``timeout: ...``)."""
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "input"
+        where = clipped(".".join(str(p) for p in err["loc"])) or "input"  # a model's key
         if err["type"] == "extra_forbidden":
             parts.append(f"{where}: unexpected field")
         elif err["type"] == "missing":

@@ -221,10 +221,21 @@ def test_a_home_of_another_user_is_refused_with_the_fix(tmp_path: Path) -> None:
     assert set(os.listdir(home)) == before  # nothing written there
 
 
-def test_a_loose_home_of_ones_own_is_tightened_and_used(tmp_path: Path) -> None:
+def test_a_home_of_ones_own_others_may_write_is_refused_with_the_fix(tmp_path: Path) -> None:
     home = tmp_path / "mine"
-    home.mkdir(mode=0o777)
+    home.mkdir()
     os.chmod(home, 0o777)
+    proc = _run_in(tmp_path, home)
+    assert proc.returncode == 1, proc.stderr
+    assert "TASKLOOM_HOME is writable by others (mode 777)" in proc.stderr
+    assert f"chmod 700 {home}" in proc.stderr
+    assert os.listdir(home) == []
+
+
+def test_a_home_of_ones_own_others_may_read_is_tightened_and_used(tmp_path: Path) -> None:
+    home = tmp_path / "mine"
+    home.mkdir()
+    os.chmod(home, 0o755)
     proc = _run_in(tmp_path, home)
     assert proc.returncode == 0, proc.stderr
     assert (home.stat().st_mode & 0o777) == 0o700

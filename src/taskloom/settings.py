@@ -92,14 +92,16 @@ def check_home(home: Path) -> None:
     """Refuse a state directory that is not the user's own.
 
     The home itself may be a symlink the user made (to another disk, say); what it points at
-    must be a directory owned by the user. Others could plant links in it otherwise, or read
-    what it holds, so a home owned by someone else is refused, also when it is writable by
-    everybody (``/tmp``). A home of one's own that is loose is tightened to 0700 by
-    :func:`ensure_private_dir`. A home that does not exist yet is made private.
+    must be a directory owned by the user and writable by nobody else. Others could plant
+    links in it otherwise, or read what it holds, so a home owned by someone else is refused
+    (also one writable by everybody, ``/tmp``), and so is one of the user's own that other
+    users may write (they may have planted something already): the message says how to fix
+    it. One that others may only read, or that only the user's private group may write, is
+    tightened to 0700 by :func:`ensure_private_dir`. A home that does not exist yet is made
+    private.
 
     Raises:
-        OSError: The home is not a directory, or is another user's (the message says how to
-            fix it).
+        OSError: The home is not a directory, is another user's, or others may write it.
     """
     try:
         st = os.stat(home)
@@ -116,6 +118,29 @@ def check_home(home: Path) -> None:
             "example: mkdir -m 700 ~/.taskloom && export TASKLOOM_HOME=~/.taskloom)",
             str(home),
         )
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and _shared_group(st.st_gid)):
+        raise OSError(
+            errno.EPERM,
+            f"TASKLOOM_HOME is writable by others (mode {stat.S_IMODE(st.st_mode):o}): they "
+            f"could plant links in taskloom's state. Check what it holds, then: chmod 700 {home}",
+            str(home),
+        )
+
+
+def _shared_group(gid: int) -> bool:
+    """Whether users other than this one may be in group ``gid``.
+
+    A user's private group (``umask 002`` systems make directories group-writable for it) is
+    the primary group with no other members listed.
+    """
+    if gid != os.getgid():
+        return True
+    import grp
+
+    try:
+        return bool(grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        return False
 
 
 def refuse_symlinks(base: Path, parts: tuple[str, ...]) -> None:

@@ -148,23 +148,13 @@ def test_background_command_keeps_the_run_alive_until_its_notification_is_answer
     ]
 
 
-def _background_then_answer(tmp_path: Path, command: str, *flags: str) -> tuple[Any, float]:
-    """``-p`` whose model starts ``command`` in the background, answers, then answers again."""
-    model = write_turns(
-        tmp_path / "t.yaml",
-        [
-            {
-                "tool_calls": [
-                    {
-                        "name": "Bash",
-                        "input": {"command": command, "run_in_background": True},
-                    }
-                ]
-            },
-            {"text": "Started; I will wait."},
-            {"text": "It ended."},
-        ],
-    )
+def _bash(command: str, background: bool = True) -> dict[str, Any]:
+    return {"name": "Bash", "input": {"command": command, "run_in_background": background}}
+
+
+def _run_turns(tmp_path: Path, turns: list[Any], *flags: str) -> tuple[Any, float]:
+    """``-p go`` in stream-json on these scripted turns, every call allowed; and its time."""
+    model = write_turns(tmp_path / "t.yaml", turns)
     started = time.monotonic()
     proc = run(
         "-p",
@@ -179,6 +169,12 @@ def _background_then_answer(tmp_path: Path, command: str, *flags: str) -> tuple[
         timeout=60 * TIME_FACTOR,
     )
     return proc, time.monotonic() - started
+
+
+def _background_then_answer(tmp_path: Path, command: str, *flags: str) -> tuple[Any, float]:
+    """``-p`` whose model starts ``command`` in the background, answers, then answers again."""
+    turns = [{"tool_calls": [_bash(command)]}, {"text": "Started; I will wait."}]
+    return _run_turns(tmp_path, [*turns, {"text": "It ended."}], *flags)
 
 
 def test_a_background_command_that_reads_input_does_not_keep_the_run_waiting(
@@ -219,33 +215,14 @@ def test_a_one_shot_run_waits_for_an_endless_command_only_as_long_as_it_says(
 
 
 def test_only_time_spent_waiting_counts_against_a_command_s_bound(tmp_path: Path) -> None:
-    def bash(command: str, background: bool) -> dict[str, Any]:
-        return {"name": "Bash", "input": {"command": command, "run_in_background": background}}
-
-    model = write_turns(
-        tmp_path / "t.yaml",
-        [
-            {"tool_calls": [bash("sleep 1", True), bash("sleep 3712", True)]},
-            {"text": "Waiting."},  # ~1 s of waiting for sleep 3712, then sleep 1 ends
-            {"tool_calls": [bash("sleep 3", False)]},  # working: not waiting
-            {"text": "Waiting again."},  # the rest of its 2 s
-            {"text": "Done."},
-        ],
-    )
-    settings = json.dumps({"taskWaitSeconds": 2})
-    proc = run(
-        "-p",
-        "go",
-        "--output-format",
-        "stream-json",
-        "--model",
-        model,
-        "--dangerously-skip-permissions",
-        "--settings",
-        settings,
-        cwd=tmp_path,
-        timeout=60 * TIME_FACTOR,
-    )
+    turns = [
+        {"tool_calls": [_bash("sleep 1"), _bash("sleep 3712")]},
+        {"text": "Waiting."},  # ~1 s of waiting for sleep 3712, then sleep 1 ends
+        {"tool_calls": [_bash("sleep 3", False)]},  # working: not waiting
+        {"text": "Waiting again."},  # the rest of its 2 s
+        {"text": "Done."},
+    ]
+    proc, _ = _run_turns(tmp_path, turns, "--settings", json.dumps({"taskWaitSeconds": 2}))
     assert proc.returncode == 0, proc.stderr
     events = lines(proc.stdout)
     assert events[-1]["result"] == "Done."

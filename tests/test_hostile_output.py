@@ -197,13 +197,16 @@ def test_nan_and_infinity_in_tool_input_are_a_tool_error(
     # json.loads takes them, but they are not JSON: sent back, no request could be encoded.
     server.add_turn(tool_calls=[ToolCall("Bash", raw='{"command": "touch ran", "x": NaN}')])
     server.add_turn(tool_calls=[ToolCall("Bash", raw='{"command": "touch ran", "x": -Infinity}')])
+    # Nor is a number no float can hold: json.loads makes it inf.
+    server.add_turn(tool_calls=[ToolCall("Bash", raw='{"command": "touch ran", "x": 1e999}')])
     server.add_turn(text="ok")
     proc, events = run(server, tmp_path)
     assert_success(proc, events)
     assert not (tmp_path / "ran").exists()
-    for n in (1, 2):
-        [(call_id, _)], [(result_id, _, is_error)] = sent(server, n)
+    for n in (1, 2, 3):
+        [(call_id, _)], [(result_id, text, is_error)] = sent(server, n)
         assert result_id == call_id and is_error
+        assert "a number JSON cannot carry" in str(text)
 
 
 def test_an_id_the_api_would_refuse_is_renamed_and_the_call_runs(

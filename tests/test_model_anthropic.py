@@ -28,7 +28,7 @@ from taskloom.models.base import (
     ToolSpec,
     ToolUseStart,
 )
-from taskloom.untrusted import tool_use_block
+from taskloom.untrusted import BAD_NUMBER, tool_use_block
 
 BASH = ToolSpec(
     "Bash",
@@ -318,11 +318,13 @@ def test_tool_input_parsing() -> None:
     assert parse('{"a": [1, 2]}') == {"a": [1, 2]}
     # Cut short: what is complete is kept (the call itself is marked not to run).
     assert parse('{"a": 1, "b": "unfinish') == {"a": 1}
-    # Not an object, or not JSON (NaN): kept as it came, for the tool to report as an error.
+    # Not an object, or not JSON: kept as it came, for the tool to report as an error.
     assert parse("[1, 2]") == {INVALID_INPUT_KEY: "[1, 2]"}
     assert parse("ls -la") == {INVALID_INPUT_KEY: "ls -la"}
-    assert parse('{"a": NaN}') == {INVALID_INPUT_KEY: '{"a": NaN}'}
-    assert parse('{"a": -Infinity}') == {INVALID_INPUT_KEY: '{"a": -Infinity}'}
+    # A number JSON cannot carry back (NaN, Infinity, out of range): dropped, the call not run.
+    for raw in ('{"a": NaN}', '{"a": -Infinity}', '{"a": 1e999}'):
+        block = tool_use_block("t", "T", raw, stop_reason="tool_use", last=True)
+        assert block.input == {} and block.defect == BAD_NUMBER, raw
 
 
 async def test_official_sdk_reads_the_same_stream(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import secrets
 from collections.abc import Collection
@@ -49,6 +50,10 @@ INCOMPLETE = (
 TOO_DEEP = (
     f"The input of this call is nested more than {MAX_INPUT_DEPTH} levels deep, so it was not "
     "run. Make the call again with flatter input."
+)
+BAD_NUMBER = (
+    "The input of this call held a number JSON cannot carry (NaN, Infinity, or one too large "
+    "for a float such as 1e999), so it was not run. Make the call again with ordinary numbers."
 )
 BAD_TEXT = (
     "The input of this call contained invalid Unicode (unpaired surrogates), so it was not run "
@@ -128,18 +133,36 @@ def clean_json(value: Any) -> tuple[Any, int]:
     try:
         return _clean_value(value, 1)
     except _TooDeep:
-        raise ValueError(f"it is nested more than {MAX_INPUT_DEPTH} levels deep") from None
+        raise ValueError(f"nested more than {MAX_INPUT_DEPTH} levels deep") from None
 
 
-def not_json(constant: str) -> Any:
-    """``parse_constant`` for :func:`json.loads`: NaN and Infinity are not JSON.
+def strict_loads(text: str) -> Any:
+    """:func:`json.loads` taking only what JSON can send back.
 
-    Accepted, they would make the next request that carries them unsendable.
+    ``json.loads`` also takes ``NaN`` and ``Infinity`` and makes ``1e999`` infinite; accepted,
+    any of them would make every later request that carries it unsendable.
 
     Raises:
-        ValueError: Always.
+        UnsendableNumber: ``text`` holds such a number.
+        ValueError: ``text`` is not JSON.
+        RecursionError: ``text`` is nested too deeply to parse.
     """
-    raise ValueError(f"{constant} is not valid JSON")
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+
+
+class UnsendableNumber(ValueError):
+    """JSON text holds a number JSON cannot carry back (NaN, Infinity, ``1e999``)."""
+
+
+def _not_json(constant: str) -> Any:
+    raise UnsendableNumber(f"{constant} is not valid JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise UnsendableNumber(f"{text[:40]} is out of range")
+    return value
 
 
 def tool_use_block(
@@ -166,9 +189,11 @@ def tool_use_block(
         defect = CUT_OFF if last and stop_reason == "max_tokens" else None
         return ToolUseBlock(id=tool_id, name=name, input={}, defect=defect)
     try:
-        value = json.loads(raw, parse_constant=not_json)
+        value = strict_loads(raw)
     except RecursionError:
         return ToolUseBlock(id=tool_id, name=name, input={}, defect=TOO_DEEP)
+    except UnsendableNumber:
+        return ToolUseBlock(id=tool_id, name=name, input={}, defect=BAD_NUMBER)
     except ValueError:
         try:
             value = from_json(raw, allow_partial=True, allow_inf_nan=False)

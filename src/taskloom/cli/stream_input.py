@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import math
 import re
 import threading
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from typing import Any, BinaryIO
 from taskloom.cli.control import ControlChannel
 from taskloom.errors import clipped
 from taskloom.messages import Message
-from taskloom.untrusted import MAX_INPUT_DEPTH, clean_json, not_json
+from taskloom.untrusted import MAX_INPUT_DEPTH, clean_json, strict_loads
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +169,7 @@ def parse_line(text: str) -> dict[str, Any]:
         BadLine: It is not JSON, not an object, or nested too deeply.
     """
     try:
-        value = json.loads(text, parse_constant=not_json, parse_float=_finite)
+        value = strict_loads(text)
     except RecursionError:
         raise BadLine(f"is nested more than {MAX_INPUT_DEPTH} levels deep") from None
     except ValueError as exc:
@@ -184,7 +182,7 @@ def parse_line(text: str) -> dict[str, Any]:
         try:
             value, _ = clean_json(value)
         except ValueError as exc:
-            raise BadLine(str(exc).replace("it is", "is", 1)) from None
+            raise BadLine(f"is {exc}") from None
     return value  # type: ignore[no-any-return]
 
 
@@ -252,14 +250,6 @@ def _check_block(where: str, block: Any, kinds: tuple[str, ...] = _USER_BLOCKS) 
     if kind == "tool_result" and isinstance(block.get("content"), list):
         for j, inner in enumerate(block["content"]):
             _check_block(f"{where}.content[{j}]", inner, ("text",))
-
-
-def _finite(text: str) -> float:
-    """``parse_float`` for :func:`json.loads`: a number too large for a float is refused."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{clipped(text, 40)} is out of range")
-    return value
 
 
 def _kind(value: Any) -> str:

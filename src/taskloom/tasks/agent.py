@@ -81,10 +81,7 @@ class AgentKind(TaskKind):
 
     def summary(self, state: TaskState) -> str:
         """Its end in a line; a stopped agent's says where its kept work is."""
-        line = super().summary(state)
-        why = getattr(state, "stopped_reason", None)  # a local or remote agent's
-        if state.status == TaskStatus.KILLED and why:
-            line += f": {why}"  # a budget that ran out, with its figures
+        line = super().summary(state)  # with why it was stopped: a budget, its figures
         if (
             state.status == TaskStatus.KILLED
             and isinstance(state, AgentTaskState)

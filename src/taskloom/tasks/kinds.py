@@ -157,10 +157,15 @@ class TaskKind:
         return f'{self.noun} "{state.description}"'
 
     def summary(self, state: TaskState) -> str:
-        """The one-line summary of the task's end."""
+        """The one-line summary of the task's end; a stop not by TaskStop says why.
+
+        Why (a budget that ran out, an owner that stopped waiting) is the state's
+        ``stopped_reason``, in every variant that can be stopped so.
+        """
         label = self.label(state)
         if state.status == TaskStatus.KILLED:
-            return f"{label} was stopped"
+            why = getattr(state, "stopped_reason", None)
+            return f"{label} was stopped: {why}" if why else f"{label} was stopped"
         if state.status == TaskStatus.FAILED:
             # Every state variant but the shell's carries an ``error``; this default serves
             # variants no kind claims, without knowing their classes.

@@ -46,8 +46,7 @@ class ShellKind(TaskKind):
             return super().summary(state)
         label = self.label(state)
         if state.status == TaskStatus.KILLED:
-            why = f": {state.stopped_reason}" if state.stopped_reason else ""
-            return f"{label} was stopped{why}"
+            return super().summary(state)
         if state.status == TaskStatus.COMPLETED:
             if state.exit_code is None:  # a detached command whose exit nobody collected
                 return f"{label} completed (exit code unknown)"

@@ -114,14 +114,6 @@ class TeammateKind(TaskKind):
             return ""
         return state.result or state.error or ""
 
-    def summary(self, state: TaskState) -> str:
-        """Its end in a line; one stopped by a budget says which, with its figures."""
-        line = super().summary(state)
-        why = state.stopped_reason if isinstance(state, TeammateTaskState) else None
-        if state.status == TaskStatus.KILLED and why:
-            line += f": {why}"
-        return line
-
     def status_note(self, state: TaskState) -> str:
         """`` idle`` while it waits for mail."""
         if isinstance(state, TeammateTaskState) and state.is_idle and not state.terminal:

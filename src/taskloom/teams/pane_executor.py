@@ -10,7 +10,7 @@ its own, in a pane the user can watch. The lead:
 - talks to it through the team's mailbox, the store: a row for it is committed, then its
   wake-up socket is pinged; its rows for the lead ping the lead's socket, and the lead reads
   what is new. Idle notifications and shutdown approvals seen among them keep its task state
-  (idle, working, done) as the in-process run would;
+  (idle, working, done) as the in-process run would (:mod:`taskloom.teams._pane_state`);
 - answers its permission requests (``permission_request`` rows, kind ``protocol``) with the
   lead's own prompter — the REPL asks the user, naming the teammate;
 - watches its process with a pidfd (:func:`~taskloom.process.watch.wait_exit`): the moment it
@@ -30,19 +30,19 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from taskloom.errors import StoreError, UsageError
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.kill import kill_tree
 from taskloom.process.watch import describe_status, wait_exit
 from taskloom.store import ProcessRow, TeamTables
-from taskloom.tasks.teammate import TeammateTaskState, ended, idle, progressed, working
+from taskloom.tasks.teammate import TeammateTaskState, ended, working
 from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.wakeup import WakeupListener, ping, wakeup_path
 from taskloom.teams import protocol
+from taskloom.teams._pane_state import PaneMember, its_tasks, review, using
 from taskloom.teams.executor import post_message, request_shutdown
 from taskloom.teams.pane_env import NOT_INHERITED, pane_environment
 from taskloom.teams.pane_usage import PaneSpending, recorded_usage
@@ -72,16 +72,6 @@ _COMMAND = (sys.executable, "-P", "-m", "taskloom", "teammate", "--join")
 Launcher = Callable[["TeammateSpec", str, str], "JoinSpec"]
 
 
-def _idle_saying(
-    summary: str, totals: dict[str, Any]
-) -> Callable[[TeammateTaskState], TeammateTaskState]:
-    return lambda s: idle(s, totals, result=summary)
-
-
-def _using(totals: dict[str, Any]) -> Callable[[TeammateTaskState], TeammateTaskState]:
-    return lambda s: progressed(s, totals)
-
-
 class _PaneHandle:
     """A pane teammate's task handle: TaskStop and its owner's end stop its process."""
 
@@ -94,25 +84,6 @@ class _PaneHandle:
 
     async def detach(self) -> None:
         await self.executor.kill(self.agent_id)  # a teammate does not outlive its lead
-
-
-@dataclass
-class _Member:
-    spec: TeammateSpec
-    agent_id: str
-    task_id: str
-    pane: Pane | None = None
-    start: float = 0.0
-    approved: bool = False
-    killing: bool = False
-    watcher: asyncio.Task[None] | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    #: The session its process runs as (its own tasks are recorded under it).
-    process_session: str = ""
-    #: When (its process's clock) its last idle notification was posted, while the lead
-    #: counts it idle or may yet; None once the lead gave it work.
-    idle_at: float | None = None
-    idle_summary: str = ""
 
 
 class PaneExecutor:
@@ -147,7 +118,7 @@ class PaneExecutor:
         self.prompter = prompter
         self.keep_crashed = keep_crashed
         self.spending = PaneSpending(meter_for)
-        self._members: dict[str, _Member] = {}
+        self._members: dict[str, PaneMember] = {}
         self._listener: WakeupListener | None = None
         self._relay: PermissionRelay | None = None
         #: Plans its teammates sent for approval: request id -> agent id (the lead's answer
@@ -189,7 +160,7 @@ class PaneExecutor:
         for letter in letters:
             self._observe(letter)
         if letters:
-            self._review()
+            review(self.runtime, self._members.values(), self.spending)
 
     def _observe(self, letter: Letter) -> None:
         """Keep a teammate's state as its protocol messages say (its text says nothing)."""
@@ -204,65 +175,6 @@ class PaneExecutor:
             member.approved = True
         elif letter.topic == "plan_approval_request":
             self.plans[str(data.get("requestId") or "")] = member.agent_id
-
-    def _review(self) -> None:
-        """Count each teammate that said it is idle idle, unless that is old news.
-
-        It is old news once a row for it was taken after it said so, or waits to be: sent
-        by the lead, or by another teammate's process (which pings only its recipient, so the
-        lead looks again at every idle notification). Nor is it idle while work of its own
-        runs in its process (a command in the background wakes it when it ends). A headless
-        lead ends when every teammate is idle: it must not end under one at work.
-        """
-        runtime = self.runtime
-        for member in self._members.values():
-            since = member.idle_at
-            if since is None or member.ended.is_set():
-                continue
-            state = runtime.get(member.task_id)
-            if state is None or state.terminal:
-                continue
-            tasks = self._its_tasks(member)
-            at_work = tasks is None or self._at_work(member, since, tasks)
-            totals = recorded_usage(tasks or [])
-            if at_work and getattr(state, "is_idle", False):
-                runtime.update(member.task_id, working)
-            elif not at_work and not getattr(state, "is_idle", False):
-                runtime.update(member.task_id, _idle_saying(member.idle_summary, totals))
-            if totals:
-                runtime.update(member.task_id, _using(totals))
-                self.spending.count(member.task_id, member.agent_id, totals)
-
-    def _its_tasks(self, member: _Member, *, ended: bool = False) -> list[dict[str, Any]] | None:
-        """The tasks its process recorded: live ones (with ``ended``, all); None: unknown."""
-        if not member.process_session:
-            return []
-        statuses = None if ended else ("pending", "running")
-        try:
-            return self.runtime.store.list_tasks(member.process_session, statuses)
-        except StoreError:
-            return None
-
-    def _at_work(self, member: _Member, since: float, tasks: list[dict[str, Any]]) -> bool:
-        own = next((t for t in tasks if t.get("type") == TaskType.IN_PROCESS_TEAMMATE), None)
-        if own is not None and not own.get("is_idle"):
-            return True  # its process says it is at work (a turn that no mail of ours began)
-        store = self.runtime.store
-        try:
-            if store.mail_taken_after(self.runtime.session_id, member.agent_id, since):
-                return True
-            # Its own notifications (a command of its ended) wake it in its process: taken
-            # after it said it was idle, or waiting to be, it is at work.
-            if own is not None and store.mail_taken_after(
-                member.process_session, str(own.get("id")), since
-            ):
-                return True
-        except StoreError:
-            return True  # unknown: counted at work, so that a headless lead does not end early
-        return any(
-            t.get("type") != TaskType.IN_PROCESS_TEAMMATE and t.get("exit_policy") != "detach"
-            for t in tasks
-        )
 
     async def sweep(self) -> list[str]:
         """Close the panes of sessions whose process is gone; the panes closed.
@@ -358,8 +270,8 @@ class PaneExecutor:
                 is_idle=resume,  # it goes on waiting for mail
             )
         )
-        member = self._members[agent_id] = _Member(spec, agent_id, task_id)
-        if resume:  # idle as of now, unless mail for it waits (see _review)
+        member = self._members[agent_id] = PaneMember(spec, agent_id, task_id)
+        if resume:  # idle as of now, unless mail for it waits (see _pane_state.review)
             member.idle_at = time.time()
         runtime.attach_handle(task_id, _PaneHandle(self, agent_id))
         full_env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
@@ -406,10 +318,10 @@ class PaneExecutor:
             raise
         self._attach(member, pane)
         if resume:
-            self._review()
+            review(self.runtime, self._members.values(), self.spending)
         return agent_id
 
-    def _attach(self, member: _Member, pane: Pane) -> None:
+    def _attach(self, member: PaneMember, pane: Pane) -> None:
         """Its process runs: watched, its pane on its task and member."""
         runtime = self.runtime
         member.pane = pane
@@ -425,7 +337,7 @@ class PaneExecutor:
             self._watch(member), name=f"teammate process {member.agent_id}"
         )
 
-    def _record(self, member: _Member, pane: Pane) -> None:
+    def _record(self, member: PaneMember, pane: Pane) -> None:
         """Record its process for the orphan sweep (its pane's pid, which its command keeps)."""
         runtime = self.runtime
         me = os.getpid()
@@ -544,7 +456,7 @@ class PaneExecutor:
         member = self._members.get(sender)
         return member.agent_id if member is not None and self.is_active(sender) else None
 
-    def _active(self, agent_id: str) -> _Member:
+    def _active(self, agent_id: str) -> PaneMember:
         member = self._members.get(agent_id)
         if member is None or not self.is_active(agent_id):
             raise UsageError(f"no teammate {agent_id} is running")
@@ -552,7 +464,7 @@ class PaneExecutor:
 
     # -- its end ------------------------------------------------------------------------------
 
-    async def _watch(self, member: _Member) -> None:
+    async def _watch(self, member: PaneMember) -> None:
         """Wait for its process to end (a pidfd: at once), then settle its task and pane.
 
         However settling goes (tmux or the store failing), its task ends and ``ended`` is
@@ -574,7 +486,7 @@ class PaneExecutor:
         finally:
             await self._settle(member, pane, how)
 
-    async def _settle(self, member: _Member, pane: Pane, how: str) -> None:
+    async def _settle(self, member: PaneMember, pane: Pane, how: str) -> None:
         runtime = self.runtime
         try:
             on_end = member.spec.on_end
@@ -592,9 +504,9 @@ class PaneExecutor:
                     runtime.mailbox.withdraw(mine)
             with contextlib.suppress(OSError):  # its process read it, or never will
                 Path(_join_path(runtime.home, runtime.session_id, member.task_id)).unlink()
-            totals = recorded_usage(self._its_tasks(member, ended=True) or [])
+            totals = recorded_usage(its_tasks(runtime.store, member, ended=True) or [])
             if totals:  # what it used, as its process last recorded it
-                runtime.update(member.task_id, _using(totals))
+                runtime.update(member.task_id, using(totals))
                 self.spending.count(member.task_id, member.agent_id, totals)
             crashed = not member.approved and not member.killing
             if not crashed or not self.keep_crashed:

@@ -1,13 +1,12 @@
-"""The TaskRuntime: registers, tracks, persists, notifies, evicts and kills every task.
+"""The TaskRuntime: the task registry of a session as it runs, from its start to its end.
 
-Every state change goes through :meth:`TaskRuntime.update`, which is atomic: the terminal
-transition, the ``notified`` flag and the enqueueing of the notification happen in one step, so
-however completion, kill and cleanup race, a task that ends yields exactly one notification.
-
-Owner scoping: a task belongs to the agent (or session) that started it. Only that
-owner, or the session itself, may read or stop it, and only that owner is notified of it. When an
-owner closes, its tasks are handled by their exit policy (``cancel`` kills, ``wait`` waits,
-``detach`` lets go) and notifications for it are dropped: there is no one left to receive them.
+Starting claims the session, sweeps the orphans of crashed sessions, settles their tasks and
+replays undelivered notifications. Ending it applies every task's exit policy, as does an owner
+that closes: ``cancel`` kills, ``wait`` waits, ``detach`` lets go; notifications for a closed
+owner are dropped then, there is no one left to receive them. Tasks are stopped through their
+kinds' handles. What it keeps of each task — registration, the atomic update and the one
+notification of each end, queries, waits, eviction — is its
+:class:`~taskloom.tasks._registry.TaskRegistry`'s.
 
 Call the synchronous methods from the event loop's thread (or with no loop running).
 """
@@ -17,41 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.clock import SYSTEM_CLOCK, Clock
-from taskloom.errors import TaskAccessDenied, TaskloomError, TaskNotFound
+from taskloom.errors import TaskloomError
 from taskloom.process.registry import ProcessRecorder, bind_recorder, current_recorder
 from taskloom.process.sweep import sweep_orphans
 from taskloom.settings import DEFAULT_OUTPUT_CAP_BYTES, db_path, taskloom_home
 from taskloom.store import Store
 from taskloom.tasks._claim import claim_session
 from taskloom.tasks._recovery import kill_lingering, settle_dead_sessions
-from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
-from taskloom.tasks._waiters import EndWaiters
+from taskloom.tasks._registry import States, TaskRegistry
+from taskloom.tasks._subscription import Subscription, TaskEvent
 from taskloom.tasks.directory import Directory
-from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
-from taskloom.tasks.mailbox import MESSAGES, Kinds, Mailbox
-from taskloom.tasks.notifications import (
-    Notification,
-    NotificationQueue,
-    render_terminal,
-)
-from taskloom.tasks.output import DiskTaskOutput, output_path
-from taskloom.tasks.types import (
-    Priority,
-    TaskState,
-    TaskStatus,
-    TaskType,
-    check_transition,
-    readable_state,
-)
+from taskloom.tasks.types import TaskState, TaskType, readable_state
 from taskloom.tasks.watchdog import Watchdog
 
 #: How often the safety-net eviction sweep runs.
@@ -59,16 +42,11 @@ DEFAULT_SWEEP_INTERVAL_S = 60.0
 #: Bound on how long ``close`` spends cancelling tasks.
 DEFAULT_CLOSE_TIMEOUT_S = 10.0
 
-S = TypeVar("S", bound=TaskState)
-# The runtime has a ``list`` method; these keep annotations in the class unambiguous.
-States = list[TaskState]
-Notifications = list[Notification]
-
 log = logging.getLogger(__name__)
 
 
-class TaskRuntime:
-    """The task registry of one session (see the module docstring)."""
+class TaskRuntime(TaskRegistry):
+    """The task runtime of one session (see the module docstring)."""
 
     def __init__(
         self,
@@ -95,32 +73,21 @@ class TaskRuntime:
             kill_grace: Seconds between SIGTERM and SIGKILL when killing processes.
             cwd: The session's working directory, as recorded (default: the process's).
         """
-        self.home = home or taskloom_home()
-        self.session_id = session_id or str(uuid.uuid4())
+        home = home or taskloom_home()
+        super().__init__(
+            session_id=session_id or str(uuid.uuid4()),
+            home=home,
+            store=store or Store(db_path(home)),
+            clock=clock,
+            output_cap=output_cap,
+        )
         self._owns_store = store is None
-        self.store = store or Store(db_path(self.home))
-        self.clock = clock
-        self.output_cap = output_cap
         self.sweep_interval = sweep_interval
         self.kill_grace = kill_grace
         self.cwd = cwd
-        #: Every message to an address of this session (notifications are rows of it).
-        self.mailbox = Mailbox(self.store, self.session_id, clock)
-        self.notifications = NotificationQueue(
-            self.store, self.session_id, clock, mailbox=self.mailbox
-        )
         #: The names given to its agents at spawn.
         self.directory = Directory(self.store, self.session_id, clock)
-        self.notifications.on_ack = self._on_ack
-        self._tasks: dict[str, TaskState] = {}
-        # Every id this session has (in memory or evicted): the store is asked only for these.
-        self._known_ids: set[str] = set()
-        self._handles: dict[str, TaskHandle] = {}
-        self._subscribers: set[Subscription] = set()
-        self._closed_owners: set[str] = set()
         self.watchdog = Watchdog(clock)
-        self._lock = threading.RLock()
-        self._end_waiters = EndWaiters(self._lock)
         self._sweeper: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._stop_waiting = asyncio.Event()
@@ -280,233 +247,6 @@ class TaskRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await waits
 
-    # -- registration and updates -------------------------------------------------------------
-
-    def new_id(self, task_type: TaskType) -> str:
-        """Return an id for a new task, unused in this runtime."""
-        while True:
-            task_id = new_task_id(task_type)
-            if task_id not in self._known_ids:
-                return task_id
-
-    def output_path(self, task_id: str) -> Path:
-        """Where ``task_id``'s output file lives."""
-        return output_path(self.session_id, task_id, self.home)
-
-    def create_output(self, task_id: str) -> DiskTaskOutput:
-        """Create ``task_id``'s output file (exclusively, refusing symlinks)."""
-        return DiskTaskOutput(self.output_path(task_id), self.output_cap)
-
-    def register(self, state: S, handle: TaskHandle | None = None) -> S:
-        """Add a task, or resume one with the same id.
-
-        On resume (the id is known and ended) the task goes back to ``running`` under the same
-        id; its start time survives (and whatever its kind keeps), and it will be notified
-        again when it next ends.
-
-        Raises:
-            InvalidTransition: The id is known and the status change is not allowed.
-        """
-        with self._lock:
-            existing = self._tasks.get(state.id) or self._load(state.id)
-            self._known_ids.add(state.id)
-            merged: TaskState = state.replace(
-                session_id=state.session_id or self.session_id,
-                start_time=state.start_time or self.clock.time(),
-            )
-            if existing is not None:
-                check_transition(state.id, existing.status, merged.status, resume=True)
-                keep = kind_of(merged).resume_changes(existing, merged)
-                keep["start_time"] = existing.start_time
-                if existing.terminal:
-                    keep.update(notified=False, end_time=None)
-                merged = merged.replace(**keep)
-            self._tasks[state.id] = merged
-            if handle is not None:
-                self._handles[state.id] = handle
-            self.store.upsert_task_lazy(merged.id, merged.to_dict)
-        self._publish("registered", merged)
-        return merged  # type: ignore[return-value]
-
-    def attach_handle(self, task_id: str, handle: TaskHandle) -> None:
-        """Give a registered task its live handle (used for kill, detach, background)."""
-        self._handles[task_id] = handle
-
-    def update(self, task_id: str, fn: Callable[[S], S], *, _notify: bool = False) -> S | None:
-        """Apply ``fn`` to a task's state atomically; returns the new state (None if unknown).
-
-        A no-op update (``fn`` returns its argument or an equal state) changes and publishes
-        nothing. On the terminal transition the end time is stamped and, unless already done,
-        the notification is queued in the same step.
-
-        Raises:
-            InvalidTransition: ``fn`` changed the status in a way the state machine forbids.
-        """
-        with self._lock:
-            old = self._tasks.get(task_id)
-            if old is None:
-                # An evicted task is still the session's: bring it back to change it.
-                old = self._load(task_id)
-                if old is None:
-                    return None
-                self._tasks[task_id] = old
-            new: TaskState = fn(old)  # type: ignore[arg-type]
-            if new is old or new == old:
-                return old  # type: ignore[return-value]
-            check_transition(task_id, old.status, new.status)
-            deliver = _notify
-            if new.terminal and not old.terminal:
-                now = self.clock.time()
-                kind = kind_of(new)
-                changes: dict[str, object] = dict(kind.end_changes(new, now))
-                if new.end_time is None:
-                    changes["end_time"] = now
-                if not new.notified:
-                    changes["notified"] = True
-                    # A foreground caller receives the result itself: no notification.
-                    deliver = new.is_backgrounded
-                new = new.replace(**changes)
-            self._tasks[task_id] = new
-            self.store.upsert_task_lazy(task_id, new.to_dict)
-            if deliver and new.owner not in self._closed_owners and kind_of(new).notifies(new):
-                self.notifications.enqueue(
-                    owner=new.owner,
-                    task_id=task_id,
-                    text=render_terminal(new),
-                    priority=kind_of(new).priority(new),
-                )
-            waiters = self._end_waiters.take(task_id) if new.terminal else []
-            if new.terminal and not old.terminal:
-                self._end_waiters.signal()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(new)
-        self._publish("updated", new)
-        return new  # type: ignore[return-value]
-
-    def notify(
-        self, task_id: str, text: str, *, kind: str = "stall", priority: Priority = "next"
-    ) -> Notification | None:
-        """Queue a notification about a task that has not ended (e.g. a stalled command)."""
-        state = self.get(task_id)
-        if state is None or state.owner in self._closed_owners:
-            return None
-        return self.notifications.enqueue(
-            owner=state.owner, task_id=task_id, text=text, kind=kind, priority=priority
-        )
-
-    # -- queries ------------------------------------------------------------------------------
-
-    def _load(self, task_id: str) -> TaskState | None:
-        if task_id not in self._known_ids:
-            return None
-        data = self.store.get_task(task_id)
-        if data is None or data.get("session_id") != self.session_id:
-            return None
-        return readable_state(data)
-
-    def get(self, task_id: str, caller: str | None = None) -> TaskState | None:
-        """Return a task's state (evicted tasks are read back from the store).
-
-        Raises:
-            TaskAccessDenied: ``caller`` is given and is neither the owner nor the session.
-        """
-        state = self._tasks.get(task_id) or self._load(task_id)
-        if state is not None and caller is not None:
-            self._check_access(state, caller)
-        return state
-
-    def authorize(self, task_id: str, caller: str | None) -> TaskState:
-        """Return the task if ``caller`` may read or stop it.
-
-        Raises:
-            TaskNotFound: No such task in this session.
-            TaskAccessDenied: ``caller`` is neither the owner nor the session.
-        """
-        state = self.get(task_id)
-        if state is None:
-            raise TaskNotFound(task_id)
-        if caller is not None:
-            self._check_access(state, caller)
-        return state
-
-    def _check_access(self, state: TaskState, caller: str) -> None:
-        if caller not in (state.owner, self.session_id):
-            raise TaskAccessDenied(state.id, caller, state.owner)
-
-    def list(
-        self,
-        *,
-        owner: str | None = None,
-        statuses: Iterable[TaskStatus] | None = None,
-        types: Iterable[TaskType] | None = None,
-        include_evicted: bool = False,
-    ) -> States:
-        """Return tasks matching every given filter, oldest first."""
-        wanted_status = set(statuses) if statuses is not None else None
-        wanted_type = set(types) if types is not None else None
-        states = dict(self._tasks)
-        if include_evicted:
-            for data in self.store.list_tasks(self.session_id):
-                if data["id"] not in states and (state := readable_state(data)) is not None:
-                    states[data["id"]] = state
-        return sorted(
-            (
-                s
-                for s in states.values()
-                if (owner is None or s.owner == owner)
-                and (wanted_status is None or s.status in wanted_status)
-                and (wanted_type is None or s.type in wanted_type)
-            ),
-            key=lambda s: s.start_time,
-        )
-
-    def has_live_tasks(self, owner: str | None = None) -> bool:
-        """Whether any task (of ``owner``) is pending or running."""
-        return any(
-            not s.terminal and (owner is None or s.owner == owner) for s in self._tasks.values()
-        )
-
-    async def wait_for_change(
-        self, timeout: float, owner: str | None = None, *, messages: bool = False
-    ) -> None:
-        """Wait until a notification is pending (for ``owner``) or any task ends, or timeout.
-
-        With ``messages``, a message for ``owner`` (SendMessage text) wakes it too.
-        """
-        kind: Kinds = ("notification", *MESSAGES) if messages else "notification"
-        await self._end_waiters.change(timeout, self.mailbox, owner, kind)
-
-    async def wait_for_task_end(self, timeout: float) -> bool:
-        """Wait until some task ends; False if none did within ``timeout``."""
-        return await self._end_waiters.any_end(timeout)
-
-    def subscribe(self, maxlen: int = 1024) -> Subscription:
-        """Return a stream of changes (registrations, updates, evictions)."""
-        sub = Subscription(maxlen, self._subscribers.discard)
-        self._subscribers.add(sub)
-        return sub
-
-    def _publish(self, kind: EventKind, state: TaskState) -> None:
-        if self._subscribers:
-            event = TaskEvent(kind, state)
-            for sub in list(self._subscribers):
-                sub.push(event)
-
-    async def wait(self, task_id: str, timeout: float) -> TaskState:
-        """Wait until the task ends or ``timeout`` passes; return its state then.
-
-        The wait is woken by the terminal transition itself.
-
-        Raises:
-            TaskNotFound: No such task.
-        """
-        state = self.authorize(task_id, None)
-        if state.terminal:
-            return state
-        ended = await self._end_waiters.wait(task_id, timeout)
-        return ended if ended is not None else self.authorize(task_id, None)
-
     # -- control ------------------------------------------------------------------------------
 
     async def kill(self, task_id: str, caller: str | None = None) -> TaskState:
@@ -579,20 +319,6 @@ class TaskRuntime:
         self._closed_owners.discard(owner)
         self.mailbox.unpark(owner)
 
-    def subtree(self, agent_id: str) -> States:
-        """The tasks started by ``agent_id`` and, recursively, by the agents it started."""
-        found: list[TaskState] = []
-        frontier = [agent_id]
-        states = self.list(include_evicted=True)
-        while frontier:
-            owner = frontier.pop()
-            for state in states:
-                if state.owner == owner:
-                    found.append(state)
-                    if kind_of(state).owns_tasks:
-                        frontier.append(state.id)
-        return found
-
     def background(self, task_id: str) -> bool:
         """Move a running foreground task to the background; False if it is not one.
 
@@ -604,46 +330,6 @@ class TaskRuntime:
         moved = self.update(task_id, lambda s: s.replace(is_backgrounded=True)) or state
         kind_of(moved).hand_off(moved, self._handles.get(task_id))
         return True
-
-    def release_handle(self, task_id: str) -> None:
-        """Forget a task's live handle (its resources are gone)."""
-        self._handles.pop(task_id, None)
-
-    # -- notifications ------------------------------------------------------------------------
-
-    def drain(self, owner: str | None = None, priority: Priority | None = None) -> Notifications:
-        """Hand out every pending notification (for ``owner``) as one batch; see :meth:`ack`."""
-        return self.notifications.drain(owner, priority)
-
-    def ack(self, notifications: Iterable[Notification]) -> None:
-        """Record delivery of drained notifications; their ended tasks become evictable."""
-        self.notifications.ack(notifications)
-
-    def _on_ack(self, notes: Notifications) -> None:
-        for note in notes:
-            self.evict(note.task_id)
-
-    # -- eviction -----------------------------------------------------------------------------
-
-    def evict(self, task_id: str) -> bool:
-        """Drop an ended, notified task from memory (its record stays in the store).
-
-        A kind may keep its tasks a while after they end, for a UI that shows them.
-        """
-        with self._lock:
-            state = self._tasks.get(task_id)
-            if state is None or not state.terminal or not state.notified:
-                return False
-            if not kind_of(state).evictable(state, self.clock.time()):
-                return False
-            del self._tasks[task_id]
-            self._handles.pop(task_id, None)
-        self._publish("evicted", state)
-        return True
-
-    def sweep(self) -> int:
-        """Evict every task that may be evicted; returns how many were."""
-        return sum(self.evict(task_id) for task_id in list(self._tasks))
 
 
 __all__ = [

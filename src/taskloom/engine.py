@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,10 +42,8 @@ from taskloom.messages import (
     Usage,
 )
 from taskloom.models.base import MessageComplete, ModelRequest
-from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.mailbox import MESSAGES
 from taskloom.tasks.notifications import Notification, render_batch
-from taskloom.tasks.wait_bound import WaitBound, task_wait_seconds
+from taskloom.tasks.owner_wait import OwnerWait
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
 from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
@@ -53,17 +51,8 @@ from taskloom.untrusted import vet_answer
 if TYPE_CHECKING:
     from taskloom.hooks import HookOutcome
     from taskloom.tasks.runtime import TaskRuntime
-    from taskloom.tasks.types import TaskState
 
 log = logging.getLogger(__name__)
-
-#: How long one wait for a notification lasts before the loop looks again.
-_NOTIFICATION_POLL_S = 30.0
-#: After a first notification, how long (ms) to wait for others still arriving: tasks that
-#: end together are delivered in one message, not one turn each. Setting notificationBatchMs.
-#: A quiet window (it restarts at each end): ends that come together are a few ms apart, and
-#: a longer one only delays every notification that arrives while other tasks run.
-DEFAULT_BATCH_WINDOW_MS = 25
 
 
 class Engine:
@@ -96,9 +85,10 @@ class Engine:
         self.progress = 0
         #: Set when its budget ran out (:meth:`halt`): no more requests, no more waiting.
         self.halted: str | None = None
-        self._halt = asyncio.Event()
-        #: How long it waits for its tasks that have no end of their own (armed once waiting).
-        self._bound: WaitBound | None = None
+        #: Its wait at the end of a turn, for its tasks and what they deliver.
+        self._waiting = OwnerWait(
+            runtime, config.owner, config.settings, listens=config.inbox is not None
+        )
         #: Set when a hook answered ``continue: false``: the loop ends after this turn.
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
@@ -110,12 +100,12 @@ class Engine:
         Each run ends at once, with ``why``; one waiting at its end for notifications ends.
         """
         self.halted = why
-        self._halt.set()
+        self._waiting.stop()
 
     def unhalt(self) -> None:
         """Make requests again (a new run of an agent that was told to stop as it ended)."""
         self.halted = None
-        self._halt = asyncio.Event()
+        self._waiting.resume()
 
     def continued(self, config: EngineConfig) -> Engine:
         """This conversation carried on under ``config``: messages, files, usage, counts kept.
@@ -206,7 +196,7 @@ class Engine:
                 self.messages.append(message)
                 yield UserTurn(message, "messages")
                 continue
-            if not self._must_wait() and not self.runtime.notifications.has_pending(
+            if not self._waiting.must_wait() and not self.runtime.notifications.has_pending(
                 self.config.owner
             ):
                 yield Finished("end_turn", answer.text())
@@ -516,69 +506,12 @@ class Engine:
         if notes:
             self.runtime.ack(notes)
 
-    def _live_tasks(self) -> bool:
-        return any(
-            not s.terminal and s.exit_policy != "detach" and self._at_work(s)
-            for s in self.runtime.list(owner=self.config.owner)
-        )
-
-    def _at_work(self, state: TaskState) -> bool:
-        """A live task works while its kind says so, or while it owns work of its own.
-
-        An idle teammate with a background command running (or its notice not yet taken)
-        will wake for it: the run must not end under it.
-        """
-        if kind_of(state).busy(state) or self.runtime.notifications.has_pending(state.id):
-            return True
-        return any(
-            not child.terminal and child.exit_policy != "detach"
-            for child in self.runtime.list(owner=state.id)
-        )
-
-    def _must_wait(self) -> bool:
-        return self._live_tasks() or self.runtime.notifications.has_pending(self.config.owner)
-
     async def _await_notifications(self) -> list[Notification]:
         """At the end of a turn: what to deliver now, waiting while owned tasks still run."""
         notes = self._take_notifications()
         if notes or not self.config.wait_for_tasks:
             return notes
-        owner, listens = self.config.owner, self.config.inbox is not None
-        if self._bound is None:
-            self._bound = WaitBound(self.runtime, owner, task_wait_seconds(self.config.settings))
-        try:  # only the time spent waiting counts against a command's bound
-            while self._must_wait() and self.halted is None:
-                self._bound.arm()  # a command that may run forever is waited for so long only
-                # A message sent to it wakes it too: it sees it now, not after the next task ends.
-                change = self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
-                await self._unless_halted(change)
-                if self.runtime.notifications.has_pending(owner):
-                    await self._gather_more()
-                notes = self._take_notifications()
-                if notes or (listens and self.runtime.mailbox.has_pending(owner, MESSAGES)):
-                    return notes
-            return []
-        finally:
-            self._bound.pause()
-
-    async def _unless_halted(self, waiting: Coroutine[Any, Any, None]) -> None:
-        """Wait for ``waiting``, or until the engine is halted."""
-        wait = asyncio.ensure_future(waiting)
-        halt = asyncio.ensure_future(self._halt.wait())
-        try:
-            await asyncio.wait((wait, halt), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            wait.cancel()
-            halt.cancel()
-
-    async def _gather_more(self) -> None:
-        """Let tasks that end at about the same time join the batch (bounded to 1 s)."""
-        window = float(self.config.settings.get("notificationBatchMs", DEFAULT_BATCH_WINDOW_MS))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(window * 10, 1000) / 1000
-        while self._live_tasks() and loop.time() < deadline:
-            if not await self.runtime.wait_for_task_end(window / 1000):
-                return  # quiet for a whole window: deliver what there is
+        return await self._waiting.next_delivery()
 
 
 #: What stands in for an answer with no content (the API refuses empty messages).
@@ -613,7 +546,6 @@ def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:
 
 
 __all__ = [
-    "DEFAULT_BATCH_WINDOW_MS",
     "NO_CONTENT",
     "AssistantTurn",
     "Engine",

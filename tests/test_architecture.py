@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"conversation"},
     {"agents", "session", "options", "remote"},
     {"teams"},
-    {"harness"},
+    {"harness", "main_thread"},
     {"repl"},
     {"cli", "__main__", "__init__"},
 ]

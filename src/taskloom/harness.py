@@ -9,8 +9,10 @@ Print mode, the demo and library users all start here::
 :meth:`Harness.start` reads the settings, resolves the model, builds the permission policy,
 starts the task runtime (which claims the session) and the MCP servers, loads hooks and agent
 definitions, assembles the tools and the main session, in that order; :meth:`Harness.aclose`
-undoes it in reverse. Nothing is built anywhere else, and nothing changes another part's
-configuration after it was built.
+undoes it in reverse. Nothing is built anywhere else — the agents' part
+(:mod:`taskloom.agents.compose`), the team's (:mod:`taskloom.teams.compose`) and the main
+thread's configuration (:mod:`taskloom.main_thread`) are put together by their own modules,
+called from here — and nothing changes another part's configuration after it was built.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
     from taskloom.agents.peers import PeerListener
     from taskloom.agents.service import AgentService
     from taskloom.engine import EngineEvent, EngineObserver
-    from taskloom.events import Meter
     from taskloom.hooks import HookConfig
     from taskloom.mcp.manager import McpManager
     from taskloom.messages import Message
@@ -226,22 +227,10 @@ class Harness:
             await finish_despite_cancel(self._stack.aclose())
             raise
 
-    def _session_meter(self, service: AgentService) -> Meter:
-        """The main thread's meter; the session's budget (flag, then settings) is set here."""
-        from taskloom.agents.budget import session_budget
-
-        budgets = service.spawner.budgets
-        opts = self.options
-        budget = session_budget(self.settings, opts.max_budget_tokens, opts.max_budget_usd)
-        if budget:
-            budgets.limit_session(budget)
-
-            def spent(why: str) -> None:
-                if self._session is not None:
-                    self._session.engine.halt(why)  # no more requests, no more waiting
-
-            service.spawner.on_session_spent = spent
-        return budgets.meter(self.runtime.session_id)
+    def _session_spent(self, why: str) -> None:
+        """The session's budget ran out: the main thread makes no more requests, nor waits."""
+        if self._session is not None:
+            self._session.engine.halt(why)
 
     def _start_telemetry(self, session_id: str) -> None:
         from taskloom.telemetry import Tee, start_telemetry
@@ -253,17 +242,12 @@ class Harness:
             self._observer = Tee(first, telemetry) if first is not None else telemetry
 
     def _build_session(self) -> None:
-        from taskloom.agents.agent_tool import AgentTool
-        from taskloom.agents.send_message import SendMessageTool
-        from taskloom.engine import EngineConfig
+        from taskloom.agents.compose import agent_service
         from taskloom.hooks import HookConfig
-        from taskloom.session import Session, transcript_path
-        from taskloom.tools.registry import core_tools
-        from taskloom.tools.worktree_tools import (
-            EnterWorktreeTool,
-            ExitWorktreeTool,
-            WorktreeSession,
-        )
+        from taskloom.main_thread import main_config, main_tools
+        from taskloom.models.switch import ModelSwitch
+        from taskloom.session import Session
+        from taskloom.tools.worktree_tools import WorktreeSession
 
         opts, policy, runtime = self.options, self.policy, self.runtime
         hooks = HookConfig.from_settings(self.settings)
@@ -271,89 +255,37 @@ class Harness:
             hooks = hooks.merged(opts.hooks)
         self._hooks = hooks
         team = self.team = self._team_service()
-        service = self._service = self._agent_service(hooks, team)
+        service = self._service = agent_service(
+            runtime, opts, self.settings, cwd=self.cwd, model=self.model, policy=policy,
+            hooks=hooks, tools=self._subagent_tools, max_tokens=self.max_output_tokens,
+            prompter=self._prompter, observer=self._observer, coordinator=self.coordinator,
+            mcp=self._mcp, mcp_config=self._mcp_config, listen_path=self.listen_path, team=team,
+        )  # fmt: skip
         place = self._place = WorktreeSession(cwd=self.cwd)
-        coordinating = self.coordinator
-        builtin: list[Tool[Any]]
-        if coordinating:
-            from taskloom.tools.tasks import TaskStopTool
-
-            # It orchestrates only: the workers have the tools (and the MCP servers).
-            builtin = [
-                AgentTool(service, coordinator=True),
-                SendMessageTool(service),
-                TaskStopTool(),
-            ]
-        else:
-            builtin = [
-                *core_tools(self._profile),
-                AgentTool(service),
-                SendMessageTool(service),
-                EnterWorktreeTool(place, hooks),
-                ExitWorktreeTool(place, hooks),
-            ]
         if team is not None:
-            from taskloom.teams.compose import lead_tools
-
-            if self._member is None:
-                builtin += lead_tools(team)
             # Before the runtime closes: its teammates stop, verified, and the team goes.
             self._stack.push_async_callback(team.close)
-        if opts.builtin_tools is not None:
-            builtin = [t for t in builtin if t.name in opts.builtin_tools]
         if opts.json_schema is not None:
             from taskloom.tools.structured import StructuredOutput, check_schema
 
             self._structured = StructuredOutput(check_schema(opts.json_schema))
-            builtin.append(self._structured)
-        mcp_tools = self._mcp.tools() if self._mcp is not None and not coordinating else []
-        offered = [*builtin, *mcp_tools, *opts.tools]
-        self.tools = [t for t in offered if not policy.hides(t.name, t.kind)]
-        from taskloom.models.switch import ModelSwitch
-
+        self.tools = main_tools(
+            service, place, hooks, profile=self._profile, coordinator=self.coordinator,
+            lead=team if self._member is None else None, only=opts.builtin_tools,
+            structured=self._structured, mcp=self._mcp, extra=opts.tools, policy=policy,
+        )  # fmt: skip
         self._switch = ModelSwitch(self.model)  # the program may choose another (set_model)
-        config = EngineConfig(
-            model=self._switch,
-            system_prompt=self._main_prompt(),
-            tools=self.tools,
-            owner=runtime.session_id,
-            cwd=self.cwd,
-            max_turns=opts.max_turns,
-            max_tokens=self.max_output_tokens,
-            permissions=policy,
-            headless=opts.headless,
-            wait_for_tasks=opts.wait_for_tasks,
-            prompter=self._prompter,
-            settings=self.settings,
-            hooks=hooks,
-            cwd_source=lambda: place.cwd,
-            session_id=runtime.session_id,
-            transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
-            observer=self._observer,
-            meter=self._session_meter(service),
-        )
+        config = main_config(
+            runtime, opts, service, model=self._switch, tools=self.tools, cwd=self.cwd,
+            settings=self.settings, max_tokens=self.max_output_tokens, policy=policy,
+            hooks=hooks, place=place, prompter=self._prompter, observer=self._observer,
+            coordinator=self.coordinator, mcp=self._mcp, spent=self._session_spent,
+        )  # fmt: skip
         if self._resuming:
             self._session = Session.resume(runtime, config, persist=opts.persist_session)
         else:
             self._session = Session(runtime, config, persist=opts.persist_session)
         self._stack.callback(self._session.close)
-
-    def _main_prompt(self) -> str:
-        """The main thread's system prompt; a coordinator's says what its workers have."""
-        from taskloom.prompts import main_system_prompt
-
-        opts = self.options
-        if not self.coordinator or opts.system_prompt is not None:
-            return main_system_prompt(
-                self.cwd, opts.append_system_prompt, replace=opts.system_prompt
-            )
-        from taskloom.agents.coordinator import coordinator_system_prompt
-
-        servers = self._mcp.status() if self._mcp is not None else {}
-        connected = [name for name, status in servers.items() if status == "connected"]
-        return coordinator_system_prompt(
-            self.agents.builder, self.cwd, connected, opts.append_system_prompt
-        )
 
     def _listens(self) -> bool:
         """Whether other sessions may message this one (``listen``, or the setting)."""
@@ -434,60 +366,11 @@ class Harness:
             raise UsageError("serve_teammate: this session was not started with join_team")
         return await self._member.serve()
 
-    def _agent_service(self, hooks: HookConfig, team: TeamService | None) -> AgentService:
-        from taskloom.agents.builder import AgentBuilder
-        from taskloom.agents.environment import Environments
-        from taskloom.agents.loader import load_agents
-        from taskloom.agents.service import AgentService
-        from taskloom.models.resolve import alias_resolver
-
-        catalog = load_agents(self.cwd, flag_json=self.options.agents)
-        if self.coordinator:
-            from taskloom.agents.coordinator import coordinator_catalog
-
-            catalog = coordinator_catalog(catalog)
-        builder = AgentBuilder(
-            self.runtime,
-            catalog=catalog,
-            model=self.model,
-            model_name=self.model.name,
-            tools=self._subagent_tools,
-            settings=self.settings,
-            policy=self.policy,
-            max_tokens=self.max_output_tokens,
-            resolve_model=alias_resolver(self.model, self.settings),
-            hooks=hooks,
-            prompter=self._prompter,
-            observer=self._observer,
-            default_type="worker" if self.coordinator else "general-purpose",
-        )
-        environments = Environments(
-            self.runtime, hooks=hooks, mcp=self._mcp, mcp_config=self._mcp_config
-        )
-        return AgentService(
-            self.runtime,
-            builder,
-            environments,
-            cwd=self.cwd,
-            coordinator=self.coordinator,
-            listen_path=self.listen_path,
-            teams=team,
-        )
-
     def _subagent_tools(self) -> list[Tool[Any]]:
         """Every tool a subagent could be given (filtered per agent; Agent only when nesting)."""
-        from taskloom.agents.agent_tool import AgentTool
-        from taskloom.agents.send_message import SendMessageTool
-        from taskloom.tools.registry import core_tools
+        from taskloom.agents.compose import subagent_tools
 
-        service = self.agents
-        session_mcp = self._mcp.tools() if self._mcp is not None else []
-        return [
-            *core_tools(self._profile),
-            SendMessageTool(service),
-            AgentTool(service),
-            *session_mcp,
-        ]
+        return subagent_tools(self.agents, self._mcp, self._profile)
 
     def _mcp_servers(self) -> contextlib.AbstractAsyncContextManager[McpManager | None]:
         """The session's MCP servers (``.mcp.json`` and the flags), run for the session."""

@@ -1,0 +1,201 @@
+"""The main thread's engine configuration: its tools, system prompt, meter and the rest.
+
+The counterpart, for the thread the program talks to, of :mod:`taskloom.agents.builder` (a
+subagent's configuration). :class:`taskloom.Harness` makes it once the session's parts exist
+(the agent service, the team, the worktree the thread may move into, the MCP servers), so
+that the composition root stays one screen per concern.
+
+The main thread is offered the core tools of the settings' ``toolProfile``, Agent and
+SendMessage, EnterWorktree and ExitWorktree, a team lead's tools, StructuredOutput (with a
+``json_schema``), the MCP servers' tools and the program's own. A coordinator only
+orchestrates: it has Agent, SendMessage and TaskStop, its workers have the rest, and its
+prompt says what they have. ``builtin_tools`` keeps only the built-in tools it names; the
+permission policy hides the tools it denies outright.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskloom.agents.service import AgentService
+    from taskloom.engine_config import EngineConfig
+    from taskloom.events import EngineObserver, Meter
+    from taskloom.hooks import HookConfig
+    from taskloom.mcp.manager import McpManager
+    from taskloom.models.base import Model
+    from taskloom.options import Options
+    from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.teams.service import TeamService
+    from taskloom.tools.base import Tool
+    from taskloom.tools.structured import StructuredOutput
+    from taskloom.tools.worktree_tools import WorktreeSession
+
+
+def main_tools(
+    service: AgentService,
+    place: WorktreeSession,
+    hooks: HookConfig,
+    *,
+    profile: str,
+    coordinator: bool,
+    lead: TeamService | None,
+    only: Sequence[str] | None,
+    structured: StructuredOutput | None,
+    mcp: McpManager | None,
+    extra: Sequence[Tool[Any]],
+    policy: PermissionPolicy,
+) -> list[Tool[Any]]:
+    """The tools the main thread is offered.
+
+    Args:
+        service: The session's agent service (for Agent and SendMessage).
+        place: Where the main thread works (for EnterWorktree and ExitWorktree).
+        hooks: The session's hooks (the worktree tools run WorktreeCreate and WorktreeRemove).
+        profile: The core tools' profile (setting ``toolProfile``).
+        coordinator: The main thread only orchestrates workers.
+        lead: The team the main thread leads (its team tools), if any.
+        only: The names of the built-in tools to keep (``builtin_tools``); None keeps all.
+        structured: The StructuredOutput tool, when runs must answer to a ``json_schema``.
+        mcp: The session's MCP servers (a coordinator's workers have their tools).
+        extra: The program's own tools.
+        policy: The permission policy: what it denies outright is not offered.
+    """
+    from taskloom.agents.agent_tool import AgentTool
+    from taskloom.agents.send_message import SendMessageTool
+    from taskloom.tools.registry import core_tools
+    from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
+
+    builtin: list[Tool[Any]]
+    if coordinator:
+        from taskloom.tools.tasks import TaskStopTool
+
+        # It orchestrates only: the workers have the tools (and the MCP servers).
+        builtin = [
+            AgentTool(service, coordinator=True),
+            SendMessageTool(service),
+            TaskStopTool(),
+        ]
+    else:
+        builtin = [
+            *core_tools(profile),
+            AgentTool(service),
+            SendMessageTool(service),
+            EnterWorktreeTool(place, hooks),
+            ExitWorktreeTool(place, hooks),
+        ]
+    if lead is not None:
+        from taskloom.teams.compose import lead_tools
+
+        builtin += lead_tools(lead)
+    if only is not None:
+        builtin = [t for t in builtin if t.name in only]
+    if structured is not None:
+        builtin.append(structured)
+    mcp_tools = mcp.tools() if mcp is not None and not coordinator else []
+    offered = [*builtin, *mcp_tools, *extra]
+    return [t for t in offered if not policy.hides(t.name, t.kind)]
+
+
+def main_config(
+    runtime: TaskRuntime,
+    options: Options,
+    service: AgentService,
+    *,
+    model: Model,
+    tools: Sequence[Tool[Any]],
+    cwd: Path,
+    settings: dict[str, Any],
+    max_tokens: int,
+    policy: PermissionPolicy,
+    hooks: HookConfig,
+    place: WorktreeSession,
+    prompter: PermissionPrompter | None,
+    observer: EngineObserver | None,
+    coordinator: bool,
+    mcp: McpManager | None,
+    spent: Callable[[str], None],
+) -> EngineConfig:
+    """The main thread's engine configuration.
+
+    Args:
+        runtime: The session's runtime (the main thread's owner is the session).
+        options: The session's options (turns, headless, waiting, prompts, budget flags).
+        service: The session's agent service (the coordinator's workers, the budgets).
+        model: The model to ask (the session's switch: the program may choose another).
+        tools: The tools offered (:func:`main_tools`).
+        cwd: The session's working directory.
+        settings: The effective settings.
+        max_tokens: The cap on each response, in tokens.
+        policy: The permission policy.
+        hooks: The session's hooks.
+        place: Where the main thread works now (EnterWorktree moves it).
+        prompter: Who answers the calls that need approval.
+        observer: What hears the engine.
+        coordinator: The main thread only orchestrates workers.
+        mcp: The session's MCP servers (a coordinator's prompt names those connected).
+        spent: Told why, once the session's budget ran out (the main thread stops).
+    """
+    from taskloom.engine_config import EngineConfig
+    from taskloom.session import transcript_path
+
+    return EngineConfig(
+        model=model,
+        system_prompt=_prompt(options, cwd, service, coordinator=coordinator, mcp=mcp),
+        tools=tools,
+        owner=runtime.session_id,
+        cwd=cwd,
+        max_turns=options.max_turns,
+        max_tokens=max_tokens,
+        permissions=policy,
+        headless=options.headless,
+        wait_for_tasks=options.wait_for_tasks,
+        prompter=prompter,
+        settings=settings,
+        hooks=hooks,
+        cwd_source=lambda: place.cwd,
+        session_id=runtime.session_id,
+        transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
+        observer=observer,
+        meter=_meter(service, options, settings, session_id=runtime.session_id, spent=spent),
+    )
+
+
+def _prompt(
+    options: Options, cwd: Path, service: AgentService, *, coordinator: bool, mcp: McpManager | None
+) -> str:
+    """The main thread's system prompt; a coordinator's says what its workers have."""
+    from taskloom.prompts import main_system_prompt
+
+    if not coordinator or options.system_prompt is not None:
+        return main_system_prompt(cwd, options.append_system_prompt, replace=options.system_prompt)
+    from taskloom.agents.coordinator import coordinator_system_prompt
+
+    servers = mcp.status() if mcp is not None else {}
+    connected = [name for name, status in servers.items() if status == "connected"]
+    return coordinator_system_prompt(service.builder, cwd, connected, options.append_system_prompt)
+
+
+def _meter(
+    service: AgentService,
+    options: Options,
+    settings: dict[str, Any],
+    *,
+    session_id: str,
+    spent: Callable[[str], None],
+) -> Meter:
+    """The main thread's meter; the session's budget (flag, then settings) is set here."""
+    from taskloom.agents.budget import session_budget
+
+    budgets = service.spawner.budgets
+    budget = session_budget(settings, options.max_budget_tokens, options.max_budget_usd)
+    if budget:
+        budgets.limit_session(budget)
+        service.spawner.on_session_spent = spent
+    return budgets.meter(session_id)
+
+
+__all__ = ["main_config", "main_tools"]

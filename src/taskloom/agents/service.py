@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.messaging import Delivery, Messenger
-from taskloom.agents.spawner import Spawner, SpawnRequest, SpawnResult
+from taskloom.agents.spawn_request import SpawnRequest, SpawnResult
+from taskloom.agents.spawner import Spawner
 
 if TYPE_CHECKING:
     from pathlib import Path

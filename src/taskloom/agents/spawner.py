@@ -4,7 +4,9 @@ A :class:`Spawner` checks a :class:`SpawnRequest`, registers the agent's task, s
 environment (:mod:`taskloom.agents.environment`), has its engine configured
 (:mod:`taskloom.agents.builder`) and starts its run; in the foreground it waits for the answer
 until the agent moves to the background. A fork (``forkSubagent``, no agent type) copies the
-calling agent instead.
+calling agent instead; an agent whose isolation is ``remote`` runs on the Ray cluster
+(:mod:`taskloom.agents._remote_spawn`). What is asked and answered is in
+:mod:`taskloom.agents.spawn_request`.
 """
 
 from __future__ import annotations
@@ -12,18 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom.agents._remote_spawn import RemoteSpawner
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
 from taskloom.agents.run import AgentRun, sidechain_path
+from taskloom.agents.spawn_request import SpawnRequest, SpawnResult, auto_background_ms, launched
 from taskloom.agents.watch import watch_agent
 from taskloom.errors import ToolError
 from taskloom.signals import emit
@@ -36,86 +38,13 @@ if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import AgentEnvironment, Environments
     from taskloom.engine import Engine
-    from taskloom.remote.service import RemoteAgents
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
 
-#: A foreground agent still running after this long moves to the background.
-DEFAULT_AUTO_BACKGROUND_MS = 120_000
 #: Most characters of a foreground agent's answer returned inline.
 MAX_RESULT_CHARS = 100_000
 #: How long an agent told to stop while it ends with its answer has to end on its own.
 FINISH_GRACE_S = 5.0
-
-
-@dataclass
-class SpawnRequest:
-    """What the Agent tool was asked."""
-
-    description: str
-    prompt: str
-    subagent_type: str | None = None
-    model: str | None = None
-    run_in_background: bool = False
-    name: str | None = None
-    mode: str | None = None
-    cwd: str | None = None
-    isolation: str | None = None
-    max_tokens_budget: int | None = None
-    max_tool_calls: int | None = None
-    max_seconds: float | None = None
-
-    def budget(self, definition: AgentDefinition) -> Budget:
-        """Its budget: the call's, within its definition's."""
-        asked = Budget(self.max_tokens_budget, self.max_tool_calls, self.max_seconds)
-        return asked.tightest(Budget(tokens=definition.tokens))
-
-
-@dataclass
-class SpawnResult:
-    """What the Agent tool reports."""
-
-    status: str  # completed | async_launched
-    agent_id: str
-    agent_type: str
-    description: str
-    prompt: str
-    output_file: str
-    content: str = ""
-    total_tool_uses: int = 0
-    total_tokens: int = 0
-    duration_ms: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _as_flag_json(definition: AgentDefinition) -> str:
-    """One definition as ``--agents`` JSON, for a worker that has not its file."""
-    import json
-
-    entry: dict[str, Any] = {
-        "description": definition.when_to_use,
-        "prompt": definition.system_prompt or definition.when_to_use,
-    }
-    if definition.tools is not None:
-        entry["tools"] = list(definition.tools)
-    if definition.disallowed_tools:
-        entry["disallowedTools"] = list(definition.disallowed_tools)
-    if definition.model:
-        entry["model"] = definition.model
-    if definition.permission_mode:
-        entry["permissionMode"] = definition.permission_mode
-    if definition.max_turns:
-        entry["maxTurns"] = definition.max_turns
-    return json.dumps({definition.agent_type: entry})
-
-
-def auto_background_ms(settings: dict[str, Any]) -> int:
-    """``TASKLOOM_AUTO_BACKGROUND_MS``, else the ``autoBackgroundMs`` setting, else 2 min."""
-    raw = os.environ.get("TASKLOOM_AUTO_BACKGROUND_MS") or settings.get("autoBackgroundMs")
-    try:
-        return DEFAULT_AUTO_BACKGROUND_MS if raw is None else max(0, int(raw))
-    except (TypeError, ValueError):
-        return DEFAULT_AUTO_BACKGROUND_MS
 
 
 class Spawner:
@@ -140,10 +69,10 @@ class Spawner:
         self.builder = builder
         self.environments = environments
         self.runs = runs
-        #: The session's remote agents, made on the first (Ray is imported only then).
-        self.remote: RemoteAgents | None = None
         #: What each agent subtree spends, against its budgets.
         self.budgets = Budgets(runtime.session_id, self._stop_saying, on_spend=self._spent)
+        #: The session's remote agents (Ray is imported only when the first starts).
+        self.remote = RemoteSpawner(runtime, builder, self.budgets)
         #: Told when the session's own budget runs out (the main thread ends its run).
         self.on_session_spent: Callable[[str], None] | None = None
 
@@ -173,7 +102,7 @@ class Spawner:
             raise ToolError(f"cwd {request.cwd!r} is not a directory")
         is_async = request.run_in_background or definition.background
         if (request.isolation or definition.isolation) == "remote":
-            return await self._remote(request, ctx, definition, background=is_async)
+            return await self.remote.spawn(request, ctx, definition, background=is_async)
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
         # The child starts where its parent works now (a worktree it entered, or its own).
         parent: Engine | None = ctx.engine
@@ -353,105 +282,9 @@ class Spawner:
         self._watch(run, run.start(None))
         return self._launched(agent_id, "fork", request)
 
-    async def _remote(
-        self,
-        request: SpawnRequest,
-        ctx: ToolContext,
-        definition: AgentDefinition,
-        *,
-        background: bool,
-    ) -> SpawnResult:
-        """A subagent on the Ray cluster (see :mod:`taskloom.remote`): a ``remote_agent``."""
-        from taskloom.remote.service import RemoteAgents
-        from taskloom.remote.spec import RemoteSpec, settings_json
-        from taskloom.settings import MAX_OUTPUT_TOKENS_SETTING
-
-        if request.cwd:
-            raise ToolError("A remote agent works on a copy of the project: omit cwd.")
-        if self.remote is None:
-            self.remote = RemoteAgents(self.runtime, self.settings)
-        policy = self.builder.policy
-        spec = RemoteSpec(
-            description=request.description,
-            prompt=request.prompt,
-            agent_type=definition.agent_type,
-            agents=None if definition.source == "built-in" else _as_flag_json(definition),
-            # Its own model, else its definition's, else its parent's (as a local agent).
-            model=request.model
-            or (definition.model if definition.model not in (None, "inherit") else None)
-            or self.builder.model_name,
-            mode=request.mode or (str(policy.mode) if policy is not None else None),
-            skip_permissions=policy is not None and str(policy.mode) == "bypassPermissions",
-            # Its responses are capped as the session's are, whatever set the cap here.
-            settings=settings_json(
-                {**self.settings, MAX_OUTPUT_TOKENS_SETTING: self.builder.max_tokens}
-            ),
-            name=request.name,
-        )
-        budget = request.budget(definition)
-        agent_id, connected = await self.remote.spawn(
-            spec,
-            owner=ctx.owner,
-            tool_use_id=ctx.tool_use_id,
-            cwd=ctx.cwd,
-            background=background,
-            meter_for=lambda task_id: self.budgets.open(task_id, ctx.owner, budget),
-        )
-        driver = self.remote.runs[agent_id].driver
-        if driver is not None:
-            driver.add_done_callback(lambda _: self.budgets.close(agent_id))
-        launched = self._launched(agent_id, definition.agent_type, request)
-        if connected.started_locally and len(self.remote.runs) == 1:
-            launched.extra["cluster"] = (
-                f"no Ray cluster was configured (RAY_ADDRESS, setting remote.address): a local "
-                f"Ray was started for this session in {connected.seconds:.1f} s"
-            )
-            note = self.remote.policy_note(connected)
-            if note:
-                launched.extra["cluster"] += f"; {note}"
-        if background:
-            return launched
-        run = self.remote.runs[agent_id]
-        assert run.driver is not None
-        limit_ms = auto_background_ms(self.settings)
-        done, _ = await asyncio.wait([run.driver], timeout=limit_ms / 1000 if limit_ms else None)
-        if not done:
-            self.runtime.update(agent_id, lambda s: s.replace(is_backgrounded=True))
-            return launched
-        state = self.runtime.get(agent_id)
-        assert state is not None
-        if state.status != TaskStatus.COMPLETED:
-            raise ToolError(f"Agent {agent_id} {state.status.value}: {getattr(state, 'error', '')}")
-        return SpawnResult(
-            status="completed",
-            agent_id=agent_id,
-            agent_type=definition.agent_type,
-            description=request.description,
-            prompt=request.prompt,
-            output_file=state.output_file,
-            content=str(getattr(state, "result", "") or ""),
-            total_tool_uses=int(getattr(state, "tool_uses", 0)),
-            total_tokens=int(getattr(state, "total_tokens", 0)),
-            duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
-            extra=launched.extra,
-        )
-
     def take_up_remote(self, cwd: Path) -> None:
         """A resumed session: follow again the detached remote agents its last process left."""
-        from taskloom.tasks.remote import RemoteAgentTaskState
-
-        left = [
-            s
-            for s in self.runtime.list(types=[TaskType.REMOTE_AGENT])
-            if isinstance(s, RemoteAgentTaskState) and not s.terminal
-        ]
-        if not left:
-            return
-        from taskloom.remote.service import RemoteAgents
-
-        if self.remote is None:
-            self.remote = RemoteAgents(self.runtime, self.settings)
-        self.remote.take_up(left, cwd)
+        self.remote.take_up(cwd)
 
     def resumed(self, run: AgentRun, driver: asyncio.Task[None]) -> None:
         """A resumed agent (SendMessage) is watched and counted again, as a spawned one is."""
@@ -590,18 +423,10 @@ class Spawner:
     async def close_remote(self) -> None:
         """Once the session's tasks are stopped: let go of the Ray cluster and budget clocks."""
         await self.budgets.aclose()
-        if self.remote is not None:
-            await self.remote.close()
+        await self.remote.close()
 
     def _launched(self, agent_id: str, agent_type: str, request: SpawnRequest) -> SpawnResult:
-        return SpawnResult(
-            status="async_launched",
-            agent_id=agent_id,
-            agent_type=agent_type,
-            description=request.description,
-            prompt=request.prompt,
-            output_file=str(self.runtime.output_path(agent_id)),
-        )
+        return launched(request, agent_id, agent_type, str(self.runtime.output_path(agent_id)))
 
 
 def _finishing(run: AgentRun, runtime: TaskRuntime) -> bool:

@@ -114,7 +114,7 @@ async def _run_agent(spec: dict[str, Any]) -> int:
     import asyncio
     import contextlib
 
-    from taskloom.agents.spawner import SpawnRequest
+    from taskloom.agents.spawn_request import SpawnRequest
     from taskloom.cli.remote_view import ProgressOut
     from taskloom.errors import ToolError
     from taskloom.harness import Harness, Options

@@ -6,16 +6,16 @@ work as usual); below it a live area holds, top to bottom, the line of the answe
 streamed, the task panel (:mod:`taskloom.repl.panel`), a permission question when a call
 waits for one (:mod:`taskloom.repl.asks`), the input, and a status line.
 
-Turns run one at a time. A prompt typed while a turn runs waits for it. While the session is
-idle, a notification (a background task ended) or a message starts a turn by itself. The
-screen is redrawn on events — model deltas, task events, keys — and otherwise only when the
-panel's figures change (a second of elapsed time, a grace period over).
+Turns run one at a time (:mod:`taskloom.repl._turns`). A prompt typed while a turn runs waits
+for it. While the session is idle, a notification (a background task ended) or a message
+starts a turn by itself. The screen is redrawn on events — model deltas, task events, keys —
+and otherwise only when the panel's figures change (a second of elapsed time, a grace period
+over).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import functools
@@ -31,14 +31,14 @@ from prompt_toolkit.formatted_text import FormattedText
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.shortcuts import print_formatted_text
 
-from taskloom.errors import ModelError, TaskloomError, describe_os_error
-from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
+from taskloom.errors import TaskloomError
 from taskloom.harness import Harness
-from taskloom.messages import Message, TextBlock, ToolUseBlock
+from taskloom.messages import TextBlock, ToolUseBlock
 from taskloom.models.base import MessageComplete, ModelRequest, TextDelta
 from taskloom.models.pricing import UsageLedger
 from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
+from taskloom.repl._turns import Turns, describe
 from taskloom.repl.asks import ARM_S, Ask, PermissionAsks, save_allow_rule
 from taskloom.repl.commands import run_command
 from taskloom.repl.keys import key_bindings
@@ -53,7 +53,6 @@ from taskloom.settings import (
     taskloom_home,
 )
 from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.mailbox import MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +61,6 @@ _EXIT_WINDOW_S = 2.0
 #: How long a Ctrl+C whose hint was never drawn (nothing showed the status line) still arms
 #: the next one.
 _UNSEEN_HINT_S = 10.0
-#: An idle session waits this long for something to arrive before it looks again (a bound,
-#: not a poll: what arrives wakes it at once).
-_IDLE_WAIT_S = 3600.0
 
 
 def history_path(cwd: Path) -> Path:
@@ -117,17 +113,13 @@ class Repl:
         self.view = TranscriptView(self._print)
         self.asks = PermissionAsks(self._asks_changed, self._who)
         self.panel = TaskPanel("")
-        #: Prompts typed, waiting for their turn (a deque: one is taken only when it runs).
-        self.prompts: collections.deque[str] = collections.deque()
-        self._typed = asyncio.Event()
-        self.turn: asyncio.Task[None] | None = None
+        self.turns = Turns(self.view, self.redraw)
         self._harness: Harness | None = None
         self._app: Application[int] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
         self._out: list[Line] = []
         self._printer: asyncio.Task[None] | None = None
-        self._interrupting = False
         self._reason_for: Ask | None = None  # the call whose denial the user explains
         self._commands: set[asyncio.Task[None]] = set()
         self._ctrl_c = 0.0
@@ -137,7 +129,6 @@ class Repl:
         self._panel_changed = asyncio.Event()
         self._model = ""
         self._code = 0
-        self._turn_started = 0.0
         self.buffer = Buffer(
             multiline=True,
             history=FileHistory(str(_ready(history_path(Path(options.cwd))))),
@@ -154,7 +145,7 @@ class Repl:
     @property
     def busy(self) -> bool:
         """Whether a turn is running."""
-        return self.turn is not None and not self.turn.done()
+        return self.turns.busy
 
     async def _open(self, options: Options) -> None:
         harness = Harness(
@@ -186,7 +177,7 @@ class Repl:
         terminal's line discipline, not the REPL (an Enter turned into a newline).
         """
         loop = asyncio.get_running_loop()
-        self._worker = loop.create_task(self._serve())
+        self._worker = loop.create_task(self.turns.serve(self.harness))
         if self._out and (self._printer is None or self._printer.done()):
             self._printer = loop.create_task(self._drain())
 
@@ -222,7 +213,7 @@ class Repl:
         try:
             await self._open(options)
         except (TaskloomError, OSError) as exc:
-            self.say(f"Cannot open session {resume}: {_describe(exc)}", "error")
+            self.say(f"Cannot open session {resume}: {describe(exc)}", "error")
             await self._open(dataclasses.replace(options, resume=old.session_id))
             return
         if resume is None:
@@ -277,7 +268,7 @@ class Repl:
         try:
             await self._open(self.options)
         except (TaskloomError, OSError) as exc:
-            print_formatted_text(FormattedText([("class:error", f"Error: {_describe(exc)}")]))
+            print_formatted_text(FormattedText([("class:error", f"Error: {describe(exc)}")]))
             return 1
         if not gc.isenabled():  # the CLI held collection off for the start-up (see cli/app.py)
             gc.freeze()
@@ -293,7 +284,7 @@ class Repl:
             self._replay()
         self._flush_now()
         if self.first_prompt:
-            self._queue(self.first_prompt)
+            self.turns.queue(self.first_prompt)
         self._app = build_application(self, self.buffer, key_bindings(self))
         ticker = asyncio.get_running_loop().create_task(self._tick())
         try:
@@ -305,124 +296,15 @@ class Repl:
                 command.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await command
-            if self.turn is not None and not self.turn.done():
-                self.turn.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self.turn
+            await self.turns.stop()
             await self._close()
             self._flush_now()
         return self._code
 
-    async def _serve(self) -> None:
-        while True:
-            try:
-                prompt = await self._next_prompt()
-            except Exception as exc:  # the store failed: said, and tried again on input
-                log.debug("waiting for the next prompt failed", exc_info=True)
-                self.say(f"Error: {_describe(exc)}", "error")
-                await self._typed.wait()
-                continue
-            turn = self.turn = asyncio.get_running_loop().create_task(self._turn(prompt))
-            try:
-                await asyncio.shield(turn)
-            except asyncio.CancelledError:
-                worker = asyncio.current_task()
-                if worker is not None and worker.cancelling():
-                    # This worker is stopped (exit, switch): the turn goes with it.
-                    if not turn.done():
-                        turn.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await turn
-                    raise
-            if turn.cancelled():  # interrupted before it began: nothing was sent
-                self.say("Interrupted before the prompt was sent.", "warn")
-            elif turn.exception() is not None:
-                self.say(f"Internal error: {turn.exception()!r}", "error")
-            self._interrupting = False
-            self.redraw()
-
-    def _queue(self, prompt: str) -> None:
-        self.prompts.append(prompt)
-        self._typed.set()
-
-    async def _next_prompt(self) -> str | Message:
-        """The user's next prompt, or (while idle) an empty one for what arrived."""
-        harness = self.harness
-        me, runtime = harness.session_id, harness.runtime
-        while True:
-            self._typed.clear()
-            if self.prompts:
-                return self.prompts.popleft()
-            if runtime.notifications.has_pending(me) or runtime.mailbox.has_pending(me, MESSAGES):
-                # The engine takes what waits itself, inside the turn: an interrupt before it
-                # is recorded gives it back, never acknowledged unseen.
-                return Message(role="user", content=[])
-            typed = asyncio.ensure_future(self._typed.wait())
-            change = asyncio.ensure_future(runtime.wait_for_change(_IDLE_WAIT_S, me, messages=True))
-            try:
-                await asyncio.wait([typed, change], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                change.cancel()
-                typed.cancel()
-
-    async def _turn(self, prompt: str | Message) -> None:
-        harness = self.harness
-        if isinstance(prompt, str):
-            self.view.prompt(prompt)
-        self._turn_started = time.monotonic()
-        self.redraw()
-        events = harness.run(prompt)
-        try:
-            async for event in events:
-                if isinstance(event, AssistantTurn):
-                    self.view.answer(event.message)
-                elif isinstance(event, ToolDone):
-                    self.view.result(event.call, event.result)
-                elif isinstance(event, UserTurn) and event.origin == "messages":
-                    self.view.arrived(event.message, bool(event.notifications))
-                elif isinstance(event, Finished) and event.reason == "max_turns":
-                    self.view.note("Stopped at the turn limit (--max-turns).", "warn")
-                self.redraw()
-        except asyncio.CancelledError:
-            if not self._interrupting:
-                raise
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            self.view.flush()
-            try:
-                harness.session.recorder.interrupted()
-            except (TaskloomError, OSError) as exc:
-                self.view.note(f"Error: {_describe(exc)}", "error")
-            self.view.note("Interrupted by the user: the model is told so next turn.", "warn")
-        except ModelError as exc:
-            self._failed(f"API Error: {exc}")
-        except (TaskloomError, OSError) as exc:
-            self._failed(f"Error: {_describe(exc)}")
-        except Exception as exc:  # shown, not a crash: the session goes on
-            log.debug("the turn failed", exc_info=True)
-            self._failed(f"Internal error: {type(exc).__name__}: {exc}")
-        finally:
-            self._interrupting = False
-            with contextlib.suppress(Exception):
-                await events.aclose()
-            self.view.flush()
-
-    def _failed(self, text: str) -> None:
-        self.view.flush()
-        self.view.note(text, "error")
-        with contextlib.suppress(Exception):
-            self.harness.session.recorder.repair()
-
     def interrupt(self) -> bool:
         """Stop the running turn (Esc); whether there was one."""
         self._reason_for = None
-        if not self.busy or self._interrupting:
-            return False
-        assert self.turn is not None
-        self._interrupting = True
-        self.turn.cancel()
-        return True
+        return self.turns.interrupt()
 
     def background(self) -> int:
         """Send the main thread's running foreground tasks to the background (Ctrl+B)."""
@@ -488,7 +370,7 @@ class Repl:
             return
         if self.busy:
             self.say("(queued: it is sent when this turn ends)", "note")
-        self._queue(text)
+        self.turns.queue(text)
 
     async def _command(self, line: str) -> None:
         self.view.prompt(line)
@@ -496,7 +378,7 @@ class Repl:
             await run_command(self, line)
         except Exception as exc:  # a command's failure is shown, the session goes on
             log.debug("command failed", exc_info=True)
-            self.say(f"{line.split()[0]}: {_describe(exc)}", "error")
+            self.say(f"{line.split()[0]}: {describe(exc)}", "error")
         self.redraw()
 
     def allow(self, always: bool) -> None:
@@ -510,7 +392,7 @@ class Repl:
                 self.harness.policy.add_rule(parse_rule(ask.rule, "allow", str(path)))
                 self.say(f"Allowed from now on: {ask.rule} (saved in {path})")
             except (TaskloomError, OSError) as exc:
-                self.say(f"The rule was not saved: {_describe(exc)}; allowed once", "error")
+                self.say(f"The rule was not saved: {describe(exc)}; allowed once", "error")
         self.asks.answer(PromptAnswer(allow=True))
 
     def deny(self, reason: str, *, interrupt: bool = False) -> None:
@@ -612,7 +494,7 @@ class Repl:
     @property
     def turn_seconds(self) -> int:
         """How long the running turn has run."""
-        return int(time.monotonic() - self._turn_started)
+        return self.turns.seconds
 
     def status_text(self, width: int) -> str:
         """The status line in ``width`` cells: model, permission mode, cwd, the usage.
@@ -645,10 +527,6 @@ def _ready(path: Path) -> Path:
     ensure_private_dir(path.parent)
     refuse_symlinks(path.parent, (path.name,))  # prompt_toolkit's history follows links
     return path
-
-
-def _describe(exc: BaseException) -> str:
-    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
 
 
 async def run_repl(options: Options, prompt: str | None = None) -> int:

@@ -1,0 +1,185 @@
+"""The REPL's turns: one at a time, typed prompts in order, and what arrives while idle.
+
+A :class:`Turns` runs the main thread's turns of one session. A prompt typed while a turn runs
+waits for it. While the session is idle, a notification (a background task ended) or a
+message starts a turn by itself. What a turn says goes to the transcript view; an interrupt
+(Esc, Ctrl+C) ends the running turn, and the model is told so in the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from taskloom.errors import ModelError, TaskloomError, describe_os_error
+from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
+from taskloom.messages import Message
+from taskloom.tasks.mailbox import MESSAGES
+
+if TYPE_CHECKING:
+    from taskloom.harness import Harness
+    from taskloom.repl.transcript import TranscriptView
+
+# The REPL's logger: what goes wrong in a turn is the REPL's to report, as before the split.
+log = logging.getLogger("taskloom.repl.app")
+
+#: An idle session waits this long for something to arrive before it looks again (a bound,
+#: not a poll: what arrives wakes it at once).
+_IDLE_WAIT_S = 3600.0
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` in one line for the user (an OS error with its path and what to do)."""
+    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+
+
+class Turns:
+    """The main thread's turns (see the module docstring).
+
+    Args:
+        view: Where what a turn says is shown.
+        redraw: Asks for the live area to be drawn again.
+    """
+
+    def __init__(self, view: TranscriptView, redraw: Callable[[], None]) -> None:
+        self.view = view
+        self._redraw = redraw
+        #: Prompts typed, waiting for their turn (a deque: one is taken only when it runs).
+        self.prompts: collections.deque[str] = collections.deque()
+        self._typed = asyncio.Event()
+        #: The running turn, or the last one.
+        self.turn: asyncio.Task[None] | None = None
+        self._interrupting = False
+        self._started = 0.0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running."""
+        return self.turn is not None and not self.turn.done()
+
+    @property
+    def seconds(self) -> int:
+        """How long the running turn has run."""
+        return int(time.monotonic() - self._started)
+
+    def queue(self, prompt: str) -> None:
+        """Send ``prompt`` once the turns before it have run."""
+        self.prompts.append(prompt)
+        self._typed.set()
+
+    def interrupt(self) -> bool:
+        """Stop the running turn; whether there was one."""
+        if not self.busy or self._interrupting:
+            return False
+        assert self.turn is not None
+        self._interrupting = True
+        self.turn.cancel()
+        return True
+
+    async def stop(self) -> None:
+        """Cancel the running turn, if any, and wait for it to end."""
+        if self.turn is not None and not self.turn.done():
+            self.turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.turn
+
+    async def serve(self, harness: Harness) -> None:
+        """Run ``harness``'s turns, one at a time, until cancelled (the session closes)."""
+        while True:
+            try:
+                prompt = await self._next_prompt(harness)
+            except Exception as exc:  # the store failed: said, and tried again on input
+                log.debug("waiting for the next prompt failed", exc_info=True)
+                self.view.note(f"Error: {describe(exc)}", "error")
+                await self._typed.wait()
+                continue
+            turn = self.turn = asyncio.get_running_loop().create_task(self._turn(harness, prompt))
+            try:
+                await asyncio.shield(turn)
+            except asyncio.CancelledError:
+                worker = asyncio.current_task()
+                if worker is not None and worker.cancelling():
+                    # This worker is stopped (exit, switch): the turn goes with it.
+                    if not turn.done():
+                        turn.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await turn
+                    raise
+            if turn.cancelled():  # interrupted before it began: nothing was sent
+                self.view.note("Interrupted before the prompt was sent.", "warn")
+            elif turn.exception() is not None:
+                self.view.note(f"Internal error: {turn.exception()!r}", "error")
+            self._interrupting = False
+            self._redraw()
+
+    async def _next_prompt(self, harness: Harness) -> str | Message:
+        """The user's next prompt, or (while idle) an empty one for what arrived."""
+        me, runtime = harness.session_id, harness.runtime
+        while True:
+            self._typed.clear()
+            if self.prompts:
+                return self.prompts.popleft()
+            if runtime.notifications.has_pending(me) or runtime.mailbox.has_pending(me, MESSAGES):
+                # The engine takes what waits itself, inside the turn: an interrupt before it
+                # is recorded gives it back, never acknowledged unseen.
+                return Message(role="user", content=[])
+            typed = asyncio.ensure_future(self._typed.wait())
+            change = asyncio.ensure_future(runtime.wait_for_change(_IDLE_WAIT_S, me, messages=True))
+            try:
+                await asyncio.wait([typed, change], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+                typed.cancel()
+
+    async def _turn(self, harness: Harness, prompt: str | Message) -> None:
+        if isinstance(prompt, str):
+            self.view.prompt(prompt)
+        self._started = time.monotonic()
+        self._redraw()
+        events = harness.run(prompt)
+        try:
+            async for event in events:
+                if isinstance(event, AssistantTurn):
+                    self.view.answer(event.message)
+                elif isinstance(event, ToolDone):
+                    self.view.result(event.call, event.result)
+                elif isinstance(event, UserTurn) and event.origin == "messages":
+                    self.view.arrived(event.message, bool(event.notifications))
+                elif isinstance(event, Finished) and event.reason == "max_turns":
+                    self.view.note("Stopped at the turn limit (--max-turns).", "warn")
+                self._redraw()
+        except asyncio.CancelledError:
+            if not self._interrupting:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            self.view.flush()
+            try:
+                harness.session.recorder.interrupted()
+            except (TaskloomError, OSError) as exc:
+                self.view.note(f"Error: {describe(exc)}", "error")
+            self.view.note("Interrupted by the user: the model is told so next turn.", "warn")
+        except ModelError as exc:
+            self._failed(harness, f"API Error: {exc}")
+        except (TaskloomError, OSError) as exc:
+            self._failed(harness, f"Error: {describe(exc)}")
+        except Exception as exc:  # shown, not a crash: the session goes on
+            log.debug("the turn failed", exc_info=True)
+            self._failed(harness, f"Internal error: {type(exc).__name__}: {exc}")
+        finally:
+            self._interrupting = False
+            with contextlib.suppress(Exception):
+                await events.aclose()
+            self.view.flush()
+
+    def _failed(self, harness: Harness, text: str) -> None:
+        self.view.flush()
+        self.view.note(text, "error")
+        with contextlib.suppress(Exception):
+            harness.session.recorder.repair()

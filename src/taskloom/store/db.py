@@ -1,11 +1,11 @@
 """SQLite store: task records, the durable mailbox, names, sessions, process and tag records.
 
 One connection per process, WAL mode so that another process (``taskloom tasks``, a teammate)
-reads while this one writes. Writes from the event loop are *group-committed*: they are queued
-and committed together once per loop iteration, which keeps task churn above 10,000 tasks/s.
-Every read, and :meth:`Store.flush`, commits the queue first, so a caller always reads its own
-writes, and the notification queue flushes before it hands anything out (nothing is delivered
-that is not durable).
+reads while this one writes. Writes from the event loop are *group-committed* (``_commit.py``):
+they are queued and committed together once per loop iteration, which keeps task churn above
+10,000 tasks/s. Every read, and :meth:`Store.flush`, commits the queue first, so a caller always
+reads its own writes, and the notification queue flushes before it hands anything out (nothing
+is delivered that is not durable).
 
 A full disk is expected, not a bug: see ``_disk.py`` for the reserve given back then. It is
 logged as one line naming the database and what to do, without a traceback.
@@ -13,10 +13,8 @@ logged as one line naming the database and what to do, without a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import logging
 import os
 import sqlite3
 import threading
@@ -28,19 +26,11 @@ from typing import Any, TypeVar
 from taskloom.errors import StoreError
 from taskloom.settings import ensure_private_dir, refuse_symlinks
 from taskloom.store import _sql
+from taskloom.store._commit import BUSY_TIMEOUT_MS, GroupCommit
 from taskloom.store._disk import RESERVE_BYTES, Reserve, describe, is_full
 from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
-_BUSY_TIMEOUT_MS = 10_000
-_CHECKPOINT_EVERY_COMMITS = 500
-_CHECKPOINT_INTERVAL_S = 2.0
-_RETRY_DELAY_S = 0.5
-
-log = logging.getLogger(__name__)
-#: A statement that can never succeed: a broken constraint, or a value SQLite cannot bind
-#: (text with a lone surrogate cannot be encoded; an integer past 64 bits).
-_INVALID = (sqlite3.IntegrityError, UnicodeError, OverflowError)
 _T = TypeVar("_T")
 
 
@@ -55,7 +45,6 @@ class Store:
             reserve_bytes: Size of the reserve file kept for a full disk (0: none).
         """
         self.path = Path(path)
-        self._failing = False
         self._closed = False
         ensure_private_dir(self.path.parent)
         # SQLite follows links: none may stand where it writes (and the database is opened
@@ -63,20 +52,12 @@ class Store:
         for suffix in ("", "-wal", "-shm"):
             refuse_symlinks(self.path.parent, (self.path.name + suffix,))
         self._lock = threading.RLock()
-        self._pending: list[tuple[str, Sequence[Any]]] = []
-        # Task records queued for the next commit, by id: a task updated several times in one
-        # loop iteration is serialised and written once.
-        self._pending_tasks: dict[str, Callable[[], dict[str, Any]]] = {}
-        self._flush_scheduled = False
-        self._commits = 0
-        self._checkpointer: threading.Thread | None = None
-        self._ckpt_wake = threading.Event()
-        self._ckpt_stop = threading.Event()
         self._reserve = Reserve(self.path, reserve_bytes)
         # SQLite gives the -wal and -shm files the database file's mode: create it private.
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         os.close(os.open(self.path, flags, 0o600))
         self._open()
+        self._writes = GroupCommit(self.path, self._conn, self._lock, self._reserve)
         self._reserve.open()
 
     def _open(self) -> None:
@@ -90,14 +71,14 @@ class Store:
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
             )
             try:
-                self._conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+                self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
                 # Creates the -wal and -shm files: on a full disk, this fails first.
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or
                 # power loss can drop the last transactions. That is the durability we promise.
                 self._conn.execute("PRAGMA synchronous = NORMAL")
                 # Checkpoints fsync; a thread of ours runs them so the event loop never waits
-                # on the disk (see _checkpoint_loop).
+                # on the disk (see _commit.py).
                 self._conn.execute("PRAGMA wal_autocheckpoint = 0")
                 self._migrate()
                 return
@@ -136,143 +117,15 @@ class Store:
         with self._lock:
             return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
 
-    # -- write queue --------------------------------------------------------------------------
+    # -- write queue (see _commit.py) ---------------------------------------------------------
 
     def write(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Queue a write; it commits with the others at the end of this loop iteration."""
-        with self._lock:
-            self._pending.append((sql, params))
-            self._schedule_locked()
-
-    def _schedule_locked(self) -> None:
-        if self._flush_scheduled:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:
-            self._flush_locked()
-        else:
-            self._flush_scheduled = True
-            loop.call_soon(self._scheduled_flush, loop)
-
-    def _scheduled_flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            self.flush()
-        except StoreError as exc:
-            # Nothing was lost (the batch is queued again); try again shortly. A full disk or a
-            # lock held too long is expected: one line when it starts, no traceback, no repeats.
-            if not self._failing:
-                self._failing = True
-                if isinstance(exc.__cause__, sqlite3.OperationalError):
-                    log.warning("%s; retrying every %gs", exc, _RETRY_DELAY_S)
-                else:
-                    log.error("store commit failed; retrying", exc_info=exc)
-            else:  # for --debug only: the user has been told once
-                log.debug("store commit failed again; retrying in %gs", _RETRY_DELAY_S)
-            with self._lock:
-                self._flush_scheduled = True
-            loop.call_later(_RETRY_DELAY_S, self._scheduled_flush, loop)
+        self._writes.write(sql, params)
 
     def flush(self) -> None:
         """Commit every queued write in one transaction."""
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        self._flush_scheduled = False
-        if not self._pending and not self._pending_tasks:
-            return
-        batch, self._pending = self._pending, []
-        tasks, self._pending_tasks = self._pending_tasks, {}
-        try:
-            try:
-                self._with_reserve(lambda: self._commit(batch, tasks, skip_invalid=False))
-            except _INVALID as exc:
-                # A statement that can never succeed must not block the rest of the batch
-                # forever: commit the others, and report the bad ones.
-                rejected = self._commit(batch, tasks, skip_invalid=True)
-                raise StoreError(
-                    f"store write rejected ({len(rejected)} statement(s)): {exc}"
-                ) from exc
-        except sqlite3.Error as exc:
-            # Put the batch back in front of what was queued meanwhile: a later flush retries.
-            self._pending = batch + self._pending
-            tasks.update(self._pending_tasks)
-            self._pending_tasks = tasks
-            raise StoreError(f"store write failed: {describe(self.path, exc)}") from exc
-        if self._failing:
-            self._failing = False
-            log.warning("%s: store writes succeed again", self.path)
-        self._commits += 1
-        if self._checkpointer is None:
-            self._checkpointer = threading.Thread(
-                target=self._checkpoint_loop, name="taskloom-checkpoint", daemon=True
-            )
-            self._checkpointer.start()
-        elif self._commits % _CHECKPOINT_EVERY_COMMITS == 0:
-            self._ckpt_wake.set()
-
-    def _commit(
-        self,
-        batch: list[tuple[str, Sequence[Any]]],
-        tasks: dict[str, Callable[[], dict[str, Any]]],
-        *,
-        skip_invalid: bool,
-    ) -> list[str]:
-        """Run one transaction; returns the statements skipped as invalid."""
-        conn = self._conn
-        rejected: list[str] = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            if tasks:
-                conn.executemany(
-                    _sql.UPSERT_TASK, [_sql.task_params(make()) for make in tasks.values()]
-                )
-            for sql, params in batch:
-                try:
-                    conn.execute(sql, params)
-                except _INVALID:
-                    if not skip_invalid:
-                        raise
-                    rejected.append(sql)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return rejected
-
-    def _checkpoint_loop(self) -> None:
-        """Copy the WAL back into the database now and then, off the event loop's thread."""
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            seen = 0
-            while not self._ckpt_stop.is_set():
-                self._ckpt_wake.wait(_CHECKPOINT_INTERVAL_S)
-                self._ckpt_wake.clear()
-                if self._commits != seen:
-                    seen = self._commits
-                    # PASSIVE never blocks writers; a busy database is simply tried again later.
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            conn.close()
-
-    def _with_reserve(self, op: Callable[[], _T]) -> _T:
-        """Run ``op`` (one transaction); if the disk is full, release the reserve and retry."""
-        try:
-            result = op()
-        except sqlite3.OperationalError as exc:
-            if not is_full(exc, self.path):
-                raise
-            if not self._reserve.release():
-                raise
-            result = op()
-        self._reserve.committed()  # makes the reserve again if it is missing
-        return result
+        self._writes.flush()
 
     def _transaction(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
         """Commit what is queued, then run ``op`` in its own immediate transaction, now.
@@ -296,15 +149,15 @@ class Store:
             return result
 
         with self._lock:
-            self._flush_locked()
+            self._writes.flush_locked()
             try:
-                return self._with_reserve(attempt)
+                return self._writes.with_reserve(attempt)
             except sqlite3.Error as exc:
                 raise StoreError(f"store write failed: {describe(self.path, exc)}") from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            self._flush_locked()
+            self._writes.flush_locked()
             cur = self._conn.execute(sql, params)
             cur.row_factory = sqlite3.Row
             return cur.fetchall()
@@ -325,12 +178,9 @@ class Store:
         """Commit what is queued, checkpoint, and close the connection."""
         with self._lock:
             try:
-                self._flush_locked()
+                self._writes.flush_locked()
             finally:
-                self._ckpt_stop.set()
-                self._ckpt_wake.set()
-                if self._checkpointer is not None:
-                    self._checkpointer.join(timeout=10)
+                self._writes.stop()
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 self._conn.close()
@@ -434,9 +284,7 @@ class Store:
 
     def upsert_task_lazy(self, task_id: str, make: Callable[[], dict[str, Any]]) -> None:
         """Queue a task record built by ``make()`` at commit time (only the latest is built)."""
-        with self._lock:
-            self._pending_tasks[task_id] = make
-            self._schedule_locked()
+        self._writes.write_task(task_id, make)
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         """Return a task record's state dict, or None."""

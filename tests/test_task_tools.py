@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from helpers import file_contains, wait_until
+from helpers import TIME_FACTOR, file_contains, wait_until
 from taskloom.engine import Engine, EngineConfig, Finished, ToolDone
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
@@ -144,3 +144,31 @@ async def test_bash_result_is_truncated_with_a_pointer_to_the_file() -> None:
     assert result.content.endswith("19999\n20000")
     assert "output truncated; full output in" in result.content
     assert len(result.content) < 31_000
+
+
+async def test_a_shell_stopped_by_its_owners_task_stop_sends_no_notification() -> None:
+    # The TaskStop result is the notice; a `killed` notification afterwards would tell the
+    # model of its own act a second time (as the reference: a killed shell is marked notified).
+    async with TaskRuntime() as rt:
+        out = await run_shell(rt, "sleep 30", run_in_background=True, owner="a11111111")
+        stopped = await call(TaskStopTool(), rt, owner="a11111111", task_id=out.task_id)
+        assert not stopped.is_error
+        state = rt.get(out.task_id)
+        assert state is not None and state.status == "killed" and state.notified
+        assert [n for n in rt.notifications.pending() if n.task_id == out.task_id] == []
+        job = await run_shell(rt, "sleep 30", run_in_background=True)
+        await call(JobKillTool(), rt, job_id=job.task_id)
+        assert [n for n in rt.notifications.pending() if n.task_id == job.task_id] == []
+
+
+async def test_a_shell_ended_by_anything_else_still_notifies_once() -> None:
+    # The output cap's watchdog and a stop from outside the conversation (the user, a parent's
+    # end) are news to the model: each is notified exactly once.
+    async with TaskRuntime(output_cap=4096) as rt:
+        capped = await run_shell(rt, "yes", run_in_background=True)
+        await rt.wait(capped.task_id, 30 * TIME_FACTOR)
+        user = await run_shell(rt, "sleep 30", run_in_background=True)
+        await rt.kill(user.task_id)
+        for task_id in (capped.task_id, user.task_id):
+            notes = [n for n in rt.notifications.pending() if n.task_id == task_id]
+            assert len(notes) == 1 and "<status>killed</status>" in notes[0].text, notes

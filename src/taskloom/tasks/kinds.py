@@ -127,6 +127,14 @@ class TaskKind:
         """The state recorded when the runtime kills the task (unchanged once ended)."""
         return state if state.terminal else state.replace(status=TaskStatus.KILLED)
 
+    def told_by_stop(self, state: TaskState) -> TaskState:
+        """The state before its owner stops it with a tool whose result tells of the stop.
+
+        Default: unchanged, so the end is still notified (an agent's notification carries
+        what it had done). A kind whose stop says all there is to say marks it notified.
+        """
+        return state
+
     def started_by(self, state: TaskState, agent_id: str) -> bool:
         """Whether ``agent_id`` started the task (and so its end ends the task too)."""
         return state.owner == agent_id

@@ -249,8 +249,16 @@ class TaskRuntime(TaskRegistry):
 
     # -- control ------------------------------------------------------------------------------
 
-    async def kill(self, task_id: str, caller: str | None = None) -> TaskState:
+    async def kill(
+        self, task_id: str, caller: str | None = None, *, told: bool = False
+    ) -> TaskState:
         """Stop a task through its kind's handle; a task already ended is left as it is.
+
+        Args:
+            task_id: The task.
+            caller: Who asks (checked as :meth:`authorize` does); None for the session.
+            told: The caller is told of the stop by the result of its own call (TaskStop):
+                a kind whose stop needs no more (a shell) sends no notification then.
 
         Raises:
             TaskNotFound: No such task.
@@ -259,6 +267,8 @@ class TaskRuntime(TaskRegistry):
         state = self.authorize(task_id, caller)
         if state.terminal:
             return state
+        if told:
+            self.update(task_id, kind_of(state).told_by_stop)
         handle = self._handles.get(task_id)
         try:
             if handle is not None:

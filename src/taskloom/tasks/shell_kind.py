@@ -24,6 +24,10 @@ class ShellKind(TaskKind):
             return state
         return state.replace(status=TaskStatus.KILLED, interrupted=True)
 
+    def told_by_stop(self, state: TaskState) -> TaskState:
+        """Notified already: the stop's result is the notice (a killed shell has no more)."""
+        return state if state.terminal else state.replace(notified=True)
+
     def started_by(self, state: TaskState, agent_id: str) -> bool:
         """Its owner, or the agent that ran it on another owner's behalf."""
         return state.owner == agent_id or (

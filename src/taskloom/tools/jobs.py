@@ -118,5 +118,5 @@ class JobKillTool(Tool[JobIdInput]):
             return found
         if found.terminal:
             return tool_error(f"Job {params.job_id} is not running ({found.status.value})")
-        final = await ctx.runtime.kill(params.job_id, caller=ctx.owner)
+        final = await ctx.runtime.kill(params.job_id, caller=ctx.owner, told=True)
         return ToolResult(f"Cancelled: {_line(final)}")

@@ -183,7 +183,7 @@ class TaskStopTool(Tool[TaskStopInput]):
         # Returns once the task and everything it started (its agents' agents and shells
         # included) are gone, verified.
         task_id = found.id  # a teammate may be named by its agent id or name
-        final = await ctx.runtime.kill(task_id, caller=ctx.owner)
+        final = await ctx.runtime.kill(task_id, caller=ctx.owner, told=True)
         what = getattr(final, "command", None) or final.description
         message = f"Successfully stopped task: {task_id} ({what})"
         data = {

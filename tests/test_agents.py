@@ -416,3 +416,26 @@ async def test_models_made_for_agent_aliases_are_closed_with_the_builder() -> No
     await builder.aclose()
     # Each alias's model once; never the parent's, which its owner (the Harness) closes.
     assert sorted(closed) == ["haiku", "opus"]
+
+
+async def test_a_call_named_task_spawns_an_agent(tmp_path: Path) -> None:
+    # Models trained before the Agent tool was renamed still call it `Task`; it is never
+    # offered under that name, but a call by it runs the Agent tool (and a rule on `Task`
+    # is a rule on Agent, see tests/test_permissions.py).
+    answers: list[str] = []
+
+    def respond(request: ModelRequest) -> Any:
+        if request.agent_id is not None:
+            return "sub found it"
+        if len(request.messages) == 1:
+            call = {"description": "look", "prompt": "find it", "subagent_type": "Explore"}
+            return Turn(tool_calls=(ToolCall("Task", call),))
+        results = [b for b in request.messages[-1].content if isinstance(b, ToolResultBlock)]
+        answers.extend(r.text() for r in results if not r.is_error)
+        return "done"
+
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        assert "Task" not in [t.name for t in h.tools]
+        events = [e async for e in h.run("go")]
+    assert isinstance(events[-1], Finished)
+    assert len(answers) == 1 and "sub found it" in answers[0]

@@ -44,7 +44,7 @@ from taskloom.messages import (
 from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
-from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, tool_error
+from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, by_name, tool_error
 from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
 
@@ -70,7 +70,7 @@ class Engine:
         self.runtime = runtime
         self.messages: list[Message] = list(messages or [])
         self.files = files or FileState()
-        self.tools = {t.name: t for t in config.tools}
+        self.tools = by_name(config.tools)
         # Constructed, not validated: nothing to check, and building the model (pydantic's
         # first build costs tens of milliseconds) can wait until an answer arrives.
         self.usage = Usage.model_construct()

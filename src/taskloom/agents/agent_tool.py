@@ -143,6 +143,7 @@ class AgentTool(Tool[AgentInput]):
     """Spawns subagents through an :class:`~taskloom.agents.service.AgentService`."""
 
     name = "Agent"
+    aliases = ("Task",)  # its name before Claude Code 2.1, still in models' habits
     description = DESCRIPTION
     Input = AgentInput
     static_schema = (AgentInput, INPUT_SCHEMA)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -123,6 +123,8 @@ class Tool(ABC, Generic[InputT]):
     description: ClassVar[str]
     Input: ClassVar[type[ToolInput]]
     kind: ClassVar[ToolKind] = "other"
+    #: Older names models still call it by (``Task`` for Agent); never offered.
+    aliases: ClassVar[tuple[str, ...]] = ()
     #: Safe to run at the same time as other concurrency-safe calls of the same message.
     concurrency_safe: ClassVar[bool] = False
     #: ``(Input, schema)``: the closed schema of ``Input`` written out, for the tools offered
@@ -181,6 +183,18 @@ class Tool(ABC, Generic[InputT]):
     @abstractmethod
     async def call(self, params: InputT, ctx: ToolContext) -> ToolResult:
         """Run the tool. Expected failures are returned as errors, not raised."""
+
+
+def by_name(tools: Sequence[Tool[Any]]) -> dict[str, Tool[Any]]:
+    """``tools`` by the names a call may use: each one's own, then its older names.
+
+    An older name never hides a tool offered under that name.
+    """
+    table = {t.name: t for t in tools}
+    for tool in tools:
+        for alias in tool.aliases:
+            table.setdefault(alias, tool)
+    return table
 
 
 def generated_schema(model: type[ToolInput]) -> dict[str, Any]:

@@ -20,12 +20,9 @@ from taskloom.tools.glob import Glob, glob_to_regex
 from taskloom.tools.grep import (
     Grep,
     GrepInput,
-    Query,
     format_result,
-    ripgrep,
-    run_python,
-    run_ripgrep,
 )
+from taskloom.tools.grep_search import Query, ripgrep, run_python, run_ripgrep
 from taskloom.tools.read import Read, ReadInput
 from taskloom.tools.write import Write
 
@@ -107,8 +104,8 @@ def test_schemas_are_closed_and_tools_flagged(tool: Tool[Any]) -> None:
 
 def test_grep_schema_uses_dashed_names_and_accepts_them() -> None:
     props = Grep().input_schema()["properties"]
-    assert {"-i", "-n", "-A", "-B", "-C"} <= set(props)
-    assert not {"case_insensitive", "after", "context"} & set(props)
+    assert {"-i", "-n", "-A", "-B", "-C", "-o", "context"} <= set(props)
+    assert not {"case_insensitive", "after", "around", "only_matching"} & set(props)
     assert props["-A"] == {
         "type": "integer",
         "minimum": 0,
@@ -116,7 +113,7 @@ def test_grep_schema_uses_dashed_names_and_accepts_them() -> None:
     }
     params = Grep().validate({"pattern": "x", "-i": True, "-C": 2})
     assert not isinstance(params, ToolResult)
-    assert params.case_insensitive and params.context == 2
+    assert params.case_insensitive and params.around == 2 and params.context is None
 
 
 # --- Read ---------------------------------------------------------------------------------
@@ -472,6 +469,14 @@ PARITY_QUERIES: list[dict[str, Any]] = [
     {"pattern": "o\n|\nl", "multiline": True, "output_mode": "content", "-C": 1},
     {"pattern": "foo", "output_mode": "content", "head_limit": 3, "offset": 2},
     {"pattern": "foo", "head_limit": 2},
+    {"pattern": "foo", "head_limit": 0, "offset": 4},
+    {"pattern": "foo", "output_mode": "count", "head_limit": 3},
+    {"pattern": "foo", "offset": 99},
+    {"pattern": "fo+|line", "output_mode": "content", "-o": True},
+    {"pattern": "fo+", "output_mode": "content", "-o": True, "context": 1, "-n": False},
+    {"pattern": r"o\n|\nl", "multiline": True, "output_mode": "content", "-o": True},
+    {"pattern": "foo", "output_mode": "content", "context": 2, "path": "ctx.txt"},
+    {"pattern": "foo", "output_mode": "content", "path": "sub"},
     {"pattern": "é|ï", "-i": True, "output_mode": "content"},
     {"pattern": "foo$", "output_mode": "content"},
     {"pattern": "nomatch_xyz"},
@@ -500,15 +505,12 @@ async def test_grep_selects_files_like_ripgrep(ctx: ToolContext, grep: Grep) -> 
     result = await run(grep, ctx, pattern="foo")
     header, *paths = result.content.split("\n")
     assert header == f"Found {len(CORPUS_MATCHES)} files"
-    assert {os.path.relpath(p, ctx.cwd) for p in paths} == CORPUS_MATCHES
-    mtimes = [os.stat(p).st_mtime_ns for p in paths]
+    assert set(paths) == CORPUS_MATCHES
+    mtimes = [os.stat(ctx.cwd / p).st_mtime_ns for p in paths]
     assert mtimes == sorted(mtimes, reverse=True)
     # A --glob whitelist beats .gitignore, as in ripgrep.
     whitelisted = await run(grep, ctx, pattern="foo", glob="*.log")
-    assert sorted(whitelisted.content.split("\n")[1:]) == [
-        str(ctx.cwd / "app.log"),
-        str(ctx.cwd / "keep.log"),
-    ]
+    assert sorted(whitelisted.content.split("\n")[1:]) == ["app.log", "keep.log"]
 
 
 async def test_grep_falls_back_to_python_without_rg_on_path(
@@ -522,9 +524,9 @@ async def test_grep_falls_back_to_python_without_rg_on_path(
 
 async def test_grep_content_and_count_formats(ctx: ToolContext, grep: Grep) -> None:
     make_corpus(ctx.cwd)
-    path = ctx.cwd / "ctx.txt"
+    path = "ctx.txt"
     content = await run(
-        grep, ctx, pattern="foo", path=str(path), output_mode="content", **{"-A": 1}
+        grep, ctx, pattern="foo", path=str(ctx.cwd / path), output_mode="content", **{"-A": 1}
     )
     assert content.content.split("\n") == [
         f"{path}:2:foo 2",
@@ -536,9 +538,9 @@ async def test_grep_content_and_count_formats(ctx: ToolContext, grep: Grep) -> N
         f"{path}-11-line 11",
     ]
     count = await run(grep, ctx, pattern="foo|line", path="ctx.txt", output_mode="count")
-    assert count.content == f"{path}:12\n\nFound 12 total occurrences across 1 files."
+    assert count.content == f"{path}:12\n\nFound 12 total occurrences across 1 file."
     crlf = await run(grep, ctx, pattern="foo", path="win.txt", output_mode="content")
-    assert crlf.content == f"{ctx.cwd / 'win.txt'}:2:foo"
+    assert crlf.content == "win.txt:2:foo"
     long = await run(grep, ctx, pattern="foo", path="long.txt", output_mode="content")
     assert long.content.endswith("x [... line truncated]") and len(long.content) < 2100
 
@@ -549,8 +551,9 @@ async def test_grep_pagination(ctx: ToolContext, grep: Grep) -> None:
         grep, ctx, pattern=".", path="ctx.txt", output_mode="content", head_limit=2, offset=3
     )
     lines = page.content.split("\n")
-    assert lines[:2] == [f"{ctx.cwd / 'ctx.txt'}:4:foo 4", f"{ctx.cwd / 'ctx.txt'}:5:line 5"]
-    assert "Showing entries 4-5 of 12" in lines[-1]
+    assert lines[:2] == ["ctx.txt:4:foo 4", "ctx.txt:5:line 5"]
+    assert lines[-1].startswith("[Showing results with pagination = limit: 2, offset: 3; ")
+    assert "12 lines in all, 7 more: offset: 5 shows the next page" in lines[-1]
 
 
 async def test_grep_errors(ctx: ToolContext, grep: Grep) -> None:
@@ -562,7 +565,7 @@ async def test_grep_errors(ctx: ToolContext, grep: Grep) -> None:
     bad_type = await run(grep, ctx, pattern="x", type="no-such-type")
     assert bad_type.is_error and "no-such-type" in bad_type.content
     binary = await run(grep, ctx, pattern="foo", path="bin.dat")
-    assert not binary.is_error and binary.content.startswith("No matches found")
+    assert not binary.is_error and binary.content.startswith("No files found")
     assert grep.permission_target(GrepInput(pattern="x"), ctx) == str(ctx.cwd)
 
 
@@ -585,6 +588,7 @@ _ANCHORS = ["^", "$"]
     mode=st.sampled_from(["content", "files_with_matches", "count"]),
     context=st.integers(0, 2),
     ignore_case=st.booleans(),
+    only_matching=st.booleans(),
 )
 def test_grep_parity_property(
     tmp_path: Path,
@@ -594,6 +598,7 @@ def test_grep_parity_property(
     mode: Any,
     context: int,
     ignore_case: bool,
+    only_matching: bool,
 ) -> None:
     # Empty matches are counted differently by the two engines, and ripgrep refuses a literal
     # \n outside multiline mode: both are outside the parity contract.
@@ -611,12 +616,12 @@ def test_grep_parity_property(
         after=context,
         multiline=multiline,
         ignore_case=ignore_case,
+        only_matching=only_matching,
     )
     assert RG is not None
     with_rg = asyncio.run(run_ripgrep(query, RG))
     without = asyncio.run(run_python(query))
     assert not isinstance(with_rg, ToolResult) and not isinstance(without, ToolResult)
     assert (
-        format_result(query, with_rg, None, 0).content
-        == format_result(query, without, None, 0).content
+        format_result(query, with_rg, 0, 0).content == format_result(query, without, 0, 0).content
     )

@@ -146,7 +146,11 @@ def _researcher(request: ModelRequest) -> Turn:
             tool_calls=(ToolCall("Grep", {"pattern": "def median", "output_mode": "content"}),),
         )
     if called[-1] == "Grep":
+        # Grep shows paths relative to the working directory; Read wants them absolute.
         path = last.split(":", 1)[0].strip()
+        cwd = re.search(r"^Working directory: (.+)$", request.system, re.M)
+        if cwd is not None:
+            path = str(Path(cwd.group(1).strip()) / path)
         return Turn(tool_calls=(ToolCall("Read", {"file_path": path}),))
     if called[-1] == "Read" and "Edit" not in called:
         path = next(

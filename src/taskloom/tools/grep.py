@@ -1,39 +1,34 @@
-"""The Grep tool: ripgrep when it is installed, else a pure-Python search with the same output.
+"""The Grep tool: the model's view of a search by ripgrep or the pure-Python fallback.
 
-Both back ends produce the same raw lines (``path``, ``path:count``, or ripgrep's
-``path:line:text`` / ``path-line-text`` with ``--`` between context groups); one formatter turns
-them into the model's result. The Python search (:mod:`taskloom.tools.glob` walks the files)
-mirrors ripgrep's choices, so switching back end never changes an answer.
+:mod:`taskloom.tools.grep_search` runs the search and returns raw lines; here they are filtered
+(Read deny rules), made relative to the working directory, paged (250 entries unless
+``head_limit`` says otherwise) and summarised the way Claude Code shows them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import bisect
-import contextlib
 import os
 import re
-import shutil
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field
 
-from taskloom._aio import finish_despite_cancel
-from taskloom.tools._walk import VCS_DIRS, is_binary_file, iter_search_files
+from taskloom.tools._walk import is_binary_file
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.grep_search import (
+    MAX_COLLECT,
+    Found,
+    Mode,
+    Query,
+    ripgrep,
+    run_python,
+    run_ripgrep,
+)
 from taskloom.tools.read import truncate_line
 
-Mode = Literal["content", "files_with_matches", "count"]
-TIMEOUT_S = 30.0
-#: ripgrep output past this is not read (the process is stopped): memory stays bounded.
-MAX_RG_OUTPUT = 8 << 20
-MAX_OUTPUT_CHARS = 30_000
+#: Entries shown when the call gives no ``head_limit`` (Claude Code's default).
+DEFAULT_HEAD_LIMIT = 250
 
 
 class GrepInput(ToolInput):
@@ -70,11 +65,22 @@ class GrepInput(ToolInput):
         ge=0,
         description="Lines to show before each match (content mode).",
     )
-    context: int | None = Field(
+    around: int | None = Field(
         default=None,
         alias="-C",
         ge=0,
-        description="Lines to show around each match (content mode).",
+        description="Lines to show before and after each match (content mode); same as context.",
+    )
+    context: int | None = Field(
+        default=None,
+        ge=0,
+        description="Lines to show before and after each match (content mode); same as -C.",
+    )
+    only_matching: bool = Field(
+        default=False,
+        alias="-o",
+        description="Show only the matched part of each matching line, one per output line "
+        "(content mode).",
     )
     multiline: bool = Field(
         default=False,
@@ -83,26 +89,15 @@ class GrepInput(ToolInput):
     )
     head_limit: int | None = Field(
         default=None,
-        ge=1,
-        description="Show only the first N lines / files / counts (like | head -N).",
+        ge=0,
+        description="Show at most N lines / files / counts (like | head -N). Default 250; "
+        "0 for no limit.",
     )
-    offset: int = Field(default=0, ge=0, description="Skip the first N lines / files / counts.")
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """A search, normalised; both back ends take exactly this."""
-
-    pattern: str
-    root: str
-    mode: Mode
-    globs: tuple[str, ...] = ()
-    file_type: str | None = None
-    ignore_case: bool = False
-    line_numbers: bool = True
-    before: int = 0
-    after: int = 0
-    multiline: bool = False
+    offset: int = Field(
+        default=0,
+        ge=0,
+        description="Skip the first N lines / files / counts, to page with head_limit.",
+    )
 
 
 #: :class:`GrepInput`'s closed schema written out, so that offering the tool does not build
@@ -158,7 +153,19 @@ INPUT_SCHEMA: dict[str, Any] = {
         "-C": {
             "minimum": 0,
             "type": "integer",
-            "description": "Lines to show around each match (content mode).",
+            "description": "Lines to show before and after each match (content mode); "
+            "same as context.",
+        },
+        "context": {
+            "minimum": 0,
+            "type": "integer",
+            "description": "Lines to show before and after each match (content mode); same as -C.",
+        },
+        "-o": {
+            "default": False,
+            "description": "Show only the matched part of each matching line, "
+            "one per output line (content mode).",
+            "type": "boolean",
         },
         "multiline": {
             "default": False,
@@ -169,13 +176,14 @@ INPUT_SCHEMA: dict[str, Any] = {
             "type": "boolean",
         },
         "head_limit": {
-            "minimum": 1,
+            "minimum": 0,
             "type": "integer",
-            "description": "Show only the first N lines / files / counts (like | head -N).",
+            "description": "Show at most N lines / files / counts "
+            "(like | head -N). Default 250; 0 for no limit.",
         },
         "offset": {
             "default": 0,
-            "description": "Skip the first N lines / files / counts.",
+            "description": "Skip the first N lines / files / counts, to page with head_limit.",
             "minimum": 0,
             "type": "integer",
         },
@@ -198,12 +206,15 @@ class Grep(Tool[GrepInput]):
         '- Narrow the search with path, glob ("*.py", "**/*.{ts,tsx}") or type ("py", '
         '"js", "rust"): type is faster than glob for standard file types.\n'
         '- output_mode: "files_with_matches" (default) lists files, most recently modified '
-        'first; "content" shows matching lines (with -n line numbers, -A/-B/-C context); '
-        '"count" shows the number of matches per file.\n'
+        'first; "content" shows matching lines as path:line:text (-n line numbers, on by '
+        "default; -A/-B/-C or context for lines around each match; -o only the matched "
+        'part); "count" shows path:matches for each file.\n'
+        "- Paths are relative to the current working directory (absolute outside it).\n"
+        f"- Results stop at {DEFAULT_HEAD_LIMIT} lines / files / counts, with a note saying "
+        "so: head_limit sets another limit (0: no limit) and offset skips entries, to page.\n"
         "- By default each line is matched separately; set multiline for patterns that span "
         "lines.\n"
         "- Hidden files are searched; .gitignore'd files, binary files and symlinks are not.\n"
-        "- Use head_limit and offset to page through long results.\n"
         "- For open-ended searches that may take several rounds, use the Agent tool instead."
     )
     Input = GrepInput
@@ -228,9 +239,17 @@ class Grep(Tool[GrepInput]):
         root = os.path.normpath(os.path.join(ctx.cwd, params.path or "."))
         if not os.path.exists(root):
             return tool_error(f"Path does not exist: {root}")
+        if params.around is not None and params.context not in (None, params.around):
+            return tool_error(
+                f"-C ({params.around}) and context ({params.context}) are the same option "
+                "with different values: give one of them."
+            )
         if os.path.isfile(root) and is_binary_file(root):
-            return ToolResult(f"No matches found ({root} is a binary file; Grep skips those)")
-        context = params.context or 0
+            empty = "No files found" if params.output_mode == "files_with_matches" else None
+            return ToolResult(
+                f"{empty or 'No matches found'} ({root} is a binary file; Grep skips those)"
+            )
+        context = params.around if params.around is not None else params.context or 0
         query = Query(
             pattern=params.pattern,
             root=root,
@@ -242,14 +261,15 @@ class Grep(Tool[GrepInput]):
             before=params.before if params.before is not None else context,
             after=params.after if params.after is not None else context,
             multiline=params.multiline,
+            only_matching=params.only_matching,
         )
         rg = ripgrep() if self.use_ripgrep else None
-        lines = await (run_ripgrep(query, rg) if rg else run_python(query))
-        if isinstance(lines, ToolResult):
-            return lines
+        found = await (run_ripgrep(query, rg) if rg else run_python(query))
+        if isinstance(found, ToolResult):
+            return found
         if ctx.read_denied is not None:
-            lines = without_denied(lines, ctx.read_denied)
-        return format_result(query, lines, params.head_limit, params.offset)
+            found = Found(without_denied(found.lines, ctx.read_denied), found.complete)
+        return format_result(query, found, params.head_limit, params.offset, cwd=str(ctx.cwd))
 
 
 def without_denied(lines: list[str], denied: Callable[[str], bool]) -> list[str]:
@@ -282,207 +302,82 @@ def _line_path(line: str) -> str | None:
     return None
 
 
-async def run_ripgrep(q: Query, rg: str) -> list[str] | ToolResult:
-    """Raw output lines of ``rg`` for ``q``."""
-    argv = [rg, "--no-config", "--color=never", "--hidden", "--sort=path"]
-    # Overrides: the last matching glob wins, so the VCS exclusions come last.
-    for glob in (*q.globs, *(f"!{d}" for d in VCS_DIRS)):
-        argv.append(f"--glob={glob}")
-    if q.ignore_case:
-        argv.append("--ignore-case")
-    if q.multiline:
-        argv += ["--multiline", "--multiline-dotall"]
-    if q.file_type:
-        argv.append(f"--type={q.file_type}")
+def format_result(
+    q: Query, found: Found, head_limit: int | None, offset: int, cwd: str | None = None
+) -> ToolResult:
+    """The model's view of raw output lines: relative paths, a page, a summary, notes.
+
+    Args:
+        q: The search.
+        found: What the back end collected.
+        head_limit: Entries to show; None for :data:`DEFAULT_HEAD_LIMIT`, 0 for all.
+        offset: Entries to skip first.
+        cwd: Paths under it are shown relative to it; None keeps them as searched.
+    """
+    incomplete = "" if found.complete else _INCOMPLETE
+    if not found.lines:
+        empty = "No files found" if q.mode == "files_with_matches" else "No matches found"
+        return ToolResult(empty + incomplete)
     if q.mode == "files_with_matches":
-        argv.append("--files-with-matches")
-    elif q.mode == "count":
-        argv += ["--count-matches", "--with-filename"]
+        entries = _relative(_newest_first(found.lines), q.root, cwd)
     else:
-        argv += ["--no-heading", "--with-filename"]
-        argv.append("--line-number" if q.line_numbers else "--no-line-number")
-        argv += [f"--before-context={q.before}", f"--after-context={q.after}"]
-    argv += ["--regexp", q.pattern, "--", q.root]
-    # Run from the search root: ripgrep matches --glob patterns relative to its cwd.
-    cwd = q.root if os.path.isdir(q.root) else os.path.dirname(q.root)
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        async with asyncio.timeout(TIMEOUT_S):
-            (out, full), (err, _) = await asyncio.gather(
-                _read_capped(proc.stdout, MAX_RG_OUTPUT, proc), _read_capped(proc.stderr, 1 << 16)
-            )
-            code = await proc.wait()
-    except TimeoutError:
-        return tool_error(f"Grep timed out after {TIMEOUT_S:.0f}s; narrow the path or pattern.")
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await finish_despite_cancel(proc.wait())
-    if code == 2 and not out:
-        message = err.decode("utf-8", "replace").strip() or "ripgrep failed"
-        return tool_error(f"Grep failed: {message}")
-    lines = out.decode("utf-8", "replace").split("\n")
-    if full or not lines[-1]:
-        lines.pop()  # the empty string after the final newline, or a cut-off last line
-    return lines
-
-
-async def _read_capped(
-    stream: asyncio.StreamReader, cap: int, proc: asyncio.subprocess.Process | None = None
-) -> tuple[bytes, bool]:
-    """Read to EOF keeping ``cap`` bytes; True if more came (then ``proc``, if given, is killed)."""
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await stream.read(1 << 16):
-        if size < cap:
-            chunks.append(chunk)
-        size += len(chunk)
-        if size > cap and proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-    return b"".join(chunks)[:cap], size > cap
-
-
-async def run_python(q: Query) -> list[str] | ToolResult:
-    """Raw output lines of the pure-Python search for ``q`` (run in a thread, bounded)."""
-    stop = threading.Event()
-    try:
-        return await asyncio.to_thread(_python_search, q, time.monotonic() + TIMEOUT_S, stop)
-    except asyncio.CancelledError:
-        stop.set()  # the thread cannot be killed: tell it to give up
-        raise
-
-
-class _Stopped(Exception):
-    """The Python search ran out of time or was cancelled."""
-
-
-def _python_search(q: Query, deadline: float, stop: threading.Event) -> list[str] | ToolResult:
-    flags = re.MULTILINE | (re.IGNORECASE if q.ignore_case else 0)
-    try:
-        regex = re.compile(q.pattern, flags | (re.DOTALL if q.multiline else 0))
-    except re.error as exc:
-        return tool_error(f"Grep failed: invalid regular expression: {exc}")
-    out: list[str] = []
-    try:
-        for path in iter_search_files(q.root, q.globs, q.file_type, VCS_DIRS):
-            if stop.is_set() or time.monotonic() > deadline:
-                raise _Stopped
-            _search_file(q, regex, path, out)
-    except _Stopped:
-        return tool_error(f"Grep timed out after {TIMEOUT_S:.0f}s; narrow the path or pattern.")
-    except ValueError as exc:  # an unknown file type
-        return tool_error(f"Grep failed: {exc}")
-    return out
-
-
-def _search_file(q: Query, regex: re.Pattern[str], path: str, out: list[str]) -> None:
-    """Append ``path``'s output lines to ``out``."""
-    if not os.path.isfile(path):
-        return  # a FIFO or device named directly would block the search
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return
-    if b"\0" in data:
-        return  # binary: skipped, as ripgrep skips it
-    text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    if q.multiline:
-        starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        hits: set[int] = set()
-        count = 0
-        for m in regex.finditer(text):
-            first = bisect.bisect_right(starts, m.start()) - 1
-            if first >= len(lines):
-                continue  # an empty match after the final newline: no line there
-            last = bisect.bisect_right(starts, max(m.end() - 1, m.start())) - 1
-            hits.update(range(first, min(last, len(lines) - 1) + 1))
-            count += 1
-    else:
-        per_line = [sum(1 for _ in regex.finditer(line)) for line in lines]
-        hits = {i for i, n in enumerate(per_line) if n}
-        count = sum(per_line)
-    if not hits:
-        return
-    if q.mode == "files_with_matches":
-        out.append(path)
-    elif q.mode == "count":
-        out.append(f"{path}:{count}")
-    else:
-        out.extend(_context_lines(q, path, lines, hits, separate=bool(out)))
-
-
-def _context_lines(
-    q: Query, path: str, lines: list[str], hits: set[int], separate: bool
-) -> Iterable[str]:
-    """The ``--no-heading`` lines ripgrep prints for one file (``--`` between groups)."""
-    shown: set[int] = set()
-    for i in hits:
-        shown.update(range(max(i - q.before, 0), min(i + q.after, len(lines) - 1) + 1))
-    previous = None
-    grouped = bool(q.before or q.after)
-    for i in sorted(shown):
-        # ripgrep separates groups only when context is on, also between files.
-        gap = separate if previous is None else i > previous + 1
-        if grouped and gap:
-            yield "--"
-        sep = ":" if i in hits else "-"
-        number = f"{i + 1}{sep}" if q.line_numbers else ""
-        yield f"{path}{sep}{number}{lines[i]}"
-        previous = i
-
-
-def ripgrep() -> str | None:
-    """The ``rg`` executable: on ``PATH``, else beside this Python (the ``ripgrep`` wheel)."""
-    found = shutil.which("rg")
-    if found is None:
-        beside = Path(sys.executable).with_name("rg")
-        found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
-    return found
-
-
-def format_result(q: Query, lines: list[str], head_limit: int | None, offset: int) -> ToolResult:
-    """The model's view of raw output lines: summary, paging, length cap."""
-    if not lines:
-        return ToolResult("No matches found")
-    footer = ""
-    if q.mode == "files_with_matches":
-        entries = _newest_first(lines)
-        header = f"Found {len(entries)} file{'s' if len(entries) != 1 else ''}\n"
-    else:
-        entries = [truncate_line(line.removesuffix("\r")) for line in lines]
-        header = ""
-        if q.mode == "count":
-            total = sum(int(e.rsplit(":", 1)[1]) for e in entries)
-            footer = f"\n\nFound {total} total occurrences across {len(entries)} files."
-    page = entries[offset : offset + head_limit if head_limit else None]
-    if offset or len(page) < len(entries) - offset:
-        first, last = offset + 1, offset + len(page)
-        footer += (
-            f"\n\n(Showing entries {first}-{last} of {len(entries)}; "
-            "use offset and head_limit to see others.)"
-        )
+        relative = _relative(found.lines, q.root, cwd)
+        entries = [truncate_line(line.removesuffix("\r")) for line in relative]
+    limit = DEFAULT_HEAD_LIMIT if head_limit is None else head_limit
+    page = entries[offset : offset + limit if limit else None]
+    unit = "lines" if q.mode == "content" else "files"
+    data: dict[str, Any] = {"mode": q.mode, "numEntries": len(entries)}
+    if not page:
+        text = f"No {unit} at offset {offset}: there are {len(entries)} in all."
+        return ToolResult(text + incomplete, data=data)
     body = "\n".join(page)
-    if len(body) > MAX_OUTPUT_CHARS:
-        cut = body.rfind("\n", 0, MAX_OUTPUT_CHARS)
-        body = body[: cut if cut > 0 else MAX_OUTPUT_CHARS]
-        footer += (
-            f"\n\n(Output cut at {MAX_OUTPUT_CHARS} characters: use head_limit/offset, a "
-            "narrower path or a glob to see the rest.)"
-        )
-    return ToolResult(header + body + footer, data={"mode": q.mode, "numEntries": len(entries)})
+    if q.mode == "files_with_matches":
+        body = f"Found {_plural(len(page), 'file')}\n{body}"
+    elif q.mode == "count":
+        total = sum(int(entry.rsplit(":", 1)[1]) for entry in page)
+        files = _plural(len(page), "file")
+        body += f"\n\nFound {_plural(total, 'total occurrence')} across {files}."
+    cut = len(entries) - offset > len(page)
+    if cut or offset:
+        body += "\n\n" + _pagination_note(limit, offset, len(page), len(entries), unit)
+        data.update(appliedLimit=limit if cut else None, appliedOffset=offset or None)
+    return ToolResult(body + incomplete, data=data)
+
+
+_INCOMPLETE = (
+    f"\n\n(The search stopped collecting after {MAX_COLLECT >> 20} MiB of output: results "
+    "are incomplete. Narrow the path, glob or pattern.)"
+)
+
+
+def _pagination_note(limit: int, offset: int, shown: int, total: int, unit: str) -> str:
+    """Claude Code's pagination line, plus what is left and how to get it."""
+    window = f"limit: {limit}, offset: {offset}" if limit else f"offset: {offset}"
+    rest = total - offset - shown
+    more = (
+        f", {rest} more: offset: {offset + shown} shows the next page, head_limit: 0 all of them"
+        if rest > 0
+        else ""
+    )
+    return f"[Showing results with pagination = {window}; {total} {unit} in all{more}]"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _relative(lines: list[str], root: str, cwd: str | None) -> list[str]:
+    """Lines with paths relative to ``cwd``, when the searched ``root`` is under it.
+
+    Every line but ``--`` starts with ``root`` (both back ends print paths as given), so the
+    cwd prefix is cut from the start of each line: no path needs parsing out of the text.
+    """
+    if cwd is None:
+        return lines
+    prefix = os.path.join(os.path.normpath(cwd), "")
+    if not os.path.join(root, "").startswith(prefix):
+        return lines
+    return [line.removeprefix(prefix) for line in lines]
 
 
 def _newest_first(paths: list[str]) -> list[str]:

@@ -327,7 +327,7 @@ def make_tree(root: Path, files: dict[str, str]) -> None:
         os.utime(path, ns=(0, 1_000_000_000 * (i + 1)))  # later in sort order = newer
 
 
-async def test_glob_finds_files_newest_first_and_skips_git(ctx: ToolContext) -> None:
+async def test_glob_finds_files_newest_last_and_skips_git(ctx: ToolContext) -> None:
     make_tree(
         ctx.cwd,
         {
@@ -339,14 +339,15 @@ async def test_glob_finds_files_newest_first_and_skips_git(ctx: ToolContext) -> 
             ".hidden/e.py": "",
         },
     )
-    top = await run(Glob(), ctx, pattern="*.py")
+    every = [str(ctx.cwd / p) for p in (".hidden/e.py", "a.py", "src/b.py", "src/deep/c.py")]
+    anywhere = await run(Glob(), ctx, pattern="*.py")
+    assert anywhere.content.split("\n") == every
+    double_star = await run(Glob(), ctx, pattern="**/*.py")
+    assert double_star.content.split("\n") == every
+    top = await run(Glob(), ctx, pattern="./*.py")
     assert top.content == str(ctx.cwd / "a.py")
-    every = await run(Glob(), ctx, pattern="**/*.py")
-    assert every.content.split("\n") == [
-        str(ctx.cwd / p) for p in ("src/deep/c.py", "src/b.py", "a.py", ".hidden/e.py")
-    ]
     braces = await run(Glob(), ctx, pattern="**/*.{txt,py}", path="src")
-    assert braces.content.split("\n") == [str(ctx.cwd / "src/deep/c.py"), str(ctx.cwd / "src/b.py")]
+    assert braces.content.split("\n") == [str(ctx.cwd / "src/b.py"), str(ctx.cwd / "src/deep/c.py")]
     absolute = await run(Glob(), ctx, pattern=f"{ctx.cwd}/src/*.py")
     assert absolute.content == str(ctx.cwd / "src/b.py")
     none = await run(Glob(), ctx, pattern="**/*.rs")
@@ -357,8 +358,9 @@ async def test_glob_caps_results_and_checks_path(ctx: ToolContext) -> None:
     make_tree(ctx.cwd, {f"f{i:03}.txt": "" for i in range(120)})
     result = await run(Glob(), ctx, pattern="*.txt")
     lines = result.content.split("\n")
-    assert len(lines) == 101 and lines[0] == str(ctx.cwd / "f119.txt")
-    assert "truncated" in lines[-1] and "120" in lines[-1]
+    # The 100 most recently modified, the newest last.
+    assert len(lines) == 101 and lines[0] == str(ctx.cwd / "f020.txt")
+    assert lines[99] == str(ctx.cwd / "f119.txt") and "truncated" in lines[-1]
     missing = await run(Glob(), ctx, pattern="*", path=str(ctx.cwd / "nope"))
     assert missing.is_error and "does not exist" in missing.content
     a_file = await run(Glob(), ctx, pattern="*", path=str(ctx.cwd / "f000.txt"))

@@ -1,4 +1,4 @@
-"""Glob and gitignore matching, and the file walk Grep's pure-Python search uses.
+"""Glob and gitignore matching, and the file walk of Glob and Grep's pure-Python search.
 
 Patterns are translated to regular expressions over ``/``-separated relative paths: ``*`` and
 ``?`` stay within one path segment, ``**`` spans segments, ``[...]`` is a character class and
@@ -194,13 +194,19 @@ def is_binary_file(path: str) -> bool:
 
 
 def iter_search_files(
-    root: str, globs: tuple[str, ...], file_type: str | None, excluded_dirs: tuple[str, ...]
+    root: str,
+    globs: tuple[str, ...],
+    file_type: str | None,
+    excluded_dirs: tuple[str, ...],
+    max_depth: int | None = None,
 ) -> Iterator[str]:
     """The files ripgrep (``--hidden --sort=path``) would search under ``root``.
 
     Symlinks are skipped; ``globs`` (ripgrep ``--glob`` overrides, ``!`` to exclude) take
     precedence over ignore files, which take precedence over ``file_type``. A file ``root`` is
-    searched whatever the filters say, as ripgrep does with explicit paths.
+    searched whatever the filters say, as ripgrep does with explicit paths. ``max_depth``
+    (like ``--max-depth`` less one) limits how many directories deep the walk goes: 0 lists
+    only the files directly in ``root``.
 
     Raises:
         ValueError: ``file_type`` is not known.
@@ -214,9 +220,10 @@ def iter_search_files(
     walk = _SearchWalk(
         [r for r in overrides if r is not None],
         [re.compile(glob_to_regex(g)) for g in TYPES.get(file_type or "", "").split()],
+        max_depth,
     )
     rules, in_git = _ancestor_rules(root)
-    yield from walk.walk(root, rules, in_git)
+    yield from walk.walk(root, rules, in_git, 0)
 
 
 def _ancestor_rules(root: str) -> tuple[list[IgnoreRule], bool]:
@@ -247,8 +254,11 @@ def _ancestor_rules(root: str) -> tuple[list[IgnoreRule], bool]:
 class _SearchWalk:
     overrides: list[IgnoreRule]
     types: list[re.Pattern[str]]
+    max_depth: int | None
 
-    def walk(self, directory: str, rules: list[IgnoreRule], in_git: bool) -> Iterator[str]:
+    def walk(
+        self, directory: str, rules: list[IgnoreRule], in_git: bool, depth: int
+    ) -> Iterator[str]:
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
@@ -270,7 +280,8 @@ class _SearchWalk:
             except OSError:
                 continue
             if is_dir:
-                yield from self.walk(entry.path, rules, in_git)
+                if self.max_depth is None or depth < self.max_depth:
+                    yield from self.walk(entry.path, rules, in_git, depth + 1)
             else:
                 yield entry.path
 

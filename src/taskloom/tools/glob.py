@@ -1,4 +1,4 @@
-"""The Glob tool: files matching a pattern, newest first."""
+"""The Glob tool: files matching a pattern (ripgrep glob semantics), newest last."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
-from taskloom.tools._walk import (
-    _MAGIC,
-    VCS_DIRS,
-    glob_to_regex,
-)
+from taskloom.tools._walk import _MAGIC, VCS_DIRS, glob_to_regex, iter_search_files
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 MAX_RESULTS = 100
@@ -66,11 +62,14 @@ class Glob(Tool[GlobInput]):
         '- Supports glob patterns such as "**/*.js" or "src/**/*.{ts,tsx}": `*` and `?` '
         "match within one path segment, `**` matches any number of directories, `{a,b}` "
         "either alternative, `[abc]` one character.\n"
-        "- The pattern is matched against paths relative to path (the current working "
-        'directory by default), so "*.py" only finds top-level files; use "**/*.py" to '
-        "search all subdirectories.\n"
-        f"- Returns matching files as absolute paths, most recently modified first, at most "
-        f"{MAX_RESULTS}. Hidden files are included; version-control directories are skipped.\n"
+        '- As in ripgrep, a pattern without "/" matches file names at any depth ("*.py" '
+        'finds every Python file below path); a pattern with "/" is matched from path '
+        '(the current working directory by default): "src/*.py" finds only files directly '
+        "in src.\n"
+        "- Returns matching files as absolute paths sorted by modification time, the most "
+        f"recently modified last; at most {MAX_RESULTS} (the most recently modified), with "
+        "a note when there are more. Hidden files are included; files that .gitignore "
+        "(or .ignore) leaves out, symlinks and version-control directories are not.\n"
         "- Use it to find files by name; to search file contents use Grep.\n"
         "- Several searches that may be useful are best done as several calls in one message."
     )
@@ -85,7 +84,7 @@ class Glob(Tool[GlobInput]):
         return _split_literal_prefix(base, params.pattern)[0]
 
     async def call(self, params: GlobInput, ctx: ToolContext) -> ToolResult:
-        """List the files matching the pattern, newest first."""
+        """List the files matching the pattern, oldest first, newest last."""
         base = os.path.normpath(os.path.join(ctx.cwd, params.path or "."))
         if not os.path.exists(base):
             return tool_error(f"Directory does not exist: {base}")
@@ -93,27 +92,41 @@ class Glob(Tool[GlobInput]):
             return tool_error(f"Path is not a directory: {base}. Glob searches directories.")
         if not params.pattern:
             return tool_error("pattern must not be empty.")
-        start, rest = _split_literal_prefix(base, params.pattern)
-        found, complete = await asyncio.to_thread(_walk_glob, start, rest)
-        if not found:
-            return ToolResult("No files found" + ("" if complete else _INCOMPLETE))
+        start, regex, max_depth = compile_pattern(base, params.pattern)
+        found, complete = await asyncio.to_thread(_walk_glob, start, regex, max_depth)
         if ctx.read_denied is not None:
             found = [item for item in found if not ctx.read_denied(item[1])]
-            if not found:
-                return ToolResult("No files found")
-        found.sort(key=lambda item: (-item[0], item[1]))
-        lines = [path for _, path in found[:MAX_RESULTS]]
-        if len(found) > MAX_RESULTS:
-            lines.append(
-                f"(Results are truncated: showing the {MAX_RESULTS} most recently modified of "
-                f"{len(found)} files. Consider a more specific path or pattern.)"
-            )
+        if not found:
+            return ToolResult("No files found" + ("" if complete else _INCOMPLETE))
+        # Keep the most recently modified, and show them the way ripgrep's --sort=modified
+        # does: oldest first, so the newest file is the last line.
+        found.sort(key=lambda item: (item[0], item[1]))
+        lines = [path for _, path in found[-MAX_RESULTS:]]
+        truncated = len(found) > MAX_RESULTS
+        if truncated:
+            lines.append(TRUNCATED_NOTE)
         if not complete:
             lines.append(_INCOMPLETE.strip())
-        return ToolResult("\n".join(lines), data={"numFiles": len(found)})
+        return ToolResult("\n".join(lines), data={"numFiles": len(found), "truncated": truncated})
 
 
+#: What Claude Code appends when it leaves files out.
+TRUNCATED_NOTE = "(Results are truncated. Consider using a more specific path or pattern.)"
 _INCOMPLETE = f"\n(The search stopped after {WALK_TIMEOUT_S:.0f}s; results may be incomplete.)"
+
+
+def compile_pattern(base: str, pattern: str) -> tuple[str, re.Pattern[str], int | None]:
+    """Where to walk from, the regex a file's path relative to it must match, how deep to go.
+
+    ripgrep's glob semantics: a pattern with no ``/`` (a trailing one aside) matches the file
+    name at any depth; with one, it is anchored at ``base``. Leading wildcard-free segments
+    become part of the start directory, so the walk starts deeper; an anchored pattern without
+    ``**`` matches files exactly as deep as it is, so the walk goes no deeper.
+    """
+    anchored = "/" in pattern.rstrip("/")
+    start, rest = _split_literal_prefix(base, pattern)
+    max_depth = rest.count("/") if anchored and "**" not in rest else None
+    return start, re.compile(glob_to_regex(rest if anchored else "**/" + rest)), max_depth
 
 
 def _split_literal_prefix(base: str, pattern: str) -> tuple[str, str]:
@@ -128,33 +141,28 @@ def _split_literal_prefix(base: str, pattern: str) -> tuple[str, str]:
     return start, "/".join(segments[literal:])
 
 
-def _walk_glob(start: str, pattern: str) -> tuple[list[tuple[int, str]], bool]:
-    """(mtime_ns, path) of files under ``start`` matching ``pattern``; False if timed out."""
-    regex = re.compile(glob_to_regex(pattern))
-    # Without "**" a match is exactly as deep as the pattern: no need to walk further.
-    max_depth = None if "**" in pattern else pattern.count("/")
+def _walk_glob(
+    start: str, regex: re.Pattern[str], max_depth: int | None
+) -> tuple[list[tuple[int, str]], bool]:
+    """(mtime_ns, path) of files under ``start`` whose relative path ``regex`` matches.
+
+    The walk is Grep's (and ripgrep's): ignore files honoured, hidden files included,
+    symlinks and version-control directories skipped.
+
+    Returns:
+        The files, and False if the walk ran out of time (then the files found so far).
+    """
+    if not os.path.isdir(start):
+        return [], True  # the pattern's literal directories do not exist
     deadline = time.monotonic() + WALK_TIMEOUT_S
+    prefix = os.path.join(start, "")
     found: list[tuple[int, str]] = []
-    stack: list[tuple[str, str, int]] = [(start, "", 0)]
-    while stack:
+    for path in iter_search_files(start, (), None, VCS_DIRS, max_depth):
         if time.monotonic() > deadline:
             return found, False
-        directory, rel_dir, depth = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            rel = rel_dir + entry.name
+        if regex.fullmatch(path.removeprefix(prefix)):
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in VCS_DIRS and (max_depth is None or depth < max_depth):
-                        stack.append((entry.path, rel + "/", depth + 1))
-                elif entry.is_file() and regex.fullmatch(rel):
-                    found.append((entry.stat().st_mtime_ns, entry.path))
+                found.append((os.stat(path).st_mtime_ns, path))
             except OSError:
-                continue  # vanished or unreadable meanwhile
+                continue  # vanished meanwhile
     return found, True
-
-
-#: Ignore files and their precedence (lower wins), as ripgrep ranks them.

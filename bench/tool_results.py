@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,11 @@ REPO = HERE.parent
 #: The commit before issue 26 (tool fidelity) changed what the tools show.
 DEFAULT_BASE = "e8c5d42"
 PERSISTED = re.compile(r"saved to: (\S+)")
-TRUNCATION = re.compile(r"^\[\.\.\. output truncated|^\s*$")
+#: Lines that count, summarise or say nothing was found: worded differently, same fact.
+META = re.compile(r"^(Found \d|\[\.\.\. output truncated|\(Output cut at|\(Results are trunc)")
+EMPTY = re.compile(r"^No (files|matches) found$")
+#: A note saying how to get the rest.
+PAGER = re.compile(r"^.*(offset|Results are truncated).*$", re.MULTILINE)
 #: Session and task ids (random on each side) and timings, which no side can keep equal.
 VOLATILE = re.compile(r"[0-9a-f-]{36}|\b[bar][a-z0-9]{8}\b|\d+(\.\d+)?m?s\b")
 
@@ -98,26 +102,48 @@ def run_side(label: str, src: Path, work: Path) -> list[dict[str, Any]]:
     return shown
 
 
-def kept(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    """Whether everything ``before`` showed is shown by ``after`` or in the file it names."""
-    old = VOLATILE.sub("#", text_of(before.get("content", "")))
-    new = VOLATILE.sub("#", text_of(after.get("content", "")))
-    if before.get("is_error") or old.strip() in new:
-        return True
-    where = ""
-    saved = PERSISTED.search(new)
+def verdict(before: dict[str, Any], after: dict[str, Any], root: str) -> str:
+    """How what ``before`` showed survives in ``after``.
+
+    ``same`` (all of it is shown), ``saved`` (the rest is in the file the result names),
+    ``paged`` (the result shows part of it, nothing else, and says how to page on: Read's next
+    offset, Grep's offset, Glob's narrower pattern), ``error`` (before was an error), or
+    ``lost``.
+    """
+    if before.get("is_error"):
+        return "error"
+    old, new = _facts(before, root), _facts(after, root)
+    if old <= new:
+        return "same"
+    text = text_of(after.get("content", ""))
+    saved = PERSISTED.search(text)
     if saved and Path(saved.group(1)).is_file():
-        where = VOLATILE.sub("#", Path(saved.group(1)).read_text(errors="replace"))
-    elif after["tool"] == "Read" and "offset" in new:
-        return True  # paged: the note names the offset to read on from, the file holds it
-    lines = [ln for ln in old.splitlines() if not TRUNCATION.match(ln)]
-    return all(ln.strip() in new or ln.strip() in where for ln in lines)
+        kept = _facts({"content": Path(saved.group(1)).read_text(errors="replace")}, root)
+        return "saved" if old <= new | kept else "lost"
+    if PAGER.search(text) and new - {_pager_line(text)} <= old:
+        return "paged"
+    return "lost"
 
 
-def report(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[float, list[str]]:
+def _facts(shown: dict[str, Any], root: str) -> set[str]:
+    """The lines of a result with what may differ and still say the same taken out."""
+    text = VOLATILE.sub("#", text_of(shown.get("content", "")).replace(root + "/", ""))
+    lines = {ln.strip() for ln in text.splitlines()}
+    lines = {"No matches found" if EMPTY.match(ln) else ln for ln in lines}
+    return {ln for ln in lines if ln and not META.match(ln)}
+
+
+def _pager_line(text: str) -> str:
+    found = PAGER.search(text)
+    return found.group(0).strip() if found else ""
+
+
+def report(
+    before: list[dict[str, Any]], after: list[dict[str, Any]], root: str
+) -> tuple[float, list[str]]:
     """Print the table; return the drop of total characters and the calls that lost facts."""
     per_tool: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
-    lost = []
+    lost, verdicts = [], Counter[str]()
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
         b_chars, b_img = shown_chars(b.get("content", ""))
         a_chars, a_img = shown_chars(a.get("content", ""))
@@ -127,7 +153,8 @@ def report(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[f
         row[2] += a_chars
         row[3] += b_chars // 4 + b_img
         row[4] += a_chars // 4 + a_img
-        if not kept(b, a):
+        verdicts[found := verdict(b, a, root)] += 1
+        if found == "lost":
             lost.append(f"{i}: {a['tool']} {json.dumps(a['input'])[:80]}")
     print(
         f"{'tool':<12}{'calls':>6}{'chars before':>14}{'chars after':>13}"
@@ -146,6 +173,8 @@ def report(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> tuple[f
         f"{'total':<12}{totals[0]:>6}{totals[1]:>14,}{totals[2]:>13,}{totals[3]:>15,}"
         f"{totals[4]:>14,}{ratio:>7.2f}"
     )
+    print("\nwhat the after side shows of what the before side showed, per call:")
+    print("  " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
     return 1.0 - ratio, lost
 
 
@@ -165,7 +194,7 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
         before = run_side("before", base / "src", work)
         after = run_side("after", REPO / "src", work)
-        drop, lost = report(before, after)
+        drop, lost = report(before, after, str(work / "repo"))
         print(f"\ncharacters shown: {drop:.0%} fewer than {args.base} (target: at least 40 %)")
         print(f"calls that lost information: {len(lost)} of {len(after)}")
         for line in lost:

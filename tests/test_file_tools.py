@@ -162,10 +162,13 @@ async def test_read_cuts_long_lines_and_hides_crlf_and_bom(ctx: ToolContext) -> 
     assert lines[2] == "     3\tend"
 
 
-async def test_read_relative_path_is_refused(ctx: ToolContext) -> None:
+async def test_read_relative_path_is_taken_from_the_working_directory(ctx: ToolContext) -> None:
+    (ctx.cwd / "a.txt").write_text("a\n")
     result = await run(Read(), ctx, file_path="a.txt")
-    assert result.is_error and "absolute path" in result.content
-    assert str(ctx.cwd / "a.txt") in result.content
+    assert not result.is_error and result.content == "     1\ta"
+    assert str(ctx.cwd / "a.txt") in ctx.files.seen
+    missing = await run(Read(), ctx, file_path="b.txt")
+    assert missing.is_error and f"File does not exist: {ctx.cwd / 'b.txt'}" in missing.content
 
 
 async def test_read_binary_empty_directory_and_missing(ctx: ToolContext) -> None:
@@ -228,9 +231,26 @@ async def test_write_keeps_crlf_of_an_existing_file_and_refuses_bad_paths(
     await run(Write(), ctx, file_path=str(path), content="c\nd\n")
     assert path.read_bytes() == b"c\r\nd\r\n"
     relative = await run(Write(), ctx, file_path="rel.txt", content="x")
-    assert relative.is_error and "absolute" in relative.content
+    assert not relative.is_error and (ctx.cwd / "rel.txt").read_text() == "x"
+    empty = await run(Write(), ctx, file_path="", content="x")
+    assert empty.is_error and "must not be empty" in empty.content
     directory = await run(Write(), ctx, file_path=str(ctx.cwd), content="x")
     assert directory.is_error and "directory" in directory.content
+
+
+async def test_a_file_read_by_a_relative_name_may_be_changed_by_its_absolute_one(
+    ctx: ToolContext,
+) -> None:
+    (ctx.cwd / "src").mkdir()
+    target = ctx.cwd / "src" / "a.txt"
+    target.write_text("one\n")
+    assert not (await run(Read(), ctx, file_path="src/../src/a.txt")).is_error
+    assert ctx.files.seen == {str(target): target.stat().st_mtime_ns}
+    assert Read().permission_target(ReadInput(file_path="./src/a.txt"), ctx) == str(target)
+    written = await run(Write(), ctx, file_path=str(target), content="two\n")
+    assert not written.is_error and target.read_text() == "two\n"
+    edited = await run(Edit(), ctx, file_path="src/a.txt", old_string="two", new_string="3")
+    assert not edited.is_error and target.read_text() == "3\n"
 
 
 # --- Edit ---------------------------------------------------------------------------------

@@ -27,25 +27,20 @@ _CHUNK = 1 << 16
 
 
 def resolve_file_path(file_path: str, ctx: ToolContext) -> str | ToolResult:
-    """The normalised absolute path, or a tool error when ``file_path`` is relative.
-
-    Relative paths are refused rather than resolved: a model that loses track of the working
-    directory would otherwise edit the wrong file without noticing.
-    """
+    """The normalised absolute path (see :func:`target_path`), or an error when it is empty."""
     if not file_path:
         return tool_error("file_path must not be empty.")
-    if not os.path.isabs(file_path):
-        hint = os.path.normpath(os.path.join(ctx.cwd, file_path))
-        return tool_error(
-            f"file_path must be an absolute path, got {file_path!r}. "
-            f"Use an absolute path, e.g. {hint!r}."
-        )
-    return os.path.normpath(file_path)
+    return target_path(file_path, ctx)
 
 
 def target_path(file_path: str, ctx: ToolContext) -> str:
-    """The absolute path permission rules see (relative paths are taken from ``ctx.cwd``)."""
-    return os.path.normpath(os.path.join(ctx.cwd, file_path))
+    """The absolute path a file tool acts on, and the one permission rules see.
+
+    A relative path is taken from ``ctx.cwd`` (the agent's working directory), ``~`` is the
+    home directory; ``..`` and doubled slashes are normalised away, so the same file always
+    has the same key in ``ctx.files`` whatever way it was named.
+    """
+    return os.path.normpath(os.path.join(ctx.cwd, os.path.expanduser(file_path)))
 
 
 def missing_file_error(path: str, ctx: ToolContext) -> ToolResult:
@@ -157,7 +152,8 @@ class Read(Tool[ReadInput]):
     description = (
         "Reads a text file from the local filesystem.\n\n"
         "Usage:\n"
-        "- file_path must be an absolute path, not a relative one.\n"
+        "- file_path should be an absolute path; a relative path is taken from the current "
+        "working directory.\n"
         f"- By default up to {DEFAULT_LIMIT} lines are read from the start of the file. For "
         "long files give offset (1-based line number) and limit to read a part; otherwise "
         "read the whole file.\n"

@@ -40,7 +40,8 @@ class Write(Tool[WriteInput]):
     description = (
         "Writes a file to the local filesystem, replacing it entirely if it exists.\n\n"
         "Usage:\n"
-        "- file_path must be an absolute path. Missing parent directories are created.\n"
+        "- file_path should be an absolute path; a relative path is taken from the current "
+        "working directory. Missing parent directories are created.\n"
         "- Overwriting an existing file requires that you Read it first in this conversation "
         "and that it has not changed since; otherwise the call fails.\n"
         "- To change part of an existing file, prefer Edit: it sends only the changed text and "

@@ -38,6 +38,7 @@ from taskloom.messages import (
     Message,
     TextBlock,
     ToolResultBlock,
+    ToolResultContent,
     ToolUseBlock,
     Usage,
 )
@@ -534,9 +535,11 @@ def _clean(text: str) -> str:
 
 
 def _result_block(call: ToolUseBlock, result: ToolResult) -> ToolResultBlock:
-    return ToolResultBlock(
-        tool_use_id=call.id, content=_clean(result.content), is_error=result.is_error
-    )
+    text = _clean(result.content)
+    content: str | list[ToolResultContent] = text
+    if result.blocks:  # e.g. an image: the text first (the API refuses an empty text block)
+        content = [*([TextBlock(text=text)] if text else []), *result.blocks]
+    return ToolResultBlock(tool_use_id=call.id, content=content, is_error=result.is_error)
 
 
 def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:

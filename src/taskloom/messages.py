@@ -51,19 +51,61 @@ class ToolUseBlock(_Block):
     defect: str | None = Field(default=None, exclude=True)
 
 
+#: The Messages API's limit on one image: 5 MB of base64.
+MAX_IMAGE_BASE64_BYTES = 5 * 1024 * 1024
+#: The image formats the Messages API takes.
+ImageMediaType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+
+
+class Base64Source(_Block):
+    """An image's bytes, base64-encoded, in the block itself."""
+
+    type: Literal["base64"] = "base64"
+    media_type: ImageMediaType
+    data: str
+
+
+class UrlSource(_Block):
+    """An image the provider fetches from a URL."""
+
+    type: Literal["url"] = "url"
+    url: str
+
+
+class ImageBlock(_Block):
+    """An image (in a tool result: what Read shows of an image file)."""
+
+    type: Literal["image"] = "image"
+    source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
+
+
+#: What a tool result's ``content`` list may hold.
+ToolResultContent = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+
+
 class ToolResultBlock(_Block):
-    """The result of a tool call, sent back in a user message."""
+    """The result of a tool call, sent back in a user message.
+
+    ``content`` is a string, or a list of text and image blocks (as the Messages API takes
+    it); :meth:`text` is the text of either.
+    """
 
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
-    content: str | list[TextBlock] = ""
+    content: str | list[ToolResultContent] = ""
     is_error: bool = False
 
     def text(self) -> str:
-        """The result as one string."""
+        """The result's text as one string (images left out)."""
         if isinstance(self.content, str):
             return self.content
-        return "".join(b.text for b in self.content)
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    def images(self) -> list[ImageBlock]:
+        """The result's images, in order."""
+        if isinstance(self.content, str):
+            return []
+        return [b for b in self.content if isinstance(b, ImageBlock)]
 
 
 ContentBlock = Annotated[

@@ -13,16 +13,17 @@ Line numbers are stdin's: every line counts, the ``initialize`` request and blan
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, get_args
 
 from taskloom.cli.control import ControlChannel
 from taskloom.errors import clipped
-from taskloom.messages import Message
+from taskloom.messages import MAX_IMAGE_BASE64_BYTES, ImageMediaType, Message
 from taskloom.untrusted import MAX_INPUT_DEPTH, clean_json, strict_loads
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,13 @@ _USER_BLOCKS = ("text", "tool_result")
 _BLOCK_FIELDS = {
     "text": {"type", "text", "cache_control"},
     "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
+    "image": {"type", "source", "cache_control"},
 }
+#: What a tool result's content list may hold.
+_RESULT_BLOCKS = ("text", "image")
+#: The fields of an image's source, by its type.
+_SOURCE_FIELDS = {"base64": {"type", "media_type", "data"}, "url": {"type", "url"}}
+_MEDIA_TYPES = get_args(ImageMediaType)
 
 
 class BadLine(ValueError):
@@ -249,7 +256,41 @@ def _check_block(where: str, block: Any, kinds: tuple[str, ...] = _USER_BLOCKS) 
         raise BadLine(f"{where}.text: text blocks must hold non-whitespace text")
     if kind == "tool_result" and isinstance(block.get("content"), list):
         for j, inner in enumerate(block["content"]):
-            _check_block(f"{where}.content[{j}]", inner, ("text",))
+            _check_block(f"{where}.content[{j}]", inner, _RESULT_BLOCKS)
+    if kind == "image":
+        _check_image_source(f"{where}.source", block.get("source"))
+
+
+def _check_image_source(where: str, source: Any) -> None:
+    """Refuse an image source the API would refuse: other fields, bad base64, over 5 MB.
+
+    Raises:
+        BadLine: Naming the source and what is wrong with it.
+    """
+    kind = source.get("type") if isinstance(source, dict) else None
+    if not isinstance(source, dict) or kind not in _SOURCE_FIELDS:
+        raise BadLine(f'{where}: must be {{"type": "base64", ...}} or {{"type": "url", ...}}')
+    extra = sorted(set(source) - _SOURCE_FIELDS[kind])
+    if extra:
+        raise BadLine(f"{where}: a {kind} source takes no field {clipped(str(extra[0]))!r}")
+    if kind != "base64":
+        return
+    media_type = source.get("media_type")
+    if media_type not in _MEDIA_TYPES:
+        given = clipped(str(media_type))
+        raise BadLine(f"{where}.media_type: must be {', '.join(_MEDIA_TYPES)}, got {given!r}")
+    data = source.get("data")
+    if not isinstance(data, str):
+        raise BadLine(f"{where}.data: must be a string of base64")
+    if len(data) > MAX_IMAGE_BASE64_BYTES:
+        raise BadLine(
+            f"{where}.data: {len(data):,} bytes of base64, over the API's limit of "
+            f"{MAX_IMAGE_BASE64_BYTES:,} for one image"
+        )
+    try:
+        base64.b64decode(data, validate=True)
+    except ValueError:
+        raise BadLine(f"{where}.data: not valid base64") from None
 
 
 def _kind(value: Any) -> str:

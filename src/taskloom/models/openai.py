@@ -13,6 +13,7 @@ the position of its block in the final message's ``content``.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
@@ -23,13 +24,15 @@ from urllib.parse import urlsplit
 import httpx
 from httpx_sse import ServerSentEvent
 
-from taskloom.errors import ModelError
+from taskloom.errors import ModelError, UsageError
 from taskloom.messages import (
     ContentBlock,
+    ImageBlock,
     Message,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
+    UrlSource,
     Usage,
 )
 from taskloom.models._http import (
@@ -51,6 +54,11 @@ from taskloom.models.base import (
 from taskloom.untrusted import tool_use_block
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: Set to 0, false, no or off for a server whose model takes no images (a text-only local
+#: model): a tool result's image is then described in words instead of sent.
+IMAGES_ENV = "TASKLOOM_OPENAI_IMAGES"
+IMAGES_FOLLOW = "\n(The image is in the next message.)"
+NO_IMAGES = "\n(An image was returned, but this model takes no images, so it is not shown.)"
 
 STOP_REASONS = {
     "stop": "end_turn",
@@ -61,13 +69,20 @@ STOP_REASONS = {
 }
 
 
-def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+def to_chat_messages(
+    system: str, messages: list[Message], *, images_accepted: bool = True
+) -> list[dict[str, Any]]:
     """Canonical messages as Chat Completions messages.
 
     Assistant text and tool calls become one assistant message with ``tool_calls``; each
     tool result becomes a ``tool`` message (placed first, as the API requires them right
     after the call), the rest of a user message a ``user`` message. Thinking is not sent back:
     chat APIs take no reasoning input.
+
+    A ``tool`` message holds text only, so a tool result's images (a Read of a PNG) go in
+    the ``user`` message that follows the tool messages, as ``image_url`` parts with a
+    ``data:`` URL; the tool message says they follow. With ``images_accepted`` False (a
+    server without vision) the tool message says instead that the image cannot be shown.
 
     No ``content`` is ever ``null``: an assistant message with tool calls and no text says
     ``""``, which every compatible server takes, while some refuse ``null`` (llama-cpp-python's
@@ -90,14 +105,51 @@ def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any
                 out["tool_calls"] = calls
             chat.append(out)
             continue
+        images: list[dict[str, Any]] = []
         for block in message.content:
             if isinstance(block, ToolResultBlock):
                 # Chat has no error flag on tool results: say it in the text the model reads.
                 text = f"Error: {block.text()}" if block.is_error else block.text()
+                pictures = block.images()
+                if pictures and images_accepted:
+                    text += IMAGES_FOLLOW
+                    images += _image_parts(block.tool_use_id, pictures)
+                elif pictures:
+                    text += NO_IMAGES
                 chat.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
-        if texts:
+        if images:
+            # A tool message takes text only: the images come in a user message right after
+            # the tool messages (the API wants those straight after the call), before any text.
+            texts_parts = [{"type": "text", "text": "\n\n".join(texts)}] if texts else []
+            chat.append({"role": "user", "content": [*images, *texts_parts]})
+        elif texts:
             chat.append({"role": "user", "content": "\n\n".join(texts)})
     return chat
+
+
+def _images_from_env() -> bool:
+    raw = os.environ.get(IMAGES_ENV) or ""
+    if raw.strip().lower() in ("", "1", "true", "yes", "on"):
+        return True
+    if raw.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{IMAGES_ENV} must be 1, true, yes, on or 0, false, no, off; got {raw!r}")
+
+
+def _image_parts(call_id: str, images: list[ImageBlock]) -> list[dict[str, Any]]:
+    """Chat content parts for a tool result's images: a label, then each image's data URL."""
+    label = "image" if len(images) == 1 else f"{len(images)} images"
+    parts: list[dict[str, Any]] = [
+        {"type": "text", "text": f"The {label} from tool call {call_id}:"}
+    ]
+    for image in images:
+        source = image.source
+        if isinstance(source, UrlSource):
+            url = source.url
+        else:
+            url = f"data:{source.media_type};base64,{source.data}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def to_usage(raw: Any) -> Usage:
@@ -217,6 +269,12 @@ class OpenAIModel(HttpModel):
             ``TASKLOOM_STREAM_IDLE_TIMEOUT``, else 90 (connect capped at 30 s).
         client: An httpx client to use (and not close); one is created lazily otherwise.
         retry_base_delay: First backoff in seconds (doubles, capped at 30 s, jittered).
+        images: Whether the model takes images (tool results' images are sent as
+            ``image_url`` parts, else described in words); default ``TASKLOOM_OPENAI_IMAGES``,
+            else true.
+
+    Raises:
+        UsageError: ``TASKLOOM_OPENAI_IMAGES`` is neither a yes nor a no.
     """
 
     provider = "OpenAI"
@@ -231,11 +289,13 @@ class OpenAIModel(HttpModel):
         idle_timeout: float | None = None,
         client: httpx.AsyncClient | None = None,
         retry_base_delay: float = 0.5,
+        images: bool | None = None,
     ) -> None:
         self.name = name
         self.api_key = env_default(api_key, "OPENAI_API_KEY")
         base = env_default(base_url, "OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
+        self.images = images if images is not None else _images_from_env()
         self._init_transport(max_retries, retry_base_delay, idle_timeout, client)
 
     def headers(self) -> dict[str, str]:
@@ -252,7 +312,9 @@ class OpenAIModel(HttpModel):
         official = urlsplit(self.base_url).hostname == "api.openai.com"
         body: dict[str, Any] = {
             "model": request.model or self.name,
-            "messages": to_chat_messages(request.system, request.messages),
+            "messages": to_chat_messages(
+                request.system, request.messages, images_accepted=self.images
+            ),
             "stream": True,
             "stream_options": {"include_usage": True},
             ("max_completion_tokens" if official else "max_tokens"): request.max_tokens,

@@ -24,6 +24,7 @@ from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
 from taskloom.permissions.rules import ToolKind as ToolKind
 
 if TYPE_CHECKING:
+    from taskloom.messages import ToolResultContent
     from taskloom.tasks.runtime import TaskRuntime
 
 
@@ -48,11 +49,14 @@ class ToolResult:
         content: The text the model sees.
         is_error: Whether it is reported to the model as an error.
         data: Structured detail for programmatic consumers (``stream-json``), optional.
+        blocks: Content blocks the model sees after ``content`` (an image Read shows), in
+            the canonical (Anthropic) form; ``content`` stays the text hooks and logs see.
     """
 
     content: str
     is_error: bool = False
     data: dict[str, Any] | None = None
+    blocks: list[ToolResultContent] | None = None
 
 
 @dataclass(slots=True)

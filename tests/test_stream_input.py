@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from helpers import alive, clean_env, run_processes
+from read_files import png
 
 
 def start(
@@ -80,8 +81,9 @@ def test_lines_that_are_not_the_protocol_are_reported_and_skipped(tmp_path: Path
 
 
 def test_a_huge_tool_result_still_fits_the_protocols_line_limit(tmp_path: Path) -> None:
-    (tmp_path / "big.txt").write_text(("x" * 1500 + "\n") * 1000)  # 1.5 MB
-    turns = [{"tool_calls": [{"name": "Read", "input": {"file_path": str(tmp_path / "big.txt")}}]}]
+    # Read's text is capped far below the line limit; an image of 1 MB is not (1.3 MB base64).
+    (tmp_path / "big.png").write_bytes(png(16, 16) + b"\0" * 1_000_000)
+    turns = [{"tool_calls": [{"name": "Read", "input": {"file_path": str(tmp_path / "big.png")}}]}]
     proc = start(tmp_path, [*turns, {"text": "read it"}])
     out, err = proc.communicate(user("read"), timeout=60)
     assert proc.returncode == 0, err

@@ -1,29 +1,34 @@
 """The Read tool, and the path and read-before-write helpers that Write and Edit share.
 
-Read shows a text file the way ``cat -n`` does and records the file's mtime in
-``ctx.files.seen``; Write and Edit refuse to touch an existing file that is not recorded there
-or whose mtime has moved since, so the model never overwrites changes it has not seen.
+Read shows a text file the way ``cat -n`` does (within the bounds of :mod:`._text`), an image
+as an image block (:mod:`._media`) and a PDF's pages as text (:mod:`._pdf`), and records the
+file's mtime in ``ctx.files.seen``; Write and Edit refuse to touch an existing file that is
+not recorded there or whose mtime has moved since, so the model never overwrites changes it
+has not seen.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import difflib
 import os
-from collections.abc import Iterable
-from typing import Any, BinaryIO
+from typing import Any
 
 from pydantic import Field
 
+from taskloom.tools._media import MAX_IMAGE_SIDE, image_extension, read_image, sniff_image
+from taskloom.tools._pdf import MAX_PAGES_PER_CALL, MAX_PAGES_WITHOUT_RANGE, is_pdf, read_pdf
+from taskloom.tools._text import (
+    DEFAULT_LIMIT,
+    DEFAULT_READ_MAX_TOKENS,
+    MAX_FILE_BYTES,
+    SNIFF_BYTES,
+    looks_binary,
+    read_max_tokens,
+    read_text,
+)
+from taskloom.tools._text import number_lines as number_lines  # Edit's snippets use it
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
-
-DEFAULT_LIMIT = 2000
-MAX_LINE_CHARS = 2000
-LINE_TRUNCATED = " [... line truncated]"
-#: How much of a file is sniffed for NUL bytes and UTF-8 validity.
-SNIFF_BYTES = 8192
-_CHUNK = 1 << 16
 
 
 def resolve_file_path(file_path: str, ctx: ToolContext) -> str | ToolResult:
@@ -73,30 +78,15 @@ def check_fresh(path: str, mtime_ns: int, ctx: ToolContext, action: str) -> Tool
     return None
 
 
-def number_lines(lines: Iterable[str], first: int) -> str:
-    """``cat -n`` style: the line number right-aligned in 6 columns, a tab, the line."""
-    return "\n".join(f"{no:>6}\t{truncate_line(line)}" for no, line in enumerate(lines, first))
+#: Grep cuts the lines it shows at this many characters (Read shows lines whole, within its
+#: output cap).
+MAX_LINE_CHARS = 2000
+LINE_TRUNCATED = " [... line truncated]"
 
 
 def truncate_line(line: str) -> str:
     """Cut a line longer than :data:`MAX_LINE_CHARS`, marking the cut."""
     return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + LINE_TRUNCATED
-
-
-def looks_binary(head: bytes, *, partial: bool) -> bool:
-    """NUL bytes, or bytes that are not UTF-8.
-
-    Args:
-        head: The start of the file.
-        partial: The file goes on, so a multi-byte character cut at the end is fine.
-    """
-    if b"\0" in head:
-        return True
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=not partial)
-    except UnicodeDecodeError:
-        return True
-    return False
 
 
 class ReadInput(ToolInput):
@@ -114,6 +104,12 @@ class ReadInput(ToolInput):
         ge=1,
         description=f"How many lines to read (default {DEFAULT_LIMIT}). Only give it for files "
         "too long to read at once.",
+    )
+    pages: str | None = Field(
+        default=None,
+        description=f'PDF files only: the pages to read, e.g. "3", "1-5" or "2,4-6" (1-based; '
+        f"at most {MAX_PAGES_PER_CALL} a call). Required for a PDF of more than "
+        f"{MAX_PAGES_WITHOUT_RANGE} pages.",
     )
 
 
@@ -139,6 +135,11 @@ INPUT_SCHEMA: dict[str, Any] = {
             "give it for files too long to read at "
             "once.",
         },
+        "pages": {
+            "type": "string",
+            "description": 'PDF files only: the pages to read, e.g. "3", "1-5" or "2,4-6" '
+            "(1-based; at most 20 a call). Required for a PDF of more than 10 pages.",
+        },
     },
     "required": ["file_path"],
     "type": "object",
@@ -146,23 +147,32 @@ INPUT_SCHEMA: dict[str, Any] = {
 
 
 class Read(Tool[ReadInput]):
-    """Shows a text file with line numbers and remembers that it was read."""
+    """Shows a text file with line numbers, an image, or a PDF's text; remembers the read."""
 
     name = "Read"
     description = (
-        "Reads a text file from the local filesystem.\n\n"
+        "Reads a file from the local filesystem: text files, images and PDFs.\n\n"
         "Usage:\n"
         "- file_path should be an absolute path; a relative path is taken from the current "
         "working directory.\n"
         f"- By default up to {DEFAULT_LIMIT} lines are read from the start of the file. For "
         "long files give offset (1-based line number) and limit to read a part; otherwise "
         "read the whole file.\n"
-        f"- Lines longer than {MAX_LINE_CHARS} characters are truncated.\n"
+        f"- A file over {MAX_FILE_BYTES // 1024} KB cannot be read whole: give offset and "
+        "limit, or search it with Grep.\n"
+        f"- A result is capped at about {DEFAULT_READ_MAX_TOKENS:,} tokens: a longer read stops "
+        "at the end of a line and its last line says the offset to read on from. Lines are "
+        "shown whole (only a line longer than the whole cap is cut).\n"
         "- Output is in `cat -n` format: the line number, a tab, then the line. The number and "
         "tab are not part of the file: never copy them into Edit's old_string or new_string.\n"
+        "- Images (PNG, JPEG, GIF, WebP) are shown to you as images, up to 5 MB in base64 and "
+        f"{MAX_IMAGE_SIDE} pixels a side.\n"
+        '- PDFs are read as text, page by page: give pages ("3", "1-5", "2,4-6"; at most '
+        f"{MAX_PAGES_PER_CALL} a call). A PDF of more than {MAX_PAGES_WITHOUT_RANGE} pages "
+        "must be read by pages. A page without a text layer (a scan) is said to have no text.\n"
         "- You must Read a file before you Edit or overwrite it with Write; if it changes on "
         "disk afterwards, Read it again.\n"
-        "- Only text files are supported: images, PDFs and other binary files are refused.\n"
+        "- Other binary files are refused.\n"
         "- To list a directory use Glob, or `ls` via Bash; Read only reads files.\n"
         "- Reading several files you may need is best done with several Read calls in one "
         "message."
@@ -177,7 +187,7 @@ class Read(Tool[ReadInput]):
         return target_path(params.file_path, ctx)
 
     async def call(self, params: ReadInput, ctx: ToolContext) -> ToolResult:
-        """Read the requested lines and record the file's mtime in ``ctx.files``."""
+        """Read the file (text, image or PDF) and record its mtime in ``ctx.files``."""
         path = resolve_file_path(params.file_path, ctx)
         if isinstance(path, ToolResult):
             return path
@@ -191,11 +201,12 @@ class Read(Tool[ReadInput]):
         if not os.path.isfile(path):
             # A FIFO or device would block the read for ever.
             return tool_error(f"{path} is not a regular file (a pipe, socket or device)")
-        start = max(params.offset or 1, 1)
-        limit = params.limit or DEFAULT_LIMIT
+        max_tokens = read_max_tokens(ctx.settings)
+        if isinstance(max_tokens, str):
+            return tool_error(max_tokens)
         try:
-            # The total line count may mean scanning a large file: keep the loop free.
-            result, mtime_ns = await asyncio.to_thread(_read_text, path, start, limit)
+            # Scanning a large file, encoding an image or parsing a PDF: keep the loop free.
+            result, mtime_ns = await asyncio.to_thread(_read, path, params, max_tokens)
         except OSError as exc:
             return tool_error(f"Cannot read {path}: {exc.strerror or exc}")
         if mtime_ns is not None:
@@ -203,81 +214,31 @@ class Read(Tool[ReadInput]):
         return result
 
 
-def _read_text(path: str, start: int, limit: int) -> tuple[ToolResult, int | None]:
-    """Lines ``start .. start+limit-1`` of ``path``; the mtime is None when nothing was shown."""
+def _read(path: str, params: ReadInput, max_tokens: int) -> tuple[ToolResult, int | None]:
+    """The file as text, an image or a PDF's pages, by what its first bytes say it is."""
     with open(path, "rb") as f:
-        # The mtime before reading: a change during the read then shows up as "modified".
-        mtime_ns = os.fstat(f.fileno()).st_mtime_ns
         head = f.read(SNIFF_BYTES)
-        if looks_binary(head, partial=len(head) == SNIFF_BYTES):
-            return (
-                tool_error(
-                    f"{path} looks like a binary file; Read only shows text files. "
-                    "Images and PDFs are not supported yet."
-                ),
-                None,
-            )
-        if not head:
-            note = "<system-reminder>Warning: the file exists but the contents are empty."
-            return ToolResult(note + "</system-reminder>"), mtime_ns
-        f.seek(0)
-        shown: list[str] = []
-        total = 0
-        for line in _iter_lines(f):
-            total += 1
-            if total >= start:
-                # A UTF-8 byte order mark is encoding, not content.
-                shown.append(line.removeprefix("\ufeff") if total == 1 else line)
-                if len(shown) == limit:
-                    total += _count_lines(f)
-                    break
-    if not shown:
-        # Not recorded as read: the model has seen none of the content.
+    image = sniff_image(head)
+    binary = looks_binary(head, partial=len(head) == SNIFF_BYTES)
+    pdf = image is None and is_pdf(path, head, binary=binary)
+    if params.pages is not None and not pdf:
+        return tool_error("pages is for PDF files only; use offset and limit for text."), None
+    if image is not None:
+        return read_image(path, image)
+    if pdf:
+        if params.offset is not None or params.limit is not None:
+            return tool_error("offset and limit are for text files; give pages for a PDF."), None
+        return read_pdf(path, params.pages, max_tokens)
+    named = image_extension(path)
+    if named is not None and binary:
         return (
-            ToolResult(
-                "<system-reminder>Warning: the file exists but is shorter than the provided "
-                f"offset ({start}). The file has {total} lines.</system-reminder>"
+            tool_error(
+                f"{path} is named like a {named} image but is not one of the images Read "
+                "shows (PNG, JPEG, GIF or WebP, recognised by their first bytes)."
             ),
             None,
         )
-    text = number_lines(shown, start)
-    last = start + len(shown) - 1
-    if start > 1 or last < total:
-        text += (
-            f"\n\n<system-reminder>Showing lines {start}-{last} of {total}. Use offset and "
-            "limit to read other parts.</system-reminder>"
-        )
-    data = {"filePath": path, "startLine": start, "numLines": len(shown), "totalLines": total}
-    return ToolResult(text, data=data), mtime_ns
-
-
-def _iter_lines(f: BinaryIO) -> Iterable[str]:
-    """Decoded lines without their line ending; huge lines are cut without loading them.
-
-    Reading a bounded prefix per line keeps memory small on minified or generated files whose
-    single "line" can be megabytes long.
-    """
-    cap = MAX_LINE_CHARS * 4 + 4  # enough bytes for MAX_LINE_CHARS characters of UTF-8
-    while True:
-        raw = f.readline(cap)
-        if not raw:
-            return
-        capped = len(raw) == cap and not raw.endswith(b"\n")
-        if not capped:
-            yield raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
-            continue
-        while (rest := f.readline(_CHUNK)) and not rest.endswith(b"\n"):
-            pass  # skip the rest of the over-long line
-        # "ignore": the cap may have split a multi-byte character.
-        line = raw.decode("utf-8", errors="ignore")
-        yield line if len(line) > MAX_LINE_CHARS else line + LINE_TRUNCATED
-
-
-def _count_lines(f: BinaryIO) -> int:
-    """Lines from the current position to the end, counted without decoding them."""
-    count = 0
-    last = b"\n"
-    while chunk := f.read(_CHUNK):
-        count += chunk.count(b"\n")
-        last = chunk[-1:]
-    return count + (last != b"\n")  # a final line without a newline counts too
+    start = max(params.offset or 1, 1)
+    limit = params.limit or DEFAULT_LIMIT
+    whole = params.offset is None and params.limit is None
+    return read_text(path, start, limit, max_tokens, whole=whole)

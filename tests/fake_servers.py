@@ -28,7 +28,6 @@ type, bad base64, over 5 MB; on Chat Completions an ``image_url`` outside a ``us
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import itertools
 import json
@@ -42,6 +41,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Self
+
+from fake_images import anthropic_image_problem, openai_image_problem
 
 
 @dataclass(frozen=True)
@@ -421,87 +422,6 @@ def _data(obj: Any) -> bytes:
     return f"data: {json.dumps(obj)}\n\n".encode()
 
 
-#: The image formats both APIs take, by their first bytes.
-IMAGE_MAGIC = {
-    "image/png": (b"\x89PNG\r\n\x1a\n",),
-    "image/jpeg": (b"\xff\xd8\xff",),
-    "image/gif": (b"GIF87a", b"GIF89a"),
-    "image/webp": (b"RIFF",),
-}
-#: The Messages API's limit on one image's base64.
-MAX_IMAGE_BASE64 = 5 * 1024 * 1024
-
-
-def image_media_type(raw: bytes) -> str | None:
-    """The media type ``raw`` (an image's bytes) is, by its first bytes; None if none."""
-    for media_type, magics in IMAGE_MAGIC.items():
-        if raw.startswith(magics) and (media_type != "image/webp" or raw[8:12] == b"WEBP"):
-            return media_type
-    return None
-
-
-def _anthropic_image_problem(where: str, block: Any) -> str | None:
-    """What the Messages API says of an image block it refuses (None: it takes it)."""
-    source = block.get("source") if isinstance(block, dict) else None
-    if not isinstance(source, dict) or source.get("type") not in ("base64", "url"):
-        return f"{where}.source: Input tag does not match any of the expected tags: 'base64', 'url'"
-    if source["type"] == "url":
-        return None
-    data, declared = source.get("data"), source.get("media_type")
-    if declared not in IMAGE_MAGIC:
-        return f"{where}.source.base64.media_type: Input should be " + ", ".join(
-            repr(m) for m in IMAGE_MAGIC
-        )
-    if not isinstance(data, str):
-        return f"{where}.source.base64.data: Input should be a valid string"
-    if len(data) > MAX_IMAGE_BASE64:
-        return (
-            f"{where}.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > "
-            f"{MAX_IMAGE_BASE64} bytes"
-        )
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except ValueError:
-        return f"{where}.source.base64.data: The image data is not valid base64"
-    actual = image_media_type(raw)
-    if actual is None:
-        return f"{where}.source.base64.data: Could not process image"
-    if actual != declared:
-        return (
-            f"{where}.source.base64: The image was specified using the {declared} media type, "
-            f"but the image appears to be a {actual} image"
-        )
-    return None
-
-
-def _anthropic_image_refusal(messages: list[Any]) -> ErrorReply | None:
-    """The 400 for an image block the Messages API refuses, in a user message or a result."""
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        for j, block in enumerate(content if isinstance(content, list) else []):
-            found: list[tuple[str, Any]] = []
-            if block.get("type") == "image":
-                found.append((f"messages.{i}.content.{j}.image", block))
-            inner = block.get("content") if block.get("type") == "tool_result" else None
-            for k, part in enumerate(inner if isinstance(inner, list) else []):
-                if part.get("type") not in ("text", "image"):
-                    return ErrorReply(
-                        400,
-                        "invalid_request_error",
-                        f"messages.{i}.content.{j}.tool_result.content.{k}: Input tag "
-                        f"{part.get('type')!r} found using 'type' does not match any of the "
-                        "expected tags: 'text', 'image', 'search_result', 'document'",
-                    )
-                if part["type"] == "image":
-                    where = f"messages.{i}.content.{j}.tool_result.content.{k}.image"
-                    found.append((where, part))
-            for where, image in found:
-                problem = _anthropic_image_problem(where, image)
-                if problem is not None:
-                    return ErrorReply(400, "invalid_request_error", problem)
-    return None
-
-
 class FakeAnthropicServer(FakeServer):
     """A fake Anthropic Messages API (``POST /v1/messages``); ``url`` is the base URL."""
 
@@ -554,7 +474,8 @@ class FakeAnthropicServer(FakeServer):
                         "block must have a corresponding `tool_use` block in the previous "
                         "message.",
                     )
-        return _anthropic_image_refusal(messages)
+        problem = anthropic_image_problem(messages)
+        return None if problem is None else ErrorReply(400, "invalid_request_error", problem)
 
     def _error_body(self, error: ErrorReply) -> dict[str, Any]:
         return {"type": "error", "error": {"type": error.error_type, "message": error.message}}
@@ -670,9 +591,9 @@ class FakeOpenAIServer(FakeServer):
                 )
             if role == "assistant":
                 pending = [c.get("id") for c in message.get("tool_calls") or []]
-            problem = _openai_image_problem(i, message)
+            problem = openai_image_problem(i, message)
             if problem is not None:
-                return problem
+                return _openai_error(problem)
         return None
 
     def _includes_usage(self, request: dict[str, Any]) -> bool:
@@ -747,34 +668,3 @@ class FakeOpenAIServer(FakeServer):
 
 def _openai_error(message: str) -> ErrorReply:
     return ErrorReply(400, "invalid_request_error", message)
-
-
-def _openai_image_problem(i: int, message: dict[str, Any]) -> ErrorReply | None:
-    """The 400 for an ``image_url`` part the Chat Completions API refuses, if any."""
-    content = message.get("content")
-    for part in content if isinstance(content, list) else []:
-        if not isinstance(part, dict) or part.get("type") != "image_url":
-            continue
-        if message.get("role") != "user":
-            return _openai_error(
-                f"Invalid 'messages[{i}]'. Image URLs are only allowed for messages with role "
-                f"'user', but this message with role '{message.get('role')}' contains an image "
-                "URL."
-            )
-        url = (part.get("image_url") or {}).get("url")
-        head, _, data = url.partition(",") if isinstance(url, str) else ("", "", "")
-        unsupported = _openai_error(
-            "You uploaded an unsupported image. Please make sure your image is below 20 MB in "
-            "size and is of one the following formats: ['png', 'jpeg', 'gif', 'webp']."
-        )
-        if isinstance(url, str) and url.startswith(("http://", "https://")):
-            continue
-        if not head.startswith("data:image/") or not head.endswith(";base64"):
-            return _openai_error(f"Invalid 'messages[{i}]': image_url.url must be a URL")
-        try:
-            raw = base64.b64decode(data, validate=True)
-        except ValueError:
-            return unsupported
-        if image_media_type(raw) is None:
-            return unsupported
-    return None

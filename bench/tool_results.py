@@ -40,6 +40,8 @@ DEFAULT_BASE = "e8c5d42"
 PERSISTED = re.compile(r"saved to: (\S+)")
 #: Lines that count, summarise or say nothing was found: worded differently, same fact.
 META = re.compile(r"^(Found \d|\[\.\.\. output truncated|\(Output cut at|\(Results are trunc)")
+#: How Read marked a line it cut (lines are now kept whole).
+LINE_CUT = " [... line truncated]"
 EMPTY = re.compile(r"^No (files|matches) found$")
 #: A note saying how to get the rest.
 PAGER = re.compile(r"^.*(offset|Results are truncated).*$", re.MULTILINE)
@@ -113,13 +115,13 @@ def verdict(before: dict[str, Any], after: dict[str, Any], root: str) -> str:
     if before.get("is_error"):
         return "error"
     old, new = _facts(before, root), _facts(after, root)
-    if old <= new:
+    if _covered(old, new):
         return "same"
     text = text_of(after.get("content", ""))
     saved = PERSISTED.search(text)
     if saved and Path(saved.group(1)).is_file():
         kept = _facts({"content": Path(saved.group(1)).read_text(errors="replace")}, root)
-        return "saved" if old <= new | kept else "lost"
+        return "saved" if _covered(old, new | kept) else "lost"
     if PAGER.search(text) and new - {_pager_line(text)} <= old:
         return "paged"
     return "lost"
@@ -131,6 +133,14 @@ def _facts(shown: dict[str, Any], root: str) -> set[str]:
     lines = {ln.strip() for ln in text.splitlines()}
     lines = {"No matches found" if EMPTY.match(ln) else ln for ln in lines}
     return {ln for ln in lines if ln and not META.match(ln)}
+
+
+def _covered(old: set[str], pool: set[str]) -> bool:
+    """Whether every fact of ``old`` is in ``pool`` (a line cut short: as the start of one)."""
+    cut = {ln for ln in old if ln.endswith(LINE_CUT)}
+    if not (old - cut) <= pool:
+        return False
+    return all(any(p.startswith(ln.removesuffix(LINE_CUT)) for p in pool) for ln in cut)
 
 
 def _pager_line(text: str) -> str:

@@ -539,3 +539,24 @@ def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
     tap.remote_usage("al@t", {"m": {"input_tokens": 30, "output_tokens": 3}})
     (again,) = tap.by_agent["al@t"].by_model.values()
     assert (again.input_tokens, again.output_tokens) == (1030, 103)
+
+
+def test_an_image_too_big_for_a_line_is_named_not_cut() -> None:
+    # A program reading stream-json gets lines of at most 1 MiB; an image whose base64 does not
+    # fit is replaced by a note saying what it was (cut base64 would be no image at all).
+    from taskloom.cli.print_mode import MAX_LINE_CHARS, _fitted
+
+    data = "A" * 1_200_000
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": [{"type": "text", "text": "Image 4000x3000 png"}, image],
+    }
+    event = {"type": "user", "message": {"role": "user", "content": [result]}}
+    line = _fitted(event)
+    assert len(line) <= MAX_LINE_CHARS
+    parts = json.loads(line)["message"]["content"][0]["content"]
+    assert parts[0] == {"type": "text", "text": "Image 4000x3000 png"}
+    assert parts[1]["type"] == "text" and "image/png, 1,200,000 characters" in parts[1]["text"]
+    assert "the model saw it" in parts[1]["text"]

@@ -99,6 +99,14 @@ def _cut(value: Any, keep: int) -> Any:
         left = len(value) - keep
         return f"{value[:keep]}\n[{left} characters left out of this line; the model saw them]"
     if isinstance(value, dict):
+        source = value.get("source")
+        if value.get("type") == "image" and isinstance(source, dict):
+            data = source.get("data")
+            if isinstance(data, str) and len(data) > keep:
+                # Cut base64 is no image at all: say what was there instead.
+                what = source.get("media_type", "image")
+                note = f"[{what}, {len(data):,} characters of base64 left out of this line; "
+                return {"type": "text", "text": note + "the model saw it]"}
         return {k: _cut(v, keep) for k, v in value.items()}
     if isinstance(value, list):
         return [_cut(v, keep) for v in value]

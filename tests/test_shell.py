@@ -26,10 +26,29 @@ async def test_foreground_command_returns_its_exit_code_without_notification() -
         assert rt.drain() == []  # the caller got the result itself
 
 
+async def test_the_outcome_tells_stderr_output_and_the_directory_it_ended_in(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sub").mkdir()
+    async with TaskRuntime() as rt:
+        quiet = await run_shell(rt, "cd sub; grep x /dev/null", cwd=tmp_path, track_cwd=True)
+        assert (quiet.exit_code, quiet.stderr_written) == (1, False)
+        assert quiet.cwd == str((tmp_path / "sub").resolve())
+        loud = await run_shell(rt, "echo a; echo b >&2; echo c", cwd=tmp_path, track_cwd=True)
+        assert loud.stderr_written and loud.cwd == str(tmp_path.resolve())
+        assert Path(loud.output_file).read_text() == "a\nb\nc\n"  # in the order written
+        gone = await run_shell(rt, "cd sub && rmdir ../sub", cwd=tmp_path, track_cwd=True)
+        assert gone.cwd == "" and not gone.stderr_written  # pwd could not tell: said quietly
+        untracked = await run_shell(rt, "cd /", cwd=tmp_path)
+        assert untracked.cwd is None
+        # The side file is gone once read: only output files stay in the tasks directory.
+        assert {p.suffix for p in Path(loud.output_file).parent.iterdir()} == {".output"}
+
+
 async def test_auto_background_keeps_output_and_notifies_completion() -> None:
     async with TaskRuntime() as rt:
         started = time.monotonic()
-        out = await run_shell(rt, "sleep 3; echo done", timeout=1.0)
+        out = await run_shell(rt, "sleep 3; echo done", timeout=1.0, auto_background=True)
         assert 0.9 < time.monotonic() - started < 2.5
         assert out.backgrounded and out.timed_out and out.status == "running"
         state = await rt.wait(out.task_id, timeout=10)

@@ -109,6 +109,8 @@ def spawn_shell(
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
     shell: str | None = None,
+    error_fd: int | None = None,
+    prelude: str = "",
 ) -> Child:
     """Start ``command`` under a shell in a new session with output bound to ``output_fd``.
 
@@ -120,6 +122,10 @@ def spawn_shell(
         cwd: Working directory (default: ours).
         env: Environment (default: ours); the tags are added to it.
         shell: Shell executable (default: :func:`default_shell`).
+        error_fd: The descriptor receiving stderr (default: ``output_fd``). Another open
+            description of the same file (``O_APPEND``) keeps the output in order, and its
+            offset tells whether anything was written to stderr.
+        prelude: Shell code run before ``command``, on its first line (not named in errors).
 
     Raises:
         ProcessError: The shell could not be started.
@@ -130,10 +136,10 @@ def spawn_shell(
         child_env[SESSION_ENV] = session_id
     try:
         popen = subprocess.Popen(
-            [shell or default_shell(), "-c", command],
+            [shell or default_shell(), "-c", prelude + command],
             stdin=subprocess.DEVNULL,
             stdout=output_fd,
-            stderr=output_fd,
+            stderr=output_fd if error_fd is None else error_fd,
             cwd=cwd,
             env=child_env,
             start_new_session=True,

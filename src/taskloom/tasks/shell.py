@@ -1,26 +1,34 @@
 """LocalShellTask: shell commands in the foreground, the background, or moved between them.
 
 Four ways into the background: ``run_in_background`` from the start; a foreground
-command passing its timeout (auto-background, the default; with it off the command is killed);
+command passing its timeout (with auto-background on; by default it is killed);
 :meth:`TaskRuntime.background` while a caller waits on it; and the same from a UI. Moving to
 the background never touches the output: the child writes to the output file from the start.
 
 While in the background a command is watched: its output file must stay under the cap, and
 when it stops growing for 45 s and its tail looks like a question (``(y/n)``, ``Press Enter``...)
 its owner is told, once, that it seems to wait for input.
+
+stdout and stderr go to the same output file, in the order they are written, through two open
+descriptions of it (both appending): the offset of stderr's tells whether the command wrote to
+stderr at all. With ``track_cwd`` the shell writes the directory it ends in (``pwd -P``) to a
+file beside the output when it exits, so a caller can run its next command there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from taskloom.errors import OutputError
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.input_wait import waiting_for_input
 from taskloom.process.kill import find_tree, kill_tree
@@ -61,6 +69,9 @@ class ShellOutcome:
         output_file: Path of the full output.
         backgrounded: Still running in the background; its end will be notified.
         timed_out: The foreground timeout passed (then it was backgrounded or killed).
+        stderr_written: Something was written to stderr before the command exited.
+        cwd: With ``track_cwd``, the directory the shell ended in (``""``: it no longer
+            exists); None when unknown (backgrounded, killed, replaced by ``exec``).
     """
 
     task_id: str
@@ -69,6 +80,8 @@ class ShellOutcome:
     output_file: str
     backgrounded: bool
     timed_out: bool = False
+    stderr_written: bool = False
+    cwd: str | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -94,13 +107,25 @@ class ShellHandle:
         child: Child,
         output: DiskTaskOutput,
         watch: WatchSettings,
+        *,
+        error_fd: int = -1,
+        cwd_file: Path | None = None,
     ) -> None:
-        """Supervise ``child`` (already spawned) for task ``task_id``."""
+        """Supervise ``child`` (already spawned) for task ``task_id``.
+
+        ``error_fd`` (the child's stderr description) and ``cwd_file`` (where it writes its
+        last directory) are ours to close and remove once it exits.
+        """
         self.runtime = runtime
         self.task_id = task_id
         self.child = child
         self.output = output
         self.watch_settings = watch
+        self._error_fd = error_fd
+        self._cwd_file = cwd_file
+        #: Set at its exit: whether it wrote to stderr, and the directory it ended in.
+        self.stderr_written = False
+        self.final_cwd: str | None = None
         self.handoff = Handoff()
         self._killing = False
         self._kill_done = asyncio.Event()
@@ -128,7 +153,10 @@ class ShellHandle:
         )
 
     async def _supervise(self) -> ShellTaskState | None:
-        raw = await self.child.wait()
+        try:
+            raw = await self.child.wait()
+        finally:
+            self._collect_exit_facts()
         # Report a death by signal N the way shells do: 128 + N.
         code = 128 - raw if raw < 0 else raw
         killed = self._killing
@@ -153,6 +181,22 @@ class ShellHandle:
             self.output.close()
             self.runtime.release_handle(self.task_id)
         return state
+
+    def _collect_exit_facts(self) -> None:
+        """Read (once) what the exited shell left: its stderr offset, its last directory."""
+        if self._error_fd >= 0:
+            with contextlib.suppress(OSError):
+                # Appending writes move the offset to the end: still 0 means none was made.
+                self.stderr_written = os.lseek(self._error_fd, 0, os.SEEK_CUR) > 0
+            os.close(self._error_fd)
+            self._error_fd = -1
+        path, self._cwd_file = self._cwd_file, None
+        if path is not None:
+            with contextlib.suppress(OSError):
+                self.final_cwd = path.read_text(encoding="utf-8", errors="surrogateescape")
+                self.final_cwd = self.final_cwd.removesuffix("\n")
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     async def kill(self) -> None:
         """Stop the command and every process it started; wait until it is recorded."""
@@ -187,6 +231,7 @@ class ShellHandle:
         self._detached = True
         self._unwatch()
         self.finished.cancel()
+        self._collect_exit_facts()  # the supervisor may not have started to do it
         self.output.close()
         self.runtime.store.set_process_detached(self.task_id)
         self.runtime.release_handle(self.task_id)
@@ -271,13 +316,14 @@ async def run_shell(
     tool_use_id: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     run_in_background: bool = False,
-    auto_background: bool = True,
+    auto_background: bool = False,
     exit_policy: ExitPolicy = "cancel",
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
     agent_id: str | None = None,
     watch: WatchSettings | None = None,
     kind: Literal["bash", "monitor"] = "bash",
+    track_cwd: bool = False,
 ) -> ShellOutcome:
     """Run ``command`` as a shell task and return when it ends or goes to the background.
 
@@ -297,6 +343,7 @@ async def run_shell(
         watch: Stall thresholds for the background watch.
         kind: ``monitor``: each new line of its output is told to its owner as it comes
             (:mod:`taskloom.tasks.monitor`; run it in the background).
+        track_cwd: Learn the directory the shell ends in (:attr:`ShellOutcome.cwd`).
 
     Raises:
         TaskloomError: The output file or the process could not be created (the task is then
@@ -319,11 +366,23 @@ async def run_shell(
             kind=kind,
         )
     )
+    cwd_file = path.with_suffix(".cwd") if track_cwd else None
     try:
         output = runtime.create_output(task_id)
     except BaseException:
         _fail(runtime, task_id)
         raise
+    try:
+        error_fd = _open_appending(output.path)
+    except BaseException:
+        output.close()
+        _fail(runtime, task_id)
+        raise
+    prelude = ""
+    if cwd_file is not None:
+        # On the same line as the command, so the line numbers its errors name stay its own.
+        record = f"pwd -P >| {shlex.quote(str(cwd_file))} 2>/dev/null"
+        prelude = f"trap {shlex.quote(record)} EXIT; "
     # Recorded by its tag before it can run, then by its pid: a SIGKILL of ours at any point
     # leaves a record that the next session's sweep finds it by.
     with recorded_tag("shell", ProcessRecorder(runtime.store, runtime.session_id), tag=task_id):
@@ -335,9 +394,12 @@ async def run_shell(
                 session_id=runtime.session_id,
                 cwd=cwd,
                 env=env,
+                error_fd=error_fd,
+                prelude=prelude,
             )
         except BaseException:
             output.close()
+            os.close(error_fd)
             _fail(runtime, task_id)
             raise
         runtime.store.add_process(
@@ -352,7 +414,15 @@ async def run_shell(
                 boot_id=boot_id(),
             )
         )
-    handle = ShellHandle(runtime, task_id, child, output, watch or WatchSettings())
+    handle = ShellHandle(
+        runtime,
+        task_id,
+        child,
+        output,
+        watch or WatchSettings(),
+        error_fd=error_fd,
+        cwd_file=cwd_file,
+    )
     runtime.attach_handle(task_id, handle)
     runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
     if kind == "monitor":
@@ -375,7 +445,24 @@ async def _wait_foreground(
     end = await handle.handoff.wait(
         runtime, handle.task_id, handle.finished, timeout, auto_background=auto_background
     )
-    return _outcome(runtime, handle.task_id, backgrounded=end.backgrounded, timed_out=end.timed_out)
+    outcome = _outcome(
+        runtime, handle.task_id, backgrounded=end.backgrounded, timed_out=end.timed_out
+    )
+    if outcome.backgrounded or end.timed_out:
+        return outcome
+    return dataclasses.replace(outcome, stderr_written=handle.stderr_written, cwd=handle.final_cwd)
+
+
+def _open_appending(path: Path) -> int:
+    """A second open description of the output file, for stderr (see the module docstring).
+
+    Raises:
+        OutputError: It cannot be opened.
+    """
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OutputError(f"cannot open task output {path} for stderr: {exc.strerror}") from exc
 
 
 def _fail(runtime: TaskRuntime, task_id: str) -> None:

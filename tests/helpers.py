@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -133,3 +134,13 @@ def json_lines(stdout: str) -> list[dict[str, Any]]:
     import json
 
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+#: What the model gets for a tool result too long to show inline (taskloom.tools.overflow).
+PERSISTED = re.compile(
+    r"<persisted-output>\nOutput too large \((?P<size>[^)]+)\)\. Full output saved to: "
+    r"(?P<path>\S+)\n\nPreview \(first 2KB\):\n(?P<preview>.*?)(?P<more>\n\.\.\.)?\n"
+    r"Read the rest with Read \(offset and limit\) or search it with Grep on that file\.\n"
+    r"</persisted-output>",
+    re.S,
+)

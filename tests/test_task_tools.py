@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from helpers import TIME_FACTOR, file_contains, wait_until
-from taskloom.engine import Engine, EngineConfig, Finished, ToolDone
+from taskloom.engine import Engine, EngineConfig
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
 from taskloom.testing import ScriptedModel, ToolCall, Turn
@@ -122,28 +122,6 @@ async def test_cancelling_the_run_kills_its_foreground_command() -> None:
         with pytest.raises(asyncio.CancelledError):
             await running
         assert rt.get(event.state.id).status == "killed"  # type: ignore[union-attr]
-
-
-async def test_bash_result_is_truncated_with_a_pointer_to_the_file() -> None:
-    model = ScriptedModel([Turn(tool_calls=(ToolCall("Bash", {"command": "seq 1 20000"}),)), "ok"])
-    async with TaskRuntime() as rt:
-        engine = Engine(
-            EngineConfig(
-                model=model,
-                system_prompt="",
-                tools=[BashTool()],
-                owner=rt.session_id,
-                cwd=Path.cwd(),
-            ),
-            rt,
-        )
-        events = [e async for e in engine.run("go")]
-    result = next(e.result for e in events if isinstance(e, ToolDone))
-    assert isinstance(events[-1], Finished)
-    assert result.content.startswith("1\n2\n3\n")
-    assert result.content.endswith("19999\n20000")
-    assert "output truncated; full output in" in result.content
-    assert len(result.content) < 31_000
 
 
 async def test_a_shell_stopped_by_its_owners_task_stop_sends_no_notification() -> None:

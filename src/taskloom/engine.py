@@ -46,6 +46,7 @@ from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, by_name, tool_error
+from taskloom.tools.workdir import WorkingDirectory
 from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
 
@@ -71,6 +72,9 @@ class Engine:
         self.runtime = runtime
         self.messages: list[Message] = list(messages or [])
         self.files = files or FileState()
+        #: Where its shell stands: a ``cd`` holds for its next calls (its own, not its
+        #: parent's nor its subagents').
+        self.workdir = WorkingDirectory(config.place(), config.shell_roots())
         self.tools = by_name(config.tools)
         # Constructed, not validated: nothing to check, and building the model (pydantic's
         # first build costs tens of milliseconds) can wait until an answer arrives.
@@ -115,6 +119,8 @@ class Engine:
         is never changed under a live engine, a new engine takes the conversation over.
         """
         engine = Engine(config, self.runtime, self.messages, self.files)
+        if config.cwd == self.config.cwd:
+            engine.workdir = self.workdir  # the same place: where its shell stood holds
         engine.usage = self.usage
         engine.context_tokens = self.context_tokens
         engine.num_turns = self.num_turns
@@ -367,13 +373,14 @@ class Engine:
         ctx = ToolContext(
             runtime=self.runtime,
             owner=self.config.owner,
-            cwd=self.config.cwd_source() if self.config.cwd_source else self.config.cwd,
+            cwd=self._where(),
             tool_use_id=call.id,
             files=self.files,
             agent_id=self.config.agent_id,
             settings=self.config.settings,
             engine=self,
             read_denied=self._read_denied(),
+            workdir=self.workdir,
         )
         outside = self._outside_confinement(tool, params, ctx)
         if outside is not None:
@@ -424,13 +431,20 @@ class Engine:
             )
         return result
 
+    def _where(self) -> Path:
+        """Where its next call runs: its shell's directory (back at its place if that moved)."""
+        place = self.config.place()
+        if place != self.workdir.start:
+            self.workdir.follow(place, self.config.shell_roots())
+        return self.workdir.here()
+
     def _read_denied(self) -> Callable[[str], bool] | None:
         policy = self.config.permissions
         if policy is None:
             return None
         from taskloom.permissions import PermissionRequest
 
-        cwd = self.config.cwd_source() if self.config.cwd_source else self.config.cwd
+        cwd = self.config.place()
 
         def denied(path: str) -> bool:
             request = PermissionRequest("Read", "read", path, cwd, {"file_path": path})

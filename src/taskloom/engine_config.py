@@ -50,7 +50,10 @@ class EngineConfig:
         confine_also: Directories outside ``confine_to`` its file tools may use too (its
             memory directory).
         cwd_source: Where the working directory is read from on each call (EnterWorktree
-            moves the main session); ``cwd`` when None.
+            moves the main session); ``cwd`` when None. Its shell starts there, and a ``cd``
+            holds for its next calls (:class:`~taskloom.tools.workdir.WorkingDirectory`).
+        cwd_roots: Directories besides its start directory where its shell may stand when
+            it is not confined (a subagent: its parent's).
         session_id: For hook input.
         transcript_path: For hook input.
         metadata: Extra request metadata (e.g. the agent type), for logs and test models.
@@ -80,10 +83,26 @@ class EngineConfig:
     confine_to: Path | None = None
     confine_also: tuple[Path, ...] = ()
     cwd_source: Callable[[], Path] | None = None
+    cwd_roots: tuple[Path, ...] = ()
     session_id: str = ""
     transcript_path: str | None = None
     observer: EngineObserver | None = None
     meter: Meter | None = None
+
+    def place(self) -> Path:
+        """Where the agent works now, and its shell starts (EnterWorktree moves the main's)."""
+        return self.cwd_source() if self.cwd_source else self.cwd
+
+    def shell_roots(self) -> tuple[Path, ...]:
+        """Where its shell may stand besides its place's tree.
+
+        Its worktree and memory when confined, else its parent's directories and the
+        permissions' added ones.
+        """
+        if self.confine_to is not None:
+            return (self.confine_to, *self.confine_also)
+        added = self.permissions.additional_directories if self.permissions is not None else ()
+        return (*self.cwd_roots, *added)
 
 
 __all__ = ["EngineConfig"]

@@ -104,7 +104,8 @@ class Spawner:
         if (request.isolation or definition.isolation) == "remote":
             return await self.remote.spawn(request, ctx, definition, background=is_async)
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
-        # The child starts where its parent works now (a worktree it entered, or its own).
+        # The child starts where its parent stands now (its shell's directory, in a worktree
+        # it entered or its own); from then on each moves its own shell only.
         parent: Engine | None = ctx.engine
         env = self.environments.for_agent(
             agent_id,
@@ -131,7 +132,9 @@ class Spawner:
                 extra_tools=env.tools(),
             )
             meter = self.budgets.open(agent_id, ctx.owner, request.budget(definition))
-            config = dataclasses.replace(config, meter=meter)
+            # Unless confined to its worktree, its shell may go where its parent's may.
+            roots = ctx.workdir.roots if ctx.workdir is not None else ()
+            config = dataclasses.replace(config, meter=meter, cwd_roots=roots)
             run = AgentRun(
                 self.runtime,
                 agent_id,
@@ -270,6 +273,7 @@ class Spawner:
             cwd=ctx.cwd,
             meter=self.budgets.open(agent_id, ctx.owner, Budget()),
             cwd_source=None,  # fixed where the parent was: it must not follow the parent
+            cwd_roots=ctx.workdir.roots if ctx.workdir is not None else parent.config.cwd_roots,
         )
         messages = fork_messages(parent.messages, request.prompt)
         run = AgentRun(

@@ -26,6 +26,7 @@ from taskloom.permissions.rules import ToolKind as ToolKind
 if TYPE_CHECKING:
     from taskloom.messages import ToolResultContent
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tools.workdir import WorkingDirectory
 
 
 class ToolInput(BaseModel):
@@ -80,7 +81,8 @@ class ToolContext:
     Attributes:
         runtime: The session's task runtime.
         owner: The agent id (or session id for the main thread) that makes the call.
-        cwd: The working directory of the agent.
+        cwd: Where the agent stands: its shell's working directory (a ``cd`` in a Bash call
+            holds for its next calls), against which relative paths are resolved.
         tool_use_id: The id of the ``tool_use`` block being answered.
         files: What this agent has read.
         agent_id: The calling subagent's id, None on the main thread.
@@ -88,6 +90,8 @@ class ToolContext:
         engine: The calling agent's engine (a fork copies its prompt, tools and history).
         read_denied: Whether a Read deny rule covers a path; search tools leave such files
             out of their results (best effort, as in Claude Code).
+        workdir: The agent's shell directory, which Bash moves (None: a call outside an
+            engine; the command runs at ``cwd`` and its ``cd`` is not kept).
     """
 
     runtime: TaskRuntime
@@ -99,6 +103,7 @@ class ToolContext:
     settings: dict[str, Any] = field(default_factory=dict)
     engine: Any = None
     read_denied: Callable[[str], bool] | None = None
+    workdir: WorkingDirectory | None = None
 
 
 #: Longest tool error a model is shown. Errors quote what they refuse cut short (see

@@ -1,29 +1,55 @@
-"""The Bash tool: run a command in the foreground, the background, or both in turn."""
+"""The Bash tool: run a command in the foreground (killed at its timeout) or the background.
+
+What the model gets follows the CLI that inspired us: a foreground command is killed at its
+timeout (``Command timed out after Ns``, exit code 143), its working directory holds for the
+agent's next calls, output over the inline limit is saved under the session's directory and
+shown as a preview with its path, ``rg`` works, and exit code 1 of ``grep``, ``diff``, ``test``…
+with nothing on stderr is an answer, not an error.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
 from pydantic import Field
 
-from taskloom.tasks.output import read_delta, read_tail
-from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, run_shell
+from taskloom.process.shell_env import shell_env
+from taskloom.tasks.output import read_delta
+from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ShellOutcome, run_shell
 from taskloom.tasks.types import TaskStatus
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult
+from taskloom.tools._exit_meaning import exit_meaning
+from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.overflow import results_dir, save_file
 
-#: Most output (characters) put in a tool result; the full output stays in the file.
-MAX_RESULT_CHARS = 30_000
+#: Default inline limit (characters) of a command's output: more is saved to a file.
+DEFAULT_MAX_OUTPUT_CHARS = 30_000
+#: Highest inline limit a setting may ask for (as the CLI that inspired us caps it).
+MAX_OUTPUT_CHARS_CAP = 150_000
+#: The setting and the environment variable (which wins) that set the inline limit.
+MAX_OUTPUT_SETTING = "bashMaxOutputChars"
+MAX_OUTPUT_ENV = "BASH_MAX_OUTPUT_LENGTH"
+#: The setting that moves a command past its timeout to the background instead of killing it.
+AUTO_BACKGROUND_SETTING = "autoBackgroundShells"
 
-DESCRIPTION = """Run a shell command (bash) in the working directory and return its output.
+DESCRIPTION = """Run a shell command (bash) and return its output.
 
-- Foreground by default, up to `timeout` ms (default 120000, max 600000). A command that
-  runs past its timeout is moved to the background rather than killed: you get its task id
-  and are notified when it ends.
+- Working directory: it persists between your calls. After `cd sub` the next command runs in
+  `sub`; each agent has its own. Environment variables, aliases and shell functions do not
+  persist: every call is a new shell. A `cd` out of the directories you may use (the project,
+  or your worktree, and the directories added to it) is undone: the next command starts back
+  at the start directory, and the result says so. Prefer absolute paths over `cd`.
+- `timeout` is in milliseconds: default 120000 (2 minutes); more than 600000 (10 minutes) is
+  taken as 600000. A command still running at its timeout is killed, and the result is an
+  error with the output so far.
 - Set `run_in_background: true` for long commands (builds, test suites, servers) so you can
   keep working; you will be notified when it finishes. Read its output with TaskOutput and
   stop it with TaskStop. Do not poll with sleep.
-- stdout and stderr are merged. Long output is cut in the result; the full output is in the
-  file the result names.
+- stdout and stderr are merged. Output over 30000 characters is saved to a file: you get its
+  first 2 KB and the file's path (read on with Read using offset/limit, or Grep the file).
+- `rg` (ripgrep) is available. Exit code 1 of grep, rg, diff, test or find with nothing on
+  stderr is an answer (no match, files differ, condition false), not an error.
 - Commands cannot be answered interactively: use non-interactive flags (e.g. --yes).
 - Give a short `description` (5-10 words) of what the command does."""
 
@@ -33,7 +59,9 @@ class BashInput(ToolInput):
 
     command: str = Field(description="The command to run.")
     timeout: int | None = Field(
-        default=None, ge=1, le=int(MAX_TIMEOUT_S * 1000), description="Timeout in milliseconds."
+        default=None,
+        ge=1,
+        description="Timeout in milliseconds (default 120000; above 600000 counts as 600000).",
     )
     description: str | None = Field(default=None, description="What the command does.")
     run_in_background: bool | None = Field(
@@ -50,10 +78,11 @@ INPUT_SCHEMA: dict[str, Any] = {
     "properties": {
         "command": {"description": "The command to run.", "type": "string"},
         "timeout": {
-            "maximum": 600000,
             "minimum": 1,
             "type": "integer",
-            "description": "Timeout in milliseconds.",
+            "description": (
+                "Timeout in milliseconds (default 120000; above 600000 counts as 600000)."
+            ),
         },
         "description": {"type": "string", "description": "What the command does."},
         "run_in_background": {
@@ -64,6 +93,30 @@ INPUT_SCHEMA: dict[str, Any] = {
     "required": ["command"],
     "type": "object",
 }
+
+
+def max_output_chars(settings: dict[str, Any]) -> int | str:
+    """The inline limit: ``BASH_MAX_OUTPUT_LENGTH``, else ``bashMaxOutputChars``, else 30,000.
+
+    Returns:
+        The limit (at most :data:`MAX_OUTPUT_CHARS_CAP`), or the one-line error naming a bad
+        value and where it came from.
+    """
+    raw: Any = os.environ.get(MAX_OUTPUT_ENV) or None
+    source = f"the environment variable {MAX_OUTPUT_ENV}"
+    if raw is None:
+        raw = settings.get(MAX_OUTPUT_SETTING)
+        source = f"the setting {MAX_OUTPUT_SETTING}"
+    if raw is None:
+        return DEFAULT_MAX_OUTPUT_CHARS
+    value: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
+        value = int(raw.strip())
+    if value is None or value < 1:
+        return f"{source} must be a whole number of characters (at least 1), got {raw!r}"
+    return min(value, MAX_OUTPUT_CHARS_CAP)
 
 
 class BashTool(Tool[BashInput]):
@@ -81,8 +134,14 @@ class BashTool(Tool[BashInput]):
 
     async def call(self, params: BashInput, ctx: ToolContext) -> ToolResult:
         """Run the command through :func:`taskloom.tasks.shell.run_shell`."""
-        timeout_s = params.timeout / 1000 if params.timeout else DEFAULT_TIMEOUT_S
-        auto = bool(ctx.settings.get("autoBackgroundShells", True))
+        limit = max_output_chars(ctx.settings)
+        if isinstance(limit, str):
+            return tool_error(f"Bash cannot run: {limit}")
+        asked = params.timeout / 1000 if params.timeout else DEFAULT_TIMEOUT_S
+        timeout_s = min(asked, MAX_TIMEOUT_S)  # capped, not refused: models ask for more
+        background = bool(params.run_in_background)
+        workdir = ctx.workdir
+        notes = [n for n in [workdir.take_note() if workdir else None] if n]
         outcome = await run_shell(
             ctx.runtime,
             params.command,
@@ -90,49 +149,83 @@ class BashTool(Tool[BashInput]):
             description=params.description or params.command,
             tool_use_id=ctx.tool_use_id,
             timeout=timeout_s,
-            run_in_background=bool(params.run_in_background),
-            auto_background=auto,
+            run_in_background=background,
+            auto_background=bool(ctx.settings.get(AUTO_BACKGROUND_SETTING, False)),
             cwd=ctx.cwd,
+            env=shell_env(home=ctx.runtime.home),
             agent_id=ctx.agent_id,
+            track_cwd=workdir is not None and not background,
         )
-        data = {
+        data: dict[str, Any] = {
             "task_id": outcome.task_id,
             "status": outcome.status.value,
             "exit_code": outcome.exit_code,
             "output_file": outcome.output_file,
             "backgrounded": outcome.backgrounded,
         }
-        where = f"Output is being written to: {outcome.output_file}"
         if outcome.backgrounded:
-            if outcome.timed_out:
-                text = (
-                    f"Command ran past its {timeout_s:g}s timeout and was moved to the "
-                    f"background with ID: {outcome.task_id}. {where}. You will be notified "
-                    "when it finishes; read its output with TaskOutput or stop it with TaskStop."
-                )
-            else:
-                text = (
-                    f"Command running in background with ID: {outcome.task_id}. {where}. "
-                    "You will be notified when it finishes."
-                )
-            return ToolResult(text, data=data)
-        output = _read_output(outcome.output_file)
-        if outcome.timed_out:
-            text = f"{output}\nCommand timed out after {timeout_s:g}s and was killed."
-            return ToolResult(text.lstrip("\n"), is_error=True, data=data)
-        if outcome.status == TaskStatus.COMPLETED:
-            return ToolResult(output or "(no output)", data=data)
-        suffix = f"Exit code {outcome.exit_code}"
-        return ToolResult(f"{output}\n{suffix}".lstrip("\n"), is_error=True, data=data)
+            return ToolResult(_background_text(outcome, timeout_s, notes), data=data)
+        if workdir is not None:
+            moved = workdir.moved(outcome.cwd)
+            notes += [moved] if moved else []
+        output = await self._output(outcome.output_file, limit, ctx)
+        return _result(params.command, outcome, output, timeout_s, notes, data)
+
+    async def _output(self, path: str, limit: int, ctx: ToolContext) -> str:
+        """The command's output for the model: all of it, or a preview of the file it is saved to.
+
+        At most 4 bytes a character past the limit are read: never the whole of a huge output.
+        """
+        data, _ = read_delta(path, 0, 4 * (limit + 1))
+        text = data.decode("utf-8", "replace")
+        if len(text) <= limit:  # 4 (limit + 1) bytes are more than limit characters
+            return text.rstrip("\n")
+        runtime = ctx.runtime
+        directory = results_dir(runtime.session_id, runtime.home)
+        try:
+            return await asyncio.to_thread(save_file, path, directory, ctx.tool_use_id)
+        except OSError as exc:
+            return (
+                f"{text[:limit]}\n\n[Output too large and it could not be saved "
+                f"({exc.strerror or exc}): cut at {limit:,} characters; all of it is in {path}]"
+            )
 
 
-def _read_output(path: str) -> str:
-    """The command's output for the model: all of it, or its head and tail with a pointer."""
-    budget = MAX_RESULT_CHARS
-    head, _ = read_delta(path, 0, budget + 1)
-    if len(head) <= budget:
-        return head.decode("utf-8", "replace").rstrip("\n")
-    half = budget // 2
-    start = head[:half].decode("utf-8", "ignore")
-    end = read_tail(path, half).decode("utf-8", "ignore").rstrip("\n")
-    return f"{start}\n\n[... output truncated; full output in {path} ...]\n\n{end}"
+def _background_text(outcome: ShellOutcome, timeout_s: float, notes: list[str]) -> str:
+    where = f"Output is being written to: {outcome.output_file}"
+    if outcome.timed_out:
+        text = (
+            f"Command reached its {timeout_s:g}s timeout and goes on in the background with "
+            f"ID: {outcome.task_id}. {where}. You will be notified when it finishes; read its "
+            "output with TaskOutput or stop it with TaskStop."
+        )
+    else:
+        text = (
+            f"Command running in background with ID: {outcome.task_id}. {where}. "
+            "You will be notified when it finishes."
+        )
+    return "\n".join([text, *notes])
+
+
+def _result(
+    command: str,
+    outcome: ShellOutcome,
+    output: str,
+    timeout_s: float,
+    notes: list[str],
+    data: dict[str, Any],
+) -> ToolResult:
+    """A foreground command's result: its output, then what its end means, then notes."""
+    if outcome.timed_out:
+        tail = [f"Command timed out after {timeout_s:g}s", f"Exit code {outcome.exit_code}"]
+        error = True
+    elif outcome.status == TaskStatus.COMPLETED:
+        tail, error = ([] if output else ["(no output)"]), False
+    else:
+        meaning = exit_meaning(command, outcome.exit_code, outcome.stderr_written)
+        error = meaning is None
+        tail = [meaning] if meaning else [f"Exit code {outcome.exit_code}"]
+        if meaning is not None:
+            data["returnCodeInterpretation"] = meaning
+    text = "\n".join(part for part in [output, *tail, *notes] if part)
+    return ToolResult(text, is_error=error, data=data)

@@ -80,19 +80,41 @@ def test_lines_that_are_not_the_protocol_are_reported_and_skipped(tmp_path: Path
     assert json.loads(out.splitlines()[-1])["result"] == "still here"
 
 
-def test_a_huge_tool_result_still_fits_the_protocols_line_limit(tmp_path: Path) -> None:
-    # Read's text is capped far below the line limit; an image of 1 MB is not (1.3 MB base64).
-    (tmp_path / "big.png").write_bytes(png(16, 16) + b"\0" * 1_000_000)
-    turns = [{"tool_calls": [{"name": "Read", "input": {"file_path": str(tmp_path / "big.png")}}]}]
-    proc = start(tmp_path, [*turns, {"text": "read it"}])
+def test_huge_tool_results_still_fit_the_protocols_line_limit(tmp_path: Path) -> None:
+    # Each result is bounded (a long one is saved to a file), but one message holds the
+    # results of all the calls of a turn: ten results of 120,000 characters make 1.2 MB.
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"bashMaxOutputChars": 150_000}))
+    call = {"name": "Bash", "input": {"command": "head -c 120000 /dev/zero | tr '\\0' x"}}
+    turns = [{"tool_calls": [call] * 10}, {"text": "read it"}]
+    proc = start(tmp_path, turns, "--settings", str(settings))
     out, err = proc.communicate(user("read"), timeout=60)
     assert proc.returncode == 0, err
     lines = out.splitlines()
     assert max(len(line.encode()) for line in lines) < 1024 * 1024  # the SDK's default buffer
     events = [json.loads(line) for line in lines]
     assert events[-1]["result"] == "read it"
-    (shown,) = [b for e in events if e["type"] == "user" for b in e["message"]["content"]]
-    assert "left out of this line" in str(shown["content"])
+    (message,) = [e for e in events if e["type"] == "user"]
+    shown = message["message"]["content"]
+    assert len(shown) == 10
+    assert all("left out of this line" in str(block["content"]) for block in shown)
+
+
+def test_an_image_over_the_line_limit_is_named_in_the_output(tmp_path: Path) -> None:
+    # Read's text is capped far below the line limit; an image of 1 MB is not (1.3 MB base64):
+    # the program is told which image was left out, the model got it whole.
+    (tmp_path / "big.png").write_bytes(png(16, 16) + b"\0" * 1_000_000)
+    turns = [{"tool_calls": [{"name": "Read", "input": {"file_path": str(tmp_path / "big.png")}}]}]
+    proc = start(tmp_path, [*turns, {"text": "read it"}])
+    out, err = proc.communicate(user("read"), timeout=60)
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    assert max(len(line.encode()) for line in lines) < 1024 * 1024
+    (message,) = [json.loads(ln) for ln in lines if json.loads(ln)["type"] == "user"]
+    (result,) = message["message"]["content"]
+    parts = result["content"]
+    assert [p["type"] for p in parts] == ["text", "text"]
+    assert "image/png" in parts[1]["text"] and "the model saw it" in parts[1]["text"]
 
 
 def test_a_signal_during_a_turn_ends_it_with_its_result_and_the_session(tmp_path: Path) -> None:

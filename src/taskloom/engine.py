@@ -17,6 +17,7 @@ made unsafe to run (see :mod:`taskloom.untrusted`): cut off, too deep, a repeate
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -46,6 +47,7 @@ from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
 from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, by_name, tool_error
+from taskloom.tools.overflow import bounded, results_dir
 from taskloom.tools.workdir import WorkingDirectory
 from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
@@ -401,6 +403,12 @@ class Engine:
         except Exception as exc:  # a tool bug must not end the conversation
             log.exception("tool %s failed", tool.name)
             result = tool_error(f"Error: {type(exc).__name__}: {exc}")
+        return await self._after(tool, call, raw, result)
+
+    async def _after(
+        self, tool: Tool[Any], call: ToolUseBlock, raw: dict[str, Any], result: ToolResult
+    ) -> ToolResult:
+        """The call's end: its hooks see the whole result, the model a bounded one."""
         if result.is_error:
             post = await self.run_hook(
                 "PostToolUseFailure",
@@ -422,6 +430,7 @@ class Engine:
             )
         if post is not None and post.stop:
             self.stop_reason = post.stop_reason or "stopped by a PostToolUse hook"
+        result = self._bounded(tool, call, result)
         if post is not None and (post.blocked or post.additional_context):
             feedback = "\n".join([post.block_reason, *post.additional_context]).strip()
             result = ToolResult(
@@ -430,6 +439,19 @@ class Engine:
                 data=result.data,
             )
         return result
+
+    def _bounded(self, tool: Tool[Any], call: ToolUseBlock, result: ToolResult) -> ToolResult:
+        """``result`` with text over the tool's inline limit saved to a file and previewed.
+
+        Errors are bounded by :func:`tool_error`; a tool with no limit bounds its own.
+        """
+        limit = tool.max_result_chars
+        if result.is_error or limit is None or len(result.content) <= limit:
+            return result
+        directory = results_dir(self.runtime.session_id, self.runtime.home)
+        return dataclasses.replace(
+            result, content=bounded(result.content, limit, directory, call.id)
+        )
 
     def _where(self) -> Path:
         """Where its next call runs: its shell's directory (back at its place if that moved)."""

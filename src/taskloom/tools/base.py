@@ -22,6 +22,7 @@ from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
 
 # Defined with the permission rules, which decide by it; re-exported for tools.
 from taskloom.permissions.rules import ToolKind as ToolKind
+from taskloom.tools.overflow import DEFAULT_MAX_RESULT_CHARS
 
 if TYPE_CHECKING:
     from taskloom.messages import ToolResultContent
@@ -136,6 +137,9 @@ class Tool(ABC, Generic[InputT]):
     aliases: ClassVar[tuple[str, ...]] = ()
     #: Safe to run at the same time as other concurrency-safe calls of the same message.
     concurrency_safe: ClassVar[bool] = False
+    #: Longest text result shown inline (characters); a longer one is saved to a file and
+    #: previewed (:mod:`taskloom.tools.overflow`). None: the tool bounds its results itself.
+    max_result_chars: ClassVar[int | None] = DEFAULT_MAX_RESULT_CHARS
     #: ``(Input, schema)``: the closed schema of ``Input`` written out, for the tools offered
     #: at every start-up. Generating it would build the pydantic model (models are built
     #: lazily, when a call is first validated). Used only while ``Input`` is that model.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -127,6 +127,8 @@ class BashTool(Tool[BashInput]):
     Input = BashInput
     static_schema = (BashInput, INPUT_SCHEMA)
     kind = "execute"
+    #: Bash bounds its own results (:func:`max_output_chars`), reading its output file.
+    max_result_chars: ClassVar[int | None] = None
 
     def permission_target(self, params: BashInput, ctx: ToolContext) -> str | None:
         """Rules match the command line."""

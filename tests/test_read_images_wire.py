@@ -117,3 +117,31 @@ def test_a_session_resumed_sends_the_image_again_and_stream_json_shows_it(
     before, resumed = server.requests[1].body, server.requests[2].body
     assert resumed["messages"][: len(before["messages"])] == before["messages"]
     assert resumed["messages"][2]["content"][0]["content"][1] == expected_image()
+
+
+async def test_a_post_tool_use_hooks_context_keeps_the_image(tmp_path: Path) -> None:
+    # The hook's feedback is added to the result's text; the image goes to the model all the same.
+    import json
+
+    from helpers import harness
+    from taskloom.messages import ToolResultBlock
+    from taskloom.testing import FunctionModel, ToolCall, Turn
+
+    (tmp_path / "shot.png").write_bytes(PICTURE)
+    said = {"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "noted"}}
+    record = {"hooks": [{"type": "command", "command": f"echo '{json.dumps(said)}'"}]}
+    settings = json.dumps({"hooks": {"PostToolUse": [record]}})
+    seen: list[ToolResultBlock] = []
+
+    def respond(request: Any) -> Any:
+        if len(request.messages) == 1:
+            return Turn(tool_calls=(ToolCall("Read", {"file_path": "shot.png"}),))
+        seen.extend(b for b in request.messages[-1].content if isinstance(b, ToolResultBlock))
+        return "blue"
+
+    async with harness(tmp_path, FunctionModel(respond), settings=settings) as h:
+        [e async for e in h.run("look")]
+    (result,) = seen
+    assert isinstance(result.content, list)
+    assert "<hook-feedback>noted</hook-feedback>" in result.content[0].text  # type: ignore[union-attr]
+    assert result.content[1].model_dump() == expected_image()

@@ -433,11 +433,8 @@ class Engine:
         result = self._bounded(tool, call, result)
         if post is not None and (post.blocked or post.additional_context):
             feedback = "\n".join([post.block_reason, *post.additional_context]).strip()
-            result = ToolResult(
-                f"{result.content}\n\n<hook-feedback>{feedback}</hook-feedback>",
-                is_error=result.is_error,
-                data=result.data,
-            )
+            text = f"{result.content}\n\n<hook-feedback>{feedback}</hook-feedback>"
+            result = dataclasses.replace(result, content=text)  # its images kept
         return result
 
     def _bounded(self, tool: Tool[Any], call: ToolUseBlock, result: ToolResult) -> ToolResult:

@@ -137,6 +137,12 @@ async def test_a_shell_stopped_by_its_owners_task_stop_sends_no_notification() -
         job = await run_shell(rt, "sleep 30", run_in_background=True)
         await call(JobKillTool(), rt, job_id=job.task_id)
         assert [n for n in rt.notifications.pending() if n.task_id == job.task_id] == []
+        # Stopped by someone else (the main thread stopping an agent's command): news to
+        # the agent that started it, which is notified.
+        theirs = await run_shell(rt, "sleep 30", run_in_background=True, owner="a11111111")
+        await call(TaskStopTool(), rt, task_id=theirs.task_id)
+        notes = [n for n in rt.notifications.pending() if n.task_id == theirs.task_id]
+        assert len(notes) == 1 and notes[0].owner == "a11111111", notes
 
 
 async def test_a_shell_ended_by_anything_else_still_notifies_once() -> None:

@@ -258,7 +258,8 @@ class TaskRuntime(TaskRegistry):
             task_id: The task.
             caller: Who asks (checked as :meth:`authorize` does); None for the session.
             told: The caller is told of the stop by the result of its own call (TaskStop):
-                a kind whose stop needs no more (a shell) sends no notification then.
+                when it stops a task it started, a kind whose stop needs no more (a shell)
+                sends no notification. Stopped by anyone else, the owner is notified.
 
         Raises:
             TaskNotFound: No such task.
@@ -267,8 +268,9 @@ class TaskRuntime(TaskRegistry):
         state = self.authorize(task_id, caller)
         if state.terminal:
             return state
-        if told:
-            self.update(task_id, kind_of(state).told_by_stop)
+        kind = kind_of(state)
+        if told and caller is not None and kind.started_by(state, caller):
+            self.update(task_id, kind.told_by_stop)  # its own stop: the result is its notice
         handle = self._handles.get(task_id)
         try:
             if handle is not None:

@@ -367,22 +367,64 @@ async def run_shell(
         )
     )
     cwd_file = path.with_suffix(".cwd") if track_cwd else None
+    output, error_fd = _open_output(runtime, task_id)
+    prelude = ""
+    if cwd_file is not None:
+        # On the same line as the command, so the line numbers its errors name stay its own.
+        record = f"pwd -P >| {shlex.quote(str(cwd_file))} 2>/dev/null"
+        prelude = f"trap {shlex.quote(record)} EXIT; "
+    child = _spawn_recorded(runtime, task_id, command, output, error_fd, cwd, env, prelude)
+    handle = ShellHandle(
+        runtime,
+        task_id,
+        child,
+        output,
+        watch or WatchSettings(),
+        error_fd=error_fd,
+        cwd_file=cwd_file,
+    )
+    runtime.attach_handle(task_id, handle)
+    runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
+    if kind == "monitor":
+        from taskloom.tasks.monitor import follow_lines
+
+        handle.followers.append(
+            asyncio.get_running_loop().create_task(
+                follow_lines(runtime, task_id, str(path), handle.exited)
+            )
+        )
+    if run_in_background:
+        handle.on_background()
+        return _outcome(runtime, task_id, backgrounded=True)
+    return await _wait_foreground(runtime, handle, min(timeout, MAX_TIMEOUT_S), auto_background)
+
+
+def _open_output(runtime: TaskRuntime, task_id: str) -> tuple[DiskTaskOutput, int]:
+    """The task's output file, and a second appending descriptor of it for stderr."""
     try:
         output = runtime.create_output(task_id)
     except BaseException:
         _fail(runtime, task_id)
         raise
     try:
-        error_fd = _open_appending(output.path)
+        return output, _open_appending(output.path)
     except BaseException:
         output.close()
         _fail(runtime, task_id)
         raise
-    prelude = ""
-    if cwd_file is not None:
-        # On the same line as the command, so the line numbers its errors name stay its own.
-        record = f"pwd -P >| {shlex.quote(str(cwd_file))} 2>/dev/null"
-        prelude = f"trap {shlex.quote(record)} EXIT; "
+
+
+def _spawn_recorded(
+    runtime: TaskRuntime,
+    task_id: str,
+    command: str,
+    output: DiskTaskOutput,
+    error_fd: int,
+    cwd: Path | str | None,
+    env: Mapping[str, str] | None,
+    prelude: str,
+) -> Child:
+    """Start the command's shell, recorded so that no crash of ours can orphan it."""
     # Recorded by its tag before it can run, then by its pid: a SIGKILL of ours at any point
     # leaves a record that the next session's sweep finds it by.
     with recorded_tag("shell", ProcessRecorder(runtime.store, runtime.session_id), tag=task_id):
@@ -414,29 +456,7 @@ async def run_shell(
                 boot_id=boot_id(),
             )
         )
-    handle = ShellHandle(
-        runtime,
-        task_id,
-        child,
-        output,
-        watch or WatchSettings(),
-        error_fd=error_fd,
-        cwd_file=cwd_file,
-    )
-    runtime.attach_handle(task_id, handle)
-    runtime.update(task_id, lambda s: s.replace(status=TaskStatus.RUNNING, pid=child.pid))
-    if kind == "monitor":
-        from taskloom.tasks.monitor import follow_lines
-
-        handle.followers.append(
-            asyncio.get_running_loop().create_task(
-                follow_lines(runtime, task_id, str(path), handle.exited)
-            )
-        )
-    if run_in_background:
-        handle.on_background()
-        return _outcome(runtime, task_id, backgrounded=True)
-    return await _wait_foreground(runtime, handle, min(timeout, MAX_TIMEOUT_S), auto_background)
+    return child
 
 
 async def _wait_foreground(

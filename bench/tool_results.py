@@ -42,6 +42,8 @@ PERSISTED = re.compile(r"saved to: (\S+)")
 META = re.compile(r"^(Found \d|\[\.\.\. output truncated|\(Output cut at|\(Results are trunc)")
 #: How Read marked a line it cut (lines are now kept whole).
 LINE_CUT = " [... line truncated]"
+#: Marks a piece of a line (see :func:`_facts`).
+PIECE = "\x00piece:"
 EMPTY = re.compile(r"^No (files|matches) found$")
 #: A note saying how to get the rest.
 PAGER = re.compile(r"^.*(offset|Results are truncated).*$", re.MULTILINE)
@@ -130,17 +132,34 @@ def verdict(before: dict[str, Any], after: dict[str, Any], root: str) -> str:
 def _facts(shown: dict[str, Any], root: str) -> set[str]:
     """The lines of a result with what may differ and still say the same taken out."""
     text = VOLATILE.sub("#", text_of(shown.get("content", "")).replace(root + "/", ""))
-    lines = {ln.strip() for ln in text.splitlines()}
+    rows = [ln.strip() for ln in text.splitlines()]
+    # The old Bash cut its output's head and tail mid-line: the lines either side of its
+    # marker are pieces of lines, found inside whole ones.
+    for at in [i for i, ln in enumerate(rows) if ln.startswith("[... output truncated")]:
+        for near in (_nearest(rows, at, -1), _nearest(rows, at, 1)):
+            if near is not None:
+                rows[near] = PIECE + rows[near]
+    lines = set(rows)
     lines = {"No matches found" if EMPTY.match(ln) else ln for ln in lines}
     return {ln for ln in lines if ln and not META.match(ln)}
 
 
+def _nearest(rows: list[str], at: int, step: int) -> int | None:
+    i = at + step
+    while 0 <= i < len(rows) and not rows[i]:
+        i += step
+    return i if 0 <= i < len(rows) else None
+
+
 def _covered(old: set[str], pool: set[str]) -> bool:
-    """Whether every fact of ``old`` is in ``pool`` (a line cut short: as the start of one)."""
+    """Whether every fact of ``old`` is in ``pool``: a line Read cut short as the start of
+    one, a piece of a line as part of one."""
     cut = {ln for ln in old if ln.endswith(LINE_CUT)}
-    if not (old - cut) <= pool:
+    pieces = {ln for ln in old if ln.startswith(PIECE)}
+    if not (old - cut - pieces) <= pool:
         return False
-    return all(any(p.startswith(ln.removesuffix(LINE_CUT)) for p in pool) for ln in cut)
+    starts = all(any(p.startswith(ln.removesuffix(LINE_CUT)) for p in pool) for ln in cut)
+    return starts and all(any(ln.removeprefix(PIECE) in p for p in pool) for ln in pieces)
 
 
 def _pager_line(text: str) -> str:

@@ -21,8 +21,10 @@ MEANINGS: dict[str, str] = {
     "test": "Condition is false",
     "[": "Condition is false",
     "[[": "Condition is false",
-    "find": "Some directories were inaccessible",
 }
+# Not ``find``: its exit 1 means a directory it could not read, which it always says on
+# stderr, so "nothing on stderr" would only ever be true of a failure of something else
+# (``find -exec grep -q``): that stays an error.
 
 #: What separates the commands of a line: its last command decides its exit status.
 _SEPARATORS = set(";&|\n")

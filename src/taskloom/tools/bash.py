@@ -48,7 +48,7 @@ DESCRIPTION = """Run a shell command (bash) and return its output.
   stop it with TaskStop. Do not poll with sleep.
 - stdout and stderr are merged. Output over 30000 characters is saved to a file: you get its
   first 2 KB and the file's path (read on with Read using offset/limit, or Grep the file).
-- `rg` (ripgrep) is available. Exit code 1 of grep, rg, diff, test or find with nothing on
+- `rg` (ripgrep) is available. Exit code 1 of grep, rg, diff or test with nothing on
   stderr is an answer (no match, files differ, condition false), not an error.
 - Commands cannot be answered interactively: use non-interactive flags (e.g. --yes).
 - Give a short `description` (5-10 words) of what the command does."""

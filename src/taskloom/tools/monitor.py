@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
+from taskloom.process.shell_env import shell_env
 from taskloom.tasks.monitor import BATCH_S
 from taskloom.tasks.shell import run_shell
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult
@@ -66,6 +67,7 @@ class MonitorTool(Tool[MonitorInput]):
             cwd=ctx.cwd,
             agent_id=ctx.agent_id,
             kind="monitor",
+            env=shell_env(home=ctx.runtime.home),  # `rg` as in Bash
         )
         text = (
             f"Monitor started with ID: {outcome.task_id}. Each new line of its output will "

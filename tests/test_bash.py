@@ -402,6 +402,34 @@ async def test_rg_works_in_the_shell_without_one_on_path(
         assert Path(where.content).resolve() == bundled_rg()
 
 
+async def test_rg_works_in_a_monitor_and_in_grep_without_one_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskloom.tools.grep_search import ripgrep
+    from taskloom.tools.monitor import MonitorTool
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert ripgrep() is not None  # Grep's fast path finds the wheel's rg too
+    (tmp_path / "notes.txt").write_text("needle here\n")
+    start = Turn(tool_calls=(ToolCall("Monitor", {"command": "rg -n needle"}),))
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                model=FunctionModel(lambda r: start if len(r.messages) == 1 else "done"),
+                system_prompt="",
+                tools=[MonitorTool()],
+                owner=rt.session_id,
+                cwd=tmp_path,
+            ),
+            rt,
+        )
+        [e async for e in engine.run("go")]
+        (task,) = rt.list(include_evicted=True)
+        final = await rt.wait(task.id, 30 * TIME_FACTOR)
+        assert final.status == TaskStatus.COMPLETED, Path(final.output_file).read_text()
+        assert "notes.txt:1:needle here" in Path(final.output_file).read_text()
+
+
 def test_an_rg_on_path_wins(tmp_path: Path) -> None:
     from taskloom.process.shell_env import bundled_rg, shell_env
 
@@ -433,6 +461,8 @@ async def test_exit_code_1_of_a_search_or_comparison_is_an_answer(tmp_path: Path
             bash("echo warning >&2; grep nothing /dev/null"),
             # Two open descriptions of one file: stdout and stderr stay in the order written.
             bash("for i in 1 2; do echo out$i; echo err$i >&2; done; grep nothing f"),
+            # find's exit 1 without stderr is a failure of what it ran, not an answer.
+            bash("find . -name f -exec grep -q nothing {} +"),
         ],
     )
     texts = [(r.is_error, r.content) for r in results]
@@ -448,6 +478,7 @@ async def test_exit_code_1_of_a_search_or_comparison_is_an_answer(tmp_path: Path
     # Exit code 1 with something on stderr (a warning): not an answer.
     assert texts[8] == (True, "warning\nExit code 1")
     assert texts[9] == (True, "out1\nerr1\nout2\nerr2\nExit code 1")
+    assert texts[10] == (True, "Exit code 1")
     assert results[0].data is not None and results[0].data["exit_code"] == 1
 
 
@@ -477,3 +508,50 @@ def test_the_command_whose_status_a_line_returns(line: str, name: str | None) ->
 def _no_inherited_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("BASH_MAX_OUTPUT_LENGTH", raising=False)
     yield
+
+
+# --- the permission rules stay where the project is -------------------------------------------
+
+
+async def _main_thread_results(project: Path, turns: list[Turn], **options: Any) -> list[str]:
+    import taskloom
+
+    seen: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        last = request.messages[-1]
+        seen.extend(b.text() for b in last.content if isinstance(b, ToolResultBlock))
+        n = sum(1 for m in request.messages if m.role == "assistant")
+        return turns[n] if n < len(turns) else "done"
+
+    async with taskloom.Harness(model=FunctionModel(respond), cwd=project, **options) as h:
+        [e async for e in h.run("go")]
+    return seen
+
+
+async def test_a_cd_does_not_move_the_permission_rules(tmp_path: Path) -> None:
+    # Rules are relative to the project: after `cd sub`, `Read(.env)` still covers the
+    # project's .env (a shell that moved must not step around a deny rule) ...
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ".env").write_text("SECRET=1\n")
+    read = Turn(tool_calls=(ToolCall("Read", {"file_path": str(tmp_path / ".env")}),))
+    settings = '{"permissions": {"deny": ["Read(.env)"]}}'
+    seen = await _main_thread_results(
+        tmp_path, [bash("cd sub"), read], settings=settings, skip_permissions=True
+    )
+    assert "SECRET" not in seen[1] and "denied" in seen[1].lower()
+    # ... and acceptEdits still covers the project's files, not only the subdirectory's.
+    (tmp_path / "README.md").write_text("old\n")
+    readme = str(tmp_path / "README.md")
+    edit = {"file_path": readme, "old_string": "old", "new_string": "new"}
+    turns = [
+        bash("cd sub"),
+        Turn(tool_calls=(ToolCall("Read", {"file_path": readme}),)),
+        Turn(tool_calls=(ToolCall("Edit", edit),)),
+    ]
+    allow_bash = '{"permissions": {"allow": ["Bash"]}}'
+    seen = await _main_thread_results(
+        tmp_path, turns, permission_mode="acceptEdits", settings=allow_bash
+    )
+    assert seen[0] == "" or "reset" not in seen[0]  # the cd was made
+    assert (tmp_path / "README.md").read_text() == "new\n", seen[2]

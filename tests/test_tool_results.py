@@ -85,3 +85,53 @@ def test_sizes_are_written_as_the_reference_writes_them(size: int, shown: str) -
     from taskloom.tools.overflow import format_size
 
     assert format_size(size) == shown
+
+
+async def test_an_error_of_any_tool_is_cut_in_the_middle(tmp_path: Path) -> None:
+    # A library tool (or an MCP server) may return an error of any size; ours are cut at
+    # 10,000 characters by tool_error, and so are theirs, head and tail kept.
+    @taskloom.tool
+    def failing() -> ToolResult:
+        """Fail loudly."""
+        return ToolResult("HEAD" + "e" * 50_000 + "TAIL", is_error=True)
+
+    @taskloom.tool
+    def raising() -> str:
+        """Raise with a long message."""
+        raise ValueError("v" * 50_000)
+
+    turns = [
+        Turn(tool_calls=(ToolCall("failing", {}),)),
+        Turn(tool_calls=(ToolCall("raising", {}),)),
+    ]
+    theirs, ours = await run_calls(tmp_path, turns, [failing, raising])
+    assert theirs.is_error and len(theirs.content) < 10_100
+    assert theirs.content.startswith("HEAD") and theirs.content.endswith("TAIL")
+    assert "characters cut" in theirs.content
+    assert ours.content.startswith("<tool_use_error>") and ours.content.endswith(
+        "</tool_use_error>"
+    )
+
+
+async def test_a_read_under_a_raised_token_cap_is_shown_whole(tmp_path: Path) -> None:
+    # Read bounds itself (its token cap, which a setting may raise): it is never saved.
+    from taskloom.tools.read import Read
+
+    big = tmp_path / "big.txt"
+    big.write_text("".join(f"line {i:06d} " + "w" * 100 + "\n" for i in range(1700)))  # ~190 KB
+    read = Turn(tool_calls=(ToolCall("Read", {"file_path": str(big)}),))
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                model=ScriptedModel([read, "done"]),
+                system_prompt="",
+                tools=[Read()],
+                owner=rt.session_id,
+                cwd=tmp_path,
+                settings={"readMaxTokens": 60_000},
+            ),
+            rt,
+        )
+        (shown,) = [e.result async for e in engine.run("go") if isinstance(e, ToolDone)]
+    assert "persisted-output" not in shown.content
+    assert "line 001699" in shown.content

@@ -218,3 +218,29 @@ async def test_a_fork_refuses_isolation(repo: Path, tmp_path: Path) -> None:
         ctx = dataclasses.replace(main_context(h), engine=parent)
         with pytest.raises(ToolError, match="A fork works in its parent's directory"):
             await svc.spawn(SpawnRequest(description="f", prompt="p", isolation="worktree"), ctx)
+
+
+async def test_an_agent_in_a_worktree_reads_its_own_saved_output(repo: Path) -> None:
+    # A long output is saved under the session's directory, outside the worktree; the preview
+    # tells the agent to read it there, and it may (but not write there).
+    import re
+
+    from taskloom.messages import ToolResultBlock
+
+    seen: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        n = sum(1 for m in request.messages if m.role == "assistant")
+        last = request.messages[-1].content
+        seen.extend(b.text() for b in last if isinstance(b, ToolResultBlock))
+        if n == 0:
+            return Turn(tool_calls=(ToolCall("Bash", {"command": "seq 1 20000"}),))
+        if n == 1:
+            path = re.search(r"saved to: (\S+)", seen[-1]).group(1)  # type: ignore[union-attr]
+            read = {"file_path": path, "offset": 19990, "limit": 5}
+            return Turn(tool_calls=(ToolCall("Read", read),))
+        return "done"
+
+    async with session(repo, FunctionModel(respond)) as h:
+        await h.agents.spawn(request("reader"), main_context(h))
+    assert "19990" in seen[-1] and "<tool_use_error>" not in seen[-1], seen[-1]

@@ -46,8 +46,17 @@ from taskloom.messages import (
 from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
-from taskloom.tools.base import FileState, Tool, ToolContext, ToolResult, by_name, tool_error
-from taskloom.tools.overflow import bounded, results_dir
+from taskloom.tools.base import (
+    FileState,
+    Tool,
+    ToolContext,
+    ToolResult,
+    bounded_result,
+    by_name,
+    tool_error,
+)
+from taskloom.tools.confinement import outside_confinement
+from taskloom.tools.overflow import results_dir
 from taskloom.tools.workdir import WorkingDirectory
 from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
@@ -383,8 +392,12 @@ class Engine:
             engine=self,
             read_denied=self._read_denied(),
             workdir=self.workdir,
+            rules_base=self.config.rules_root(),
         )
-        outside = self._outside_confinement(tool, params, ctx)
+        saved = results_dir(self.runtime.session_id, self.runtime.home)
+        cfg = self.config
+        # Its own saved results, which a preview tells it to read, are readable too.
+        outside = outside_confinement(tool, params, ctx, cfg.confine_to, cfg.confine_also, [saved])
         if outside is not None:
             return outside
         hook_allows = pre is not None and pre.permission_decision == "allow"
@@ -430,25 +443,14 @@ class Engine:
             )
         if post is not None and post.stop:
             self.stop_reason = post.stop_reason or "stopped by a PostToolUse hook"
-        result = self._bounded(tool, call, result)
+        result = bounded_result(
+            tool, result, results_dir(self.runtime.session_id, self.runtime.home), call.id
+        )
         if post is not None and (post.blocked or post.additional_context):
             feedback = "\n".join([post.block_reason, *post.additional_context]).strip()
             text = f"{result.content}\n\n<hook-feedback>{feedback}</hook-feedback>"
             result = dataclasses.replace(result, content=text)  # its images kept
         return result
-
-    def _bounded(self, tool: Tool[Any], call: ToolUseBlock, result: ToolResult) -> ToolResult:
-        """``result`` with text over the tool's inline limit saved to a file and previewed.
-
-        Errors are bounded by :func:`tool_error`; a tool with no limit bounds its own.
-        """
-        limit = tool.max_result_chars
-        if result.is_error or limit is None or len(result.content) <= limit:
-            return result
-        directory = results_dir(self.runtime.session_id, self.runtime.home)
-        return dataclasses.replace(
-            result, content=bounded(result.content, limit, directory, call.id)
-        )
 
     def _where(self) -> Path:
         """Where its next call runs: its shell's directory (back at its place if that moved)."""
@@ -463,30 +465,13 @@ class Engine:
             return None
         from taskloom.permissions import PermissionRequest
 
-        cwd = self.config.place()
+        cwd = self.config.rules_root()
 
         def denied(path: str) -> bool:
             request = PermissionRequest("Read", "read", path, cwd, {"file_path": path})
             return policy.decide(request).behavior == "deny"
 
         return denied
-
-    def _outside_confinement(
-        self, tool: Tool[Any], params: Any, ctx: ToolContext
-    ) -> ToolResult | None:
-        root = self.config.confine_to
-        if root is None or tool.kind not in ("read", "edit"):
-            return None
-        target = tool.permission_target(params, ctx)
-        if target is None:
-            return None
-        resolved = Path(target).resolve()
-        if any(resolved.is_relative_to(r.resolve()) for r in (root, *self.config.confine_also)):
-            return None
-        return tool_error(
-            f"{tool.name} may only use files inside this agent's worktree {root}; "
-            f"{target} is outside it."
-        )
 
     async def run_hook(self, event: str, target: str | None, **payload: Any) -> HookOutcome | None:
         """Run the hooks of ``event`` (None when none is configured for it)."""

@@ -54,6 +54,8 @@ class EngineConfig:
             holds for its next calls (:class:`~taskloom.tools.workdir.WorkingDirectory`).
         cwd_roots: Directories besides its start directory where its shell may stand when
             it is not confined (a subagent: its parent's).
+        rules_base: The directory its permission rules are relative to, when not its place:
+            a subagent's is its parent's, wherever the parent's shell stood at the spawn.
         session_id: For hook input.
         transcript_path: For hook input.
         metadata: Extra request metadata (e.g. the agent type), for logs and test models.
@@ -84,6 +86,7 @@ class EngineConfig:
     confine_also: tuple[Path, ...] = ()
     cwd_source: Callable[[], Path] | None = None
     cwd_roots: tuple[Path, ...] = ()
+    rules_base: Path | None = None
     session_id: str = ""
     transcript_path: str | None = None
     observer: EngineObserver | None = None
@@ -92,6 +95,10 @@ class EngineConfig:
     def place(self) -> Path:
         """Where the agent works now, and its shell starts (EnterWorktree moves the main's)."""
         return self.cwd_source() if self.cwd_source else self.cwd
+
+    def rules_root(self) -> Path:
+        """The directory its permission rules are relative to (a ``cd`` does not move it)."""
+        return self.rules_base or self.place()
 
     def shell_roots(self) -> tuple[Path, ...]:
         """Where its shell may stand besides its place's tree.

@@ -60,7 +60,7 @@ async def permit(
         tool_name=tool.name,
         kind=tool.kind,
         target=tool.permission_target(params, ctx),
-        cwd=ctx.cwd,
+        cwd=ctx.rules_base or ctx.cwd,  # a `cd` does not move the rules
         input=raw,
     )
     decision = policy.decide(request)

@@ -134,7 +134,9 @@ class Spawner:
             meter = self.budgets.open(agent_id, ctx.owner, request.budget(definition))
             # Unless confined to its worktree, its shell may go where its parent's may.
             roots = ctx.workdir.roots if ctx.workdir is not None else ()
-            config = dataclasses.replace(config, meter=meter, cwd_roots=roots)
+            # Its rules are its parent's (its own worktree's when it has one).
+            base = None if env.worktree is not None else ctx.rules_base
+            config = dataclasses.replace(config, meter=meter, cwd_roots=roots, rules_base=base)
             run = AgentRun(
                 self.runtime,
                 agent_id,
@@ -274,6 +276,7 @@ class Spawner:
             meter=self.budgets.open(agent_id, ctx.owner, Budget()),
             cwd_source=None,  # fixed where the parent was: it must not follow the parent
             cwd_roots=ctx.workdir.roots if ctx.workdir is not None else parent.config.cwd_roots,
+            rules_base=ctx.rules_base or parent.config.rules_root(),
         )
         messages = fork_messages(parent.messages, request.prompt)
         run = AgentRun(

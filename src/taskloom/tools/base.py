@@ -9,6 +9,7 @@ can correct itself — it never reaches ``call`` and never raises out of the eng
 from __future__ import annotations
 
 import copy
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
 
 # Defined with the permission rules, which decide by it; re-exported for tools.
 from taskloom.permissions.rules import ToolKind as ToolKind
-from taskloom.tools.overflow import DEFAULT_MAX_RESULT_CHARS
+from taskloom.tools.overflow import DEFAULT_MAX_RESULT_CHARS, bounded
 
 if TYPE_CHECKING:
     from taskloom.messages import ToolResultContent
@@ -93,6 +94,8 @@ class ToolContext:
             out of their results (best effort, as in Claude Code).
         workdir: The agent's shell directory, which Bash moves (None: a call outside an
             engine; the command runs at ``cwd`` and its ``cd`` is not kept).
+        rules_base: The directory permission rules and ``acceptEdits`` are relative to: the
+            project (or the agent's worktree), wherever its shell stands; None: ``cwd``.
     """
 
     runtime: TaskRuntime
@@ -105,6 +108,7 @@ class ToolContext:
     engine: Any = None
     read_denied: Callable[[str], bool] | None = None
     workdir: WorkingDirectory | None = None
+    rules_base: Path | None = None
 
 
 #: Longest tool error a model is shown. Errors quote what they refuse cut short (see
@@ -115,11 +119,16 @@ MAX_TOOL_ERROR_CHARS = 10_000
 
 def tool_error(message: str) -> ToolResult:
     """A tool error in the form Claude Code shows models (over 10,000 characters: cut)."""
-    if len(message) > MAX_TOOL_ERROR_CHARS:
-        half = MAX_TOOL_ERROR_CHARS // 2
-        cut = len(message) - 2 * half
-        message = f"{message[:half]}\n… [{cut:,} characters cut] …\n{message[-half:]}"
-    return ToolResult(f"<tool_use_error>{message}</tool_use_error>", is_error=True)
+    return ToolResult(f"<tool_use_error>{clip_error(message)}</tool_use_error>", is_error=True)
+
+
+def clip_error(message: str) -> str:
+    """``message`` with its middle cut when over :data:`MAX_TOOL_ERROR_CHARS`."""
+    if len(message) <= MAX_TOOL_ERROR_CHARS:
+        return message
+    half = MAX_TOOL_ERROR_CHARS // 2
+    cut = len(message) - 2 * half
+    return f"{message[:half]}\n… [{cut:,} characters cut] …\n{message[-half:]}"
 
 
 class Tool(ABC, Generic[InputT]):
@@ -196,6 +205,28 @@ class Tool(ABC, Generic[InputT]):
     @abstractmethod
     async def call(self, params: InputT, ctx: ToolContext) -> ToolResult:
         """Run the tool. Expected failures are returned as errors, not raised."""
+
+
+def bounded_result(
+    tool: Tool[Any], result: ToolResult, directory: Path, tool_use_id: str
+) -> ToolResult:
+    """``result`` as the model is shown it: within ``tool``'s inline limit.
+
+    Text over the limit is saved under ``directory`` and previewed; an error has its middle
+    cut instead (an MCP server's or a library tool's, as :func:`tool_error` cuts ours); a tool
+    with no limit bounds its own.
+    """
+    if result.is_error:
+        # Ours are cut already, inside their <tool_use_error> wrapper: leave them whole.
+        if len(result.content) > MAX_TOOL_ERROR_CHARS + 100:
+            result = dataclasses.replace(result, content=clip_error(result.content))
+        return result
+    limit = tool.max_result_chars
+    if limit is None or len(result.content) <= limit:
+        return result
+    return dataclasses.replace(
+        result, content=bounded(result.content, limit, directory, tool_use_id)
+    )
 
 
 def by_name(tools: Sequence[Tool[Any]]) -> dict[str, Tool[Any]]:

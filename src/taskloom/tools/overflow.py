@@ -15,7 +15,7 @@ that inspired us shows it, where the whole of it is, its size and its first 2 KB
     </persisted-output>
 
 The Bash tool saves its output file by copying it (never read whole into memory); the engine
-saves any other tool's text. Errors are not saved: :func:`taskloom.tools.base.tool_error`
+saves any other tool's text. Errors are not saved: their middle is cut
 bounds them.
 """
 

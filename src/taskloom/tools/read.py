@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -181,6 +181,8 @@ class Read(Tool[ReadInput]):
     static_schema = (ReadInput, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
+    #: Bounded by its own token cap (a setting may raise it): never saved to a file.
+    max_result_chars: ClassVar[int | None] = None
 
     def permission_target(self, params: ReadInput, ctx: ToolContext) -> str | None:
         """The absolute path of the file."""

@@ -160,6 +160,41 @@ def refuse_symlinks(base: Path, parts: tuple[str, ...]) -> None:
             raise OSError(errno.ELOOP, "refusing a symlink in taskloom's state", str(probe))
 
 
+def whole_number(
+    settings: Mapping[str, Any],
+    env: str,
+    key: str,
+    *,
+    unit: str,
+    low: int = 1,
+    given: int | None = None,
+    flag: str = "",
+) -> int | str | None:
+    """A count set by a flag (``given``), else the environment variable ``env``, else ``key``.
+
+    Returns:
+        The number; None when none of them is set; or a one-line error naming where the bad
+        value came from (``the setting bashMaxOutputChars must be a whole number of
+        characters (at least 1), got 'x'``).
+    """
+    raw: Any = given
+    source = flag
+    if raw is None:
+        raw, source = os.environ.get(env) or None, f"the environment variable {env}"
+    if raw is None and settings.get(key) is not None:
+        raw, source = settings[key], f"the setting {key}"
+    if raw is None:
+        return None
+    value: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
+        value = int(raw.strip())
+    if value is None or value < low:
+        return f"{source} must be a whole number of {unit} (at least {low}), got {raw!r}"
+    return value
+
+
 def max_output_tokens(settings: Mapping[str, Any], given: int | None = None) -> int:
     """The cap on each model response, in tokens: for the main thread and every agent.
 
@@ -171,24 +206,17 @@ def max_output_tokens(settings: Mapping[str, Any], given: int | None = None) -> 
         UsageError: The value is not a whole number of at least 1; the message names where
             it came from.
     """
-    raw: Any = given
-    source = "--max-output-tokens"
-    if raw is None:
-        raw = os.environ.get(MAX_OUTPUT_TOKENS_ENV) or None
-        source = f"the environment variable {MAX_OUTPUT_TOKENS_ENV}"
-    if raw is None and settings.get(MAX_OUTPUT_TOKENS_SETTING) is not None:
-        raw = settings[MAX_OUTPUT_TOKENS_SETTING]
-        source = f"the setting {MAX_OUTPUT_TOKENS_SETTING}"
-    if raw is None:
-        return DEFAULT_MAX_OUTPUT_TOKENS
-    value: int | None = None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
-        value = int(raw.strip())
-    if value is None or value < 1:
-        raise UsageError(f"{source} must be a whole number of tokens (at least 1), got {raw!r}")
-    return value
+    value = whole_number(
+        settings,
+        MAX_OUTPUT_TOKENS_ENV,
+        MAX_OUTPUT_TOKENS_SETTING,
+        unit="tokens",
+        given=given,
+        flag="--max-output-tokens",
+    )
+    if isinstance(value, str):
+        raise UsageError(value)
+    return DEFAULT_MAX_OUTPUT_TOKENS if value is None else value
 
 
 # --- Settings files (Claude Code compatible) -------------------------------------------------

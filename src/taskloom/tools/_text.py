@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
+from taskloom.settings import whole_number
 from taskloom.tools.base import ToolResult, tool_error
 
 DEFAULT_LIMIT = 2000
@@ -40,22 +41,12 @@ def read_max_tokens(settings: Mapping[str, Any]) -> int | str:
     Returns:
         The cap, or what is wrong with the value given (naming where it came from).
     """
-    raw: Any = os.environ.get(READ_MAX_TOKENS_ENV) or None
-    source = f"the environment variable {READ_MAX_TOKENS_ENV}"
-    if raw is None and settings.get(READ_MAX_TOKENS_SETTING) is not None:
-        raw, source = settings[READ_MAX_TOKENS_SETTING], f"the setting {READ_MAX_TOKENS_SETTING}"
-    if raw is None:
-        return DEFAULT_READ_MAX_TOKENS
-    value: int | None = None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
-        value = int(raw.strip())
     # Below this the note at the end would not fit.
-    if value is None or value * CHARS_PER_TOKEN < 2 * NOTE_ROOM:
-        low = 2 * NOTE_ROOM // CHARS_PER_TOKEN
-        return f"{source} must be a whole number of tokens (at least {low}), got {raw!r}"
-    return value
+    low = 2 * NOTE_ROOM // CHARS_PER_TOKEN
+    value = whole_number(
+        settings, READ_MAX_TOKENS_ENV, READ_MAX_TOKENS_SETTING, unit="tokens", low=low
+    )
+    return DEFAULT_READ_MAX_TOKENS if value is None else value
 
 
 def budget_chars(max_tokens: int) -> int:

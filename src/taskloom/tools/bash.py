@@ -10,12 +10,12 @@ with nothing on stderr is an answer, not an error.
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any, ClassVar
 
 from pydantic import Field
 
 from taskloom.process.shell_env import shell_env
+from taskloom.settings import whole_number
 from taskloom.tasks.output import read_delta
 from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ShellOutcome, run_shell
 from taskloom.tasks.types import TaskStatus
@@ -102,20 +102,11 @@ def max_output_chars(settings: dict[str, Any]) -> int | str:
         The limit (at most :data:`MAX_OUTPUT_CHARS_CAP`), or the one-line error naming a bad
         value and where it came from.
     """
-    raw: Any = os.environ.get(MAX_OUTPUT_ENV) or None
-    source = f"the environment variable {MAX_OUTPUT_ENV}"
-    if raw is None:
-        raw = settings.get(MAX_OUTPUT_SETTING)
-        source = f"the setting {MAX_OUTPUT_SETTING}"
-    if raw is None:
+    value = whole_number(settings, MAX_OUTPUT_ENV, MAX_OUTPUT_SETTING, unit="characters")
+    if value is None:
         return DEFAULT_MAX_OUTPUT_CHARS
-    value: int | None = None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
-        value = int(raw.strip())
-    if value is None or value < 1:
-        return f"{source} must be a whole number of characters (at least 1), got {raw!r}"
+    if isinstance(value, str):
+        return value
     return min(value, MAX_OUTPUT_CHARS_CAP)
 
 

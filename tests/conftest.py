@@ -19,8 +19,9 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
@@ -29,6 +30,9 @@ import tmux_driver
 from helpers import RUN_MARK, run_processes
 from taskloom.settings import db_path
 from taskloom.store import Store
+
+if TYPE_CHECKING:
+    from taskloom.tools.base import ToolContext
 
 os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
 # Set before pytest picks its base temp directory (lazily, at the first tmp_path), so that it
@@ -79,6 +83,18 @@ def store(home: Path) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
+    """A tool call's context on a live runtime, working in an empty ``tmp_path/work``."""
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tools.base import ToolContext
+
+    work = tmp_path / "work"
+    work.mkdir()
+    async with TaskRuntime() as rt:
+        yield ToolContext(runtime=rt, owner="main", cwd=work)
 
 
 @pytest.fixture

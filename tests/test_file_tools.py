@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tools.base import Tool, ToolContext, ToolResult
 from taskloom.tools.edit import Edit
 from taskloom.tools.glob import Glob, glob_to_regex
@@ -31,14 +29,6 @@ from taskloom.tools.write import Write
 
 RG = ripgrep()
 needs_rg = pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not installed")
-
-
-@pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
-    work = tmp_path / "work"
-    work.mkdir()
-    async with TaskRuntime() as rt:
-        yield ToolContext(runtime=rt, owner="main", cwd=work)
 
 
 async def run(tool: Tool[Any], ctx: ToolContext, **raw: Any) -> ToolResult:

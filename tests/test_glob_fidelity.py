@@ -3,23 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tools.base import ToolContext, ToolResult
 from taskloom.tools.glob import Glob
-
-
-@pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
-    work = tmp_path / "work"
-    work.mkdir()
-    async with TaskRuntime() as rt:
-        yield ToolContext(runtime=rt, owner="main", cwd=work)
 
 
 async def run(ctx: ToolContext, **raw: Any) -> ToolResult:

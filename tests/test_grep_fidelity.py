@@ -6,24 +6,14 @@ Every test runs on both back ends (ripgrep when installed, and the pure-Python s
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tools.base import ToolContext, ToolResult
 from taskloom.tools.grep import DEFAULT_HEAD_LIMIT, Grep
 from taskloom.tools.grep_search import MAX_COLLECT, ripgrep
-
-
-@pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
-    work = tmp_path / "work"
-    work.mkdir()
-    async with TaskRuntime() as rt:
-        yield ToolContext(runtime=rt, owner="main", cwd=work)
 
 
 @pytest.fixture(params=["rg", "python"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,6 @@ from taskloom.tools.read import Read, ReadInput
 from taskloom.tools.write import Write
 
 CAP_CHARS = 25_000 * 4  # the default cap, 25,000 tokens, at 4 characters a token
-
-
-@pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
-    work = tmp_path / "work"
-    work.mkdir()
-    async with TaskRuntime() as rt:
-        yield ToolContext(runtime=rt, owner="main", cwd=work)
 
 
 @pytest.fixture(autouse=True)

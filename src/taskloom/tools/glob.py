@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
 import os
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field
@@ -93,21 +96,19 @@ class Glob(Tool[GlobInput]):
         if not params.pattern:
             return tool_error("pattern must not be empty.")
         start, regex, max_depth = compile_pattern(base, params.pattern)
-        found, complete = await asyncio.to_thread(_walk_glob, start, regex, max_depth)
-        if ctx.read_denied is not None:
-            found = [item for item in found if not ctx.read_denied(item[1])]
-        if not found:
-            return ToolResult("No files found" + ("" if complete else _INCOMPLETE))
-        # Keep the most recently modified, and show them the way ripgrep's --sort=modified
-        # does: oldest first, so the newest file is the last line.
-        found.sort(key=lambda item: (item[0], item[1]))
-        lines = [path for _, path in found[-MAX_RESULTS:]]
-        truncated = len(found) > MAX_RESULTS
+        walk = await asyncio.to_thread(
+            _walk_glob, start, regex, max_depth, ctx.read_denied or _nothing_denied
+        )
+        if not walk.newest:
+            return ToolResult("No files found" + ("" if walk.complete else _INCOMPLETE))
+        # Shown the way ripgrep's --sort=modified does: oldest first, the newest file last.
+        lines = [path for _, path in sorted(walk.newest)]
+        truncated = walk.total > MAX_RESULTS
         if truncated:
             lines.append(TRUNCATED_NOTE)
-        if not complete:
+        if not walk.complete:
             lines.append(_INCOMPLETE.strip())
-        return ToolResult("\n".join(lines), data={"numFiles": len(found), "truncated": truncated})
+        return ToolResult("\n".join(lines), data={"numFiles": walk.total, "truncated": truncated})
 
 
 #: What Claude Code appends when it leaves files out.
@@ -141,28 +142,49 @@ def _split_literal_prefix(base: str, pattern: str) -> tuple[str, str]:
     return start, "/".join(segments[literal:])
 
 
+@dataclass(slots=True)
+class _Walk:
+    """What a walk found: the newest files (``(mtime_ns, path)``), how many, whether all."""
+
+    newest: list[tuple[int, str]] = field(default_factory=list)
+    total: int = 0
+    complete: bool = True
+
+
+def _nothing_denied(path: str) -> bool:
+    return False
+
+
 def _walk_glob(
-    start: str, regex: re.Pattern[str], max_depth: int | None
-) -> tuple[list[tuple[int, str]], bool]:
-    """(mtime_ns, path) of files under ``start`` whose relative path ``regex`` matches.
+    start: str, regex: re.Pattern[str], max_depth: int | None, denied: Callable[[str], bool]
+) -> _Walk:
+    """The newest matching files under ``start``, and how many match.
+
+    A file matches when ``regex`` matches its path relative to ``start`` and ``denied``
+    does not cover it; the :data:`MAX_RESULTS` newest are kept.
 
     The walk is Grep's (and ripgrep's): ignore files honoured, hidden files included,
-    symlinks and version-control directories skipped.
-
-    Returns:
-        The files, and False if the walk ran out of time (then the files found so far).
+    symlinks and version-control directories skipped. Only the newest are kept, in a heap:
+    a pattern matching a million files costs no more memory than one matching a hundred.
     """
+    walk = _Walk()
     if not os.path.isdir(start):
-        return [], True  # the pattern's literal directories do not exist
+        return walk  # the pattern's literal directories do not exist
     deadline = time.monotonic() + WALK_TIMEOUT_S
     prefix = os.path.join(start, "")
-    found: list[tuple[int, str]] = []
     for path in iter_search_files(start, (), None, VCS_DIRS, max_depth):
         if time.monotonic() > deadline:
-            return found, False
-        if regex.fullmatch(path.removeprefix(prefix)):
-            try:
-                found.append((os.stat(path).st_mtime_ns, path))
-            except OSError:
-                continue  # vanished meanwhile
-    return found, True
+            walk.complete = False
+            return walk
+        if not regex.fullmatch(path.removeprefix(prefix)) or denied(path):
+            continue
+        try:
+            item = (os.stat(path).st_mtime_ns, path)
+        except OSError:
+            continue  # vanished meanwhile
+        walk.total += 1
+        if len(walk.newest) < MAX_RESULTS:
+            heapq.heappush(walk.newest, item)
+        else:
+            heapq.heappushpop(walk.newest, item)
+    return walk

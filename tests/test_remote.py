@@ -251,11 +251,13 @@ class Stopped(Remote):
         if self.stop and self.wait and "Bash" not in names:
             # The model's own wait until the remote command runs (no event reaches it); -x:
             # the whole command line, or this very command would match.
+            # Up to 2 minutes: a worker's first start (no bytecode cached yet, on a busy
+            # machine) has taken over 30 s in CI.
             wait = (
-                "for i in $(seq 300); do pgrep -fx 'sleep 300' >/dev/null && exit 0;"
+                "for i in $(seq 1200); do pgrep -fx 'sleep 300' >/dev/null && exit 0;"
                 " sleep 0.1; done"
             )
-            return Turn(tool_calls=(ToolCall("Bash", {"command": wait}),))
+            return Turn(tool_calls=(ToolCall("Bash", {"command": wait, "timeout": 150000}),))
         if self.stop and "TaskStop" not in names:
             (task_id,) = set(re.findall(r"agentId: (r[0-9a-z]{8})", seen))
             self.stop_sent = time.monotonic()
@@ -272,9 +274,10 @@ def _sleeps() -> list[Any]:
     )
 
 
+@pytest.mark.timeout(300)
 def test_task_stop_kills_a_remote_agent_and_its_command_on_the_worker(tmp_path: Path) -> None:
     script = Stopped(stop=True)
-    proc, _ = _run(tmp_path, script)
+    proc, _ = _run(tmp_path, script, timeout=240)  # its wait for the command: up to 2 min
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert script.stop_sent and script.told, "TaskStop never went, or nothing was told"
     assert script.told - script.stop_sent < 5.0

@@ -223,3 +223,40 @@ def test_no_import_cycles_between_modules() -> None:
     assert not new, "modules in an import cycle, each cycle's modules and one path:\n" + "\n".join(
         f"{', '.join(c)}  (e.g. {' -> '.join(a_cycle(edges, c))})" for c in new
     )
+
+
+def _layer_table(text: str) -> list[set[str]]:
+    """The modules column of docs/architecture.md's layer table, row by row."""
+    rows = [line for line in text.splitlines() if line.startswith("| ")][1:]  # no header
+    table = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if len(cells) != 3:
+            break
+        table.append({m.strip("`").rstrip("/") for m in cells[1].split(", ")})
+    return table
+
+
+def test_the_documented_layers_are_the_checked_ones() -> None:
+    # docs/architecture.md's table of layers says what this test enforces, row for row.
+    doc = (SRC.parent.parent / "docs" / "architecture.md").read_text()
+    assert _layer_table(doc) == LAYERS
+
+
+def test_the_documented_kind_hooks_are_the_overridable_ones() -> None:
+    # docs/extending.md's table of the hooks a task kind may override names every one of
+    # TaskKind's methods and class settings, and nothing else.
+    import re
+
+    from taskloom.tasks.kinds import TaskKind
+
+    doc = (SRC.parent.parent / "docs" / "extending.md").read_text()
+    start = doc.index("| method | decides |")
+    rows = doc[start:].split("\n\n")[0].splitlines()[2:]
+    documented = {
+        re.sub(r"\(.*", "", name.strip(" `"))
+        for row in rows
+        for name in row.strip("|").split("|")[0].split("`, `")
+    }
+    hooks = {name for name in vars(TaskKind) if not name.startswith("_")}
+    assert documented == hooks

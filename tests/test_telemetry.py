@@ -136,7 +136,7 @@ def test_a_run_s_spans_arrive_with_the_agent_tree_and_its_events(
     by_parent = {(t.parent_span_id, _attr(t, "tool")) for t in by_name["taskloom.tool"]}
     assert (agent.span_id, "Bash") in by_parent
     assert {(session.span_id, n) for n in ("TeamCreate", "Agent", "TeamDelete")} <= by_parent
-    # The seeds' events, with their fields, on the span they concern.
+    # The named events (agent_tool_selected and the rest), with their fields, on their span.
     events = {e.name: e for e in agent.events}
     assert {"agent_tool_selected", "agent_memory_loaded", "agent_tool_terminated"} <= set(events)
     selected = {a.key: a.value for a in events["agent_tool_selected"].attributes}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import signal
@@ -14,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from helpers import alive, clean_env, run_processes, scripted_argv, wait_until
+from helpers import TIME_FACTOR, alive, clean_env, run_processes, scripted_argv, wait_until
 from taskloom.hooks import HookConfig, run_hooks
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
@@ -237,5 +238,29 @@ async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_g
             assert _sleeps(778) == []
             assert [r for r in rt.store.list_processes() if r.task_id.startswith("git-")] == []
             assert [t for t in rt.store.list_tags() if t.tag.startswith("git-")] == []
+        finally:
+            assert not (await finish(wt)).kept
+
+
+async def test_a_git_hook_child_holding_git_s_output_neither_stalls_nor_outlives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    repo = (tmp_path / "repo").resolve()
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("hello\n")
+    git(repo, "add", "README.md")
+    git(repo, "commit", "-q", "-m", "initial")
+    post_checkout = repo / ".git" / "hooks" / "post-checkout"
+    # The sleep keeps git's stdout and stderr open long after git has exited.
+    post_checkout.write_text("#!/bin/sh\nsleep 779 &\n")
+    post_checkout.chmod(0o755)
+    async with TaskRuntime():
+        started = time.monotonic()
+        wt = await asyncio.wait_for(create_worktree(repo, "held"), 30 * TIME_FACTOR)
+        try:
+            assert time.monotonic() - started < 5.0 * TIME_FACTOR
+            assert _sleeps(779) == []
         finally:
             assert not (await finish(wt)).kept

@@ -21,12 +21,9 @@ Decisions:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import re
-import signal
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,25 +32,16 @@ from typing import Any
 from taskloom._aio import finish_despite_cancel
 from taskloom.errors import TaskloomError
 from taskloom.hooks import HookConfig, HookResult, run_hooks
+from taskloom.process.git import GitError, git
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
-from taskloom.process.kill import kill_tree
-from taskloom.process.registry import recorded_tag
-from taskloom.process.spawn import TASK_ENV
 
 WORKTREES_DIR = Path(".taskloom") / "worktrees"
 BRANCH_PREFIX = "taskloom/"
-#: Seconds one git command may take before its process group is killed.
-GIT_TIMEOUT_S = 60.0
-# Seconds between SIGTERM and SIGKILL for what git's hooks leave running after git exits.
-_HOOK_KILL_GRACE_S = 1.0
 WORKTREE_CREATE = "WorktreeCreate"
 WORKTREE_REMOVE = "WorktreeRemove"
 _EXCLUDE_LINE = "/.taskloom/worktrees/"
 # One path component that is also a valid branch suffix: no "..", no leading "." or "-".
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}(?:\.[A-Za-z0-9_-]+)*")
-# No credential prompts; GIT_OPTIONAL_LOCKS=0 keeps `git status` from taking the index lock
-# of a worktree a session is working in.
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
 
 
 class WorktreeError(TaskloomError):
@@ -329,47 +317,17 @@ async def prune(repo_cwd: Path) -> list[FinishResult]:
 # --- git --------------------------------------------------------------------------------------
 
 
-async def _git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S) -> str:
+async def _git(cwd: Path, *args: str) -> str:
     """Run git in ``cwd`` and return its stdout; WorktreeError with git's stderr on failure.
 
-    git runs repository hooks (``post-checkout`` on ``worktree add``) that may hang until the
-    timeout: like every process we start it is recorded for the orphan sweep first, by tag.
+    git runs repository hooks (``post-checkout`` on ``worktree add``) that may hang or start
+    daemons: :func:`~taskloom.process.git.git` records it for the orphan sweep, bounds it and
+    leaves nothing of it running.
     """
-    with recorded_tag("git") as record:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *("git", *args),
-                cwd=cwd,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, **_GIT_ENV, TASK_ENV: record.tag},
-                start_new_session=True,  # its own group, so a kill also reaches git's hooks
-            )
-        except OSError as exc:
-            raise WorktreeError(f"cannot run git in {cwd}: {exc}") from exc
-        try:
-            async with asyncio.timeout(timeout):
-                out, err = await proc.communicate()
-        except TimeoutError:
-            raise WorktreeError(f"git {args[0]} timed out after {timeout:g}s in {cwd}") from None
-        finally:
-            if proc.returncode is None:  # timed out or cancelled: leave nothing running
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(TimeoutError):  # bounded: SIGKILL cannot be refused
-                    await finish_despite_cancel(asyncio.wait_for(proc.wait(), 5.0))
-            # After any exit, timely or not: what git's hooks started (a daemon that left git's
-            # group with setsid, say) still carries the tag, and must not outlive git.
-            report = await finish_despite_cancel(
-                kill_tree(None, tag=record.tag, grace=_HOOK_KILL_GRACE_S)
-            )
-            if not report.verified:
-                record.keep()
-    if proc.returncode != 0:
-        message = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
-        raise WorktreeError(f"git {' '.join(args[:2])} failed: {message}")
-    return out.decode(errors="replace")
+    try:
+        return await git(cwd, *args)
+    except GitError as exc:
+        raise WorktreeError(str(exc)) from exc
 
 
 async def _succeeds(cwd: Path, *args: str) -> bool:

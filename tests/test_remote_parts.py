@@ -4,11 +4,15 @@ cluster's address, what travels in the environment."""
 from __future__ import annotations
 
 import asyncio
+import shlex
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from helpers import TIME_FACTOR, run_processes
 from taskloom.remote.cluster import ClusterError, configured_address, endpoint, probe
 from taskloom.remote.snapshot import SnapshotError, Snapshots, bring_back, forget, git, take
 from taskloom.remote.spec import carried_env
@@ -88,6 +92,43 @@ async def test_agents_spawned_together_share_one_snapshot_and_the_last_drops_its
 async def test_a_directory_outside_git_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="copies a git repository"):
         await take(tmp_path, "rnogit001")
+
+
+# Run by a repository hook: is the tag of the git running it recorded in the store?
+RECORDED = (
+    "import os, sqlite3, sys; "
+    "db = os.path.join(os.environ['TASKLOOM_HOME'], 'taskloom.db'); "
+    "tag = os.environ.get('TASKLOOM_TASK_ID', 'none'); "
+    "n = sqlite3.connect(db).execute('SELECT count(*) FROM tags WHERE tag = ?', (tag,)); "
+    "open(sys.argv[1], 'a').write(f'{tag} {n.fetchone()[0]}' + chr(10))"
+)
+
+
+async def test_the_snapshot_s_git_is_recorded_and_killed_at_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskloom.remote import snapshot
+    from taskloom.tasks.runtime import TaskRuntime
+
+    repo = _repo(tmp_path)
+    report = tmp_path / "report"
+    hook = repo / ".git" / "hooks" / "reference-transaction"  # run by `update-ref`
+    # It says whether its git was recorded, then hangs with a child that left its group.
+    check = shlex.join([sys.executable, "-c", RECORDED, str(report)])
+    hook.write_text(
+        f"#!/bin/sh\n{check}\nsetsid sleep 3421 </dev/null >/dev/null 2>&1 &\nsleep 3421\n"
+    )
+    hook.chmod(0o755)
+    monkeypatch.setattr(snapshot, "GIT_TIMEOUT_S", 1.0)
+    async with TaskRuntime():
+        started = time.monotonic()
+        with pytest.raises(SnapshotError, match=r"git update-ref timed out after 1 s in "):
+            await asyncio.wait_for(take(repo, "rhang0001"), 30 * TIME_FACTOR)
+        assert time.monotonic() - started < 1.0 + 5.0 * TIME_FACTOR
+    [line] = report.read_text().splitlines()
+    tag, count = line.split()
+    assert tag.startswith("git-") and count == "1", line  # recorded before it ran
+    assert run_processes(lambda p: p.info.get("cmdline") == ["sleep", "3421"]) == []
 
 
 def test_the_cluster_address_comes_from_the_environment_then_the_settings() -> None:

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from taskloom.errors import TaskloomError
+from taskloom.process.git import GitError
+from taskloom.process.git import git as run_git
+
+#: Seconds one git command of a copy may take: copying a large project (``add -A``, a bundle
+#: of its whole history, the worker's fetch and checkout) may take minutes, but none may hang.
+GIT_TIMEOUT_S = 600.0
 
 #: Who the snapshot commits are by (git refuses to commit without a name).
 _IDENTITY = {
@@ -51,25 +56,15 @@ class Snapshot:
 
 
 async def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """Run git in ``cwd``; its output.
+    """Run git in ``cwd`` as the snapshot's author; its output.
 
     Raises:
-        SnapshotError: It failed (its error output says why).
+        SnapshotError: It failed or ran past :data:`GIT_TIMEOUT_S` (the message says why).
     """
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        cwd=cwd,
-        env={**os.environ, **_IDENTITY, **(env or {})},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
-        words = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
-        raise SnapshotError(f"git {' '.join(args[:2])}: {words}")
-    return out.decode(errors="replace")
+    try:
+        return await run_git(cwd, *args, env={**_IDENTITY, **(env or {})}, timeout=GIT_TIMEOUT_S)
+    except GitError as exc:
+        raise SnapshotError(str(exc)) from exc
 
 
 async def take(cwd: Path, tag: str) -> Snapshot:

@@ -415,6 +415,10 @@ async def test_output_is_bounded_and_never_blocks_the_hook(tmp_path: Path) -> No
     assert result.exit_code == 0
     assert len(result.stdout) == MAX_CAPTURE_BYTES
     assert len(result.stderr) == 5000
+    # Whatever it answered was not read whole: that is said, as a non-blocking error.
+    assert outcome.errors == [
+        f"hook {command!r}: stdout output cut at 1 MiB: 2 MiB more were dropped"
+    ]
 
 
 async def test_hook_ignoring_a_large_stdin_still_finishes(tmp_path: Path) -> None:

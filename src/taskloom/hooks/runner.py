@@ -1,14 +1,15 @@
 """Running the command hooks of one event and folding their answers into one outcome.
 
-Each hook is ``sh -c COMMAND`` in its own session, tagged with a private ``TASKLOOM_TASK_ID``
-so :func:`~taskloom.process.kill.kill_tree` also finds descendants that left its group. The tag
-is recorded in the store before the hook starts (see ``process/registry.py``), so a hook still
-running when taskloom is SIGKILLed is stopped by the next session's orphan sweep. The
-event JSON goes to stdin; stdout and stderr come back on separate, bounded pipes. Nothing of a
-hook outlives it: at its timeout the tree is killed (and the kill verified), and after a normal
-exit whatever still carries its tag is killed the same way, daemonised (``setsid``, pipes
-closed) or not — hooks are short checks, not a way to start daemons. A kill that cannot be
-verified keeps the hook's store record, so the next orphan sweep tries again.
+Each hook is ``sh -c COMMAND``, a short-lived program run by
+:func:`~taskloom.process.run.run_program`: in its own session, tagged with a private
+``TASKLOOM_TASK_ID`` recorded in the store before it starts (so a hook still running when
+taskloom is SIGKILLed is stopped by the next session's orphan sweep). The event JSON goes to
+stdin; stdout and stderr come back on separate pipes, each kept up to
+:data:`MAX_CAPTURE_BYTES` (a hook whose output was cut is reported). Nothing of a hook outlives
+it: at its timeout the tree is killed (and the kill verified), and after a normal exit whatever
+still carries its tag is killed the same way, daemonised (``setsid``, pipes closed) or not —
+hooks are short checks, not a way to start daemons. A kill that cannot be verified keeps the
+hook's store record, so the next orphan sweep tries again, and is said in its stderr.
 """
 
 from __future__ import annotations
@@ -24,12 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from taskloom._aio import finish_despite_cancel
 from taskloom.errors import TaskloomError
 from taskloom.hooks.config import CallbackHook, CommandHook, HookCaller, HookConfig, HookEvent
-from taskloom.process.kill import kill_tree
-from taskloom.process.registry import recorded_tag
-from taskloom.process.spawn import TASK_ENV
+from taskloom.process.run import ProgramError, run_program
 
 _log = logging.getLogger("taskloom.hooks")
 
@@ -37,9 +35,6 @@ _log = logging.getLogger("taskloom.hooks")
 MAX_CAPTURE_BYTES = 1024 * 1024
 #: Seconds between SIGTERM and SIGKILL when a hook's tree is killed.
 KILL_GRACE_S = 1.0
-# After the hook's shell exits, how long its pipes may stay open before whoever holds them is
-# killed: long enough for buffered output to arrive, short enough not to stall a tool call.
-_DRAIN_S = 0.5
 _SHELL = "/bin/sh"
 
 PermissionDecision = Literal["allow", "deny", "ask"]
@@ -61,6 +56,7 @@ class HookResult:
         stderr: Captured standard error (same bound), or why the hook could not start.
         timed_out: Whether it was killed at its timeout.
         duration: Seconds from start to the end of its process tree.
+        cut: What of its output was left out past the cap ('' when nothing was).
     """
 
     command: str
@@ -69,6 +65,7 @@ class HookResult:
     stderr: str
     timed_out: bool
     duration: float
+    cut: str = ""
 
 
 @dataclass(slots=True)
@@ -214,142 +211,47 @@ async def _call_one(
     return HookResult(name, 0, json.dumps(output), "", False, time.monotonic() - started)
 
 
-class _HookProtocol(asyncio.SubprocessProtocol):
-    """Collects a hook's output (bounded) and tells apart its exit and its pipes closing.
-
-    ``asyncio.subprocess.Process.wait`` returns only once the pipes close too, so a hook that
-    left a background child holding stdout would look alive until that child ends.
-    """
-
-    def __init__(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.out = bytearray()
-        self.err = bytearray()
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.drained: asyncio.Future[None] = loop.create_future()
-        self._open = {1, 2}
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        buf = self.out if fd == 1 else self.err
-        room = MAX_CAPTURE_BYTES - len(buf)
-        if room > 0:  # beyond the cap data is still read, so the hook never blocks on a pipe
-            buf += data[:room]
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._open.discard(fd)
-        if not self._open and not self.drained.done():
-            self.drained.set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
 async def _run_one(
     command: str, timeout: float, data: bytes, cwd: Path, env: Mapping[str, str]
 ) -> HookResult:
-    # Recorded for the orphan sweep before it starts: if taskloom is SIGKILLed while the hook
-    # runs, the next session finds the hook and its children by this tag.
-    with recorded_tag("hook") as record:
-        result, verified = await _spawn_and_wait(command, timeout, data, cwd, env, record.tag)
-        if not verified:
-            record.keep()
-    return result
-
-
-async def _spawn_and_wait(
-    command: str, timeout: float, data: bytes, cwd: Path, env: Mapping[str, str], tag: str
-) -> tuple[HookResult, bool]:
-    started = time.monotonic()
-    loop = asyncio.get_running_loop()
-    try:
-        transport, proto = await loop.subprocess_exec(
-            _HookProtocol,
-            _SHELL,
-            "-c",
-            command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env={**env, TASK_ENV: tag},
-            start_new_session=True,
-        )
-    except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
-        return HookResult(command, None, "", f"cannot start hook: {exc}", False, 0.0), True
+    """Run one command hook to its end (or its timeout); what it did."""
     timed_out = False
     try:
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)  # stdin=PIPE
-        # The transport buffers what the pipe cannot take yet; a hook that never reads its
-        # stdin just leaves it there, and a closed pipe is dropped quietly.
-        stdin.write(data)
-        stdin.write_eof()
-        try:
-            async with asyncio.timeout(timeout):
-                await proto.exited
-        except TimeoutError:
-            timed_out = True
-    finally:
-        # Also on cancellation: the caller going away must not leave the hook running.
-        problems = await finish_despite_cancel(_settle(transport, proto, tag))
-    stderr = proto.err.decode(errors="replace")
-    if problems:
-        stderr += "".join(f"\n[taskloom] {p}" for p in problems)
-    result = HookResult(
+        run = await run_program(
+            [_SHELL, "-c", command],
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            stdin=data,
+            max_stdout=MAX_CAPTURE_BYTES,
+            max_stderr=MAX_CAPTURE_BYTES,
+            prefix="hook",
+            grace=KILL_GRACE_S,
+        )
+    except ProgramError as exc:
+        if exc.result is None:
+            return HookResult(command, None, "", f"cannot start hook: {exc.reason}", False, 0.0)
+        run, timed_out = exc.result, True
+    stderr = run.stderr.decode(errors="replace")
+    if run.survivors:
+        stderr += f"\n[taskloom] processes survived the kill: {list(run.survivors)}"
+    return HookResult(
         command,
-        transport.get_returncode(),
-        proto.out.decode(errors="replace"),
+        run.exit_code,
+        run.stdout.decode(errors="replace"),
         stderr,
         timed_out,
-        time.monotonic() - started,
+        run.duration,
+        run.cut_note(),
     )
-    return result, not problems
-
-
-async def _settle(
-    transport: asyncio.SubprocessTransport, proto: _HookProtocol, tag: str
-) -> list[str]:
-    """Leave nothing of the hook running and its pipes drained; return what went wrong."""
-    problems: list[str] = []
-    pid = transport.get_pid()
-
-    async def kill(pgid: int | None) -> None:
-        leader = pid if pgid is not None else None
-        report = await kill_tree(pgid, leader=leader, tag=tag, grace=KILL_GRACE_S)
-        if not report.verified:
-            problems.append(f"processes survived the kill: {report.survivors}")
-            _log.error("hook tree %s: processes survived the kill: %s", tag, report.survivors)
-
-    try:
-        if not proto.exited.done():  # timed out or cancelled: the group leader is still ours
-            await kill(pid)
-            await asyncio.wait([proto.exited], timeout=_DRAIN_S)  # its exit status
-        else:
-            if not _group_alive(pid):  # no child left in the group: let buffered output arrive
-                await asyncio.wait([proto.drained], timeout=_DRAIN_S)
-            # Whatever the hook started still carries its tag, in its group or not (setsid),
-            # holding its pipes or not: it dies with the hook.
-            await kill(None)
-        if not proto.drained.done():
-            await asyncio.wait([proto.drained], timeout=_DRAIN_S)
-    finally:
-        transport.close()
-    return problems
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _aggregate(event: HookEvent, results: list[HookResult]) -> HookOutcome:
     out = HookOutcome(results=results)
     reasons: list[str] = []
     for r in results:
+        if r.cut:  # whatever it answered, it was not read whole
+            _error(out, r, r.cut)
         if r.timed_out:
             _error(out, r, f"timed out after {r.duration:.1f}s")
         elif r.exit_code is None:

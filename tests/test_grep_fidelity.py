@@ -1,19 +1,27 @@
 """Grep as models know it from Claude Code: default cap, paging, context, -o, relative paths.
 
-Every test runs on both back ends (ripgrep when installed, and the pure-Python search).
+Every test runs on both back ends (ripgrep when installed, and the pure-Python search), but
+the last, on the ripgrep process itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from helpers import TIME_FACTOR, run_processes, wait_until
+from taskloom.process.spawn import TASK_ENV
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tools import grep_search
 from taskloom.tools.base import ToolContext, ToolResult
 from taskloom.tools.grep import DEFAULT_HEAD_LIMIT, Grep
-from taskloom.tools.grep_search import MAX_COLLECT, ripgrep
+from taskloom.tools.grep_search import MAX_COLLECT, Query, ripgrep, run_ripgrep
 
 
 @pytest.fixture(params=["rg", "python"])
@@ -174,3 +182,36 @@ async def test_collection_stops_at_the_memory_bound_with_a_note(
     assert lines // 3 < len(shown) < lines
     assert shown[-1] == f"big.txt:{len(shown)}:{line.strip()}"
     assert os.path.getsize(ctx.cwd / "big.txt") > MAX_COLLECT
+
+
+async def test_ripgrep_is_recorded_and_ends_with_the_call_or_its_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rg = ripgrep()
+    if rg is None:
+        pytest.skip("ripgrep (rg) is not installed")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # rg waits to open it for ever: nobody writes to it
+    query = Query(pattern="x", root=str(fifo), mode="files_with_matches")
+
+    def searching() -> list[psutil.Process]:
+        return run_processes(lambda p: (p.info.get("cmdline") or [""])[0] == rg)
+
+    async with TaskRuntime() as rt:
+        search = asyncio.ensure_future(run_ripgrep(query, rg))
+        await wait_until(lambda: bool(searching()), what="rg to start")
+        [proc] = searching()
+        # Recorded for the orphan sweep before it started, under the tag it carries.
+        assert [t.tag for t in rt.store.list_tags()] == [proc.environ()[TASK_ENV]]
+        search.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await search
+        assert searching() == [] and rt.store.list_tags() == []
+
+        monkeypatch.setattr(grep_search, "TIMEOUT_S", 1.0)
+        started = time.monotonic()
+        result = await run_ripgrep(query, rg)
+        assert time.monotonic() - started < 1.0 + 3.0 * TIME_FACTOR
+        assert isinstance(result, ToolResult) and result.is_error
+        assert "Grep timed out after 1s" in result.content
+        assert searching() == [] and rt.store.list_tags() == []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import functools
 import os
 import re
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from taskloom._aio import finish_despite_cancel
+from taskloom.process.run import ProgramError, run_program
 from taskloom.process.shell_env import bundled_rg
 from taskloom.tools._walk import VCS_DIRS, iter_search_files
 from taskloom.tools.base import ToolResult, tool_error
@@ -106,53 +105,34 @@ def ripgrep_argv(q: Query, rg: str) -> list[str]:
 
 
 async def run_ripgrep(q: Query, rg: str) -> Found | ToolResult:
-    """Raw output lines of ``rg`` for ``q``."""
+    """Raw output lines of ``rg`` for ``q``.
+
+    rg is recorded for the orphan sweep, bounded by :data:`TIMEOUT_S` and stopped (its whole
+    tree) once its output passes :data:`MAX_COLLECT` or when the call is cancelled.
+    """
     # Run from the search root: ripgrep matches --glob patterns relative to its cwd.
     cwd = q.root if os.path.isdir(q.root) else os.path.dirname(q.root)
-    proc = await asyncio.create_subprocess_exec(
-        *ripgrep_argv(q, rg),
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
     try:
-        async with asyncio.timeout(TIMEOUT_S):
-            (out, full), (err, _) = await asyncio.gather(
-                _read_capped(proc.stdout, MAX_COLLECT, proc), _read_capped(proc.stderr, 1 << 16)
-            )
-            code = await proc.wait()
-    except TimeoutError:
-        return tool_error(f"Grep timed out after {TIMEOUT_S:.0f}s; narrow the path or pattern.")
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await finish_despite_cancel(proc.wait())
-    if code == 2 and not out:
-        message = err.decode("utf-8", "replace").strip() or "ripgrep failed"
+        run = await run_program(
+            ripgrep_argv(q, rg),
+            timeout=TIMEOUT_S,
+            cwd=cwd,
+            max_stdout=MAX_COLLECT,
+            max_stderr=1 << 16,
+            stop_at_cap=True,
+            prefix="rg",
+        )
+    except ProgramError as exc:
+        if exc.timed_out:
+            return tool_error(f"Grep timed out after {TIMEOUT_S:.0f}s; narrow the path or pattern.")
+        return tool_error(f"Grep failed: {exc}")
+    if run.exit_code == 2 and not run.stdout:
+        message = run.stderr.decode("utf-8", "replace").strip() or "ripgrep failed"
         return tool_error(f"Grep failed: {message}")
-    lines = out.decode("utf-8", "replace").split("\n")
-    if full or not lines[-1]:
+    lines = run.stdout.decode("utf-8", "replace").split("\n")
+    if run.stopped_at_cap or not lines[-1]:
         lines.pop()  # the empty string after the final newline, or a cut-off last line
-    return Found(lines, complete=not full)
-
-
-async def _read_capped(
-    stream: asyncio.StreamReader, cap: int, proc: asyncio.subprocess.Process | None = None
-) -> tuple[bytes, bool]:
-    """Read to EOF keeping ``cap`` bytes; True if more came (then ``proc``, if given, is killed)."""
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await stream.read(1 << 16):
-        if size < cap:
-            chunks.append(chunk)
-        size += len(chunk)
-        if size > cap and proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-    return b"".join(chunks)[:cap], size > cap
+    return Found(lines, complete=not run.stopped_at_cap)
 
 
 async def run_python(q: Query) -> Found | ToolResult:

@@ -4,14 +4,17 @@ kill, and what a sweep sees."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 import tmux_driver
-from helpers import RUN_MARK, alive, wait_until
+from helpers import RUN_MARK, TIME_FACTOR, alive, run_processes, wait_until
+from taskloom.process.spawn import TASK_ENV
 from taskloom.teams.panes import SESSION_OPTION, PaneError, TmuxPanes, locate
 
 WAIT = "import sys; print('up:', sys.argv[1], flush=True); input()"
@@ -152,3 +155,62 @@ async def test_a_failing_tmux_command_is_an_error_naming_it(tmp_path: Path) -> N
     with pytest.raises(PaneError, match="tmux display-message"):
         await panes.run("display-message", "-p", "-t", "%999", "#{pane_id}")
     assert await panes.panes() == []  # no server: no panes
+
+
+# Run by a stand-in for tmux: the command it was given, the tag it carries and whether that
+# tag is recorded in the store.
+RECORDED = (
+    "import os, sqlite3, sys; "
+    "db = os.path.join(os.environ['TASKLOOM_HOME'], 'taskloom.db'); "
+    "tag = os.environ.get('TASKLOOM_TASK_ID', 'none'); "
+    "n = sqlite3.connect(db).execute('SELECT count(*) FROM tags WHERE tag = ?', (tag,)); "
+    "open(sys.argv[1], 'a').write(f'{sys.argv[2]} {tag} {n.fetchone()[0]}' + chr(10))"
+)
+
+
+def stand_in_tmux(tmp_path: Path, report: Path) -> Path:
+    """A program in tmux's place that says how it was run and answers as tmux would, but
+    hangs on ``list-panes`` (a server that does not answer), with a child out of its group."""
+    check = shlex.join([sys.executable, "-c", RECORDED, str(report)])
+    script = tmp_path / "tmux"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'{check} "$1"\n'
+        'case "$1" in\n'
+        "  has-session) exit 1 ;;\n"
+        "  new-session) echo '%7 4242' ;;\n"
+        "  display-message) echo '@3' ;;\n"
+        "  list-panes) setsid sleep 3431 </dev/null >/dev/null 2>&1 & sleep 3431 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+async def test_tmux_clients_are_recorded_bounded_and_the_one_that_may_start_a_server_untagged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.teams import panes as panes_module
+
+    report = tmp_path / "report"
+    panes = TmuxPanes(str(stand_in_tmux(tmp_path, report)))
+    monkeypatch.setenv(TASK_ENV, "inherited-tag")  # not even this reaches the tmux server
+    monkeypatch.setattr(panes_module, "_CALL_TIMEOUT_S", 1.0)
+    async with TaskRuntime() as rt:
+        pane = await panes.create(
+            team="t", session_id="s", title="a@t", argv=["true"], cwd=str(tmp_path), env={}
+        )
+        assert (pane.id, pane.pid) == ("%7", 4242)
+        calls = [line.split() for line in report.read_text().splitlines()]
+        assert [c[0] for c in calls][:2] == ["has-session", "new-session"]
+        assert calls[1][1:] == ["none", "0"]  # it may start the server: no tag at all
+        others = [c for c in calls if c[0] != "new-session"]
+        assert len(others) >= 4
+        assert all(tag.startswith("tmux-") and n == "1" for _, tag, n in others), others
+        started = time.monotonic()
+        with pytest.raises(PaneError, match="tmux list-panes took over 1 s"):
+            await panes.run("list-panes")
+        assert time.monotonic() - started < 1.0 + 3.0 * TIME_FACTOR
+        assert run_processes(lambda p: p.info.get("cmdline") == ["sleep", "3431"]) == []
+        assert rt.store.list_tags() == []

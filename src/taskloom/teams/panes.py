@@ -25,7 +25,8 @@ import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from taskloom.errors import TaskloomError
+from taskloom.errors import TaskloomError, clipped
+from taskloom.process.run import ProgramError, run_program
 
 #: tmux's names for the roster's colours (tmux knows no purple, orange or pink).
 TMUX_COLOURS = {
@@ -98,34 +99,30 @@ class TmuxPanes:
         # One pane made at a time: two spawns at once would both make the team's session.
         self._creating = asyncio.Lock()
 
-    async def run(self, *args: str) -> str:
+    async def run(self, *args: str, tagged: bool = True) -> str:
         """Run one tmux command; its output.
+
+        The client is a short-lived program (:func:`~taskloom.process.run.run_program`):
+        recorded for the orphan sweep, in a group of its own, killed past
+        :data:`_CALL_TIMEOUT_S` or when the caller is cancelled. ``tagged=False`` for a
+        command that may start the tmux server: the server is forked from the client and
+        keeps its environment, so a tag would mark the server (and every shell it starts
+        for the user) as the client's, for any sweep to kill.
 
         Raises:
             PaneError: It failed (its error output says why) or took too long.
         """
         argv = [self.tmux, *(("-S", self.socket) if self.socket else ()), *args]
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), _CALL_TIMEOUT_S)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise PaneError(f"tmux {args[0]} took over {_CALL_TIMEOUT_S:g} s") from None
-        except asyncio.CancelledError:
-            if proc.returncode is None:  # no client left behind, unreaped
-                proc.kill()
-                await asyncio.shield(proc.wait())
-            raise
-        if proc.returncode != 0:
-            why = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
-            raise PaneError(f"tmux {args[0]}: {why}")
-        return out.decode(errors="replace")
+            ran = await run_program(argv, timeout=_CALL_TIMEOUT_S, tagged=tagged, prefix="tmux")
+        except ProgramError as exc:
+            if exc.timed_out:
+                raise PaneError(f"tmux {args[0]} took over {_CALL_TIMEOUT_S:g} s") from None
+            raise PaneError(f"tmux {args[0]}: {exc.reason}") from exc
+        if ran.exit_code != 0:
+            why = ran.err_text().strip() or f"exit code {ran.exit_code}"
+            raise PaneError(f"tmux {args[0]}: {clipped(why)}")
+        return ran.out_text()
 
     async def create(
         self,
@@ -186,9 +183,11 @@ class TmuxPanes:
             if await self._has_session(name):
                 out = await self.run("split-window", "-d", "-t", f"={name}:", *shown, *command)
             else:
+                # With no server running this client starts it: untagged (see ``run``).
                 out = await self.run(
-                    "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *shown, *command
-                )
+                    "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *shown, *command,
+                    tagged=False,
+                )  # fmt: skip
         pane_id, pid = out.split()
         try:
             await self.run(

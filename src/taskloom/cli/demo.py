@@ -8,7 +8,6 @@ elapsed time.
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -21,20 +20,23 @@ from rich.text import Text
 from taskloom.cli._run import run_main
 from taskloom.cli.demo_scenario import PROJECT_FILES, scenario_model
 from taskloom.engine import AssistantTurn, Finished, ToolDone, UserTurn
+from taskloom.process.git import GitError, git
 from taskloom.tasks.types import TaskState
 
 PROMPT = "Check that this project's tests pass, and tell me what you find."
 
 
-def _make_repo(root: Path, files: dict[str, str] = PROJECT_FILES, message: str = "calc") -> None:
+async def _make_repo(
+    root: Path, files: dict[str, str] = PROJECT_FILES, message: str = "calc"
+) -> None:
     for name, text in files.items():
         (root / name).write_text(text)
-    git = ["git", "-c", "user.name=taskloom demo", "-c", "user.email=demo@localhost"]
+    who = ["-c", "user.name=taskloom demo", "-c", "user.email=demo@localhost"]
     try:
-        subprocess.run([*git, "init", "-q"], cwd=root, check=True, timeout=30)
-        subprocess.run([*git, "add", "."], cwd=root, check=True, timeout=30)
-        subprocess.run([*git, "commit", "-qm", message], cwd=root, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+        await git(root, *who, "init", "-q")
+        await git(root, *who, "add", ".")
+        await git(root, *who, "commit", "-qm", message)
+    except GitError:
         pass  # a plain directory will do
 
 
@@ -59,7 +61,7 @@ async def _demo(console: Console) -> int:
 
     with tempfile.TemporaryDirectory(prefix="taskloom-demo-") as tmp:
         repo = Path(tmp)
-        _make_repo(repo)
+        await _make_repo(repo)
         console.print(f"[bold]taskloom demo[/bold] — a scripted model works in {repo}")
         console.print(f"[bold]> {PROMPT}[/bold]\n")
         options = Options(model=scenario_model(), cwd=repo, skip_permissions=True)

@@ -10,7 +10,6 @@ are printed as ``taskloom demo`` prints them, and each worker's steps under its 
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from taskloom.cli.demo_coordinator_scenario import (
 )
 from taskloom.engine import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.messages import Message, ToolResultBlock
+from taskloom.process.git import GitError, git
 
 if TYPE_CHECKING:
     from taskloom.harness import Harness
@@ -144,12 +144,10 @@ def _print_event(console: Console, event: Any) -> None:
             console.print(note.text, markup=False, highlight=False, soft_wrap=True)
 
 
-def _git_diff(repo: Path) -> str:
+async def _git_diff(repo: Path) -> str:
     try:
-        return subprocess.run(
-            ["git", "diff", "--no-color"], cwd=repo, capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+        return await git(repo, "diff", "--no-color")
+    except GitError:
         return ""  # no git: the file itself is checked
 
 
@@ -159,7 +157,7 @@ async def demo_coordinator(console: Console) -> int:
 
     with tempfile.TemporaryDirectory(prefix="taskloom-demo-") as tmp:
         repo = Path(tmp)
-        _make_repo(repo, PROJECT_FILES, "stats")
+        await _make_repo(repo, PROJECT_FILES, "stats")
         console.print(
             f"[bold]taskloom demo --coordinator[/bold] — a scripted model in {repo}",
             soft_wrap=True,
@@ -194,7 +192,7 @@ async def demo_coordinator(console: Console) -> int:
             turns = harness.session.engine.num_turns
         workers = sum(1 for s in states if getattr(s, "agent_type", None))
         fixed = FIXED_LINE in (repo / "stats.py").read_text()
-        diff = _git_diff(repo)
+        diff = await _git_diff(repo)
     console.print()
     for s in states:
         console.print(f"task {s.id}  {s.status.value:<9} {s.description}", highlight=False)

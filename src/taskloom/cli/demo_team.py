@@ -166,7 +166,7 @@ async def demo_team(console: Console) -> int:
 
     with tempfile.TemporaryDirectory(prefix="taskloom-demo-") as tmp:
         repo = Path(tmp)
-        _make_repo(repo, PROJECT_FILES, "helpers")
+        await _make_repo(repo, PROJECT_FILES, "helpers")
         console.print(
             f"[bold]taskloom demo --team[/bold] — a scripted model in {repo}", soft_wrap=True
         )
@@ -190,7 +190,7 @@ async def demo_team(console: Console) -> int:
             ]
             turns = harness.session.engine.num_turns
         fixed = [f.fixed in (repo / f.file).read_text() for f in FIXES]
-        diff = _git_diff(repo)
+        diff = await _git_diff(repo)
     console.print()
     for s in states:
         console.print(

@@ -20,9 +20,12 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
+from taskloom.cli.json_lines import MAX_LINE_CHARS
+from taskloom.cli.json_lines import fitted as _fitted
+from taskloom.cli.print_options import PrintOptions as PrintOptions  # its flags, re-exported
 from taskloom.cli.stream_output import OutputTap, TurnAccount
 from taskloom.engine import AssistantTurn, Finished, UserTurn
 from taskloom.errors import (
@@ -43,74 +46,6 @@ from taskloom.untrusted import clean_text
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PrintOptions:
-    """The print-mode flags: how to render, and the options of the session to run.
-
-    Attributes:
-        prompt: The prompt (None: read stdin).
-        session: What the session is built from.
-        output_format: ``text``, ``json`` or ``stream-json``.
-        verbose: Accepted for compatibility (stream-json is always complete).
-        debug: Tracebacks and debug logs on stderr.
-        permission_prompt_tool: ``stdio``: calls that need approval are asked of the program
-            driving a stream-json session (``can_use_tool``).
-        max_budget_usd: Stop a run once the session has cost this much (``--max-budget-usd``).
-        include_partial_messages: stream-json also streams the model's events as they come
-            (``stream_event``).
-        include_hook_events: stream-json also shows hook runs (``hook_started``,
-            ``hook_response``).
-        replay_user_messages: With stream-json input, user messages read are echoed.
-    """
-
-    prompt: str | None
-    session: Options = field(default_factory=Options)
-    output_format: str = "text"
-    verbose: bool = False
-    debug: bool = False
-    permission_prompt_tool: str | None = None
-    max_budget_usd: float | None = None
-    include_partial_messages: bool = False
-    include_hook_events: bool = False
-    replay_user_messages: bool = False
-
-
-#: Longest stream-json line written: claude-agent-sdk reads at most 1 MiB a line by default,
-#: and fails the whole session on a longer one.
-MAX_LINE_CHARS = 900_000
-
-
-def _fitted(obj: dict[str, Any]) -> str:
-    """``obj`` as a line under :data:`MAX_LINE_CHARS`, its longest strings shortened.
-
-    Only what is printed is shortened (a huge tool result, say): the model was given it all.
-    """
-    for keep in (100_000, 20_000, 2_000, 200):
-        line, _ = clean_text(json.dumps(_cut(obj, keep), ensure_ascii=False, separators=(",", ":")))
-        if len(line) <= MAX_LINE_CHARS:
-            return line
-    return json.dumps({k: obj[k] for k in ("type", "session_id", "uuid") if k in obj})
-
-
-def _cut(value: Any, keep: int) -> Any:
-    if isinstance(value, str) and len(value) > keep:
-        left = len(value) - keep
-        return f"{value[:keep]}\n[{left} characters left out of this line; the model saw them]"
-    if isinstance(value, dict):
-        source = value.get("source")
-        if value.get("type") == "image" and isinstance(source, dict):
-            data = source.get("data")
-            if isinstance(data, str) and len(data) > keep:
-                # Cut base64 is no image at all: say what was there instead.
-                what = source.get("media_type", "image")
-                note = f"[{what}, {len(data):,} characters of base64 left out of this line; "
-                return {"type": "text", "text": note + "the model saw it]"}
-        return {k: _cut(v, keep) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_cut(v, keep) for v in value]
-    return value
 
 
 class Emitter:
@@ -356,113 +291,160 @@ async def run_turn(
     """
     runtime = harness.runtime
     account = TurnAccount(emitter.tap, harness.session.engine)
-    sub = emitter.tasks = runtime.subscribe()
-    pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
-    finished: Finished | None = None
-    error: str | None = None
-    stop_reason: str | None = None
-    over_budget = False
     if emitter.tap is not None:
         emitter.tap.ledger.overrides = dict(harness.settings.get("modelPrices") or {})
         # Remote agents (pane teammates) of the session's earlier runs were counted there.
         emitter.tap.remote_baseline(_reported(runtime))
+    run = await _run_events(harness, emitter, prompt, budget_usd)
+    if emitter.tap is not None:  # their latest reports (the pump may lag)
+        for report in _reported(runtime):
+            emitter.tap.remote_usage(*report)
+    subtype = _outcome(harness, emitter, run, budget_usd)
+    return _result(harness, emitter, run, subtype, account, started)
+
+
+@dataclass
+class _Run:
+    """What one run of the main thread came to, as its events went by."""
+
+    finished: Finished | None = None
+    error: str | None = None
+    stop_reason: str | None = None
+    #: Stopped after an answer that took the session's cost to --max-budget-usd.
+    over_budget: bool = False
+    #: The session's cost after the latest answer.
+    spent: float = 0.0
+
+
+async def _run_events(
+    harness: Harness, emitter: Emitter, prompt: str | Message, budget_usd: float | None
+) -> _Run:
+    """Run ``prompt``, writing its events and its tasks' as they come; what the run came to."""
+    sub = emitter.tasks = harness.runtime.subscribe()
+    pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
+    run = _Run()
     events = harness.run(prompt)
     try:
         async for event in events:
             emitter.flush_tasks()
-            if isinstance(event, AssistantTurn):
-                stop_reason = event.message.stop_reason
-                emitter.line(
-                    {
-                        "type": "assistant",
-                        "message": event.message.full(),
-                        "parent_tool_use_id": None,
-                    }
-                )
-                spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0
-                if budget_usd is not None and spent >= budget_usd:
-                    over_budget = True  # its tool calls do not run: they would cost more
-                    break
-            elif isinstance(event, UserTurn):
-                for note in event.notifications:
-                    _emit_notification(emitter, runtime, note)
-                if event.origin != "prompt":
-                    emitter.line(
-                        {
-                            "type": "user",
-                            "message": event.message.wire(),
-                            "parent_tool_use_id": None,
-                        }
-                    )
-            elif isinstance(event, Finished):
-                finished = event
+            if not _emit_event(emitter, harness.runtime, event, run, budget_usd):
+                break
     except ModelError as exc:
-        error = f"API Error: {exc}"
+        run.error = f"API Error: {exc}"
     except BrokenPipeError:
         raise  # the reader went away: nothing more can be reported to it
     except TaskloomError as exc:
-        error = f"Error: {exc}"
+        run.error = f"Error: {exc}"
     except OSError as exc:
-        error = f"Error: {describe_os_error(exc)}"
+        run.error = f"Error: {describe_os_error(exc)}"
     except asyncio.CancelledError:
         if not stop_requested():
             raise
         # SIGINT/SIGTERM (see run_main), or an interrupt: clean up, and report the run as
         # interrupted (run_main then gives a signal's exit code).
-        error = "interrupted"
+        run.error = "interrupted"
     except Exception as exc:  # report, as a result, rather than die with a traceback
         log.debug("the run failed", exc_info=True)
-        error = f"Internal error: {type(exc).__name__}: {exc}"
+        run.error = f"Internal error: {type(exc).__name__}: {exc}"
     finally:
         await events.aclose()
-        budgets = harness.agents.spawner.budgets
-        if budgets.spent(runtime.session_id) is not None:
-            # The session's budget ran out: the stopped tasks' ends are streamed, and the
-            # result says what they had spent.
-            await budgets.settled()
-        emitter.flush_tasks()
-        emitter.tasks = None
-        sub.close()
-        pump.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pump
-    engine = harness.session.engine
-    if emitter.tap is not None:  # their latest reports (the pump may lag)
-        for report in _reported(runtime):
-            emitter.tap.remote_usage(*report)
-    subtype = "success"
-    if error is not None:
-        subtype = "error_during_execution"
-    elif finished is not None and finished.reason == "max_turns":
-        subtype = "error_max_turns"
-    elif (spent_on := budgets.spent(runtime.session_id)) is not None:
-        kind = budgets.spent_kind(runtime.session_id) or "token"
+        await _end_watch(harness, emitter, sub, pump)
+    return run
+
+
+def _emit_event(
+    emitter: Emitter, runtime: TaskRuntime, event: Any, run: _Run, budget_usd: float | None
+) -> bool:
+    """Write one event of the run; False when the run must stop (over its cost budget)."""
+    if isinstance(event, AssistantTurn):
+        run.stop_reason = event.message.stop_reason
+        emitter.line(
+            {"type": "assistant", "message": event.message.full(), "parent_tool_use_id": None}
+        )
+        run.spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0
+        if budget_usd is not None and run.spent >= budget_usd:
+            run.over_budget = True  # its tool calls do not run: they would cost more
+            return False
+    elif isinstance(event, UserTurn):
+        for note in event.notifications:
+            _emit_notification(emitter, runtime, note)
+        if event.origin != "prompt":
+            emitter.line(
+                {"type": "user", "message": event.message.wire(), "parent_tool_use_id": None}
+            )
+    elif isinstance(event, Finished):
+        run.finished = event
+    return True
+
+
+async def _end_watch(
+    harness: Harness, emitter: Emitter, sub: Subscription, pump: asyncio.Task[None]
+) -> None:
+    """Once the run is over: its tasks' last events written, their subscription closed."""
+    budgets = harness.agents.spawner.budgets
+    if budgets.spent(harness.runtime.session_id) is not None:
+        # The session's budget ran out: the stopped tasks' ends are streamed, and the
+        # result says what they had spent.
+        await budgets.settled()
+    emitter.flush_tasks()
+    emitter.tasks = None
+    sub.close()
+    pump.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await pump
+
+
+def _outcome(harness: Harness, emitter: Emitter, run: _Run, budget_usd: float | None) -> str:
+    """The result's subtype; a run stopped by a budget or a schema gets its ``error`` here."""
+    budgets = harness.agents.spawner.budgets
+    session_id = harness.runtime.session_id
+    if run.error is not None:
+        return "error_during_execution"
+    if run.finished is not None and run.finished.reason == "max_turns":
+        return "error_max_turns"
+    if (spent_on := budgets.spent(session_id)) is not None:
+        kind = budgets.spent_kind(session_id) or "token"
         if kind == "cost":  # --max-budget-usd (or sessionBudget.usd), as it always said
             subtype = "error_max_budget_usd"
             spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0
-            error = (
+            run.error = (
                 f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"
                 if budget_usd is not None
                 else f"Error: {spent_on}"
             )
         else:  # token, tool_call, wall_time
             subtype = f"error_max_budget_{kind.replace('-', '_')}"
-            error = f"Error: {spent_on}"
+            run.error = f"Error: {spent_on}"
         harness.session.recorder.repair()
-    elif over_budget:
-        subtype = "error_max_budget_usd"
-        error = f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"
+        return subtype
+    if run.over_budget:
+        run.error = f"Error: reached --max-budget-usd {budget_usd:g} (spent {run.spent:.4f} USD)"
         harness.session.recorder.repair()  # the calls it stopped before are answered
-    elif harness.wants_structured_output and harness.structured_output is None:
-        subtype = "error_max_structured_output_retries"
-        error = "Failed to provide valid structured output after maximum retries"
+        return "error_max_budget_usd"
+    if harness.wants_structured_output and harness.structured_output is None:
+        run.error = "Failed to provide valid structured output after maximum retries"
+        return "error_max_structured_output_retries"
+    return "success"
+
+
+def _result(
+    harness: Harness,
+    emitter: Emitter,
+    run: _Run,
+    subtype: str,
+    account: TurnAccount,
+    started: float,
+) -> dict[str, Any]:
+    """The ``result`` object of a run that has ended as ``subtype``."""
+    engine = harness.session.engine
+    runtime = harness.runtime
     result = {
         "type": "result",
         "subtype": subtype,
         "is_error": subtype != "success",
         "duration_ms": int((time.monotonic() - started) * 1000),
-        "result": error or (finished.result if finished else ""),
-        "stop_reason": stop_reason,
+        "result": run.error or (run.finished.result if run.finished else ""),
+        "stop_reason": run.stop_reason,
         "session_id": runtime.session_id,
         **account.fields(engine, harness.settings.get("modelPrices")),
         "permission_denials": engine.denials,

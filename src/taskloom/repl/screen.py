@@ -8,10 +8,12 @@ are written with :func:`write_lines`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from prompt_toolkit.application import Application
 from prompt_toolkit.buffer import Buffer
+from prompt_toolkit.data_structures import Size
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.formatted_text import FormattedText, StyleAndTextTuples
 from prompt_toolkit.key_binding import KeyBindings
@@ -80,15 +82,66 @@ def write_lines(lines: list[Line]) -> None:
 def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -> Application[int]:
     """The prompt_toolkit application of the live area (inline, not full screen)."""
     app: Application[int]
+    # The output's size is the application's, known once it exists (asked while drawing).
+    area = _LiveArea(source, lambda: app.output.get_size())
+    app = Application(
+        layout=area.layout(buffer),
+        key_bindings=keys,
+        style=STYLE,
+        full_screen=False,
+        mouse_support=False,
+        erase_when_done=True,
+    )
+    # Esc alone must act at once (by default prompt_toolkit waits half a second to tell it
+    # from the start of an escape sequence).
+    app.ttimeoutlen = 0.05
+    app.timeoutlen = 0.3
+    return app
 
-    def width() -> int:
-        return app.output.get_size().columns
 
-    def panel_rows() -> int:
-        # At most a third of the screen: the input and the scrollback need the rest.
-        return max(3, app.output.get_size().rows // 3)
+class _LiveArea:
+    """The parts of the live area, each drawn from ``source`` whenever prompt_toolkit asks."""
 
-    def live() -> StyleAndTextTuples:
+    def __init__(self, source: ScreenSource, size: Callable[[], Size]) -> None:
+        self.source = source
+        self.size = size
+
+    def layout(self, buffer: Buffer) -> Layout:
+        """Top to bottom: the live lines, the panel, the question, the input, the status."""
+        source = self.source
+        return Layout(
+            HSplit(
+                [
+                    _framed(
+                        FormattedTextControl(self.live),
+                        Condition(lambda: bool(source.view.partial) or source.busy),
+                    ),
+                    # Its rows are cut to the width already: no wrapping to work out.
+                    _framed(
+                        FormattedTextControl(self.panel),
+                        Condition(source.panel.shows_rows),
+                        wrap=False,
+                    ),
+                    _framed(
+                        FormattedTextControl(self.question),
+                        Condition(lambda: source.asks.current is not None),
+                    ),
+                    Window(
+                        BufferControl(buffer),
+                        height=Dimension(min=1, max=10),
+                        dont_extend_height=True,
+                        wrap_lines=True,
+                        get_line_prefix=self.prefix,
+                    ),
+                    Window(FormattedTextControl(self.status), height=1, style="class:status"),
+                ]
+            ),
+            focused_element=buffer,
+        )
+
+    def live(self) -> StyleAndTextTuples:
+        """The answer being streamed, and the "working" line while a turn runs."""
+        source = self.source
         out: StyleAndTextTuples = []
         if source.view.partial:
             out.append(("", source.view.partial + "\n"))
@@ -99,14 +152,19 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
             out[-1] = (out[-1][0], out[-1][1].rstrip("\n"))
         return out
 
-    def panel() -> StyleAndTextTuples:
-        rows = source.panel.lines(width(), panel_rows())
+    def panel(self) -> StyleAndTextTuples:
+        """The task panel's rows."""
+        size = self.size()
+        # At most a third of the screen: the input and the scrollback need the rest.
+        rows = self.source.panel.lines(size.columns, max(3, size.rows // 3))
         return [
             (f"class:{style}", text + ("\n" if i < len(rows) - 1 else ""))
             for i, (style, text) in enumerate(rows)
         ]
 
-    def question() -> StyleAndTextTuples:
+    def question(self) -> StyleAndTextTuples:
+        """The permission question of the call waiting for one, if any."""
+        source = self.source
         ask = source.asks.current
         if ask is None:
             return []
@@ -133,58 +191,22 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
             )
         return lines
 
-    def status() -> StyleAndTextTuples:
-        return [("class:status", source.status_text(width()))]
+    def status(self) -> StyleAndTextTuples:
+        """The status line."""
+        return [("class:status", self.source.status_text(self.size().columns))]
 
-    def prefix(line: int, wrap: int) -> StyleAndTextTuples:
+    def prefix(self, line: int, wrap: int) -> StyleAndTextTuples:
+        """The input's prompt on its first line, an indent on the others."""
         if line == 0 and not wrap:
-            return [("class:prompt", "reason> " if source.reasoning else "> ")]
+            return [("class:prompt", "reason> " if self.source.reasoning else "> ")]
         return [("", "  ")]
 
-    def framed(
-        control: FormattedTextControl, shown: Condition, *, wrap: bool = True
-    ) -> ConditionalContainer:
-        window = Window(control, dont_extend_height=True, wrap_lines=wrap)
-        return ConditionalContainer(window, filter=shown)
 
-    layout = Layout(
-        HSplit(
-            [
-                framed(
-                    FormattedTextControl(live),
-                    Condition(lambda: bool(source.view.partial) or source.busy),
-                ),
-                # Its rows are cut to the width already: no wrapping to work out.
-                framed(FormattedTextControl(panel), Condition(source.panel.shows_rows), wrap=False),
-                framed(
-                    FormattedTextControl(question),
-                    Condition(lambda: source.asks.current is not None),
-                ),
-                Window(
-                    BufferControl(buffer),
-                    height=Dimension(min=1, max=10),
-                    dont_extend_height=True,
-                    wrap_lines=True,
-                    get_line_prefix=prefix,
-                ),
-                Window(FormattedTextControl(status), height=1, style="class:status"),
-            ]
-        ),
-        focused_element=buffer,
-    )
-    app = Application(
-        layout=layout,
-        key_bindings=keys,
-        style=STYLE,
-        full_screen=False,
-        mouse_support=False,
-        erase_when_done=True,
-    )
-    # Esc alone must act at once (by default prompt_toolkit waits half a second to tell it
-    # from the start of an escape sequence).
-    app.ttimeoutlen = 0.05
-    app.timeoutlen = 0.3
-    return app
+def _framed(
+    control: FormattedTextControl, shown: Condition, *, wrap: bool = True
+) -> ConditionalContainer:
+    window = Window(control, dont_extend_height=True, wrap_lines=wrap)
+    return ConditionalContainer(window, filter=shown)
 
 
 __all__ = ["STYLE", "ScreenSource", "build_application", "write_lines"]

@@ -222,7 +222,12 @@ FLAGS: tuple[Flag, ...] = (
         help="stdio: ask the program driving --input-format stream-json (can_use_tool).",
         printed="permission_prompt_tool",
     ),
-    Flag(("--verbose",), action="store_true", help="Full turn-by-turn output.", printed="verbose"),
+    Flag(
+        ("--verbose",),
+        action="store_true",
+        help="Accepted; no effect (the output is always complete).",
+        printed="verbose",
+    ),
     Flag(
         ("--model",),
         help="claude-…, sonnet|opus|haiku, openai:ID or scripted:FILE.",

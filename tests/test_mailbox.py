@@ -166,7 +166,7 @@ def test_the_old_notification_queue_moves_into_the_mailbox(home: Path) -> None:
             "terminal",
             "body",
         )
-        assert [r.id for r in store.undelivered_notifications("s1")] == ["n1"]
+        assert [(r.id, r.kind) for r in store.undelivered_mail("s1")] == [("n1", "notification")]
     finally:
         store.close()
 

@@ -46,7 +46,7 @@ def queue(store: Store) -> NotificationQueue:
 
 
 def undelivered_ids(store: Store, session: str = "s1") -> list[str]:
-    return [r.id for r in store.undelivered_notifications(session)]
+    return [r.id for r in store.undelivered_mail(session) if r.kind == "notification"]
 
 
 # -- rendering ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from taskloom.conversation.recorder import MAX_STOP_CONTINUATIONS, Recorder, Sto
 from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, Finished, UserTurn
 from taskloom.hooks import HookConfig
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from taskloom.store import MailRow
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import ScriptedModel, ToolCall, Turn
 from taskloom.tools.bash import BashTool
@@ -52,6 +53,11 @@ def hooks(event: str, command: str, matcher: str | None = None) -> HookConfig:
     if matcher is not None:
         entry["matcher"] = matcher
     return HookConfig.parse({event: [entry]})
+
+
+def notifications_waiting(rt: TaskRuntime) -> list[MailRow]:
+    """The session's notifications not yet delivered (the mailbox rows of that kind)."""
+    return [r for r in rt.store.undelivered_mail(rt.session_id) if r.kind == "notification"]
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
@@ -236,7 +242,7 @@ async def test_notifications_are_acknowledged_once_recorded_before_they_are_pass
             async for event in recorder.run("go"):
                 if isinstance(event, UserTurn) and event.notifications:
                     assert lines(path)[-1]["message"] == event.message.full()
-                    assert rt.store.undelivered_notifications(rt.session_id) == []
+                    assert notifications_waiting(rt) == []
                     delivered.append(event)
         recorder.close()
     model.assert_complete()
@@ -260,6 +266,6 @@ async def test_notifications_not_recorded_stay_undelivered(tmp_path: Path) -> No
                         # The message delivering the notification cannot be written now.
                         recorder.close()
         # Never recorded, so never delivered: a resume would replay it.
-        [row] = rt.store.undelivered_notifications(rt.session_id)
-        assert row.owner == rt.session_id
+        [row] = notifications_waiting(rt)
+        assert row.recipient == rt.session_id
     assert not any(r.get("origin") == "notifications" for r in lines(path))

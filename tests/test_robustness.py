@@ -17,7 +17,7 @@ from taskloom.errors import StoreError
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.kill import find_tree
 from taskloom.settings import db_path
-from taskloom.store import NotificationRow, Store
+from taskloom.store import MailRow, Store
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
@@ -111,22 +111,24 @@ def test_a_failed_commit_keeps_its_writes_for_the_next_one() -> None:
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
     started = time.monotonic()
-    row = NotificationRow(
+    row = MailRow(
         id="n1",
         seq=0,
         session_id="s1",
-        owner="s1",
-        task_id="b00000001",
-        kind="terminal",
+        recipient="s1",
+        sender="b00000001",
+        kind="notification",
+        topic="terminal",
         priority="later",
         body="<task-notification/>",
+        summary="",
         created_at=1.0,
     )
     with pytest.raises(StoreError):
-        store.add_notification(row)  # no loop running: commits at once, and fails
+        store.add_mail(row)  # no loop running: commits at once, and fails
     assert time.monotonic() - started < 5
     blocker.execute("ROLLBACK")
     blocker.close()
     store.flush()
-    assert [n.id for n in store.undelivered_notifications("s1")] == ["n1"]
+    assert [n.id for n in store.undelivered_mail("s1")] == ["n1"]
     store.close()

@@ -19,7 +19,7 @@ import pytest
 
 from taskloom.errors import StoreError
 from taskloom.settings import db_path
-from taskloom.store import NotificationRow, ProcessRow, SessionRow, Store
+from taskloom.store import MailRow, ProcessRow, SessionRow, Store
 from taskloom.store.schema import SCHEMA_VERSION
 from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskStatus
 
@@ -45,16 +45,19 @@ def shell_task(task_id: str, session: str = "s1", **kw: Any) -> dict[str, Any]:
     return ShellTaskState(id=task_id, **fields).to_dict()
 
 
-def note(nid: str, seq: int, created: float, session: str = "s1", **kw: Any) -> NotificationRow:
+def note(nid: str, seq: int, created: float, session: str = "s1", **kw: Any) -> MailRow:
+    """A task's notification, as the mailbox row its task posts to its owner."""
     fields: dict[str, Any] = {
-        "owner": "main",
-        "task_id": "b00000000",
-        "kind": "terminal",
+        "recipient": "main",
+        "sender": "b00000000",
+        "kind": "notification",
+        "topic": "terminal",
         "priority": "later",
         "body": f"<task-notification>{nid}</task-notification>",
+        "summary": "",
     }
     fields.update(kw)
-    return NotificationRow(id=nid, seq=seq, session_id=session, created_at=created, **fields)
+    return MailRow(id=nid, seq=seq, session_id=session, created_at=created, **fields)
 
 
 # -- schema and files ---------------------------------------------------------------------------
@@ -93,7 +96,7 @@ def test_reopening_keeps_data(home: Path) -> None:
     first = Store(path)
     first.upsert_session(SessionRow("s1", 1234, 5.0, "/work", 10.0, None))
     first.upsert_task(shell_task("b00000001", status=TaskStatus.COMPLETED, exit_code=0))
-    first.add_notification(note("n1", 0, 1.0))
+    first.add_mail(note("n1", 0, 1.0))
     first.add_process(ProcessRow(4321, 6.0, 4321, "s1", "b00000001", 1234, 5.0))
     first.close()
 
@@ -108,7 +111,7 @@ def test_reopening_keeps_data(home: Path) -> None:
             0,
             "echo b00000001",
         )
-        assert [n.id for n in second.undelivered_notifications("s1")] == ["n1"]
+        assert [n.id for n in second.undelivered_mail("s1")] == ["n1"]
         assert second.list_processes() == [
             ProcessRow(4321, 6.0, 4321, "s1", "b00000001", 1234, 5.0)
         ]
@@ -147,7 +150,7 @@ def test_wal_and_shm_files_are_private(home: Path) -> None:
 async def test_writes_in_loop_are_committed_by_end_of_iteration(store: Store) -> None:
     store.upsert_task(shell_task("b00000001"))
     store.upsert_task(shell_task("b00000002"))
-    store.add_notification(note("n1", 0, 1.0))
+    store.add_mail(note("n1", 0, 1.0))
     await asyncio.sleep(0)
     with other_connection(store.path) as conn:
         ids = sorted(r[0] for r in conn.execute("SELECT id FROM tasks"))
@@ -249,21 +252,21 @@ def test_another_process_reads_tasks_while_store_is_open(store: Store) -> None:
 
 
 def test_notifications_add_order_and_ack(store: Store) -> None:
-    store.add_notification(note("late", 0, 30.0))
-    store.add_notification(note("early-b", 2, 10.0))
-    store.add_notification(note("early-a", 1, 10.0))
-    store.add_notification(note("other", 0, 5.0, session="s2"))
+    store.add_mail(note("late", 0, 30.0))
+    store.add_mail(note("early-b", 2, 10.0))
+    store.add_mail(note("early-a", 1, 10.0))
+    store.add_mail(note("other", 0, 5.0, session="s2"))
 
-    rows = store.undelivered_notifications("s1")
+    rows = store.undelivered_mail("s1")
     assert [r.id for r in rows] == ["early-a", "early-b", "late"]
     assert all(r.delivered_at is None and r.session_id == "s1" for r in rows)
     assert rows[0] == note("early-a", 1, 10.0)
 
-    store.ack_notifications(["early-a", "late"], when=99.0)
-    assert [r.id for r in store.undelivered_notifications("s1")] == ["early-b"]
-    assert [r.id for r in store.undelivered_notifications("s2")] == ["other"]
+    store.ack_mail(["early-a", "late"], when=99.0)
+    assert [r.id for r in store.undelivered_mail("s1")] == ["early-b"]
+    assert [r.id for r in store.undelivered_mail("s2")] == ["other"]
 
-    store.ack_notifications(["early-a"], when=200.0)  # acking again keeps the first stamp
+    store.ack_mail(["early-a"], when=200.0)  # acking again keeps the first stamp
     store.flush()
     with other_connection(store.path) as conn:
         stamps = dict(conn.execute("SELECT id, delivered_at FROM notifications"))
@@ -271,10 +274,10 @@ def test_notifications_add_order_and_ack(store: Store) -> None:
 
 
 def test_notification_ids_are_unique(store: Store) -> None:
-    store.add_notification(note("n1", 0, 1.0))
+    store.add_mail(note("n1", 0, 1.0))
     with pytest.raises(StoreError):
-        store.add_notification(note("n1", 1, 2.0))
-    assert [r.id for r in store.undelivered_notifications("s1")] == ["n1"]
+        store.add_mail(note("n1", 1, 2.0))
+    assert [r.id for r in store.undelivered_mail("s1")] == ["n1"]
 
 
 # -- processes ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The embedded SQLite store."""
 
 from taskloom.store.db import Store
-from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
+from taskloom.store.rows import MailRow, ProcessRow, SessionRow, TagRow
 from taskloom.store.teams import (
     TASK_STATUSES,
     MemberRow,
@@ -15,7 +15,6 @@ __all__ = [
     "TASK_STATUSES",
     "MailRow",
     "MemberRow",
-    "NotificationRow",
     "ProcessRow",
     "SessionRow",
     "Store",

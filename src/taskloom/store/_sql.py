@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Callable, Collection
 from typing import Any
 
-from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
+from taskloom.store.rows import MailRow, ProcessRow, SessionRow, TagRow
 
 
 def claim(
@@ -163,40 +163,6 @@ def mail_params(row: MailRow) -> tuple[Any, ...]:
         row.summary,
         row.created_at,
         row.payload,
-    )
-
-
-def mail_of(row: NotificationRow) -> MailRow:
-    """A notification as the mailbox row that carries it (sent by the task it is about)."""
-    return MailRow(
-        id=row.id,
-        seq=row.seq,
-        session_id=row.session_id,
-        recipient=row.owner,
-        sender=row.task_id,
-        kind="notification",
-        topic=row.kind,
-        priority=row.priority,
-        body=row.body,
-        summary="",
-        created_at=row.created_at,
-        delivered_at=row.delivered_at,
-    )
-
-
-def notification_of(row: MailRow) -> NotificationRow:
-    """The notification a mailbox row of kind ``notification`` carries."""
-    return NotificationRow(
-        id=row.id,
-        seq=row.seq,
-        session_id=row.session_id,
-        owner=row.recipient,
-        task_id=row.sender,
-        kind=row.topic,
-        priority=row.priority,
-        body=row.body,
-        created_at=row.created_at,
-        delivered_at=row.delivered_at,
     )
 
 

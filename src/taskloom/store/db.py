@@ -28,7 +28,7 @@ from taskloom.settings import ensure_private_dir, refuse_symlinks
 from taskloom.store import _sql
 from taskloom.store._commit import BUSY_TIMEOUT_MS, GroupCommit
 from taskloom.store._disk import RESERVE_BYTES, Reserve, describe, is_full
-from taskloom.store.rows import MailRow, NotificationRow, ProcessRow, SessionRow, TagRow
+from taskloom.store.rows import MailRow, ProcessRow, SessionRow, TagRow
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _T = TypeVar("_T")
@@ -349,24 +349,6 @@ class Store:
                 f"({','.join('?' * len(chunk))})",
                 (stamp, *chunk),
             )
-
-    # Notifications are the mailbox's rows of kind ``notification``, seen as the old queue.
-
-    def add_notification(self, row: NotificationRow) -> None:
-        """Queue a notification durably (a mailbox row from its task to its owner)."""
-        self.add_mail(_sql.mail_of(row))
-
-    def undelivered_notifications(self, session_id: str) -> list[NotificationRow]:
-        """Return a session's notifications not yet acknowledged, in queue order."""
-        return [
-            _sql.notification_of(r)
-            for r in self.undelivered_mail(session_id)
-            if r.kind == "notification"
-        ]
-
-    def ack_notifications(self, ids: Iterable[str], when: float | None = None) -> None:
-        """Mark notifications as delivered; they will not be replayed."""
-        self.ack_mail(ids, when)
 
     # -- the directory of addresses -----------------------------------------------------------
 

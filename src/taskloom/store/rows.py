@@ -1,4 +1,4 @@
-"""The records the store hands out: mail, notifications, process and tag records, sessions."""
+"""The records the store hands out: mail (notifications too), process and tag records, sessions."""
 
 from __future__ import annotations
 
@@ -41,22 +41,6 @@ class MailRow:
     created_at: float
     delivered_at: float | None = None
     payload: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class NotificationRow:
-    """One queued notification as stored."""
-
-    id: str
-    seq: int
-    session_id: str
-    owner: str
-    task_id: str
-    kind: str
-    priority: str
-    body: str
-    created_at: float
-    delivered_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

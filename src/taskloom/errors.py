@@ -101,10 +101,6 @@ class ModelError(TaskloomError):
         self.retryable = retryable
 
 
-class PermissionDenied(ToolError):
-    """A tool call refused by the permission mode, a rule or a hook."""
-
-
 #: What a user can do about the OS errors they are likely to meet, by errno.
 _OS_ERROR_ADVICE = {
     errno.ENOSPC: "free some space on that file system, or point TASKLOOM_HOME elsewhere",

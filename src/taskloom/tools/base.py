@@ -155,11 +155,6 @@ class Tool(ABC, Generic[InputT]):
     static_schema: ClassVar[tuple[type[ToolInput], dict[str, Any]] | None] = None
     _schema_cache: ClassVar[dict[type, dict[str, Any]]] = {}
 
-    @property
-    def read_only(self) -> bool:
-        """Whether the tool never changes anything."""
-        return self.kind == "read"
-
     def input_schema(self) -> dict[str, Any]:
         """The JSON schema of the input, closed at every level."""
         cls = type(self)

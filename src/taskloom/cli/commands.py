@@ -17,7 +17,6 @@ app = typer.Typer(
 
 @app.command()
 def demo(
-    fast: Annotated[bool, typer.Option("--fast", help="Kept for compatibility.")] = False,
     coordinator: Annotated[
         bool,
         typer.Option("--coordinator", help="Watch a coordinator direct three workers instead."),
@@ -41,7 +40,7 @@ def demo(
         raise typer.Exit(run_coordinator_demo())
     from taskloom.cli.demo import run_demo
 
-    raise typer.Exit(run_demo(fast=fast))
+    raise typer.Exit(run_demo())
 
 
 @app.command()

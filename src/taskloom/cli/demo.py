@@ -112,8 +112,8 @@ async def _demo(console: Console) -> int:
         return 0 if ok else 1
 
 
-def run_demo(fast: bool = False) -> int:
-    """Run the demo and return its exit code (``fast`` is kept for compatibility).
+def run_demo() -> int:
+    """Run the demo and return its exit code.
 
     ``taskloom demo --coordinator`` runs :func:`taskloom.cli.demo_coordinator.run_demo`.
     """

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from taskloom.hooks import HookConfig, HookEvent
+from taskloom.hooks import HookConfig
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tools.base import ToolContext, ToolResult
 from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool, WorktreeSession
@@ -31,11 +31,6 @@ from taskloom.worktrees import (
 )
 
 _IDENTITY = ("-c", "user.name=Test", "-c", "user.email=test@example.com")
-_HOOK_EVENTS_KNOWN = {"WorktreeCreate", "WorktreeRemove"} <= {e.value for e in HookEvent}
-needs_worktree_hook_events = pytest.mark.skipif(
-    not _HOOK_EVENTS_KNOWN,
-    reason="HookEvent does not list WorktreeCreate/WorktreeRemove: such hooks are dropped",
-)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -240,7 +235,6 @@ async def test_outside_git_without_hooks_is_a_clear_error(
         await list_worktrees(plain)
 
 
-@needs_worktree_hook_events
 async def test_worktree_create_hook_names_the_directory_and_remove_hook_gets_it(
     tmp_path: Path, no_git_above: None
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import os
@@ -337,6 +338,58 @@ def _tagged_sleep(proc: psutil.Process) -> bool:
         and env.get("TASKLOOM_TEST_RUN") == os.environ["TASKLOOM_TEST_RUN"]
         and proc.status() != psutil.STATUS_ZOMBIE
     )
+
+
+async def test_starting_a_stdio_server_replaces_no_function_of_the_sdk(tmp_path: Path) -> None:
+    from taskloom.mcp._sdk import load_sdk
+
+    load_sdk()  # what a server's start imports, so that its functions can be compared after
+    before = sdk_functions()
+    async with McpManager({"echo": ECHO}, cwd=tmp_path) as mgr:
+        assert (await mgr.call("echo", "echo", {"text": "hi"})).content == "hi"
+    after = sdk_functions()
+    assert [name for name, fn in before.items() if after.get(name) is not fn] == []
+
+
+def sdk_functions() -> dict[str, object]:
+    """Every function at the top of every loaded module of the ``mcp`` SDK, by full name."""
+    found: dict[str, object] = {}
+    for name, module in list(sys.modules.items()):
+        if name == "mcp" or name.startswith("mcp."):
+            for attr, value in list(vars(module).items()):
+                if inspect.isfunction(value):
+                    found[f"{name}.{attr}"] = value
+    return found
+
+
+async def test_a_server_that_ignores_its_closed_stdin_is_killed_at_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Never answers, and goes on when its stdin closes (MCP's polite request to exit).
+    stubborn = McpServerConfig(
+        "stubborn", command=sys.executable, args=("-c", "import time; time.sleep(60)")
+    )
+    async with McpManager({"stubborn": stubborn}, connect_timeout=0.5) as mgr:
+        await mgr.start()
+        assert mgr.status()["stubborn"].startswith("failed: no answer within 0.5 s")
+        assert mcp_children() == []
+    # The transport killed it: nothing was left for the manager's sweep to find.
+    assert "outlived their session" not in caplog.text
+
+
+async def test_a_line_of_output_that_is_no_message_does_not_end_the_session(
+    tmp_path: Path,
+) -> None:
+    # A server that prints a banner on stdout before it speaks the protocol.
+    script = (
+        "import os, sys; print('echo server 1.0 starting', flush=True); "
+        f"os.execv(sys.executable, [sys.executable, {str(SERVER)!r}])"
+    )
+    cfg = McpServerConfig("chatty", command=sys.executable, args=("-c", script))
+    async with McpManager({"chatty": cfg}, cwd=tmp_path) as mgr:
+        await mgr.start()
+        assert mgr.status() == {"chatty": "connected"}
+        assert (await mgr.call("chatty", "add", {"a": 1, "b": 2})).content == "3"
 
 
 async def test_failed_servers_are_recorded_not_raised(tmp_path: Path) -> None:

@@ -3,24 +3,17 @@
 mcp 2.x names result fields in snake_case and takes HTTP headers on an ``httpx2`` client; mcp 1.x
 uses camelCase fields and a ``headers`` argument. The code follows 2.x and falls back to the 1.x
 names where they differ (tested with 2.3 and 1.30). Only the manager imports this module, and
-the SDK itself is imported inside the functions, once a server is actually started.
-
-Start-up: a stdio server's process is spawned (:func:`spawn_stdio`) before the SDK is loaded
-(:func:`load_sdk`, ~0.7 s, on a worker thread), so the server boots while we import; the SDK's
-``stdio_client`` is then handed that process instead of spawning its own (it spawns with
-``_create_platform_compatible_process``; where an SDK has no such function, the early process
-is stopped and the SDK spawns as usual).
+the SDK itself is imported inside the functions, once a server is actually started
+(:func:`load_sdk`, ~0.7 s, on a worker thread). Only the SDK's public API is used: stdio
+servers run over a transport of our own (:mod:`taskloom.mcp.stdio`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import inspect
 import json
-import os
 import re
-import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import anyio
 
 from taskloom.mcp.config import McpServerConfig
+from taskloom.mcp.stdio import open_stdio_transport, spawn_stdio
 from taskloom.mcp.tool import McpToolInfo
 from taskloom.tools.base import ToolResult
 
@@ -37,8 +31,6 @@ if TYPE_CHECKING:
 
 _MAX_PAGES = 100  # of tools/list; a server that pages forever must not hang start-up
 _CONNECTION_CLOSED = -32000  # the SDK's JSON-RPC code for a transport that went away
-#: The process spawned early for the ``stdio_client`` the current task is entering.
-_SPAWNED: contextvars.ContextVar[Any] = contextvars.ContextVar("taskloom_mcp_spawned", default=None)
 
 
 _LOADING = threading.Lock()
@@ -58,52 +50,6 @@ def load_sdk() -> None:
         del mcp
 
 
-async def spawn_stdio(
-    cfg: McpServerConfig, *, extra_env: Mapping[str, str], cwd: Path | None, errlog: TextIO | None
-) -> Any:
-    """Start the process of the stdio server ``cfg`` as the SDK would, without the SDK.
-
-    Its environment is :func:`_stdio_env`'s; it runs in a session of its own.
-    """
-    env = _stdio_env(cfg, extra_env)
-    return await anyio.open_process(
-        [cfg.command, *cfg.args],
-        env=env,
-        stderr=errlog if errlog is not None else sys.stderr,
-        cwd=cwd,
-        start_new_session=True,
-    )
-
-
-def _stdio_env(cfg: McpServerConfig, extra_env: Mapping[str, str]) -> dict[str, str]:
-    """A stdio server's environment, as Claude Code gives it.
-
-    The whole of ours (the SDK alone passes only a few variables such as PATH and HOME), then
-    the server's own, then ``extra_env`` (its tag for the orphan sweep).
-    """
-    return {**os.environ, **cfg.env, **extra_env}
-
-
-def _hand_over(module: Any) -> bool:
-    """Make ``module``'s spawn function return the early process, if any; False if it has none."""
-    original = getattr(module, "_create_platform_compatible_process", None)
-    if original is None:
-        return False
-    if getattr(original, "taskloom_hook", False):
-        return True
-
-    async def create(*args: Any, **kwargs: Any) -> Any:
-        process = _SPAWNED.get()
-        if process is None:
-            return await original(*args, **kwargs)
-        _SPAWNED.set(None)
-        return process
-
-    create.taskloom_hook = True  # type: ignore[attr-defined]
-    module._create_platform_compatible_process = create
-    return True
-
-
 async def open_transport(
     cfg: McpServerConfig,
     stack: contextlib.AsyncExitStack,
@@ -120,25 +66,10 @@ async def open_transport(
     """
     streams: tuple[Any, ...]
     if cfg.type == "stdio":
-        import mcp.client.stdio as stdio
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
-        if process is not None and not _hand_over(stdio):
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()  # this SDK spawns its own
-            await process.aclose()
-            process = None
-        _SPAWNED.set(process)
-
-        env = _stdio_env(cfg, extra_env)
-        params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env, cwd=cwd)
-        client = stdio_client(params) if errlog is None else stdio_client(params, errlog)
-        try:
-            streams = await stack.enter_async_context(client)
-        finally:
-            _SPAWNED.set(None)
-    elif cfg.type == "sse":
+        if process is None:
+            process = await spawn_stdio(cfg, extra_env=extra_env, cwd=cwd, errlog=errlog)
+        return await open_stdio_transport(process, message_parser(), stack)
+    if cfg.type == "sse":
         from mcp.client.sse import sse_client
 
         streams = await stack.enter_async_context(sse_client(cfg.url, dict(cfg.headers)))
@@ -210,6 +141,17 @@ def to_result(tool: str, result: Any) -> ToolResult:
     text = "\n".join(parts) or f"{tool} returned no content"
     data = {"structured_content": structured} if structured is not None else None
     return ToolResult(text, is_error=is_error, data=data)
+
+
+def message_parser() -> Any:
+    """A function from a JSON-RPC object to the SDK's message type (mcp 2.x, or 1.x)."""
+    try:
+        from mcp.types import jsonrpc_message_adapter
+    except ImportError:  # mcp 1.x: a root model
+        import mcp.types
+
+        return cast(Any, mcp.types).JSONRPCMessage.model_validate
+    return jsonrpc_message_adapter.validate_python
 
 
 def field_of(obj: Any, *names: str) -> Any:

@@ -40,12 +40,12 @@ from taskloom.mcp._sdk import (
     list_tools,
     load_sdk,
     open_transport,
-    spawn_stdio,
     to_result,
 )
 from taskloom.mcp._stderr import StderrTail
 from taskloom.mcp.config import McpServerConfig
 from taskloom.mcp.program import McpMessageCaller, open_program_transport
+from taskloom.mcp.stdio import spawn_stdio
 from taskloom.mcp.tool import McpTool, McpToolInfo
 from taskloom.process.kill import find_tree, kill_tree
 from taskloom.process.spawn import TASK_ENV

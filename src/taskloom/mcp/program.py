@@ -18,7 +18,7 @@ The ``mcp`` SDK is imported only when a transport is opened.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import anyio
 
@@ -51,7 +51,9 @@ async def open_program_transport(
     """
     from mcp.shared.message import SessionMessage
 
-    parse = _parser()
+    from taskloom.mcp._sdk import message_parser
+
+    parse = message_parser()
     to_session, read = anyio.create_memory_object_stream[Any](16)
     write, from_session = anyio.create_memory_object_stream[Any](16)
     for stream in (to_session, read, write, from_session):
@@ -85,14 +87,3 @@ async def open_program_transport(
 
     group.start_soon(pump)
     return read, write
-
-
-def _parser() -> Any:
-    """A function from a JSON-RPC object to the SDK's message type (mcp 2.x, or 1.x)."""
-    try:
-        from mcp.types import jsonrpc_message_adapter
-    except ImportError:  # mcp 1.x: a root model
-        import mcp.types
-
-        return cast(Any, mcp.types).JSONRPCMessage.model_validate
-    return jsonrpc_message_adapter.validate_python

@@ -216,9 +216,8 @@ async def test_a_hook_that_daemonises_a_child_leaves_nothing_running_after_a_nor
         assert [t for t in rt.store.list_tags() if t.tag.startswith("hook-")] == []
 
 
-async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_git_exits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _new_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git repository with one commit, under ``tmp_path`` (git looks no higher)."""
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
     repo = (tmp_path / "repo").resolve()
     repo.mkdir()
@@ -226,6 +225,13 @@ async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_g
     (repo / "README.md").write_text("hello\n")
     git(repo, "add", "README.md")
     git(repo, "commit", "-q", "-m", "initial")
+    return repo
+
+
+async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_git_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _new_repo(tmp_path, monkeypatch)
     pid_file = tmp_path / "daemon.pid"
     post_checkout = repo / ".git" / "hooks" / "post-checkout"
     post_checkout.write_text(f"#!/bin/sh\n{DAEMONISE.format(seconds=778)} > {pid_file}\n")
@@ -245,13 +251,7 @@ async def test_a_git_hook_that_daemonises_a_child_leaves_nothing_running_after_g
 async def test_a_git_hook_child_holding_git_s_output_neither_stalls_nor_outlives_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    repo = (tmp_path / "repo").resolve()
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("hello\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "-q", "-m", "initial")
+    repo = _new_repo(tmp_path, monkeypatch)
     post_checkout = repo / ".git" / "hooks" / "post-checkout"
     # The sleep keeps git's stdout and stderr open long after git has exited.
     post_checkout.write_text("#!/bin/sh\nsleep 779 &\n")

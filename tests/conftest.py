@@ -1,14 +1,19 @@
 """Test-wide guards: every test runs in its own TASKLOOM_HOME and must leave nothing behind.
 
-- Processes: every child we start inherits ``TASKLOOM_TEST_RUN``; after each test no process
-  carrying it may be alive (zombies excepted). Leftovers are killed and the test fails.
-- Temp dirs: the run has a temporary directory of its own (``TMPDIR`` for us and every child);
-  nothing may remain in it at the end of the session but pytest's own ``pytest-of-*`` base.
-  Other programs' files in the system temp directory, or another test run's, are not ours.
-- Worktrees: the repository the tests run in has no git worktree but its own at the end.
-- tmux: no tmux server started on a socket in the run's temporary directory (see
-  ``tmux_driver``) may be running at the end, nor its socket be left; other users' or runs'
-  servers are not ours.
+Each check runs after every test, so that what is left is blamed on the test that left it, and
+again at the end of the run (of each pytest-xdist worker, and of the whole run):
+
+- Processes: every child we start inherits ``TASKLOOM_TEST_RUN`` (per worker under xdist: see
+  ``helpers.RUN_MARK``); after a test no process carrying it may be alive (zombies excepted).
+  One still alive gets the TERM grace to end (it may be inside its own TERM cleanup); what is
+  still alive then is killed and the test fails.
+- Temp dirs: the run (each worker) has a temporary directory of its own (``TMPDIR`` for us and
+  every child); a test may leave nothing in it but pytest's base of tmp_path. Other
+  programs' files in the system temp directory, or another run's or worker's, are not ours.
+- Worktrees: a test may add no git worktree to the repository the tests run in.
+- tmux: no tmux server started on a socket in the run's temporary directories (see
+  ``tmux_driver``) may be running after the test that started it, nor its socket be left; other
+  users', runs' or workers' servers are not ours.
 """
 
 from __future__ import annotations
@@ -17,30 +22,55 @@ import contextlib
 import inspect
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
 
 import tmux_driver
-from helpers import RUN_MARK, run_processes
+from helpers import RUN_MARK, TIME_FACTOR, run_processes
+from taskloom.process.kill import DEFAULT_GRACE_S
 from taskloom.settings import db_path
 from taskloom.store import Store
 
 if TYPE_CHECKING:
     from taskloom.tools.base import ToolContext
 
-os.environ.setdefault(RUN_MARK, uuid.uuid4().hex)
-# Set before pytest picks its base temp directory (lazily, at the first tmp_path), so that it
-# too lives in the run's own directory.
-RUN_TMP = tempfile.mkdtemp(prefix="taskloom-tests-")
+#: The pytest-xdist worker this process is ("gw0", ...), or None: not a worker.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# A worker inherits the run's mark from the process that started it and makes it its own.
+_RUN = os.environ.get(RUN_MARK) or uuid.uuid4().hex
+os.environ[RUN_MARK] = f"{_RUN}-{WORKER}" if WORKER else _RUN
+# The system's temporary directory, before a run (or the run that started this worker) set
+# TMPDIR to its own: each worker's directory sits beside the run's, not inside it, so that
+# paths stay as short as they were (Ray's and tmux's socket paths must fit in 107 bytes).
+_TMP_ROOT = os.environ.setdefault("TASKLOOM_TEST_TMP_ROOT", tempfile.gettempdir())
+RUN_TMP = tempfile.mkdtemp(prefix="taskloom-tests-", dir=_TMP_ROOT)
 os.environ["TMPDIR"] = RUN_TMP
 tempfile.tempdir = RUN_TMP
 
+#: How long a process left running after its test gets to end by itself: the TERM grace of
+#: taskloom's verified kill, plus a second for the interpreter's own exit.
+LEAK_GRACE_S = (DEFAULT_GRACE_S + 1.0) * TIME_FACTOR
+
+#: pytest's base temporary directory (of tmp_path), in RUN_TMP: one per process, so that a
+#: test's paths are as short under xdist as without it (a tmux pane shows them whole, Ray's
+#: socket paths must fit), and shorter than pytest's own ``pytest-of-USER/pytest-N``.
+_BASETEMP = "tmp"
+_OWN_BASETEMP_ENV = "TASKLOOM_TEST_OWN_BASETEMP"
+
+#: The bytecode cache of the processes the tests start, in the run's RUN_TMP (made by the
+#: process that started the run; see pytest_configure), and the variable that names it.
+_PYCACHE = "pycache"
+_PYCACHE_ENV = "TASKLOOM_TEST_PYCACHE"
+if _PYCACHE_ENV not in os.environ:
+    os.environ[_PYCACHE_ENV] = os.path.join(RUN_TMP, _PYCACHE)
+    os.mkdir(os.environ[_PYCACHE_ENV])
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
@@ -54,25 +84,106 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def leftover_processes() -> list[psutil.Process]:
-    """Live processes (not zombies) that carry this test run's mark, other than us."""
-    return run_processes()
+def _git_common_dir() -> Path | None:
+    """The git directory of the repository the tests run in (None outside git)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=Path(__file__).parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
+
+
+_GIT_DIR = _git_common_dir()
+
+
+def _project_worktrees() -> set[str]:
+    """The linked worktrees of the repository the tests run in (their admin directories)."""
+    if _GIT_DIR is None:
+        return set()
+    try:
+        return set(os.listdir(_GIT_DIR / "worktrees"))
+    except FileNotFoundError:
+        return set()
+
+
+def _temp_entries() -> set[str]:
+    return {n for n in os.listdir(RUN_TMP) if n not in (_BASETEMP, _PYCACHE)}
+
+
+def _process_leaks() -> list[str]:
+    """This process's leftover children (and theirs), killed if the grace did not end them."""
+    left = run_processes()
+    if not left:
+        return []
+    # One may be inside its TERM cleanup (its parent or the test signalled it as the test
+    # ended): killing it now would cut the cleanup short and blame what it had yet to remove.
+    still = tmux_driver.wait_processes(left, LEAK_GRACE_S)
+    if not still:
+        return []
+    desc = []
+    for proc in still:
+        with contextlib.suppress(psutil.Error):
+            desc.append(f"{proc.pid} {' '.join(proc.cmdline())}")
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    tmux_driver.wait_processes(still, timeout=5)
+    return [f"processes left running {LEAK_GRACE_S:g} s after the test: {desc}"]
+
+
+def _tmux_leaks(roots: list[str], socket_dirs: list[str]) -> list[str]:
+    """tmux servers on a socket under ``roots`` still running (killed here), and sockets under
+    ``socket_dirs`` left."""
+    found = []
+    servers = [s for root in roots for s in tmux_driver.leftover_servers(root)]
+    for proc in servers:
+        with contextlib.suppress(psutil.Error):
+            found.append(f"tmux server {proc.pid}: {' '.join(proc.cmdline())}")
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    tmux_driver.wait_processes(servers, timeout=5)
+    for root in socket_dirs:
+        found += [f"tmux socket {path}" for path in tmux_driver.leftover_sockets(root)]
+    return found
 
 
 @pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private TASKLOOM_HOME per test; fails the test if it leaves processes behind."""
+def home(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A private TASKLOOM_HOME per test; fails the test if it leaves anything behind (see the
+    module docstring)."""
     path = tmp_path / "home"
     monkeypatch.setenv("TASKLOOM_HOME", str(path))
+    temp_before = _temp_entries()
+    worktrees_before = _project_worktrees()
     yield path
-    left = leftover_processes()
-    if left:
-        desc = [(p.pid, " ".join(p.cmdline()) if p.is_running() else "?") for p in left]
-        for proc in left:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-        psutil.wait_procs(left, timeout=5)
-        pytest.fail(f"test left processes behind: {desc}")
+    problems = _process_leaks()  # a tmux server of the test's carries our mark too
+    sockets = [
+        *tmp_path.glob(tmux_driver.SOCKET_NAME),
+        *tmp_path.glob(f"*/{tmux_driver.SOCKET_NAME}"),
+    ]
+    problems += [f"tmux socket {path}" for path in sockets if path.is_socket()]
+    new_temp = sorted(_temp_entries() - temp_before)
+    if new_temp:
+        problems.append(f"temp entries left behind in {RUN_TMP}: {new_temp}")
+        for name in new_temp:  # gone, so that the next test is not blamed for them
+            target = os.path.join(RUN_TMP, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(target)
+    new_worktrees = sorted(_project_worktrees() - worktrees_before)
+    if new_worktrees:
+        problems.append(f"git worktrees added to the project: {new_worktrees}")
+    if problems:
+        pytest.fail("; ".join(problems))
 
 
 @pytest.fixture
@@ -106,55 +217,80 @@ def tmux(tmp_path: Path) -> Iterator[tmux_driver.TmuxServer]:
         yield server
 
 
-def _leftover_tmux() -> list[str]:
-    """tmux servers of this run still running (killed here) and their sockets left."""
-    found = []
-    servers = tmux_driver.leftover_servers(RUN_TMP)
-    for proc in servers:
-        with contextlib.suppress(psutil.Error):
-            found.append(f"tmux server {proc.pid}: {' '.join(proc.cmdline())}")
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    tmux_driver.wait_processes(servers, timeout=5)
-    found += [f"tmux socket {path}" for path in tmux_driver.leftover_sockets(RUN_TMP)]
-    return found
+class _WorkerLeaks:
+    """In the process running pytest-xdist workers: what each worker's end-of-run check found.
+
+    A worker's own exit status does not reach the run's; its findings travel in its
+    ``workeroutput`` instead, and fail the run here.
+    """
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        name = getattr(getattr(node, "gateway", None), "id", "a worker")
+        self.problems += [f"{name}: {problem}" for problem in output.get(_LEAKS, [])]
 
 
-def _project_worktrees() -> list[str]:
-    """``git worktree list`` of the repository the tests run in (empty outside git)."""
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["git", "worktree", "list", "--porcelain"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            cwd=Path(__file__).parent,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
+_LEAKS = "taskloom_leaks"
 
 
+def _runs_workers(config: pytest.Config) -> bool:
+    """Whether this process runs pytest-xdist workers rather than tests."""
+    return WORKER is None and getattr(config.option, "dist", "no") != "no"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads the base
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest's base of tmp_path goes in RUN_TMP, unless the run was given one with --basetemp
+    # (xdist gives each worker one: the run's, plus popen-gwN).
+    if WORKER is None and config.option.basetemp is None:
+        os.environ[_OWN_BASETEMP_ENV] = "1"
+    if os.environ.get(_OWN_BASETEMP_ENV):
+        config.option.basetemp = os.path.join(RUN_TMP, _BASETEMP)
+    if WORKER is None and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_WorkerLeaks(), "taskloom-worker-leaks")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not _runs_workers(config):
+        # The tests start hundreds of Python processes of taskloom's (the CLI, the SDK's,
+        # sessions and servers of the tests'): under PYTHONDONTWRITEBYTECODE each would compile
+        # taskloom anew, about a third of a second each. They share a bytecode cache of the
+        # run's instead (as bench/ does), which writes nothing beside the sources and goes with
+        # the run's temporary directory. Not for the test processes themselves: a process
+        # that runs xdist workers would hand it on to them, who would compile all they import.
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = os.environ[_PYCACHE_ENV]
+
+
+@pytest.hookimpl(trylast=True)  # after xdist has stopped its workers: they carry our mark
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    new = {name for name in os.listdir(RUN_TMP) if not name.startswith("pytest-of-")}
+    config = session.config
     problems = []
+    new = _temp_entries()
     if new:
         problems.append(f"temp entries left behind in {RUN_TMP}: {sorted(new)}")
-    left = leftover_processes()
+    # In the process that ran xdist workers, their processes are checked too (after their own
+    # check: one that outlived its worker).
+    left = run_processes(workers=WORKER is None)
     if left:
         problems.append(f"processes left behind: {[p.pid for p in left]}")
-    tmux_left = _leftover_tmux()
+    tmux_left = _tmux_leaks([RUN_TMP], [RUN_TMP])
     if tmux_left:
         problems.append(f"tmux left behind: {tmux_left}")
     worktrees = _project_worktrees()
-    if len(worktrees) > 1:
-        problems.append(f"git worktrees left behind: {worktrees[1:]}")
+    if worktrees:
+        problems.append(f"git worktrees left behind: {sorted(worktrees)}")
+    workers = config.pluginmanager.get_plugin("taskloom-worker-leaks")
+    if isinstance(workers, _WorkerLeaks):
+        problems += workers.problems
+    if WORKER is not None and hasattr(config, "workeroutput"):
+        config.workeroutput[_LEAKS] = problems
     if problems:
         print("\nLEAK CHECK FAILED: " + "; ".join(problems))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    elif session.exitstatus == pytest.ExitCode.OK:
+    shutil.rmtree(os.path.join(RUN_TMP, _PYCACHE), ignore_errors=True)
+    if session.exitstatus == pytest.ExitCode.OK or not os.listdir(RUN_TMP):
         shutil.rmtree(RUN_TMP, ignore_errors=True)
     else:
         print(f"\nthe run's temporary files are kept in {RUN_TMP}")

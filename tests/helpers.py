@@ -13,7 +13,9 @@ from typing import Any
 import psutil
 
 #: Every process a test run starts inherits this variable, set to the run's own id by the
-#: conftest; tests find their processes by it, never by looking at the whole machine.
+#: conftest; tests find their processes by it, never by looking at the whole machine. Under
+#: pytest-xdist each worker has a mark of its own (the run's id, ``-``, the worker's id), so that
+#: workers never take each other's processes for their own.
 RUN_MARK = "TASKLOOM_TEST_RUN"
 
 #: Elapsed-time bounds in tests are multiplied by this: a slow or loaded machine sets
@@ -21,20 +23,62 @@ RUN_MARK = "TASKLOOM_TEST_RUN"
 TIME_FACTOR = float(os.environ.get("TASKLOOM_TEST_TIME_FACTOR") or 1)
 
 
-def run_processes(where: Callable[[psutil.Process], bool] | None = None) -> list[psutil.Process]:
-    """Live processes (not zombies) of this test run, other than us, for which ``where`` holds.
+def run_processes(
+    where: Callable[[psutil.Process], bool] | None = None, *, workers: bool = False
+) -> list[psutil.Process]:
+    """Live processes (not zombies) of this test process, other than us, where ``where`` holds.
 
     ``where`` sees processes with ``info`` filled for ``environ``, ``status`` and ``cmdline``.
+    ``workers``: those of the pytest-xdist workers this process started count too (the end of
+    a whole run, in the process that ran the workers).
     """
     mark = os.environ.get(RUN_MARK)
-    me = os.getpid()
+    if mark is None:
+        return []
     found = []
-    for proc in psutil.process_iter(["pid", "environ", "status", "cmdline"]):
-        if proc.pid == me or proc.info.get("status") == psutil.STATUS_ZOMBIE:
+    for pid in pids_with_env(RUN_MARK, mark, or_prefixed=workers):
+        try:
+            proc = psutil.Process(pid)
+            proc.info = proc.as_dict(["pid", "environ", "status", "cmdline"])
+        except psutil.Error:
             continue
-        env = proc.info.get("environ") or {}
-        if mark is not None and env.get(RUN_MARK) == mark and (where is None or where(proc)):
+        if proc.info.get("status") != psutil.STATUS_ZOMBIE and (where is None or where(proc)):
             found.append(proc)
+    return found
+
+
+def pids_with_env(name: str, value: str, *, or_prefixed: bool = False) -> list[int]:
+    """Processes other than us whose environment says ``name=value`` (or ``name=value-...``,
+    with ``or_prefixed``), zombies included.
+
+    /proc's raw environments are read (the conftest asks after every test): psutil parses every
+    process's on the machine, at tens of milliseconds a call, and misreads those of processes
+    that set their title over it, as Ray's agents do.
+    """
+    me = os.getpid()
+    if not os.path.isdir("/proc/self"):  # not Linux: psutil reads what the system has
+        found = []
+        for proc in psutil.process_iter(["environ"]):
+            theirs = (proc.info.get("environ") or {}).get(name) or ""
+            if proc.pid != me and (
+                theirs == value or (or_prefixed and theirs.startswith(value + "-"))
+            ):
+                found.append(proc.pid)
+        return found
+    needle = f"\0{name}={value}".encode()
+    ends = (b"\0", b"-") if or_prefixed else (b"\0",)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as file:
+                environ = b"\0" + file.read() + b"\0"
+        except OSError:  # gone, or another user's
+            continue
+        at = environ.find(needle)
+        if at >= 0 and environ[at + len(needle) : at + len(needle) + 1] in ends:
+            found.append(int(entry))
     return found
 
 

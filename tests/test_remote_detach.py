@@ -31,7 +31,7 @@ import pytest
 
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
-from helpers import clean_env, run_processes, wait_until
+from helpers import TIME_FACTOR, clean_env, pids_with_env, run_processes, wait_until
 from team_scenario import events_of
 from test_remote import FINAL, _calls, _repo, _user_text
 
@@ -48,12 +48,14 @@ def _free_port() -> int:
 
 
 def _cluster_processes(mark: str) -> list[psutil.Process]:
+    # Not psutil's environ: Ray's agents set their title over their environment, which psutil
+    # then misreads (they were left running).
     found = []
-    for proc in psutil.process_iter(["environ", "status"]):
-        if proc.info.get("status") == psutil.STATUS_ZOMBIE:
-            continue
-        if (proc.info.get("environ") or {}).get(_CLUSTER_MARK) == mark:
-            found.append(proc)
+    for pid in pids_with_env(_CLUSTER_MARK, mark):
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
     return found
 
 
@@ -79,16 +81,26 @@ def ray_head() -> Iterator[tuple[str, dict[str, str]]]:
         )  # fmt: skip
         yield f"127.0.0.1:{port}", auth
     finally:
+        _stop_cluster(mark)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _stop_cluster(mark: str) -> None:
+    """TERM every process of the cluster, KILL what is left 2 s later (Ray's GCS server does
+    not end on TERM; waiting longer for it only costs time); again while a raylet that was
+    still shutting down has started one more."""
+    for _ in range(3):
         procs = _cluster_processes(mark)
+        if not procs:
+            return
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=10)
+        _, alive = psutil.wait_procs(procs, timeout=2 * TIME_FACTOR)
         for proc in alive:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        psutil.wait_procs(alive, timeout=5)
-        shutil.rmtree(temp, ignore_errors=True)
+        psutil.wait_procs(alive, timeout=5 * TIME_FACTOR)
 
 
 class Detached:

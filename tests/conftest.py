@@ -14,6 +14,9 @@ again at the end of the run (of each pytest-xdist worker, and of the whole run):
 - tmux: no tmux server started on a socket in the run's temporary directories (see
   ``tmux_driver``) may be running after the test that started it, nor its socket be left; other
   users', runs' or workers' servers are not ours.
+- End-to-end: a test that starts taskloom, tmux, Ray or an SDK's program as a process must be
+  marked ``e2e`` (``pytest -m "not e2e"`` is the fast inner loop); each process the test
+  process starts is seen through Python's audit hook.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import inspect
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -33,7 +37,7 @@ import psutil
 import pytest
 
 import tmux_driver
-from helpers import RUN_MARK, TIME_FACTOR, run_processes
+from helpers import RUN_MARK, TIME_FACTOR, e2e_program, run_processes
 from taskloom.process.kill import DEFAULT_GRACE_S
 from taskloom.settings import db_path
 from taskloom.store import Store
@@ -72,11 +76,30 @@ if _PYCACHE_ENV not in os.environ:
     os.environ[_PYCACHE_ENV] = os.path.join(RUN_TMP, _PYCACHE)
     os.mkdir(os.environ[_PYCACHE_ENV])
 
+#: The command lines of the processes this process started since the current test began.
+_started: list[Any] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # Called for every audited event in this process: the comparison is all most of them cost.
+    if event == "subprocess.Popen":
+        _started.append(args[1])
+
+
+sys.addaudithook(_audit)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
     # Mark coroutine tests for anyio before their items (and parametrizations) are made.
     if name.startswith("test") and inspect.iscoroutinefunction(obj):
         pytest.mark.anyio(obj)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before any fixture of the test: what its fixtures start counts as its own.
+    _started.clear()
 
 
 @pytest.fixture
@@ -152,12 +175,28 @@ def _tmux_leaks(roots: list[str], socket_dirs: list[str]) -> list[str]:
     return found
 
 
+def _e2e_starts(item: pytest.Item) -> list[str]:
+    """What the test started that only an end-to-end test may, unless it is marked ``e2e``."""
+    if item.get_closest_marker("e2e") is not None:
+        return []
+    programs = {}
+    for argv in list(_started):
+        what = e2e_program(argv)
+        if what is not None:
+            programs.setdefault(what, argv)
+    return [
+        f"the test starts {what} ({' '.join(map(os.fsdecode, argv))[:200]}) but is not marked"
+        " e2e: add @pytest.mark.e2e"
+        for what, argv in programs.items()
+    ]
+
+
 @pytest.fixture(autouse=True)
 def home(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
     """A private TASKLOOM_HOME per test; fails the test if it leaves anything behind (see the
-    module docstring)."""
+    module docstring), or starts an end-to-end program without the ``e2e`` mark."""
     path = tmp_path / "home"
     monkeypatch.setenv("TASKLOOM_HOME", str(path))
     temp_before = _temp_entries()
@@ -182,6 +221,7 @@ def home(
     new_worktrees = sorted(_project_worktrees() - worktrees_before)
     if new_worktrees:
         problems.append(f"git worktrees added to the project: {new_worktrees}")
+    problems += _e2e_starts(request.node)
     if problems:
         pytest.fail("; ".join(problems))
 

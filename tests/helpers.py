@@ -82,6 +82,43 @@ def pids_with_env(name: str, value: str, *, or_prefixed: bool = False) -> list[i
     return found
 
 
+#: Programs whose start makes a test end-to-end (``pytest.mark.e2e``), by executable name.
+_E2E_EXECUTABLES = {
+    "taskloom": "taskloom",
+    "tmux": "tmux",
+    "ray": "Ray",
+    "raylet": "Ray",
+    "gcs_server": "Ray",
+    "node": "an SDK's program (node)",
+    "npm": "an SDK's program (npm)",
+    "npx": "an SDK's program (npx)",
+}
+
+
+#: The repository's benchmarks: programs of taskloom's, run as a user would run them.
+_BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def e2e_program(argv: Any) -> str | None:
+    """What end-to-end program the command line ``argv`` starts (taskloom, tmux, Ray, an SDK's
+    node), or None; ``argv`` as ``subprocess.Popen`` hands it to the audit hook."""
+    if isinstance(argv, str | bytes | os.PathLike):
+        argv = [argv]
+    words = [os.fsdecode(a) for a in argv or ()]
+    if not words:
+        return None
+    if words[1:3] == ["-m", "taskloom"]:
+        return "taskloom"
+    if len(words) > 1 and Path(words[1]).parent == _BENCH:
+        return f"a bench program ({Path(words[1]).name})"
+    if "/ray/" in words[0] or any(
+        w.endswith(("/ray/_private/workers/default_worker.py", "/ray/dashboard/agent.py"))
+        for w in words[1:3]
+    ):
+        return "Ray"
+    return _E2E_EXECUTABLES.get(os.path.basename(words[0]))
+
+
 async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
     """Wait (bounded) for a condition that has no event to wait on, e.g. file content."""
     deadline = time.monotonic() + timeout

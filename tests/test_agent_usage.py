@@ -16,6 +16,8 @@ from fake_servers import FakeAnthropicServer, ToolCall, Turn
 from helpers import clean_env
 from team_scenario import events_of
 
+pytestmark = pytest.mark.e2e
+
 
 class Three:
     """The lead starts three background agents; each runs one command and answers."""

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from helpers import clean_env, harness, main_context, scripted_argv, wait_until
@@ -35,6 +36,7 @@ def run_cli(tmp_path: Path, script: dict[str, Any], *args: str, **env: str) -> l
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
+@pytest.mark.e2e
 def test_ten_background_agents_are_notified_in_batches(tmp_path: Path) -> None:
     calls = [
         {
@@ -76,6 +78,7 @@ def test_ten_background_agents_are_notified_in_batches(tmp_path: Path) -> None:
     assert blob.count("<usage><total_tokens>") == 10
 
 
+@pytest.mark.e2e
 def test_a_stalled_foreground_agent_moves_to_the_background(tmp_path: Path, home: Path) -> None:
     events = run_cli(
         tmp_path,
@@ -219,6 +222,7 @@ async def test_send_message_steers_a_running_agent_and_resumes_a_finished_one(
         assert unknown.is_error and "walker" in unknown.content
 
 
+@pytest.mark.e2e
 def test_terminating_the_parent_stops_every_child_agent_and_their_shells(tmp_path: Path) -> None:
     script = {
         "turns": [
@@ -271,6 +275,7 @@ def test_terminating_the_parent_stops_every_child_agent_and_their_shells(tmp_pat
     # The autouse fixture fails the test if a sleep survived.
 
 
+@pytest.mark.e2e
 def test_agent_permission_rule_refuses_a_type_with_claude_codes_wording(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(
         yaml.safe_dump(
@@ -311,6 +316,7 @@ def test_agent_permission_rule_refuses_a_type_with_claude_codes_wording(tmp_path
     )
 
 
+@pytest.mark.e2e
 def test_agents_flag_and_background_disabled(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(
         yaml.safe_dump(

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from helpers import clean_env, harness, main_context, scripted_argv, wait_until
@@ -40,6 +41,7 @@ def valid_conversation(request: ModelRequest) -> None:
             assert calls <= answered
 
 
+@pytest.mark.e2e
 def test_the_model_cannot_loosen_a_subagents_permissions(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(
         yaml.safe_dump(

@@ -290,6 +290,7 @@ def test_nearest_project_dir_wins(repo: Path) -> None:
     assert "c" not in load_agents(sub)
 
 
+@pytest.mark.e2e
 def test_project_shadows_user_and_taskloom_agents_lists_both(
     repo: Path, user_home: Path, home: Path
 ) -> None:

@@ -243,6 +243,7 @@ def _fan_out(
     return proc, env
 
 
+@pytest.mark.e2e
 def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run(
     tmp_path: Path,
 ) -> None:
@@ -337,6 +338,7 @@ async def test_a_tool_call_budget_runs_the_last_call_allowed_and_refuses_the_nex
     assert state.tool_uses == 2  # the one refused is not counted as a use
 
 
+@pytest.mark.e2e
 def test_max_budget_usd_stops_the_session_s_agents_too(tmp_path: Path) -> None:
     # A price of 100 dollars per million tokens: each 100-token response costs a cent.
     prices = {"modelPrices": {"claude-sonnet-4-5": {"input": 100, "output": 100}}}

@@ -7,8 +7,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
+
+pytestmark = pytest.mark.e2e
 
 
 def taskloom(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -21,6 +21,8 @@ from helpers import clean_env, write_turns
 from helpers import json_lines as events
 from helpers import run_cli as run
 
+pytestmark = pytest.mark.e2e
+
 TRUNCATED = '{"permissions":{"deny":["Bash(echo:*)"]},"hooks":{'
 
 

@@ -44,6 +44,7 @@ def _notes(events: list[dict[str, Any]]) -> list[str]:
     return found
 
 
+@pytest.mark.e2e
 def test_coordinator_end_to_end_through_print_mode(tmp_path: Path) -> None:
     script = CoordinatorScript()
     with FakeAnthropicServer(responder=script) as server:

@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from helpers import clean_env
+
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parent.parent
 BUGGY = "return (ordered[middle] + ordered[middle + 1]) / 2"

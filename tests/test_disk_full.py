@@ -59,6 +59,7 @@ def fill(path: Path) -> None:
             pass
 
 
+@pytest.mark.e2e
 async def test_a_command_ending_on_a_full_disk_keeps_its_status_and_no_traceback_is_logged(
     tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

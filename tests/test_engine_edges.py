@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from helpers import clean_env, scripted_argv
 from taskloom.engine import NO_CONTENT, Engine, EngineConfig, Finished, ToolDone
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -161,6 +163,7 @@ async def test_resume_after_an_interrupted_call_records_the_repair(home: Path) -
 TRAPPED = "trap '' TERM; echo armed; while :; do sleep 0.1; done"
 
 
+@pytest.mark.e2e
 def test_two_interrupts_still_clean_up(tmp_path: Path) -> None:
     turns = tmp_path / "t.json"
     turns.write_text(

@@ -47,6 +47,7 @@ async def _hook_tree(pid: int, timeout: float = 10.0) -> list[int]:
     return [pid, *(k.pid for k in kids)]
 
 
+@pytest.mark.e2e
 async def test_a_hook_running_when_taskloom_is_sigkilled_is_reaped_by_the_next_session(
     tmp_path: Path, home: Path
 ) -> None:

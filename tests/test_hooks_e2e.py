@@ -8,9 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from helpers import clean_env, scripted_argv
+
+pytestmark = pytest.mark.e2e
 
 
 def run(tmp_path: Path, script: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:

@@ -102,6 +102,7 @@ def assert_success(proc: subprocess.CompletedProcess[str], events: list[Any]) ->
 # -- end to end --------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_lone_surrogate_in_text_is_replaced_and_recorded(
     server: FakeServer, tmp_path: Path
 ) -> None:
@@ -119,6 +120,7 @@ def test_lone_surrogate_in_text_is_replaced_and_recorded(
     assert [(r[0], r[2]) for r in sent(server, 1)[1]] == [(call_id, False)]
 
 
+@pytest.mark.e2e
 def test_lone_surrogate_in_tool_input_is_a_tool_error(server: FakeServer, tmp_path: Path) -> None:
     server.add_turn(tool_calls=[("Bash", {"command": "touch ran; echo \ud800"})])
     server.add_turn(text="ok")
@@ -130,6 +132,7 @@ def test_lone_surrogate_in_tool_input_is_a_tool_error(server: FakeServer, tmp_pa
     assert result_id == call_id and is_error and "invalid Unicode" in text
 
 
+@pytest.mark.e2e
 def test_tool_input_nested_1000_deep_is_a_tool_error(server: FakeServer, tmp_path: Path) -> None:
     deep = '{"command": "touch ran", "x": ' + "[" * 1000 + "]" * 1000 + "}"
     server.add_turn(tool_calls=[ToolCall("Bash", raw=deep)])
@@ -142,6 +145,7 @@ def test_tool_input_nested_1000_deep_is_a_tool_error(server: FakeServer, tmp_pat
     assert is_error and f"nested more than {MAX_INPUT_DEPTH} levels" in text
 
 
+@pytest.mark.e2e
 def test_duplicate_id_in_one_message_runs_once(server: FakeServer, tmp_path: Path) -> None:
     server.add_turn(
         tool_calls=[
@@ -162,6 +166,7 @@ def test_duplicate_id_in_one_message_runs_once(server: FakeServer, tmp_path: Pat
     assert results[1][2] is True and "already used" in results[1][1]
 
 
+@pytest.mark.e2e
 def test_id_reused_from_an_earlier_turn_is_not_run_again(
     server: FakeServer, tmp_path: Path
 ) -> None:
@@ -176,6 +181,7 @@ def test_id_reused_from_an_earlier_turn_is_not_run_again(
     assert is_error and "already used" in text
 
 
+@pytest.mark.e2e
 def test_call_cut_off_by_max_tokens_is_a_tool_error(server: FakeServer, tmp_path: Path) -> None:
     # What a cut leaves parses as far as it goes ({"command": "touch ran"}): it must not run.
     cut = '{"command": "touch ran", "description": "make a fi'
@@ -191,6 +197,7 @@ def test_call_cut_off_by_max_tokens_is_a_tool_error(server: FakeServer, tmp_path
     assert result_id == call_id and is_error and "cut off by the output token limit" in text
 
 
+@pytest.mark.e2e
 def test_nan_and_infinity_in_tool_input_are_a_tool_error(
     server: FakeServer, tmp_path: Path
 ) -> None:
@@ -209,6 +216,7 @@ def test_nan_and_infinity_in_tool_input_are_a_tool_error(
         assert "a number JSON cannot carry" in str(text)
 
 
+@pytest.mark.e2e
 def test_an_id_the_api_would_refuse_is_renamed_and_the_call_runs(
     server: FakeServer, tmp_path: Path
 ) -> None:

@@ -328,6 +328,7 @@ def _resume(tmp_path: Path, session_id: str, turns: list[Any], **extra: Any) -> 
     return lines(proc.stdout)
 
 
+@pytest.mark.e2e
 async def test_a_notification_survives_sigkill_and_is_delivered_once_on_resume(
     tmp_path: Path, home: Path
 ) -> None:
@@ -382,6 +383,7 @@ async def test_a_notification_survives_sigkill_and_is_delivered_once_on_resume(
     assert transcript.count(f"<task-id>{task_id}</task-id>") == 1
 
 
+@pytest.mark.e2e
 async def test_a_message_to_an_agent_survives_sigkill_and_is_delivered_once_on_resume(
     tmp_path: Path, home: Path
 ) -> None:

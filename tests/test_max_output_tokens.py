@@ -12,6 +12,8 @@ import pytest
 from fake_servers import FakeAnthropicServer, FakeOpenAIServer, FakeServer
 from helpers import clean_env, json_lines, run_cli
 
+pytestmark = pytest.mark.e2e
+
 ENV = "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
 AGENT_CALL = {"description": "look", "prompt": "Say hi.", "subagent_type": "general-purpose"}
 

@@ -27,6 +27,7 @@ def server_config() -> dict[str, Any]:
     return {"command": sys.executable, "args": [SERVER]}
 
 
+@pytest.mark.e2e
 def test_a_stdio_server_is_listed_and_its_tool_called(tmp_path: Path) -> None:
     (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"echo": server_config()}}))
     (tmp_path / "s.yaml").write_text(
@@ -105,6 +106,7 @@ async def test_an_agents_own_server_stops_with_it_and_required_servers_are_waite
             )
 
 
+@pytest.mark.e2e
 async def test_servers_of_a_crashed_session_are_swept(tmp_path: Path) -> None:
     import signal
 

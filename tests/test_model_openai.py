@@ -432,6 +432,7 @@ async def test_fake_accepts_scripted_file_turns_and_reports_responder_bugs() -> 
     assert not any(t.name == "FakeOpenAIServer" for t in threading.enumerate())
 
 
+@pytest.mark.e2e
 def test_a_session_on_llama_cpp_runs_its_tool_loop_and_says_usage_is_unknown(
     tmp_path: Path,
 ) -> None:

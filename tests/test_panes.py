@@ -32,6 +32,7 @@ def option(server: tmux_driver.TmuxServer, pane: str, name: str) -> str:
     return server.run("show-options", "-p", "-v", "-t", pane, name).strip()
 
 
+@pytest.mark.e2e
 async def test_teammate_panes_beside_the_leads_take_70_percent_with_their_colours(
     tmux: tmux_driver.TmuxServer, tmp_path: Path
 ) -> None:
@@ -95,6 +96,7 @@ async def test_teammate_panes_beside_the_leads_take_70_percent_with_their_colour
     assert alice.id not in {p[0] for p in await panes.panes()}
 
 
+@pytest.mark.e2e
 async def test_outside_tmux_a_detached_session_of_the_teams_own_holds_the_panes(
     tmux: tmux_driver.TmuxServer, tmp_path: Path
 ) -> None:
@@ -148,6 +150,7 @@ def test_locate_names_why_tmux_cannot_be_used_and_finds_the_users_server(tmp_pat
     assert (outside.socket, outside.lead_pane) == (None, None)
 
 
+@pytest.mark.e2e
 async def test_a_failing_tmux_command_is_an_error_naming_it(tmp_path: Path) -> None:
     if tmux_driver.TMUX is None:
         pytest.skip("tmux is not installed")

@@ -9,10 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
 from helpers import clean_env
 from taskloom.agents.peers import socket_path
+
+pytestmark = pytest.mark.e2e
 
 
 def _gate_command(gate: Path) -> str:

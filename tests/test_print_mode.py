@@ -18,6 +18,8 @@ from helpers import TIME_FACTOR, clean_env, write_turns
 from helpers import json_lines as lines
 from helpers import run_cli as run
 
+pytestmark = pytest.mark.e2e
+
 
 def test_stream_json_ends_with_the_result(tmp_path: Path) -> None:
     model = write_turns(

@@ -85,6 +85,7 @@ async def test_a_png_reaches_the_openai_api_as_an_image_part(tmp_path: Path) -> 
     assert len(messages) == 5
 
 
+@pytest.mark.e2e
 def test_a_session_resumed_sends_the_image_again_and_stream_json_shows_it(
     tmp_path: Path,
 ) -> None:

@@ -25,7 +25,7 @@ from helpers import clean_env, run_processes
 from team_scenario import events_of
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 FINAL = "Remote work done."
 

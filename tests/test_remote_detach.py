@@ -173,6 +173,7 @@ def _workers() -> list[psutil.Process]:
     return run_processes(lambda p: "remote" in (p.info.get("cmdline") or [])[3:5])
 
 
+@pytest.mark.e2e
 def test_a_detached_remote_agent_outlives_its_session_and_a_resume_takes_it_up(
     tmp_path: Path, ray_head: tuple[str, dict[str, str]]
 ) -> None:

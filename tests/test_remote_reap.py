@@ -29,7 +29,7 @@ from test_remote import _repo
 
 pytest.importorskip("ray")
 # One Ray start and its bounded waits can outlast the default 120 s cap on a loaded machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 #: What Ray printed on taskloom's stderr: its start notices, its C++ stack dump on SIGTERM.
 RAY_NOISE = ("SIGTERM handler is not set", "Token authentication", "SIGTERM received", "PC: @")

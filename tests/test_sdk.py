@@ -18,6 +18,8 @@ from helpers import clean_env
 
 sdk = pytest.importorskip("claude_agent_sdk")
 
+pytestmark = pytest.mark.e2e
+
 TASKLOOM = str(Path(sys.executable).with_name("taskloom"))
 
 

@@ -65,6 +65,7 @@ def text_of(result: dict[str, Any]) -> str:
     return content if isinstance(content, str) else " ".join(b["text"] for b in content)
 
 
+@pytest.mark.e2e
 async def test_a_tool_of_the_programs_own_server_is_listed_and_called(tmp_path: Path) -> None:
     calls: list[dict[str, Any]] = []
     with FakeAnthropicServer() as server:
@@ -91,6 +92,7 @@ async def test_a_tool_of_the_programs_own_server_is_listed_and_called(tmp_path: 
     assert isinstance(result, sdk.ResultMessage) and result.result == "three it is"
 
 
+@pytest.mark.e2e
 async def test_a_failing_tool_of_the_programs_server_is_an_error_the_model_reads(
     tmp_path: Path,
 ) -> None:
@@ -204,6 +206,7 @@ def events(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
+@pytest.mark.e2e
 @needs_time_server
 def test_strict_mcp_config_uses_only_the_flags_servers(tmp_path: Path) -> None:
     project = {"mcpServers": {"other": {"command": "definitely-not-a-command"}}}
@@ -221,6 +224,7 @@ def test_strict_mcp_config_uses_only_the_flags_servers(tmp_path: Path) -> None:
     assert sorted(s["name"] for s in both) == ["other", "time"]
 
 
+@pytest.mark.e2e
 @needs_time_server
 def test_mcp_config_takes_json_strings_and_files_after_one_flag_or_several(
     tmp_path: Path,
@@ -241,6 +245,7 @@ def test_mcp_config_takes_json_strings_and_files_after_one_flag_or_several(
     assert sdkside["status"] == "failed" and "needs a program" in sdkside["error"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("value", "message"),
     [

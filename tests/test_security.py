@@ -183,6 +183,7 @@ def _run_in(tmp_path: Path, home: Path) -> Any:
     return run_cli("-p", "hi", "--model", model, cwd=tmp_path, env=env)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("link", ["sessions", "taskloom.db", "taskloom.db-wal"])
 def test_a_symlink_in_the_state_directory_is_refused_not_followed(
     tmp_path: Path, link: str
@@ -203,6 +204,7 @@ def test_a_symlink_in_the_state_directory_is_refused_not_followed(
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.e2e
 def test_a_home_of_another_user_is_refused_with_the_fix(tmp_path: Path) -> None:
     if os.getuid() == 0:
         home = tmp_path / "shared"
@@ -221,6 +223,7 @@ def test_a_home_of_another_user_is_refused_with_the_fix(tmp_path: Path) -> None:
     assert set(os.listdir(home)) == before  # nothing written there
 
 
+@pytest.mark.e2e
 def test_a_home_of_ones_own_others_may_write_is_refused_with_the_fix(tmp_path: Path) -> None:
     home = tmp_path / "mine"
     home.mkdir()
@@ -232,6 +235,7 @@ def test_a_home_of_ones_own_others_may_write_is_refused_with_the_fix(tmp_path: P
     assert os.listdir(home) == []
 
 
+@pytest.mark.e2e
 def test_a_home_of_ones_own_others_may_read_is_tightened_and_used(tmp_path: Path) -> None:
     home = tmp_path / "mine"
     home.mkdir()

@@ -199,6 +199,7 @@ def delivered(stdout: str) -> list[str]:
     return [e["task_id"] for e in events if e.get("subtype") == "task_notification"]
 
 
+@pytest.mark.e2e
 async def test_simultaneous_resumes_of_a_crashed_session_deliver_each_notification_once(
     tmp_path: Path,
 ) -> None:

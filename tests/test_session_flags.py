@@ -15,6 +15,8 @@ import pytest
 from fake_servers import FakeAnthropicServer
 from helpers import clean_env
 
+pytestmark = pytest.mark.e2e
+
 
 def run(
     cwd: Path, home: Path, server: FakeAnthropicServer | None, *args: str, prompt: str = "hi"

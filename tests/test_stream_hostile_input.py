@@ -56,6 +56,7 @@ def scripted(tmp_path: Path, *texts: str) -> tuple[dict[str, str], str]:
     return clean_env(TASKLOOM_HOME=str(tmp_path / "home")), f"scripted:{script}"
 
 
+@pytest.mark.e2e
 def test_bad_lines_are_reported_by_number_and_the_next_prompt_is_answered(
     tmp_path: Path,
 ) -> None:
@@ -99,6 +100,7 @@ def test_bad_lines_are_reported_by_number_and_the_next_prompt_is_answered(
     assert [(r["subtype"], r["result"]) for r in results] == [("success", "answered")]
 
 
+@pytest.mark.e2e
 def test_a_control_request_that_cannot_be_read_is_answered_with_an_error(tmp_path: Path) -> None:
     env, model = scripted(tmp_path, "still here")
     deep = '{"type": "control_request", "request_id": "deep", "request": ' + "[" * 5000
@@ -130,6 +132,7 @@ def test_a_control_request_that_cannot_be_read_is_answered_with_an_error(tmp_pat
     assert [(r["subtype"], r["result"]) for r in results] == [("success", "still here")]
 
 
+@pytest.mark.e2e
 def test_an_orphan_tool_result_is_refused_and_the_next_turns_succeed(tmp_path: Path) -> None:
     orphan = [{"type": "tool_result", "tool_use_id": "toolu_nowhere", "content": "hi"}]
     with FakeAnthropicServer() as server:

@@ -16,10 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from helpers import alive, clean_env, run_processes
 from read_files import png
+
+pytestmark = pytest.mark.e2e
 
 
 def start(

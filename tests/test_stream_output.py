@@ -85,6 +85,7 @@ def _system(body: dict[str, Any]) -> str:
 # -- subagents ----------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_a_background_agents_messages_arrive_with_its_parent_tool_use_id(
     tmp_path: Path,
 ) -> None:
@@ -147,6 +148,7 @@ async def test_a_background_agents_messages_arrive_with_its_parent_tool_use_id(
     assert started and messages.index(started[0]) < messages.index(under[0])
 
 
+@pytest.mark.e2e
 def test_a_foreground_agents_messages_are_printed_as_they_happen_then_its_result(
     tmp_path: Path,
 ) -> None:
@@ -196,6 +198,7 @@ def _sonnet(usage: Usage) -> float:
     ) / 1e6
 
 
+@pytest.mark.e2e
 def test_the_result_reports_stop_reason_model_usage_and_the_cost_subagents_included(
     tmp_path: Path,
 ) -> None:
@@ -250,6 +253,7 @@ def test_the_result_reports_stop_reason_model_usage_and_the_cost_subagents_inclu
     assert parsed.stop_reason == "end_turn"
 
 
+@pytest.mark.e2e
 def test_model_prices_in_settings_override_the_list(tmp_path: Path) -> None:
     settings = {"modelPrices": {"claude-sonnet": {"input": 1.0, "output": 2.0}}}
     with FakeAnthropicServer() as server:
@@ -263,6 +267,7 @@ def test_model_prices_in_settings_override_the_list(tmp_path: Path) -> None:
     assert events[-1]["total_cost_usd"] == pytest.approx(1.0 + 1.0)
 
 
+@pytest.mark.e2e
 def test_each_turn_of_a_stream_session_reports_its_own_figures_and_the_running_cost(
     tmp_path: Path,
 ) -> None:
@@ -316,6 +321,7 @@ def test_list_prices_by_family_and_version() -> None:
 # -- partial messages ---------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_partial_messages_stream_in_order_and_add_up_to_each_assistant_message(
     tmp_path: Path,
 ) -> None:
@@ -376,6 +382,7 @@ def _check_stream(stream: list[dict[str, Any]], message: dict[str, Any]) -> None
     assert stream[0]["message"]["model"] == message["model"]
 
 
+@pytest.mark.e2e
 def test_a_subagents_partial_messages_carry_its_parent_tool_use_id(tmp_path: Path) -> None:
     script = {
         "turns": [
@@ -403,6 +410,7 @@ def test_a_subagents_partial_messages_carry_its_parent_tool_use_id(tmp_path: Pat
 # -- replayed user messages, hook events -----------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_replay_user_messages_echoes_each_user_message_read(tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
     script.write_text(yaml.safe_dump({"turns": ["one", "two"]}))
@@ -424,6 +432,7 @@ def test_replay_user_messages_echoes_each_user_message_read(tmp_path: Path) -> N
     assert not [e for e in _run(tmp_path, argv, stdin=stdin) if e.get("isReplay")]
 
 
+@pytest.mark.e2e
 def test_include_hook_events_shows_each_hook_run(tmp_path: Path) -> None:
     hooks = {
         "hooks": {
@@ -462,6 +471,7 @@ def test_include_hook_events_shows_each_hook_run(tmp_path: Path) -> None:
     assert not [e for e in _run(tmp_path, argv) if e.get("subtype", "").startswith("hook_")]
 
 
+@pytest.mark.e2e
 def test_init_carries_the_fields_the_sdk_documents(tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"
     script.write_text(yaml.safe_dump({"turns": ["hi"]}))
@@ -487,6 +497,7 @@ def test_init_carries_the_fields_the_sdk_documents(tmp_path: Path) -> None:
     assert (init["skills"], init["plugins"]) == ([], [])
 
 
+@pytest.mark.e2e
 def test_a_forks_messages_carry_the_id_of_the_call_that_forked_it(tmp_path: Path) -> None:
     script = {
         "turns": [

@@ -91,6 +91,7 @@ async def collect(model: AnthropicModel | OpenAIModel, *, deltas: bool = True) -
 # -- end to end --------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_stream_stalled_mid_answer_is_retried(
     server: FakeServer, provider: str, tmp_path: Path
 ) -> None:
@@ -106,6 +107,7 @@ def test_a_stream_stalled_mid_answer_is_retried(
     assert len(server.requests) == 2
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("where", ["mid_stream", "before_headers"])
 def test_a_stream_that_always_stalls_fails_clearly_and_soon(
     server: FakeServer, provider: str, where: str, tmp_path: Path
@@ -123,6 +125,7 @@ def test_a_stream_that_always_stalls_fails_clearly_and_soon(
     assert 2 <= len(server.requests) <= 3  # retried, within a window of three timeouts
 
 
+@pytest.mark.e2e
 def test_a_connection_reset_says_what_happened(
     server: FakeServer, provider: str, tmp_path: Path
 ) -> None:
@@ -135,6 +138,7 @@ def test_a_connection_reset_says_what_happened(
     assert len(server.requests) >= 2  # nothing had reached the session: retried
 
 
+@pytest.mark.e2e
 def test_a_bad_idle_timeout_is_a_clear_error(server: FakeServer, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "taskloom", "-p", "go"],

@@ -329,6 +329,7 @@ async def test_team_create_and_delete(store: Store, tmp_path: Path) -> None:
         assert roster.team() is None
 
 
+@pytest.mark.e2e
 def test_taskloom_teams_json(home: Path) -> None:
     store = Store(db_path())
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from helpers import harness, main_context, wait_until
 from taskloom.models.base import ModelRequest
@@ -274,6 +275,7 @@ async def test_task_stop_by_name_at_team_with_the_teammates_shell_alive(tmp_path
         assert all(s.terminal for s in rt.list() if getattr(s, "command", None) == "sleep 300")
 
 
+@pytest.mark.e2e
 def test_a_headless_lead_waits_for_an_idle_teammates_background_work(tmp_path: Path) -> None:
     """The teammate goes idle while its command runs; the run ends only after it reports."""
     import subprocess

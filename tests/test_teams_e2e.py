@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from coordinator_scenario import system_text, texts
 from fake_servers import FakeAnthropicServer
 from helpers import clean_env, run_processes
 from team_scenario import FINAL, TEAM, TeamScript, events_of, team_argv
+
+pytestmark = pytest.mark.e2e
 
 
 def _run(tmp_path: Path, script: TeamScript) -> tuple[subprocess.CompletedProcess[str], float]:

@@ -169,6 +169,7 @@ class PanesSeen(TeamScript):
         return super()._lead(messages)
 
 
+@pytest.mark.e2e
 def test_the_team_flow_with_teammates_in_tmux_panes(
     tmp_path: Path, tmux: tmux_driver.TmuxServer
 ) -> None:
@@ -290,6 +291,7 @@ def _spawn_call(name: str) -> ToolCall:
     )  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_a_headless_lead_waits_for_a_teammate_another_set_to_work_and_its_background_job(
     tmp_path: Path, tmux: tmux_driver.TmuxServer
 ) -> None:
@@ -345,6 +347,7 @@ def test_a_headless_lead_waits_for_a_teammate_another_set_to_work_and_its_backgr
 # -- 3. crashes -------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_a_killed_teammate_process_is_seen_within_1_s_and_the_other_goes_on(
     tmp_path: Path, tmux: tmux_driver.TmuxServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -403,6 +406,7 @@ async def test_a_killed_teammate_process_is_seen_within_1_s_and_the_other_goes_o
     assert _teammate_processes() == []
 
 
+@pytest.mark.e2e
 def test_a_killed_lead_s_teammates_stop_within_2_s_and_leave_nothing(
     tmp_path: Path, tmux: tmux_driver.TmuxServer
 ) -> None:
@@ -446,6 +450,7 @@ def test_a_killed_lead_s_teammates_stop_within_2_s_and_leave_nothing(
 # -- 5. the mode ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_teammate_mode_tmux_without_tmux_on_path_is_an_error_naming_why(tmp_path: Path) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()
@@ -497,6 +502,7 @@ async def test_auto_outside_tmux_runs_teammates_in_process(
 # -- 6. the sweep -----------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
     tmp_path: Path, tmux: tmux_driver.TmuxServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -564,6 +570,7 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
 # -- 4. permissions ---------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_pane_teammates_permission_request_is_asked_in_the_lead_s_repl(
     tmux: tmux_driver.TmuxServer, tmp_path: Path
 ) -> None:
@@ -619,6 +626,7 @@ class Spender:
         return Turn(text="alice idle", **spend)
 
 
+@pytest.mark.e2e
 async def test_a_pane_teammate_s_spending_counts_for_the_lead_s_session_budget(
     tmp_path: Path, tmux: tmux_driver.TmuxServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,8 @@ from taskloom.teams.protocol import wrap
 from team_scenario import TEAM
 from test_teams_tmux import MODEL, _all_text, _calls, _model, _panes, _spawn, _states, _tmux_env
 
+pytestmark = pytest.mark.e2e
+
 
 class Protocol:
     """alice (in plan mode) tries a Write, asks for her plan to be approved, writes once it

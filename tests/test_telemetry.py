@@ -101,6 +101,7 @@ def lead_and_agent(body: dict[str, Any]) -> Turn:
     return Turn(text="All done.")
 
 
+@pytest.mark.e2e
 def test_a_run_s_spans_arrive_with_the_agent_tree_and_its_events(
     tmp_path: Path, receiver: Receiver
 ) -> None:

@@ -39,6 +39,7 @@ sys.exit(3)
 """
 
 
+@pytest.mark.e2e
 def test_typed_line_is_echoed_uppercased_and_exit_status_is_read(
     tmux: TmuxServer, tmp_path: Path
 ) -> None:
@@ -68,6 +69,7 @@ with open(sys.argv[1], "w") as f:
 """
 
 
+@pytest.mark.e2e
 def test_program_sees_exactly_the_env_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,6 +93,7 @@ def test_program_sees_exactly_the_env_given(
 ARGV_DUMP = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
 
 
+@pytest.mark.e2e
 def test_argv_reaches_the_program_verbatim(tmux: TmuxServer, tmp_path: Path) -> None:
     out = tmp_path / "argv.json"
     args = ["a;", "b\\;", ";", "\\;", "", "#{pane_id}", "$HOME", "~", "{", "}", "-l", "x y"]
@@ -106,6 +109,7 @@ def test_escape_arg() -> None:
     assert escape_arg(";x") == ";x"
 
 
+@pytest.mark.e2e
 def test_close_leaves_no_server_nor_program(tmp_path: Path) -> None:
     server = TmuxServer(tmp_path).start()
     assert server.pid is not None
@@ -133,6 +137,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.e2e
 def test_close_kills_and_reports_a_program_that_outlives_the_server(tmp_path: Path) -> None:
     server = TmuxServer(tmp_path).start()
     pane = server.spawn([PY, "-c", IGNORE_HUP], cwd=tmp_path, env=child_env())
@@ -144,6 +149,7 @@ def test_close_kills_and_reports_a_program_that_outlives_the_server(tmp_path: Pa
     assert not server.socket_path.exists()
 
 
+@pytest.mark.e2e
 def test_wait_for_timeout_shows_pattern_and_screen(tmux: TmuxServer, tmp_path: Path) -> None:
     pane = tmux.spawn([PY, "-c", "print('  ready'); input()"], cwd=tmp_path, env=child_env())
     pane.wait_for(re.compile(r"^\s+ready$", re.M))
@@ -159,6 +165,7 @@ def test_wait_for_timeout_shows_pattern_and_screen(tmux: TmuxServer, tmp_path: P
     assert pane.wait_exit(timeout=5) == 0
 
 
+@pytest.mark.e2e
 def test_wait_for_fails_at_once_when_the_program_exits(tmux: TmuxServer, tmp_path: Path) -> None:
     pane = tmux.spawn([PY, "-c", "print('bye'); exit(4)"], cwd=tmp_path, env=child_env())
     start = time.monotonic()
@@ -175,6 +182,7 @@ input()
 """
 
 
+@pytest.mark.e2e
 def test_wait_gone_and_ctrl_c(tmux: TmuxServer, tmp_path: Path) -> None:
     pane = tmux.spawn([PY, "-c", CLEAR_ON_ENTER], cwd=tmp_path, env=child_env())
     pane.wait_for("busy")
@@ -187,6 +195,7 @@ def test_wait_gone_and_ctrl_c(tmux: TmuxServer, tmp_path: Path) -> None:
     assert pane.wait_exit(timeout=5) == -2
 
 
+@pytest.mark.e2e
 def test_history_has_what_scrolled_off(tmux: TmuxServer, tmp_path: Path) -> None:
     program = "for i in range(50): print(f'line {i}')\ninput()"
     pane = tmux.spawn([PY, "-c", program], cwd=tmp_path, env=child_env(), width=40, height=10)
@@ -199,6 +208,7 @@ def test_history_has_what_scrolled_off(tmux: TmuxServer, tmp_path: Path) -> None
     assert pane.wait_exit(timeout=5) == 0
 
 
+@pytest.mark.e2e
 def test_spawn_rejects_a_missing_program_or_directory(tmux: TmuxServer, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not found"):
         tmux.spawn(["no-such-program-here"], cwd=tmp_path, env=child_env())
@@ -206,6 +216,7 @@ def test_spawn_rejects_a_missing_program_or_directory(tmux: TmuxServer, tmp_path
         tmux.spawn([PY], cwd=tmp_path / "missing", env=child_env())
 
 
+@pytest.mark.e2e
 def test_socket_in_a_directory_too_deep_goes_elsewhere_and_is_removed(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
@@ -219,6 +230,7 @@ def test_socket_in_a_directory_too_deep_goes_elsewhere_and_is_removed(tmp_path: 
 SIZE_ON_ENTER = "import os\nprint(os.get_terminal_size())\ninput()\nprint(os.get_terminal_size())"
 
 
+@pytest.mark.e2e
 def test_size_and_resize(tmux: TmuxServer, tmp_path: Path) -> None:
     pane = tmux.spawn([PY, "-c", SIZE_ON_ENTER], cwd=tmp_path, env=child_env(), width=70, height=20)
     pane.wait_for("columns=70, lines=20")

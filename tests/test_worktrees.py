@@ -366,6 +366,7 @@ def taskloom(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 async def test_list_and_prune_keep_anything_with_work_or_an_owner(repo: Path) -> None:
     for name in ("stale", "dirty", "ahead"):
         create_in_child(repo, name)
@@ -410,12 +411,14 @@ async def test_list_and_prune_keep_anything_with_work_or_an_owner(repo: Path) ->
     assert_only_main_tree(repo)
 
 
+@pytest.mark.e2e
 def test_worktrees_command_outside_git(tmp_path: Path, no_git_above: None) -> None:
     proc = taskloom(tmp_path, "worktrees", "--json")
     assert proc.returncode == 1
     assert "not inside a git repository" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_worktrees_command_with_none(repo: Path) -> None:
     proc = taskloom(repo, "worktrees")
     assert proc.returncode == 0, proc.stderr

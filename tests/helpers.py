@@ -120,11 +120,15 @@ def e2e_program(argv: Any) -> str | None:
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Wait (bounded) for a condition that has no event to wait on, e.g. file content."""
+    """Wait (bounded) for a condition that has no event to wait on, e.g. file content.
+
+    The bound is ``timeout`` seconds times :data:`TIME_FACTOR`.
+    """
+    timeout *= TIME_FACTOR
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or cond}")
         await asyncio.sleep(0.01)
 
 

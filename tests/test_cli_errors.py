@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import clean_env, write_turns
+from helpers import TIME_FACTOR, clean_env, write_turns
 from helpers import json_lines as events
 from helpers import run_cli as run
 
@@ -249,7 +249,7 @@ def test_a_signal_during_start_up_still_prints_the_result(tmp_path: Path) -> Non
         env=clean_env(),
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * TIME_FACTOR
         while not marker.exists():  # no event to wait on: the file is the server's sign
             assert time.monotonic() < deadline and proc.poll() is None, "the server never started"
             time.sleep(0.02)

@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from helpers import alive, run_processes, wait_until
+from helpers import TIME_FACTOR, alive, run_processes, wait_until
 from taskloom.hooks import (
     MAX_CAPTURE_BYTES,
     CommandHook,
@@ -379,7 +379,7 @@ async def test_hanging_hook_is_killed_at_its_timeout(tmp_path: Path, body: str) 
     started = time.monotonic()
     outcome = await fire(config, "PreToolUse", tmp_path)
     elapsed = time.monotonic() - started
-    assert 0.5 <= elapsed < 3.0
+    assert 0.5 <= elapsed < 3.0 * TIME_FACTOR
     result = outcome.results[0]
     assert result.timed_out and not outcome.blocked
     assert outcome.errors and "timed out" in outcome.errors[0]
@@ -395,7 +395,7 @@ async def test_children_left_by_a_finished_hook_are_killed(tmp_path: Path) -> No
     )
     result = outcome.results[0]
     assert (result.exit_code, result.stdout, result.timed_out) == (0, "started\n", False)
-    assert result.duration < 3.0
+    assert result.duration < 3.0 * TIME_FACTOR
     assert hook_processes() == []
 
 
@@ -405,7 +405,7 @@ async def test_hooks_of_one_event_run_in_parallel(tmp_path: Path) -> None:
     outcome = await fire(config, "PreToolUse", tmp_path)
     elapsed = time.monotonic() - started
     assert [r.stdout for r in outcome.results] == ["a\n", "b\n"]
-    assert 1.0 <= elapsed < 1.6  # sequential would be 1.8 s
+    assert 1.0 <= elapsed < min(1.0 + 0.6 * TIME_FACTOR, 1.8)  # sequential: 1.8 s
 
 
 async def test_output_is_bounded_and_never_blocks_the_hook(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import alive, wait_until
+from helpers import TIME_FACTOR, alive, wait_until
 from taskloom.mcp.config import (
     McpConfigError,
     McpServerConfig,
@@ -279,7 +279,7 @@ async def test_call_timeout_abandons_the_call_only(tmp_path: Path) -> None:
         started = time.monotonic()
         slow = await mgr.call("echo", "sleep", {"seconds": 30})
         assert slow.is_error and "did not answer" in slow.content
-        assert time.monotonic() - started < 5  # includes the server's start-up
+        assert time.monotonic() - started < 5 * TIME_FACTOR  # includes the server's start-up
         assert (await mgr.call("echo", "echo", {"text": "ok"})).content == "ok"
 
 
@@ -292,7 +292,7 @@ async def test_close_answers_calls_in_flight(tmp_path: Path) -> None:
     await mgr.aclose()
     result = await asyncio.wait_for(pending, 5)
     assert result.is_error and "'echo'" in result.content
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 5 * TIME_FACTOR
     assert mgr.status() == {"echo": "failed: closed"}
     assert mcp_children() == []
 
@@ -425,11 +425,11 @@ async def test_wait_for_patterns(tmp_path: Path) -> None:
 
         started = time.monotonic()
         assert await mgr.wait_for(["missing*"], timeout=0.5) == ["missing*"]
-        assert time.monotonic() - started < 0.6
+        assert time.monotonic() - started < 0.5 + 0.1 * TIME_FACTOR
 
         started = time.monotonic()
         assert await mgr.wait_for(["sil*", "echo"], timeout=0.5) == ["sil*"]
-        assert 0.4 <= time.monotonic() - started < 1.5
+        assert 0.4 <= time.monotonic() - started < 1.5 * TIME_FACTOR
 
 
 # --- http and sse transports -----------------------------------------------------------------
@@ -452,7 +452,7 @@ def web_server(request: pytest.FixtureRequest) -> Iterator[McpServerConfig]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20 * TIME_FACTOR
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import TIME_FACTOR
 from taskloom.store import Store
 from taskloom.tasks.notifications import (
     RESULT_CAP_CHARS,
@@ -402,7 +403,7 @@ async def test_wait_pending_wakes_on_enqueue_from_another_task(
     result, _ = await asyncio.gather(waiter, producer())
     assert result is True
     assert waiter_was_waiting == [True]
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 5 * TIME_FACTOR
 
 
 async def test_wait_pending_true_at_once_when_already_pending(queue: NotificationQueue) -> None:
@@ -414,7 +415,7 @@ async def test_wait_pending_true_at_once_when_already_pending(queue: Notificatio
 async def test_wait_pending_times_out(queue: NotificationQueue) -> None:
     started = time.monotonic()
     assert await queue.wait_pending(timeout=0.05) is False
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 2 * TIME_FACTOR
     queue.enqueue(owner="someone-else", task_id="b00000001", text="t")
     assert await queue.wait_pending(owner="main", timeout=0.05) is False
     assert await queue.wait_pending(owner="someone-else", timeout=0.05) is True

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers import alive
+from helpers import TIME_FACTOR, alive
 from taskloom.process.kill import find_tree, kill_tree
 from taskloom.process.spawn import spawn_shell
 from taskloom.process.sweep import sweep_orphans
@@ -51,7 +51,7 @@ async def test_kill_leaves_no_process_alive_within_3s() -> None:
         final = await rt.kill(out.task_id)
         elapsed = time.monotonic() - started
         assert final.status == "killed"
-        assert elapsed < 3.0, elapsed
+        assert elapsed < 3.0 * TIME_FACTOR, elapsed
         assert [p for p in tree if alive(p)] == []
         notes = rt.drain()
         assert [n.task_id for n in notes] == [out.task_id]
@@ -70,14 +70,14 @@ async def test_kill_escalates_to_sigkill_for_a_process_ignoring_term(tmp_path: P
     finally:
         os.close(fd)
     exited = child.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * TIME_FACTOR
     while b"ready" not in out_file.read_bytes():
         assert time.monotonic() < deadline
         time.sleep(0.01)
     started = time.monotonic()
     report = await kill_tree(child.pgid, leader=child.pid, tag="bstubborn", grace=0.3)
     assert report.verified and report.escalated
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 3.0 * TIME_FACTOR
     assert await exited == -signal.SIGKILL
 
 
@@ -109,7 +109,7 @@ async def test_orphan_sweep_after_session_is_sigkilled() -> None:
     assert all(alive(p) for p in tree)
     started = time.monotonic()
     async with TaskRuntime() as rt:  # a new session sweeps at start-up
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 3.0 * TIME_FACTOR
         assert [p for p in tree if alive(p)] == []
         record = rt.store.get_task(info["task_id"])
         assert record is not None and record["status"] == "killed"

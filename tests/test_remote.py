@@ -21,7 +21,7 @@ import pytest
 
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
-from helpers import clean_env, run_processes
+from helpers import TIME_FACTOR, clean_env, run_processes
 from team_scenario import events_of
 
 pytest.importorskip("ray")
@@ -212,7 +212,7 @@ def test_ray_address_pointing_nowhere_is_a_tool_error_and_the_session_goes_on(
     script = Remote({"d": "echo never"})
     began = time.monotonic()
     proc, _ = _run(tmp_path, script, env={"RAY_ADDRESS": "127.0.0.1:9"})
-    assert time.monotonic() - began < 30
+    assert time.monotonic() - began < 30 * TIME_FACTOR
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [
         b
@@ -280,7 +280,7 @@ def test_task_stop_kills_a_remote_agent_and_its_command_on_the_worker(tmp_path: 
     proc, _ = _run(tmp_path, script, timeout=240)  # its wait for the command: up to 2 min
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert script.stop_sent and script.told, "TaskStop never went, or nothing was told"
-    assert script.told - script.stop_sent < 5.0
+    assert script.told - script.stop_sent < 5.0 * TIME_FACTOR
     assert script.agent_requests.get("s"), "the remote agent never ran its command"
     seen = _notifications(script)
     assert "<status>killed</status>" in seen, seen
@@ -291,7 +291,7 @@ def test_task_stop_before_the_remote_agent_has_started_leaves_nothing(tmp_path: 
     script = Stopped(stop=True, wait=False)  # at once: its actor is being made, or not yet
     proc, _ = _run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert script.told - script.stop_sent < 5.0
+    assert script.told - script.stop_sent < 5.0 * TIME_FACTOR
     assert "<status>killed</status>" in _notifications(script)
     assert _sleeps() == []
 
@@ -308,7 +308,7 @@ def test_a_remote_agent_whose_actor_is_killed_from_outside_fails_with_a_reason(
     killed: list[float] = []
 
     def kill_the_actor() -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 * TIME_FACTOR
         while time.monotonic() < deadline:  # no event tells another process of it
             for sleep in _sleeps():
                 chain = psutil.Process(sleep.pid).parents()
@@ -327,11 +327,11 @@ def test_a_remote_agent_whose_actor_is_killed_from_outside_fails_with_a_reason(
         killer.join(70)
     assert killed, "the remote agent's command never ran"
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert script.told and script.told - killed[0] < 10.0
+    assert script.told and script.told - killed[0] < 10.0 * TIME_FACTOR
     seen = _notifications(script)
     assert "<status>failed</status>" in seen and "the remote agent was lost" in seen, seen
     # Its worker saw its actor die and stopped its command.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * TIME_FACTOR
     while _sleeps():
         assert time.monotonic() < deadline, _sleeps()
         time.sleep(0.1)
@@ -352,7 +352,7 @@ def test_an_address_that_answers_but_is_no_ray_is_a_tool_error_in_bounded_time(
         proc, _ = _run(tmp_path, script, env={"RAY_ADDRESS": f"127.0.0.1:{port}"}, timeout=60)
         took = time.monotonic() - began
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert took < 30, took  # the session ended too: nothing kept it
+    assert took < 30 * TIME_FACTOR, took  # the session ended too: nothing kept it
     shown = json.dumps(events_of(proc.stdout))
     assert f"Ray at 127.0.0.1:{port} did not answer within 10 s" in shown, shown[-2000:]
     assert "e" not in script.agent_requests

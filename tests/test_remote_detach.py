@@ -191,7 +191,7 @@ def test_a_detached_remote_agent_outlives_its_session_and_a_resume_takes_it_up(
         session = events[0]["session_id"]
         # The session has ended; its agent goes on, on the cluster (its process may still
         # be starting: no event reaches this test of it).
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * TIME_FACTOR
         while not _workers():
             assert time.monotonic() < deadline, json.dumps(_records(tmp_path))
             time.sleep(0.1)

@@ -22,7 +22,7 @@ import yaml
 
 import tmux_driver
 from fake_servers import FakeAnthropicServer
-from helpers import RUN_MARK, alive, run_processes
+from helpers import RUN_MARK, TIME_FACTOR, alive, run_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -119,7 +119,7 @@ def test_streamed_text_shows_before_the_answer_ends_and_esc_interrupts_it(
         pressed = time.monotonic()
         pane.send_keys("Escape")
         pane.wait_for("Interrupted by the user", timeout=5)
-        assert time.monotonic() - pressed < 0.5
+        assert time.monotonic() - pressed < 0.5 * TIME_FACTOR
         enter(pane, "go on")
         pane.wait_for("Second answer.")
         second = server.requests[1].body
@@ -348,7 +348,7 @@ def test_a_first_prompt_and_exit_under_a_pseudo_terminal(tmp_path: Path) -> None
     os.close(slave)
     seen = b""
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * TIME_FACTOR
         # The answer, then the status line drawn again below it: the REPL reads keys.
         drawn = re.compile(r"The thing is done\.(.|\n)* · bypassPermissions · ".encode())
         while not drawn.search(seen):
@@ -408,7 +408,7 @@ def test_a_teammates_permission_request_names_the_teammate(
     pane.wait_for(re.compile(rf"Allow Write\({re.escape(str(target))}\) \(teammate alice@\S+\)\?"))
     pane.wait_for("1 yes ·")
     pane.send_keys("1")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * TIME_FACTOR
     while not target.exists():
         assert time.monotonic() < deadline, pane.capture()
         time.sleep(0.05)  # the file appears when alice's call runs: no event reaches the test
@@ -523,7 +523,7 @@ def test_leaving_while_a_foreground_command_runs_stops_it_and_exits_0(
     def sleeping(proc: Any) -> bool:
         return proc.info["cmdline"] in (["sleep", "30"], ["/bin/sh", "-c", "sleep 30"])
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * TIME_FACTOR
     while not run_processes(sleeping):
         assert time.monotonic() < deadline, "the command never started"
         time.sleep(0.05)  # the command's process appears: no event reaches the test

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import alive, clean_env, wait_until
+from helpers import TIME_FACTOR, alive, clean_env, wait_until
 from taskloom.process.identity import boot_id
 from taskloom.settings import db_path
 from taskloom.store import ProcessRow, SessionRow, Store
@@ -167,7 +167,7 @@ async def race(
         for _ in range(2)
     ]
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 * TIME_FACTOR
         while not all(blocked_reading_stdin(p.pid, read_nr) for p in procs):
             assert all(p.returncode is None for p in procs), "a resume ended before its prompt"
             assert time.monotonic() < deadline, "the resumes never waited for their prompt"

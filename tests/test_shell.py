@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import alive, file_contains, wait_until
+from helpers import TIME_FACTOR, alive, file_contains, wait_until
 from taskloom.errors import OutputError
 from taskloom.process.kill import find_tree
 from taskloom.tasks.runtime import TaskRuntime
@@ -49,7 +49,7 @@ async def test_auto_background_keeps_output_and_notifies_completion() -> None:
     async with TaskRuntime() as rt:
         started = time.monotonic()
         out = await run_shell(rt, "sleep 3; echo done", timeout=1.0, auto_background=True)
-        assert 0.9 < time.monotonic() - started < 2.5
+        assert 0.9 < time.monotonic() - started < 1.0 + 1.5 * TIME_FACTOR
         assert out.backgrounded and out.timed_out and out.status == "running"
         state = await rt.wait(out.task_id, timeout=10)
         assert state.status == TaskStatus.COMPLETED

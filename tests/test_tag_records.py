@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TIME_FACTOR, alive, wait_until
+from helpers import alive, wait_until
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.registry import ProcessRecorder, recorded_tag
 from taskloom.process.spawn import TASK_ENV
@@ -274,7 +274,7 @@ async def test_a_guard_sweeps_its_session_the_moment_it_dies_and_not_after_a_bye
         session.wait(timeout=10)
         if end == "killed":
             # The guard kills what holds the directory, removes it, forgets the record, exits.
-            await wait_until(lambda: not alive(guard_pid), 10 * TIME_FACTOR, "the guard")
+            await wait_until(lambda: not alive(guard_pid), 10, "the guard")
             assert not alive(held_pid) and not owned.exists()
             check = Store(db_path(), reserve_bytes=0)
             try:

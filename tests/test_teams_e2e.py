@@ -14,7 +14,7 @@ import pytest
 
 from coordinator_scenario import system_text, texts
 from fake_servers import FakeAnthropicServer
-from helpers import clean_env, run_processes
+from helpers import TIME_FACTOR, clean_env, run_processes
 from team_scenario import FINAL, TEAM, TeamScript, events_of, team_argv
 
 pytestmark = pytest.mark.e2e
@@ -93,7 +93,8 @@ def test_a_lead_that_ends_with_idle_teammates_ends_the_run(tmp_path: Path) -> No
     proc, elapsed = _run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr
     assert events_of(proc.stdout)[-1]["result"] == "Both reported; leaving them idle."
-    assert elapsed < 2.0  # its idle teammates stopped and its team removed, then it exits
+    # Its idle teammates stopped and its team removed, then it exits.
+    assert elapsed < 2.0 * TIME_FACTOR
     assert _teams(tmp_path) == []
 
 
@@ -263,7 +264,7 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
             # was recorded, the resumed lead would make it again (and sleep a minute).
             return bool(run_processes(lambda p: "sleep 60" in " ".join(p.info["cmdline"] or [])))
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * TIME_FACTOR
         # The store and the process table give no event another process could wait on.
         while undelivered() < 2 or not in_its_command():
             assert time.monotonic() < deadline, (

@@ -26,7 +26,7 @@ import pytest
 import tmux_driver
 from coordinator_scenario import system_text, texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
-from helpers import clean_env, harness, main_context, run_processes, wait_until
+from helpers import TIME_FACTOR, clean_env, harness, main_context, run_processes, wait_until
 from taskloom.tasks.teammate import TeammateTaskState
 from taskloom.teams.protocol import wrap
 from team_scenario import FINAL, TEAM, TeamScript, events_of, team_argv
@@ -377,7 +377,7 @@ async def test_a_killed_teammate_process_is_seen_within_1_s_and_the_other_goes_o
             os.kill(alice.pid, signal.SIGKILL)
             killed = time.monotonic()
             assert await mailbox.wait(5.0, h.session_id, "notification")
-            assert time.monotonic() - killed < 1.0
+            assert time.monotonic() - killed < 1.0 * TIME_FACTOR
             (note,) = h.runtime.notifications.pending(h.session_id)
             assert note.task_id == alice.id and "<status>failed</status>" in note.text
             # How it ended, read while its process was a zombie (tmux may not record it).
@@ -428,7 +428,8 @@ def test_a_killed_lead_s_teammates_stop_within_2_s_and_leave_nothing(
             lead.send_signal(signal.SIGKILL)
             lead.wait(10)
             killed = time.monotonic()
-            alive = tmux_driver.wait_processes(mates, timeout=2.0)  # ended (reaped or not)
+            # Ended (reaped or not).
+            alive = tmux_driver.wait_processes(mates, timeout=2.0 * TIME_FACTOR)
             assert not alive, f"still running {time.monotonic() - killed:.2f} s later: {alive}"
         finally:
             if lead.poll() is None:
@@ -441,7 +442,7 @@ def test_a_killed_lead_s_teammates_stop_within_2_s_and_leave_nothing(
     assert [p for p in ours if p.pid != tmux.pid] == []  # the test's tmux server aside
     # Nor what they started; and their panes closed with them (nobody would read them).
     assert run_processes(lambda p: job in " ".join(p.info.get("cmdline") or [])) == []
-    await_panes = time.monotonic() + 5
+    await_panes = time.monotonic() + 5 * TIME_FACTOR
     while _panes(tmux):  # tmux closes a pane a moment after its command ended: no event
         assert time.monotonic() < await_panes, _panes(tmux)
         time.sleep(0.05)
@@ -599,7 +600,7 @@ def test_a_pane_teammates_permission_request_is_asked_in_the_lead_s_repl(
     assert not target.exists()
     pane.wait_for("1 yes ·")  # its answer keys work now
     pane.send_keys("1")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * TIME_FACTOR
     while not target.exists():
         assert time.monotonic() < deadline, pane.capture()
         time.sleep(0.05)  # the file appears when alice's call runs: no event reaches the test

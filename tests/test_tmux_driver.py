@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import TIME_FACTOR
 from tmux_driver import (
     TMUX,
     TmuxServer,
@@ -156,7 +157,7 @@ def test_wait_for_timeout_shows_pattern_and_screen(tmux: TmuxServer, tmp_path: P
     start = time.monotonic()
     with pytest.raises(AssertionError) as info:
         pane.wait_for("never shown", timeout=0.2)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 2 * TIME_FACTOR
     message = str(info.value)
     assert "'never shown'" in message
     assert "timed out after 0.2s" in message
@@ -171,7 +172,7 @@ def test_wait_for_fails_at_once_when_the_program_exits(tmux: TmuxServer, tmp_pat
     start = time.monotonic()
     with pytest.raises(AssertionError, match=r"exited \(status 4\)[\s\S]*\| bye"):
         pane.wait_for("never shown", timeout=30)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 5 * TIME_FACTOR
 
 
 CLEAR_ON_ENTER = """

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from helpers import alive
+from helpers import TIME_FACTOR, alive
 from taskloom.process.identity import process_start_time, zombie_status
 from taskloom.process.watch import describe_status, wait_exit
 
@@ -28,7 +28,7 @@ async def test_the_end_of_a_process_that_is_not_our_child_is_seen_at_once() -> N
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         await asyncio.wait_for(watcher, 5)
-        assert time.monotonic() - killed < 0.5
+        assert time.monotonic() - killed < 0.5 * TIME_FACTOR
     finally:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)

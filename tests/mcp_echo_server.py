@@ -50,8 +50,12 @@ def cwd() -> str:
 
 
 @server.tool()
-async def sleep(seconds: float) -> str:
-    """Sleep, then say so."""
+async def sleep(seconds: float, started: str = "") -> str:
+    """Sleep, then say so; first create the file ``started`` if one is named (the test's event
+    for "the call is in the server's hands")."""
+    if started:
+        with open(started, "w"):
+            pass
     await asyncio.sleep(seconds)
     return "slept"
 

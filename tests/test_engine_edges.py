@@ -160,7 +160,17 @@ async def test_resume_after_an_interrupted_call_records_the_repair(home: Path) -
     ]
 
 
-TRAPPED = "trap '' TERM; echo armed; while :; do sleep 0.1; done"
+# Survives TERM (the kill must escalate), and says it got it: the test's event for "the kill's
+# TERM grace has begun".
+TRAPPED = "trap 'echo termed' TERM; echo armed; while :; do sleep 0.1; done"
+
+
+def _wait_for_output(path: str, text: bytes) -> None:
+    """Wait (bounded) for ``text`` in a command's output file: another process writes it."""
+    deadline = time.monotonic() + 10 * TIME_FACTOR
+    while text not in Path(path).read_bytes():
+        assert time.monotonic() < deadline, f"no {text!r} in {path}"
+        time.sleep(0.01)
 
 
 @pytest.mark.e2e
@@ -203,13 +213,10 @@ def test_two_interrupts_still_clean_up(tmp_path: Path) -> None:
         if event["type"] == "assistant" and "waiting" in json.dumps(event["message"]):
             break
     assert output_file is not None
-    deadline = time.monotonic() + 10
-    while b"armed" not in Path(output_file).read_bytes():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    _wait_for_output(output_file, b"armed")
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)  # the second interrupt lands inside the TERM grace period on purpose
-    proc.send_signal(signal.SIGINT)
+    _wait_for_output(output_file, b"termed")
+    proc.send_signal(signal.SIGINT)  # inside the TERM grace period, on purpose
     assert proc.wait(timeout=30) == 128 + signal.SIGINT
     proc.stdout.close()
     # The autouse fixture fails this test if the trapped loop survived.

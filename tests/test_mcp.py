@@ -286,8 +286,11 @@ async def test_call_timeout_abandons_the_call_only(tmp_path: Path) -> None:
 async def test_close_answers_calls_in_flight(tmp_path: Path) -> None:
     mgr = McpManager({"echo": ECHO})
     await mgr.start()
-    pending = asyncio.create_task(mgr.call("echo", "sleep", {"seconds": 30}))
-    await asyncio.sleep(0.2)
+    in_flight = tmp_path / "in-flight"
+    pending = asyncio.create_task(
+        mgr.call("echo", "sleep", {"seconds": 30, "started": str(in_flight)})
+    )
+    await wait_until(in_flight.exists, what="the call to reach the server")
     started = time.monotonic()
     await mgr.aclose()
     result = await asyncio.wait_for(pending, 5)

@@ -40,13 +40,16 @@ def test_process_identity_ignores_wall_clock_steps(monkeypatch: pytest.MonkeyPat
 async def test_cancelling_close_does_not_cut_the_cleanup_short() -> None:
     rt = TaskRuntime(kill_grace=1.0)
     await rt.start()
+    # It survives TERM (the kill must escalate), and says it got it: the grace has begun.
     out = await run_shell(
-        rt, "trap '' TERM; echo armed; while :; do sleep 0.05; done", run_in_background=True
+        rt,
+        "trap 'echo termed' TERM; echo armed; while :; do sleep 0.05; done",
+        run_in_background=True,
     )
     await wait_until(file_contains(out.output_file, "armed"), what="trap installed")
     closing = asyncio.create_task(rt.close())
-    await asyncio.sleep(0.2)  # inside the TERM grace period
-    closing.cancel()
+    await wait_until(file_contains(out.output_file, "termed"), what="the close's TERM")
+    closing.cancel()  # inside the TERM grace period
     with pytest.raises(asyncio.CancelledError):
         await closing
     assert find_tree(None, tag=out.task_id)[0] == []

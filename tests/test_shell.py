@@ -232,23 +232,29 @@ async def test_output_cap_stops_a_runaway_command() -> None:
 
 
 async def test_hundred_shells_finishing_together_give_one_batch_of_100(tmp_path: Path) -> None:
+    # Each command waits for a line of its own on a pipe (a wait that costs nothing, where a
+    # hundred polling loops would keep both cores busy starting sleeps); the test holds the
+    # pipe open, so that none sees its end, and sends all the lines at once.
     go = tmp_path / "go"
-    async with TaskRuntime() as rt:
-        outs = [
-            await run_shell(
-                rt, f"while [ ! -e {go} ]; do sleep 0.01; done; echo {i}", run_in_background=True
-            )
-            for i in range(100)
-        ]
-        go.touch()  # every command exits within ~10 ms of this
-        states = await asyncio.gather(*(rt.wait(o.task_id, timeout=30) for o in outs))
-        assert {s.status for s in states} == {TaskStatus.COMPLETED}
-        ends = [s.end_time for s in states]
-        assert max(ends) - min(ends) < 1.0  # type: ignore[operator]
-        batch = rt.drain()
-        assert len(batch) == 100
-        assert {n.task_id for n in batch} == {o.task_id for o in outs}
-        assert rt.drain() == []
+    os.mkfifo(go)
+    gate = os.open(go, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        async with TaskRuntime() as rt:
+            outs = [
+                await run_shell(rt, f"read line < {go}; echo {i}", run_in_background=True)
+                for i in range(100)
+            ]
+            os.write(gate, b"go\n" * 100)  # every command exits within ~10 ms of this
+            states = await asyncio.gather(*(rt.wait(o.task_id, timeout=30) for o in outs))
+            assert {s.status for s in states} == {TaskStatus.COMPLETED}
+            ends = [s.end_time for s in states]
+            assert max(ends) - min(ends) < 1.0  # type: ignore[operator]
+            batch = rt.drain()
+            assert len(batch) == 100
+            assert {n.task_id for n in batch} == {o.task_id for o in outs}
+            assert rt.drain() == []
+    finally:
+        os.close(gate)
 
 
 async def test_kill_shells_for_agent_only_touches_that_agents_shells() -> None:

@@ -374,7 +374,9 @@ class Budgeted(Remote):
         return Turn(text="Waiting.")
 
     def _agent(self, job: str, body: dict[str, Any]) -> Turn:
-        step = ToolCall("Bash", {"command": "echo step"})
+        # Each step takes a moment, scaled as time bounds are: "stopped soon after" (a count of
+        # requests) then allows the stop as long on a loaded machine as on an idle one.
+        step = ToolCall("Bash", {"command": f"sleep {0.2 * TIME_FACTOR:g}; echo step"})
         return Turn(tool_calls=(step,), input_tokens=990, output_tokens=10)
 
 

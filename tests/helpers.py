@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +117,8 @@ def e2e_program(argv: Any) -> str | None:
         for w in words[1:3]
     ):
         return "Ray"
+    if os.path.dirname(words[0]).startswith(tempfile.gettempdir() + os.sep):
+        return None  # a test's own stand-in (a script named tmux in its tmp_path), not the program
     return _E2E_EXECUTABLES.get(os.path.basename(words[0]))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import re
 import time
@@ -410,3 +411,16 @@ async def test_a_failed_turn_leaves_it_alive_and_idle(tmp_path: Path) -> None:
         assert unwrap(letter, "alice")["summary"] == "recovered"
         assert state(rt, task_id).error is None
         assert state(rt, task_id).result == "recovered"
+
+
+async def test_a_turn_failed_by_the_os_says_the_path_and_what_to_do(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> str:
+        raise PermissionError(errno.EACCES, "Permission denied", "/srv/shared/notes")
+
+    model = Model(respond)
+    async with TaskRuntime() as rt:
+        _, _, task_id = await spawn(rt, model, tmp_path)
+        [letter] = await lead_mail(rt)
+        why = "/srv/shared/notes: Permission denied (check the permissions of that path)"
+        assert unwrap(letter, "alice")["summary"] == f"[turn failed: {why}]"
+        assert state(rt, task_id).error == why

@@ -155,3 +155,34 @@ def describe_os_error(exc: OSError) -> str:
     text = f"{where}: {reason}" if where is not None else reason
     advice = _OS_ERROR_ADVICE.get(exc.errno or 0)
     return f"{text} ({advice})" if advice else text
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, in one line, without a label: the part of :func:`describe` after it.
+
+    For a sentence that goes on (``turn failed: ...``, ``Cannot open session X: ...``). Our
+    own errors say themselves; an OS error gets its path and what to do; anything else is a
+    bug, named by its type so that an empty or bare message (a ``KeyError``'s ``'x'``) still
+    says what happened.
+    """
+    if isinstance(exc, TaskloomError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, OSError):
+        return describe_os_error(exc)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` as the one line every front end shows: a label, then :func:`reason`.
+
+    ``API Error:`` for the model provider's, ``Error:`` for ours and the OS's (what a user
+    can meet and act on), ``Internal error:`` for anything else (a bug in taskloom).
+    """
+    if isinstance(exc, ModelError):
+        label = "API Error"
+    elif isinstance(exc, TaskloomError | OSError):
+        label = "Error"
+    else:
+        label = "Internal error"
+    return f"{label}: {reason(exc)}"

@@ -99,14 +99,13 @@ def main() -> None:
         sys.exit(main_teammate(args[1:]))
     if args and args[0] in SUBCOMMANDS:
         from taskloom.cli.commands import app  # typer is loaded only for subcommands
-        from taskloom.errors import TaskloomError, UsageError, describe_os_error
+        from taskloom.errors import TaskloomError, UsageError, describe
 
         try:
             app(args=args, prog_name="taskloom")
         except (TaskloomError, OSError) as exc:
             # One line, as in print mode: a symlinked home or a broken store is not a crash.
-            text = str(exc) if isinstance(exc, TaskloomError) else describe_os_error(exc)
-            sys.stderr.write(f"Error: {text}\n")
+            sys.stderr.write(describe(exc) + "\n")
             sys.exit(2 if isinstance(exc, UsageError) else 1)
         return
     # Start-up makes tens of thousands of objects and frees almost none: collecting them

@@ -28,12 +28,7 @@ from taskloom.cli.json_lines import fitted as _fitted
 from taskloom.cli.print_options import PrintOptions as PrintOptions  # its flags, re-exported
 from taskloom.cli.stream_output import OutputTap, TurnAccount
 from taskloom.engine import AssistantTurn, Finished, UserTurn
-from taskloom.errors import (
-    ModelError,
-    TaskloomError,
-    UsageError,
-    describe_os_error,
-)
+from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.messages import Message
 from taskloom.tasks._subscription import Subscription
@@ -208,8 +203,7 @@ async def run_print(opts: PrintOptions) -> int:
         raise
     except (TaskloomError, OSError) as exc:
         if not emitter.result_written:
-            text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-            _write_result(opts, emitter, early_result(emitter, started, f"Error: {text}"), None)
+            _write_result(opts, emitter, early_result(emitter, started, describe(exc)), None)
         raise  # main_print says it on stderr and gives the exit code
 
 
@@ -329,14 +323,8 @@ async def _run_events(
             emitter.flush_tasks()
             if not _emit_event(emitter, harness.runtime, event, run, budget_usd):
                 break
-    except ModelError as exc:
-        run.error = f"API Error: {exc}"
     except BrokenPipeError:
         raise  # the reader went away: nothing more can be reported to it
-    except TaskloomError as exc:
-        run.error = f"Error: {exc}"
-    except OSError as exc:
-        run.error = f"Error: {describe_os_error(exc)}"
     except asyncio.CancelledError:
         if not stop_requested():
             raise
@@ -344,8 +332,9 @@ async def _run_events(
         # interrupted (run_main then gives a signal's exit code).
         run.error = "interrupted"
     except Exception as exc:  # report, as a result, rather than die with a traceback
-        log.debug("the run failed", exc_info=True)
-        run.error = f"Internal error: {type(exc).__name__}: {exc}"
+        if not isinstance(exc, TaskloomError | OSError):
+            log.debug("the run failed", exc_info=True)
+        run.error = describe(exc)
     finally:
         await events.aclose()
         await _end_watch(harness, emitter, sub, pump)
@@ -555,16 +544,14 @@ def main_print(
     try:
         return run_main(lambda: runner(opts))
     except UsageError as exc:
-        return _fail(opts, f"Error: {exc}", 2)
-    except TaskloomError as exc:
-        return _fail(opts, f"Error: {exc}", 1)
+        return _fail(opts, describe(exc), 2)
     except BrokenPipeError:
         # stdout was closed by its reader (e.g. piped into head): exit quietly.
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silences the final flush
         return 1
-    except OSError as exc:
-        return _fail(opts, f"Error: {describe_os_error(exc)}", 1)
+    except (TaskloomError, OSError) as exc:
+        return _fail(opts, describe(exc), 1)
 
 
 def _fail(opts: PrintOptions, message: str, code: int) -> int:

@@ -48,7 +48,7 @@ from taskloom.cli.stream_input import (
     user_prompt,
 )
 from taskloom.cli.stream_output import replayed
-from taskloom.errors import TaskloomError, UsageError, describe_os_error
+from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
 from taskloom.messages import Message
@@ -453,8 +453,7 @@ async def run_stream(
     except (TaskloomError, OSError) as exc:
         if isinstance(exc, UsageError):
             raise
-        text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-        emitter.line(early_result(emitter, started, f"Error: {text}"))
+        emitter.line(early_result(emitter, started, describe(exc)))
         raise
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from taskloom.errors import ModelError, TaskloomError, describe_os_error
+from taskloom.errors import TaskloomError, describe
 from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.messages import Message
 from taskloom.tasks.mailbox import MESSAGES
@@ -31,11 +31,6 @@ log = logging.getLogger("taskloom.repl.app")
 #: An idle session waits this long for something to arrive before it looks again (a bound,
 #: not a poll: what arrives wakes it at once).
 _IDLE_WAIT_S = 3600.0
-
-
-def describe(exc: BaseException) -> str:
-    """``exc`` in one line for the user (an OS error with its path and what to do)."""
-    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
 
 
 class Turns:
@@ -95,7 +90,7 @@ class Turns:
                 prompt = await self._next_prompt(harness)
             except Exception as exc:  # the store failed: said, and tried again on input
                 log.debug("waiting for the next prompt failed", exc_info=True)
-                self.view.note(f"Error: {describe(exc)}", "error")
+                self.view.note(describe(exc), "error")
                 await self._typed.wait()
                 continue
             turn = self.turn = asyncio.get_running_loop().create_task(self._turn(harness, prompt))
@@ -112,8 +107,8 @@ class Turns:
                     raise
             if turn.cancelled():  # interrupted before it began: nothing was sent
                 self.view.note("Interrupted before the prompt was sent.", "warn")
-            elif turn.exception() is not None:
-                self.view.note(f"Internal error: {turn.exception()!r}", "error")
+            elif (error := turn.exception()) is not None:
+                self.view.note(describe(error), "error")
             self._interrupting = False
             self._redraw()
 
@@ -163,15 +158,12 @@ class Turns:
             try:
                 harness.session.recorder.interrupted()
             except (TaskloomError, OSError) as exc:
-                self.view.note(f"Error: {describe(exc)}", "error")
+                self.view.note(describe(exc), "error")
             self.view.note("Interrupted by the user: the model is told so next turn.", "warn")
-        except ModelError as exc:
-            self._failed(harness, f"API Error: {exc}")
-        except (TaskloomError, OSError) as exc:
-            self._failed(harness, f"Error: {describe(exc)}")
         except Exception as exc:  # shown, not a crash: the session goes on
-            log.debug("the turn failed", exc_info=True)
-            self._failed(harness, f"Internal error: {type(exc).__name__}: {exc}")
+            if not isinstance(exc, TaskloomError | OSError):
+                log.debug("the turn failed", exc_info=True)
+            self._failed(harness, describe(exc))
         finally:
             self._interrupting = False
             with contextlib.suppress(Exception):

@@ -31,14 +31,14 @@ from prompt_toolkit.formatted_text import FormattedText
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.shortcuts import print_formatted_text
 
-from taskloom.errors import TaskloomError
+from taskloom.errors import TaskloomError, describe, reason
 from taskloom.harness import Harness
 from taskloom.messages import TextBlock, ToolUseBlock
 from taskloom.models.base import MessageComplete, ModelRequest, TextDelta
 from taskloom.models.pricing import UsageLedger
 from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
-from taskloom.repl._turns import Turns, describe
+from taskloom.repl._turns import Turns
 from taskloom.repl.asks import ARM_S, Ask, PermissionAsks, save_allow_rule
 from taskloom.repl.commands import run_command
 from taskloom.repl.keys import key_bindings
@@ -213,7 +213,7 @@ class Repl:
         try:
             await self._open(options)
         except (TaskloomError, OSError) as exc:
-            self.say(f"Cannot open session {resume}: {describe(exc)}", "error")
+            self.say(f"Cannot open session {resume}: {reason(exc)}", "error")
             await self._open(dataclasses.replace(options, resume=old.session_id))
             return
         if resume is None:
@@ -268,7 +268,7 @@ class Repl:
         try:
             await self._open(self.options)
         except (TaskloomError, OSError) as exc:
-            print_formatted_text(FormattedText([("class:error", f"Error: {describe(exc)}")]))
+            print_formatted_text(FormattedText([("class:error", describe(exc))]))
             return 1
         if not gc.isenabled():  # the CLI held collection off for the start-up (see cli/app.py)
             gc.freeze()
@@ -378,7 +378,7 @@ class Repl:
             await run_command(self, line)
         except Exception as exc:  # a command's failure is shown, the session goes on
             log.debug("command failed", exc_info=True)
-            self.say(f"{line.split()[0]}: {describe(exc)}", "error")
+            self.say(f"{line.split()[0]}: {reason(exc)}", "error")
         self.redraw()
 
     def allow(self, always: bool) -> None:
@@ -392,7 +392,7 @@ class Repl:
                 self.harness.policy.add_rule(parse_rule(ask.rule, "allow", str(path)))
                 self.say(f"Allowed from now on: {ask.rule} (saved in {path})")
             except (TaskloomError, OSError) as exc:
-                self.say(f"The rule was not saved: {describe(exc)}; allowed once", "error")
+                self.say(f"The rule was not saved: {reason(exc)}; allowed once", "error")
         self.asks.answer(PromptAnswer(allow=True))
 
     def deny(self, reason: str, *, interrupt: bool = False) -> None:

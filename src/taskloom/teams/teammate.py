@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom._aio import finish_despite_cancel
 from taskloom.conversation.recorder import Recorder, StopHook
 from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
-from taskloom.errors import TaskloomError
+from taskloom.errors import reason
 from taskloom.messages import Message
 from taskloom.settings import session_dir
 from taskloom.tasks.mailbox import MESSAGES
@@ -345,7 +345,7 @@ class TeammateRun:
                 self.runtime.update(self.task_id, lambda s: ended(s, status=TaskStatus.KILLED))
             raise
         except Exception as exc:  # its loop itself broke (not a turn): it cannot go on
-            error = _describe(exc)
+            error = reason(exc)
             self.runtime.update(
                 self.task_id, lambda s: ended(s, status=TaskStatus.FAILED, error=error)
             )
@@ -361,7 +361,7 @@ class TeammateRun:
         except Exception as exc:  # a failed turn does not end it: it waits for mail again
             # Rows taken for a message that never reached the transcript are handed out again.
             self.recorder.release()
-            self._become_idle(error=_describe(exc))
+            self._become_idle(error=reason(exc))
             return
         if self._approved is None:  # an approved shutdown ends it instead of idling
             follow_up = await self._idle_hook()
@@ -510,10 +510,6 @@ class TeammateRun:
                 self.output.append("\n".join(lines) + "\n")
         totals = self._totals()
         self.runtime.update(self.task_id, lambda s: progressed(s, totals))
-
-
-def _describe(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, TaskloomError) else f"{type(exc).__name__}: {exc}"
 
 
 __all__ = ["KILL_WAIT_S", "MAIL_WAIT_S", "RECENT_LIMIT", "TeammateRun", "sidechain_path"]

@@ -1,4 +1,4 @@
-"""Small asyncio helpers for cleanup that must not be cut short."""
+"""Small asyncio helpers: cleanup that must not be cut short, and the first of several waits."""
 
 from __future__ import annotations
 
@@ -32,3 +32,19 @@ async def finish_despite_cancel(aw: Awaitable[T], on_cancel: Callable[[], None] 
     if cancelled:
         raise asyncio.CancelledError
     return result
+
+
+async def first_of(*waits: Awaitable[object], timeout: float | None = None) -> None:
+    """Wait until the first of ``waits`` ends (or ``timeout`` passes); the others are cancelled.
+
+    The others are waited for once cancelled, so that each has undone what it set up (a
+    mailbox's waiter entry, say) before this returns; what any of them raised is dropped:
+    the caller looks again at what it was waiting for.
+    """
+    futures = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(futures, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in futures:
+            future.cancel()
+        await asyncio.gather(*futures, return_exceptions=True)

@@ -48,6 +48,7 @@ from taskloom.cli.stream_input import (
     user_prompt,
 )
 from taskloom.cli.stream_output import replayed
+from taskloom.conversation.next_input import NextInput, Pending, Prompts
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
@@ -56,10 +57,6 @@ from taskloom.tasks.mailbox import MESSAGES
 from taskloom.transcript import orphan_error, orphan_results
 
 log = logging.getLogger(__name__)
-
-#: How long an idle session waits for a message before it looks again (a bound, not a poll:
-#: a prompt or a message wakes it at once).
-_IDLE_WAIT_S = 3600.0
 
 
 class StreamSession:
@@ -73,8 +70,18 @@ class StreamSession:
         self.harness = harness
         self.emitter = emitter
         self.channel = channel
-        #: The prompts to run, with the number of the stdin line each came on; None ends.
-        self.prompts: asyncio.Queue[tuple[int | None, str | Message] | None] = asyncio.Queue()
+        #: The prompts to run, with the number of the stdin line each came on; closed at the
+        #: end of the input.
+        self.prompts: Prompts[tuple[int | None, str | Message]] = Prompts()
+        #: What starts a turn: the program's prompts; while idle, what was sent to the main
+        #: thread (a message from an agent or another session, ``uds:``), which the engine
+        #: takes inside the turn, with no hooks run on it, so that an interrupt before it
+        #: records them hands them back (never acknowledged unseen). Not before the program's
+        #: first prompt: it starts the session.
+        self.inputs: NextInput[tuple[int | None, str | Message] | Message] = NextInput(
+            self.prompts,
+            Pending(harness.runtime.mailbox, harness.session_id, MESSAGES, when=self._ran),
+        )
         self.turn: asyncio.Task[dict[str, Any]] | None = None
         self.last: dict[str, Any] | None = None
         #: A signal came: the running turn ends with its result and no other starts.
@@ -96,7 +103,7 @@ class StreamSession:
                 line = pending.pop(0) if pending else await reader.lines.get()
             # Nothing can answer a request of ours any more: those waiting fail now.
             self.channel.close("the program closed its input; nobody can answer")
-            await self.prompts.put(None)  # no more turns: the worker ends after the queued
+            self.prompts.close()  # no more turns: the worker ends after the queued
             await asyncio.shield(worker)
         except asyncio.CancelledError:
             # A signal: a running turn stops and reports it in its result; an idle session
@@ -140,7 +147,7 @@ class StreamSession:
             prompt = user_prompt(message)
             if self.opts.replay_user_messages:
                 self.emitter.line(replayed(message))
-            await self.prompts.put((number, prompt))
+            self.prompts.put((number, prompt))
         elif kind == "control_request":
             await self._answer(message, number)
         elif kind == "control_response":
@@ -152,31 +159,14 @@ class StreamSession:
 
     # -- turns --------------------------------------------------------------------------------
 
-    async def _next_prompt(self) -> tuple[int | None, str | Message] | None:
-        """The next prompt: the program's, or — while idle — what was sent to the main thread.
+    def _ran(self) -> bool:
+        """Whether a turn has run (the program's first prompt started the session)."""
+        return self.last is not None
 
-        A message from an agent or another session (``uds:``) wakes an idle session at once:
-        it starts a turn of its own, as a prompt would, with no hooks run on it.
-        """
-        me, mailbox = self.harness.session_id, self.harness.runtime.mailbox
-        while True:
-            if not self.prompts.empty():
-                return self.prompts.get_nowait()
-            if self.last is not None and mailbox.has_pending(me, MESSAGES):
-                # An empty prompt: the engine takes the messages itself, inside the turn, so
-                # an interrupt before it records them hands them back (never acknowledged
-                # unseen). Not before the program's first prompt: it starts the session.
-                return None, Message(role="user", content=[])
-            prompt = asyncio.ensure_future(self.prompts.get())
-            mail = asyncio.ensure_future(mailbox.wait(_IDLE_WAIT_S, me, MESSAGES))
-            try:
-                await asyncio.wait([prompt, mail], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                mail.cancel()
-                # A get() cancelled before it ran leaves its line in the queue: not lost.
-                prompt.cancel()
-            if prompt.done() and not prompt.cancelled():
-                return prompt.result()
+    async def _next_prompt(self) -> tuple[int | None, str | Message] | None:
+        """The next prompt and the stdin line it came on (None for mail); None at the end."""
+        item = await self.inputs()
+        return (None, item) if isinstance(item, Message) else item
 
     async def _run_turns(self) -> None:
         while not self.stopping and (item := await self._next_prompt()) is not None:

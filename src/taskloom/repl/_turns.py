@@ -9,13 +9,13 @@ message starts a turn by itself. What a turn says goes to the transcript view; a
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from taskloom.conversation.next_input import IDLE_WAIT_S, NextInput, Pending, Prompts
 from taskloom.errors import TaskloomError, describe
 from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.messages import Message
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
 
 # The REPL's logger: what goes wrong in a turn is the REPL's to report, as before the split.
 log = logging.getLogger("taskloom.repl.app")
-
-#: An idle session waits this long for something to arrive before it looks again (a bound,
-#: not a poll: what arrives wakes it at once).
-_IDLE_WAIT_S = 3600.0
 
 
 class Turns:
@@ -44,9 +40,8 @@ class Turns:
     def __init__(self, view: TranscriptView, redraw: Callable[[], None]) -> None:
         self.view = view
         self._redraw = redraw
-        #: Prompts typed, waiting for their turn (a deque: one is taken only when it runs).
-        self.prompts: collections.deque[str] = collections.deque()
-        self._typed = asyncio.Event()
+        #: Prompts typed, waiting for their turn (one is taken only when it runs).
+        self.prompts: Prompts[str] = Prompts()
         #: The running turn, or the last one.
         self.turn: asyncio.Task[None] | None = None
         self._interrupting = False
@@ -64,8 +59,7 @@ class Turns:
 
     def queue(self, prompt: str) -> None:
         """Send ``prompt`` once the turns before it have run."""
-        self.prompts.append(prompt)
-        self._typed.set()
+        self.prompts.put(prompt)
 
     def interrupt(self) -> bool:
         """Stop the running turn; whether there was one."""
@@ -84,15 +78,24 @@ class Turns:
                 await self.turn
 
     async def serve(self, harness: Harness) -> None:
-        """Run ``harness``'s turns, one at a time, until cancelled (the session closes)."""
+        """Run ``harness``'s turns, one at a time, until cancelled (the session closes).
+
+        While idle, the session's notifications and messages start a turn too: the engine
+        takes them inside it, so an interrupt before they are recorded gives them back.
+        """
+        me = harness.session_id
+        inputs: NextInput[str | Message] = NextInput(
+            self.prompts, Pending(harness.runtime.mailbox, me, ("notification", *MESSAGES))
+        )
         while True:
             try:
-                prompt = await self._next_prompt(harness)
+                prompt = await inputs()
             except Exception as exc:  # the store failed: said, and tried again on input
                 log.debug("waiting for the next prompt failed", exc_info=True)
                 self.view.note(describe(exc), "error")
-                await self._typed.wait()
+                await self.prompts.wait(IDLE_WAIT_S)
                 continue
+            assert prompt is not None  # typed prompts never end: the session is closed
             turn = self.turn = asyncio.get_running_loop().create_task(self._turn(harness, prompt))
             try:
                 await asyncio.shield(turn)
@@ -111,25 +114,6 @@ class Turns:
                 self.view.note(describe(error), "error")
             self._interrupting = False
             self._redraw()
-
-    async def _next_prompt(self, harness: Harness) -> str | Message:
-        """The user's next prompt, or (while idle) an empty one for what arrived."""
-        me, runtime = harness.session_id, harness.runtime
-        while True:
-            self._typed.clear()
-            if self.prompts:
-                return self.prompts.popleft()
-            if runtime.notifications.has_pending(me) or runtime.mailbox.has_pending(me, MESSAGES):
-                # The engine takes what waits itself, inside the turn: an interrupt before it
-                # is recorded gives it back, never acknowledged unseen.
-                return Message(role="user", content=[])
-            typed = asyncio.ensure_future(self._typed.wait())
-            change = asyncio.ensure_future(runtime.wait_for_change(_IDLE_WAIT_S, me, messages=True))
-            try:
-                await asyncio.wait([typed, change], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                change.cancel()
-                typed.cancel()
 
     async def _turn(self, harness: Harness, prompt: str | Message) -> None:
         if isinstance(prompt, str):

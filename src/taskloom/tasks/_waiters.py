@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from taskloom._aio import first_of
 from taskloom.tasks.mailbox import Kinds, Mailbox
 from taskloom.tasks.types import TaskState
 
@@ -66,12 +67,4 @@ class EndWaiters:
         if mailbox.has_pending(owner, kind):
             return
         self._any_ended.clear()
-        pending = asyncio.ensure_future(mailbox.wait(timeout, owner, kind))
-        ended = asyncio.ensure_future(self._any_ended.wait())
-        try:
-            await asyncio.wait(
-                [pending, ended], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            pending.cancel()
-            ended.cancel()
+        await first_of(mailbox.wait(timeout, owner, kind), self._any_ended.wait(), timeout=timeout)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom.conversation.next_input import NextInput, Pending, Taken
 from taskloom.conversation.recorder import Recorder, StopHook
 from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
 from taskloom.errors import reason
@@ -170,6 +171,13 @@ class TeammateRun:
         self._ender: asyncio.Task[None] | None = None
         #: Called when a message approving its plan is taken (see :meth:`_hold`).
         self.on_plan_approved: Callable[[], None] | None = None
+        #: What starts its next turn: its messages and the lead's protocol rows (taken as its
+        #: prompt), then its own tasks' notifications (which the engine takes in the turn).
+        self._inputs: NextInput[str | Message] = NextInput(
+            Taken(self.mailbox, agent_id, MESSAGES, self._hold),
+            Pending(runtime.mailbox, task_id, "notification"),
+            idle_wait_s=MAIL_WAIT_S,
+        )
 
     @property
     def is_idle(self) -> bool:
@@ -408,30 +416,9 @@ class TeammateRun:
 
     async def _next_input(self) -> str | Message:
         """Wait, idle, for what starts its next turn: messages, or news of its own tasks."""
-        mailbox = self.mailbox
-        while True:
-            letters = mailbox.take(self.agent_id, MESSAGES)
-            if letters:
-                self._hold(letters)
-                return "\n\n".join(letter.body for letter in letters)
-            if self.runtime.notifications.has_pending(self.task_id):
-                # An empty prompt: the engine makes its pending notifications the prompt.
-                return Message(role="user", content=[])
-            await self._wait_for_mail()
-
-    async def _wait_for_mail(self) -> None:
-        waits = [
-            asyncio.ensure_future(self.mailbox.wait(MAIL_WAIT_S, self.agent_id, MESSAGES)),
-            asyncio.ensure_future(
-                self.runtime.mailbox.wait(MAIL_WAIT_S, self.task_id, "notification")
-            ),
-        ]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+        turn = await self._inputs()
+        assert turn is not None  # it has no input that ends: only its end stops the wait
+        return turn
 
     def _open_files(self) -> None:
         self.recorder.open()

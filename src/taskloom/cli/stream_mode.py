@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -49,6 +50,7 @@ from taskloom.cli.stream_input import (
 )
 from taskloom.cli.stream_output import replayed
 from taskloom.conversation.next_input import NextInput, Pending, Prompts
+from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
@@ -82,7 +84,8 @@ class StreamSession:
             self.prompts,
             Pending(harness.runtime.mailbox, harness.session_id, MESSAGES, when=self._ran),
         )
-        self.turn: asyncio.Task[dict[str, Any]] | None = None
+        #: Runs the turns, one at a time; an ``interrupt`` request cuts the running one short.
+        self.driver: TurnDriver[dict[str, Any]] = TurnDriver()
         self.last: dict[str, Any] | None = None
         #: A signal came: the running turn ends with its result and no other starts.
         self.stopping = False
@@ -109,8 +112,8 @@ class StreamSession:
             # A signal: a running turn stops and reports it in its result; an idle session
             # just ends. The signal's exit code follows.
             self.stopping = True
-            if self.turn is not None and not self.turn.done():
-                self.turn.cancel()
+            if self.driver.busy:
+                self.driver.interrupt()
             else:
                 worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -175,30 +178,12 @@ class StreamSession:
                 continue
             started = time.monotonic()
             self.emitter.line(init_event(self.harness))
-            self.turn = asyncio.get_running_loop().create_task(
-                run_turn(
-                    self.harness,
-                    self.emitter,
-                    prompt,
-                    started,
-                    budget_usd=self.opts.max_budget_usd,
-                )
+            turn = run_turn(
+                self.harness, self.emitter, prompt, started, budget_usd=self.opts.max_budget_usd
             )
-            try:
-                result = await asyncio.shield(self.turn)
-            except asyncio.CancelledError:
-                # The turn was interrupted, or this worker stopped by a signal: either way
-                # the turn gets its result; only a stopped worker takes no more prompts.
-                stopping = bool(current_task_cancelling())
-                try:
-                    result = await self.turn
-                except asyncio.CancelledError:  # cancelled again while it cleaned up
-                    result = early_result(self.emitter, started, "interrupted")
-                self._finish_turn(result)
-                if stopping:
-                    raise
-                continue
-            self._finish_turn(result)
+            # Interrupted, or this worker stopped by a signal: either way the turn gets its
+            # result (run_turn reports a stop as "interrupted"); a stopped worker then goes.
+            await self.driver.run(turn, functools.partial(self._ended, started))
 
     def _may_start(self, number: int | None, prompt: str | Message) -> bool:
         """Whether ``prompt`` may start a turn now; one that may not is reported and dropped.
@@ -214,8 +199,15 @@ class StreamSession:
                 return False
         return True
 
+    def _ended(self, started: float, end: TurnEnd[dict[str, Any]]) -> None:
+        if end.error is not None:
+            raise end.error  # not a turn's error (those are in its result): the session's
+        result = end.result
+        if result is None:  # cancelled before it began, or again while it cleaned up
+            result = early_result(self.emitter, started, "interrupted")
+        self._finish_turn(result)
+
     def _finish_turn(self, result: dict[str, Any]) -> None:
-        self.turn = None
         if result["subtype"] != "success":
             # A turn cut short left tool calls unanswered: the next one must start valid.
             self.harness.session.recorder.repair()
@@ -279,8 +271,7 @@ class StreamSession:
         }
 
     async def _interrupt(self, request: dict[str, Any]) -> dict[str, Any]:
-        if self.turn is not None and not self.turn.done():
-            self.turn.cancel()  # its result says "interrupted"; the session goes on
+        self.driver.interrupt()  # its result says "interrupted"; the session goes on
         return {}
 
     async def _set_permission_mode(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -309,12 +300,6 @@ _HANDLERS = {
     "mcp_status": StreamSession._mcp_status,
     "stop_task": StreamSession._stop_task,
 }
-
-
-def current_task_cancelling() -> int:
-    """How many cancellations of the running task are pending (0 outside a task)."""
-    task = asyncio.current_task()
-    return task.cancelling() if task is not None else 0
 
 
 def report(number: int | None, why: str) -> None:

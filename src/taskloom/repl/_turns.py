@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from taskloom.conversation.next_input import IDLE_WAIT_S, NextInput, Pending, Prompts
+from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, describe
 from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.messages import Message
@@ -42,20 +43,18 @@ class Turns:
         self._redraw = redraw
         #: Prompts typed, waiting for their turn (one is taken only when it runs).
         self.prompts: Prompts[str] = Prompts()
-        #: The running turn, or the last one.
-        self.turn: asyncio.Task[None] | None = None
-        self._interrupting = False
-        self._started = 0.0
+        #: Runs the turns, one at a time; Esc and Ctrl+C cut the running one short.
+        self.driver: TurnDriver[None] = TurnDriver()
 
     @property
     def busy(self) -> bool:
         """Whether a turn is running."""
-        return self.turn is not None and not self.turn.done()
+        return self.driver.busy
 
     @property
     def seconds(self) -> int:
         """How long the running turn has run."""
-        return int(time.monotonic() - self._started)
+        return int(time.monotonic() - self.driver.started)
 
     def queue(self, prompt: str) -> None:
         """Send ``prompt`` once the turns before it have run."""
@@ -63,19 +62,11 @@ class Turns:
 
     def interrupt(self) -> bool:
         """Stop the running turn; whether there was one."""
-        if not self.busy or self._interrupting:
-            return False
-        assert self.turn is not None
-        self._interrupting = True
-        self.turn.cancel()
-        return True
+        return self.driver.interrupt()
 
     async def stop(self) -> None:
         """Cancel the running turn, if any, and wait for it to end."""
-        if self.turn is not None and not self.turn.done():
-            self.turn.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.turn
+        await self.driver.stop()
 
     async def serve(self, harness: Harness) -> None:
         """Run ``harness``'s turns, one at a time, until cancelled (the session closes).
@@ -96,29 +87,20 @@ class Turns:
                 await self.prompts.wait(IDLE_WAIT_S)
                 continue
             assert prompt is not None  # typed prompts never end: the session is closed
-            turn = self.turn = asyncio.get_running_loop().create_task(self._turn(harness, prompt))
-            try:
-                await asyncio.shield(turn)
-            except asyncio.CancelledError:
-                worker = asyncio.current_task()
-                if worker is not None and worker.cancelling():
-                    # This worker is stopped (exit, switch): the turn goes with it.
-                    if not turn.done():
-                        turn.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await turn
-                    raise
-            if turn.cancelled():  # interrupted before it began: nothing was sent
-                self.view.note("Interrupted before the prompt was sent.", "warn")
-            elif (error := turn.exception()) is not None:
-                self.view.note(describe(error), "error")
-            self._interrupting = False
-            self._redraw()
+            await self.driver.run(self._turn(harness, prompt), self._ended)
+
+    def _ended(self, end: TurnEnd[None]) -> None:
+        if end.stopped:
+            return  # this worker is stopped (exit, switch): the turn went with it
+        if end.cancelled:  # interrupted before it began: nothing was sent
+            self.view.note("Interrupted before the prompt was sent.", "warn")
+        elif end.error is not None:
+            self.view.note(describe(end.error), "error")
+        self._redraw()
 
     async def _turn(self, harness: Harness, prompt: str | Message) -> None:
         if isinstance(prompt, str):
             self.view.prompt(prompt)
-        self._started = time.monotonic()
         self._redraw()
         events = harness.run(prompt)
         try:
@@ -133,11 +115,8 @@ class Turns:
                     self.view.note("Stopped at the turn limit (--max-turns).", "warn")
                 self._redraw()
         except asyncio.CancelledError:
-            if not self._interrupting:
+            if not self.driver.interrupted():
                 raise
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
             self.view.flush()
             try:
                 harness.session.recorder.interrupted()
@@ -149,7 +128,6 @@ class Turns:
                 log.debug("the turn failed", exc_info=True)
             self._failed(harness, describe(exc))
         finally:
-            self._interrupting = False
             with contextlib.suppress(Exception):
                 await events.aclose()
             self.view.flush()

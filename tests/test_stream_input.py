@@ -16,11 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
-from helpers import alive, clean_env, run_processes
+from helpers import TIME_FACTOR, alive, clean_env, run_processes
 from read_files import png
+from taskloom.settings import db_path
+from taskloom.store import Store
+from taskloom.tasks.mailbox import Mailbox
 
 pytestmark = pytest.mark.e2e
 
@@ -375,3 +379,40 @@ def test_can_use_tool_carries_its_call_and_an_updated_input_is_what_runs(
     assert not result.get("is_error")
     assert "replaced-ran" in str(result["content"])
     assert "original-ran" not in str(result["content"])
+
+
+def test_a_message_waiting_before_the_first_prompt_leaves_the_session_idle(
+    tmp_path: Path,
+) -> None:
+    """Mail may not start a turn before the program's first prompt, and does not spin either."""
+    first = start(tmp_path, [{"text": "hi"}])
+    out, err = first.communicate(user("hello"), timeout=60)
+    assert first.returncode == 0, err
+    session_id = json.loads(out.splitlines()[-1])["session_id"]
+    # A message sent to it while no process served it: the next one finds it waiting.
+    store = Store(db_path(tmp_path / "home"))
+    try:
+        mailbox = Mailbox(store, session_id)
+        mailbox.post(
+            recipient=session_id, sender="uds:peer", kind="message", body="ping", commit=True
+        )
+    finally:
+        store.close()
+    turns = [{"text": "answered"}, {"text": "and the message"}]
+    session = Session(start(tmp_path, turns, "--resume", session_id))
+    try:
+        assert session.control("init-1", "initialize")["subtype"] == "success"  # up, idle
+        proc = psutil.Process(session.proc.pid)
+        window = 1.0 * TIME_FACTOR
+        before = sum(proc.cpu_times()[:2])
+        time.sleep(window)  # a window to measure over, not a wait for anything
+        used = sum(proc.cpu_times()[:2]) - before
+        assert used < 0.1 * window, f"{used:.2f} s of CPU in {window:.1f} s idle: a busy loop"
+        assert not [e for e in session.events if e["type"] == "result"]  # no turn of its own
+        session.send(user_line("go"))
+        assert session.result()["subtype"] == "success"
+    except BaseException:
+        session.proc.kill()  # a failed check: the session must not outlive the test
+        session.proc.wait(timeout=30)
+        raise
+    session.close()

@@ -238,8 +238,15 @@ def test_stop_task_kills_a_running_background_shell(tmp_path: Path) -> None:
     task_id = started["task_id"]
     # A headless turn goes on while a task it started runs: the request comes during it.
     session.wait_for(lambda e: e.get("subtype") == "task_updated", "the task running")
-    shells = run_processes(lambda p: "sleep 417" in " ".join(p.info.get("cmdline") or []))
-    assert shells and all(alive(p.pid) for p in shells)
+    # Running means forked: its exec (the command line the search looks for) may come later
+    # on a loaded machine, and there is no event of it to wait on.
+    deadline = time.monotonic() + 10 * TIME_FACTOR
+    while not (
+        shells := run_processes(lambda p: "sleep 417" in " ".join(p.info.get("cmdline") or []))
+    ):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.02)
+    assert all(alive(p.pid) for p in shells)
 
     response = session.control("stop-1", "stop_task", task_id=task_id)
 

@@ -260,6 +260,7 @@ class Harness:
             hooks=hooks, tools=self._subagent_tools, max_tokens=self.max_output_tokens,
             prompter=self._prompter, observer=self._observer, coordinator=self.coordinator,
             mcp=self._mcp, mcp_config=self._mcp_config, listen_path=self.listen_path, team=team,
+            spent=self._session_spent,
         )  # fmt: skip
         place = self._place = WorktreeSession(cwd=self.cwd)
         if team is not None:
@@ -279,7 +280,7 @@ class Harness:
             runtime, opts, service, model=self._switch, tools=self.tools, cwd=self.cwd,
             settings=self.settings, max_tokens=self.max_output_tokens, policy=policy,
             hooks=hooks, place=place, prompter=self._prompter, observer=self._observer,
-            coordinator=self.coordinator, mcp=self._mcp, spent=self._session_spent,
+            coordinator=self.coordinator, mcp=self._mcp,
         )  # fmt: skip
         if self._resuming:
             self._session = Session.resume(runtime, config, persist=opts.persist_session)

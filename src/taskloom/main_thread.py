@@ -15,14 +15,14 @@ permission policy hides the tools it denies outright.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
     from taskloom.engine_config import EngineConfig
-    from taskloom.events import EngineObserver, Meter
+    from taskloom.events import EngineObserver
     from taskloom.hooks import HookConfig
     from taskloom.mcp.manager import McpManager
     from taskloom.models.base import Model
@@ -117,7 +117,6 @@ def main_config(
     observer: EngineObserver | None,
     coordinator: bool,
     mcp: McpManager | None,
-    spent: Callable[[str], None],
 ) -> EngineConfig:
     """The main thread's engine configuration.
 
@@ -137,7 +136,6 @@ def main_config(
         observer: What hears the engine.
         coordinator: The main thread only orchestrates workers.
         mcp: The session's MCP servers (a coordinator's prompt names those connected).
-        spent: Told why, once the session's budget ran out (the main thread stops).
     """
     from taskloom.engine_config import EngineConfig
     from taskloom.session import transcript_path
@@ -160,7 +158,8 @@ def main_config(
         session_id=runtime.session_id,
         transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
         observer=observer,
-        meter=_meter(service, options, settings, session_id=runtime.session_id, spent=spent),
+        # The session's budget is the spawner's (see taskloom.agents.compose.agent_service).
+        meter=service.spawner.budgets.meter(runtime.session_id),
     )
 
 
@@ -177,25 +176,6 @@ def _prompt(
     servers = mcp.status() if mcp is not None else {}
     connected = [name for name, status in servers.items() if status == "connected"]
     return coordinator_system_prompt(service.builder, cwd, connected, options.append_system_prompt)
-
-
-def _meter(
-    service: AgentService,
-    options: Options,
-    settings: dict[str, Any],
-    *,
-    session_id: str,
-    spent: Callable[[str], None],
-) -> Meter:
-    """The main thread's meter; the session's budget (flag, then settings) is set here."""
-    from taskloom.agents.budget import session_budget
-
-    budgets = service.spawner.budgets
-    budget = session_budget(settings, options.max_budget_tokens, options.max_budget_usd)
-    if budget:
-        budgets.limit_session(budget)
-        service.spawner.on_session_spent = spent
-    return budgets.meter(session_id)
 
 
 __all__ = ["main_config", "main_tools"]

@@ -44,6 +44,7 @@ def agent_service(
     mcp_config: dict[str, Any],
     listen_path: Path | None,
     team: TeamPort | None,
+    spent: Callable[[str], None],
 ) -> AgentService:
     """The session's subagent service.
 
@@ -64,7 +65,10 @@ def agent_service(
         mcp_config: The configuration they were started from (an agent's own servers).
         listen_path: This session's socket for other sessions, if it listens.
         team: The session's team, if any.
+        spent: Told why once the session's budget (``options``' flags, then the settings)
+            ran out: the main thread ends its run.
     """
+    from taskloom.agents.budget import session_budget
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.environment import Environments
     from taskloom.agents.loader import load_agents
@@ -100,6 +104,8 @@ def agent_service(
         coordinator=coordinator,
         listen_path=listen_path,
         teams=team,
+        session_budget=session_budget(settings, options.max_budget_tokens, options.max_budget_usd),
+        on_session_spent=spent,
     )
 
 

@@ -85,6 +85,8 @@ class Messenger:
         coordinator: bool = False,
         listen_path: Path | None = None,
         teams: TeamPort | None = None,
+        budgets: Budgets | None = None,
+        on_resumed: Callable[[AgentRun, asyncio.Task[None]], None] | None = None,
     ) -> None:
         """Deliver on ``runtime`` to the agents of ``runs`` (shared with the spawner).
 
@@ -99,6 +101,9 @@ class Messenger:
             listen_path: The socket this session listens on (``--listen``), given to other
                 sessions as the address to reply to; None when it does not listen.
             teams: The session's team: messages between its members go through it.
+            budgets: The session's budgets: a resumed agent is counted as a spawned one is.
+            on_resumed: Told of each resumed run and its driver (the spawner watches it as
+                it watches a spawned one).
         """
         self.runtime = runtime
         self.builder = builder
@@ -109,10 +114,8 @@ class Messenger:
         self.listen_path = listen_path
         self.teams = teams
         self._resume_locks: dict[str, asyncio.Lock] = {}
-        #: The session's budgets, and who watches a resumed run (the spawner's, set by the
-        #: service): a resumed agent is counted and watched as a spawned one is.
-        self.budgets: Budgets | None = None
-        self.on_resumed: Callable[[AgentRun, asyncio.Task[None]], None] | None = None
+        self.budgets = budgets
+        self.on_resumed = on_resumed
 
     # -- addresses ----------------------------------------------------------------------------
 

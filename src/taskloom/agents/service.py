@@ -21,8 +21,10 @@ from taskloom.agents.spawn_request import SpawnRequest, SpawnResult
 from taskloom.agents.spawner import Spawner
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
+    from taskloom.agents.budget import Budget
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
@@ -48,6 +50,8 @@ class AgentService:
         coordinator: bool = False,
         listen_path: Path | None = None,
         teams: TeamPort | None = None,
+        session_budget: Budget | None = None,
+        on_session_spent: Callable[[str], None] | None = None,
     ) -> None:
         """Serve the subagents of ``runtime``'s session.
 
@@ -62,14 +66,24 @@ class AgentService:
             listen_path: This session's socket for other sessions (``--listen``), if any.
             teams: The session's team, when teams are on: Agent with a name spawns a
                 teammate, and messages between members go through it.
+            session_budget: The whole session's budget, if it has one.
+            on_session_spent: Told why once the session's budget ran out.
         """
         self.runtime = runtime
         self.builder = builder
         self.teams = teams
         #: The runs started in this process, by agent id.
         self.runs: dict[str, AgentRun] = {}
-        self.spawner = Spawner(runtime, builder, environments, self.runs)
+        self.spawner = Spawner(
+            runtime,
+            builder,
+            environments,
+            self.runs,
+            session_budget=session_budget,
+            on_session_spent=on_session_spent,
+        )
         self.coordinator = coordinator
+        # A resumed agent is counted and watched as a spawned one is: the spawner's.
         self.messenger = Messenger(
             runtime,
             builder,
@@ -79,9 +93,9 @@ class AgentService:
             coordinator=coordinator,
             listen_path=listen_path,
             teams=teams,
+            budgets=self.spawner.budgets,
+            on_resumed=self.spawner.resumed,
         )
-        self.messenger.budgets = self.spawner.budgets
-        self.messenger.on_resumed = self.spawner.resumed
 
     @property
     def catalog(self) -> AgentCatalog:

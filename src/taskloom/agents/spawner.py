@@ -56,6 +56,9 @@ class Spawner:
         builder: AgentBuilder,
         environments: Environments,
         runs: dict[str, AgentRun],
+        *,
+        session_budget: Budget | None = None,
+        on_session_spent: Callable[[str], None] | None = None,
     ) -> None:
         """Spawn on ``runtime``, adding each run to ``runs`` (shared with the messenger).
 
@@ -64,6 +67,9 @@ class Spawner:
             builder: Configures each agent's engine.
             environments: Sets up each agent's directory, worktree and MCP servers.
             runs: The runs started in this process, by agent id.
+            session_budget: The whole session's budget (flag, then settings), if it has one.
+            on_session_spent: Told why once the session's budget ran out (the main thread
+                ends its run).
         """
         self.runtime = runtime
         self.builder = builder
@@ -72,9 +78,10 @@ class Spawner:
         #: What each agent subtree spends, against its budgets.
         self.budgets = Budgets(runtime.session_id, self._stop_saying, on_spend=self._spent)
         #: The session's remote agents (Ray is imported only when the first starts).
+        if session_budget:
+            self.budgets.limit_session(session_budget)  # before anything is spent
         self.remote = RemoteSpawner(runtime, builder, self.budgets)
-        #: Told when the session's own budget runs out (the main thread ends its run).
-        self.on_session_spent: Callable[[str], None] | None = None
+        self._on_session_spent = on_session_spent
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -401,8 +408,8 @@ class Spawner:
             # agents are stopped with it; stopping one twice is harmless).
             kinds = [TaskType.LOCAL_AGENT, TaskType.IN_PROCESS_TEAMMATE, TaskType.REMOTE_AGENT]
             live = [s.id for s in self.runtime.list(types=kinds) if not s.terminal]
-            if self.on_session_spent is not None:
-                self.on_session_spent(why)
+            if self._on_session_spent is not None:
+                self._on_session_spent(why)
             await asyncio.gather(*(self._stop_saying(a, why) for a in live), return_exceptions=True)
             return
         run = self.runs.get(agent_id)

@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"conversation"},
     {"agents", "session", "options", "remote"},
     {"teams"},
-    {"harness", "main_thread"},
+    {"harness", "main_thread", "started"},
     {"repl"},
     {"cli", "__main__", "__init__"},
 ]

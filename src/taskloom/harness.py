@@ -8,47 +8,52 @@ Print mode, the demo and library users all start here::
 
 :meth:`Harness.start` reads the settings, resolves the model, builds the permission policy,
 starts the task runtime (which claims the session) and the MCP servers, loads hooks and agent
-definitions, assembles the tools and the main session, in that order; :meth:`Harness.aclose`
-undoes it in reverse. Nothing is built anywhere else — the agents' part
-(:mod:`taskloom.agents.compose`), the team's (:mod:`taskloom.teams.compose`) and the main
-thread's configuration (:mod:`taskloom.main_thread`) are put together by their own modules,
-called from here — and nothing changes another part's configuration after it was built.
+definitions, assembles the tools and the main session, in that order; what it built is one
+:class:`Started`, and :meth:`Harness.aclose` undoes it in reverse. Nothing is built anywhere
+else — the agents' part (:mod:`taskloom.agents.compose`), the team's
+(:mod:`taskloom.teams.compose`) and the main thread's configuration
+(:mod:`taskloom.main_thread`) are put together by their own modules, called from here — and
+every part is given what it needs as it is made: nothing changes another part's configuration
+after it was built.
+
+The harness composes and does nothing else: what a run does beyond one pass of the
+conversation (structured-output reminders, the fallback model) is the conversation layer's
+:class:`~taskloom.conversation.policy.TurnPolicy`; print mode's ``system/init`` payload is
+print mode's, and a teammate's process is served by :mod:`taskloom.teams.serve`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.errors import ModelError, UsageError
+from taskloom.errors import UsageError
 from taskloom.options import Options as Options  # its home; re-exported for callers
-from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
-from taskloom.tasks.runtime import TaskRuntime
-
-log = logging.getLogger(__name__)
+from taskloom.started import (
+    Base,
+    Started,
+    compose,
+    engine_observer,
+    mcp_servers_config,
+    peer_listener,
+    session_model,
+)
 
 if TYPE_CHECKING:
-    from taskloom.agents.peers import PeerListener
     from taskloom.agents.service import AgentService
-    from taskloom.engine import EngineEvent, EngineObserver
-    from taskloom.hooks import HookConfig
-    from taskloom.mcp.manager import McpManager
+    from taskloom.engine import EngineEvent
     from taskloom.messages import Message
     from taskloom.models.base import Model
-    from taskloom.models.switch import ModelSwitch
-    from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.permissions import PermissionPolicy
     from taskloom.session import Session
+    from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tasks.types import TaskState
-    from taskloom.teams.member import TeammateProcess
     from taskloom.teams.service import TeamService
     from taskloom.tools.base import Tool
-    from taskloom.tools.structured import StructuredOutput
-    from taskloom.tools.worktree_tools import WorktreeSession
 
 
 class Harness:
@@ -67,42 +72,16 @@ class Harness:
             **overrides: Fields of :class:`Options`, e.g. ``model="sonnet"``.
         """
         base = options if options is not None else Options()
-        self.options = Options(**{**base.__dict__, **overrides})
-        self.cwd = Path(self.options.cwd).absolute()
-        # The runtime opens the store: made in start(), so a harness that never starts (or
-        # fails on its settings) holds nothing open.
-        opts = self.options
+        self.options = opts = Options(**{**base.__dict__, **overrides})
+        self.cwd = Path(opts.cwd).absolute()
         # Known now, except for a continued conversation (found when the session starts).
         forked = opts.fork_session and bool(opts.resume or opts.continue_session)
         self._session_id = opts.session_id or (None if forked else opts.resume) or str(uuid.uuid4())
         self._resuming: str | None = opts.resume
-        self._runtime: TaskRuntime | None = None
-        self.settings: dict[str, Any] = {}
-        #: The cap on each model response, in tokens (known once started).
-        self.max_output_tokens = DEFAULT_MAX_OUTPUT_TOKENS
-        self.tools: list[Tool[Any]] = []
         self._stack = contextlib.AsyncExitStack()
-        self._session: Session | None = None
-        self._model: Model | None = None
-        self._owns_model = True
-        self._policy: PermissionPolicy | None = None
-        self._service: AgentService | None = None
-        self._mcp: McpManager | None = None
-        self._hooks: HookConfig | None = None
-        self._place: WorktreeSession | None = None
-        self._mcp_config: dict[str, Any] = {}
-        self._ended = False
+        self._state: Started | None = None
         self._claimed = False
-        self._structured: StructuredOutput | None = None
-        self._switch: ModelSwitch | None = None
-        #: Whether the main thread only orchestrates workers (known once started).
-        self.coordinator = False
-        #: The team the main thread leads, when teams are on (known once started).
-        self.team: TeamService | None = None
-        self._listener: PeerListener | None = None
-        self._member: TeammateProcess | None = None  # this process runs one teammate
-        #: What hears the engines (the caller's observer, and telemetry when it is on).
-        self._observer: EngineObserver | None = self.options.observer
+        self._ended = False
 
     @property
     def session_id(self) -> str:
@@ -118,39 +97,62 @@ class Harness:
         return self._claimed
 
     @property
-    def runtime(self) -> TaskRuntime:
-        """The session's task runtime (after :meth:`start`)."""
-        if self._runtime is None:
+    def started(self) -> Started:
+        """Everything the session is made of (after :meth:`start`)."""
+        if self._state is None:
             raise RuntimeError("the harness is not started")
-        return self._runtime
+        return self._state
+
+    @property
+    def runtime(self) -> TaskRuntime:
+        """The session's task runtime."""
+        return self.started.runtime
 
     @property
     def session(self) -> Session:
-        """The main thread (after :meth:`start`)."""
-        if self._session is None:
-            raise RuntimeError("the harness is not started")
-        return self._session
+        """The main thread."""
+        return self.started.session
 
     @property
     def model(self) -> Model:
-        """The main thread's model (after :meth:`start`)."""
-        if self._model is None:
-            raise RuntimeError("the harness is not started")
-        return self._model
+        """The session's own model (:meth:`set_model` may send requests to another)."""
+        return self.started.model
 
     @property
     def policy(self) -> PermissionPolicy:
-        """The session's permission policy (after :meth:`start`)."""
-        if self._policy is None:
-            raise RuntimeError("the harness is not started")
-        return self._policy
+        """The session's permission policy."""
+        return self.started.policy
 
     @property
     def agents(self) -> AgentService:
-        """The subagent service (after :meth:`start`)."""
-        if self._service is None:
-            raise RuntimeError("the harness is not started")
-        return self._service
+        """The subagent service."""
+        return self.started.agents
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The effective settings."""
+        return self.started.settings
+
+    @property
+    def tools(self) -> list[Tool[Any]]:
+        """The main thread's tools."""
+        return self.started.tools
+
+    @property
+    def team(self) -> TeamService | None:
+        """The team the main thread leads or serves in, when teams are on."""
+        return self.started.team
+
+    @property
+    def coordinator(self) -> bool:
+        """Whether the main thread only orchestrates workers."""
+        return self.started.coordinator
+
+    @property
+    def listen_path(self) -> Path | None:
+        """The Unix socket other sessions reach this one at (``uds:<path>``), if listening."""
+        listener = self.started.listener
+        return listener.path if listener is not None else None
 
     async def __aenter__(self) -> Harness:
         """Start the session (see :meth:`start`)."""
@@ -163,156 +165,64 @@ class Harness:
 
     async def start(self) -> None:
         """Build and start everything the session needs; undone in full if a step fails."""
-        if self._runtime is not None:
+        if self._state is not None:
             return  # started already
-        from taskloom.models.resolve import resolve_model
+        from taskloom.agents.coordinator import coordinator_enabled
+        from taskloom.mcp.startup import session_servers
         from taskloom.permissions import PermissionPolicy
         from taskloom.settings import find_project_root, load_settings, max_output_tokens
+        from taskloom.tasks.runtime import TaskRuntime
 
         opts = self.options
-        self._check_session_options()
-        self.settings = load_settings(
-            self.cwd,
-            opts.settings,
-            skip_broken=opts.skip_broken_settings,
+        opts.check_session()
+        settings = load_settings(
+            self.cwd, opts.settings, skip_broken=opts.skip_broken_settings,
             sources=opts.setting_sources,
-        )
-        self.max_output_tokens = max_output_tokens(self.settings, opts.max_output_tokens)
-        from taskloom.agents.coordinator import coordinator_enabled
-
-        self.coordinator = coordinator_enabled(opts.coordinator, self.settings)
-        spec = opts.model
-        self._model = spec if spec is not None and not isinstance(spec, str) else None
-        # A model object passed in stays the caller's (it may serve another harness next).
-        self._owns_model = self._model is None
-        if self._model is None:
-            self._model = resolve_model(spec if isinstance(spec, str) else None, self.settings)
-        # From here on every step is undone if a later one fails, the model's close included.
-        self._stack.push_async_callback(self._close_model)
+        )  # fmt: skip
+        max_tokens = max_output_tokens(settings, opts.max_output_tokens)
+        coordinator = coordinator_enabled(opts.coordinator, settings)
+        model = session_model(opts, settings)
+        # Closed last, once the runtime has stopped every agent: the models agents' aliases
+        # named and the ones the program chose (added as they are made), then the session's.
+        models = contextlib.AsyncExitStack()
+        if model is not opts.model:  # a model object passed in stays the caller's
+            models.push_async_callback(model.aclose)
+        self._stack.push_async_callback(models.aclose)
         try:
-            self._policy = PermissionPolicy.from_settings(
-                self.settings,
-                mode=opts.permission_mode,
-                allowed_tools=list(opts.allowed_tools),
+            policy = PermissionPolicy.from_settings(
+                settings, mode=opts.permission_mode, allowed_tools=list(opts.allowed_tools),
                 disallowed_tools=list(opts.disallowed_tools),
-                project_root=find_project_root(self.cwd),
-                skip_permissions=opts.skip_permissions,
+                project_root=find_project_root(self.cwd), skip_permissions=opts.skip_permissions,
                 add_dirs=opts.add_dirs,
-            )
+            )  # fmt: skip
             self._find_conversation()
             runtime = TaskRuntime(session_id=self._session_id, cwd=str(self.cwd.resolve()))
-            # Once the runtime has stopped every task (remote agents too): the Ray cluster,
-            # while the store still records what it stops.
-            runtime.on_close(self._close_remote)
-            self._start_telemetry(runtime.session_id)  # closed after the runtime: every span ends
+            observer = engine_observer(opts, settings, runtime.session_id, model, self._stack)
             await self._stack.enter_async_context(runtime)
-            self._runtime, self._claimed = runtime, True
-            self._mcp = await self._stack.enter_async_context(self._mcp_servers())
-            if self._listens():
-                # Before the session: what arrives meanwhile waits in the mailbox.
-                from taskloom.agents.peers import PeerListener, socket_path
-
-                path = socket_path(runtime.session_id, runtime.home)
-                listener = PeerListener(runtime.mailbox, runtime.session_id, path)
-                self._listener = await self._stack.enter_async_context(listener)
-            self._build_session()
+            self._claimed = True
+            mcp_config = mcp_servers_config(opts, self.cwd)
+            servers = session_servers(
+                mcp_config, cwd=self.cwd, program=opts.mcp_caller, store=runtime.store,
+                session_id=runtime.session_id,
+            )  # fmt: skip
+            mcp = await self._stack.enter_async_context(servers)
+            # Before the session: what arrives meanwhile waits in the mailbox.
+            listener = await peer_listener(opts, settings, runtime, self._stack)
+            base = Base(
+                opts, self.cwd, settings, max_tokens, coordinator, runtime, model, policy, mcp,
+                mcp_config, listener, observer, self._resuming,
+            )  # fmt: skip
+            self._state = state = compose(base, self._stack, models)
             # A resumed session's detached remote agents are followed again.
-            self.agents.spawner.take_up_remote(self.cwd)
-            if self.team is not None:
+            state.agents.spawner.take_up_remote(self.cwd)
+            if state.team is not None:
                 # Panes a crashed session left are swept; a resumed session's teammates (of
                 # the process that died) go on.
-                await self.team.open()
+                await state.team.open()
         except BaseException:
-            self._runtime = None
+            self._state = None
             await finish_despite_cancel(self._stack.aclose())
             raise
-
-    def _session_spent(self, why: str) -> None:
-        """The session's budget ran out: the main thread makes no more requests, nor waits."""
-        if self._session is not None:
-            self._session.engine.halt(why)
-
-    def _start_telemetry(self, session_id: str) -> None:
-        from taskloom.telemetry import Tee, start_telemetry
-
-        telemetry = start_telemetry(self.settings, session_id, self.model.name)
-        if telemetry is not None:
-            self._stack.push_async_callback(telemetry.aclose)
-            first = self.options.observer
-            self._observer = Tee(first, telemetry) if first is not None else telemetry
-
-    def _build_session(self) -> None:
-        from taskloom.agents.compose import agent_service
-        from taskloom.hooks import HookConfig
-        from taskloom.main_thread import main_config, main_tools
-        from taskloom.models.switch import ModelSwitch
-        from taskloom.session import Session
-        from taskloom.tools.worktree_tools import WorktreeSession
-
-        opts, policy, runtime = self.options, self.policy, self.runtime
-        hooks = HookConfig.from_settings(self.settings)
-        if opts.hooks is not None:
-            hooks = hooks.merged(opts.hooks)
-        self._hooks = hooks
-        team = self.team = self._team_service()
-        service = self._service = agent_service(
-            runtime, opts, self.settings, cwd=self.cwd, model=self.model, policy=policy,
-            hooks=hooks, tools=self._subagent_tools, max_tokens=self.max_output_tokens,
-            prompter=self._prompter, observer=self._observer, coordinator=self.coordinator,
-            mcp=self._mcp, mcp_config=self._mcp_config, listen_path=self.listen_path, team=team,
-            spent=self._session_spent,
-        )  # fmt: skip
-        place = self._place = WorktreeSession(cwd=self.cwd)
-        if team is not None:
-            # Before the runtime closes: its teammates stop, verified, and the team goes.
-            self._stack.push_async_callback(team.close)
-        if opts.json_schema is not None:
-            from taskloom.tools.structured import StructuredOutput, check_schema
-
-            self._structured = StructuredOutput(check_schema(opts.json_schema))
-        self.tools = main_tools(
-            service, place, hooks, profile=self._profile, coordinator=self.coordinator,
-            lead=team if self._member is None else None, only=opts.builtin_tools,
-            structured=self._structured, mcp=self._mcp, extra=opts.tools, policy=policy,
-        )  # fmt: skip
-        self._switch = ModelSwitch(self.model)  # the program may choose another (set_model)
-        config = main_config(
-            runtime, opts, service, model=self._switch, tools=self.tools, cwd=self.cwd,
-            settings=self.settings, max_tokens=self.max_output_tokens, policy=policy,
-            hooks=hooks, place=place, prompter=self._prompter, observer=self._observer,
-            coordinator=self.coordinator, mcp=self._mcp,
-        )  # fmt: skip
-        if self._resuming:
-            self._session = Session.resume(runtime, config, persist=opts.persist_session)
-        else:
-            self._session = Session(runtime, config, persist=opts.persist_session)
-        self._stack.callback(self._session.close)
-
-    def _listens(self) -> bool:
-        """Whether other sessions may message this one (``listen``, or the setting)."""
-        if self.options.listen is not None:
-            return self.options.listen
-        return self.settings.get("listen") is True
-
-    @property
-    def listen_path(self) -> Path | None:
-        """The Unix socket other sessions reach this one at (``uds:<path>``), if listening."""
-        return self._listener.path if self._listener is not None else None
-
-    def _check_session_options(self) -> None:
-        opts = self.options
-        if opts.session_id is not None:
-            try:
-                uuid.UUID(opts.session_id)
-            except ValueError:
-                raise UsageError(f"--session-id {opts.session_id!r} is not a UUID") from None
-            if (opts.resume or opts.continue_session) and not opts.fork_session:
-                raise UsageError(
-                    "--session-id can be used with --resume or --continue only together "
-                    "with --fork-session"
-                )
-        if opts.fork_session and not (opts.resume or opts.continue_session):
-            raise UsageError("--fork-session needs --resume or --continue")
 
     def _find_conversation(self) -> None:
         """Which recorded conversation this session continues (see ``find_conversation``)."""
@@ -330,31 +240,44 @@ class Harness:
         if found is not None:
             self._session_id = self._resuming = found
 
-    @property
-    def _profile(self) -> str:
-        return str(self.settings.get("toolProfile") or "claude")
+    def run(self, prompt: str | Message) -> AsyncGenerator[EngineEvent, None]:
+        """Run one prompt on the main thread; typed events, the last is ``Finished``.
 
-    def _team_service(self) -> TeamService | None:
-        """The session's team: led (teams on), or served in (``join_team``); None: neither."""
-        from taskloom.prompts import main_system_prompt
-        from taskloom.teams.compose import session_team
-
-        team, self._member = session_team(
-            self.runtime,
-            self.options,
-            self.settings,
-            lambda: self.agents,
-            cwd=self.cwd,
-            base_prompt=lambda: main_system_prompt(self.cwd, self.options.append_system_prompt),
-            # The lead's own set (a coordinator's has no worker tools: its workers' set).
-            tools=lambda: self.tools if not self.coordinator else self._subagent_tools(),
-        )
-        return team
+        A headless run does not end while a task it owns runs or a notification is pending:
+        each delivery starts a new turn. With ``json_schema``, a run that ends without an
+        accepted StructuredOutput call is reminded to make one, a few times (see
+        :attr:`structured_output`); with ``fallback_model``, a request that failed in a way
+        worth it goes on with that model (see :class:`~taskloom.conversation.policy.TurnPolicy`).
+        """
+        return self.started.turns.run(prompt)
 
     @property
-    def _prompter(self) -> PermissionPrompter | None:
-        """Who answers calls that need approval: the caller's, or a teammate's lead."""
-        return self._member.prompter if self._member is not None else self.options.prompter
+    def structured_output(self) -> dict[str, Any] | None:
+        """The answer the last run gave through StructuredOutput (``json_schema``), if any."""
+        return self._state.turns.structured_output if self._state is not None else None
+
+    @property
+    def wants_structured_output(self) -> bool:
+        """Whether runs must answer through StructuredOutput (``json_schema`` was given)."""
+        return self.options.json_schema is not None
+
+    def init_info(self) -> dict[str, Any]:
+        """What the session offers, as print mode's ``system/init`` event tells it."""
+        from taskloom.mcp.startup import server_status
+
+        state = self.started
+        mcp = state.mcp.status() if state.mcp is not None else {}
+        return {
+            "cwd": str(self.cwd),
+            "session_id": self.session_id,
+            "tools": [t.name for t in state.tools],
+            "mcp_servers": [server_status(n, s) for n, s in mcp.items()],
+            "model": state.session.engine.config.model_name or state.switch.name,
+            "permissionMode": str(state.policy.mode),
+            "agents": sorted(state.agents.catalog.names()),
+            # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).
+            **({"peer_socket": str(self.listen_path)} if self.listen_path is not None else {}),
+        }
 
     async def serve_teammate(self) -> int:
         """Run the teammate of ``Options.join_team`` until it ends; the exit code.
@@ -363,123 +286,10 @@ class Harness:
             UsageError: This session is not a teammate's process.
         """
         await self.start()
-        if self._member is None:
+        member = self.started.teammate
+        if member is None:
             raise UsageError("serve_teammate: this session was not started with join_team")
-        return await self._member.serve()
-
-    def _subagent_tools(self) -> list[Tool[Any]]:
-        """Every tool a subagent could be given (filtered per agent; Agent only when nesting)."""
-        from taskloom.agents.compose import subagent_tools
-
-        return subagent_tools(self.agents, self._mcp, self._profile)
-
-    def _mcp_servers(self) -> contextlib.AbstractAsyncContextManager[McpManager | None]:
-        """The session's MCP servers (``.mcp.json`` and the flags), run for the session."""
-        from taskloom.mcp.config import load_flag_configs, load_mcp_config
-        from taskloom.mcp.startup import session_servers
-
-        opts, runtime = self.options, self.runtime
-        config = {} if opts.strict_mcp_config else load_mcp_config(self.cwd)
-        config.update(load_flag_configs(opts.mcp_config))
-        self._mcp_config = config
-        return session_servers(
-            config,
-            cwd=self.cwd,
-            program=opts.mcp_caller,
-            store=runtime.store,
-            session_id=runtime.session_id,
-        )
-
-    async def _close_remote(self) -> None:
-        if self._service is not None:
-            await self._service.spawner.close_remote()
-
-    async def _close_model(self) -> None:
-        # Last, once the runtime has stopped every agent: the models their aliases named
-        # (``model: haiku`` in an agent file), then the session's own.
-        if self._service is not None:
-            await self._service.builder.aclose()
-        if self._switch is not None:
-            await self._switch.close_chosen()
-        if self._model is not None and self._owns_model:
-            await self._model.aclose()
-
-    async def run(self, prompt: str | Message) -> AsyncGenerator[EngineEvent, None]:
-        """Run one prompt on the main thread; typed events, the last is ``Finished``.
-
-        A headless run does not end while a task it owns runs or a notification is pending:
-        each delivery starts a new turn. With ``json_schema``, a run that ends without an
-        accepted StructuredOutput call is reminded to make one, a few times (see
-        :attr:`structured_output`).
-        """
-        from taskloom.engine import Finished
-
-        structured = self._structured
-        if structured is not None:
-            structured.value = None
-        reminders = 0
-        next_input: str | Message | None = prompt
-        while True:
-            finished: Finished | None = None
-            try:
-                async for event in self.session.run(next_input):
-                    if isinstance(event, Finished):
-                        finished = event
-                    yield event
-            except ModelError as exc:
-                if not self._fall_back(exc):
-                    raise
-                next_input = None  # the conversation goes on where the request failed
-                continue
-            if structured is None or structured.value is not None or finished is None:
-                return
-            from taskloom.tools.structured import MAX_REMINDERS, REMINDER
-
-            if finished.reason != "end_turn" or reminders >= MAX_REMINDERS:
-                return
-            reminders += 1
-            next_input = REMINDER
-
-    def _fall_back(self, exc: ModelError) -> bool:
-        """Switch to ``fallback_model`` after a failure worth it; whether it switched."""
-        spec = self.options.fallback_model
-        if spec is None or not exc.retryable or self._switch is None:
-            return False  # a request the provider refuses would be refused there too
-        if self._switch.on(spec):
-            return False  # on the fallback already
-        before = self._switch.name
-        chosen = self.set_model(spec)
-        log.warning(
-            "model %s failed (%s); going on with the fallback model %s", before, exc, chosen
-        )
-        return True
-
-    @property
-    def structured_output(self) -> dict[str, Any] | None:
-        """The answer the last run gave through StructuredOutput (``json_schema``), if any."""
-        return self._structured.value if self._structured is not None else None
-
-    @property
-    def wants_structured_output(self) -> bool:
-        """Whether runs must answer through StructuredOutput (``json_schema`` was given)."""
-        return self._structured is not None
-
-    def init_info(self) -> dict[str, Any]:
-        """What the session offers, as print mode's ``system/init`` event tells it."""
-        from taskloom.mcp.startup import server_status
-
-        mcp = self._mcp.status() if self._mcp is not None else {}
-        return {
-            "cwd": str(self.cwd),
-            "session_id": self.session_id,
-            "tools": [t.name for t in self.tools],
-            "mcp_servers": [server_status(n, s) for n, s in mcp.items()],
-            "model": self.session.engine.config.model_name or self._current_model().name,
-            "permissionMode": str(self.policy.mode),
-            "agents": sorted(self.agents.catalog.names()),
-            # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).
-            **({"peer_socket": str(self.listen_path)} if self.listen_path is not None else {}),
-        }
+        return await member.serve()
 
     def set_model(self, spec: str | None) -> str:
         """Send the main thread's next requests to the model ``spec`` names; returns its id.
@@ -491,12 +301,7 @@ class Harness:
             UsageError: A malformed spec or unknown provider prefix.
             UserError: The provider is not configured.
         """
-        if self._switch is None:
-            raise RuntimeError("the harness is not started")
-        return self._switch.choose(spec, self.settings)
-
-    def _current_model(self) -> Model:
-        return self._switch.current if self._switch is not None else self.model
+        return self.started.switch.choose(spec, self.settings)
 
     def set_permission_mode(self, mode: str) -> None:
         """Run the main thread's next calls under ``mode`` (``default``, ``plan``, ...).
@@ -529,10 +334,10 @@ class Harness:
 
         Errors of the hooks are not raised: the session is ending whatever they say.
         """
-        if self._session is not None and not self._ended:
+        if self._state is not None and not self._ended:
             self._ended = True
             with contextlib.suppress(Exception):
-                await finish_despite_cancel(self._session.end(reason))
+                await finish_despite_cancel(self._state.session.end(reason))
 
     async def aclose(self) -> None:
         """End the session: the reverse of :meth:`start`.

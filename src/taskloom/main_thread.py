@@ -1,9 +1,9 @@
 """The main thread's engine configuration: its tools, system prompt, meter and the rest.
 
 The counterpart, for the thread the program talks to, of :mod:`taskloom.agents.builder` (a
-subagent's configuration). :class:`taskloom.Harness` makes it once the session's parts exist
-(the agent service, the team, the worktree the thread may move into, the MCP servers), so
-that the composition root stays one screen per concern.
+subagent's configuration). :func:`taskloom.started.compose` makes it once the session's parts
+exist (the agent service, the team, the worktree the thread may move into, the MCP servers),
+so that the composition root stays one screen per concern.
 
 The main thread is offered the core tools of the settings' ``toolProfile``, Agent and
 SendMessage, EnterWorktree and ExitWorktree, a team lead's tools, StructuredOutput (with a

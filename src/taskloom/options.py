@@ -135,3 +135,27 @@ class Options:
     teams: bool | None = None
     teammate_mode: str | None = None
     join_team: str | Path | None = None
+
+    def check_session(self) -> None:
+        """Check that the session fields go together.
+
+        Raises:
+            UsageError: ``session_id`` is not a UUID, names a new id for a continued session
+                that is not forked, or ``fork_session`` has nothing to fork.
+        """
+        import uuid
+
+        from taskloom.errors import UsageError
+
+        if self.session_id is not None:
+            try:
+                uuid.UUID(self.session_id)
+            except ValueError:
+                raise UsageError(f"--session-id {self.session_id!r} is not a UUID") from None
+            if (self.resume or self.continue_session) and not self.fork_session:
+                raise UsageError(
+                    "--session-id can be used with --resume or --continue only together "
+                    "with --fork-session"
+                )
+        if self.fork_session and not (self.resume or self.continue_session):
+            raise UsageError("--fork-session needs --resume or --continue")

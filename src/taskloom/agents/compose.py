@@ -1,6 +1,6 @@
 """Putting a session's agents together: the service, and the tools a subagent could be given.
 
-Called by :class:`taskloom.Harness` as the session starts (the team's counterpart is
+Called by :func:`taskloom.started.compose` as the session starts (the team's counterpart is
 :mod:`taskloom.teams.compose`), so that the composition root stays one screen per concern.
 The service reads the agent definitions (a coordinator's catalog has its worker), configures
 each agent's engine (:mod:`taskloom.agents.builder`) and sets up its environment

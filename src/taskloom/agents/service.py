@@ -1,6 +1,6 @@
 """The session's subagents, as the Agent and SendMessage tools see them.
 
-One ``AgentService`` per session; :class:`taskloom.Harness` builds its parts and it composes
+One ``AgentService`` per session; :mod:`taskloom.agents.compose` builds its parts and it composes
 them, each the owner of one concern, so that a spawn walks down them once:
 
 - :mod:`taskloom.agents.builder`: the catalog, and each agent's engine configuration;

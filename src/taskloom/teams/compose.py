@@ -1,7 +1,7 @@
 """Putting a session's team together: the service, the lead's team tools, a teammate's engine.
 
-Called by :class:`taskloom.Harness` when teams are on; kept here so that the composition root
-stays one screen per concern.
+Called by :func:`taskloom.started.compose` when teams are on; kept here so that the
+composition root stays one screen per concern.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from taskloom.agents.coordinator import (
 )
 from taskloom.agents.loader import load_agents
 from taskloom.agents.service import SpawnRequest
+from taskloom.cli.print_mode import init_event
 from taskloom.testing import FunctionModel, ScriptedModel
 
 
@@ -152,8 +153,8 @@ async def test_a_coordinator_session_offers_three_tools_and_spawns_workers(tmp_p
 
     async with harness(tmp_path, FunctionModel(respond), coordinator=True) as h:
         assert [t.name for t in h.tools] == ["Agent", "SendMessage", "TaskStop"]
-        assert h.init_info()["tools"] == ["Agent", "SendMessage", "TaskStop"]
-        assert "worker" in h.init_info()["agents"] and "general-purpose" not in h.agents.catalog
+        assert init_event(h)["tools"] == ["Agent", "SendMessage", "TaskStop"]
+        assert "worker" in init_event(h)["agents"] and "general-purpose" not in h.agents.catalog
         # No type named: a worker, in the background, whatever run_in_background says.
         result = await h.agents.spawn(
             SpawnRequest(description="d", prompt="p", run_in_background=False), main_context(h)

@@ -13,6 +13,7 @@ import pytest
 
 import taskloom
 from helpers import clean_env
+from taskloom.cli.print_mode import init_event
 from taskloom.errors import SettingsError
 from taskloom.testing import ScriptedModel, ToolCall, Turn
 
@@ -178,7 +179,7 @@ async def test_the_model_calls_a_function_tool_through_the_harness(tmp_path: Pat
     )
     events: list[Any] = []
     async with taskloom.Harness(model=model, cwd=tmp_path, tools=[add]) as h:
-        assert "add" in h.init_info()["tools"]
+        assert "add" in init_event(h)["tools"]
         events = [e async for e in h.run("What is 1 + 1?")]
         await h.end()
     done = [e for e in events if isinstance(e, taskloom.ToolDone)]

@@ -154,6 +154,11 @@ class Harness:
         listener = self.started.listener
         return listener.path if listener is not None else None
 
+    @property
+    def model_name(self) -> str:
+        """The id of the model the main thread asks now (:meth:`set_model` changes it)."""
+        return self.session.engine.config.model_name or self.started.switch.name
+
     async def __aenter__(self) -> Harness:
         """Start the session (see :meth:`start`)."""
         await self.start()
@@ -260,24 +265,6 @@ class Harness:
     def wants_structured_output(self) -> bool:
         """Whether runs must answer through StructuredOutput (``json_schema`` was given)."""
         return self.options.json_schema is not None
-
-    def init_info(self) -> dict[str, Any]:
-        """What the session offers, as print mode's ``system/init`` event tells it."""
-        from taskloom.mcp.startup import server_status
-
-        state = self.started
-        mcp = state.mcp.status() if state.mcp is not None else {}
-        return {
-            "cwd": str(self.cwd),
-            "session_id": self.session_id,
-            "tools": [t.name for t in state.tools],
-            "mcp_servers": [server_status(n, s) for n, s in mcp.items()],
-            "model": state.session.engine.config.model_name or state.switch.name,
-            "permissionMode": str(state.policy.mode),
-            "agents": sorted(state.agents.catalog.names()),
-            # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).
-            **({"peer_socket": str(self.listen_path)} if self.listen_path is not None else {}),
-        }
 
     async def serve_teammate(self) -> int:
         """Run the teammate of ``Options.join_team`` until it ends; the exit code.

@@ -250,23 +250,35 @@ def init_event(harness: Harness) -> dict[str, Any]:
     """The ``system/init`` event: what the session offers."""
     from taskloom._version import __version__
 
-    info = harness.init_info()
+    listening = harness.listen_path
     return {
         "type": "system",
         "subtype": "init",
-        **{k: info[k] for k in ("cwd", "session_id", "tools", "mcp_servers")},
-        "model": info["model"],
-        "permissionMode": info["permissionMode"],
+        "cwd": str(harness.cwd),
+        "session_id": harness.session_id,
+        "tools": [t.name for t in harness.tools],
+        "mcp_servers": mcp_servers(harness),
+        "model": harness.model_name,
+        "permissionMode": str(harness.policy.mode),
         "slash_commands": [],
         "apiKeySource": _api_key_source(),
         "output_style": "default",
-        "agents": info["agents"],
+        "agents": sorted(harness.agents.catalog.names()),
         "skills": [],
         "plugins": [],
         "claude_code_version": PROTOCOL_VERSION,
         "taskloom_version": __version__,
-        **({"peer_socket": info["peer_socket"]} if "peer_socket" in info else {}),
+        # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).
+        **({"peer_socket": str(listening)} if listening is not None else {}),
     }
+
+
+def mcp_servers(harness: Harness) -> list[dict[str, str]]:
+    """The session's MCP servers and their status, as ``system/init`` lists them."""
+    from taskloom.mcp.startup import server_status
+
+    mcp = harness.started.mcp
+    return [server_status(n, s) for n, s in (mcp.status() if mcp is not None else {}).items()]
 
 
 async def run_turn(

@@ -250,13 +250,12 @@ class StreamSession:
         from taskloom._version import __version__
         from taskloom.cli.print_mode import PROTOCOL_VERSION
 
-        info = self.harness.init_info()
         catalog = self.harness.agents.catalog
         return {
             "commands": [],
             "agents": [
                 {"name": name, "description": catalog.get(name).when_to_use}  # type: ignore[union-attr]
-                for name in info["agents"]
+                for name in sorted(catalog.names())
             ],
             "output_style": "default",
             "available_output_styles": ["default"],
@@ -265,7 +264,7 @@ class StreamSession:
             "pid": os.getpid(),
             "claude_code_version": PROTOCOL_VERSION,
             "taskloom_version": __version__,
-            "current_permission_mode": info["permissionMode"],
+            "current_permission_mode": str(self.harness.policy.mode),
             "hook_on_failure_supported": True,
             "capabilities": [],
         }
@@ -284,8 +283,9 @@ class StreamSession:
         return {"model": chosen}
 
     async def _mcp_status(self, request: dict[str, Any]) -> dict[str, Any]:
-        servers = self.harness.init_info()["mcp_servers"]
-        return {"mcpServers": servers}
+        from taskloom.cli.print_mode import mcp_servers
+
+        return {"mcpServers": mcp_servers(self.harness)}
 
     async def _stop_task(self, request: dict[str, Any]) -> dict[str, Any]:
         state = await self.harness.stop_task(_string(request, "task_id"))

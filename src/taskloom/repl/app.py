@@ -165,7 +165,7 @@ class Repl:
             self.panel.update(state)
             if state.terminal:
                 self._told.add(state.id)
-        self._model = str(harness.init_info()["model"])
+        self._model = harness.model_name
         self._pump = asyncio.get_running_loop().create_task(self._pump_tasks(harness))
         if self._app is not None and self._app.is_running:
             self._started()  # a session switched to while the REPL runs
@@ -244,7 +244,7 @@ class Repl:
 
     def model_changed(self) -> None:
         """Show the model now in use."""
-        self._model = str(self.harness.init_info()["model"])
+        self._model = self.harness.model_name
         self.redraw()
 
     def _asks_changed(self) -> None:

@@ -221,7 +221,7 @@ async def _resume(host: CommandHost, rest: str) -> None:
 async def _model(host: CommandHost, rest: str) -> None:
     harness = host.harness
     if not rest:
-        host.say(f"Model: {harness.init_info()['model']}  (/model NAME to change, /model default)")
+        host.say(f"Model: {harness.model_name}  (/model NAME to change, /model default)")
         return
     chosen = harness.set_model(None if rest == "default" else rest)
     host.model_changed()

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.errors import UsageError
 from taskloom.options import Options as Options  # its home; re-exported for callers
 from taskloom.started import (
     Base,
@@ -265,18 +264,6 @@ class Harness:
     def wants_structured_output(self) -> bool:
         """Whether runs must answer through StructuredOutput (``json_schema`` was given)."""
         return self.options.json_schema is not None
-
-    async def serve_teammate(self) -> int:
-        """Run the teammate of ``Options.join_team`` until it ends; the exit code.
-
-        Raises:
-            UsageError: This session is not a teammate's process.
-        """
-        await self.start()
-        member = self.started.teammate
-        if member is None:
-            raise UsageError("serve_teammate: this session was not started with join_team")
-        return await member.serve()
 
     def set_model(self, spec: str | None) -> str:
         """Send the main thread's next requests to the model ``spec`` names; returns its id.

@@ -30,15 +30,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main_teammate(args: list[str]) -> int:
     """Run the teammate; the exit code (2: a bad command line or spec)."""
-    import contextlib
     import os
     import sys
 
     from taskloom.cli._run import configure_logging, run_main
     from taskloom.errors import TaskloomError, UsageError, describe_os_error
-    from taskloom.harness import Harness, Options
+    from taskloom.harness import Harness
     from taskloom.teams.join import JoinSpec
     from taskloom.teams.member import PaneView
+    from taskloom.teams.serve import serve_teammate, teammate_options
 
     parser = _parser()
     ns = parser.parse_args(args)
@@ -52,25 +52,12 @@ def main_teammate(args: list[str]) -> int:
     os.environ.update(join.env)
     configure_logging(ns.debug)
     view = PaneView(join)
-    options = Options(
-        model=join.model,
-        cwd=join.cwd,
-        permission_mode=join.mode,
-        persist_session=False,  # its conversation is kept as its lead's sidechain
-        session_id=join.process_session or None,
-        join_team=ns.join,
-        observer=view,
-        **join.options,
-    )
+    options = teammate_options(join, ns.join, view)
 
     async def serve() -> int:
         view.say(f"{join.agent_id}: a teammate of {join.team}'s lead")
         async with Harness(options) as harness:
-            # Read (here and by the session): it holds the lead's environment, its API keys
-            # among it, which no file need keep now.
-            with contextlib.suppress(OSError):
-                ns.join.unlink()
-            code = await harness.serve_teammate()
+            code = await serve_teammate(harness.started.teammate, ns.join)
             view.say(f"{join.agent_id}: ended")
             return code
 

@@ -227,6 +227,20 @@ async def test_a_harness_that_fails_to_start_holds_nothing_open(tmp_path: Path) 
     await harness.aclose()  # nothing to undo, and no error
 
 
+async def test_a_start_that_fails_late_leaves_no_part_of_the_session_behind(
+    tmp_path: Path,
+) -> None:
+    # The schema is checked once the runtime has claimed the session and the agents exist.
+    harness = taskloom.Harness(model=ScriptedModel([]), cwd=tmp_path, json_schema={"type": 7})
+    with pytest.raises(taskloom.UsageError, match="json-schema"):
+        await harness.start()
+    assert harness.claimed  # it existed, and was given back
+    for part in ("started", "runtime", "session", "model", "policy", "agents", "settings", "tools"):
+        with pytest.raises(RuntimeError, match="not started"):
+            getattr(harness, part)
+    await harness.aclose()  # nothing to undo, and no error
+
+
 async def test_session_end_hooks_run_once_when_the_harness_closes(tmp_path: Path) -> None:
     import json
 

@@ -34,7 +34,7 @@ def main_teammate(args: list[str]) -> int:
     import sys
 
     from taskloom.cli._run import configure_logging, run_main
-    from taskloom.errors import TaskloomError, UsageError, describe_os_error
+    from taskloom.errors import TaskloomError, UsageError, describe
     from taskloom.harness import Harness
     from taskloom.teams.join import JoinSpec
     from taskloom.teams.member import PaneView
@@ -64,8 +64,7 @@ def main_teammate(args: list[str]) -> int:
     try:
         return run_main(serve)
     except (TaskloomError, OSError) as exc:
-        text = str(exc) if isinstance(exc, TaskloomError) else describe_os_error(exc)
-        sys.stderr.write(f"Error: {text}\n")
+        sys.stderr.write(describe(exc) + "\n")
         return 2 if isinstance(exc, UsageError) else 1
 
 

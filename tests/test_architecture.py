@@ -260,3 +260,236 @@ def test_the_documented_kind_hooks_are_the_overridable_ones() -> None:
     }
     hooks = {name for name in vars(TaskKind) if not name.startswith("_")}
     assert documented == hooks
+
+
+# -- the task-kinds seam ----------------------------------------------------------------------
+#
+# Outside the task layer a client asks a task's kind (``kind_of(state).progress(state)``),
+# never what concrete state it holds: no ``isinstance`` (nor ``issubclass``, a class pattern,
+# ``type(s) is``) on a state class, and no ``TaskType`` member compared, mapped or kept, nor a
+# type's string value compared. A ``TaskType`` member may appear there only as an argument
+# of a call, alone or in a list or tuple that is the argument: ``runtime.new_id(TaskType.X)``
+# and ``runtime.list(types=[TaskType.X])`` name a type, they test none. Where a client truly
+# needs a kind's own fields, ``taskloom.tasks.narrow`` narrows its state.
+# And a ``_private`` module is imported only from inside the package that holds it.
+
+#: The package where task kinds (and so their state classes and types) are known.
+KINDS_PACKAGE = "taskloom.tasks"
+
+#: Known bypasses of the kinds, to be removed (each must still exist): (module, what).
+KNOWN_KIND_BYPASSES: set[tuple[str, str]] = {
+    ("taskloom.agents._remote_spawn", "isinstance RemoteAgentTaskState"),
+    ("taskloom.agents.messaging", "isinstance AgentTaskState"),
+    ("taskloom.agents.spawner", "TaskType.IN_PROCESS_TEAMMATE"),
+    ("taskloom.agents.spawner", "TaskType.LOCAL_AGENT"),
+    ("taskloom.agents.spawner", "TaskType.REMOTE_AGENT"),
+    ("taskloom.agents.spawner", "isinstance AgentTaskState"),
+    ("taskloom.cli.agent_usage", "isinstance AgentTaskState"),
+    ("taskloom.cli.agent_usage", "isinstance RemoteAgentTaskState"),
+    ("taskloom.cli.demo_team", "isinstance TeammateTaskState"),
+    ("taskloom.cli.print_mode", "TaskType.IN_PROCESS_TEAMMATE"),
+    ("taskloom.cli.print_mode", "TaskType.REMOTE_AGENT"),
+    ("taskloom.cli.remote_cmd", "'remote_agent'"),
+    ("taskloom.remote.run", "isinstance RemoteAgentTaskState"),
+    ("taskloom.repl.commands", "'local_agent'"),
+    ("taskloom.repl.panel", "TaskType.IN_PROCESS_TEAMMATE"),
+    ("taskloom.repl.panel", "TaskType.LOCAL_AGENT"),
+    ("taskloom.repl.panel", "TaskType.LOCAL_BASH"),
+    ("taskloom.teams._pane_state", "TaskType.IN_PROCESS_TEAMMATE"),
+    ("taskloom.teams.pane_usage", "TaskType.IN_PROCESS_TEAMMATE"),
+    ("taskloom.teams.service", "isinstance TeammateTaskState"),
+}
+#: Known imports of another package's private module, to be removed: (importer, imported).
+KNOWN_PRIVATE: set[tuple[str, str]] = {
+    ("taskloom.cli.print_mode", "taskloom.tasks._subscription"),
+    ("taskloom.teams.pane_executor", "taskloom.tasks._claim"),
+}
+
+
+def state_class_names() -> set[str]:
+    """The names of taskloom's task state classes (TaskState and every subclass of it)."""
+    import taskloom.tasks  # noqa: F401  (registers the kinds, which bring their state classes)
+    from taskloom.tasks.types import TaskState
+
+    found, todo = {"TaskState"}, [TaskState]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("taskloom."):  # not a test's own toy kind
+                found.add(sub.__name__)
+            todo.append(sub)
+    return found
+
+
+def _in_kinds_package(module: str) -> bool:
+    return module == KINDS_PACKAGE or module.startswith(KINDS_PACKAGE + ".")
+
+
+def _name_of(node: ast.expr) -> str | None:
+    """``Name`` or the last part of ``a.b.Name``; None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _task_type_member(node: ast.AST) -> str | None:
+    """``TaskType.X`` (also ``types.TaskType.X``) as written, else None."""
+    if not (isinstance(node, ast.Attribute) and node.attr.isupper()):
+        return None
+    return f"TaskType.{node.attr}" if _name_of(node.value) == "TaskType" else None
+
+
+def _is_call_argument(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Whether ``node`` is an argument of a call, alone or in a list or tuple argument."""
+    parent = parents.get(node)
+    if isinstance(parent, ast.List | ast.Tuple | ast.Set):
+        node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.keyword):
+        return isinstance(parents.get(parent), ast.Call)
+    return isinstance(parent, ast.Call) and node in parent.args
+
+
+def kind_bypasses(module: str, source: str, state_classes: set[str]) -> set[str]:
+    """What in ``source`` (the text of ``module``) goes around the kinds, one entry a kind.
+
+    Entries: ``TaskType.X`` (a member used other than as a call's argument), ``'value'`` (a
+    type's string value compared), ``isinstance Cls`` (a state class tested). Nothing for a
+    module of the kinds' package.
+    """
+    if _in_kinds_package(module):
+        return set()
+    from taskloom.tasks.types import TaskType
+
+    values = {t.value for t in TaskType}
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found: set[str] = set()
+
+    def classes(node: ast.expr) -> list[str]:
+        items = node.elts if isinstance(node, ast.Tuple) else [node]
+        return [n for n in map(_name_of, items) if n in state_classes]
+
+    for node in ast.walk(tree):
+        member = _task_type_member(node)
+        if member is not None and not _is_call_argument(node, parents):
+            found.add(member)
+        if isinstance(node, ast.Call) and _name_of(node.func) in ("isinstance", "issubclass"):
+            if len(node.args) == 2:
+                found.update(f"isinstance {c}" for c in classes(node.args[1]))
+        elif isinstance(node, ast.MatchClass):
+            found.update(f"isinstance {c}" for c in classes(node.cls))
+        elif isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                found.update(f"isinstance {c}" for c in classes(operand))  # type(s) is Cls
+                items = operand.elts if isinstance(operand, ast.List | ast.Tuple | ast.Set) else []
+                for item in [operand, *items]:
+                    if isinstance(item, ast.Constant) and item.value in values:
+                        found.add(repr(item.value))
+    return found
+
+
+def all_kind_bypasses() -> set[tuple[str, str]]:
+    names = state_class_names()
+    return {
+        (module, what)
+        for module, path in modules().items()
+        for what in kind_bypasses(module, path.read_text(), names)
+    }
+
+
+def test_clients_ask_the_kind() -> None:
+    found = all_kind_bypasses()
+    assert found - KNOWN_KIND_BYPASSES == set(), (
+        "ask the task's kind (tasks/kinds.py), or narrow with taskloom.tasks.narrow"
+    )
+    assert KNOWN_KIND_BYPASSES - found == set(), "fixed: remove these from KNOWN_KIND_BYPASSES"
+
+
+def private_imports(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The edges ``(importer, imported)`` where ``imported`` is (or is inside) a ``_private``
+    module of a package ``importer`` is not in."""
+    found = set()
+    for src, targets in edges.items():
+        for dst in targets:
+            parts = dst.split(".")
+            private = [i for i, p in enumerate(parts) if p.startswith("_") and not p.endswith("__")]
+            if not private:
+                continue
+            package = ".".join(parts[: private[0]])
+            if not (src == package or src.startswith(package + ".")):
+                found.add((src, dst))
+    return found
+
+
+def test_private_modules_stay_in_their_package() -> None:
+    found = private_imports(graph())
+    assert found - KNOWN_PRIVATE == set(), "a _private module imported from another package"
+    assert KNOWN_PRIVATE - found == set(), "fixed: remove these from KNOWN_PRIVATE"
+
+
+# -- the checkers themselves, on planted violations --------------------------------------------
+
+_STATES = {"TaskState", "AgentTaskState", "TeammateTaskState"}
+
+
+def test_the_checker_finds_a_task_type_comparison() -> None:
+    planted = (
+        "from taskloom.tasks.types import TaskType\n"
+        "def f(state):\n"
+        "    return state.type == TaskType.LOCAL_AGENT\n"
+    )
+    assert kind_bypasses("taskloom.cli.x", planted, _STATES) == {"TaskType.LOCAL_AGENT"}
+    assert kind_bypasses("taskloom.tasks.x", planted, _STATES) == set()  # the kinds' own
+    # Kept in a list to filter by, mapped to a name, compared by its value: each found.
+    for planted in (
+        "kinds = [TaskType.REMOTE_AGENT]\nok = [s for s in states if s.type in kinds]\n",
+        "NAMES = {TaskType.REMOTE_AGENT: 'remote'}\n",
+        "ok = state.type in (types.TaskType.REMOTE_AGENT,)\n",
+    ):
+        assert kind_bypasses("taskloom.cli.x", planted, _STATES) == {"TaskType.REMOTE_AGENT"}
+    by_value = "ok = record.get('type') != 'in_process_teammate'\n"
+    assert kind_bypasses("taskloom.cli.x", by_value, _STATES) == {"'in_process_teammate'"}
+    by_values = "ok = record['type'] in ('local_bash', 'x')\n"
+    assert kind_bypasses("taskloom.cli.x", by_values, _STATES) == {"'local_bash'"}
+    # Naming a type to a call is a use, not a test.
+    uses = (
+        "a = runtime.new_id(TaskType.LOCAL_AGENT)\n"
+        "b = runtime.list(types=[TaskType.LOCAL_AGENT, TaskType.REMOTE_AGENT])\n"
+        "c = kind_for(TaskType('local_bash'))\n"
+    )
+    assert kind_bypasses("taskloom.cli.x", uses, _STATES) == set()
+
+
+def test_the_checker_finds_an_isinstance_on_a_state_class() -> None:
+    for planted in (
+        "ok = isinstance(state, AgentTaskState)\n",
+        "ok = isinstance(state, (str, types.AgentTaskState))\n",
+        "ok = type(state) is AgentTaskState\n",
+        "match state:\n    case AgentTaskState(name=n):\n        pass\n",
+    ):
+        assert kind_bypasses("taskloom.agents.x", planted, _STATES) == {"isinstance AgentTaskState"}
+        assert kind_bypasses("taskloom.tasks.agent", planted, _STATES) == set()
+    assert kind_bypasses("taskloom.agents.x", "ok = isinstance(s, Other)\n", _STATES) == set()
+    assert "AgentTaskState" in state_class_names()
+    assert "TeammateTaskState" in state_class_names()  # brought by its kind, not built in
+
+
+def test_the_checker_finds_a_private_module_of_another_package(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from taskloom.tasks._registry import TaskRegistry\n"
+        "from taskloom.cli import _run\n"
+        "from taskloom.agents._remote_spawn import RemoteSpawner\n"
+    )
+    known = modules()
+    edges = {"taskloom.agents.planted": set(imports_of("taskloom.agents.planted", planted, known))}
+    assert private_imports(edges) == {
+        ("taskloom.agents.planted", "taskloom.tasks._registry"),
+        ("taskloom.agents.planted", "taskloom.cli._run"),
+    }  # its own package's private module is its own
+    assert private_imports({"taskloom.x": {"taskloom._aio"}}) == set()  # the top package's
+    assert private_imports({"taskloom.a.b": {"taskloom.a._c.d"}}) == set()
+    assert private_imports({"taskloom.b.x": {"taskloom.a._c.d"}}) == {
+        ("taskloom.b.x", "taskloom.a._c.d")
+    }

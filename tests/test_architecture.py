@@ -300,10 +300,7 @@ KNOWN_KIND_BYPASSES: set[tuple[str, str]] = {
     ("taskloom.teams.service", "isinstance TeammateTaskState"),
 }
 #: Known imports of another package's private module, to be removed: (importer, imported).
-KNOWN_PRIVATE: set[tuple[str, str]] = {
-    ("taskloom.cli.print_mode", "taskloom.tasks._subscription"),
-    ("taskloom.teams.pane_executor", "taskloom.tasks._claim"),
-}
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
 
 
 def state_class_names() -> set[str]:

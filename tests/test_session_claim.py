@@ -23,8 +23,8 @@ from helpers import TIME_FACTOR, alive, clean_env, wait_until
 from taskloom.process.identity import boot_id
 from taskloom.settings import db_path
 from taskloom.store import ProcessRow, SessionRow, Store
-from taskloom.tasks._claim import claim_session
 from taskloom.tasks._recovery import settle_dead_sessions
+from taskloom.tasks.claim import claim_session
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import ShellTaskState, TaskStatus, TaskType

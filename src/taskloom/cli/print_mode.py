@@ -31,10 +31,9 @@ from taskloom.engine import AssistantTurn, Finished, UserTurn
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.messages import Message
-from taskloom.tasks._subscription import Subscription
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import summarize
-from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.runtime import Subscription, TaskRuntime
 from taskloom.tasks.types import TaskType
 from taskloom.untrusted import clean_text
 

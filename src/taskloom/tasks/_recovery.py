@@ -25,7 +25,7 @@ from taskloom.process.identity import is_same_process
 from taskloom.process.kill import kill_tree
 from taskloom.process.sweep import owner_alive, remove_owned
 from taskloom.store import ProcessRow, SessionRow, Store, TagRow
-from taskloom.tasks._claim import owner_gone
+from taskloom.tasks.claim import owner_gone
 from taskloom.tasks.kinds import outlives_session
 from taskloom.tasks.types import TaskStatus, TaskType
 

@@ -28,10 +28,10 @@ from taskloom.process.registry import ProcessRecorder, bind_recorder, current_re
 from taskloom.process.sweep import sweep_orphans
 from taskloom.settings import DEFAULT_OUTPUT_CAP_BYTES, db_path, taskloom_home
 from taskloom.store import Store
-from taskloom.tasks._claim import claim_session
 from taskloom.tasks._recovery import kill_lingering, settle_dead_sessions
 from taskloom.tasks._registry import States, TaskRegistry
 from taskloom.tasks._subscription import Subscription, TaskEvent
+from taskloom.tasks.claim import claim_session
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
 from taskloom.tasks.types import TaskState, TaskType, readable_state
@@ -108,7 +108,7 @@ class TaskRuntime(TaskRegistry):
             return self
         self._started = True
         try:
-            # Before the sweep (which may wait seconds) and before any delivery: see _claim.py.
+            # Before the sweep (which may wait seconds) and before any delivery: see claim.py.
             own = claim_session(self.store, self.session_id, self.clock.time(), self.cwd)
         except TaskloomError:
             if self._owns_store:

@@ -187,7 +187,7 @@ class PaneExecutor:
         hangs it up.
         """
         from taskloom.settings import session_dir
-        from taskloom.tasks._claim import owner_gone
+        from taskloom.tasks.claim import owner_gone
 
         try:
             found = await self.panes.panes()

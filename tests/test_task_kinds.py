@@ -8,12 +8,19 @@ exactly what a real workflow kind would do.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
+from taskloom.process.identity import boot_id
+from taskloom.settings import db_path
+from taskloom.store import SessionRow, Store
+from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.kinds import (
     Shown,
     ShownField,
@@ -273,3 +280,58 @@ def test_a_state_class_must_be_a_frozen_slotted_dataclass_of_its_own() -> None:
         with pytest.raises(ValueError, match="frozen=True, kw_only=True, slots=True"):
             register_kind(Bad())
         assert type(kind_for(TaskType.LOCAL_WORKFLOW)) is TaskKind
+
+
+class ToyCommandKind(ToyKind):
+    """A toy kind whose tasks are processes of their own, as a shell's are."""
+
+    is_process = True
+
+    def settle_changes(self, status: TaskStatus) -> dict[str, object]:
+        return {"error": f"its process went ({status.value})"}
+
+
+@pytest.fixture
+def toy_command() -> Iterator[ToyCommandKind]:
+    kind = ToyCommandKind()
+    previous = register_kind(kind)
+    try:
+        yield kind
+    finally:
+        unregister_kind(TaskType.LOCAL_WORKFLOW)
+        if previous is not None:
+            register_kind(previous)
+
+
+async def test_a_kind_that_is_a_process_ends_with_its_agent_and_is_settled_as_it_says(
+    toy_command: ToyCommandKind, tmp_path: Path
+) -> None:
+    # The runtime asks the kind, not whether the task is a shell: the agent that started it
+    # takes it along when it ends.
+    async with TaskRuntime() as rt:
+        ids = {}
+        for agent in ("a1111111", "a2222222"):
+            ids[agent] = rt.new_id(TaskType.LOCAL_WORKFLOW)
+            rt.register(ToyState(id=ids[agent], owner=agent, status=TaskStatus.RUNNING))
+        killed = await rt.kill_shells_for_agent("a1111111")
+        assert [s.id for s in killed] == [ids["a1111111"]]
+        assert rt.get(ids["a2222222"]).status == TaskStatus.RUNNING  # type: ignore[union-attr]
+    # A crashed session's task is settled with the fields its kind gives.
+    dead = subprocess.Popen(["true"])
+    dead.wait(timeout=10)
+    session_id, toy_id = str(uuid.uuid4()), new_task_id(TaskType.LOCAL_WORKFLOW)
+    store = Store(db_path())
+    try:
+        store.upsert_session(
+            SessionRow(session_id, dead.pid, 1.0, str(tmp_path), 1.0, None, boot_id())
+        )
+        running = ToyState(
+            id=toy_id, owner=session_id, session_id=session_id, status=TaskStatus.RUNNING
+        )
+        store.upsert_task(running.to_dict())
+        async with TaskRuntime(session_id=session_id, store=store) as resumed:
+            settled = resumed.get(toy_id)
+            assert settled is not None and settled.status == TaskStatus.KILLED
+            assert getattr(settled, "error", None) == "its process went (killed)"
+    finally:
+        store.close()

@@ -26,8 +26,8 @@ from taskloom.process.kill import kill_tree
 from taskloom.process.sweep import owner_alive, remove_owned
 from taskloom.store import ProcessRow, SessionRow, Store, TagRow
 from taskloom.tasks.claim import owner_gone
-from taskloom.tasks.kinds import outlives_session
-from taskloom.tasks.types import TaskStatus, TaskType
+from taskloom.tasks.kinds import kind_of_record, outlives_session
+from taskloom.tasks.types import TaskStatus
 
 _LIVE = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
 
@@ -101,22 +101,21 @@ def _end_live_tasks(
 def _ended(data: dict[str, Any], now: float, status: TaskStatus) -> dict[str, Any]:
     """The record ``data`` (changed in place) as ended with ``status`` at ``now``, unnotified."""
     data.update(status=status.value, end_time=now, notified=False)
-    if data["type"] == TaskType.LOCAL_BASH.value:
-        data["interrupted"] = status == TaskStatus.KILLED
-        data["pid"] = None
+    data.update(kind_of_record(data).settle_changes(status))
     return data
 
 
 async def kill_lingering(
-    store: Store, session_id: str, shell_ids: Collection[str], grace: float
+    store: Store, session_id: str, task_ids: Collection[str], grace: float
 ) -> None:
     """Kill what this session's processes left running (found by their tags), at its close.
 
     Args:
         store: The store holding the session's process and tag records.
         session_id: The closing session.
-        shell_ids: Its shell tasks: their tags are searched even if the store cannot be read
-            (a full disk), so the session still leaves nothing behind.
+        task_ids: Its tasks whose processes are tagged with their ids (its commands): those
+            tags are searched even if the store cannot be read (a full disk), so the session
+            still leaves nothing behind.
         grace: Seconds between SIGTERM and SIGKILL.
     """
     try:
@@ -124,7 +123,7 @@ async def kill_lingering(
         tagged = store.list_tags(session_id)
     except StoreError as exc:
         log.warning("cannot read process records, killing by task tags only: %s", exc)
-        await kill_tree(None, tag=set(shell_ids), grace=grace)
+        await kill_tree(None, tag=set(task_ids), grace=grace)
         return
     if not rows and not tagged:
         return

@@ -112,6 +112,10 @@ class TaskKind:
             any process of its session and is taken up again by the next one (a remote
             agent): a crash or the end of the session leaves it running, and a resumed
             session holds it again (its handle is attached then).
+        is_process: Whether such a task is a process of its own, tagged with the task's id
+            (a command): it ends with that process, the agent that started it takes it
+            along when it ends, and the session's end kills what is left of it by its tag,
+            even when the store cannot be read.
     """
 
     task_type: ClassVar[TaskType | None] = None
@@ -120,6 +124,7 @@ class TaskKind:
     owns_tasks: ClassVar[bool] = False
     state_class: ClassVar[type[TaskState] | None] = None
     outlives_session: ClassVar[bool] = False
+    is_process: ClassVar[bool] = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -145,6 +150,14 @@ class TaskKind:
 
     def end_changes(self, state: TaskState, now: float) -> Mapping[str, object]:
         """Fields stamped on the terminal transition, besides the end time."""
+        return _NO_CHANGES
+
+    def settle_changes(self, status: TaskStatus) -> Mapping[str, object]:
+        """Fields of its stored record that crash recovery sets when it ends it with ``status``.
+
+        Its session's process is gone: ``killed`` when what ran it was swept with it,
+        ``completed`` when it was detached and has ended since, unseen.
+        """
         return _NO_CHANGES
 
     def evictable(self, state: TaskState, now: float) -> bool:
@@ -278,21 +291,23 @@ def kind_of(state: TaskState) -> TaskKind:
     return _KINDS.get(state.type, _FALLBACK)
 
 
+def kind_of_record(record: Mapping[str, object]) -> TaskKind:
+    """The kind serving a stored record's type (the defaults for a type unknown here)."""
+    try:
+        return kind_for(TaskType(str(record.get("type"))))
+    except ValueError:  # written by a newer taskloom
+        return _FALLBACK
+
+
 def outlives_session(state: TaskState | Mapping[str, object]) -> bool:
     """Whether a task (its state, or its stored record) goes on without its session.
 
     That is a detached task of a kind that outlives its session (see
     ``TaskKind.outlives_session``): nothing ends it when its session's process goes.
     """
-    policy: object
     if isinstance(state, TaskState):
-        task_type, policy = state.type, state.exit_policy
-    else:
-        try:
-            task_type, policy = TaskType(str(state.get("type"))), state.get("exit_policy")
-        except ValueError:
-            return False
-    return policy == "detach" and kind_for(task_type).outlives_session
+        return state.exit_policy == "detach" and kind_of(state).outlives_session
+    return state.get("exit_policy") == "detach" and kind_of_record(state).outlives_session
 
 
 def registered_kinds() -> dict[TaskType, TaskKind]:
@@ -308,6 +323,7 @@ __all__ = [
     "TaskKind",
     "kind_for",
     "kind_of",
+    "kind_of_record",
     "outlives_session",
     "register_kind",
     "registered_kinds",

@@ -34,7 +34,7 @@ from taskloom.tasks._subscription import Subscription, TaskEvent
 from taskloom.tasks.claim import claim_session
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
-from taskloom.tasks.types import TaskState, TaskType, readable_state
+from taskloom.tasks.types import TaskState, readable_state
 from taskloom.tasks.watchdog import Watchdog
 
 #: How often the safety-net eviction sweep runs.
@@ -216,12 +216,10 @@ class TaskRuntime(TaskRegistry):
                 log.warning("closing the session: %s failed", closer, exc_info=True)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                shells = {
-                    s.id
-                    for s in self.list(types=[TaskType.LOCAL_BASH])
-                    if s.exit_policy != "detach"
+                tagged = {
+                    s.id for s in self.list() if kind_of(s).is_process and s.exit_policy != "detach"
                 }
-                await kill_lingering(self.store, self.session_id, shells, self.kill_grace)
+                await kill_lingering(self.store, self.session_id, tagged, self.kill_grace)
         await self.watchdog.close()
         for sub in list(self._subscribers):
             sub.close()
@@ -286,11 +284,14 @@ class TaskRuntime(TaskRegistry):
         return list(await asyncio.gather(*(self.kill(t) for t in live)))
 
     async def kill_shells_for_agent(self, agent_id: str) -> States:
-        """Kill every live shell an agent started (when that agent ends)."""
+        """Kill every live command an agent started (when that agent ends).
+
+        That is every live task of a kind that is a process (``TaskKind.is_process``).
+        """
         live = [
             s.id
-            for s in self.list(types=[TaskType.LOCAL_BASH])
-            if not s.terminal and kind_of(s).started_by(s, agent_id)
+            for s in self.list()
+            if not s.terminal and kind_of(s).is_process and kind_of(s).started_by(s, agent_id)
         ]
         return list(await asyncio.gather(*(self.kill(t) for t in live)))
 

@@ -6,6 +6,8 @@ the runtime, the notifications and the task tools ask of a shell task.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from taskloom.errors import OutputError
 from taskloom.tasks.kinds import Progress, Shown, ShownField, TaskKind, register_kind
 from taskloom.tasks.output import read_delta, read_tail
@@ -17,6 +19,7 @@ class ShellKind(TaskKind):
 
     task_type = TaskType.LOCAL_BASH
     noun = "Background command"
+    is_process = True
 
     def killed(self, state: TaskState) -> TaskState:
         """Stopped, and marked as interrupted rather than exited."""
@@ -33,6 +36,10 @@ class ShellKind(TaskKind):
         return state.owner == agent_id or (
             isinstance(state, ShellTaskState) and state.agent_id == agent_id
         )
+
+    def settle_changes(self, status: TaskStatus) -> Mapping[str, object]:
+        """Interrupted if it was killed (not if it ended unseen); it has no process now."""
+        return {"interrupted": status == TaskStatus.KILLED, "pid": None}
 
     def ends_by_itself(self, state: TaskState) -> bool:
         """No: a command may run forever."""

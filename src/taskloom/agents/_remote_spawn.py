@@ -22,6 +22,7 @@ from taskloom.agents.spawn_request import (
     launched,
 )
 from taskloom.errors import ToolError
+from taskloom.tasks.narrow import as_remote_agent
 from taskloom.tasks.types import TaskStatus, TaskType
 
 if TYPE_CHECKING:
@@ -145,10 +146,10 @@ class RemoteSpawner:
         if not done:
             self.runtime.update(agent_id, lambda s: s.replace(is_backgrounded=True))
             return started
-        state = self.runtime.get(agent_id)
-        assert state is not None
+        state = as_remote_agent(self.runtime.get(agent_id))
+        assert state is not None  # its record stays (evicted, it is read back)
         if state.status != TaskStatus.COMPLETED:
-            raise ToolError(f"Agent {agent_id} {state.status.value}: {getattr(state, 'error', '')}")
+            raise ToolError(f"Agent {agent_id} {state.status.value}: {state.error or ''}")
         return SpawnResult(
             status="completed",
             agent_id=agent_id,
@@ -156,21 +157,19 @@ class RemoteSpawner:
             description=request.description,
             prompt=request.prompt,
             output_file=state.output_file,
-            content=str(getattr(state, "result", "") or ""),
-            total_tool_uses=int(getattr(state, "tool_uses", 0)),
-            total_tokens=int(getattr(state, "total_tokens", 0)),
+            content=state.result or "",
+            total_tool_uses=state.tool_uses,
+            total_tokens=state.total_tokens,
             duration_ms=int(((state.end_time or time.time()) - state.start_time) * 1000),
             extra=started.extra,
         )
 
     def take_up(self, cwd: Path) -> None:
         """A resumed session: follow again the detached remote agents its last process left."""
-        from taskloom.tasks.remote import RemoteAgentTaskState
-
         left = [
-            s
-            for s in self.runtime.list(types=[TaskType.REMOTE_AGENT])
-            if isinstance(s, RemoteAgentTaskState) and not s.terminal
+            remote
+            for remote in map(as_remote_agent, self.runtime.list(types=[TaskType.REMOTE_AGENT]))
+            if remote is not None and not remote.terminal
         ]
         if not left:
             return

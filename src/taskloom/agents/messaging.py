@@ -31,6 +31,7 @@ from taskloom.errors import TaskError, ToolError
 from taskloom.quoting import quote
 from taskloom.signals import emit
 from taskloom.tasks.agent import resumed
+from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.types import AgentTaskState, TaskType
 from taskloom.transcript import load_messages, repair
 
@@ -128,8 +129,7 @@ class Messenger:
         names = self.runtime.directory.entries()
         if to in names:
             return names[to]
-        state = self.runtime.get(to)
-        if isinstance(state, AgentTaskState):
+        if as_agent(self.runtime.get(to)) is not None:
             return to
         names_ok, ids = self.addressable(sender)
         choices = [*names_ok, *ids]
@@ -147,9 +147,7 @@ class Messenger:
         agents = [
             state.id
             for state in self.runtime.list(types=[TaskType.LOCAL_AGENT], include_evicted=True)
-            if isinstance(state, AgentTaskState)
-            and state.id != sender
-            and self._may(state.id, sender)
+            if state.id != sender and self._may(state.id, sender)
         ]
         allowed = set(agents)
         names = [
@@ -170,9 +168,9 @@ class Messenger:
             return "coordinator" if self.coordinator else "main session"
         names = [n for n, address in self.runtime.directory.entries().items() if address == sender]
         if not names:
-            state = self.runtime.get(sender)
-            if isinstance(state, AgentTaskState) and state.name:
-                names = [state.name]
+            agent = as_agent(self.runtime.get(sender))
+            if agent is not None and agent.name:
+                names = [agent.name]
         return f"agent {names[-1]} ({sender})" if names else f"agent {sender}"
 
     def _framed(self, letter: _Letter, sender: str) -> str:
@@ -266,8 +264,8 @@ class Messenger:
         ).id
 
     async def _deliver(self, agent_id: str, ctx: ToolContext, letter: _Letter) -> str:
-        state = self.runtime.authorize(agent_id, ctx.owner)
-        assert isinstance(state, AgentTaskState)
+        state = as_agent(self.runtime.authorize(agent_id, ctx.owner))
+        assert state is not None  # resolved to an agent
         if not state.terminal:
             self._post(agent_id, ctx.owner, self._framed(letter, ctx.owner), letter)
             return (
@@ -299,7 +297,7 @@ class Messenger:
         reached: list[str] = []
         framed = self._framed(letter, ctx.owner)
         for state in self.runtime.list(types=[TaskType.LOCAL_AGENT]):
-            if not isinstance(state, AgentTaskState) or state.terminal or state.id == ctx.owner:
+            if state.terminal or state.id == ctx.owner:
                 continue
             if not self._may(state.id, ctx.owner):
                 continue
@@ -308,7 +306,7 @@ class Messenger:
                 continue  # it has taken its last input: a broadcast does not resume it
             async with self._lock(state.id):  # not while a resume decides about it
                 current = self.runtime.get(state.id)
-                if not isinstance(current, AgentTaskState) or current.terminal:
+                if current is None or current.terminal:
                     continue
                 self._post(state.id, ctx.owner, framed, letter)
             reached.append(state.id)

@@ -32,7 +32,7 @@ from taskloom.cli.demo_team_scenario import (
 )
 from taskloom.engine import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.messages import Message, TextBlock, ToolResultBlock
-from taskloom.tasks.teammate import TeammateTaskState
+from taskloom.tasks.narrow import as_teammate
 
 if TYPE_CHECKING:
     from taskloom.harness import Harness
@@ -106,10 +106,11 @@ class TeamPrinter:
     def label(self, task_id: str) -> str:
         """The teammate of task ``task_id``, by name in its colour."""
         state = self.harness.runtime.get(task_id) if self.harness is not None else None
-        if not isinstance(state, TeammateTaskState):
+        mate = as_teammate(state)
+        if mate is None:
             return f"    [magenta]{task_id}[/magenta]"
-        colour = _colour(state.color)
-        return f"    [bold {colour}]{escape(state.agent_name)}[/bold {colour}]"
+        colour = _colour(mate.color)
+        return f"    [bold {colour}]{escape(mate.agent_name)}[/bold {colour}]"
 
     def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
         """Print a teammate's text, tool calls, results and the messages it receives."""
@@ -185,9 +186,8 @@ async def demo_team(console: Console) -> int:
                         finished = event
             finally:
                 await harness.end()
-            states = [
-                s for s in harness.tasks(include_evicted=True) if isinstance(s, TeammateTaskState)
-            ]
+            mates = map(as_teammate, harness.tasks(include_evicted=True))
+            states = [mate for mate in mates if mate is not None]
             turns = harness.session.engine.num_turns
         fixed = [f.fixed in (repo / f.file).read_text() for f in FIXES]
         diff = await _git_diff(repo)

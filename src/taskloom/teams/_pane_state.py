@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import StoreError
+from taskloom.tasks.narrow import as_teammate
 from taskloom.tasks.teammate import TeammateTaskState, idle, progressed, working
-from taskloom.tasks.types import TaskType
+from taskloom.tasks.types import readable_state
 from taskloom.teams.pane_usage import PaneSpending, recorded_usage
 
 if TYPE_CHECKING:
@@ -70,15 +71,15 @@ def review(runtime: TaskRuntime, members: Iterable[PaneMember], spending: PaneSp
         since = member.idle_at
         if since is None or member.ended.is_set():
             continue
-        state = runtime.get(member.task_id)
+        state = as_teammate(runtime.get(member.task_id))
         if state is None or state.terminal:
             continue
         tasks = its_tasks(runtime.store, member)
         at_work = tasks is None or _at_work(runtime, member, since, tasks)
         totals = recorded_usage(tasks or [])
-        if at_work and getattr(state, "is_idle", False):
+        if at_work and state.is_idle:
             runtime.update(member.task_id, working)
-        elif not at_work and not getattr(state, "is_idle", False):
+        elif not at_work and not state.is_idle:
             runtime.update(member.task_id, _idle_saying(member.idle_summary, totals))
         if totals:
             runtime.update(member.task_id, using(totals))
@@ -101,8 +102,9 @@ def its_tasks(
 def _at_work(
     runtime: TaskRuntime, member: PaneMember, since: float, tasks: list[dict[str, Any]]
 ) -> bool:
-    own = next((t for t in tasks if t.get("type") == TaskType.IN_PROCESS_TEAMMATE), None)
-    if own is not None and not own.get("is_idle"):
+    states = [s for s in map(readable_state, tasks) if s is not None]
+    own = next((mate for mate in map(as_teammate, states) if mate is not None), None)
+    if own is not None and not own.is_idle:
         return True  # its process says it is at work (a turn that no mail of ours began)
     store = runtime.store
     try:
@@ -110,16 +112,12 @@ def _at_work(
             return True
         # Its own notifications (a command of its ended) wake it in its process: taken
         # after it said it was idle, or waiting to be, it is at work.
-        if own is not None and store.mail_taken_after(
-            member.process_session, str(own.get("id")), since
-        ):
+        if own is not None and store.mail_taken_after(member.process_session, own.id, since):
             return True
     except StoreError:
         return True  # unknown: counted at work, so that a headless lead does not end early
-    return any(
-        t.get("type") != TaskType.IN_PROCESS_TEAMMATE and t.get("exit_policy") != "detach"
-        for t in tasks
-    )
+    # Work of its own in its process (a command, an agent), besides the teammate itself.
+    return any(as_teammate(s) is None and s.exit_policy != "detach" for s in states)
 
 
 __all__ = ["PaneMember", "its_tasks", "review", "using"]

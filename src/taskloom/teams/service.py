@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import TaskloomError, ToolError
-from taskloom.tasks.teammate import TeammateTaskState
+from taskloom.tasks.narrow import as_teammate
 from taskloom.teams import protocol
 from taskloom.teams.executor import Executors, TeammateSpec, post_message
 from taskloom.teams.model import LEAD_NAME, Member, TeamError
@@ -99,9 +99,9 @@ class TeamService:
             return None
         if self.is_lead(ctx):
             return self.roster.resolve(protocol.agent_id(LEAD_NAME, team.name))
-        state = self.runtime.get(ctx.owner)
-        if isinstance(state, TeammateTaskState) and state.team_name == team.name:
-            return self.roster.resolve(state.agent_id)
+        mate = as_teammate(self.runtime.get(ctx.owner))
+        if mate is not None and mate.team_name == team.name:
+            return self.roster.resolve(mate.agent_id)
         return None
 
     def board(self, ctx: ToolContext) -> Board | None:
@@ -379,8 +379,8 @@ class TeamService:
         if not isinstance(request, str) or not request:
             raise ToolError("SendMessage: message.request_id: required for shutdown_response")
         run = self.executor.run(me.agent_id)
-        state = self.runtime.get(run.task_id)
-        asked = isinstance(state, TeammateTaskState) and state.shutdown_requested
+        mate = as_teammate(self.runtime.get(run.task_id))
+        asked = mate is not None and mate.shutdown_requested
         if not asked or not request.endswith(f"@{me.name}"):
             raise ToolError(
                 f"SendMessage: message.request_id: {request!r} is not a shutdown request sent "
@@ -437,10 +437,9 @@ class TeamService:
         team = self.roster.team()
         if team is None:
             return []
+        states = self.runtime.list(include_evicted=True)
         tasks = {
-            s.agent_id: s
-            for s in self.runtime.list(include_evicted=True)
-            if isinstance(s, TeammateTaskState)
+            mate.agent_id: mate for mate in map(as_teammate, states) if mate is not None
         }  # oldest first: the latest task of each member wins
         back = []
         for member in team.members:

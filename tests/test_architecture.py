@@ -288,14 +288,6 @@ KNOWN_KIND_BYPASSES: set[tuple[str, str]] = {
     # Listings of remote agents and of running agents, changed with those front ends.
     ("taskloom.cli.remote_cmd", "'remote_agent'"),
     ("taskloom.repl.commands", "'local_agent'"),
-    # Fixed by the next change (kind hooks for listings and for agents).
-    ("taskloom.agents.spawner", "TaskType.IN_PROCESS_TEAMMATE"),
-    ("taskloom.agents.spawner", "TaskType.LOCAL_AGENT"),
-    ("taskloom.agents.spawner", "TaskType.REMOTE_AGENT"),
-    ("taskloom.agents.spawner", "isinstance AgentTaskState"),
-    ("taskloom.repl.panel", "TaskType.IN_PROCESS_TEAMMATE"),
-    ("taskloom.repl.panel", "TaskType.LOCAL_AGENT"),
-    ("taskloom.repl.panel", "TaskType.LOCAL_BASH"),
 }
 #: Known imports of another package's private module, to be removed: (importer, imported).
 KNOWN_PRIVATE: set[tuple[str, str]] = set()

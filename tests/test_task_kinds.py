@@ -335,3 +335,63 @@ async def test_a_kind_that_is_a_process_ends_with_its_agent_and_is_settled_as_it
             assert getattr(settled, "error", None) == "its process went (killed)"
     finally:
         store.close()
+
+
+class ToyAgentKind(ToyKind):
+    """A toy kind of agent, named in listings by a name of its own, working for no one."""
+
+    is_agent = True
+    shows_owner = False
+
+    def short_noun(self) -> str:
+        return "toy"
+
+    def addresses(self, state: TaskState) -> tuple[str, ...]:
+        return ("toy-name",)
+
+
+@pytest.fixture
+def toy_agent() -> Iterator[ToyAgentKind]:
+    kind = ToyAgentKind()
+    previous = register_kind(kind)
+    try:
+        yield kind
+    finally:
+        unregister_kind(TaskType.LOCAL_WORKFLOW)
+        if previous is not None:
+            register_kind(previous)
+
+
+def test_the_repl_panel_shows_a_kind_as_the_kind_says(toy_agent: ToyAgentKind) -> None:
+    from taskloom.repl.panel import TaskPanel
+
+    panel = TaskPanel("s", clock=lambda: 1.0, wall=lambda: 100.0)
+    panel.update(
+        ToyState(
+            id="w1", owner="a-other", description="d", status=TaskStatus.RUNNING, start_time=99.0
+        )
+    )
+    ((_, text),) = panel.lines(200)
+    assert text.startswith("w1         toy      toy-name ")
+    assert "(for" not in text  # it works for no one in particular
+
+
+async def test_a_session_whose_budget_runs_out_stops_every_kind_of_agent(
+    toy_agent: ToyAgentKind, tmp_path: Path
+) -> None:
+    from helpers import harness
+    from taskloom.models.base import ModelRequest
+    from taskloom.models.scripted import FunctionModel, Turn
+
+    def respond(request: ModelRequest) -> Turn:
+        return Turn(text="spent", usage={"input_tokens": 900, "output_tokens": 100})  # type: ignore[arg-type]
+
+    async with harness(tmp_path, FunctionModel(respond), max_budget_tokens=500) as h:
+        toy_id = h.runtime.new_id(TaskType.LOCAL_WORKFLOW)
+        h.runtime.register(
+            ToyState(id=toy_id, owner=h.runtime.session_id, status=TaskStatus.RUNNING)
+        )
+        _ = [event async for event in h.run("go")]
+        assert "the token budget of the session ran out" in (h.session.engine.halted or "")
+        state = await h.runtime.wait(toy_id, timeout=10)
+        assert state.status == TaskStatus.KILLED

@@ -31,6 +31,7 @@ from taskloom.errors import ToolError
 from taskloom.signals import emit
 from taskloom.tasks.agent import failed_to_start
 from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 
 if TYPE_CHECKING:
@@ -218,8 +219,8 @@ class Spawner:
         # Its end is recorded by the run itself (even a kill): wait without inheriting a
         # cancellation that was aimed at the child.
         await asyncio.wait([driver])
-        state = self.runtime.get(run.agent_id)
-        assert isinstance(state, AgentTaskState)
+        state = as_agent(self.runtime.get(run.agent_id))
+        assert state is not None  # its record stays (evicted, it is read back)
         if state.status != TaskStatus.COMPLETED:
             why = state.stopped_reason or state.error or ""
             raise ToolError(f"Agent {run.agent_id} {state.status.value}: {why}")
@@ -329,8 +330,8 @@ class Spawner:
 
     def _terminated(self, agent_id: str, model: str) -> None:
         """Emit ``agent_tool_terminated`` for an agent that has ended (its span ends)."""
-        state = self.runtime.get(agent_id)
-        if isinstance(state, AgentTaskState):
+        state = as_agent(self.runtime.get(agent_id))
+        if state is not None:
             end = state.end_time or time.time()
             emit(
                 "agent_tool_terminated",
@@ -376,10 +377,13 @@ class Spawner:
                 owners.add(state.id)
                 run = self.runs.get(state.id)
                 total += run.engine.progress if run is not None else 0
-        for shell in self.runtime.list(types=[TaskType.LOCAL_BASH]):
-            if not shell.terminal and any(kind_of(shell).started_by(shell, o) for o in owners):
+        for task in self.runtime.list():
+            kind = kind_of(task)
+            if task.terminal or not kind.is_process:
+                continue
+            if any(kind.started_by(task, o) for o in owners):
                 with contextlib.suppress(OSError):
-                    total += self.runtime.output_path(shell.id).stat().st_size
+                    total += self.runtime.output_path(task.id).stat().st_size
         return total
 
     def _spent(self, agent_id: str, tokens: int, tool_calls: int, usd: float) -> None:
@@ -392,7 +396,7 @@ class Spawner:
             agent_id,
             lambda s: (
                 s.replace(subtree_tokens=tokens, subtree_tool_uses=tool_calls, subtree_cost_usd=usd)
-                if isinstance(s, AgentTaskState)
+                if as_agent(s) is not None
                 else s
             ),
         )
@@ -406,8 +410,7 @@ class Spawner:
         if agent_id == self.runtime.session_id:
             # Every agent: the session's, its teammates' and theirs (a stopped owner's
             # agents are stopped with it; stopping one twice is harmless).
-            kinds = [TaskType.LOCAL_AGENT, TaskType.IN_PROCESS_TEAMMATE, TaskType.REMOTE_AGENT]
-            live = [s.id for s in self.runtime.list(types=kinds) if not s.terminal]
+            live = [s.id for s in self.runtime.list() if kind_of(s).is_agent and not s.terminal]
             if self._on_session_spent is not None:
                 self._on_session_spent(why)
             await asyncio.gather(*(self._stop_saying(a, why) for a in live), return_exceptions=True)

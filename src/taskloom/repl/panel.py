@@ -21,7 +21,7 @@ from prompt_toolkit.utils import get_cwidth
 
 from taskloom.clock import span
 from taskloom.tasks.kinds import Progress, kind_of
-from taskloom.tasks.types import TaskState, TaskStatus, TaskType
+from taskloom.tasks.types import TaskState, TaskStatus
 
 #: A foreground task shows its progress once it has run this long.
 FOREGROUND_AFTER_S = 2.0
@@ -32,11 +32,6 @@ _LABEL_CELLS = 28
 #: How long a row's progress is shown before its kind is asked again (with no event).
 _PROGRESS_TTL_S = 1.0
 
-_KIND_NAMES = {
-    TaskType.LOCAL_BASH: "shell",
-    TaskType.LOCAL_AGENT: "agent",
-    TaskType.IN_PROCESS_TEAMMATE: "teammate",
-}
 _ENDINGS = {
     TaskStatus.COMPLETED: "done",
     TaskStatus.FAILED: "failed",
@@ -160,10 +155,10 @@ class TaskPanel:
             rows, hidden = rows[: max(1, limit) - 1], rows[max(1, limit) - 1 :]
         for row in rows:
             state = row.state
+            kind = kind_of(state)
             if row.progress is None or now - row.progress_at >= _PROGRESS_TTL_S:
-                row.progress, row.progress_at = kind_of(state).progress(state), now
+                row.progress, row.progress_at = kind.progress(state), now
             progress = row.progress
-            kind = _KIND_NAMES.get(state.type, state.type.value)
             if state.terminal:
                 status = _ENDINGS.get(state.status, state.status.value)
                 style = status
@@ -172,8 +167,8 @@ class TaskPanel:
                 status = "fg · ctrl+b to background" if not state.is_backgrounded else "running"
                 style = "running" if state.is_backgrounded else "foreground"
                 seconds = wall - state.start_time
-            label = _cells(_label(state), _LABEL_CELLS)
-            parts = [f"{state.id:<10} {kind:<8} {label} {span(seconds):>6}"]
+            label = _cells(kind.title(state).replace("\n", " "), _LABEL_CELLS)
+            parts = [f"{state.id:<10} {kind.short_noun():<8} {label} {span(seconds):>6}"]
             parts.append(status)
             if progress.tool_uses is not None:
                 uses = progress.tool_uses
@@ -189,7 +184,7 @@ class TaskPanel:
                 parts.append(f"${cost:.2f}" if cost >= 0.01 else f"${cost:.4f}")
             if progress.activity:
                 parts.append(progress.activity)
-            if state.owner != self.session_id and state.type != TaskType.IN_PROCESS_TEAMMATE:
+            if state.owner != self.session_id and kind.shows_owner:
                 parts.append(f"(for {state.owner})")
             text = " · ".join(parts)
             out.append((style, _fit(text, width)))
@@ -211,11 +206,6 @@ class TaskPanel:
             else:
                 waits.append(1.0)  # its elapsed time goes up by a second
         return max(0.0, min(waits)) if waits else None
-
-
-def _label(state: TaskState) -> str:
-    name = getattr(state, "agent_id", "") if state.type == TaskType.IN_PROCESS_TEAMMATE else ""
-    return str(name or state.description or getattr(state, "command", "") or "").replace("\n", " ")
 
 
 def count(n: int) -> str:

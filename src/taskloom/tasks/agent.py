@@ -53,6 +53,7 @@ class AgentKind(TaskKind):
     noun = "Agent"
     eviction_grace = PANEL_GRACE_S
     owns_tasks = True
+    is_agent = True
     answer_class: ClassVar[type[TaskState]] = AgentTaskState
 
     def _answering(self, state: TaskState) -> _Answering | None:

@@ -2,8 +2,11 @@
 
 The runtime, the notifications and the task tools treat every task alike and ask its kind for
 what is its own: how a kill is recorded, what its notification says, what survives a resume,
-how long it stays in memory after it ended, what TaskOutput and the job tools show, and what
-happens when it moves to the background. A kind registers itself, for its :class:`TaskType`,
+how long it stays in memory after it ended, what TaskOutput and the job tools show, what
+happens when it moves to the background, what crash recovery sets in its record, how a
+listing names it, and whether it is an agent or a process of its own. Code above the task
+layer asks the same questions and tests no state class (``tests/test_architecture.py``
+checks it). A kind registers itself, for its :class:`TaskType`,
 from its own module; :class:`TaskKind` itself serves every type no kind has claimed (the
 defaults are what any task needs and nothing more).
 
@@ -112,10 +115,14 @@ class TaskKind:
             any process of its session and is taken up again by the next one (a remote
             agent): a crash or the end of the session leaves it running, and a resumed
             session holds it again (its handle is attached then).
+        is_agent: Whether such a task is an agent (a model's loop, here or elsewhere): when
+            the session's budget runs out, every one is stopped.
         is_process: Whether such a task is a process of its own, tagged with the task's id
             (a command): it ends with that process, the agent that started it takes it
             along when it ends, and the session's end kills what is left of it by its tag,
             even when the store cannot be read.
+        shows_owner: Whether a listing says whom the task works for, when that is not the
+            session itself (a teammate works for its team: it says no).
     """
 
     task_type: ClassVar[TaskType | None] = None
@@ -124,7 +131,9 @@ class TaskKind:
     owns_tasks: ClassVar[bool] = False
     state_class: ClassVar[type[TaskState] | None] = None
     outlives_session: ClassVar[bool] = False
+    is_agent: ClassVar[bool] = False
     is_process: ClassVar[bool] = False
+    shows_owner: ClassVar[bool] = True
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -255,6 +264,19 @@ class TaskKind:
     def progress(self, state: TaskState) -> Progress:
         """What it has done so far, for a live panel (cheap: it is asked on every redraw)."""
         return Progress()
+
+    def short_noun(self) -> str:
+        """What a one-line listing calls such a task (``agent``): its noun, in lower case."""
+        return self.noun.lower()
+
+    def title(self, state: TaskState) -> str:
+        """What a one-line listing names the task by: its first other name, else its description.
+
+        A teammate is named by its agent id (``alice@team``), a command by its description,
+        else its command line.
+        """
+        names = [name for name in self.addresses(state) if name]
+        return names[0] if names else state.description
 
 
 _FALLBACK = TaskKind()

@@ -47,9 +47,17 @@ class ShellKind(TaskKind):
 
     def label(self, state: TaskState) -> str:
         """Its description, else its command line."""
-        command = state.command if isinstance(state, ShellTaskState) else ""
         noun = "Monitor" if isinstance(state, ShellTaskState) and state.kind == "monitor" else None
-        return f'{noun or self.noun} "{state.description or command}"'
+        return f'{noun or self.noun} "{self.title(state)}"'
+
+    def short_noun(self) -> str:
+        """``shell``."""
+        return "shell"
+
+    def title(self, state: TaskState) -> str:
+        """Its description, else its command line."""
+        command = state.command if isinstance(state, ShellTaskState) else ""
+        return state.description or command
 
     def summary(self, state: TaskState) -> str:
         """Its end, with its exit code when it is known."""

@@ -81,6 +81,8 @@ class TeammateKind(TaskKind):
     state_class = TeammateTaskState
     noun = "Teammate"
     owns_tasks = True
+    is_agent = True
+    shows_owner = False  # it works for its team
 
     def busy(self, state: TaskState) -> bool:
         """At work while a turn runs; idle between turns (its lead need not wait then)."""

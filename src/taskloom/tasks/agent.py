@@ -131,13 +131,15 @@ class AgentKind(TaskKind):
         if agent is None:
             return Progress()
         last = agent.activities[-1] if agent.activities else ""
+        if not isinstance(state, AgentTaskState):  # a remote one's subtree is its worker's
+            return Progress(agent.tool_uses, agent.total_tokens, last)
         return Progress(
             agent.tool_uses,
             agent.total_tokens,
             last,
-            getattr(state, "subtree_tool_uses", None),
-            getattr(state, "subtree_tokens", None),
-            getattr(state, "subtree_cost_usd", None),
+            state.subtree_tool_uses,
+            state.subtree_tokens,
+            state.subtree_cost_usd,
         )
 
     def event_fields(self, state: TaskState) -> dict[str, object]:
@@ -154,23 +156,21 @@ class AgentKind(TaskKind):
             "duration_ms": int(max(0.0, end - state.start_time) * 1000),
             "recent_activities": list(agent.activities),
             # It and every agent it started, cumulative (local agents: what budgets count).
-            "subtree_tokens": getattr(state, "subtree_tokens", agent.total_tokens),
-            "subtree_tool_use_count": getattr(state, "subtree_tool_uses", agent.tool_uses),
+            "subtree_tokens": agent.total_tokens,
+            "subtree_tool_use_count": agent.tool_uses,
         }
-        # A local agent's own cache tokens and costs (a remote one's are its worker's).
-        for name in _PRICED:
-            if hasattr(state, name):
-                progress[name] = getattr(state, name)
+        if isinstance(state, AgentTaskState):
+            # A local agent's subtree, own cache tokens and costs (a remote one's are its
+            # worker's).
+            progress.update(
+                subtree_tokens=state.subtree_tokens,
+                subtree_tool_use_count=state.subtree_tool_uses,
+                cache_read_input_tokens=state.cache_read_input_tokens,
+                cache_creation_input_tokens=state.cache_creation_input_tokens,
+                cost_usd=state.cost_usd,
+                subtree_cost_usd=state.subtree_cost_usd,
+            )
         return {"progress": progress}
-
-
-#: The live usage figures a local agent's task events add (see :meth:`AgentKind.event_fields`).
-_PRICED = (
-    "cache_read_input_tokens",
-    "cache_creation_input_tokens",
-    "cost_usd",
-    "subtree_cost_usd",
-)
 
 
 # -- the transitions an agent's run records ---------------------------------------------------

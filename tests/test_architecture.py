@@ -433,6 +433,7 @@ def test_the_checker_finds_a_task_type_comparison() -> None:
         "kinds = [TaskType.REMOTE_AGENT]\nok = [s for s in states if s.type in kinds]\n",
         "NAMES = {TaskType.REMOTE_AGENT: 'remote'}\n",
         "ok = state.type in (types.TaskType.REMOTE_AGENT,)\n",
+        "match state.type:\n    case TaskType.REMOTE_AGENT:\n        pass\n",
     ):
         assert kind_bypasses("taskloom.cli.x", planted, _STATES) == {"TaskType.REMOTE_AGENT"}
     by_value = "ok = record.get('type') != 'in_process_teammate'\n"

@@ -285,9 +285,6 @@ KNOWN_KIND_BYPASSES: set[tuple[str, str]] = {
     ("taskloom.cli.print_mode", "TaskType.REMOTE_AGENT"),
     ("taskloom.remote.run", "isinstance RemoteAgentTaskState"),
     ("taskloom.teams.pane_usage", "TaskType.IN_PROCESS_TEAMMATE"),
-    # Listings of remote agents and of running agents, changed with those front ends.
-    ("taskloom.cli.remote_cmd", "'remote_agent'"),
-    ("taskloom.repl.commands", "'local_agent'"),
 }
 #: Known imports of another package's private module, to be removed: (importer, imported).
 KNOWN_PRIVATE: set[tuple[str, str]] = set()

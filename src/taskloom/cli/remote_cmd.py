@@ -47,6 +47,7 @@ def _status(as_json: bool) -> int:
     from taskloom.remote.cluster import Cluster, ClusterError, endpoint, probe
     from taskloom.settings import db_path, load_settings
     from taskloom.store import Store
+    from taskloom.tasks.types import TaskType
 
     settings = load_settings(Path.cwd())
     address = Cluster(settings).env.get("RAY_ADDRESS") or (settings.get("remote") or {}).get(
@@ -67,7 +68,7 @@ def _status(as_json: bool) -> int:
     if db_path().exists():
         store = Store(db_path(), reserve_bytes=0)
         try:
-            agents = [t for t in store.list_tasks() if t.get("type") == "remote_agent"]
+            agents = store.list_tasks(types=[TaskType.REMOTE_AGENT])
         finally:
             store.close()
     if as_json:

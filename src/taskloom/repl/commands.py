@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from taskloom.errors import TaskloomError
 from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.narrow import as_agent, as_teammate
 from taskloom.tasks.types import TaskState
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ async def _agents(host: CommandHost, rest: str) -> None:
         definition = catalog.get(name)
         about = " ".join((definition.when_to_use if definition else "").split())
         lines.append(f"  {name:<18} {about[:90]}")
-    running = [s for s in harness.tasks() if s.type.value == "local_agent" and not s.terminal]
+    running = [s for s in harness.tasks() if as_agent(s) is not None and not s.terminal]
     if running:
         lines.append("Running:")
         lines += [f"  {s.id:<10} {s.description}" for s in running]
@@ -176,14 +177,15 @@ async def _team(host: CommandHost, rest: str) -> None:
         host.say("No team yet: the model starts one with TeamCreate.")
         return
     lines = [f"Team {team.name}: {team.description}".rstrip(": ")]
-    states = {getattr(s, "agent_id", ""): s for s in host.harness.tasks()}
+    teammates = (as_teammate(s) for s in host.harness.tasks())
+    states = {t.agent_id: t for t in teammates if t is not None}
     for member in team.members:
         state = states.get(member.agent_id)
         if member.name == "team-lead":
             status = "lead (you)"
         elif not member.is_active:
             status = "inactive"
-        elif state is not None and getattr(state, "is_idle", False):
+        elif state is not None and state.is_idle:
             status = "idle"
         else:
             status = "working"

@@ -292,19 +292,26 @@ class Store:
         return json.loads(rows[0]["data"]) if rows else None
 
     def list_tasks(
-        self, session_id: str | None = None, statuses: Iterable[str] | None = None
+        self,
+        session_id: str | None = None,
+        statuses: Iterable[str] | None = None,
+        types: Iterable[str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Return task state dicts, oldest first, optionally for one session and statuses."""
+        """Return task state dicts, oldest first, optionally for one session, statuses, types.
+
+        ``types`` are the stored values (``remote_agent``).
+        """
         sql = "SELECT data FROM tasks"
         clauses: list[str] = []
         params: list[Any] = []
         if session_id is not None:
             clauses.append("session_id = ?")
             params.append(session_id)
-        if statuses is not None:
-            wanted = list(statuses)
-            clauses.append(f"status IN ({','.join('?' * len(wanted))})")
-            params.extend(wanted)
+        for column, values in (("status", statuses), ("type", types)):
+            if values is not None:
+                wanted = list(values)
+                clauses.append(f"{column} IN ({','.join('?' * len(wanted))})")
+                params.extend(wanted)
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY start_time"

@@ -1,0 +1,125 @@
+"""The usage ledger: responses and tool calls charged per agent and per model, subtree totals,
+and reports from other processes (a remote agent's worker, a pane teammate's process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskloom.messages import Usage
+from taskloom.tasks.usage import (
+    REPORT_KEY,
+    Figures,
+    UsageLedger,
+    report_fields,
+    report_in,
+)
+
+
+def _per_million(dollars_in: float, dollars_out: float):  # type: ignore[no-untyped-def]
+    def price(model: str, usage: Usage) -> float | None:
+        if model.startswith("free"):
+            return None
+        return (usage.input_tokens * dollars_in + usage.output_tokens * dollars_out) / 1e6
+
+    return price
+
+
+def test_responses_are_charged_per_agent_and_per_model() -> None:
+    ledger = UsageLedger(_per_million(3.0, 15.0))
+    spent = ledger.charge("main", "sonnet", Usage(input_tokens=1000, output_tokens=100))
+    assert spent.tokens == 1100 and spent.usd == pytest.approx((3000 + 1500) / 1e6)
+    ledger.charge("main", "free-model", Usage(input_tokens=10, cache_read_input_tokens=5))
+    ledger.charge("a1", "sonnet", Usage(input_tokens=1, output_tokens=2))
+    ledger.charge_tool_call("a1")
+    ledger.charge_tool_call("a1", 2)
+
+    main = ledger.own("main")
+    assert (main.input_tokens, main.output_tokens, main.cache_read_input_tokens) == (1010, 100, 5)
+    assert main.tokens == 1115 and main.tool_uses == 0
+    assert main.cost_usd == pytest.approx(0.0045)
+    assert ledger.own("a1") == Figures(1, 2, 0, 0, 3, pytest.approx(33 / 1e6), 0)  # type: ignore[arg-type]
+
+    per_model = ledger.models("main")
+    assert set(per_model) == {"sonnet", "free-model"}
+    assert per_model["free-model"].priced is False and per_model["free-model"].cost_usd == 0.0
+    session = ledger.models()
+    assert session["sonnet"].usage == Usage(input_tokens=1001, output_tokens=102)
+    assert ledger.total().tool_uses == 3 and ledger.total().tokens == 1118
+    assert ledger.cost() == pytest.approx(ledger.own("main").cost_usd + ledger.own("a1").cost_usd)
+
+
+def test_a_response_without_usage_is_counted_as_unreported() -> None:
+    ledger = UsageLedger()
+    assert ledger.charge("a1", "m", None).tokens == 0
+    assert ledger.own("a1").unreported == 1 and ledger.own("a1").tokens == 0
+    assert ledger.models()["m"].unreported == 1  # listed: a response of it was counted
+
+
+def test_subtree_totals_are_an_agents_own_and_its_descendants() -> None:
+    ledger = UsageLedger()
+    ledger.link("a1", None)
+    ledger.link("a2", "a1")
+    ledger.link("a3", "a2")
+    ledger.link("b1", None)
+    for agent, tokens in (("a1", 1), ("a2", 10), ("a3", 100), ("b1", 1000)):
+        ledger.charge(agent, "m", Usage(output_tokens=tokens))
+        ledger.charge_tool_call(agent)
+    assert ledger.subtree("a1").output_tokens == 111 and ledger.subtree("a1").tool_uses == 3
+    assert ledger.subtree("a2").output_tokens == 110
+    assert ledger.subtree("a3") == ledger.own("a3")
+    assert ledger.parent("a3") == "a2" and ledger.parent("a1") is None
+    assert ledger.agents() == ["a1", "a2", "a3", "b1"]
+
+
+def test_a_report_from_elsewhere_counts_what_grew() -> None:
+    ledger = UsageLedger(_per_million(1.0, 1.0))
+    first = ledger.report("r1", {"m": {"input_tokens": 100, "output_tokens": 10}}, tool_uses=2)
+    assert first.tokens == 110 and first.tool_calls == 2
+    again = ledger.report("r1", {"m": {"input_tokens": 100, "output_tokens": 10}}, tool_uses=2)
+    assert again == (0, 0, 0.0)  # cumulative figures: nothing new
+    grown = ledger.report("r1", {"m": {"input_tokens": 150, "output_tokens": 15}}, tool_uses=5)
+    assert (grown.tokens, grown.tool_calls) == (55, 3)
+    assert grown.usd == pytest.approx(55 / 1e6)
+    own = ledger.own("r1")
+    assert (own.input_tokens, own.output_tokens, own.tool_uses) == (150, 15, 5)
+    # A new process counting from zero again: what it reports is all new.
+    ledger.restart("r1")
+    ledger.report("r1", {"m": {"input_tokens": 7, "output_tokens": 1}}, tool_uses=1)
+    assert ledger.own("r1").input_tokens == 157 and ledger.own("r1").tool_uses == 6
+    # Figures that went back without a restart: a new process too.
+    ledger.report("r1", {"m": {"input_tokens": 3}})
+    assert ledger.own("r1").input_tokens == 160
+
+
+def test_a_baseline_is_not_counted_again() -> None:
+    ledger = UsageLedger()
+    earlier = {"m": {"input_tokens": 1000, "output_tokens": 100}}
+    ledger.baseline("r1", earlier, tool_uses=4)  # counted by the process it ran for
+    assert ledger.report("r1", earlier, tool_uses=4) == (0, 0, 0.0)
+    assert ledger.models() == {}
+    ledger.report("r1", {"m": {"input_tokens": 1500, "output_tokens": 150}}, tool_uses=6)
+    assert (ledger.own("r1").input_tokens, ledger.own("r1").tool_uses) == (500, 2)
+
+
+def test_marks_give_what_was_counted_since() -> None:
+    ledger = UsageLedger()
+    ledger.charge("main", "m", Usage(input_tokens=10))
+    ledger.charge("main", "n", Usage(input_tokens=1))
+    mark = ledger.mark()
+    ledger.charge("a1", "m", Usage(input_tokens=5))
+    since = ledger.models(since=mark)
+    assert list(since) == ["m"] and since["m"].usage.input_tokens == 5
+
+
+def test_reports_travel_under_one_key_and_bad_entries_are_left_out() -> None:
+    fields = report_fields({"m": {"input_tokens": 3, "output_tokens": 1}})
+    assert list(fields) == [REPORT_KEY]
+    event = {"type": "progress", **fields}
+    assert report_in(event) == {"m": {"input_tokens": 3, "output_tokens": 1}}
+    bad = {REPORT_KEY: {"m": {"input_tokens": "3", "output_tokens": True, "x": 1}, "n": 4}}
+    assert report_in(bad) == {"m": {}}
+    assert report_in({"type": "progress"}) is None
+    assert report_in({REPORT_KEY: ["m"]}) is None
+    ledger = UsageLedger()
+    ledger.charge("t1", "m", Usage(input_tokens=2, output_tokens=1))
+    assert report_in(report_fields(ledger.report_of("t1")))["m"]["input_tokens"] == 2  # type: ignore[index]

@@ -41,11 +41,15 @@ def test_responses_are_charged_per_agent_and_per_model() -> None:
 
     per_model = ledger.models("main")
     assert set(per_model) == {"sonnet", "free-model"}
-    assert per_model["free-model"].priced is False and per_model["free-model"].cost_usd == 0.0
+    assert per_model["free-model"].cost_usd == 0.0
+    # A charge priced by its charger keeps its cost (the engine prices by the settings).
+    assert ledger.charge("a2", "sonnet", Usage(input_tokens=1), usd=0.5).usd == 0.5
+    assert ledger.own("a2").cost_usd == 0.5
     session = ledger.models()
-    assert session["sonnet"].usage == Usage(input_tokens=1001, output_tokens=102)
-    assert ledger.total().tool_uses == 3 and ledger.total().tokens == 1118
-    assert ledger.cost() == pytest.approx(ledger.own("main").cost_usd + ledger.own("a1").cost_usd)
+    assert session["sonnet"].usage == Usage(input_tokens=1002, output_tokens=102)
+    assert ledger.total().tool_uses == 3 and ledger.total().tokens == 1119
+    parts = (ledger.own(a).cost_usd for a in ("main", "a1", "a2"))
+    assert ledger.cost() == pytest.approx(sum(parts))
 
 
 def test_a_response_without_usage_is_counted_as_unreported() -> None:
@@ -106,9 +110,10 @@ def test_marks_give_what_was_counted_since() -> None:
     ledger.charge("main", "m", Usage(input_tokens=10))
     ledger.charge("main", "n", Usage(input_tokens=1))
     mark = ledger.mark()
-    ledger.charge("a1", "m", Usage(input_tokens=5))
+    ledger.charge("a1", "m", Usage(input_tokens=5), usd=0.25)
     since = ledger.models(since=mark)
     assert list(since) == ["m"] and since["m"].usage.input_tokens == 5
+    assert ledger.cost(since=mark) == 0.25
 
 
 def test_reports_travel_under_one_key_and_bad_entries_are_left_out() -> None:

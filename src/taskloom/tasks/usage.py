@@ -10,8 +10,9 @@ the listings.
 
 Each agent's own figures (:meth:`~UsageLedger.own`) and its subtree's — it and every agent it
 started, recursively (:meth:`~UsageLedger.subtree`; see :meth:`~UsageLedger.link`) — are
-:class:`Figures`. Tokens are priced by the ledger's ``price`` (the models layer's price table,
-given by whoever builds the ledger): a model it does not price costs 0.
+:class:`Figures`. A charge carries its cost in dollars when its charger priced it (an engine
+prices its responses by the session's price table); one that does not is priced by the
+ledger's ``price``, and a model it does not price costs 0.
 
 A response whose provider reported no usage (``None``: some OpenAI-compatible servers send
 none) adds no tokens but is counted as unreported: the figures are then a lower bound, and say
@@ -43,7 +44,7 @@ TOKEN_FIELDS = (
 #: The main thread's key in a ledger.
 MAIN = "main"
 
-#: What ``usage`` of ``model`` costs in dollars; None: the model is not priced.
+#: What ``usage`` of ``model`` costs in dollars; None: the model is not priced (costs 0).
 Pricer = Callable[[str, Usage], "float | None"]
 #: Cumulative token counts per model, as reports carry them.
 ByModel = dict[str, dict[str, int]]
@@ -107,13 +108,11 @@ class ModelFigures(NamedTuple):
     Attributes:
         usage: Its tokens.
         cost_usd: What they cost (0 when the model is not priced).
-        priced: Whether the ledger's prices know the model.
         unreported: Its responses that reported no usage.
     """
 
     usage: Usage
     cost_usd: float
-    priced: bool
     unreported: int
 
 
@@ -130,6 +129,7 @@ class Mark:
     """What a ledger had counted at one moment (for ``since`` in :meth:`UsageLedger.models`)."""
 
     usage: dict[str, Usage] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     unreported: dict[str, int] = field(default_factory=dict)
 
@@ -139,6 +139,7 @@ class _Account:
     """One agent's counts."""
 
     usage: dict[str, Usage] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     unreported: dict[str, int] = field(default_factory=dict)
     tool_uses: int = 0
@@ -146,8 +147,9 @@ class _Account:
     reported: dict[str, Usage] = field(default_factory=dict)
     reported_calls: int = 0
 
-    def add(self, model: str, usage: Usage | None) -> None:
+    def add(self, model: str, usage: Usage | None, usd: float) -> None:
         self.usage[model] = _plus(self.usage.get(model, Usage()), usage or Usage())
+        self.cost[model] = self.cost.get(model, 0.0) + usd
         self.counts[model] = self.counts.get(model, 0) + 1
         if usage is None:
             self.unreported[model] = self.unreported.get(model, 0) + 1
@@ -157,11 +159,12 @@ class UsageLedger:
     """A session's usage per agent and per model (see the module docstring).
 
     Args:
-        price: Prices tokens of a model (None: nothing is priced).
+        price: Prices the tokens of a charge that comes without its cost (None: nothing is
+            priced).
     """
 
     def __init__(self, price: Pricer | None = None) -> None:
-        #: Prices tokens of a model; may be replaced (the prices come from the settings).
+        #: Prices the tokens of a charge that comes without its cost.
         self.price: Pricer = price or _unpriced
         self._accounts: dict[str, _Account] = {}
         self._parents: dict[str, str] = {}
@@ -181,28 +184,41 @@ class UsageLedger:
         if parent is not None and parent != agent_id:
             self._parents[agent_id] = parent
 
-    def charge(self, agent_id: str, model: str, usage: Usage | None) -> Spent:
-        """Count one response of ``model`` to ``agent_id``; None: its usage is unknown."""
-        self._account(agent_id).add(model, usage)
-        self._whole.add(model, usage)
+    def charge(
+        self, agent_id: str, model: str, usage: Usage | None, usd: float | None = None
+    ) -> Spent:
+        """Count one response of ``model`` to ``agent_id``; what it added.
+
+        ``usage`` None: the provider reported none. ``usd``: what it cost (None: priced by
+        the ledger's ``price``).
+        """
+        if usd is None:
+            usd = (self.price(model, usage) if usage is not None else None) or 0.0
+        self._account(agent_id).add(model, usage, usd)
+        self._whole.add(model, usage, usd)
         if usage is None:
             return Spent()
-        cost = self.price(model, usage)
-        return Spent(usage.context_tokens + usage.output_tokens, 0, cost or 0.0)
+        return Spent(usage.context_tokens + usage.output_tokens, 0, usd)
 
     def charge_tool_call(self, agent_id: str, calls: int = 1) -> None:
         """Count tool calls ``agent_id`` made."""
         self._account(agent_id).tool_uses += calls
 
     def report(
-        self, agent_id: str, by_model: Mapping[str, Mapping[str, int]], tool_uses: int | None = None
+        self,
+        agent_id: str,
+        by_model: Mapping[str, Mapping[str, int]],
+        tool_uses: int | None = None,
+        price: Pricer | None = None,
     ) -> Spent:
         """Count what an agent whose calls another process makes spent since its last report.
 
         ``by_model`` (and ``tool_uses``) are that process's cumulative figures; what grew is
-        counted as a response would be, and returned. Figures that went back mean a new
-        process counting from zero (see :meth:`restart`): they are counted whole.
+        counted as a response would be, priced by ``price`` (default: the ledger's), and
+        returned. Figures that went back mean a new process counting from zero (see
+        :meth:`restart`): they are counted whole.
         """
+        price = price or self.price
         account = self._account(agent_id)
         tokens, usd = 0, 0.0
         for model, raw in by_model.items():
@@ -213,7 +229,7 @@ class UsageLedger:
             if grown == Usage():
                 continue
             account.reported[model] = now
-            spent = self.charge(agent_id, model, grown)
+            spent = self.charge(agent_id, model, grown, price(model, grown) or 0.0)
             tokens, usd = tokens + spent.tokens, usd + spent.usd
         calls = 0
         if tool_uses is not None:
@@ -288,9 +304,9 @@ class UsageLedger:
             if since is not None and account.counts.get(model, 0) == before.counts.get(model, 0):
                 continue
             usage = _plus(usage, before.usage.get(model, Usage()), -1)
-            cost = self.price(model, usage)
+            cost = account.cost.get(model, 0.0) - before.cost.get(model, 0.0)
             unreported = account.unreported.get(model, 0) - before.unreported.get(model, 0)
-            out[model] = ModelFigures(usage, cost or 0.0, cost is not None, unreported)
+            out[model] = ModelFigures(usage, cost, unreported)
         return out
 
     def cost(self, since: Mark | None = None) -> float:
@@ -300,21 +316,20 @@ class UsageLedger:
     def mark(self) -> Mark:
         """What the session counted so far (for ``since``)."""
         whole = self._whole
-        return Mark(dict(whole.usage), dict(whole.counts), dict(whole.unreported))
+        return Mark(dict(whole.usage), dict(whole.cost), dict(whole.counts), dict(whole.unreported))
 
     def report_of(self, agent_id: str) -> ByModel:
         """``agent_id``'s tokens so far per model: what its process reports of it."""
         return _by_model(self.models(agent_id))
 
     def _figures(self, account: _Account) -> Figures:
-        usage, cost = Usage(), 0.0
-        for model, used in account.usage.items():
+        usage = Usage()
+        for used in account.usage.values():
             usage = _plus(usage, used)
-            cost += self.price(model, used) or 0.0
         return Figures(
             **{k: getattr(usage, k) for k in TOKEN_FIELDS},
             tool_uses=account.tool_uses,
-            cost_usd=cost,
+            cost_usd=sum(account.cost.values()),
             unreported=sum(account.unreported.values()),
         )
 

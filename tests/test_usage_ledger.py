@@ -3,6 +3,8 @@ and reports from other processes (a remote agent's worker, a pane teammate's pro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from taskloom.messages import Usage
@@ -128,3 +130,33 @@ def test_reports_travel_under_one_key_and_bad_entries_are_left_out() -> None:
     ledger = UsageLedger()
     ledger.charge("t1", "m", Usage(input_tokens=2, output_tokens=1))
     assert report_in(report_fields(ledger.report_of("t1")))["m"]["input_tokens"] == 2  # type: ignore[index]
+
+
+async def test_an_engine_charges_every_response_and_tool_call_to_the_runtimes_ledger(
+    tmp_path: Path,
+) -> None:
+    from taskloom.engine import Engine, EngineConfig
+    from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.testing import ScriptedModel, ToolCall, Turn
+    from taskloom.tools.bash import BashTool
+
+    script = [
+        Turn(tool_calls=(ToolCall("Bash", {"command": "true"}),), usage=Usage(input_tokens=7)),
+        Turn(text="done", usage=Usage(input_tokens=9, output_tokens=2)),
+    ]
+    async with TaskRuntime() as rt:
+        for agent_id in (None, "a00000001"):
+            config = EngineConfig(
+                model=ScriptedModel(list(script)),
+                system_prompt="",
+                tools=[BashTool()],
+                owner=rt.session_id,
+                cwd=tmp_path,
+                agent_id=agent_id,
+            )
+            engine = Engine(config, rt)
+            _ = [event async for event in engine.run("go")]
+            own = rt.usage.own(engine.ledger_key)
+            assert (own.input_tokens, own.output_tokens, own.tool_uses) == (16, 2, 1)
+            assert own.cost_usd == engine.cost_usd
+        assert rt.usage.agents() == ["main", "a00000001"]

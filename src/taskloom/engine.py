@@ -47,6 +47,7 @@ from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.settings import tasks_dir
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
+from taskloom.tasks.usage import MAIN
 from taskloom.tools.base import (
     FileState,
     Tool,
@@ -110,6 +111,11 @@ class Engine:
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
         self.denials: list[dict[str, Any]] = []
+
+    @property
+    def ledger_key(self) -> str:
+        """Whose usage its responses and tool calls are in the session's ledger."""
+        return self.config.agent_id or MAIN
 
     def halt(self, why: str) -> None:
         """Its budget ran out: it makes no more requests, and stops waiting for its tasks.
@@ -276,6 +282,7 @@ class Engine:
         # Model output is untrusted: made safe to record, its bad calls marked (untrusted.py).
         seen = {c.id for m in self.messages if m.role == "assistant" for c in m.tool_uses()}
         final = vet_answer(_without_empty_text(final), seen)
+        model, cost = final.model or request.model, 0.0
         if final.usage is not None:
             u = final.usage
             self.context_tokens = u.context_tokens
@@ -287,10 +294,12 @@ class Engine:
                 cache_read_input_tokens=self.usage.cache_read_input_tokens
                 + u.cache_read_input_tokens,
             )
-            cost = self._cost(final.model or request.model, u)  # as the usage ledger prices it
+            cost = self._cost(model, u)
             self.cost_usd += cost
             if meter is not None:
                 meter.charge(tokens=u.context_tokens + u.output_tokens, usd=cost)
+        # Every response is charged, one without usage too (counted as unreported).
+        self.runtime.usage.charge(self.ledger_key, model, final.usage, cost)
         return final
 
     def _cost(self, model: str, usage: Usage) -> float:
@@ -358,6 +367,7 @@ class Engine:
         if refused is not None:  # not run: not counted as a use (the budget says as much)
             return tool_error(f"Not run: {refused}. Stop and report what you have.")
         self.tool_uses += 1
+        self.runtime.usage.charge_tool_call(self.ledger_key)
         if call.defect is not None:
             return tool_error(call.defect)
         tool = self.tools.get(call.name)

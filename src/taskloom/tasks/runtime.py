@@ -35,6 +35,7 @@ from taskloom.tasks.claim import claim_session
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
 from taskloom.tasks.types import TaskState, readable_state
+from taskloom.tasks.usage import UsageLedger
 from taskloom.tasks.watchdog import Watchdog
 
 #: How often the safety-net eviction sweep runs.
@@ -87,6 +88,8 @@ class TaskRuntime(TaskRegistry):
         self.cwd = cwd
         #: The names given to its agents at spawn.
         self.directory = Directory(self.store, self.session_id, clock)
+        #: What its agents spent, per agent and per model: every engine charges it.
+        self.usage = UsageLedger()
         self.watchdog = Watchdog(clock)
         self._sweeper: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None

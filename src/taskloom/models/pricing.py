@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskloom.messages import Usage
+from taskloom.tasks.usage import Pricer
 
 CACHE_WRITE_FACTOR = 1.25
 CACHE_READ_FACTOR = 0.1
@@ -99,6 +100,17 @@ def price_for(model: str, overrides: Mapping[str, Any] | None = None) -> Price |
             if isinstance(raw, Mapping):
                 return _override(raw)
     return list_price(model)
+
+
+def pricer(overrides: Mapping[str, Any] | None = None) -> Pricer:
+    """What the usage ledger prices with: ``price_for`` under ``overrides`` (``modelPrices``)."""
+    table = dict(overrides) if isinstance(overrides, Mapping) else None
+
+    def price(model: str, usage: Usage) -> float | None:
+        found = price_for(model, table)
+        return found.cost(usage) if found is not None else None
+
+    return price
 
 
 def _override(raw: Mapping[str, Any]) -> Price:

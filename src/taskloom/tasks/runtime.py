@@ -60,6 +60,7 @@ class TaskRuntime(TaskRegistry):
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL_S,
         kill_grace: float = 2.0,
         cwd: str | None = None,
+        usage: UsageLedger | None = None,
     ) -> None:
         """Create a runtime; call :meth:`start` (or use ``async with``) before use.
 
@@ -73,6 +74,7 @@ class TaskRuntime(TaskRegistry):
             sweep_interval: Seconds between safety-net eviction sweeps.
             kill_grace: Seconds between SIGTERM and SIGKILL when killing processes.
             cwd: The session's working directory, as recorded (default: the process's).
+            usage: The session's usage ledger (default: one that prices nothing itself).
         """
         home = home or taskloom_home()
         super().__init__(
@@ -89,7 +91,7 @@ class TaskRuntime(TaskRegistry):
         #: The names given to its agents at spawn.
         self.directory = Directory(self.store, self.session_id, clock)
         #: What its agents spent, per agent and per model: every engine charges it.
-        self.usage = UsageLedger()
+        self.usage = usage or UsageLedger()
         self.watchdog = Watchdog(clock)
         self._sweeper: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None

@@ -521,10 +521,14 @@ def test_a_forks_messages_carry_the_id_of_the_call_that_forked_it(tmp_path: Path
 
 
 def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
-    from taskloom.cli.print_mode import spent_elsewhere
     from taskloom.cli.stream_output import OutputTap
+    from taskloom.tasks.kinds import kind_of
     from taskloom.tasks.remote import RemoteAgentTaskState
     from taskloom.tasks.teammate import TeammateTaskState
+
+    def spent_elsewhere(state: Any) -> tuple[str, Any] | None:
+        spent = kind_of(state).usage_from_elsewhere(state)
+        return (spent.agent_id, spent.by_model) if spent is not None else None
 
     tap = OutputTap(lambda obj: None)
     before = {"m": {"input_tokens": 1000, "output_tokens": 100}}

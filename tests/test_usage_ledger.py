@@ -160,3 +160,22 @@ async def test_an_engine_charges_every_response_and_tool_call_to_the_runtimes_le
             assert (own.input_tokens, own.output_tokens, own.tool_uses) == (16, 2, 1)
             assert own.cost_usd == engine.cost_usd
         assert rt.usage.agents() == ["main", "a00000001"]
+
+
+def test_the_kinds_say_whose_usage_arrives_from_another_process() -> None:
+    from taskloom.tasks.kinds import kind_of
+    from taskloom.tasks.remote import RemoteAgentTaskState
+    from taskloom.tasks.teammate import TeammateTaskState
+    from taskloom.tasks.types import AgentTaskState
+
+    by_model = {"m": {"input_tokens": 5, "output_tokens": 1}}
+    remote = RemoteAgentTaskState(id="r00000001", tool_uses=2, **report_fields(by_model))
+    assert kind_of(remote).usage_from_elsewhere(remote) == ("r00000001", by_model, 2)
+    assert kind_of(remote).usage_from_elsewhere(RemoteAgentTaskState(id="r00000002")) is None
+    pane = TeammateTaskState(id="t00000001", agent_id="al@t", backend="tmux",
+                             **report_fields(by_model))  # fmt: skip
+    assert kind_of(pane).usage_from_elsewhere(pane) == ("al@t", by_model, 0)
+    here = pane.replace(backend="in-process")  # its engine charges this process's ledger
+    assert kind_of(here).usage_from_elsewhere(here) is None
+    local = AgentTaskState(id="a00000001")
+    assert kind_of(local).usage_from_elsewhere(local) is None

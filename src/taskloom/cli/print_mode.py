@@ -34,7 +34,6 @@ from taskloom.messages import Message
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.notifications import summarize
 from taskloom.tasks.runtime import Subscription, TaskRuntime
-from taskloom.tasks.types import TaskType
 from taskloom.untrusted import clean_text
 
 OUTPUT_FORMATS = ("text", "json", "stream-json")
@@ -104,9 +103,9 @@ class Emitter:
 
     def task_event(self, kind: str, state: Any) -> None:
         """Print a task's start, and each change of its status."""
-        spent = spent_elsewhere(state)  # a remote agent's, a pane teammate's
+        spent = kind_of(state).usage_from_elsewhere(state)  # a remote agent's, a pane teammate's
         if spent is not None and self.tap is not None:
-            self.tap.remote_usage(*spent)
+            self.tap.remote_usage(spent.agent_id, spent.by_model)
         status = state.status.value
         if kind == "registered":
             self.line(
@@ -145,26 +144,10 @@ class Emitter:
             self.line(event)
 
 
-def spent_elsewhere(state: Any) -> tuple[str, dict[str, dict[str, int]]] | None:
-    """What a task whose model calls another process makes reported: its key, its usage.
-
-    A remote agent (its worker on the cluster) by its task id; a pane teammate (its own
-    process) by its agent id, as an in-process teammate's calls are counted.
-    """
-    by_model = getattr(state, "usage_by_model", None)
-    if not by_model:
-        return None
-    if state.type == TaskType.REMOTE_AGENT:
-        return state.id, by_model
-    if getattr(state, "backend", "") == "tmux":
-        return state.agent_id, by_model
-    return None
-
-
 def _reported(runtime: TaskRuntime) -> list[tuple[str, dict[str, dict[str, int]]]]:
-    kinds = [TaskType.REMOTE_AGENT, TaskType.IN_PROCESS_TEAMMATE]
-    found = (spent_elsewhere(s) for s in runtime.list(types=kinds, include_evicted=True))
-    return [spent for spent in found if spent is not None]
+    """What the tasks whose model calls other processes make reported (their kinds say)."""
+    found = (kind_of(s).usage_from_elsewhere(s) for s in runtime.list(include_evicted=True))
+    return [(spent.agent_id, spent.by_model) for spent in found if spent is not None]
 
 
 async def _pump(sub: Subscription, emitter: Emitter) -> None:

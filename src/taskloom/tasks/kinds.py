@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from taskloom.tasks.types import Priority, TaskState, TaskStatus, TaskType, use_state_class
+from taskloom.tasks.usage import Reported
 
 _NO_CHANGES: Mapping[str, object] = {}
 
@@ -277,6 +278,15 @@ class TaskKind:
         """
         names = [name for name in self.addresses(state) if name]
         return names[0] if names else state.description
+    # -- usage --------------------------------------------------------------------------------
+
+    def usage_from_elsewhere(self, state: TaskState) -> Reported | None:
+        """What another process reported the task's agent spent, if its calls are made there.
+
+        None (default): its model calls, if any, are made by an engine of this process,
+        which charges them to the session's ledger itself (see :mod:`taskloom.tasks.usage`).
+        """
+        return None
 
 
 _FALLBACK = TaskKind()

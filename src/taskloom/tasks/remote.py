@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from taskloom.tasks.agent import MAX_ACTIVITIES, AgentKind
 from taskloom.tasks.kinds import register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
+from taskloom.tasks.usage import Reported, report_fields, report_in
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +87,13 @@ class RemoteAgentKind(AgentKind):
     owns_tasks = False  # its tasks are its worker's, on the cluster
     outlives_session = True  # detached: its actor goes on, and a resumed session follows it
 
+    def usage_from_elsewhere(self, state: TaskState) -> Reported | None:
+        """Its worker's reports, under its task id (its calls are made on the cluster)."""
+        by_model = report_in(state)
+        if not by_model or not isinstance(state, RemoteAgentTaskState):
+            return None
+        return Reported(state.id, by_model, state.tool_uses)
+
 
 # -- the transitions its run records ----------------------------------------------------------
 
@@ -100,7 +108,7 @@ def progressed(
     if state.terminal:
         return state
     recent = (*state.activities, *activities)[-MAX_ACTIVITIES:]
-    more: dict[str, Any] = {"usage_by_model": by_model} if by_model is not None else {}
+    more: dict[str, Any] = report_fields(by_model) if by_model is not None else {}
     return state.replace(activities=tuple(recent), **totals, **more)
 
 

@@ -16,6 +16,10 @@ from typing import ClassVar
 
 from taskloom.tasks.kinds import Progress, Shown, TaskKind, answer_shown, register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
+from taskloom.tasks.usage import Reported, report_in
+
+#: The backend of a teammate whose calls this process makes (any other: its own process).
+IN_PROCESS = "in-process"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,7 +68,7 @@ class TeammateTaskState(TaskState):
     tool_uses: int = 0
     result: str | None = None
     error: str | None = None
-    backend: str = "in-process"
+    backend: str = IN_PROCESS
     pane_id: str = ""
     pid: int = 0
     pid_start: float = 0.0
@@ -133,6 +137,13 @@ class TeammateKind(TaskKind):
         if not isinstance(state, TeammateTaskState):
             return Progress()
         return Progress(state.tool_uses, state.total_tokens, "idle" if state.is_idle else "")
+
+    def usage_from_elsewhere(self, state: TaskState) -> Reported | None:
+        """A pane teammate's process's reports, under its agent id; None for one in-process."""
+        if not isinstance(state, TeammateTaskState) or state.backend == IN_PROCESS:
+            return None
+        by_model = report_in(state)
+        return Reported(state.agent_id, by_model, state.tool_uses) if by_model else None
 
     def event_fields(self, state: TaskState) -> dict[str, object]:
         """Who it is, whether it is idle, and its usage."""

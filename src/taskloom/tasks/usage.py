@@ -124,6 +124,20 @@ class Spent(NamedTuple):
     usd: float = 0.0
 
 
+class Reported(NamedTuple):
+    """What another process reported of an agent whose calls it makes (cumulative figures).
+
+    Attributes:
+        agent_id: Its key in the ledger.
+        by_model: Its tokens per model.
+        tool_uses: Its tool calls.
+    """
+
+    agent_id: str
+    by_model: ByModel
+    tool_uses: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Mark:
     """What a ledger had counted at one moment (for ``since`` in :meth:`UsageLedger.models`)."""
@@ -386,6 +400,7 @@ __all__ = [
     "Mark",
     "ModelFigures",
     "Pricer",
+    "Reported",
     "Spent",
     "UsageLedger",
     "report_fields",

@@ -19,7 +19,8 @@ import yaml
 from fake_servers import FakeAnthropicServer, ToolCall
 from helpers import clean_env, scripted_argv
 from taskloom.messages import Usage
-from taskloom.models.pricing import UsageLedger, list_price, price_for
+from taskloom.models.pricing import list_price, price_for, pricer
+from taskloom.tasks.usage import UsageLedger
 
 sdk = pytest.importorskip("claude_agent_sdk")
 from claude_agent_sdk._internal.message_parser import parse_message  # noqa: E402
@@ -313,9 +314,13 @@ def test_list_prices_by_family_and_version() -> None:
     assert list_price("gpt-4o") is None and list_price("scripted") is None
     override = price_for("local-model", {"local": {"input": 2, "output": 4, "cacheRead": 1}})
     assert override is not None and (override.cache_read, override.cache_write) == (1.0, 2.5)
-    ledger = UsageLedger()
-    ledger.add("gpt-4o", Usage(input_tokens=10**6))
-    assert ledger.cost() == 0 and ledger.model_usage()["gpt-4o"]["costUSD"] == 0
+    from taskloom.cli.stream_output import model_usage
+
+    ledger = UsageLedger(pricer())
+    ledger.report("r1", {"gpt-4o": {"input_tokens": 10**6}})
+    assert ledger.cost() == 0 and model_usage(ledger, None)["gpt-4o"]["costUSD"] == 0
+    ledger.report("r1", {"claude-sonnet-4-5": {"input_tokens": 10**6}})
+    assert model_usage(ledger, None)["claude-sonnet-4-5"]["costUSD"] == pytest.approx(3.0)
 
 
 # -- partial messages ---------------------------------------------------------------------------
@@ -521,7 +526,8 @@ def test_a_forks_messages_carry_the_id_of_the_call_that_forked_it(tmp_path: Path
 
 
 def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
-    from taskloom.cli.stream_output import OutputTap
+    # Rewritten with the usage ledger: the tap no longer counts reports; their receivers
+    # charge the session's ledger, from a baseline of what an earlier run had counted.
     from taskloom.tasks.kinds import kind_of
     from taskloom.tasks.remote import RemoteAgentTaskState
     from taskloom.tasks.teammate import TeammateTaskState
@@ -530,7 +536,7 @@ def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
         spent = kind_of(state).usage_from_elsewhere(state)
         return (spent.agent_id, spent.by_model) if spent is not None else None
 
-    tap = OutputTap(lambda obj: None)
+    ledger = UsageLedger()
     before = {"m": {"input_tokens": 1000, "output_tokens": 100}}
     earlier = RemoteAgentTaskState(id="r00000001", usage_by_model=before)
     reported = spent_elsewhere(earlier)
@@ -539,21 +545,20 @@ def test_remote_agents_of_earlier_runs_are_not_counted_again() -> None:
     pane = TeammateTaskState(id="t00000001", agent_id="al@t", backend="tmux", usage_by_model=before)
     assert spent_elsewhere(pane) == ("al@t", before)
     assert spent_elsewhere(pane.replace(backend="in-process")) is None
-    tap.remote_baseline([reported])
-    tap.remote_baseline([])  # once: a later turn's call changes nothing
-    tap.remote_usage("r00000001", before)  # what the earlier run counted already
-    assert tap.ledger.by_model == {} and "r00000001" not in tap.by_agent
-    tap.remote_usage("r00000001", {"m": {"input_tokens": 1500, "output_tokens": 150}})
-    (grown,) = tap.by_agent["r00000001"].by_model.values()
-    assert (grown.input_tokens, grown.output_tokens) == (500, 50)  # what it grew by, here
-    tap.remote_usage("r00000002", {"m": {"input_tokens": 7, "output_tokens": 1}})  # a new one
-    assert tap.ledger.by_model["m"].input_tokens == 507
+    ledger.baseline(*reported)
+    ledger.report("r00000001", before)  # what the earlier run counted already
+    assert ledger.models() == {} and ledger.own("r00000001").tokens == 0
+    ledger.report("r00000001", {"m": {"input_tokens": 1500, "output_tokens": 150}})
+    (grown,) = ledger.models("r00000001").values()
+    assert (grown.usage.input_tokens, grown.usage.output_tokens) == (500, 50)  # grew by, here
+    ledger.report("r00000002", {"m": {"input_tokens": 7, "output_tokens": 1}})  # a new one
+    assert ledger.models()["m"].usage.input_tokens == 507
     # A pane teammate resumed in a new process counts from zero again: all of it is new.
-    tap.remote_baseline([("al@t", before)])  # (once only: no effect now)
-    tap.remote_usage("al@t", before)
-    tap.remote_usage("al@t", {"m": {"input_tokens": 30, "output_tokens": 3}})
-    (again,) = tap.by_agent["al@t"].by_model.values()
-    assert (again.input_tokens, again.output_tokens) == (1030, 103)
+    ledger.report("al@t", before)
+    ledger.restart("al@t")
+    ledger.report("al@t", {"m": {"input_tokens": 30, "output_tokens": 3}})
+    (again,) = ledger.models("al@t").values()
+    assert (again.usage.input_tokens, again.usage.output_tokens) == (1030, 103)
 
 
 def test_an_image_too_big_for_a_line_is_named_not_cut() -> None:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskloom.tasks.usage import UsageLedger
+
 #: The share of a budget at which the subtree is told to wrap up.
 WRAP_UP_AT = 0.8
 
@@ -100,13 +102,17 @@ class Budgets:
         clock: Callable[[], float] = time.monotonic,
         session: Budget | None = None,
         on_spend: Callable[[str, int, int, float], None] | None = None,
+        ledger: UsageLedger | None = None,
     ) -> None:
         """Count for ``session_id``'s agents; ``stop(agent_id, why)`` stops a subtree.
 
         ``session``: the budget of the whole session (its main thread and every agent), whose
         ``stop`` is called with the session's id. ``on_spend(agent_id, tokens, tool_calls,
         usd)`` hears each agent's subtree totals as they grow (for its live usage).
+        ``ledger``: the session's usage ledger, told who started whom (its subtree totals
+        follow the same tree as the budgets).
         """
+        self._ledger = ledger
         self._stop = stop
         self._on_spend = on_spend
         self._clock = clock
@@ -143,6 +149,8 @@ class Budgets:
     def open(self, agent_id: str, parent: str, budget: Budget) -> AgentMeter:
         """Count ``agent_id`` (started by ``parent``) under ``budget``; its engine's meter."""
         above = self._nodes.get(parent) or self._nodes[next(iter(self._nodes))]
+        if self._ledger is not None:  # one started by the session's main thread: at the top
+            self._ledger.link(agent_id, above.id if above.parent is not None else None)
         node = _Node(agent_id, above, budget, self._clock())
         above.children.append(node)
         self._nodes[agent_id] = node

@@ -77,7 +77,9 @@ class Spawner:
         self.environments = environments
         self.runs = runs
         #: What each agent subtree spends, against its budgets.
-        self.budgets = Budgets(runtime.session_id, self._stop_saying, on_spend=self._spent)
+        self.budgets = Budgets(
+            runtime.session_id, self._stop_saying, on_spend=self._spent, ledger=runtime.usage
+        )
         #: The session's remote agents (Ray is imported only when the first starts).
         if session_budget:
             self.budgets.limit_session(session_budget)  # before anything is spent

@@ -59,7 +59,7 @@ class Emitter:
     def observe(self, opts: PrintOptions) -> Options:
         """The session's options, with this output watching its engines (stream-json)."""
         if self.fmt != "stream-json":
-            tap = OutputTap(lambda obj: None)  # counts usage and cost only
+            tap = OutputTap(lambda obj: None)  # prints nothing: builds the results' cost fields
         else:
             tap = OutputTap(
                 self.line,
@@ -103,9 +103,6 @@ class Emitter:
 
     def task_event(self, kind: str, state: Any) -> None:
         """Print a task's start, and each change of its status."""
-        spent = kind_of(state).usage_from_elsewhere(state)  # a remote agent's, a pane teammate's
-        if spent is not None and self.tap is not None:
-            self.tap.remote_usage(spent.agent_id, spent.by_model)
         status = state.status.value
         if kind == "registered":
             self.line(
@@ -142,12 +139,6 @@ class Emitter:
             }
             event.update(kind_of(state).event_fields(state))  # exit_code, progress, ...
             self.line(event)
-
-
-def _reported(runtime: TaskRuntime) -> list[tuple[str, dict[str, dict[str, int]]]]:
-    """What the tasks whose model calls other processes make reported (their kinds say)."""
-    found = (kind_of(s).usage_from_elsewhere(s) for s in runtime.list(include_evicted=True))
-    return [(spent.agent_id, spent.by_model) for spent in found if spent is not None]
 
 
 async def _pump(sub: Subscription, emitter: Emitter) -> None:
@@ -277,16 +268,8 @@ async def run_turn(
     raised; the result is not written. Once the session's cost reaches ``budget_usd`` the run
     stops after the model's answer (``error_max_budget_usd``).
     """
-    runtime = harness.runtime
     account = TurnAccount(emitter.tap, harness.session.engine)
-    if emitter.tap is not None:
-        emitter.tap.ledger.overrides = dict(harness.settings.get("modelPrices") or {})
-        # Remote agents (pane teammates) of the session's earlier runs were counted there.
-        emitter.tap.remote_baseline(_reported(runtime))
     run = await _run_events(harness, emitter, prompt, budget_usd)
-    if emitter.tap is not None:  # their latest reports (the pump may lag)
-        for report in _reported(runtime):
-            emitter.tap.remote_usage(*report)
     subtype = _outcome(harness, emitter, run, budget_usd)
     return _result(harness, emitter, run, subtype, account, started)
 
@@ -344,7 +327,7 @@ def _emit_event(
         emitter.line(
             {"type": "assistant", "message": event.message.full(), "parent_tool_use_id": None}
         )
-        run.spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0
+        run.spent = runtime.usage.cost()
         if budget_usd is not None and run.spent >= budget_usd:
             run.over_budget = True  # its tool calls do not run: they would cost more
             return False
@@ -389,7 +372,7 @@ def _outcome(harness: Harness, emitter: Emitter, run: _Run, budget_usd: float | 
         kind = budgets.spent_kind(session_id) or "token"
         if kind == "cost":  # --max-budget-usd (or sessionBudget.usd), as it always said
             subtype = "error_max_budget_usd"
-            spent = emitter.tap.ledger.cost() if emitter.tap is not None else 0.0
+            spent = harness.runtime.usage.cost()
             run.error = (
                 f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"
                 if budget_usd is not None
@@ -435,11 +418,7 @@ def _result(
     if emitter.tap is not None:
         from taskloom.cli.agent_usage import agent_usage
 
-        result["agentUsage"] = agent_usage(
-            emitter.tap.by_agent,
-            runtime.list(include_evicted=True),
-            harness.settings.get("modelPrices"),
-        )
+        result["agentUsage"] = agent_usage(runtime.usage, runtime.list(include_evicted=True))
     if harness.structured_output is not None:
         result["structured_output"] = harness.structured_output
     return result

@@ -120,6 +120,7 @@ async def _run_agent(spec: dict[str, Any]) -> int:
     from taskloom.errors import ToolError
     from taskloom.harness import Harness, Options
     from taskloom.process.watch import wait_exit
+    from taskloom.tasks.usage import report_fields
     from taskloom.tools.base import ToolContext
 
     out = ProgressOut(_emit)
@@ -169,7 +170,7 @@ async def _run_agent(spec: dict[str, Any]) -> int:
                 "total_tokens": result.total_tokens,
                 "tool_uses": result.total_tool_uses,
                 "duration_ms": result.duration_ms,
-                "usage_by_model": out.usage,
+                **report_fields(harness.runtime.usage.report_of()),
             }
         )
         return 0

@@ -3,7 +3,8 @@
 An engine observer: each message of the agent's conversation becomes a ``progress`` event
 with the lines a local agent writes to its output file (its text, ``→ Running: …`` per
 call) and
-its usage so far, read from its task.
+its usage so far, read from its task and its session's usage ledger (for the parent's
+ledger and budgets, which count cumulative tokens and cost).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.activity import describe_activity
 from taskloom.engine import AssistantTurn, UserTurn
+from taskloom.tasks.usage import report_fields
 
 if TYPE_CHECKING:
     from taskloom.hooks import HookResult
@@ -30,24 +32,9 @@ class ProgressOut:
         self.partial_messages = False
         #: The worker's runtime, once its session started (usage is read from it).
         self.runtime: TaskRuntime | None = None
-        #: Every response's usage so far, by model (its agents' too): for the parent's
-        #: budgets, which count cumulative tokens and cost.
-        self.usage: dict[str, dict[str, int]] = {}
 
     def model_event(self, agent_id: str | None, event: ModelRequest | StreamEvent) -> None:
-        """Counts each response's usage (the messages are shown, not the stream)."""
-        from taskloom.models.base import MessageComplete
-
-        if isinstance(event, MessageComplete) and event.message.usage is not None:
-            u = event.message.usage
-            row = self.usage.setdefault(event.message.model or "unknown", {})
-            for key, value in (
-                ("input_tokens", u.input_tokens),
-                ("output_tokens", u.output_tokens),
-                ("cache_read_input_tokens", u.cache_read_input_tokens),
-                ("cache_creation_input_tokens", u.cache_creation_input_tokens),
-            ):
-                row[key] = row.get(key, 0) + value
+        """Nothing: the messages are shown, not the stream (the engine charges the ledger)."""
 
     def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
         """A message of an agent's conversation: its lines, and the agent's usage so far."""
@@ -63,7 +50,8 @@ class ProgressOut:
             value = getattr(state, key, None)
             if isinstance(value, int):
                 progress[key] = value
-        progress["usage_by_model"] = {m: dict(u) for m, u in self.usage.items()}
+        if self.runtime is not None:  # every response of its session so far, per model
+            progress.update(report_fields(self.runtime.usage.report_of()))
         self.emit(progress)
 
     def hook_started(self, hook_id: str, event: str, name: str) -> None:

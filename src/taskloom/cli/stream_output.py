@@ -13,9 +13,9 @@ runs, and each subagent's run of its messages. It prints:
 - with ``--include-hook-events`` (SessionStart hooks always, as Claude Code does),
   ``system/hook_started`` and ``system/hook_response``;
 
-and it counts every response's usage per model (:class:`~taskloom.models.pricing.UsageLedger`)
-for the results' ``modelUsage`` and ``total_cost_usd``. Once :attr:`OutputTap.closed` is
-set (the final result is written) it prints nothing more.
+and it builds the results' cost fields (``modelUsage``, ``total_cost_usd``) from the
+session's usage ledger (:mod:`taskloom.tasks.usage`), which every engine charges. Once
+:attr:`OutputTap.closed` is set (the final result is written) it prints nothing more.
 
 A response whose provider reported no usage counts 0 tokens, and the results say so: the
 model's ``modelUsage`` entry has ``responsesWithoutUsage`` and the result ``usage_unknown``.
@@ -23,7 +23,7 @@ model's ``modelUsage`` entry has ``responsesWithoutUsage`` and the result ``usag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,8 @@ from taskloom.models.base import (
     ThinkingDelta,
     ToolUseStart,
 )
-from taskloom.models.pricing import LedgerMark, UsageLedger, usage_minus
+from taskloom.models.pricing import price_for, usage_minus
+from taskloom.tasks.usage import Mark, UsageLedger
 
 if TYPE_CHECKING:
     from taskloom.engine import Engine
@@ -137,18 +138,11 @@ class OutputTap:
         self.parent_of = parent_of
         self.partial_messages = partial_messages
         self.hook_events = hook_events
-        self.ledger = UsageLedger()
-        #: The same per agent (``main``: the main thread), for the result's ``agentUsage``.
-        self.by_agent: dict[str, UsageLedger] = {}
         #: Set once the final result is written: nothing is printed any more.
         self.closed = False
-        #: What each remote agent's worker had reported when it was last counted.
-        self._remote: dict[str, dict[str, Usage]] = {}
-        self._remote_baseline = False
         self._streams: dict[str | None, _Stream] = {}
-        self._models: dict[str | None, str] = {}
         #: The ledger when the last result was built (for ``model_usage_since_last_result``).
-        self._at_result = LedgerMark({}, {}, {})
+        self._at_result = Mark()
 
     def _line(self, obj: dict[str, Any]) -> None:
         if not self.closed:
@@ -160,56 +154,18 @@ class OutputTap:
     # -- EngineObserver -----------------------------------------------------------------------
 
     def model_event(self, agent_id: str | None, event: ModelRequest | StreamEvent) -> None:
-        """Count a response's usage; print the stream's events if asked to."""
+        """Print the stream's events if asked to (the engine charges the usage ledger)."""
         if isinstance(event, ModelRequest):
-            self._models[agent_id] = event.model
             if self.partial_messages:
                 stream = self._streams[agent_id] = _Stream(event.model)
                 self._events(agent_id, stream.start())
             return
-        if isinstance(event, MessageComplete):
-            model = event.message.model or self._models.get(agent_id) or "unknown"
-            self.ledger.add(model, event.message.usage)  # None: the provider reported none
-            own = self.by_agent.setdefault(agent_id or "main", UsageLedger())
-            own.add(model, event.message.usage)
         current = self._streams.get(agent_id)
         if current is None:
             return
         if isinstance(event, MessageComplete):
             del self._streams[agent_id]
         self._events(agent_id, current.feed(event))
-
-    def remote_baseline(self, reports: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-        """Once, before this process's first turn: what was reported from elsewhere already.
-
-        ``reports``: ``(agent id, usage by model)`` of the session's remote agents and pane
-        teammates; those of its earlier runs were counted by those runs (one taken up again
-        counts from what it had then).
-        """
-        if self._remote_baseline:
-            return
-        self._remote_baseline = True
-        for agent_id, by_model in reports:
-            self._remote[agent_id] = {m: Usage(**u) for m, u in by_model.items()}
-
-    def remote_usage(self, agent_id: str, by_model: Mapping[str, Mapping[str, int]]) -> None:
-        """Count what an agent whose calls another process makes spent since last counted.
-
-        A remote agent's calls run on the cluster, a pane teammate's in its own process, not
-        through an engine here: their totals per model (cumulative) are reported, and what
-        they grew by is counted as a response would be.
-        """
-        counted = self._remote.setdefault(agent_id, {})
-        for model, raw in by_model.items():
-            now = Usage(**raw)
-            grown = usage_minus(now, counted.get(model, Usage()))
-            if min(grown.model_dump().values()) < 0:
-                grown = now  # figures that went back: a new process counting from zero
-            if grown == Usage():
-                continue  # nothing new
-            counted[model] = now
-            self.ledger.add(model, grown)
-            self.by_agent.setdefault(agent_id, UsageLedger()).add(model, grown)
 
     def _events(self, agent_id: str | None, events: list[dict[str, Any]]) -> None:
         parent = self._parent(agent_id)
@@ -254,24 +210,52 @@ class OutputTap:
         """Start counting a turn of the main thread's ``engine``."""
         return TurnAccount(self, engine)
 
-    def result_fields(self, prices: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The cost fields of a result; marks a result as written.
+    def result_fields(
+        self, ledger: UsageLedger, prices: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """The cost fields of a result, from the session's ``ledger``; marks a result as written.
 
         ``total_cost_usd`` and ``modelUsage`` are the session's so far (Claude Code's running
         totals), ``model_usage_since_last_result`` what was counted since the previous result.
         ``usage_unknown`` (only when true): some response of the session had no usage
         reported, so these figures (and ``usage``) count less than was spent.
         """
-        self.ledger.overrides = dict(prices or {})
-        since, self._at_result = self._at_result, self.ledger.snapshot()
+        since, self._at_result = self._at_result, ledger.mark()
         fields: dict[str, Any] = {
-            "total_cost_usd": self.ledger.cost(),
-            "modelUsage": self.ledger.model_usage(),
-            "model_usage_since_last_result": self.ledger.model_usage(since),
+            "total_cost_usd": ledger.cost(),
+            "modelUsage": model_usage(ledger, prices),
+            "model_usage_since_last_result": model_usage(ledger, prices, since),
         }
-        if self.ledger.unreported_responses():
+        if ledger.total().unreported:
             fields["usage_unknown"] = True
         return fields
+
+
+def model_usage(
+    ledger: UsageLedger, prices: Mapping[str, Any] | None, since: Mark | None = None
+) -> dict[str, dict[str, Any]]:
+    """Claude Code's ``modelUsage``: per model id its tokens and cost (since ``since``).
+
+    ``responsesWithoutUsage`` is added when some of its responses reported no usage;
+    ``contextWindow`` is known for the models ``prices`` (else the list) prices.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for model, figures in ledger.models(since=since).items():
+        usage = figures.usage
+        priced = price_for(model, prices) is not None
+        out[model] = {
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "cacheReadInputTokens": usage.cache_read_input_tokens,
+            "cacheCreationInputTokens": usage.cache_creation_input_tokens,
+            "webSearchRequests": 0,
+            "costUSD": figures.cost_usd,
+            "contextWindow": 200_000 if priced else 0,
+            "maxOutputTokens": 0,
+        }
+        if figures.unreported:
+            out[model]["responsesWithoutUsage"] = figures.unreported
+    return out
 
 
 class TurnAccount:
@@ -296,7 +280,7 @@ class TurnAccount:
             "usage": usage_minus(engine.usage, self.usage).model_dump(),
         }
         if self.tap is not None:
-            out.update(self.tap.result_fields(prices))
+            out.update(self.tap.result_fields(engine.runtime.usage, prices))
         else:
             out.update(total_cost_usd=0, modelUsage={})
         return out

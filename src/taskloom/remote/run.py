@@ -32,6 +32,7 @@ from typing import Any
 
 from taskloom.errors import StoreError
 from taskloom.events import Meter
+from taskloom.models.pricing import pricer
 from taskloom.process.sweep import reap_tags
 from taskloom.remote.cluster import Cluster, ClusterError
 from taskloom.remote.local import KILL_CHILDREN
@@ -41,6 +42,7 @@ from taskloom.store import TagRow
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.remote import RemoteAgentTaskState, ended, progressed
 from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.usage import report_in
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +100,10 @@ class RemoteRun:
         self.resumed = resumed
         self.cluster = cluster
         self.meter = meter
-        self.prices = dict(prices) if isinstance(prices, Mapping) else None
-        #: What has been counted so far: tokens, tool calls, dollars (the worker's figures are
-        #: cumulative; the meter is told what they grew by).
-        self._counted: tuple[int, int, float] = (0, 0, 0.0)
+        #: Prices its worker's reports (they carry tokens) for the session's ledger.
+        self._price = pricer(prices if isinstance(prices, Mapping) else None)
         if resumed is not None:  # what it spent before was counted by the process it ran for
-            tokens, usd = self._spend(resumed.usage_by_model or {})
-            self._counted = (tokens, resumed.tool_uses, usd)
+            runtime.usage.baseline(task_id, report_in(resumed) or {}, resumed.tool_uses)
         self.branch = f"taskloom/remote-{task_id[1:9]}"
         self.driver: asyncio.Task[None] | None = None
         self._actor: Any = None
@@ -401,7 +400,7 @@ class RemoteRun:
                 if isinstance(event.get(k), int)
             }
             activities = [line.removeprefix("→ ") for line in lines if line.startswith("→ ")]
-            by_model = _by_model(event)
+            by_model = report_in(event)
             self._update(lambda s: progressed(s, activities, totals, by_model))
             self._count(by_model, event)
         elif kind == "result":
@@ -411,7 +410,7 @@ class RemoteRun:
                 for k in ("total_tokens", "tool_uses")
                 if isinstance(event.get(k), int)
             }
-            by_model = _by_model(event)
+            by_model = report_in(event)
             self._count(by_model, event)
             # Its final usage (progress lags one message), and its answer kept: a session
             # that lets go of it before its end has it on resume.
@@ -425,31 +424,15 @@ class RemoteRun:
             self._update(lambda s: s)
 
     def _count(self, by_model: dict[str, dict[str, int]] | None, event: dict[str, Any]) -> None:
-        """Tell its meter what it spent since the last event (tokens, tool calls, cost)."""
-        if self.meter is None or by_model is None:
+        """Charge what its worker spent since its last event to the ledger, and its meter."""
+        if by_model is None:
             return
-        tokens, usd = self._spend(by_model)
-        calls = int(event.get("tool_uses") or 0)
-        was_tokens, was_calls, was_usd = self._counted
-        self._counted = (max(tokens, was_tokens), max(calls, was_calls), max(usd, was_usd))
-        grown = (tokens - was_tokens, calls - was_calls, usd - was_usd)
-        if any(g > 0 for g in grown):
-            self.meter.charge(
-                tokens=max(0, grown[0]), tool_calls=max(0, grown[1]), usd=max(0.0, grown[2])
-            )
-
-    def _spend(self, by_model: Mapping[str, Mapping[str, int]]) -> tuple[int, float]:
-        """Tokens (as budgets count them) and dollars of a worker's usage per model."""
-        from taskloom.messages import Usage
-        from taskloom.models.pricing import price_for
-
-        tokens, usd = 0, 0.0
-        for model, raw in by_model.items():
-            usage = Usage(**raw)
-            tokens += usage.context_tokens + usage.output_tokens
-            price = price_for(model, self.prices)
-            usd += price.cost(usage) if price is not None else 0.0
-        return tokens, usd
+        calls = event.get("tool_uses")
+        spent = self.runtime.usage.report(
+            self.task_id, by_model, calls if isinstance(calls, int) else None, self._price
+        )
+        if self.meter is not None and any(spent):
+            self.meter.charge(tokens=spent.tokens, tool_calls=spent.tool_calls, usd=spent.usd)
 
     def _update(self, fn: Callable[[RemoteAgentTaskState], RemoteAgentTaskState]) -> None:
         """Apply ``fn`` to its state; a detached one's also records the events it has."""
@@ -527,28 +510,6 @@ def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
-_TOKEN_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-)
-
-
-def _by_model(event: dict[str, Any]) -> dict[str, dict[str, int]] | None:
-    """A worker event's cumulative usage per model (bad entries left out), if it has one."""
-    raw = event.get("usage_by_model")
-    if not isinstance(raw, dict):
-        return None
-    out: dict[str, dict[str, int]] = {}
-    for model, usage in raw.items():
-        if isinstance(usage, dict):
-            out[str(model)] = {
-                k: int(v) for k, v in usage.items() if k in _TOKEN_FIELDS and isinstance(v, int)
-            }
-    return out
 
 
 __all__ = ["NAMESPACE", "READY_WAIT_S", "STOP_WAIT_S", "RemoteRun"]

@@ -332,8 +332,11 @@ class UsageLedger:
         whole = self._whole
         return Mark(dict(whole.usage), dict(whole.cost), dict(whole.counts), dict(whole.unreported))
 
-    def report_of(self, agent_id: str) -> ByModel:
-        """``agent_id``'s tokens so far per model: what its process reports of it."""
+    def report_of(self, agent_id: str | None = None) -> ByModel:
+        """Tokens so far per model of ``agent_id`` (None: the session's).
+
+        What a process reports of the agent it runs for another (a worker, a pane).
+        """
         return _by_model(self.models(agent_id))
 
     def _figures(self, account: _Account) -> Figures:

@@ -83,7 +83,7 @@ def review(runtime: TaskRuntime, members: Iterable[PaneMember], spending: PaneSp
             runtime.update(member.task_id, _idle_saying(member.idle_summary, totals))
         if totals:
             runtime.update(member.task_id, using(totals))
-            spending.count(member.task_id, member.agent_id, totals)
+            spending.count(member.agent_id, totals)
 
 
 def its_tasks(

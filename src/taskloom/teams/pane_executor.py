@@ -117,7 +117,7 @@ class PaneExecutor:
         self.launch = launch
         self.prompter = prompter
         self.keep_crashed = keep_crashed
-        self.spending = PaneSpending(meter_for)
+        self.spending = PaneSpending(runtime.usage, meter_for)
         self._members: dict[str, PaneMember] = {}
         self._listener: WakeupListener | None = None
         self._relay: PermissionRelay | None = None
@@ -251,7 +251,7 @@ class PaneExecutor:
             raise UsageError(f"teammate {agent_id} is running already")
         await self._start()
         runtime = self.runtime
-        self.spending.started(task_id)
+        self.spending.started(agent_id)
         runtime.register(
             TeammateTaskState(
                 id=task_id,
@@ -507,7 +507,7 @@ class PaneExecutor:
             totals = recorded_usage(its_tasks(runtime.store, member, ended=True) or [])
             if totals:  # what it used, as its process last recorded it
                 runtime.update(member.task_id, using(totals))
-                self.spending.count(member.task_id, member.agent_id, totals)
+                self.spending.count(member.agent_id, totals)
             crashed = not member.approved and not member.killing
             if not crashed or not self.keep_crashed:
                 with contextlib.suppress(OSError):

@@ -3,6 +3,7 @@ and reports from other processes (a remote agent's worker, a pane teammate's pro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,24 @@ def test_the_kinds_say_whose_usage_arrives_from_another_process() -> None:
     assert kind_of(here).usage_from_elsewhere(here) is None
     local = AgentTaskState(id="a00000001")
     assert kind_of(local).usage_from_elsewhere(local) is None
+
+
+async def test_the_repl_status_line_shows_the_ledger_s_figures(tmp_path: Path) -> None:
+    # Its tokens and cost are the session's ledger's: every response, priced by modelPrices.
+    from taskloom.options import Options
+    from taskloom.repl.app import Repl
+    from taskloom.testing import ScriptedModel, Turn
+
+    model = ScriptedModel([Turn(text="hello", usage=Usage(input_tokens=4000, output_tokens=600))])
+    prices = json.dumps({"modelPrices": {"scripted": {"input": 1.0, "output": 10.0}}})
+    repl = Repl(Options(cwd=tmp_path, model=model, settings=prices, skip_permissions=True))
+    await repl._open(repl.options)
+    try:
+        _ = [event async for event in repl.harness.run("hi")]
+        spent = repl.harness.runtime.usage.total()
+        assert (spent.input_tokens, spent.output_tokens) == (4000, 600)
+        assert spent.cost_usd == pytest.approx((4000 * 1.0 + 600 * 10.0) / 1e6)
+        status = repl.status_text(200)
+        assert "4.6k tokens" in status and "$0.01" in status, status
+    finally:
+        await repl._close()

@@ -1,4 +1,4 @@
-"""What model calls cost: list prices per model, and a ledger of a session's usage per model.
+"""What model calls cost: list prices per model, and the pricer of the session's usage ledger.
 
 Prices are US dollars per million tokens, Anthropic's list prices for the Claude families.
 A model id is matched by family (``opus``, ``sonnet``, ``haiku``) and version, in either id
@@ -127,15 +127,6 @@ def _override(raw: Mapping[str, Any]) -> Price:
     )
 
 
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        input_tokens=a.input_tokens + b.input_tokens,
-        output_tokens=a.output_tokens + b.output_tokens,
-        cache_creation_input_tokens=a.cache_creation_input_tokens + b.cache_creation_input_tokens,
-        cache_read_input_tokens=a.cache_read_input_tokens + b.cache_read_input_tokens,
-    )
-
-
 def usage_minus(a: Usage, b: Usage) -> Usage:
     """``a`` less ``b``, per kind of token (usage since ``b`` was taken)."""
     return Usage(
@@ -144,87 +135,3 @@ def usage_minus(a: Usage, b: Usage) -> Usage:
         cache_creation_input_tokens=a.cache_creation_input_tokens - b.cache_creation_input_tokens,
         cache_read_input_tokens=a.cache_read_input_tokens - b.cache_read_input_tokens,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerMark:
-    """What a ledger had counted at one moment (for :meth:`UsageLedger.model_usage` ``since``).
-
-    Attributes:
-        usage: Tokens per model.
-        counts: How many times something was counted per model (responses, reports).
-        unreported: Responses per model whose provider reported no usage.
-    """
-
-    usage: dict[str, Usage]
-    counts: dict[str, int]
-    unreported: dict[str, int]
-
-
-class UsageLedger:
-    """A session's token usage per model, every agent's calls included, and what it cost.
-
-    A response whose provider reported no usage (``None``: some OpenAI-compatible servers
-    send none) adds no tokens, but is counted as unreported: the figures of its model are
-    then a lower bound, and :meth:`model_usage` says so (``responsesWithoutUsage``).
-
-    Args:
-        overrides: The setting ``modelPrices`` (see the module docstring).
-    """
-
-    def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
-        self.overrides = dict(overrides or {})
-        self.by_model: dict[str, Usage] = {}
-        self.counts: dict[str, int] = {}
-        self.unreported: dict[str, int] = {}
-
-    def add(self, model: str, usage: Usage | None) -> None:
-        """Count one response of ``model`` (or what grew elsewhere); None: usage unknown."""
-        self.by_model[model] = _add(self.by_model.get(model, Usage()), usage or Usage())
-        self.counts[model] = self.counts.get(model, 0) + 1
-        if usage is None:
-            self.unreported[model] = self.unreported.get(model, 0) + 1
-
-    def snapshot(self) -> LedgerMark:
-        """What is counted so far (for :meth:`model_usage` ``since``)."""
-        return LedgerMark(dict(self.by_model), dict(self.counts), dict(self.unreported))
-
-    def unreported_responses(self, since: LedgerMark | None = None) -> int:
-        """How many responses had no usage reported (since ``since``, if given)."""
-        before = since.unreported if since is not None else {}
-        return sum(n - before.get(model, 0) for model, n in self.unreported.items())
-
-    def cost(self, since: LedgerMark | None = None) -> float:
-        """Dollars spent (since the ``since`` snapshot, if given)."""
-        return float(sum(entry["costUSD"] for entry in self.model_usage(since).values()))
-
-    def model_usage(self, since: LedgerMark | None = None) -> dict[str, dict[str, Any]]:
-        """Claude Code's ``modelUsage``: per model id its tokens and cost (since ``since``).
-
-        A model is listed when something was counted for it (since ``since``): the same
-        rule for the session's figures and for those since the last result, so the two
-        agree whatever a response reported (nothing, or 0 tokens). ``responsesWithoutUsage``
-        is added when some of its responses reported no usage.
-        """
-        out: dict[str, dict[str, Any]] = {}
-        for model, total in self.by_model.items():
-            usage, unreported = total, self.unreported.get(model, 0)
-            if since is not None:
-                if self.counts.get(model, 0) == since.counts.get(model, 0):
-                    continue  # nothing counted since: left out, as Claude Code does
-                usage = usage_minus(total, since.usage.get(model, Usage()))
-                unreported -= since.unreported.get(model, 0)
-            price = price_for(model, self.overrides)
-            out[model] = {
-                "inputTokens": usage.input_tokens,
-                "outputTokens": usage.output_tokens,
-                "cacheReadInputTokens": usage.cache_read_input_tokens,
-                "cacheCreationInputTokens": usage.cache_creation_input_tokens,
-                "webSearchRequests": 0,
-                "costUSD": price.cost(usage) if price is not None else 0.0,
-                "contextWindow": 200_000 if price is not None else 0,
-                "maxOutputTokens": 0,
-            }
-            if unreported:
-                out[model]["responsesWithoutUsage"] = unreported
-        return out

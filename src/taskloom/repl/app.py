@@ -34,8 +34,7 @@ from prompt_toolkit.shortcuts import print_formatted_text
 from taskloom.errors import TaskloomError, describe, reason
 from taskloom.harness import Harness
 from taskloom.messages import TextBlock, ToolUseBlock
-from taskloom.models.base import MessageComplete, ModelRequest, TextDelta
-from taskloom.models.pricing import UsageLedger
+from taskloom.models.base import TextDelta
 from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
 from taskloom.repl._turns import Turns
@@ -70,21 +69,15 @@ def history_path(cwd: Path) -> Path:
 
 
 class _Observer:
-    """Hears the model's stream: the main thread's text deltas, and every response's usage."""
+    """Hears the model's stream: the main thread's text deltas (usage is the ledger's)."""
 
     partial_messages = True
 
     def __init__(self, repl: Repl) -> None:
         self._repl = repl
-        self._models: dict[str | None, str] = {}
 
     def model_event(self, agent_id: str | None, event: Any) -> None:
-        if isinstance(event, ModelRequest):
-            self._models[agent_id] = event.model
-        elif isinstance(event, MessageComplete):
-            if event.message.usage is not None:
-                self._repl.ledger.add(self._models.get(agent_id, ""), event.message.usage)
-        elif agent_id is None and isinstance(event, TextDelta):
+        if agent_id is None and isinstance(event, TextDelta):
             self._repl.view.delta(event.text)
             self._repl.redraw()
 
@@ -109,7 +102,6 @@ class Repl:
     def __init__(self, options: Options, prompt: str | None = None) -> None:
         self.options = options
         self.first_prompt = prompt
-        self.ledger = UsageLedger()
         self.view = TranscriptView(self._print)
         self.asks = PermissionAsks(self._asks_changed, self._who)
         self.panel = TaskPanel("")
@@ -504,7 +496,8 @@ class Repl:
         harness = self._harness
         if harness is None:
             return ""
-        tokens = sum(u.input_tokens + u.output_tokens for u in self.ledger.by_model.values())
+        spent = harness.runtime.usage.total()  # the session's, every agent's included
+        tokens = spent.input_tokens + spent.output_tokens
         hint = "Ctrl+C again to exit · " if self._exit_armed() else ""
         if hint and self._hint_seen is None:
             self._hint_seen = time.monotonic()
@@ -512,7 +505,7 @@ class Repl:
             with contextlib.suppress(RuntimeError):  # no loop: nothing to draw
                 asyncio.get_running_loop().call_later(_EXIT_WINDOW_S + 0.05, self.redraw)
         head = f" {hint}{self._model} · {harness.policy.mode} · "
-        tail = f" · {count(tokens)} tokens · ${self.ledger.cost():.2f}"
+        tail = f" · {count(tokens)} tokens · ${spent.cost_usd:.2f}"
         cwd = str(harness.cwd)
         home = str(Path.home())
         if cwd == home or cwd.startswith(home + "/"):

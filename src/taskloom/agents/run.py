@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.agents.activity import describe_activity
+from taskloom.agents.bookkeeping import RunBooks, sidechain_path
 from taskloom.conversation.recorder import Recorder, StopHook
-from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
+from taskloom.engine import Engine, EngineConfig, EngineEvent, UserTurn
 from taskloom.errors import TaskloomError
 from taskloom.messages import Message
-from taskloom.settings import session_dir
 from taskloom.tasks.agent import ended, killed, progressed
 from taskloom.tasks.handoff import Handoff
 from taskloom.tasks.mailbox import MESSAGES
@@ -32,17 +32,13 @@ from taskloom.tasks.output import DiskTaskOutput
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from taskloom.messages import ToolUseBlock
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import FileState
 
 
 #: Finishes what a run leaves (its worktree) at its end: fields for the task state, a note.
 Finisher = Callable[[], Awaitable[tuple[dict[str, Any], str]]]
-
-
-def sidechain_path(runtime: TaskRuntime, agent_id: str) -> Path:
-    """Where a subagent's transcript lives."""
-    return session_dir(runtime.session_id, runtime.home) / "subagents" / f"agent-{agent_id}.jsonl"
 
 
 class AgentRun:
@@ -81,7 +77,10 @@ class AgentRun:
         """
         self.runtime = runtime
         self.agent_id = agent_id
-        config = dataclasses.replace(config, inbox=self.take_inbox)  # SendMessage reaches it
+        # SendMessage reaches it through its inbox; its usage is charged under its id.
+        config = dataclasses.replace(
+            config, inbox=self.take_inbox, agent_id=config.agent_id or agent_id
+        )
         if continues is not None:
             self.engine = continues.continued(config)
         else:
@@ -104,7 +103,8 @@ class AgentRun:
                 },
             ),
         )
-        self.output: DiskTaskOutput | None = None
+        #: Its transcript and output files, totals and progress.
+        self.books = RunBooks(self.recorder, agent_id, activity=_described)
         self._finisher = finalize
         #: Called once before the run ends (e.g. to finish its worktree); returns fields for
         #: the task state and a note for the result. Armed again by each start.
@@ -193,25 +193,11 @@ class AgentRun:
         self.recorder.hold(letters)
         return [letter.body for letter in letters]
 
-    def _open_files(self) -> None:
-        self.recorder.open()
-        out_path = self.runtime.output_path(self.agent_id)
-        if out_path.exists():
-            self.output = DiskTaskOutput.reopen(out_path, self.runtime.output_cap)
-        else:
-            self.output = self.runtime.create_output(self.agent_id)
-
-    def _close_files(self) -> None:
-        self.recorder.close()
-        if self.output is not None:
-            self.output.close()
-            self.output = None
-
     async def _drive(self, prompt: str | Message | None) -> None:
         engine = self.engine
         kind = engine.config.metadata.get("agent_type")
         try:
-            self._open_files()
+            self.books.open()
             start = await engine.run_hook("SubagentStart", kind, agent_type=kind)
             if start is not None and start.additional_context and isinstance(prompt, str):
                 prompt = "\n\n".join([prompt, *start.additional_context])
@@ -228,8 +214,9 @@ class AgentRun:
             self.finishing = True
             fields, note = await self._finalize()
             result = engine.last_text() + note
+            totals = self.books.totals()
             self.runtime.update(
-                self.agent_id, lambda s: ended(s, self._totals(), result=result).replace(**fields)
+                self.agent_id, lambda s: ended(s, totals, result=result).replace(**fields)
             )
         except asyncio.CancelledError:
             # Killed (or its parent cancelled): record it here, so every end goes through here,
@@ -245,7 +232,7 @@ class AgentRun:
             fields, note = await finish_despite_cancel(self._finalize())
             self.runtime.update(
                 self.agent_id,
-                lambda s: ended(s, self._totals(), error=error + note).replace(**fields),
+                lambda s: ended(s, self.books.totals(), error=error + note).replace(**fields),
             )
         finally:
             await finish_despite_cancel(self._cleanup())
@@ -274,37 +261,27 @@ class AgentRun:
                 if asyncio.iscoroutine(outcome):
                     await outcome
         finally:
-            self._close_files()
-
-    def _totals(self) -> dict[str, int | float]:
-        engine = self.engine
-        return {
-            "input_tokens": engine.context_tokens,
-            "output_tokens": engine.usage.output_tokens,
-            "total_tokens": engine.context_tokens + engine.usage.output_tokens,
-            "tool_uses": engine.tool_uses,
-            "cache_read_input_tokens": engine.usage.cache_read_input_tokens,
-            "cache_creation_input_tokens": engine.usage.cache_creation_input_tokens,
-            "cost_usd": engine.cost_usd,
-        }
+            self.books.close()
 
     def _progress(self, event: EngineEvent) -> None:
-        """Report a recorded turn: its output file and task state follow the conversation.
-
-        The session's observer (the stream-json output) is told of each message.
-        """
-        observer = self.engine.config.observer
-        if observer is not None and isinstance(event, AssistantTurn | UserTurn):
-            observer.agent_message(self.agent_id, event)
-        if isinstance(event, AssistantTurn):
-            lines = []
-            if event.message.text().strip():
-                lines.append(event.message.text().strip())
-            activities = [describe_activity(c.name, c.input) for c in event.message.tool_uses()]
-            lines += [f"→ {a}" for a in activities]
-            if self.output is not None and lines:
-                self.output.append("\n".join(lines) + "\n")
-
-            self.runtime.update(self.agent_id, lambda s: progressed(s, activities, self._totals()))
+        """Report a recorded turn: its output file and task state follow the conversation."""
+        activities = self.books.progress(event)
+        if activities is not None:
+            self.runtime.update(
+                self.agent_id, lambda s: progressed(s, activities, self.books.totals())
+            )
         elif isinstance(event, UserTurn):
-            self.runtime.update(self.agent_id, lambda s: s.replace(**self._totals()))
+            self.runtime.update(self.agent_id, lambda s: s.replace(**self.books.totals()))
+
+    @property
+    def output(self) -> DiskTaskOutput | None:
+        """Its output file, while it runs."""
+        return self.books.output
+
+
+def _described(call: ToolUseBlock) -> str:
+    """A tool call as a subagent's output and activities show it (``Running: pytest -q``)."""
+    return describe_activity(call.name, call.input)
+
+
+__all__ = ["AgentRun", "Finisher", "sidechain_path"]

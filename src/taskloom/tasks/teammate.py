@@ -37,6 +37,10 @@ class TeammateTaskState(TaskState):
         is_idle: Whether it waits for mail (its last turn is over).
         shutdown_requested: Whether the lead asked it to shut down.
         total_tokens: Tokens used so far (latest input, with cache, plus output so far).
+        input_tokens: Input tokens of the latest request (input plus cache).
+        output_tokens: Output tokens so far.
+        cache_read_input_tokens: Tokens read from the prompt cache so far, summed.
+        cache_creation_input_tokens: Tokens written to the prompt cache so far, summed.
         tool_uses: Tool calls made so far.
         result: Its last answer (the text of its last turn).
         error: Why its last turn failed, if it did (it stays alive all the same).
@@ -65,6 +69,10 @@ class TeammateTaskState(TaskState):
     is_idle: bool = False
     shutdown_requested: bool = False
     total_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
     tool_uses: int = 0
     result: str | None = None
     error: str | None = None

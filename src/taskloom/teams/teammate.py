@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom.agents.bookkeeping import RunBooks, sidechain_path
 from taskloom.conversation.next_input import NextInput, Pending, Taken
 from taskloom.conversation.recorder import Recorder, StopHook
 from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, UserTurn
 from taskloom.errors import reason
 from taskloom.messages import Message
-from taskloom.settings import session_dir
 from taskloom.tasks.mailbox import MESSAGES
-from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.teammate import ended, idle, progressed, working
 from taskloom.tasks.types import TaskStatus
+from taskloom.tasks.usage import report_fields
 from taskloom.teams.protocol import (
     IN_PROCESS,
     LEAD_NAME,
@@ -59,18 +59,6 @@ KILL_WAIT_S = 5.0
 MAIL_WAIT_S = 3600.0
 #: How many of its latest messages are kept in memory, for display.
 RECENT_LIMIT = 50
-
-
-def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = None) -> Path:
-    """Where a teammate's transcript lives: beside the subagents' of its lead's session.
-
-    Args:
-        runtime: The runtime it runs in (its home).
-        task_id: Its task id.
-        session_id: Its lead's session (default: the runtime's own: the lead runs it).
-    """
-    session = session_id or runtime.session_id
-    return session_dir(session, runtime.home) / "subagents" / f"agent-{task_id}.jsonl"
 
 
 class TeammateRun:
@@ -134,7 +122,6 @@ class TeammateRun:
         self.mailbox = mailbox if mailbox is not None else runtime.mailbox
         self.backend = backend
         self.pane_id = pane_id
-        self.output_file = Path(output_file) if output_file else runtime.output_path(task_id)
         config = dataclasses.replace(
             config,
             owner=task_id,
@@ -159,8 +146,9 @@ class TeammateRun:
             ),
             mailbox=self.mailbox,
         )
+        #: Its transcript and output files, totals and progress.
+        self.books = RunBooks(self.recorder, task_id, Path(output_file) if output_file else None)
         self.driver: asyncio.Task[None] | None = None
-        self.output: DiskTaskOutput | None = None
         self._recent: deque[Message] = deque(maxlen=RECENT_LIMIT)
         self._idle = False
         # The shutdown request being carried out: its end is then a completion, not a kill.
@@ -329,7 +317,7 @@ class TeammateRun:
 
     async def _drive(self) -> None:
         try:
-            self._open_files()
+            self.books.open()
             turn: str | Message
             if self._resumed:
                 # Going on from an earlier process: calls it left unanswered get "interrupted"
@@ -420,20 +408,6 @@ class TeammateRun:
         assert turn is not None  # it has no input that ends: only its end stops the wait
         return turn
 
-    def _open_files(self) -> None:
-        self.recorder.open()
-        path = self.output_file
-        if path.exists():  # resumed: its progress goes on in the same file
-            self.output = DiskTaskOutput.reopen(path, self.runtime.output_cap)
-        else:
-            self.output = DiskTaskOutput(path, self.runtime.output_cap)
-
-    def _close_files(self) -> None:
-        self.recorder.close()
-        if self.output is not None:
-            self.output.close()
-            self.output = None
-
     async def _cleanup(self) -> None:
         try:
             self.recorder.release()
@@ -443,7 +417,7 @@ class TeammateRun:
             # addressed to it would wait forever, and be replayed to a namesake.
             self.mailbox.discard(self.agent_id)
         finally:
-            self._close_files()
+            self.books.close()
             self._report_end()
             if self._approved is not None and self._ending == self._approved:
                 # In this order: what it started is gone, it is inactive, its task has ended
@@ -472,14 +446,13 @@ class TeammateRun:
                 log.exception("teammate %s: recording its end failed", self.agent_id)
 
     def _totals(self) -> dict[str, object]:
-        engine, usage = self.engine, self.engine.usage
-        model = engine.config.model_name or "unknown"
+        """Its usage so far: an agent's totals, with what a pane teammate's lead reads."""
+        engine = self.engine
         return {
-            "total_tokens": engine.context_tokens + usage.output_tokens,
-            "tool_uses": engine.tool_uses,
-            "spent_tokens": usage.context_tokens + usage.output_tokens,
-            "cost_usd": engine.cost_usd,
-            "usage_by_model": {model: usage.model_dump()},  # read by a pane teammate's lead
+            **self.books.totals(),
+            "spent_tokens": engine.usage.context_tokens + engine.usage.output_tokens,
+            # Its tokens per model, from this process's ledger.
+            **report_fields(self.runtime.usage.report_of(engine.ledger_key)),
         }
 
     def _progress(self, event: EngineEvent) -> None:
@@ -487,14 +460,7 @@ class TeammateRun:
         if not isinstance(event, AssistantTurn | UserTurn):
             return
         self._recent.append(event.message)
-        observer = self.engine.config.observer
-        if observer is not None:
-            observer.agent_message(self.task_id, event)
-        if isinstance(event, AssistantTurn) and self.output is not None:
-            lines = [event.message.text().strip()] if event.message.text().strip() else []
-            lines += [f"→ {call.name}" for call in event.message.tool_uses()]
-            if lines:
-                self.output.append("\n".join(lines) + "\n")
+        self.books.progress(event)
         totals = self._totals()
         self.runtime.update(self.task_id, lambda s: progressed(s, totals))
 

@@ -1,0 +1,123 @@
+"""The bookkeeping of one run of an agent: a subagent's and a teammate's alike.
+
+Whatever drives an agent's loop (:class:`~taskloom.agents.run.AgentRun` for a subagent,
+``TeammateRun`` for a teammate), its run keeps the same books: its sidechain transcript (where
+:func:`sidechain_path` says) and its output file, open while it runs; its totals, read from
+its engine and the session's usage ledger (:meth:`RunBooks.totals`: the same fields for every
+agent); and its progress, from its engine's events: the session's observer hears each
+message, the output file gets each answer's text and an arrow per tool call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from taskloom.engine import AssistantTurn, EngineEvent, UserTurn
+from taskloom.settings import session_dir
+from taskloom.tasks.output import DiskTaskOutput
+
+if TYPE_CHECKING:
+    from taskloom.conversation.recorder import Recorder
+    from taskloom.messages import ToolUseBlock
+    from taskloom.tasks.runtime import TaskRuntime
+
+
+def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = None) -> Path:
+    """Where an agent's transcript lives: in its session's ``subagents`` directory.
+
+    Args:
+        runtime: The runtime it runs in (its home).
+        task_id: Its task id.
+        session_id: The session it belongs to (default: the runtime's own; a pane teammate's
+            is its lead's).
+    """
+    session = session_id or runtime.session_id
+    return session_dir(session, runtime.home) / "subagents" / f"agent-{task_id}.jsonl"
+
+
+def tool_name(call: ToolUseBlock) -> str:
+    """A tool call as a teammate's output shows it: the tool's name."""
+    return call.name
+
+
+class RunBooks:
+    """One agent run's transcript and output files, totals and progress (see the module).
+
+    Args:
+        recorder: Records its transcript (its engine is the agent's).
+        task_id: Its task id.
+        output_file: Its output file (default: its task's, in this runtime's session).
+        activity: How its output shows a tool call (default: the tool's name).
+    """
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        task_id: str,
+        output_file: Path | None = None,
+        activity: Callable[[ToolUseBlock], str] = tool_name,
+    ) -> None:
+        self.recorder = recorder
+        self.task_id = task_id
+        self.output_file = output_file or recorder.runtime.output_path(task_id)
+        self.activity = activity
+        #: Its output file, while the run is on.
+        self.output: DiskTaskOutput | None = None
+
+    def open(self) -> None:
+        """Open its transcript and its output file (a resumed run goes on in the same file)."""
+        self.recorder.open()
+        path, cap = self.output_file, self.recorder.runtime.output_cap
+        opened = DiskTaskOutput.reopen if path.exists() else DiskTaskOutput
+        self.output = opened(path, cap)
+
+    def close(self) -> None:
+        """Close both (a run that never opened them closes nothing)."""
+        self.recorder.close()
+        if self.output is not None:
+            self.output.close()
+            self.output = None
+
+    def totals(self) -> dict[str, int | float]:
+        """Its usage so far, as its task state records it.
+
+        ``input_tokens`` and ``total_tokens`` count its latest request's input (its context
+        now), not the sum of every request's; ``tool_uses`` and ``cost_usd`` are the
+        session's ledger's figures of this agent.
+        """
+        engine = self.recorder.engine
+        own = engine.runtime.usage.own(engine.ledger_key)
+        return {
+            "input_tokens": engine.context_tokens,
+            "output_tokens": own.output_tokens,
+            "total_tokens": engine.context_tokens + own.output_tokens,
+            "tool_uses": own.tool_uses,
+            "cache_read_input_tokens": own.cache_read_input_tokens,
+            "cache_creation_input_tokens": own.cache_creation_input_tokens,
+            "cost_usd": own.cost_usd,
+        }
+
+    def progress(self, event: EngineEvent) -> list[str] | None:
+        """Report a recorded message: the observer hears it, its output file gets its lines.
+
+        Returns the activities of an answer's tool calls (``[]`` for one without), None for
+        any other event.
+        """
+        if not isinstance(event, AssistantTurn | UserTurn):
+            return None
+        observer = self.recorder.engine.config.observer
+        if observer is not None:
+            observer.agent_message(self.task_id, event)
+        if not isinstance(event, AssistantTurn):
+            return None
+        text = event.message.text().strip()
+        activities = [self.activity(call) for call in event.message.tool_uses()]
+        lines = ([text] if text else []) + [f"→ {a}" for a in activities]
+        if self.output is not None and lines:
+            self.output.append("\n".join(lines) + "\n")
+        return activities
+
+
+__all__ = ["RunBooks", "sidechain_path", "tool_name"]

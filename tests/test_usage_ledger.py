@@ -201,3 +201,29 @@ async def test_the_repl_status_line_shows_the_ledger_s_figures(tmp_path: Path) -
         assert "4.6k tokens" in status and "$0.01" in status, status
     finally:
         await repl._close()
+
+
+async def test_budgets_count_what_the_ledger_is_charged() -> None:
+    from taskloom.agents.budget import Budget, Budgets
+
+    stopped: list[tuple[str, str]] = []
+
+    async def stop(agent_id: str, why: str) -> None:
+        stopped.append((agent_id, why))
+
+    ledger = UsageLedger()
+    budgets = Budgets("s", stop, ledger=ledger)
+    budgets.open("a1", "s", Budget(tokens=1000))
+    child = budgets.open("a2", "a1", Budget())
+    assert ledger.parent("a2") == "a1" and ledger.parent("a1") is None
+    ledger.charge("a2", "m", Usage(input_tokens=300, output_tokens=100))
+    assert child.admit_tool_call() is None  # admitted: counted once the ledger is charged
+    assert budgets.used("a2") == (400, 0)
+    ledger.charge_tool_call("a2")
+    ledger.report("r1", {"m": {"input_tokens": 50}})  # one not counted here: the session's
+    ledger.charge("main", "m", Usage(output_tokens=5))  # the main thread: the session's
+    assert budgets.used("a1") == (400, 1) and budgets.used("s") == (455, 1)
+    assert ledger.subtree("a1").tokens == 400 and ledger.subtree("a1").tool_uses == 1
+    ledger.charge("a2", "m", Usage(input_tokens=700))  # a1's budget runs out
+    await budgets.aclose()
+    assert stopped == [("a1", "the token budget of a1 ran out (1,100 of 1,000 tokens)")]

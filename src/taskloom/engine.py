@@ -263,7 +263,7 @@ class Engine:
     async def _ask_model(self) -> Message:
         final: Message | None = None
         started = time.monotonic()
-        observer, meter = self.config.observer, self.config.meter
+        observer = self.config.observer
         request = self.request()
         if observer is not None:
             observer.model_event(self.config.agent_id, request)
@@ -296,9 +296,8 @@ class Engine:
             )
             cost = self._cost(model, u)
             self.cost_usd += cost
-            if meter is not None:
-                meter.charge(tokens=u.context_tokens + u.output_tokens, usd=cost)
-        # Every response is charged, one without usage too (counted as unreported).
+        # Every response is charged, one without usage too (counted as unreported); the
+        # budgets count what the ledger is charged.
         self.runtime.usage.charge(self.ledger_key, model, final.usage, cost)
         return final
 

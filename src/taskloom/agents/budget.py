@@ -13,7 +13,9 @@ budget ran out, and with it its children — and its task records why, with the 
 notification says so.
 
 Tokens are what each model response processed and wrote: its input (cache reads and writes
-included) plus its output, summed over the responses.
+included) plus its output, summed over the responses. What is counted is what the session's
+usage ledger (:mod:`taskloom.tasks.usage`) is charged: each response, each tool call, each
+report from another process.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskloom.tasks.usage import UsageLedger
+from taskloom.tasks.usage import Spent, UsageLedger
 
 #: The share of a budget at which the subtree is told to wrap up.
 WRAP_UP_AT = 0.8
@@ -109,8 +111,10 @@ class Budgets:
         ``session``: the budget of the whole session (its main thread and every agent), whose
         ``stop`` is called with the session's id. ``on_spend(agent_id, tokens, tool_calls,
         usd)`` hears each agent's subtree totals as they grow (for its live usage).
-        ``ledger``: the session's usage ledger, told who started whom (its subtree totals
-        follow the same tree as the budgets).
+        ``ledger``: the session's usage ledger. What it is charged (each response, tool call
+        and report from another process) is what the budgets count — an agent not counted
+        here (the main thread, a pane teammate) against the session's — and it is told who
+        started whom, so that its subtree totals follow the budgets' tree.
         """
         self._ledger = ledger
         self._stop = stop
@@ -122,6 +126,15 @@ class Budgets:
         self._stopping: set[asyncio.Task[object]] = set()
         with contextlib.suppress(RuntimeError):  # no loop (a unit test): no wall-time clock
             self._time(root)
+        if ledger is not None:
+            ledger.listen(self._charged)
+
+    def _charged(self, agent_id: str, spent: Spent) -> None:
+        """The ledger counted what ``agent_id`` spent: so do its budgets and those above it."""
+        root = next(iter(self._nodes))
+        counted = agent_id if agent_id in self._nodes else root  # MAIN: the session's
+        with contextlib.suppress(RuntimeError):  # no loop: nothing to stop with
+            self.charge(counted, spent.tokens, spent.tool_calls, spent.usd)
 
     def _time(self, node: _Node) -> None:
         """Check its wall-time budget at 80 % and at 100 % (of what is left of it)."""
@@ -266,7 +279,8 @@ class Budgets:
                 self._spend(node, "tool-call", what)
                 return what
             node = node.parent
-        self.charge(agent_id, 0, 1)
+        if self._ledger is None:  # else the call is counted when the ledger is charged
+            self.charge(agent_id, 0, 1)
         return None
 
     def _check(self, node: _Node) -> None:

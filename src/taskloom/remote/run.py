@@ -86,8 +86,9 @@ class RemoteRun:
         rather than all slowly (on a local Ray, their processes share this machine's CPUs).
         ``actor_name``: its actor is detached under that name (exit policy ``detach``).
         ``resumed``: the state an earlier process of the session left: its actor is followed
-        on from there, on ``cluster``, instead of being started. ``meter``: what it spends is
-        counted there (its budgets), priced by ``prices`` (the setting ``modelPrices``).
+        on from there, on ``cluster``, instead of being started. ``meter``: its budgets' meter
+        (opened for it: what it spends reaches them through the session's ledger, priced by
+        ``prices``, the setting ``modelPrices``).
         """
         self.snapshots = snapshots or Snapshots()
         self.starting = starting or asyncio.Semaphore(1)
@@ -424,15 +425,13 @@ class RemoteRun:
             self._update(lambda s: s)
 
     def _count(self, by_model: dict[str, dict[str, int]] | None, event: dict[str, Any]) -> None:
-        """Charge what its worker spent since its last event to the ledger, and its meter."""
+        """Charge what its worker spent since its last event to the ledger (its budgets too)."""
         if by_model is None:
             return
         calls = event.get("tool_uses")
-        spent = self.runtime.usage.report(
+        self.runtime.usage.report(
             self.task_id, by_model, calls if isinstance(calls, int) else None, self._price
         )
-        if self.meter is not None and any(spent):
-            self.meter.charge(tokens=spent.tokens, tool_calls=spent.tool_calls, usd=spent.usd)
 
     def _update(self, fn: Callable[[RemoteAgentTaskState], RemoteAgentTaskState]) -> None:
         """Apply ``fn`` to its state; a detached one's also records the events it has."""

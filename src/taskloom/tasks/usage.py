@@ -183,6 +183,7 @@ class UsageLedger:
         self._accounts: dict[str, _Account] = {}
         self._parents: dict[str, str] = {}
         self._whole = _Account()  # every agent's, for the session's figures and marks
+        self._listeners: list[Callable[[str, Spent], None]] = []
 
     def _account(self, agent_id: str) -> _Account:
         found = self._accounts.get(agent_id)
@@ -191,6 +192,15 @@ class UsageLedger:
         return found
 
     # -- charging -----------------------------------------------------------------------------
+
+    def listen(self, heard: Callable[[str, Spent], None]) -> None:
+        """Call ``heard(agent_id, spent)`` with what each charge adds (the budgets count so)."""
+        self._listeners.append(heard)
+
+    def _tell(self, agent_id: str, spent: Spent) -> None:
+        if any(spent):
+            for heard in self._listeners:
+                heard(agent_id, spent)
 
     def link(self, agent_id: str, parent: str | None) -> None:
         """``agent_id`` was started by ``parent`` (None: by the main thread, at the top)."""
@@ -212,11 +222,14 @@ class UsageLedger:
         self._whole.add(model, usage, usd)
         if usage is None:
             return Spent()
-        return Spent(usage.context_tokens + usage.output_tokens, 0, usd)
+        spent = Spent(usage.context_tokens + usage.output_tokens, 0, usd)
+        self._tell(agent_id, spent)
+        return spent
 
     def charge_tool_call(self, agent_id: str, calls: int = 1) -> None:
         """Count tool calls ``agent_id`` made."""
         self._account(agent_id).tool_uses += calls
+        self._tell(agent_id, Spent(0, calls, 0.0))
 
     def report(
         self,
@@ -250,7 +263,8 @@ class UsageLedger:
             calls = tool_uses - account.reported_calls
             calls = tool_uses if calls < 0 else calls
             account.reported_calls = tool_uses
-            account.tool_uses += calls
+            if calls:
+                self.charge_tool_call(agent_id, calls)
         return Spent(tokens, calls, usd)
 
     def baseline(

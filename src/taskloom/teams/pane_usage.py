@@ -40,11 +40,12 @@ def recorded_usage(tasks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class PaneSpending:
-    """Charges each pane teammate's recorded spending to the ledger and its lead's budgets.
+    """Charges each pane teammate's recorded spending to the session's ledger.
 
     Args:
-        ledger: The session's usage ledger.
-        meter_for: The lead's meter for a teammate (by agent id); None: no budget counts it.
+        ledger: The session's usage ledger (the lead's budgets count what it is charged).
+        meter_for: Opens the lead's meter for a teammate (by agent id), before its first
+            charge; None: it counts against the session's budget alone.
     """
 
     def __init__(
@@ -63,12 +64,10 @@ class PaneSpending:
         by_model = report_in(usage)
         if by_model is None:
             return
-        spent = self.ledger.report(agent_id, by_model, int(usage.get("tool_uses", 0)))
-        if self.meter_for is not None and any(spent):
-            meter = self._meters.get(agent_id)
-            if meter is None:
-                meter = self._meters[agent_id] = self.meter_for(agent_id)
-            meter.charge(tokens=spent.tokens, tool_calls=spent.tool_calls, usd=spent.usd)
+        if self.meter_for is not None and agent_id not in self._meters:
+            # Its budgets first: what the ledger is charged then counts there too.
+            self._meters[agent_id] = self.meter_for(agent_id)
+        self.ledger.report(agent_id, by_model, int(usage.get("tool_uses", 0)))
 
 
 __all__ = ["PaneSpending", "recorded_usage"]

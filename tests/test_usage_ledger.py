@@ -227,3 +227,17 @@ async def test_budgets_count_what_the_ledger_is_charged() -> None:
     ledger.charge("a2", "m", Usage(input_tokens=700))  # a1's budget runs out
     await budgets.aclose()
     assert stopped == [("a1", "the token budget of a1 ran out (1,100 of 1,000 tokens)")]
+
+
+def test_the_kinds_say_which_tasks_agent_usage_lists_as_agents() -> None:
+    from taskloom.tasks.kinds import kind_of
+    from taskloom.tasks.remote import RemoteAgentTaskState
+    from taskloom.tasks.teammate import TeammateTaskState
+    from taskloom.tasks.types import AgentTaskState
+
+    local = AgentTaskState(id="a00000001", agent_type="Explore", tool_uses=2)
+    remote = RemoteAgentTaskState(id="r00000001", agent_type="general-purpose", tool_uses=5)
+    assert kind_of(local).agent_facts(local) == ("Explore", 2)
+    assert kind_of(remote).agent_facts(remote) == ("general-purpose", 5)
+    mate = TeammateTaskState(id="t00000001", agent_id="al@t")
+    assert kind_of(mate).agent_facts(mate) is None

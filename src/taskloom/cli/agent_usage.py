@@ -17,31 +17,29 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from taskloom.tasks.remote import RemoteAgentTaskState
-from taskloom.tasks.types import AgentTaskState, TaskState
+from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.types import TaskState
 from taskloom.tasks.usage import MAIN, Figures, UsageLedger
 
 
 def agent_usage(ledger: UsageLedger, states: Iterable[TaskState]) -> dict[str, dict[str, Any]]:
     """Each agent's figures (see the module docstring), from the ledger and its task."""
-    agents: dict[str, AgentTaskState | RemoteAgentTaskState] = {
-        s.id: s for s in states if isinstance(s, (AgentTaskState, RemoteAgentTaskState))
-    }
+    facts = {s.id: (s, f) for s in states if (f := kind_of(s).agent_facts(s)) is not None}
     out: dict[str, dict[str, Any]] = {}
     for key in ledger.agents():
         if not ledger.models(key):
             continue  # nothing counted of it here (an agent of an earlier process)
         entry = _figures(ledger.own(key))
-        state = agents.get(key)
-        if state is not None:
+        if key in facts:
+            state, fact = facts[key]
             end = state.end_time or time.time()  # still running: so far
             entry.update(
-                agentType=state.agent_type,
+                agentType=fact.agent_type,
                 description=state.description,
                 status=state.status.value,
-                toolUses=state.tool_uses,
+                toolUses=fact.tool_uses,
                 durationMs=int(max(0.0, end - state.start_time) * 1000),
-                parentAgentId=state.owner if state.owner in agents else None,
+                parentAgentId=state.owner if state.owner in facts else None,
             )
         if key != MAIN:
             subtree = _figures(ledger.subtree(key))

@@ -12,7 +12,14 @@ import time
 from collections.abc import Mapping
 from typing import ClassVar, Protocol, cast
 
-from taskloom.tasks.kinds import Progress, Shown, TaskKind, answer_shown, register_kind
+from taskloom.tasks.kinds import (
+    AgentFacts,
+    Progress,
+    Shown,
+    TaskKind,
+    answer_shown,
+    register_kind,
+)
 from taskloom.tasks.types import AgentTaskState, TaskState, TaskStatus, TaskType
 
 #: Agent tasks stay visible this long after they end, for a UI panel showing them.
@@ -40,6 +47,8 @@ class _Answering(Protocol):
     def tool_uses(self) -> int: ...
     @property
     def activities(self) -> tuple[str, ...]: ...
+    @property
+    def agent_type(self) -> str: ...
 
 
 class AgentKind(TaskKind):
@@ -91,6 +100,11 @@ class AgentKind(TaskKind):
             branch = f" (branch {state.worktree_branch})" if state.worktree_branch else ""
             line += f"; its changes are kept in the worktree {state.worktree_path}{branch}"
         return line
+
+    def agent_facts(self, state: TaskState) -> AgentFacts | None:
+        """Its agent type and tool calls (a remote agent's as its worker reported them)."""
+        agent = self._answering(state)
+        return AgentFacts(agent.agent_type, agent.tool_uses) if agent is not None else None
 
     def result(self, state: TaskState) -> str | None:
         """Its final answer, or why it failed; a stopped agent has none."""

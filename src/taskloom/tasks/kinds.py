@@ -73,6 +73,18 @@ class Progress(NamedTuple):
     subtree_cost_usd: float | None = None
 
 
+class AgentFacts(NamedTuple):
+    """What a result's ``agentUsage`` says of an agent-like task besides its figures.
+
+    Attributes:
+        agent_type: Its agent type.
+        tool_uses: Tool calls it made, as its state records them.
+    """
+
+    agent_type: str
+    tool_uses: int
+
+
 class TaskHandle(Protocol):
     """The live side of a task (a process, an agent loop): what the runtime can ask of it."""
 
@@ -288,6 +300,10 @@ class TaskKind:
         """
         return None
 
+    def agent_facts(self, state: TaskState) -> AgentFacts | None:
+        """Its agent type and tool calls, for ``agentUsage`` (None: not an agent listed there)."""
+        return None
+
 
 _FALLBACK = TaskKind()
 _KINDS: dict[TaskType, TaskKind] = {}
@@ -348,6 +364,7 @@ def registered_kinds() -> dict[TaskType, TaskKind]:
 
 
 __all__ = [
+    "AgentFacts",
     "Backgroundable",
     "Shown",
     "ShownField",

@@ -277,15 +277,7 @@ def test_the_documented_kind_hooks_are_the_overridable_ones() -> None:
 KINDS_PACKAGE = "taskloom.tasks"
 
 #: Known bypasses of the kinds, to be removed (each must still exist): (module, what).
-KNOWN_KIND_BYPASSES: set[tuple[str, str]] = {
-    # The usage ledger's files: that change rewrites them (usage from elsewhere is a hook).
-    ("taskloom.cli.agent_usage", "isinstance AgentTaskState"),
-    ("taskloom.cli.agent_usage", "isinstance RemoteAgentTaskState"),
-    ("taskloom.cli.print_mode", "TaskType.IN_PROCESS_TEAMMATE"),
-    ("taskloom.cli.print_mode", "TaskType.REMOTE_AGENT"),
-    ("taskloom.remote.run", "isinstance RemoteAgentTaskState"),
-    ("taskloom.teams.pane_usage", "TaskType.IN_PROCESS_TEAMMATE"),
-}
+KNOWN_KIND_BYPASSES: set[tuple[str, str]] = set()
 #: Known imports of another package's private module, to be removed: (importer, imported).
 KNOWN_PRIVATE: set[tuple[str, str]] = set()
 

@@ -40,6 +40,7 @@ from taskloom.started import (
     mcp_servers_config,
     peer_listener,
     session_model,
+    session_runtime,
 )
 
 if TYPE_CHECKING:
@@ -175,9 +176,6 @@ class Harness:
         from taskloom.mcp.startup import session_servers
         from taskloom.permissions import PermissionPolicy
         from taskloom.settings import find_project_root, load_settings, max_output_tokens
-        from taskloom.models.pricing import pricer
-        from taskloom.tasks.runtime import TaskRuntime
-        from taskloom.tasks.usage import UsageLedger
 
         opts = self.options
         opts.check_session()
@@ -202,11 +200,7 @@ class Harness:
                 add_dirs=opts.add_dirs,
             )  # fmt: skip
             self._find_conversation()
-            runtime = TaskRuntime(
-                session_id=self._session_id, cwd=str(self.cwd.resolve()),
-                # Reports from other processes (remote workers, pane teammates) are priced here.
-                usage=UsageLedger(pricer(settings.get("modelPrices"))),
-            )  # fmt: skip
+            runtime = session_runtime(self._session_id, self.cwd, settings)
             observer = engine_observer(opts, settings, runtime.session_id, model, self._stack)
             await self._stack.enter_async_context(runtime)
             self._claimed = True

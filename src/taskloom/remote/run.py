@@ -39,6 +39,7 @@ from taskloom.remote.local import KILL_CHILDREN
 from taskloom.remote.snapshot import Snapshot, SnapshotError, Snapshots, bring_back
 from taskloom.remote.spec import RemoteSpec, carried_env
 from taskloom.store import TagRow
+from taskloom.tasks.narrow import as_remote_agent
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.remote import RemoteAgentTaskState, ended, progressed
 from taskloom.tasks.runtime import TaskRuntime
@@ -460,8 +461,8 @@ class RemoteRun:
         self._update(lambda s: s.replace(branch=branch, diffstat=stat))
 
     def _finish(self) -> None:
-        state = self.runtime.get(self.task_id)
-        branch = state.branch if isinstance(state, RemoteAgentTaskState) else None
+        state = as_remote_agent(self.runtime.get(self.task_id))
+        branch = state.branch if state is not None else None
         if self._stopping:
             self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
             return
@@ -472,7 +473,7 @@ class RemoteRun:
             self.runtime.update(self.task_id, lambda s: ended(s, error=error))
             return
         result = self._result
-        if branch and isinstance(state, RemoteAgentTaskState):
+        if branch and state is not None:
             result += (
                 f"\n\nIts changes are on branch {branch} (your working tree is untouched; the"
                 f" branch starts from a snapshot commit holding your uncommitted changes of"

@@ -290,6 +290,7 @@ class TaskKind:
         """
         names = [name for name in self.addresses(state) if name]
         return names[0] if names else state.description
+
     # -- usage --------------------------------------------------------------------------------
 
     def usage_from_elsewhere(self, state: TaskState) -> Reported | None:

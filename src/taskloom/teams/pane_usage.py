@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.teammate import TeammateTaskState
+from taskloom.tasks.narrow import as_teammate
 from taskloom.tasks.types import readable_state
 from taskloom.tasks.usage import UsageLedger, report_fields, report_in
 
@@ -27,8 +27,8 @@ _FIELDS = ("total_tokens", "tool_uses", "spent_tokens")
 def recorded_usage(tasks: list[dict[str, Any]]) -> dict[str, Any]:
     """A pane teammate's usage so far, from its own task in its process's records."""
     for task in tasks:
-        state = readable_state(task)
-        if not isinstance(state, TeammateTaskState):
+        state = as_teammate(readable_state(task))
+        if state is None:
             continue
         usage: dict[str, Any] = {k: int(task.get(k) or 0) for k in _FIELDS}
         usage["cost_usd"] = float(task.get("cost_usd") or 0.0)

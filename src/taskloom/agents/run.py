@@ -22,7 +22,7 @@ from taskloom.agents.activity import describe_activity
 from taskloom.agents.bookkeeping import RunBooks, sidechain_path
 from taskloom.conversation.recorder import Recorder, StopHook
 from taskloom.engine import Engine, EngineConfig, EngineEvent, UserTurn
-from taskloom.errors import TaskloomError
+from taskloom.errors import reason
 from taskloom.messages import Message
 from taskloom.tasks.agent import ended, killed, progressed
 from taskloom.tasks.handoff import Handoff
@@ -228,7 +228,7 @@ class AgentRun:
             )
             raise
         except Exception as exc:  # a failed agent must not take its parent down
-            error = str(exc) if isinstance(exc, TaskloomError) else f"{type(exc).__name__}: {exc}"
+            error = reason(exc)
             fields, note = await finish_despite_cancel(self._finalize())
             self.runtime.update(
                 self.agent_id,

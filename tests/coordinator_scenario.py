@@ -126,12 +126,25 @@ class CoordinatorScript:
 
 
 def _running(command: str) -> list[int]:
-    """The pids of live processes whose command line is ``command``."""
+    """The pids of live processes of this test run whose command line is ``command``.
+
+    Of this run: they carry its mark (``TASKLOOM_TEST_RUN``, inherited from the test), so that
+    another run's scenario on the same machine (pytest-xdist, ``.ci/twice``) does not count.
+    """
+    import os
+
     import psutil
 
+    mark = os.environ.get("TASKLOOM_TEST_RUN")
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["cmdline"] == command.split() and proc.info["status"] != "zombie":
+        if proc.info["cmdline"] != command.split() or proc.info["status"] == "zombie":
+            continue
+        try:
+            theirs = proc.environ().get("TASKLOOM_TEST_RUN")
+        except psutil.Error:
+            continue
+        if theirs == mark:
             found.append(proc.pid)
     return found
 

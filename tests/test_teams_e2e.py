@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from coordinator_scenario import system_text, texts
@@ -83,9 +82,7 @@ def test_a_lead_and_two_teammates_report_and_shut_down(tmp_path: Path) -> None:
     assert lead_seen.count("shutdown_approved") == 2
     assert "Messages from your teammates arrived" in lead_seen
     assert _teams(tmp_path) == []
-    assert not [
-        p for p in psutil.process_iter(["cmdline"]) if "alpha" in " ".join(p.info["cmdline"] or [])
-    ]
+    assert not run_processes(lambda p: "alpha" in " ".join(p.info["cmdline"] or []))
 
 
 def test_a_lead_that_ends_with_idle_teammates_ends_the_run(tmp_path: Path) -> None:

@@ -3,12 +3,15 @@
 :meth:`Harness.start <taskloom.harness.Harness.start>` starts what has a life of its own (the
 settings read, the model, the permission policy, the runtime, the MCP servers, the listener;
 the helpers here make some of them: :func:`session_model`, :func:`engine_observer`,
-:func:`mcp_servers_config`, :func:`peer_listener`) and then calls :func:`compose` for the
-rest: the team, the agent service, the main thread's tools, its session and the run policy.
-Each part is given what it needs as it is made; the team and the agents ask for each other
-(and for the tools offered), so what is made later is passed as a function that returns it
-once it exists. The result is one frozen :class:`Started`: a harness is either not started or
-has every part.
+:func:`mcp_servers_config`, :func:`session_runtime`, :func:`peer_listener`) and then calls
+:func:`compose` for the rest: the team, the agent service, the main thread's tools, its session
+and the run policy. Each part is given what it needs as it is made; the team and the agents ask
+for each other (and for the tools offered), so what is made later is passed as a function that
+returns it once it exists. The one exception is a part's end: a part made later that must be
+stopped by one made earlier registers its closer there (the agent service's Ray cluster with
+the runtime, through ``TaskRuntime.on_close``, since it must go once the runtime has stopped
+the tasks but before it closes the store). The result is one frozen :class:`Started`: a
+harness is either not started or has every part.
 """
 
 from __future__ import annotations
@@ -311,4 +314,5 @@ __all__ = [
     "mcp_servers_config",
     "peer_listener",
     "session_model",
+    "session_runtime",
 ]

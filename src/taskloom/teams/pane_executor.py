@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from taskloom.errors import StoreError, UsageError
+from taskloom.errors import StoreError, UsageError, reason
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.kill import kill_tree
 from taskloom.process.watch import describe_status, wait_exit
@@ -308,7 +308,7 @@ class PaneExecutor:
             if member.pane is not None:
                 with contextlib.suppress(StoreError):
                     runtime.store.remove_process(member.pane.pid, member.start)
-            error = str(exc) or type(exc).__name__
+            error = reason(exc)
             # The spawn's caller is told why (a tool error): no notification besides.
             runtime.update(
                 task_id,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from taskloom.errors import StoreError
+from taskloom.errors import StoreError, reason
 from taskloom.events import Meter
 from taskloom.models.pricing import pricer
 from taskloom.process.sweep import reap_tags
@@ -507,9 +507,9 @@ class RemoteRun:
 
 
 def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    # Ray's errors carry the actor's traceback on the lines after the first.
+    lines = reason(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 __all__ = ["NAMESPACE", "READY_WAIT_S", "STOP_WAIT_S", "RemoteRun"]

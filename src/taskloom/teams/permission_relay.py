@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from taskloom.errors import StoreError
+from taskloom.errors import StoreError, reason
 from taskloom.teams import protocol
 
 if TYPE_CHECKING:
@@ -155,8 +155,7 @@ class PermissionRelay:
             log.exception("asking about %s's %s call failed", agent_id, tool)
             return PromptAnswer(
                 False,
-                f"Permission to use {tool} was not given: asking failed"
-                f" ({type(exc).__name__}: {exc})",
+                f"Permission to use {tool} was not given: asking failed ({reason(exc)})",
             )
 
 

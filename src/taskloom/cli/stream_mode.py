@@ -51,7 +51,7 @@ from taskloom.cli.stream_input import (
 from taskloom.cli.stream_output import replayed
 from taskloom.conversation.next_input import NextInput, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
-from taskloom.errors import TaskloomError, UsageError, describe
+from taskloom.errors import TaskloomError, UsageError, describe, reason
 from taskloom.harness import Harness, Options
 from taskloom.hooks import HookConfig
 from taskloom.messages import Message
@@ -232,7 +232,7 @@ class StreamSession:
         except Exception as exc:  # an answer for every request: the program waits for one
             if not isinstance(exc, TaskloomError | ValueError | KeyError | TypeError):
                 log.debug("control request %s failed", subtype, exc_info=True)
-            self._respond(request_id, error=str(exc))
+            self._respond(request_id, error=reason(exc))
             return
         self._respond(request_id, body=body)
 

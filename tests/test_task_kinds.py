@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import pytest
 
+from helpers import TIME_FACTOR
 from taskloom.process.identity import boot_id
 from taskloom.settings import db_path
 from taskloom.store import SessionRow, Store
@@ -41,6 +42,7 @@ from taskloom.tasks.types import (
     TaskType,
     state_from_dict,
 )
+from taskloom.tasks.wait_bound import WaitBound
 from taskloom.testing import FakeClock
 from taskloom.tools.jobs import _line
 from taskloom.tools.tasks import describe
@@ -395,3 +397,43 @@ async def test_a_session_whose_budget_runs_out_stops_every_kind_of_agent(
         assert "the token budget of the session ran out" in (h.session.engine.halted or "")
         state = await h.runtime.wait(toy_id, timeout=10)
         assert state.status == TaskStatus.KILLED
+
+
+class ToyServerKind(TaskKind):
+    """A toy kind with no end of its own, and every default besides (its summary too)."""
+
+    task_type = TaskType.LOCAL_WORKFLOW
+    state_class = ToyState
+    noun = "Toy server"
+
+    def ends_by_itself(self, state: TaskState) -> bool:
+        return False
+
+
+async def test_a_kind_s_task_stopped_by_the_wait_bound_says_why() -> None:
+    # Every state can be stopped for a reason (stopped_reason is TaskState's): the bound
+    # records it on a kind's state it knows nothing of, and the default summary says it.
+    previous = register_kind(ToyServerKind())
+    clock = FakeClock()
+    try:
+        async with TaskRuntime(clock=clock, sweep_interval=3600) as rt:
+            task_id = rt.new_id(TaskType.LOCAL_WORKFLOW)
+            rt.register(
+                ToyState(
+                    id=task_id, owner=rt.session_id, description="srv", status=TaskStatus.RUNNING
+                )
+            )
+            ended = asyncio.ensure_future(rt.wait(task_id, 10 * TIME_FACTOR))
+            bound = WaitBound(rt, rt.session_id, 5.0)
+            parked = clock.sleepers
+            bound.arm()
+            await clock.wait_for_sleepers(parked + 1, 10 * TIME_FACTOR)  # the watchdog's loop
+            await clock.advance(6)
+            final = await ended
+            assert final.status == TaskStatus.KILLED
+            assert final.stopped_reason is not None and "waited 5 s" in final.stopped_reason
+            assert summarize(final) == f'Toy server "srv" was stopped: {final.stopped_reason}'
+    finally:
+        unregister_kind(TaskType.LOCAL_WORKFLOW)
+        if previous is not None:
+            register_kind(previous)

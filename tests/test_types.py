@@ -287,12 +287,13 @@ COMMON = [
     "notified",
     "exit_policy",
     "is_backgrounded",
+    "stopped_reason",
 ]
 
 
 def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
     assert [f.name for f in dataclasses.fields(TaskState)] == COMMON
-    shell = ["command", "exit_code", "interrupted", "pid", "kind", "agent_id", "stopped_reason"]
+    shell = ["command", "exit_code", "interrupted", "pid", "kind", "agent_id"]
     agent = [
         "prompt",
         "agent_type",
@@ -307,7 +308,6 @@ def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
         "activities",
         "worktree_path",
         "worktree_branch",
-        "stopped_reason",
         "subtree_tokens",
         "subtree_tool_uses",
         "cache_read_input_tokens",

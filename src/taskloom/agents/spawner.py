@@ -430,12 +430,7 @@ class Spawner:
             if done:
                 return
         self.runtime.update(
-            agent_id,
-            lambda s: (
-                s.replace(stopped_reason=why)
-                if hasattr(s, "stopped_reason") and not s.terminal
-                else s
-            ),
+            agent_id, lambda s: s if s.terminal else s.replace(stopped_reason=why)
         )
         await self.runtime.kill(agent_id)
 

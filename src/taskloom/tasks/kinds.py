@@ -203,11 +203,11 @@ class TaskKind:
         """The one-line summary of the task's end; a stop not by TaskStop says why.
 
         Why (a budget that ran out, an owner that stopped waiting) is the state's
-        ``stopped_reason``, in every variant that can be stopped so.
+        ``stopped_reason``.
         """
         label = self.label(state)
         if state.status == TaskStatus.KILLED:
-            why = getattr(state, "stopped_reason", None)
+            why = state.stopped_reason
             return f"{label} was stopped: {why}" if why else f"{label} was stopped"
         if state.status == TaskStatus.FAILED:
             # Every state variant but the shell's carries an ``error``; this default serves

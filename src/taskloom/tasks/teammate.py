@@ -48,7 +48,6 @@ class TeammateTaskState(TaskState):
         pane_id: Its tmux pane (``%3``), for a teammate in a pane.
         pid: Its process, for a teammate in a pane (0 otherwise).
         pid_start: That process's start (seconds since boot), to know it again.
-        stopped_reason: Why it was stopped, when not by its lead (the session's budget ran out).
         spent_tokens: Tokens its responses used so far, summed (input, cache reads and writes,
             output): what budgets count of it; its lead reads a pane teammate's from its record.
         cost_usd: What its requests cost so far (by the price table).
@@ -80,7 +79,6 @@ class TeammateTaskState(TaskState):
     pane_id: str = ""
     pid: int = 0
     pid_start: float = 0.0
-    stopped_reason: str | None = None
     spent_tokens: int = 0
     cost_usd: float = 0.0
     usage_by_model: dict[str, dict[str, int]] | None = None

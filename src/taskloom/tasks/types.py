@@ -106,6 +106,8 @@ class TaskState:
         notified: Whether the terminal notification was handed to the queue (or waived).
         exit_policy: What happens to the task when its owner closes.
         is_backgrounded: False while a caller waits on it in the foreground.
+        stopped_reason: Why it was stopped, when not by TaskStop (a budget that ran out, an
+            owner that stopped waiting); any task can be stopped so.
     """
 
     TYPE: ClassVar[TaskType]
@@ -124,6 +126,7 @@ class TaskState:
     notified: bool = False
     exit_policy: ExitPolicy = "cancel"
     is_backgrounded: bool = True
+    stopped_reason: str | None = None
 
     def replace(self, **changes: Any) -> Self:
         """Return a copy with ``changes`` applied.
@@ -214,7 +217,6 @@ class ShellTaskState(TaskState):
         pid: The shell's pid while it runs (process group leader).
         kind: ``bash`` for commands, ``monitor`` for long-lived watchers.
         agent_id: The agent that started it, for :meth:`kill_shells_for_agent`.
-        stopped_reason: Why it was stopped, when not by TaskStop (its owner stopped waiting).
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_BASH
@@ -225,7 +227,6 @@ class ShellTaskState(TaskState):
     pid: int | None = None
     kind: Literal["bash", "monitor"] = "bash"
     agent_id: str | None = None
-    stopped_reason: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -246,7 +247,6 @@ class AgentTaskState(TaskState):
         activities: The last few things it did ("Reading src/app.py").
         worktree_path: Its git worktree, when isolated and kept (it holds changes).
         worktree_branch: That worktree's branch.
-        stopped_reason: Why it was stopped, when not by TaskStop (a budget that ran out).
         subtree_tokens: Tokens it and every agent it started have used so far, summed over
             their responses (input, cache reads and writes, output): what budgets count.
         subtree_tool_uses: Tool calls it and every agent it started have made so far.
@@ -271,7 +271,6 @@ class AgentTaskState(TaskState):
     activities: tuple[str, ...] = ()
     worktree_path: str | None = None
     worktree_branch: str | None = None
-    stopped_reason: str | None = None
     subtree_tokens: int = 0
     subtree_tool_uses: int = 0
     cache_read_input_tokens: int = 0

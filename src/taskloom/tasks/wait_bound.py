@@ -98,8 +98,7 @@ class WaitBound:
             f"the run waited {self.seconds:g} s for it to end (setting {SETTING}); "
             "start it again if it is still needed"
         )
-        if hasattr(state, "stopped_reason"):
-            self.runtime.update(task_id, lambda s: s.replace(stopped_reason=reason))
+        self.runtime.update(task_id, lambda s: s.replace(stopped_reason=reason))
         await self.runtime.kill(task_id)
 
 

@@ -394,3 +394,31 @@ def test_undecodable_file_names_do_not_break_the_run(tmp_path: Path) -> None:
     events = lines(proc.stdout)
     assert events[-1]["result"] == "listed"
     assert "bad" in events[2]["message"]["content"][0]["content"]
+
+
+def test_a_task_update_is_printed_when_what_it_says_changes() -> None:
+    import io
+
+    from taskloom.cli.print_mode import Emitter
+    from taskloom.tasks.narrow import as_teammate
+    from taskloom.tasks.types import AgentTaskState, TaskStatus, state_from_dict
+
+    out = io.StringIO()
+    emitter = Emitter("stream-json", "s1", out)
+    record = {"id": "t00000001", "type": "in_process_teammate", "status": "running"}
+    teammate = as_teammate(state_from_dict({**record, "agent_id": "alice@team"}))
+    assert teammate is not None
+    agent = AgentTaskState(id="a00000001", status=TaskStatus.RUNNING, start_time=1.0)
+    for state in (
+        teammate,
+        teammate,  # nothing new: not printed again
+        teammate.replace(is_idle=True),  # it waits for mail now: its event says so
+        agent,
+        agent,  # only its duration grew: not printed again
+        agent.replace(tool_uses=1, activities=("Reading a.py",)),
+    ):
+        emitter.task_event("updated", state)
+    printed = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [e["task_id"] for e in printed] == ["t00000001"] * 2 + ["a00000001"] * 2
+    assert [e["teammate"]["is_idle"] for e in printed[:2]] == [False, True]
+    assert [e["progress"]["tool_use_count"] for e in printed[2:]] == [0, 1]

@@ -117,19 +117,13 @@ class Emitter:
                 }
             )
         elif kind == "updated":
-            progress = (
-                status,
-                getattr(state, "tool_uses", None),
-                getattr(state, "total_tokens", None),
-                getattr(state, "activities", None),
-                # Its agents' work is its progress too.
-                getattr(state, "subtree_tokens", None),
-                getattr(state, "subtree_tool_uses", None),
-                getattr(state, "subtree_cost_usd", None),
-            )
-            if self._task_status.get(state.id) == progress:
+            fields = kind_of(state).event_fields(state)  # exit_code, progress, ...
+            # Printed when what it says changed: its status or its kind's fields (its
+            # agents' work too), not the clock its duration reads.
+            said = (status, _without_clock(fields))
+            if self._task_status.get(state.id) == said:
                 return
-            self._task_status[state.id] = progress
+            self._task_status[state.id] = said
             event: dict[str, Any] = {
                 "type": "system",
                 "subtype": "task_updated",
@@ -137,8 +131,15 @@ class Emitter:
                 "task_type": state.type.value,
                 "status": status,
             }
-            event.update(kind_of(state).event_fields(state))  # exit_code, progress, ...
+            event.update(fields)
             self.line(event)
+
+
+def _without_clock(fields: Any) -> Any:
+    """``fields`` less every ``duration_ms`` in them: a running task's grows at each look."""
+    if isinstance(fields, dict):
+        return {k: _without_clock(v) for k, v in fields.items() if k != "duration_ms"}
+    return fields
 
 
 async def _pump(sub: Subscription, emitter: Emitter) -> None:

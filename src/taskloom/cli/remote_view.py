@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.activity import describe_activity
 from taskloom.engine import AssistantTurn, UserTurn
+from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.usage import report_fields
 
 if TYPE_CHECKING:
@@ -45,11 +46,15 @@ class ProgressOut:
         # As a local agent's output file has them (``→ Running: pytest -q``).
         lines += [f"→ {describe_activity(c.name, c.input)}" for c in event.message.tool_uses()]
         progress: dict[str, Any] = {"type": "progress", "lines": lines}
-        state = self.runtime.get(agent_id) if self.runtime is not None else None
-        for key in ("total_tokens", "input_tokens", "output_tokens", "tool_uses"):
-            value = getattr(state, key, None)
-            if isinstance(value, int):
-                progress[key] = value
+        # The worker's agent is a subagent of its session (``local_agent``).
+        agent = as_agent(self.runtime.get(agent_id) if self.runtime is not None else None)
+        if agent is not None:
+            progress.update(
+                total_tokens=agent.total_tokens,
+                input_tokens=agent.input_tokens,
+                output_tokens=agent.output_tokens,
+                tool_uses=agent.tool_uses,
+            )
         if self.runtime is not None:  # every response of its session so far, per model
             progress.update(report_fields(self.runtime.usage.report_of()))
         self.emit(progress)

@@ -21,6 +21,7 @@ from taskloom.cli._run import run_main
 from taskloom.cli.demo_scenario import PROJECT_FILES, scenario_model
 from taskloom.engine import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.process.git import GitError, git
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.types import TaskState
 
 PROMPT = "Check that this project's tests pass, and tell me what you find."
@@ -100,8 +101,8 @@ async def _demo(console: Console) -> int:
             engine = harness.session.engine
         console.print()
         for s in states:
-            code = getattr(s, "exit_code", None)
-            console.print(f"task {s.id}  {s.status.value:<9} exit={code}  {s.description}")
+            ended = kind_of(s).status_note(s)  # its exit code, once it has one
+            console.print(f"task {s.id}  {s.status.value:<9}{ended}  {s.description}")
         console.print(
             f"\nsession {harness.session_id}: {engine.num_turns} model turns. "
             "List its tasks with: taskloom tasks"

@@ -29,6 +29,7 @@ from taskloom.cli.demo_coordinator_scenario import (
 from taskloom.engine import AssistantTurn, Finished, ToolDone, UserTurn
 from taskloom.messages import Message, ToolResultBlock
 from taskloom.process.git import GitError, git
+from taskloom.tasks.kinds import kind_of
 
 if TYPE_CHECKING:
     from taskloom.harness import Harness
@@ -68,7 +69,7 @@ class WorkerPrinter:
 
     def _label(self, agent_id: str) -> str:
         state = self.harness.runtime.get(agent_id) if self.harness is not None else None
-        description = getattr(state, "description", "") or "worker"
+        description = (state.description if state is not None else "") or "worker"
         return f"    [magenta]{agent_id}[/magenta] [dim]({escape(description)})[/dim]"
 
     def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
@@ -190,7 +191,7 @@ async def demo_coordinator(console: Console) -> int:
                 await harness.end()
             states = harness.tasks(include_evicted=True)
             turns = harness.session.engine.num_turns
-        workers = sum(1 for s in states if getattr(s, "agent_type", None))
+        workers = sum(1 for s in states if kind_of(s).is_agent)
         fixed = FIXED_LINE in (repo / "stats.py").read_text()
         diff = await _git_diff(repo)
     console.print()

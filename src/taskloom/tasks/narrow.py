@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from taskloom.tasks.remote import RemoteAgentTaskState
 from taskloom.tasks.teammate import TeammateTaskState
-from taskloom.tasks.types import AgentTaskState, TaskState
+from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskState
 
 
 def as_agent(state: TaskState | None) -> AgentTaskState | None:
@@ -25,9 +25,14 @@ def as_remote_agent(state: TaskState | None) -> RemoteAgentTaskState | None:
     return state if isinstance(state, RemoteAgentTaskState) else None
 
 
+def as_shell(state: TaskState | None) -> ShellTaskState | None:
+    """``state`` if it is a shell command's (``local_bash``), else None."""
+    return state if isinstance(state, ShellTaskState) else None
+
+
 def as_teammate(state: TaskState | None) -> TeammateTaskState | None:
     """``state`` if it is a teammate's (``in_process_teammate``), else None."""
     return state if isinstance(state, TeammateTaskState) else None
 
 
-__all__ = ["as_agent", "as_remote_agent", "as_teammate"]
+__all__ = ["as_agent", "as_remote_agent", "as_shell", "as_teammate"]

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from taskloom.errors import TaskAccessDenied, TaskNotFound, clipped
 from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.narrow import as_shell
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import TaskState
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
@@ -184,7 +185,8 @@ class TaskStopTool(Tool[TaskStopInput]):
         # included) are gone, verified.
         task_id = found.id  # a teammate may be named by its agent id or name
         final = await ctx.runtime.kill(task_id, caller=ctx.owner, told=True)
-        what = getattr(final, "command", None) or final.description
+        shell = as_shell(final)
+        what = (shell.command if shell is not None else "") or final.description
         message = f"Successfully stopped task: {task_id} ({what})"
         data = {
             "message": message,

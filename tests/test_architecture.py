@@ -382,6 +382,68 @@ def test_clients_ask_the_kind() -> None:
     assert KNOWN_KIND_BYPASSES - found == set(), "fixed: remove these from KNOWN_KIND_BYPASSES"
 
 
+# Nor does it probe a state for a field of some kinds: ``getattr(state, "exit_code", None)``
+# or ``hasattr(s, "stopped_reason")`` test the class as surely as ``isinstance`` does. The
+# probes looked for are those naming a field that only some state classes have (the fields of
+# TaskState itself are on every state and read directly), but for the names other objects
+# carry as well (an MCP error's ``error``): checked by the attribute named, not by the name of
+# the object probed, which a client may call anything.
+
+#: Fields of some state classes that other objects probed by name also have.
+SHARED_FIELD_NAMES = {"error"}
+#: Known probes of a state's fields, to be removed (each must still exist): (module, what).
+KNOWN_PROBES: set[tuple[str, str]] = set()
+
+
+def variant_field_names() -> set[str]:
+    """The fields the state classes add to TaskState's, less :data:`SHARED_FIELD_NAMES`."""
+    import dataclasses
+
+    import taskloom.tasks  # noqa: F401  (registers the kinds, which bring their state classes)
+    from taskloom.tasks.types import TaskState
+
+    base = {f.name for f in dataclasses.fields(TaskState)}
+    found: set[str] = set()
+    todo = [TaskState]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("taskloom."):  # not a test's own toy kind
+                found.update(f.name for f in dataclasses.fields(sub))
+            todo.append(sub)
+    return found - base - SHARED_FIELD_NAMES
+
+
+def state_probes(module: str, source: str, fields: set[str]) -> set[str]:
+    """The ``getattr``/``hasattr`` calls in ``source`` naming one of ``fields`` (as written).
+
+    Nothing for a module of the kinds' package, where the state classes are known.
+    """
+    if _in_kinds_package(module):
+        return set()
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and _name_of(node.func) in ("getattr", "hasattr")):
+            continue
+        field = node.args[1] if len(node.args) >= 2 else None
+        if isinstance(field, ast.Constant) and field.value in fields:
+            found.add(f"{_name_of(node.func)} {field.value}")
+    return found
+
+
+def test_clients_probe_no_state_for_its_fields() -> None:
+    fields = variant_field_names()
+    found = {
+        (module, what)
+        for module, path in modules().items()
+        for what in state_probes(module, path.read_text(), fields)
+    }
+    assert found - KNOWN_PROBES == set(), (
+        "ask the task's kind (tasks/kinds.py), narrow with taskloom.tasks.narrow, or move a "
+        "field every state has to TaskState"
+    )
+    assert KNOWN_PROBES - found == set(), "fixed: remove these from KNOWN_PROBES"
+
+
 def private_imports(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
     """The edges ``(importer, imported)`` where ``imported`` is (or is inside) a ``_private``
     module of a package ``importer`` is not in."""
@@ -450,6 +512,22 @@ def test_the_checker_finds_an_isinstance_on_a_state_class() -> None:
     assert kind_bypasses("taskloom.agents.x", "ok = isinstance(s, Other)\n", _STATES) == set()
     assert "AgentTaskState" in state_class_names()
     assert "TeammateTaskState" in state_class_names()  # brought by its kind, not built in
+
+
+def test_the_checker_finds_a_probe_of_a_state_field() -> None:
+    fields = variant_field_names()
+    assert {"exit_code", "tool_uses", "agent_type", "is_idle"} <= fields
+    assert not {"id", "description", "stopped_reason", "error"} & fields  # on all, or shared
+    planted = (
+        "code = getattr(state, 'exit_code', None)\n"
+        "ok = hasattr(s, 'tool_uses')\n"
+        "n = getattr(self.runtime.get(i), 'total_tokens', 0)\n"
+    )
+    expected = {"getattr exit_code", "hasattr tool_uses", "getattr total_tokens"}
+    assert state_probes("taskloom.cli.x", planted, fields) == expected
+    assert state_probes("taskloom.tasks.x", planted, fields) == set()  # the kinds' own
+    others = "a = getattr(exc, 'error', None)\nb = getattr(obj, 'flush', None)\n"
+    assert state_probes("taskloom.cli.x", others, fields) == set()
 
 
 def test_the_checker_finds_a_private_module_of_another_package(tmp_path: Path) -> None:

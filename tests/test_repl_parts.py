@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import taskloom
-from helpers import wait_until
+from helpers import TIME_FACTOR, wait_until
 from taskloom.conversation.recorder import INTERRUPTED_BY_USER, INTERRUPTED_FOR_TOOL_USE
-from taskloom.errors import UsageError
+from taskloom.errors import StoreError, UsageError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.permissions import (
     Decision,
@@ -414,3 +414,40 @@ async def test_a_question_takes_its_keys_only_on_an_empty_input_once_it_has_been
     with pytest.raises(PromptError):
         await asked
     assert not repl.reasoning and not repl.asking
+
+
+class _FailsThenHolds:
+    """A source of input whose reads fail twice (a store that is locked), then hold an item.
+
+    A source of our own making: a real store's failure cannot be made to pass on cue.
+    """
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def take(self) -> str | None:
+        self.reads += 1
+        if self.reads <= 2:
+            raise StoreError("database is locked")
+        return "notification"
+
+    def listening(self) -> bool:
+        return True
+
+    async def wait(self, timeout: float) -> bool:
+        raise AssertionError("not reached: take holds an item once it reads")
+
+
+async def test_a_failed_read_of_the_next_input_is_tried_again_soon_without_a_prompt() -> None:
+    # What arrives while the REPL is idle starts a turn by itself: after a failed read the
+    # REPL must not wait for the user to type (an hour at most) to look again.
+    from taskloom.conversation.next_input import NextInput, Prompts
+    from taskloom.repl._turns import next_input
+
+    prompts: Prompts[str] = Prompts()
+    source = _FailsThenHolds()
+    said: list[str] = []
+    inputs: NextInput[str] = NextInput(prompts, source)
+    got = await asyncio.wait_for(next_input(inputs, prompts, said.append), 10 * TIME_FACTOR)
+    assert got == "notification" and source.reads == 3
+    assert said == ["Error: database is locked"]  # said once, not at every try

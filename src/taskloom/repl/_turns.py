@@ -13,9 +13,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from taskloom.conversation.next_input import IDLE_WAIT_S, NextInput, Pending, Prompts
+from taskloom.conversation.next_input import NextInput, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, describe
 from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
@@ -28,6 +28,38 @@ if TYPE_CHECKING:
 
 # The REPL's logger: what goes wrong in a turn is the REPL's to report, as before the split.
 log = logging.getLogger("taskloom.repl.app")
+
+T = TypeVar("T")
+
+#: After asking for the next input failed, how long until it is asked again: doubled at each
+#: failure in a row, up to RETRY_MAX_S. Short, because what the REPL waits on then is only a
+#: typed prompt: a notification that arrives meanwhile is seen at the next try.
+RETRY_FIRST_S = 0.25
+RETRY_MAX_S = 5.0
+
+
+async def next_input(
+    inputs: NextInput[T], prompts: Prompts[Any], failed: Callable[[str], None]
+) -> T | None:
+    """The next input of ``inputs``, asked again after a short, growing wait while it fails.
+
+    Args:
+        inputs: The front end's sources.
+        prompts: Its typed prompts: one typed ends a wait before the next try at once.
+        failed: Told what went wrong (one line), once for each new error in a row.
+    """
+    retry, said = RETRY_FIRST_S, None
+    while True:
+        try:
+            return await inputs()
+        except Exception as exc:  # the store failed: said, and tried again shortly
+            log.debug("waiting for the next prompt failed", exc_info=True)
+            text = describe(exc)
+            if text != said:  # not once per try: a lasting failure would fill the view
+                failed(text)
+                said = text
+            await prompts.wait(retry)
+            retry = min(retry * 2, RETRY_MAX_S)
 
 
 class Turns:
@@ -79,13 +111,9 @@ class Turns:
             self.prompts, Pending(harness.runtime.mailbox, me, ("notification", *MESSAGES))
         )
         while True:
-            try:
-                prompt = await inputs()
-            except Exception as exc:  # the store failed: said, and tried again on input
-                log.debug("waiting for the next prompt failed", exc_info=True)
-                self.view.note(describe(exc), "error")
-                await self.prompts.wait(IDLE_WAIT_S)
-                continue
+            prompt = await next_input(
+                inputs, self.prompts, lambda text: self.view.note(text, "error")
+            )
             assert prompt is not None  # typed prompts never end: the session is closed
             await self.driver.run(self._turn(harness, prompt), self._ended)
 

@@ -489,3 +489,37 @@ async def test_an_agent_ending_with_its_answer_past_its_budget_is_stopped_if_it_
     assert state.status == TaskStatus.KILLED
     assert isinstance(state, AgentTaskState) and state.stopped_reason is not None
     assert "the token budget of" in state.stopped_reason
+
+
+async def test_an_agent_of_an_earlier_process_keeps_its_figures_when_resumed(
+    tmp_path: Path,
+) -> None:
+    # A dollar per thousand tokens: each response below (450 + 50 tokens) costs 0.5.
+    prices = json.dumps({"modelPrices": {"function": {"input": 1000, "output": 1000}}})
+
+    def respond(request: ModelRequest) -> Turn:
+        usage = {"input_tokens": 400, "output_tokens": 50, "cache_read_input_tokens": 50}
+        if all(isinstance(b, TextBlock) for b in request.messages[-1].content):  # a prompt
+            work = ToolCall("Bash", {"command": "echo hi"})
+            return Turn(tool_calls=(work,), usage=usage)  # type: ignore[arg-type]
+        return Turn(text="ok", usage=usage)  # type: ignore[arg-type]
+
+    async with harness(tmp_path, FunctionModel(respond), settings=prices) as h:
+        session_id = h.session_id
+        first = await h.agents.spawn(
+            SpawnRequest(description="a", prompt="a", name="alpha"), main_context(h)
+        )
+        before = h.runtime.get(first.agent_id)
+    assert isinstance(before, AgentTaskState) and before.status == TaskStatus.COMPLETED
+    assert (before.output_tokens, before.tool_uses) == (100, 1), before
+    assert before.cache_read_input_tokens == 100 and before.cost_usd > 0, before
+
+    # A new process of the same session: the agent is rebuilt from its transcript.
+    async with harness(tmp_path, FunctionModel(respond), settings=prices, resume=session_id) as h:
+        await h.agents.send("alpha", "again", main_context(h))
+        after = await h.runtime.wait(first.agent_id, timeout=20)
+    assert isinstance(after, AgentTaskState) and after.status == TaskStatus.COMPLETED, after
+    # Its figures then, and this run's (one more tool call and answer) on top.
+    assert (after.output_tokens, after.tool_uses) == (200, 2), after
+    assert after.cache_read_input_tokens == 200, after
+    assert after.cost_usd == pytest.approx(2 * before.cost_usd), after

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 from taskloom.engine import AssistantTurn, EngineEvent, UserTurn
 from taskloom.settings import session_dir
 from taskloom.tasks.output import DiskTaskOutput
+from taskloom.tasks.usage import Figures
 
 if TYPE_CHECKING:
     from taskloom.conversation.recorder import Recorder
     from taskloom.messages import ToolUseBlock
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tasks.types import AgentTaskState
 
 
 def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = None) -> Path:
@@ -37,6 +39,20 @@ def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = 
     return session_dir(session, runtime.home) / "subagents" / f"agent-{task_id}.jsonl"
 
 
+def recorded(state: AgentTaskState) -> Figures:
+    """The figures an agent's task state records: where a run of a later process starts from.
+
+    Its ``input_tokens`` are left out: the state's is its context size then, not usage.
+    """
+    return Figures(
+        output_tokens=state.output_tokens,
+        cache_read_input_tokens=state.cache_read_input_tokens,
+        cache_creation_input_tokens=state.cache_creation_input_tokens,
+        tool_uses=state.tool_uses,
+        cost_usd=state.cost_usd,
+    )
+
+
 def tool_name(call: ToolUseBlock) -> str:
     """A tool call as a teammate's output shows it: the tool's name."""
     return call.name
@@ -50,6 +66,8 @@ class RunBooks:
         task_id: Its task id.
         output_file: Its output file (default: its task's, in this runtime's session).
         activity: How its output shows a tool call (default: the tool's name).
+        earlier: What it had spent before this process (an agent of an earlier process,
+            resumed: see :func:`recorded`); its totals go on from there.
     """
 
     def __init__(
@@ -58,11 +76,14 @@ class RunBooks:
         task_id: str,
         output_file: Path | None = None,
         activity: Callable[[ToolUseBlock], str] = tool_name,
+        earlier: Figures | None = None,
     ) -> None:
         self.recorder = recorder
         self.task_id = task_id
         self.output_file = output_file or recorder.runtime.output_path(task_id)
         self.activity = activity
+        #: What it had spent before this process: the ledger counts this process's only.
+        self.earlier = earlier or Figures()
         #: Its output file, while the run is on.
         self.output: DiskTaskOutput | None = None
 
@@ -84,11 +105,11 @@ class RunBooks:
         """Its usage so far, as its task state records it.
 
         ``input_tokens`` and ``total_tokens`` count its latest request's input (its context
-        now), not the sum of every request's; ``tool_uses`` and ``cost_usd`` are the
-        session's ledger's figures of this agent.
+        now), not the sum of every request's; the others are the session's ledger's figures
+        of this agent, on top of what it had spent before this process (``earlier``).
         """
         engine = self.recorder.engine
-        own = engine.runtime.usage.own(engine.ledger_key)
+        own = self.earlier + engine.runtime.usage.own(engine.ledger_key)
         return {
             "input_tokens": engine.context_tokens,
             "output_tokens": own.output_tokens,
@@ -120,4 +141,4 @@ class RunBooks:
         return activities
 
 
-__all__ = ["RunBooks", "sidechain_path", "tool_name"]
+__all__ = ["RunBooks", "recorded", "sidechain_path", "tool_name"]

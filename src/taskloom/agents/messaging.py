@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents import structured_messages
+from taskloom.agents.bookkeeping import recorded
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.errors import TaskError, ToolError
@@ -427,8 +428,10 @@ class Messenger:
             )
             if self.budgets is not None:
                 config = dataclasses.replace(config, meter=self.budgets.reopen(agent_id, ""))
-            run = AgentRun(self.runtime, agent_id, config, messages=messages)
-            run.engine.cost_usd = state.cost_usd  # its figures go on from where they were
+            # Its figures go on from where they were: this process's ledger starts at zero.
+            run = AgentRun(
+                self.runtime, agent_id, config, messages=messages, earlier=recorded(state)
+            )
             self.runs[agent_id] = run
         elif self.budgets is not None:
             self.budgets.reopen(agent_id, state.owner)

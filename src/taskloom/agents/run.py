@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from taskloom.messages import ToolUseBlock
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tasks.usage import Figures
     from taskloom.tools.base import FileState
 
 
@@ -56,6 +57,7 @@ class AgentRun:
         worktree: Any = None,
         finalize: Finisher | None = None,
         continues: Engine | None = None,
+        earlier: Figures | None = None,
     ) -> None:
         """Prepare a run of task ``agent_id`` (registered by the caller) on ``config``.
 
@@ -74,6 +76,7 @@ class AgentRun:
                 returns fields for the task state and a note for the result.
             continues: An engine whose conversation, files and counts this run carries on
                 (``messages`` and ``files`` are then taken from it).
+            earlier: What it had spent in an earlier process (its totals go on from there).
         """
         self.runtime = runtime
         self.agent_id = agent_id
@@ -104,7 +107,7 @@ class AgentRun:
             ),
         )
         #: Its transcript and output files, totals and progress.
-        self.books = RunBooks(self.recorder, agent_id, activity=_described)
+        self.books = RunBooks(self.recorder, agent_id, activity=_described, earlier=earlier)
         self._finisher = finalize
         #: Called once before the run ends (e.g. to finish its worktree); returns fields for
         #: the task state and a note for the result. Armed again by each start.

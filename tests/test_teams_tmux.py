@@ -654,3 +654,40 @@ async def test_a_pane_teammate_s_spending_counts_for_the_lead_s_session_budget(
             assert budgets.used(h.session_id)[0] >= 3000
             assert h.session.engine.halted
     assert _teammate_processes() == []
+
+
+class DelegatingSpender:
+    """alice has a subagent do the work (500 tokens), then says she is ready (1000 each)."""
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        first = texts(body["messages"][0]["content"])
+        if "sub-work" in first:  # her subagent, in her process
+            return Turn(text="done", input_tokens=400, output_tokens=100)
+        spend = {"input_tokens": 900, "output_tokens": 100}
+        if "You are alice, a member of the agent team" not in system_text(body):
+            return Turn(text="lead", **spend)
+        names = [c["name"] for c in _calls(body)]
+        if "Agent" not in names:
+            call = ToolCall("Agent", {"description": "sub", "prompt": "sub-work"})
+            return Turn(tool_calls=(call,), **spend)
+        if "SendMessage" not in names:
+            call = ToolCall("SendMessage", {"to": "team-lead", "message": "ready alice"})
+            return Turn(tool_calls=(call,), **spend)
+        return Turn(text="alice idle", **spend)
+
+
+@pytest.mark.e2e
+async def test_a_pane_teammate_s_subagents_count_for_its_lead(
+    tmp_path: Path, tmux: tmux_driver.TmuxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmux.start()
+    monkeypatch.setenv("TMUX", _tmux_env(tmux))
+    with _model(DelegatingSpender(), monkeypatch):
+        async with harness(tmp_path, MODEL, teams=True, teammate_mode="tmux") as h:
+            await _spawn(h, "alice")
+            ledger = h.runtime.usage
+            # What her process reported is counted at once when she says she is idle.
+            await wait_until(lambda: ledger.total().tokens >= 3000, 30, "alice counted")
+            # Her three responses, and her subagent's one, made in her process.
+            assert ledger.total().tokens == 3 * 1000 + 500
+    assert _teammate_processes() == []

@@ -523,3 +523,37 @@ async def test_an_agent_of_an_earlier_process_keeps_its_figures_when_resumed(
     assert (after.output_tokens, after.tool_uses) == (200, 2), after
     assert after.cache_read_input_tokens == 200, after
     assert after.cost_usd == pytest.approx(2 * before.cost_usd), after
+
+
+async def test_an_in_process_teammate_s_subagents_are_in_its_subtree(tmp_path: Path) -> None:
+    from taskloom.tasks.teammate import TeammateTaskState
+
+    def respond(request: ModelRequest) -> Turn | str:
+        first = request.messages[0].content
+        if any(isinstance(b, TextBlock) and b.text == "sub-work" for b in first):
+            return Turn(text="done", usage={"input_tokens": 400, "output_tokens": 100})  # type: ignore[arg-type]
+        if not request.metadata.get("teammate"):
+            return "lead"
+        usage = {"input_tokens": 900, "output_tokens": 100}
+        if len(request.messages) == 1:
+            work = ToolCall("Agent", {"description": "sub", "prompt": "sub-work"})
+            return Turn(tool_calls=(work,), usage=usage)  # type: ignore[arg-type]
+        return Turn(text="fay idle", usage=usage)  # type: ignore[arg-type]
+
+    async with harness(tmp_path, FunctionModel(respond), teams=True) as h:
+        tool = next(t for t in h.tools if t.name == "Agent")
+        params = tool.validate({"description": "w", "prompt": "p", "name": "fay"})
+        await tool.call(params, main_context(h))
+
+        def mate() -> TeammateTaskState:
+            (state,) = [s for s in h.runtime.list() if isinstance(s, TeammateTaskState)]
+            return state
+
+        await wait_until(lambda: mate().is_idle, timeout=30, what="the teammate's idle")
+        (sub,) = [s for s in h.runtime.list() if isinstance(s, AgentTaskState)]
+        assert sub.status == TaskStatus.COMPLETED, sub
+        ledger, fay = h.runtime.usage, mate().agent_id
+        assert ledger.parent(sub.id) == fay
+        # Its own two responses and its subagent's one.
+        assert ledger.subtree(fay).tokens == 2 * 1000 + 500
+        assert h.agents.spawner.budgets.used(fay)[0] == 2 * 1000 + 500

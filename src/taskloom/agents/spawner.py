@@ -143,8 +143,8 @@ class Spawner:
             )
             # Counted under its caller's agent id: a teammate's owner is its task id, but
             # its budget (and its ledger account) is under its agent id.
-            parent = ctx.agent_id or ctx.owner
-            meter = self.budgets.open(agent_id, parent, request.budget(definition))
+            caller = ctx.agent_id or ctx.owner
+            meter = self.budgets.open(agent_id, caller, request.budget(definition))
             # Unless confined to its worktree, its shell may go where its parent's may.
             roots = ctx.workdir.roots if ctx.workdir is not None else ()
             # Its rules are its parent's (its own worktree's when it has one).

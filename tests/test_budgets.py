@@ -491,10 +491,17 @@ async def test_an_agent_ending_with_its_answer_past_its_budget_is_stopped_if_it_
     assert "the token budget of" in state.stopped_reason
 
 
-async def test_an_agent_of_an_earlier_process_keeps_its_figures_when_resumed(
+async def _resumed_in_a_new_process(
     tmp_path: Path,
-) -> None:
-    # A dollar per thousand tokens: each response below (450 + 50 tokens) costs 0.5.
+) -> tuple[AgentTaskState, AgentTaskState, dict[str, Any]]:
+    """An agent's state after its run, after its resume by a new process, and agentUsage then.
+
+    Each run makes a tool call and answers: two responses of 400 input, 50 cache-read and
+    50 output tokens each.
+    """
+    from taskloom.cli.agent_usage import agent_usage
+
+    # A dollar per thousand input or output tokens: each run costs something.
     prices = json.dumps({"modelPrices": {"function": {"input": 1000, "output": 1000}}})
 
     def respond(request: ModelRequest) -> Turn:
@@ -510,19 +517,37 @@ async def test_an_agent_of_an_earlier_process_keeps_its_figures_when_resumed(
             SpawnRequest(description="a", prompt="a", name="alpha"), main_context(h)
         )
         before = h.runtime.get(first.agent_id)
-    assert isinstance(before, AgentTaskState) and before.status == TaskStatus.COMPLETED
-    assert (before.output_tokens, before.tool_uses) == (100, 1), before
-    assert before.cache_read_input_tokens == 100 and before.cost_usd > 0, before
-
     # A new process of the same session: the agent is rebuilt from its transcript.
     async with harness(tmp_path, FunctionModel(respond), settings=prices, resume=session_id) as h:
         await h.agents.send("alpha", "again", main_context(h))
         after = await h.runtime.wait(first.agent_id, timeout=20)
-    assert isinstance(after, AgentTaskState) and after.status == TaskStatus.COMPLETED, after
+        usage = agent_usage(h.runtime.usage, h.runtime.list())[first.agent_id]
+    assert isinstance(before, AgentTaskState) and isinstance(after, AgentTaskState)
+    return before, after, usage
+
+
+async def test_an_agent_of_an_earlier_process_keeps_its_figures_when_resumed(
+    tmp_path: Path,
+) -> None:
+    before, after, _ = await _resumed_in_a_new_process(tmp_path)
+    assert before.status == TaskStatus.COMPLETED
+    assert (before.output_tokens, before.tool_uses) == (100, 1), before
+    assert before.cache_read_input_tokens == 100 and before.cost_usd > 0, before
+    assert after.status == TaskStatus.COMPLETED, after
     # Its figures then, and this run's (one more tool call and answer) on top.
     assert (after.output_tokens, after.tool_uses) == (200, 2), after
     assert after.cache_read_input_tokens == 200, after
     assert after.cost_usd == pytest.approx(2 * before.cost_usd), after
+
+
+async def test_agent_usage_counts_what_this_process_counted_tool_calls_too(
+    tmp_path: Path,
+) -> None:
+    before, _, usage = await _resumed_in_a_new_process(tmp_path)
+    # This process's run only, every figure alike: its tokens, its cost, its tool calls.
+    assert usage["outputTokens"] == 100 and usage["cacheReadInputTokens"] == 100, usage
+    assert usage["costUSD"] == pytest.approx(before.cost_usd), usage
+    assert usage["toolUses"] == 1, usage
 
 
 async def test_an_in_process_teammate_s_subagents_are_in_its_subtree(tmp_path: Path) -> None:

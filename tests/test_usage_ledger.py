@@ -235,9 +235,9 @@ def test_the_kinds_say_which_tasks_agent_usage_lists_as_agents() -> None:
     from taskloom.tasks.teammate import TeammateTaskState
     from taskloom.tasks.types import AgentTaskState
 
-    local = AgentTaskState(id="a00000001", agent_type="Explore", tool_uses=2)
-    remote = RemoteAgentTaskState(id="r00000001", agent_type="general-purpose", tool_uses=5)
-    assert kind_of(local).agent_facts(local) == ("Explore", 2)
-    assert kind_of(remote).agent_facts(remote) == ("general-purpose", 5)
+    local = AgentTaskState(id="a00000001", agent_type="Explore")
+    remote = RemoteAgentTaskState(id="r00000001", agent_type="general-purpose")
+    assert kind_of(local).agent_facts(local) == ("Explore",)
+    assert kind_of(remote).agent_facts(remote) == ("general-purpose",)
     mate = TeammateTaskState(id="t00000001", agent_id="al@t")
     assert kind_of(mate).agent_facts(mate) is None

@@ -29,7 +29,8 @@ def agent_usage(ledger: UsageLedger, states: Iterable[TaskState]) -> dict[str, d
     for key in ledger.agents():
         if not ledger.models(key):
             continue  # nothing counted of it here (an agent of an earlier process)
-        entry = _figures(ledger.own(key))
+        own = ledger.own(key)
+        entry = _figures(own)
         if key in facts:
             state, fact = facts[key]
             end = state.end_time or time.time()  # still running: so far
@@ -37,7 +38,7 @@ def agent_usage(ledger: UsageLedger, states: Iterable[TaskState]) -> dict[str, d
                 agentType=fact.agent_type,
                 description=state.description,
                 status=state.status.value,
-                toolUses=fact.tool_uses,
+                toolUses=own.tool_uses,  # this process's, as its tokens are
                 durationMs=int(max(0.0, end - state.start_time) * 1000),
                 parentAgentId=state.owner if state.owner in facts else None,
             )

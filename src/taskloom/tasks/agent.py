@@ -102,9 +102,9 @@ class AgentKind(TaskKind):
         return line
 
     def agent_facts(self, state: TaskState) -> AgentFacts | None:
-        """Its agent type and tool calls (a remote agent's as its worker reported them)."""
+        """Its agent type (its figures are the ledger's)."""
         agent = self._answering(state)
-        return AgentFacts(agent.agent_type, agent.tool_uses) if agent is not None else None
+        return AgentFacts(agent.agent_type) if agent is not None else None
 
     def result(self, state: TaskState) -> str | None:
         """Its final answer, or why it failed; a stopped agent has none."""

@@ -74,15 +74,13 @@ class Progress(NamedTuple):
 
 
 class AgentFacts(NamedTuple):
-    """What a result's ``agentUsage`` says of an agent-like task besides its figures.
+    """What a result's ``agentUsage`` says of an agent-like task besides the ledger's figures.
 
     Attributes:
         agent_type: Its agent type.
-        tool_uses: Tool calls it made, as its state records them.
     """
 
     agent_type: str
-    tool_uses: int
 
 
 class TaskHandle(Protocol):
@@ -302,7 +300,7 @@ class TaskKind:
         return None
 
     def agent_facts(self, state: TaskState) -> AgentFacts | None:
-        """Its agent type and tool calls, for ``agentUsage`` (None: not an agent listed there)."""
+        """Its agent type, for ``agentUsage`` (None: not an agent listed there)."""
         return None
 
 

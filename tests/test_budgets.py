@@ -14,13 +14,14 @@ import pytest
 
 from fake_servers import FakeAnthropicServer
 from helpers import clean_env, harness, main_context, wait_until
-from taskloom.agents.budget import Budget, Budgets
+from taskloom.agents.budget import AgentMeter, Budget, Budgets
 from taskloom.agents.service import SpawnRequest
-from taskloom.messages import TextBlock
+from taskloom.messages import TextBlock, Usage
 from taskloom.models.base import ModelRequest
 from taskloom.models.scripted import FunctionModel, ToolCall, Turn
 from taskloom.tasks.notifications import render_terminal
 from taskloom.tasks.types import AgentTaskState, TaskState, TaskStatus
+from taskloom.tasks.usage import UsageLedger
 
 NOTE = "Wrap up now"
 
@@ -121,20 +122,29 @@ async def test_a_child_s_spending_counts_for_its_parent_and_a_tool_call_budget_s
     async def stop(agent_id: str, why: str) -> None:
         stopped.append((agent_id, why))
 
-    budgets = Budgets("s", stop)
+    ledger = UsageLedger()
+    budgets = Budgets("s", stop, ledger)
     parent = budgets.open("a1", "s", Budget(tool_calls=5))
     child = budgets.open("a2", "a1", Budget())
+
+    def call(agent_id: str, meter: AgentMeter) -> str | None:
+        """As an engine makes a tool call: admitted, then charged to the ledger if it runs."""
+        refused = meter.admit_tool_call()
+        if refused is None:
+            ledger.charge_tool_call(agent_id)
+        return refused
+
     for _ in range(3):
-        assert child.admit_tool_call() is None
+        assert call("a2", child) is None
     assert budgets.used("a1") == (0, 3) and budgets.used("a2") == (0, 3)
-    assert child.admit_tool_call() is None  # 4 of 5: 80 %
+    assert call("a2", child) is None  # 4 of 5: 80 %
     assert NOTE in (parent.reminder() or "") and NOTE in (child.reminder() or "")
     assert parent.reminder() is None  # once
-    assert parent.admit_tool_call() is None  # the fifth, the last allowed, runs
+    assert call("a1", parent) is None  # the fifth, the last allowed, runs
     assert stopped == []
-    refused = child.admit_tool_call()  # the sixth does not, and the subtree stops
+    refused = call("a2", child)  # the sixth does not, and the subtree stops
     assert refused == "the tool-call budget of a1 ran out (5 of 5 tool calls)"
-    assert child.admit_tool_call() == refused  # nor does anything after it
+    assert call("a2", child) == refused  # nor does anything after it
     await budgets.aclose()
     assert stopped == [("a1", refused)]
     assert budgets.used("a1") == (0, 5)
@@ -360,9 +370,12 @@ async def test_a_budget_used_to_its_end_lets_nothing_more_start_and_a_reopened_o
     async def stop(agent_id: str, why: str) -> None:
         pass
 
-    budgets = Budgets("s", stop)
+    ledger = UsageLedger()
+    budgets = Budgets("s", stop, ledger)
     meter = budgets.open("a1", "s", Budget(tool_calls=2))
-    assert meter.admit_tool_call() is None and meter.admit_tool_call() is None
+    for _ in range(2):
+        assert meter.admit_tool_call() is None
+        ledger.charge_tool_call("a1")
     # Its last call ran (it may be a spawn: that one starts); the next one is refused, and
     # from then on nothing starts under it.
     assert budgets.spent("a1") is None and budgets.exhausted("a1") is None
@@ -377,15 +390,15 @@ async def test_a_budget_used_to_its_end_lets_nothing_more_start_and_a_reopened_o
     budgets.reopen("a9", "s", Budget(tokens=1000), (900, 3))
     assert budgets.used("a9") == (900, 3)
     assert "80% used" not in (budgets.reminder("a9") or "")
-    budgets.charge("a9", 50, 0)
+    ledger.charge("a9", "m", Usage(input_tokens=50))
     assert budgets.used("a9") == (950, 3) and "95% used" in (budgets.reminder("a9") or "")
     # Its cost too: 0.5 of a dollar then, 0.4 now, is 90 % of its dollar.
     budgets.reopen("a8", "s", Budget(usd=1.0), (0, 0), 0.5)
-    budgets.charge("a8", 0, 0, 0.4)
+    ledger.charge("a8", "m", Usage(), 0.4)
     assert "the cost budget of a8 90% used" in (budgets.reminder("a8") or "")
     # A tool-call budget at its end is used up, not run out: its last call runs.
     budgets.reopen("a7", "s", Budget(tool_calls=5), (0, 3))
-    budgets.charge("a7", 0, 2)
+    ledger.charge_tool_call("a7", 2)
     assert "the tool-call budget of a7 100% used (5 of 5" in (budgets.reminder("a7") or "")
     await budgets.aclose()
 
@@ -432,14 +445,15 @@ async def test_calls_counted_after_they_ran_overshoot_a_tool_call_budget_and_hid
     async def stop(agent_id: str, why: str) -> None:
         stopped.append((agent_id, why))
 
-    budgets = Budgets("s", stop)
+    ledger = UsageLedger()
+    budgets = Budgets("s", stop, ledger)
     # A remote agent's calls are counted after they ran, never admitted one by one.
-    over = budgets.open("r1", "s", Budget(tool_calls=2))
-    over.charge(tool_calls=3)
+    budgets.open("r1", "s", Budget(tool_calls=2))
+    ledger.report("r1", {}, tool_uses=3)
     # Its tool calls far over their budget must not hide its tokens' (nor the reverse).
-    both = budgets.open("r2", "s", Budget(tokens=1000, tool_calls=2))
-    both.charge(tool_calls=2)
-    both.charge(tokens=2000)
+    budgets.open("r2", "s", Budget(tokens=1000, tool_calls=2))
+    ledger.report("r2", {}, tool_uses=2)
+    ledger.report("r2", {"m": {"input_tokens": 2000}}, tool_uses=2)
     await budgets.aclose()
     assert dict(stopped) == {
         "r1": "the tool-call budget of r1 ran out (3 of 2 tool calls)",

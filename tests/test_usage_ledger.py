@@ -212,7 +212,7 @@ async def test_budgets_count_what_the_ledger_is_charged() -> None:
         stopped.append((agent_id, why))
 
     ledger = UsageLedger()
-    budgets = Budgets("s", stop, ledger=ledger)
+    budgets = Budgets("s", stop, ledger)
     budgets.open("a1", "s", Budget(tokens=1000))
     child = budgets.open("a2", "a1", Budget())
     assert ledger.parent("a2") == "a1" and ledger.parent("a1") is None

@@ -51,11 +51,11 @@ class EngineObserver(Protocol):
 class Meter(Protocol):
     """What an agent's budgets count of its engine, and what they have to tell its model."""
 
-    def charge(self, tokens: int = 0, tool_calls: int = 0, usd: float = 0.0) -> None:
-        """Count a model response's tokens and cost, or a tool call (before it runs)."""
-
     def admit_tool_call(self) -> str | None:
-        """Count a tool call about to start; why it may not (a budget used up), if so."""
+        """Admit a tool call about to start; why it may not (a budget used up), if so.
+
+        The call is counted when the session's usage ledger is charged with it.
+        """
 
     def reminder(self) -> str | None:
         """A note for the model's next request (once), if there is one (time to wrap up)."""

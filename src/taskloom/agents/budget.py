@@ -101,10 +101,10 @@ class Budgets:
         self,
         session_id: str,
         stop: Callable[[str, str], Coroutine[Any, Any, object]],
+        ledger: UsageLedger,
         clock: Callable[[], float] = time.monotonic,
         session: Budget | None = None,
         on_spend: Callable[[str, int, int, float], None] | None = None,
-        ledger: UsageLedger | None = None,
     ) -> None:
         """Count for ``session_id``'s agents; ``stop(agent_id, why)`` stops a subtree.
 
@@ -126,8 +126,7 @@ class Budgets:
         self._stopping: set[asyncio.Task[object]] = set()
         with contextlib.suppress(RuntimeError):  # no loop (a unit test): no wall-time clock
             self._time(root)
-        if ledger is not None:
-            ledger.listen(self._charged)
+        ledger.listen(self._charged)
 
     def _charged(self, agent_id: str, spent: Spent) -> None:
         """The ledger counted what ``agent_id`` spent: so do its budgets and those above it."""
@@ -162,8 +161,8 @@ class Budgets:
     def open(self, agent_id: str, parent: str, budget: Budget) -> AgentMeter:
         """Count ``agent_id`` (started by ``parent``) under ``budget``; its engine's meter."""
         above = self._nodes.get(parent) or self._nodes[next(iter(self._nodes))]
-        if self._ledger is not None:  # one started by the session's main thread: at the top
-            self._ledger.link(agent_id, above.id if above.parent is not None else None)
+        # One started by the session's main thread is at the top of the ledger's tree.
+        self._ledger.link(agent_id, above.id if above.parent is not None else None)
         node = _Node(agent_id, above, budget, self._clock())
         above.children.append(node)
         self._nodes[agent_id] = node
@@ -263,7 +262,7 @@ class Budgets:
         return self._notes.pop(agent_id, None)
 
     def admit_tool_call(self, agent_id: str) -> str | None:
-        """Count a tool call ``agent_id`` is about to make; why not, if a budget is used up.
+        """Admit a tool call ``agent_id`` is about to make; why not, if a budget is used up.
 
         The last call a tool-call budget allows runs; the one after it is refused and the
         subtree whose budget it is, stopped.
@@ -279,9 +278,7 @@ class Budgets:
                 self._spend(node, "tool-call", what)
                 return what
             node = node.parent
-        if self._ledger is None:  # else the call is counted when the ledger is charged
-            self.charge(agent_id, 0, 1)
-        return None
+        return None  # the call is counted when the ledger is charged with it
 
     def _check(self, node: _Node) -> None:
         if node.spent is not None or not node.budget:
@@ -399,13 +396,8 @@ class AgentMeter:
     budgets: Budgets
     agent_id: str
 
-    def charge(self, tokens: int = 0, tool_calls: int = 0, usd: float = 0.0) -> None:
-        """Count a response's tokens (and cost) or a tool call."""
-        with contextlib.suppress(RuntimeError):  # no loop: nothing to stop with
-            self.budgets.charge(self.agent_id, tokens, tool_calls, usd)
-
     def admit_tool_call(self) -> str | None:
-        """Count a tool call about to start; why it may not, if a budget is used up."""
+        """Admit a tool call about to start; why it may not, if a budget is used up."""
         try:
             return self.budgets.admit_tool_call(self.agent_id)
         except RuntimeError:  # no loop: nothing to stop with

@@ -78,7 +78,7 @@ class Spawner:
         self.runs = runs
         #: What each agent subtree spends, against its budgets.
         self.budgets = Budgets(
-            runtime.session_id, self._stop_saying, on_spend=self._spent, ledger=runtime.usage
+            runtime.session_id, self._stop_saying, runtime.usage, on_spend=self._spent
         )
         #: The session's remote agents (Ray is imported only when the first starts).
         if session_budget:

@@ -39,6 +39,7 @@ from taskloom.remote.local import KILL_CHILDREN
 from taskloom.remote.snapshot import Snapshot, SnapshotError, Snapshots, bring_back
 from taskloom.remote.spec import RemoteSpec, carried_env
 from taskloom.store import TagRow
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.narrow import as_remote_agent
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.remote import RemoteAgentTaskState, ended, progressed
@@ -104,8 +105,11 @@ class RemoteRun:
         self.meter = meter
         #: Prices its worker's reports (they carry tokens) for the session's ledger.
         self._price = pricer(prices if isinstance(prices, Mapping) else None)
-        if resumed is not None:  # what it spent before was counted by the process it ran for
-            runtime.usage.baseline(task_id, report_in(resumed) or {}, resumed.tool_uses)
+        # What it spent before was counted by the process it ran for: only what its worker
+        # reports from now on is new.
+        before = kind_of(resumed).usage_from_elsewhere(resumed) if resumed is not None else None
+        if before is not None:
+            runtime.usage.baseline(before.agent_id, before.by_model, before.tool_uses)
         self.branch = f"taskloom/remote-{task_id[1:9]}"
         self.driver: asyncio.Task[None] | None = None
         self._actor: Any = None

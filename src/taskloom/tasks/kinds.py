@@ -296,6 +296,8 @@ class TaskKind:
 
         None (default): its model calls, if any, are made by an engine of this process,
         which charges them to the session's ledger itself (see :mod:`taskloom.tasks.usage`).
+        Read from a task's recorded state: a pane teammate's record, as its lead counts it;
+        a remote agent's as a resumed session found it (what was counted before it).
         """
         return None
 

@@ -176,9 +176,10 @@ async def test_usage_input_is_latest_and_output_cumulative() -> None:
     async with TaskRuntime() as rt:
         engine = Engine(config(model, rt, [Nap()]), rt)
         await collect(engine, "go")
-        assert engine.context_tokens == 170
-        assert engine.usage.output_tokens == 15
-        assert engine.usage.input_tokens == 250
+        assert engine.context_tokens == 170  # its latest request's: not usage
+        own = rt.usage.own(engine.ledger_key)  # usage is the ledger's, summed
+        assert own.output_tokens == 15
+        assert own.input_tokens == 250
 
 
 json_values = st.recursive(

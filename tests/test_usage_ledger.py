@@ -154,12 +154,14 @@ async def test_an_engine_charges_every_response_and_tool_call_to_the_runtimes_le
                 owner=rt.session_id,
                 cwd=tmp_path,
                 agent_id=agent_id,
+                # A dollar per input or output token: priced as the engine's responses are.
+                settings={"modelPrices": {"scripted": {"input": 1e6, "output": 1e6}}},
             )
             engine = Engine(config, rt)
             _ = [event async for event in engine.run("go")]
             own = rt.usage.own(engine.ledger_key)
             assert (own.input_tokens, own.output_tokens, own.tool_uses) == (16, 2, 1)
-            assert own.cost_usd == engine.cost_usd
+            assert own.cost_usd == pytest.approx(16 + 2)
         assert rt.usage.agents() == ["main", "a00000001"]
 
 

@@ -91,13 +91,11 @@ class Engine:
         self.tools = by_name(config.tools)
         # Constructed, not validated: nothing to check, and building the model (pydantic's
         # first build costs tens of milliseconds) can wait until an answer arrives.
-        self.usage = Usage.model_construct()
+        #: Its latest request's context (input, cache reads and writes): not usage, which the
+        #: session's ledger counts (under :attr:`ledger_key`).
         self.context_tokens = 0
         self.num_turns = 0
-        self.tool_uses = 0
         self.api_seconds = 0.0
-        #: What its responses cost, by the price table (``modelPrices``, else list prices).
-        self.cost_usd = 0.0
         #: Grows with every model stream event and every tool call started or ended: what the
         #: watchdog reads as the agent's progress.
         self.progress = 0
@@ -131,7 +129,7 @@ class Engine:
         self._waiting.resume()
 
     def continued(self, config: EngineConfig) -> Engine:
-        """This conversation carried on under ``config``: messages, files, usage, counts kept.
+        """This conversation carried on under ``config``: messages, files and counts kept.
 
         For an agent that goes on elsewhere (resumed in a fresh worktree): a configuration
         is never changed under a live engine, a new engine takes the conversation over.
@@ -139,12 +137,9 @@ class Engine:
         engine = Engine(config, self.runtime, self.messages, self.files)
         if config.cwd == self.config.cwd:
             engine.workdir = self.workdir  # the same place: where its shell stood holds
-        engine.usage = self.usage
         engine.context_tokens = self.context_tokens
         engine.num_turns = self.num_turns
-        engine.tool_uses = self.tool_uses
         engine.api_seconds = self.api_seconds
-        engine.cost_usd = self.cost_usd
         engine.stop_reason = self.stop_reason
         engine.denials = list(self.denials)
         if self.halted is not None:
@@ -284,18 +279,8 @@ class Engine:
         final = vet_answer(_without_empty_text(final), seen)
         model, cost = final.model or request.model, 0.0
         if final.usage is not None:
-            u = final.usage
-            self.context_tokens = u.context_tokens
-            self.usage = Usage(
-                input_tokens=self.usage.input_tokens + u.input_tokens,
-                output_tokens=self.usage.output_tokens + u.output_tokens,
-                cache_creation_input_tokens=self.usage.cache_creation_input_tokens
-                + u.cache_creation_input_tokens,
-                cache_read_input_tokens=self.usage.cache_read_input_tokens
-                + u.cache_read_input_tokens,
-            )
-            cost = self._cost(model, u)
-            self.cost_usd += cost
+            self.context_tokens = final.usage.context_tokens
+            cost = self._cost(model, final.usage)
         # Every response is charged, one without usage too (counted as unreported); the
         # budgets count what the ledger is charged.
         self.runtime.usage.charge(self.ledger_key, model, final.usage, cost)
@@ -365,7 +350,6 @@ class Engine:
         refused = self.config.meter.admit_tool_call() if self.config.meter is not None else None
         if refused is not None:  # not run: not counted as a use (the budget says as much)
             return tool_error(f"Not run: {refused}. Stop and report what you have.")
-        self.tool_uses += 1
         self.runtime.usage.charge_tool_call(self.ledger_key)
         if call.defect is not None:
             return tool_error(call.defect)

@@ -37,7 +37,7 @@ from taskloom.models.base import (
     ThinkingDelta,
     ToolUseStart,
 )
-from taskloom.models.pricing import price_for, usage_minus
+from taskloom.models.pricing import price_for
 from taskloom.tasks.usage import Mark, UsageLedger
 
 if TYPE_CHECKING:
@@ -264,7 +264,8 @@ class TurnAccount:
     def __init__(self, tap: OutputTap | None, engine: Engine) -> None:
         self.tap = tap
         self.num_turns = engine.num_turns
-        self.usage = engine.usage.model_copy()
+        #: Its main thread's usage so far, in the session's ledger.
+        self.mark = engine.runtime.usage.mark(engine.ledger_key)
         self.api_seconds = engine.api_seconds
 
     def fields(self, engine: Engine, prices: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -277,7 +278,7 @@ class TurnAccount:
         out: dict[str, Any] = {
             "duration_api_ms": int((engine.api_seconds - self.api_seconds) * 1000),
             "num_turns": engine.num_turns - self.num_turns,
-            "usage": usage_minus(engine.usage, self.usage).model_dump(),
+            "usage": engine.runtime.usage.usage(engine.ledger_key, self.mark).model_dump(),
         }
         if self.tap is not None:
             out.update(self.tap.result_fields(engine.runtime.usage, prices))

@@ -125,13 +125,3 @@ def _override(raw: Mapping[str, Any]) -> Price:
         cache_read=number("cacheRead", base * CACHE_READ_FACTOR),
         cache_write=number("cacheWrite", base * CACHE_WRITE_FACTOR),
     )
-
-
-def usage_minus(a: Usage, b: Usage) -> Usage:
-    """``a`` less ``b``, per kind of token (usage since ``b`` was taken)."""
-    return Usage(
-        input_tokens=a.input_tokens - b.input_tokens,
-        output_tokens=a.output_tokens - b.output_tokens,
-        cache_creation_input_tokens=a.cache_creation_input_tokens - b.cache_creation_input_tokens,
-        cache_read_input_tokens=a.cache_read_input_tokens - b.cache_read_input_tokens,
-    )

@@ -322,6 +322,8 @@ class UsageLedger:
     ) -> dict[str, ModelFigures]:
         """Per model what was counted (of ``agent_id``, else of the session; since ``since``).
 
+        ``since`` is a :meth:`mark` of the same agent (or of the session).
+
         A model is listed when something was counted for it (since ``since``), whatever it
         reported (nothing, or 0 tokens).
         """
@@ -341,10 +343,22 @@ class UsageLedger:
         """Dollars the session spent (since ``since``)."""
         return sum(m.cost_usd for m in self.models(since=since).values())
 
-    def mark(self) -> Mark:
-        """What the session counted so far (for ``since``)."""
-        whole = self._whole
-        return Mark(dict(whole.usage), dict(whole.cost), dict(whole.counts), dict(whole.unreported))
+    def mark(self, agent_id: str | None = None) -> Mark:
+        """What was counted so far of ``agent_id`` (None: the session), for ``since``.
+
+        A mark is read against the same agent's (or the session's) counts.
+        """
+        counted = self._whole if agent_id is None else self._accounts.get(agent_id, _Account())
+        return Mark(
+            dict(counted.usage), dict(counted.cost), dict(counted.counts), dict(counted.unreported)
+        )
+
+    def usage(self, agent_id: str | None = None, since: Mark | None = None) -> Usage:
+        """Tokens of ``agent_id`` (None: the session's) summed over its models (since ``since``)."""
+        total = Usage()
+        for figures in self.models(agent_id, since).values():
+            total = _plus(total, figures.usage)
+        return total
 
     def report_of(self, agent_id: str | None = None) -> ByModel:
         """Tokens so far per model of ``agent_id`` (None: the session's).

@@ -447,14 +447,14 @@ class TeammateRun:
 
     def _totals(self) -> dict[str, object]:
         """Its usage so far: an agent's totals, with what a pane teammate's lead reads."""
-        engine, pane = self.engine, self.backend != IN_PROCESS
+        engine, pane, ledger = self.engine, self.backend != IN_PROCESS, self.runtime.usage
         return {
             **self.books.totals(),
-            "spent_tokens": engine.usage.context_tokens + engine.usage.output_tokens,
+            "spent_tokens": ledger.own(engine.ledger_key).tokens,
             # Its tokens per model, from this process's ledger: a pane teammate's process
             # runs it and its agents only, and its lead counts them all (as a remote
             # worker's session); an in-process teammate's lead counts them itself.
-            **report_fields(self.runtime.usage.report_of(None if pane else engine.ledger_key)),
+            **report_fields(ledger.report_of(None if pane else engine.ledger_key)),
         }
 
     def _progress(self, event: EngineEvent) -> None:

@@ -565,6 +565,7 @@ async def test_agent_usage_counts_what_this_process_counted_tool_calls_too(
 
 
 async def test_an_in_process_teammate_s_subagents_are_in_its_subtree(tmp_path: Path) -> None:
+    from taskloom.cli.agent_usage import agent_usage
     from taskloom.tasks.teammate import TeammateTaskState
 
     def respond(request: ModelRequest) -> Turn | str:
@@ -596,3 +597,7 @@ async def test_an_in_process_teammate_s_subagents_are_in_its_subtree(tmp_path: P
         # Its own two responses and its subagent's one.
         assert ledger.subtree(fay).tokens == 2 * 1000 + 500
         assert h.agents.spawner.budgets.used(fay)[0] == 2 * 1000 + 500
+        # agentUsage says so too: its subagent's parent is it, and its subtree holds both.
+        usage = agent_usage(ledger, h.runtime.list())
+        assert usage[sub.id]["parentAgentId"] == fay, usage
+        assert usage[fay]["subtree"]["outputTokens"] == 3 * 100, usage

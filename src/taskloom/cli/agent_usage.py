@@ -40,7 +40,9 @@ def agent_usage(ledger: UsageLedger, states: Iterable[TaskState]) -> dict[str, d
                 status=state.status.value,
                 toolUses=own.tool_uses,  # this process's, as its tokens are
                 durationMs=int(max(0.0, end - state.start_time) * 1000),
-                parentAgentId=state.owner if state.owner in facts else None,
+                # The ledger's tree, as its subtree: a teammate's agent's owner is the
+                # teammate's task, its parent the teammate's agent id (its key here).
+                parentAgentId=ledger.parent(key),
             )
         if key != MAIN:
             subtree = _figures(ledger.subtree(key))

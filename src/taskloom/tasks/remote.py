@@ -45,7 +45,6 @@ class RemoteAgentTaskState(TaskState):
         repo: The repository its snapshot was taken of.
         snapshot_commit: The commit it started from (its changes come back on top of it).
         snapshot_ref: The ref keeping that commit until its changes are back.
-        stopped_reason: Why it was stopped, when not by TaskStop (a budget that ran out).
         usage_by_model: Its tokens so far per model (``input_tokens``, ``output_tokens``,
             ``cache_read_input_tokens``, ``cache_creation_input_tokens``), as its worker
             reports them: what the session's cost and usage count of it.
@@ -73,7 +72,6 @@ class RemoteAgentTaskState(TaskState):
     repo: str | None = None
     snapshot_commit: str | None = None
     snapshot_ref: str | None = None
-    stopped_reason: str | None = None
     usage_by_model: dict[str, dict[str, int]] | None = None
 
 

@@ -432,9 +432,7 @@ class Spawner:
             done, _ = await asyncio.wait({driver}, timeout=FINISH_GRACE_S)
             if done:
                 return
-        self.runtime.update(
-            agent_id, lambda s: s if s.terminal else s.replace(stopped_reason=why)
-        )
+        self.runtime.update(agent_id, lambda s: s if s.terminal else s.replace(stopped_reason=why))
         await self.runtime.kill(agent_id)
 
     async def close_remote(self) -> None:

@@ -195,3 +195,31 @@ async def test_an_untagged_program_carries_no_tag_not_even_an_inherited_one(
         tagged = await run_program(["sh", "-c", show], timeout=60, prefix="probe")
         assert tagged.stdout.decode().startswith("probe-")
         assert rt.store.list_tags() == []
+
+
+async def test_a_call_cancelled_while_its_program_starts_ends_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    # The cancellation lands while asyncio still connects the program's pipes, after the
+    # program started a child that holds them: asyncio alone would kill only the leader and
+    # wait for the pipes to close, for as long as the child lives.
+    command = "sleep 3413 & wait"
+    async with TaskRuntime() as rt:
+        call = asyncio.ensure_future(run_program(["sh", "-c", command], timeout=3600))
+        leaders: list[psutil.Process] = []
+        for _ in range(100):  # one step of the loop at a time, until sh is started
+            await asyncio.sleep(0)
+            leaders = [p for p in psutil.Process().children() if p.cmdline()[-1:] == [command]]
+            if leaders:
+                break
+        [leader] = leaders
+        # The event loop is held here until sh has started its child, so that the pipes are
+        # not connected yet when the cancellation arrives.
+        tree_of(leader.pid, 1)
+        call.cancel()
+        started = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(call), 10 * TIME_FACTOR)
+        assert time.monotonic() - started < 10 * TIME_FACTOR
+        assert run_processes(lambda p: "3413" in " ".join(p.info["cmdline"] or [])) == []
+        assert rt.store.list_tags() == []

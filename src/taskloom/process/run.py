@@ -246,21 +246,7 @@ async def _run(
 ) -> tuple[ProgramResult, bool]:
     """Start the program, wait for its end or deadline, settle its tree; (result, timed out)."""
     started = time.monotonic()
-    loop = asyncio.get_running_loop()
-    try:
-        transport, proto = await loop.subprocess_exec(
-            lambda: _Capture(limits),
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an argument
-        raise ProgramError(argv, f"cannot start: {exc}") from exc
+    transport, proto = await _start(argv, cwd, env, stdin, limits, record)
     timed_out = stopped = False
     survivors: list[int] = []
     try:
@@ -295,6 +281,48 @@ async def _run(
         tuple(survivors),
     )
     return result, timed_out
+
+
+async def _start(
+    argv: Sequence[str],
+    cwd: Path | str | None,
+    env: dict[str, str],
+    stdin: bytes | None,
+    limits: _Limits,
+    record: TagRecord | None,
+) -> tuple[asyncio.SubprocessTransport, _Capture]:
+    """Start the program; a cancellation meanwhile lets the start finish, then kills it.
+
+    asyncio's own answer to a cancellation while it connects the pipes is to kill the leader
+    alone and wait, unbounded, for the pipes to close: a child the leader had already started
+    holds them, and the caller would hang as long as that child lives.
+    """
+    loop = asyncio.get_running_loop()
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Capture(limits),
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    )
+    try:
+        return await finish_despite_cancel(spawn)
+    except asyncio.CancelledError:
+        if spawn.done() and not spawn.cancelled() and spawn.exception() is None:
+            transport, proto = spawn.result()
+            tag = None if record is None else record.tag
+            survivors = await finish_despite_cancel(_settle(transport, proto, tag, limits.grace))
+            if survivors and record is not None:
+                record.keep()
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an argument
+        raise ProgramError(argv, f"cannot start: {exc}") from exc
 
 
 async def _settle(

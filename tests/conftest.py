@@ -68,13 +68,17 @@ LEAK_GRACE_S = (DEFAULT_GRACE_S + 1.0) * TIME_FACTOR
 _BASETEMP = "tmp"
 _OWN_BASETEMP_ENV = "TASKLOOM_TEST_OWN_BASETEMP"
 
-#: The bytecode cache of the processes the tests start, in the run's RUN_TMP (made by the
-#: process that started the run; see pytest_configure), and the variable that names it.
+#: Under PYTHONDONTWRITEBYTECODE, the bytecode cache of the run's Python processes (see
+#: ``_use_bytecode_cache``), and the variable that hands its path on to workers: in the virtual
+#: environment the tests run in, or else the run's own in RUN_TMP (``_PYCACHE``, made by the
+#: process that started the run).
 _PYCACHE = "pycache"
 _PYCACHE_ENV = "TASKLOOM_TEST_PYCACHE"
+_VENV_PYCACHE = os.path.join(sys.prefix, "taskloom-tests-pycache")
+_IN_VENV = sys.prefix != sys.base_prefix and os.access(sys.prefix, os.W_OK)
 if _PYCACHE_ENV not in os.environ:
-    os.environ[_PYCACHE_ENV] = os.path.join(RUN_TMP, _PYCACHE)
-    os.mkdir(os.environ[_PYCACHE_ENV])
+    os.environ[_PYCACHE_ENV] = _VENV_PYCACHE if _IN_VENV else os.path.join(RUN_TMP, _PYCACHE)
+    os.makedirs(os.environ[_PYCACHE_ENV], exist_ok=True)
 
 #: The command lines of the processes this process started since the current test began.
 _started: list[Any] = []
@@ -282,6 +286,34 @@ def _runs_workers(config: pytest.Config) -> bool:
     return WORKER is None and getattr(config.option, "dist", "no") != "no"
 
 
+def _use_bytecode_cache(config: pytest.Config) -> None:
+    """Under PYTHONDONTWRITEBYTECODE, compiled modules go to a cache away from the sources.
+
+    The tests start hundreds of Python processes of taskloom's (the CLI, the SDK's, sessions
+    and servers of the tests'), and each test process (an xdist worker) imports taskloom and
+    has pytest rewrite the asserts of every test module and of its plugins' (hypothesis's,
+    anyio's): under PYTHONDONTWRITEBYTECODE each process would compile all of it anew, some
+    ten seconds of every worker's collection. The user's wish is that nothing be written
+    beside the sources, so it is honoured with a bytecode prefix (as bench/ does), where
+    CPython and pytest keep what they compile. In a virtual environment the prefix is the
+    environment's own (it already holds the bytecode of every package installed in it, and
+    goes with it), kept from run to run and shared by the workers and every process they
+    start. Elsewhere it is the run's, for the processes the tests start only: a process that
+    runs xdist workers would hand it on to them, who would each compile all they import into
+    an empty cache, slower than without one.
+    """
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return  # Python writes bytecode where the user wants it
+    cache = os.environ[_PYCACHE_ENV]
+    persistent = cache == _VENV_PYCACHE
+    if persistent or not _runs_workers(config):
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = cache
+    if persistent:  # this process too, for what it imports from now on (the test modules)
+        sys.dont_write_bytecode = False
+        sys.pycache_prefix = cache
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads the base
 def pytest_configure(config: pytest.Config) -> None:
     # pytest's base of tmp_path goes in RUN_TMP, unless the run was given one with --basetemp
@@ -292,15 +324,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = os.path.join(RUN_TMP, _BASETEMP)
     if WORKER is None and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_WorkerLeaks(), "taskloom-worker-leaks")
-    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not _runs_workers(config):
-        # The tests start hundreds of Python processes of taskloom's (the CLI, the SDK's,
-        # sessions and servers of the tests'): under PYTHONDONTWRITEBYTECODE each would compile
-        # taskloom anew, about a third of a second each. They share a bytecode cache of the
-        # run's instead (as bench/ does), which writes nothing beside the sources and goes with
-        # the run's temporary directory. Not for the test processes themselves: a process
-        # that runs xdist workers would hand it on to them, who would compile all they import.
-        del os.environ["PYTHONDONTWRITEBYTECODE"]
-        os.environ["PYTHONPYCACHEPREFIX"] = os.environ[_PYCACHE_ENV]
+    _use_bytecode_cache(config)
 
 
 @pytest.hookimpl(trylast=True)  # after xdist has stopped its workers: they carry our mark

@@ -8,6 +8,7 @@ hidden by a deferred import is still a cycle.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,10 +49,17 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def tree(path: Path) -> ast.Module:
+    """The syntax tree of ``path``, parsed once per test process (every test here reads the
+    whole source tree; the files do not change during a run)."""
+    return ast.parse(path.read_text())
+
+
 def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
     """Every taskloom module ``name`` imports, wherever the import statement stands."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree(path)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -73,8 +81,14 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
 
 
 def graph() -> dict[str, set[str]]:
+    """Each taskloom module and the taskloom modules it imports (a fresh copy each call)."""
+    return {name: set(targets) for name, targets in _graph().items()}
+
+
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
     known = modules()
-    return {name: set(imports_of(name, path, known)) for name, path in known.items()}
+    return {name: frozenset(imports_of(name, path, known)) for name, path in known.items()}
 
 
 def top(module: str) -> str:

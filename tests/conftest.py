@@ -327,6 +327,18 @@ def pytest_configure(config: pytest.Config) -> None:
     _use_bytecode_cache(config)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> Iterator[int]:
+    """``-n auto``: two workers a core, unless PYTEST_XDIST_AUTO_NUM_WORKERS says how many.
+
+    Most of a test's time goes in waiting on the processes, servers and timers it starts: with a
+    worker a core, a run kept the cores about half busy (2 cores: 107 s of CPU in 99 s). Two a
+    core overlap those waits; the fast tier took 85 s instead of 108 s on the same machine.
+    """
+    count = yield
+    return count if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") else 2 * count
+
+
 @pytest.hookimpl(trylast=True)  # after xdist has stopped its workers: they carry our mark
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config

@@ -372,6 +372,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         print("\nLEAK CHECK FAILED: " + "; ".join(problems))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     shutil.rmtree(os.path.join(RUN_TMP, _PYCACHE), ignore_errors=True)
+    if os.environ[_PYCACHE_ENV] == _VENV_PYCACHE:
+        # What was compiled from the run's temporary files (a test's own modules), which no
+        # later run will import: the kept cache would otherwise grow with every run.
+        shutil.rmtree(os.path.join(_VENV_PYCACHE, RUN_TMP.lstrip(os.sep)), ignore_errors=True)
     if session.exitstatus == pytest.ExitCode.OK or not os.listdir(RUN_TMP):
         shutil.rmtree(RUN_TMP, ignore_errors=True)
     else:

@@ -12,6 +12,7 @@ from taskloom.messages import Usage
 from taskloom.tasks.usage import (
     REPORT_KEY,
     Figures,
+    Tokens,
     UsageLedger,
     report_fields,
     report_in,
@@ -49,7 +50,7 @@ def test_responses_are_charged_per_agent_and_per_model() -> None:
     assert ledger.charge("a2", "sonnet", Usage(input_tokens=1), usd=0.5).usd == 0.5
     assert ledger.own("a2").cost_usd == 0.5
     session = ledger.models()
-    assert session["sonnet"].usage == Usage(input_tokens=1002, output_tokens=102)
+    assert session["sonnet"].usage == Tokens(input_tokens=1002, output_tokens=102)
     assert ledger.total().tool_uses == 3 and ledger.total().tokens == 1119
     parts = (ledger.own(a).cost_usd for a in ("main", "a1", "a2"))
     assert ledger.cost() == pytest.approx(sum(parts))
@@ -243,3 +244,14 @@ def test_the_kinds_say_which_tasks_agent_usage_lists_as_agents() -> None:
     assert kind_of(remote).agent_facts(remote) == ("general-purpose",)
     mate = TeammateTaskState(id="t00000001", agent_id="al@t")
     assert kind_of(mate).agent_facts(mate) is None
+
+
+def test_the_task_layer_runs_without_pydantic() -> None:
+    # The ledger's counts are plain dataclasses: a process that only runs commands (the task
+    # runtime) does not pay for importing pydantic.
+    import subprocess
+    import sys
+
+    code = "import sys, taskloom.tasks.runtime; print('pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

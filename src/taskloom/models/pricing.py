@@ -23,8 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskloom.messages import Usage
-from taskloom.tasks.usage import Pricer
+from taskloom.tasks.usage import Pricer, TokenCounts
 
 CACHE_WRITE_FACTOR = 1.25
 CACHE_READ_FACTOR = 0.1
@@ -44,7 +43,7 @@ class Price:
         """A price with the standard cache multipliers."""
         return cls(input, output, input * CACHE_READ_FACTOR, input * CACHE_WRITE_FACTOR)
 
-    def cost(self, usage: Usage) -> float:
+    def cost(self, usage: TokenCounts) -> float:
         """What ``usage`` costs, in dollars."""
         return (
             usage.input_tokens * self.input
@@ -106,7 +105,7 @@ def pricer(overrides: Mapping[str, Any] | None = None) -> Pricer:
     """What the usage ledger prices with: ``price_for`` under ``overrides`` (``modelPrices``)."""
     table = dict(overrides) if isinstance(overrides, Mapping) else None
 
-    def price(model: str, usage: Usage) -> float | None:
+    def price(model: str, usage: TokenCounts) -> float | None:
         found = price_for(model, table)
         return found.cost(usage) if found is not None else None
 

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-from taskloom.messages import Usage
+from typing import Any, NamedTuple, Protocol
 
 #: The key under which a report from another process carries its usage per model.
 REPORT_KEY = "usage_by_model"
@@ -44,18 +42,62 @@ TOKEN_FIELDS = (
 #: The main thread's key in a ledger.
 MAIN = "main"
 
+
+class TokenCounts(Protocol):
+    """Token counts of a response or a sum of them (a model response's ``Usage``, ``Tokens``)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cache_read_input_tokens(self) -> int: ...
+    @property
+    def cache_creation_input_tokens(self) -> int: ...
+    @property
+    def context_tokens(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """Token counts, summed (Anthropic's field names): what the ledger keeps per model.
+
+    A plain dataclass, not the messages' pydantic ``Usage``: the task layer imports this module
+    and must not bring pydantic into a process that only runs commands.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @property
+    def context_tokens(self) -> int:
+        """Everything the model read: input plus cache reads and writes."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    def model_dump(self) -> dict[str, int]:
+        """The counts as a dict, as a ``Usage`` dumps them."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        }
+
+
 #: What ``usage`` of ``model`` costs in dollars; None: the model is not priced (costs 0).
-Pricer = Callable[[str, Usage], "float | None"]
+Pricer = Callable[[str, TokenCounts], "float | None"]
 #: Cumulative token counts per model, as reports carry them.
 ByModel = dict[str, dict[str, int]]
 
 
-def _unpriced(model: str, usage: Usage) -> float | None:
+def _unpriced(model: str, usage: TokenCounts) -> float | None:
     return None
 
 
-def _plus(a: Usage, b: Usage, sign: int = 1) -> Usage:
-    return Usage(**{k: getattr(a, k) + sign * getattr(b, k) for k in TOKEN_FIELDS})
+def _plus(a: TokenCounts, b: TokenCounts, sign: int = 1) -> Tokens:
+    return Tokens(**{k: getattr(a, k) + sign * getattr(b, k) for k in TOKEN_FIELDS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +153,7 @@ class ModelFigures(NamedTuple):
         unreported: Its responses that reported no usage.
     """
 
-    usage: Usage
+    usage: Tokens
     cost_usd: float
     unreported: int
 
@@ -142,7 +184,7 @@ class Reported(NamedTuple):
 class Mark:
     """What a ledger had counted at one moment (for ``since`` in :meth:`UsageLedger.models`)."""
 
-    usage: dict[str, Usage] = field(default_factory=dict)
+    usage: dict[str, Tokens] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     unreported: dict[str, int] = field(default_factory=dict)
@@ -152,17 +194,17 @@ class Mark:
 class _Account:
     """One agent's counts."""
 
-    usage: dict[str, Usage] = field(default_factory=dict)
+    usage: dict[str, Tokens] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     unreported: dict[str, int] = field(default_factory=dict)
     tool_uses: int = 0
     #: What its other process last reported, per model, and its tool calls then.
-    reported: dict[str, Usage] = field(default_factory=dict)
+    reported: dict[str, Tokens] = field(default_factory=dict)
     reported_calls: int = 0
 
-    def add(self, model: str, usage: Usage | None, usd: float) -> None:
-        self.usage[model] = _plus(self.usage.get(model, Usage()), usage or Usage())
+    def add(self, model: str, usage: TokenCounts | None, usd: float) -> None:
+        self.usage[model] = _plus(self.usage.get(model, Tokens()), usage or Tokens())
         self.cost[model] = self.cost.get(model, 0.0) + usd
         self.counts[model] = self.counts.get(model, 0) + 1
         if usage is None:
@@ -209,7 +251,7 @@ class UsageLedger:
             self._parents[agent_id] = parent
 
     def charge(
-        self, agent_id: str, model: str, usage: Usage | None, usd: float | None = None
+        self, agent_id: str, model: str, usage: TokenCounts | None, usd: float | None = None
     ) -> Spent:
         """Count one response of ``model`` to ``agent_id``; what it added.
 
@@ -249,11 +291,11 @@ class UsageLedger:
         account = self._account(agent_id)
         tokens, usd = 0, 0.0
         for model, raw in by_model.items():
-            now = Usage(**{k: int(raw.get(k, 0)) for k in TOKEN_FIELDS})
-            grown = _plus(now, account.reported.get(model, Usage()), -1)
+            now = Tokens(**{k: int(raw.get(k, 0)) for k in TOKEN_FIELDS})
+            grown = _plus(now, account.reported.get(model, Tokens()), -1)
             if min(getattr(grown, k) for k in TOKEN_FIELDS) < 0:
                 grown = now
-            if grown == Usage():
+            if grown == Tokens():
                 continue
             account.reported[model] = now
             spent = self.charge(agent_id, model, grown, price(model, grown) or 0.0)
@@ -272,7 +314,7 @@ class UsageLedger:
     ) -> None:
         """What ``agent_id`` had reported before this process: counted already, by another."""
         account = self._account(agent_id)
-        account.reported = {m: Usage(**{k: int(u.get(k, 0)) for k in TOKEN_FIELDS})
+        account.reported = {m: Tokens(**{k: int(u.get(k, 0)) for k in TOKEN_FIELDS})
                             for m, u in by_model.items()}  # fmt: skip
         account.reported_calls = tool_uses
 
@@ -333,7 +375,7 @@ class UsageLedger:
         for model, usage in account.usage.items():
             if since is not None and account.counts.get(model, 0) == before.counts.get(model, 0):
                 continue
-            usage = _plus(usage, before.usage.get(model, Usage()), -1)
+            usage = _plus(usage, before.usage.get(model, Tokens()), -1)
             cost = account.cost.get(model, 0.0) - before.cost.get(model, 0.0)
             unreported = account.unreported.get(model, 0) - before.unreported.get(model, 0)
             out[model] = ModelFigures(usage, cost, unreported)
@@ -353,9 +395,9 @@ class UsageLedger:
             dict(counted.usage), dict(counted.cost), dict(counted.counts), dict(counted.unreported)
         )
 
-    def usage(self, agent_id: str | None = None, since: Mark | None = None) -> Usage:
+    def usage(self, agent_id: str | None = None, since: Mark | None = None) -> Tokens:
         """Tokens of ``agent_id`` (None: the session's) summed over its models (since ``since``)."""
-        total = Usage()
+        total = Tokens()
         for figures in self.models(agent_id, since).values():
             total = _plus(total, figures.usage)
         return total
@@ -368,7 +410,7 @@ class UsageLedger:
         return _by_model(self.models(agent_id))
 
     def _figures(self, account: _Account) -> Figures:
-        usage = Usage()
+        usage = Tokens()
         for used in account.usage.values():
             usage = _plus(usage, used)
         return Figures(

@@ -251,13 +251,16 @@ class Stopped(Remote):
         if self.stop and self.wait and "Bash" not in names:
             # The model's own wait until the remote command runs (no event reaches it); -x:
             # the whole command line, or this very command would match.
-            # Up to 2 minutes: a worker's first start (no bytecode cached yet, on a busy
-            # machine) has taken over 30 s in CI.
+            # Up to 2 minutes times the factor: a worker's first start (no bytecode cached
+            # yet, on a busy machine) has taken over 30 s in CI, and over 2 minutes with two
+            # busy loops beside the suite.
+            tries = int(1200 * TIME_FACTOR)
             wait = (
-                "for i in $(seq 1200); do pgrep -fx 'sleep 300' >/dev/null && exit 0;"
+                f"for i in $(seq {tries}); do pgrep -fx 'sleep 300' >/dev/null && exit 0;"
                 " sleep 0.1; done"
             )
-            return Turn(tool_calls=(ToolCall("Bash", {"command": wait, "timeout": 150000}),))
+            limit_ms = int(150000 * TIME_FACTOR)
+            return Turn(tool_calls=(ToolCall("Bash", {"command": wait, "timeout": limit_ms}),))
         if self.stop and "TaskStop" not in names:
             (task_id,) = set(re.findall(r"agentId: (r[0-9a-z]{8})", seen))
             self.stop_sent = time.monotonic()
@@ -274,10 +277,11 @@ def _sleeps() -> list[Any]:
     )
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300 * TIME_FACTOR)
 def test_task_stop_kills_a_remote_agent_and_its_command_on_the_worker(tmp_path: Path) -> None:
     script = Stopped(stop=True)
-    proc, _ = _run(tmp_path, script, timeout=240)  # its wait for the command: up to 2 min
+    # Its wait for the command: up to 2 minutes (times the factor).
+    proc, _ = _run(tmp_path, script, timeout=240 * TIME_FACTOR)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert script.stop_sent and script.told, "TaskStop never went, or nothing was told"
     assert script.told - script.stop_sent < 5.0 * TIME_FACTOR

@@ -40,6 +40,8 @@ from types import TracebackType
 
 import psutil
 
+from helpers import TIME_FACTOR
+
 #: The tmux binary, or None where tmux is not installed (tests then skip).
 TMUX: str | None = shutil.which("tmux")
 
@@ -607,6 +609,7 @@ class Pane:
         return self._status()[1]
 
     def _wait(self, want_match: bool, pattern: Pattern, timeout: float, history: bool) -> str:
+        timeout *= TIME_FACTOR  # the bound a caller gives is for a machine at rest
         deadline = time.monotonic() + timeout
         dead_since: float | None = None
         while True:
@@ -681,6 +684,7 @@ class Pane:
         Raises:
             AssertionError: It still ran at the timeout (the message has the screen).
         """
+        timeout *= TIME_FACTOR
         deadline = time.monotonic() + timeout
         while True:
             dead, status, screen = self._look(False)

@@ -625,7 +625,7 @@ class Pane:
                     reason = f"the program exited (status {status}) with"
                     break
             if time.monotonic() >= deadline:
-                reason = f"timed out after {timeout}s with"
+                reason = f"timed out after {timeout:g}s with"
                 break
             time.sleep(POLL_INTERVAL)
         what = "appear" if want_match else "go away"

@@ -108,9 +108,8 @@ class ToyHandle:
         self.backgrounded += 1
 
 
-@pytest.fixture
-def toy() -> Iterator[ToyKind]:
-    kind = ToyKind()
+def _registered(kind: ToyKind) -> Iterator[ToyKind]:
+    """``kind`` registered for its type while the test runs, then whatever was before."""
     previous = register_kind(kind)
     try:
         yield kind
@@ -118,6 +117,11 @@ def toy() -> Iterator[ToyKind]:
         unregister_kind(TaskType.LOCAL_WORKFLOW)
         if previous is not None:
             register_kind(previous)
+
+
+@pytest.fixture
+def toy() -> Iterator[ToyKind]:
+    yield from _registered(ToyKind())
 
 
 def test_the_kind_is_registered_for_its_type(toy: ToyKind) -> None:
@@ -355,13 +359,7 @@ class ToyAgentKind(ToyKind):
 @pytest.fixture
 def toy_agent() -> Iterator[ToyAgentKind]:
     kind = ToyAgentKind()
-    previous = register_kind(kind)
-    try:
-        yield kind
-    finally:
-        unregister_kind(TaskType.LOCAL_WORKFLOW)
-        if previous is not None:
-            register_kind(previous)
+    yield from _registered(kind)
 
 
 def test_the_repl_panel_shows_a_kind_as_the_kind_says(toy_agent: ToyAgentKind) -> None:

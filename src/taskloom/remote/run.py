@@ -150,7 +150,9 @@ class RemoteRun:
         if self.resumed is not None and driver is not None and not driver.done():
             # Taken up again but not reached yet: its actor is out there, and is stopped.
             launched = asyncio.ensure_future(self._launched.wait())
-            await asyncio.wait([launched, driver], timeout=STOP_WAIT_S)
+            await asyncio.wait(
+                [launched, driver], timeout=STOP_WAIT_S, return_when=asyncio.FIRST_COMPLETED
+            )
             launched.cancel()
             if self._actor is None:
                 # Its cluster could not be reached: it cannot be said to be stopped.
@@ -200,8 +202,11 @@ class RemoteRun:
         self._detaching.set()
         launched = asyncio.ensure_future(self._launched.wait())
         try:
-            # Within the session's close (10 s): its actor gets its work first.
-            await asyncio.wait([launched, driver], timeout=STOP_WAIT_S)
+            # Its actor gets its work first: as long as a worker may take to get ready (a
+            # busy cluster's can take seconds to start), not the session's stopping budget.
+            await asyncio.wait(
+                [launched, driver], timeout=READY_WAIT_S, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             launched.cancel()
             if not driver.done():

@@ -435,3 +435,45 @@ async def test_a_kind_s_task_stopped_by_the_wait_bound_says_why() -> None:
         unregister_kind(TaskType.LOCAL_WORKFLOW)
         if previous is not None:
             register_kind(previous)
+
+
+class ToyRemoteKind(ToyKind):
+    """A toy kind whose detached tasks go on without their session, as a remote agent's."""
+
+    outlives_session = True
+
+
+class SlowHandOver(ToyHandle):
+    """A handle whose handover takes longer than the session's stopping budget."""
+
+    def __init__(self, rt: TaskRuntime, task_id: str, takes: float) -> None:
+        super().__init__(rt, task_id)
+        self.takes = takes
+        self.handed_over = False
+
+    async def detach(self) -> None:
+        await asyncio.sleep(self.takes)  # the work of handing over, not a synchronisation
+        self.handed_over = True
+        self.loop.cancel()
+
+
+@pytest.fixture
+def toy_remote() -> Iterator[ToyKind]:
+    yield from _registered(ToyRemoteKind())
+
+
+async def test_a_task_let_go_at_the_session_s_end_is_not_cut_by_the_stopping_budget(
+    toy_remote: ToyKind,
+) -> None:
+    # Letting go is what its exit policy asks: the stopping of the others, bounded by the
+    # close timeout, must not cancel a handover that takes longer (its work would be lost).
+    rt = await TaskRuntime().start()
+    task_id = rt.new_id(TaskType.LOCAL_WORKFLOW)
+    rt.register(
+        ToyState(id=task_id, owner=rt.session_id, status=TaskStatus.RUNNING, exit_policy="detach")
+    )
+    handle = SlowHandOver(rt, task_id, takes=0.3 * TIME_FACTOR)
+    rt.attach_handle(task_id, handle)
+    await rt.close(timeout=0.05)
+    assert handle.handed_over and handle.kills == 0
+    assert rt.get(task_id).status == TaskStatus.RUNNING  # type: ignore[union-attr]

@@ -42,6 +42,10 @@ from taskloom.tasks.watchdog import Watchdog
 DEFAULT_SWEEP_INTERVAL_S = 60.0
 #: Bound on how long ``close`` spends cancelling tasks.
 DEFAULT_CLOSE_TIMEOUT_S = 10.0
+#: Bound on how long ``close`` spends handing over the tasks it lets go of (exit policy
+#: ``detach`` of a kind that outlives its session); each handle bounds its own handover
+#: within it (a remote agent's actor may need seconds to get its work on a busy cluster).
+HANDOVER_TIMEOUT_S = 60.0
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +214,7 @@ class TaskRuntime(TaskRegistry):
         waiting = [s.id for s in self.list() if not s.terminal and s.exit_policy == "wait"]
         if waiting:
             await self._wait_all(waiting, wait_limit)
+        await self._hand_over()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 owners = {s.owner for s in self.list() if not s.terminal}
@@ -235,6 +240,24 @@ class TaskRuntime(TaskRegistry):
             # Even when the disk is full: the error says so, the connection must not leak.
             if self._owns_store:
                 self.store.close()
+
+    async def _hand_over(self) -> None:
+        """Let go of the tasks that go on without the session, before anything is stopped.
+
+        Letting go is what their exit policy asks for: losing one because the stopping of the
+        others took the time would lose its work. Each handle bounds its own handover.
+        """
+        handles = [
+            handle
+            for s in self.list()
+            if not s.terminal
+            and outlives_session(s)
+            and (handle := self._handles.get(s.id)) is not None
+        ]
+        if handles:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HANDOVER_TIMEOUT_S):
+                    await asyncio.gather(*(h.detach() for h in handles), return_exceptions=True)
 
     async def _wait_all(self, task_ids: Iterable[str], limit: float) -> None:
         """Wait for tasks to end, up to ``limit`` or until ``_stop_waiting`` is set."""

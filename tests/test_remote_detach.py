@@ -48,15 +48,16 @@ def _free_port() -> int:
 
 
 def _cluster_processes(mark: str) -> list[psutil.Process]:
-    # Not psutil's environ: Ray's agents set their title over their environment, which psutil
-    # then misreads (they were left running).
-    found = []
+    # Ray's agents (DashboardAgent, RuntimeEnvAgent) set their title over their environment,
+    # where the mark is then no longer read: they are found as the raylet's children.
+    found: dict[int, psutil.Process] = {}
     for pid in pids_with_env(_CLUSTER_MARK, mark):
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(pid)
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-    return found
+            for one in [proc, *proc.children(recursive=True)]:
+                if one.status() != psutil.STATUS_ZOMBIE:
+                    found[one.pid] = one
+    return list(found.values())
 
 
 @pytest.fixture

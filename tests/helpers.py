@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import re
 import tempfile
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 #: Every process a test run starts inherits this variable, set to the run's own id by the
 #: conftest; tests find their processes by it, never by looking at the whole machine. Under
@@ -22,6 +24,29 @@ RUN_MARK = "TASKLOOM_TEST_RUN"
 #: Elapsed-time bounds in tests are multiplied by this: a slow or loaded machine sets
 #: ``TASKLOOM_TEST_TIME_FACTOR`` above 1.
 TIME_FACTOR = float(os.environ.get("TASKLOOM_TEST_TIME_FACTOR") or 1)
+
+
+class LazyModule:
+    """A module imported when a test first uses it, that test skipped if it is not installed.
+
+    For the SDK and Ray: importing them costs a second on each worker's collection, also
+    when ``-m "not e2e"`` then deselects every test that uses them.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):  # pytest's collection asks (``__test__``, ...): not a use
+            raise AttributeError(attr)
+        return getattr(pytest.importorskip(self._name), attr)
+
+
+def needs(name: str) -> pytest.MarkDecorator:
+    """Skip a module's tests when ``name`` is not installed, found without importing it."""
+    return pytest.mark.skipif(
+        importlib.util.find_spec(name) is None, reason=f"{name} is not installed"
+    )
 
 
 def run_processes(

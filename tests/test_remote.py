@@ -21,11 +21,10 @@ import pytest
 
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
-from helpers import TIME_FACTOR, clean_env, run_processes
+from helpers import TIME_FACTOR, clean_env, needs, run_processes
 from team_scenario import events_of
 
-pytest.importorskip("ray")
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [needs("ray"), pytest.mark.e2e, pytest.mark.slow]
 
 FINAL = "Remote work done."
 

@@ -31,12 +31,11 @@ import pytest
 
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
-from helpers import TIME_FACTOR, clean_env, pids_with_env, run_processes, wait_until
+from helpers import TIME_FACTOR, clean_env, needs, pids_with_env, run_processes, wait_until
 from team_scenario import events_of
 from test_remote import FINAL, _calls, _repo, _user_text
 
-pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [needs("ray"), pytest.mark.slow]
 
 _CLUSTER_MARK = "TASKLOOM_TEST_RAY_CLUSTER"
 

@@ -22,14 +22,13 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import TIME_FACTOR, clean_env, run_processes, scripted_argv
+from helpers import TIME_FACTOR, clean_env, needs, run_processes, scripted_argv
 from taskloom.settings import db_path
 from taskloom.store import Store
 from test_remote import _repo
 
-pytest.importorskip("ray")
 # One Ray start and its bounded waits can outlast the default 120 s cap on a loaded machine.
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [needs("ray"), pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 #: What Ray printed on taskloom's stderr: its start notices, its C++ stack dump on SIGTERM.
 RAY_NOISE = ("SIGTERM handler is not set", "Token authentication", "SIGTERM received", "PC: @")

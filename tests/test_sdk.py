@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from fake_servers import FakeAnthropicServer, ToolCall
-from helpers import TIME_FACTOR, clean_env
+from helpers import TIME_FACTOR, LazyModule, clean_env
 
-sdk = pytest.importorskip("claude_agent_sdk")
+sdk = LazyModule("claude_agent_sdk")
 
 pytestmark = pytest.mark.e2e
 

@@ -19,14 +19,13 @@ import pytest
 import yaml
 
 from fake_servers import FakeAnthropicServer, ToolCall
-from helpers import clean_env, scripted_argv
+from helpers import LazyModule, clean_env, scripted_argv
 from taskloom.cli.control import ControlError
 from taskloom.mcp.config import McpServerConfig
 from taskloom.mcp.manager import McpManager
+from test_sdk import options
 
-sdk = pytest.importorskip("claude_agent_sdk")
-
-from test_sdk import options  # noqa: E402  (after the skip: it needs the SDK too)
+sdk = LazyModule("claude_agent_sdk")
 
 TIME_SERVER = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
 needs_time_server = pytest.mark.skipif(

@@ -17,13 +17,18 @@ import pytest
 import yaml
 
 from fake_servers import FakeAnthropicServer, ToolCall
-from helpers import clean_env, scripted_argv
+from helpers import LazyModule, clean_env, scripted_argv
 from taskloom.messages import Usage
 from taskloom.models.pricing import list_price, price_for, pricer
 from taskloom.tasks.usage import UsageLedger
 
-sdk = pytest.importorskip("claude_agent_sdk")
-from claude_agent_sdk._internal.message_parser import parse_message  # noqa: E402
+sdk = LazyModule("claude_agent_sdk")
+
+
+def parse_message(data: dict[str, Any]) -> Any:
+    """The SDK's own reading of one stream-json line."""
+    return LazyModule("claude_agent_sdk._internal.message_parser").parse_message(data)
+
 
 TASKLOOM = str(Path(sys.executable).with_name("taskloom"))
 SUBAGENT = "You are a subagent"

@@ -228,15 +228,26 @@ def test_socket_in_a_directory_too_deep_goes_elsewhere_and_is_removed(tmp_path: 
     assert not short_dir.exists()
 
 
-SIZE_ON_ENTER = "import os\nprint(os.get_terminal_size())\ninput()\nprint(os.get_terminal_size())"
+#: Prints its terminal's size, then again once a SIGWINCH has brought a new one (tmux resizes
+#: the pane's terminal after resize-window returns: Enter could be read before that).
+SIZE_ON_RESIZE = """
+import os, signal
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH})
+first = os.get_terminal_size()
+print(first, flush=True)
+while os.get_terminal_size() == first:
+    signal.sigwait({signal.SIGWINCH})
+print(os.get_terminal_size())
+"""
 
 
 @pytest.mark.e2e
 def test_size_and_resize(tmux: TmuxServer, tmp_path: Path) -> None:
-    pane = tmux.spawn([PY, "-c", SIZE_ON_ENTER], cwd=tmp_path, env=child_env(), width=70, height=20)
+    pane = tmux.spawn(
+        [PY, "-c", SIZE_ON_RESIZE], cwd=tmp_path, env=child_env(), width=70, height=20
+    )
     pane.wait_for("columns=70, lines=20")
     pane.resize(50, 12)
-    pane.send_keys("Enter")
     pane.wait_for("columns=50, lines=12")
     assert len(pane.capture().split("\n")) == 12
     assert pane.wait_exit(timeout=5) == 0

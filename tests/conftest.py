@@ -328,19 +328,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> Iterator[int]:
-    """``-n auto`` without the end-to-end tests (``-m "not e2e"``): two workers a core, unless
-    PYTEST_XDIST_AUTO_NUM_WORKERS says how many.
+def pytest_xdist_auto_num_workers() -> Iterator[int]:
+    """``-n auto``: two workers a core, unless PYTEST_XDIST_AUTO_NUM_WORKERS says how many.
 
-    Most of a fast test's time goes in waiting on the processes, servers and timers it starts:
-    with a worker a core, the fast tier kept the cores about half busy (2 cores: 107 s of CPU
-    in 99 s). Two a core overlap those waits: 85 s instead of 108 s on the same machine. Not
-    with the end-to-end tests: each starts programs (Ray clusters, tmux, taskloom) busy enough
-    that four at once on two cores pushed some past their time bounds.
+    Most of a test's time goes in waiting on the processes, servers and timers it starts: with
+    a worker a core, the cores stayed about half busy (fast tier on 2 cores: 107 s of CPU in
+    99 s; whole suite: 356 s of CPU in 303 s). Two a core overlap those waits: the fast tier
+    took 85 s instead of 108 s, the whole suite 183-191 s instead of 303 s on the same machine,
+    with every time bound held.
     """
     count = yield
-    fast_tier = "not e2e" in (config.option.markexpr or "")
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or not fast_tier:
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return count
     return 2 * count
 

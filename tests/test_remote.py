@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -227,11 +228,16 @@ def test_ray_address_pointing_nowhere_is_a_tool_error_and_the_session_goes_on(
 
 
 class Stopped(Remote):
-    """One remote agent runs ``sleep 300``; once it runs, the lead stops it with TaskStop (or
-    the test kills its actor from outside: ``stop=False``)."""
+    """One remote agent runs ``sleep 300.N``; once it runs, the lead stops it with TaskStop (or
+    the test kills its actor from outside: ``stop=False``).
+
+    N is the scenario's own: a test that waits for or kills "the" command must not find another
+    test's (tests run side by side, and ``.ci/twice`` runs two suites on one machine).
+    """
 
     def __init__(self, *, stop: bool, wait: bool = True) -> None:
-        super().__init__({"s": "sleep 300"})
+        self.command = f"sleep 300.{secrets.randbelow(900000) + 100000}"
+        super().__init__({"s": self.command})
         self.stop = stop
         #: Whether the lead waits for the remote command to run before it stops the agent.
         self.wait = wait
@@ -255,7 +261,7 @@ class Stopped(Remote):
             # busy loops beside the suite.
             tries = int(1200 * TIME_FACTOR)
             wait = (
-                f"for i in $(seq {tries}); do pgrep -fx 'sleep 300' >/dev/null && exit 0;"
+                f"for i in $(seq {tries}); do pgrep -fx '{self.command}' >/dev/null && exit 0;"
                 " sleep 0.1; done"
             )
             limit_ms = int(150000 * TIME_FACTOR)
@@ -267,13 +273,8 @@ class Stopped(Remote):
         return Turn(text="Waiting.")
 
 
-def _sleeps() -> list[Any]:
-    return run_processes(
-        lambda p: (
-            (p.info.get("cmdline") or [])[-2:] == ["sleep", "300"]
-            or " ".join(p.info.get("cmdline") or []).endswith("sleep 300")
-        )
-    )
+def _sleeps(script: Stopped) -> list[Any]:
+    return run_processes(lambda p: " ".join(p.info.get("cmdline") or []).endswith(script.command))
 
 
 @pytest.mark.timeout(300 * TIME_FACTOR)
@@ -287,7 +288,7 @@ def test_task_stop_kills_a_remote_agent_and_its_command_on_the_worker(tmp_path: 
     assert script.agent_requests.get("s"), "the remote agent never ran its command"
     seen = _notifications(script)
     assert "<status>killed</status>" in seen, seen
-    assert _sleeps() == []
+    assert _sleeps(script) == []
 
 
 def test_task_stop_before_the_remote_agent_has_started_leaves_nothing(tmp_path: Path) -> None:
@@ -296,7 +297,7 @@ def test_task_stop_before_the_remote_agent_has_started_leaves_nothing(tmp_path: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert script.told - script.stop_sent < 5.0 * TIME_FACTOR
     assert "<status>killed</status>" in _notifications(script)
-    assert _sleeps() == []
+    assert _sleeps(script) == []
 
 
 def test_a_remote_agent_whose_actor_is_killed_from_outside_fails_with_a_reason(
@@ -313,7 +314,7 @@ def test_a_remote_agent_whose_actor_is_killed_from_outside_fails_with_a_reason(
     def kill_the_actor() -> None:
         deadline = time.monotonic() + 60 * TIME_FACTOR
         while time.monotonic() < deadline:  # no event tells another process of it
-            for sleep in _sleeps():
+            for sleep in _sleeps(script):
                 chain = psutil.Process(sleep.pid).parents()
                 actors = [p for p in chain if p.name().startswith("ray::")]
                 if actors:
@@ -335,8 +336,8 @@ def test_a_remote_agent_whose_actor_is_killed_from_outside_fails_with_a_reason(
     assert "<status>failed</status>" in seen and "the remote agent was lost" in seen, seen
     # Its worker saw its actor die and stopped its command.
     deadline = time.monotonic() + 10 * TIME_FACTOR
-    while _sleeps():
-        assert time.monotonic() < deadline, _sleeps()
+    while _sleeps(script):
+        assert time.monotonic() < deadline, _sleeps(script)
         time.sleep(0.1)
 
 

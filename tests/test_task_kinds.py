@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import pytest
 
@@ -108,7 +108,10 @@ class ToyHandle:
         self.backgrounded += 1
 
 
-def _registered(kind: ToyKind) -> Iterator[ToyKind]:
+_Kind = TypeVar("_Kind", bound=TaskKind)
+
+
+def _registered(kind: _Kind) -> Iterator[_Kind]:
     """``kind`` registered for its type while the test runs, then whatever was before."""
     previous = register_kind(kind)
     try:
@@ -299,14 +302,7 @@ class ToyCommandKind(ToyKind):
 
 @pytest.fixture
 def toy_command() -> Iterator[ToyCommandKind]:
-    kind = ToyCommandKind()
-    previous = register_kind(kind)
-    try:
-        yield kind
-    finally:
-        unregister_kind(TaskType.LOCAL_WORKFLOW)
-        if previous is not None:
-            register_kind(previous)
+    yield from _registered(ToyCommandKind())
 
 
 async def test_a_kind_that_is_a_process_ends_with_its_agent_and_is_settled_as_it_says(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import hashlib
 import importlib.util
 import os
 import re
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -145,6 +148,34 @@ def e2e_program(argv: Any) -> str | None:
     if os.path.dirname(words[0]).startswith(tempfile.gettempdir() + os.sep):
         return None  # a test's own stand-in (a script named tmux in its tmp_path), not the program
     return _E2E_EXECUTABLES.get(os.path.basename(words[0]))
+
+
+#: The npm programs the tests drive taskloom with (``tests/npm/package.json``).
+NPM_DIR = Path(__file__).resolve().parent / "npm"
+
+
+def node_modules() -> Path:
+    """``tests/npm/node_modules``, installed from its lock file on first use.
+
+    ``npm ci`` runs (at most once at a time: xdist workers wait on a file lock) when the
+    installed tree is missing or was installed from another lock file. ``--omit=optional``
+    leaves out the SDK's bundled native CLI: the tests point the SDK at taskloom.
+    """
+    target = NPM_DIR / "node_modules"
+    lock_file = NPM_DIR / "package-lock.json"
+    stamp = target / ".taskloom-lock-sha256"
+    want = hashlib.sha256(lock_file.read_bytes()).hexdigest()
+    with open(NPM_DIR / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.exists() or stamp.read_text() != want:
+            argv = ["npm", "ci", "--omit=optional", "--no-audit", "--no-fund", "--loglevel=error"]
+            done = subprocess.run(
+                argv, cwd=NPM_DIR, capture_output=True, text=True, timeout=600 * TIME_FACTOR
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"npm ci in {NPM_DIR} failed: {done.stderr[-2000:]}")
+            stamp.write_text(want)
+    return target
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:

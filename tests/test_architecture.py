@@ -257,23 +257,30 @@ def test_the_documented_layers_are_the_checked_ones() -> None:
     assert _layer_table(doc) == LAYERS
 
 
-def test_the_documented_kind_hooks_are_the_overridable_ones() -> None:
-    # docs/extending.md's table of the hooks a task kind may override names every one of
-    # TaskKind's methods and class settings, and nothing else.
+def _documented_hooks(text: str) -> set[str]:
+    """The names in the first column of docs/extending.md's table of a kind's hooks."""
     import re
 
-    from taskloom.tasks.kinds import TaskKind
-
-    doc = (SRC.parent.parent / "docs" / "extending.md").read_text()
-    start = doc.index("| method | decides |")
-    rows = doc[start:].split("\n\n")[0].splitlines()[2:]
-    documented = {
+    start = text.index("| method | decides |")
+    rows = text[start:].split("\n\n")[0].splitlines()[2:]
+    return {
         re.sub(r"\(.*", "", name.strip(" `"))
         for row in rows
         for name in row.strip("|").split("|")[0].split("`, `")
     }
-    hooks = {name for name in vars(TaskKind) if not name.startswith("_")}
-    assert documented == hooks
+
+
+def _kind_hooks() -> set[str]:
+    from taskloom.tasks.kinds import TaskKind
+
+    return {name for name in vars(TaskKind) if not name.startswith("_")}
+
+
+def test_the_documented_kind_hooks_are_the_overridable_ones() -> None:
+    # docs/extending.md's table of the hooks a task kind may override names every one of
+    # TaskKind's methods and class settings, and nothing else.
+    doc = (SRC.parent.parent / "docs" / "extending.md").read_text()
+    assert _documented_hooks(doc) == _kind_hooks()
 
 
 # -- the task-kinds seam ----------------------------------------------------------------------
@@ -562,3 +569,41 @@ def test_the_checker_finds_a_private_module_of_another_package(tmp_path: Path) -
     assert private_imports({"taskloom.b.x": {"taskloom.a._c.d"}}) == {
         ("taskloom.b.x", "taskloom.a._c.d")
     }
+
+
+def _without_line(text: str, containing: str) -> str:
+    """``text`` without its first line that contains ``containing`` (which must be there)."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if containing in line)
+    return "\n".join(lines[:at] + lines[at + 1 :])
+
+
+def test_the_checker_finds_a_layer_the_docs_table_lacks_or_misplaces() -> None:
+    doc = (SRC.parent.parent / "docs" / "architecture.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| ") and "`tasks" in line)
+    assert _layer_table(_without_line(doc, row)) != LAYERS  # a row dropped
+    moved = doc.replace(row, row.replace("`tasks", "`harness`, `tasks", 1), 1)
+    assert moved != doc and _layer_table(moved) != LAYERS  # a module in the wrong row
+
+
+def test_the_checker_finds_a_kind_hook_the_docs_table_lacks_or_invents() -> None:
+    doc = (SRC.parent.parent / "docs" / "extending.md").read_text()
+    lacking = _without_line(doc, "`progress")
+    assert _kind_hooks() - _documented_hooks(lacking) == {"progress"}
+    invented = doc.replace("`progress", "`progress`, `planted", 1)
+    assert _documented_hooks(invented) - _kind_hooks() == {"planted"}
+
+
+def test_the_checker_finds_a_flag_or_options_field_the_docs_lack() -> None:
+    from test_flag_docs import _FLAG_NAME, DOCS, table_rows
+
+    contracts = (DOCS / "contracts.md").read_text()
+    section = "## 4. Command line"
+    row = next(r for r in table_rows(contracts, section) if "`--model" in r[0])
+    documented = {n for r in table_rows(contracts, section) for n in _FLAG_NAME.findall(r[0])}
+    planted = _without_line(contracts, "| " + row[0])
+    left = {n for r in table_rows(planted, section) for n in _FLAG_NAME.findall(r[0])}
+    assert "--model" in documented - left
+    library = (DOCS / "library.md").read_text()
+    rows = table_rows(_without_line(library, "| `model`"), "`Options` carries")
+    assert not any("`model`" in r[0] for r in rows)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from taskloom.errors import TaskloomError
 from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.narrow import as_agent, as_teammate
+from taskloom.tasks.narrow import as_teammate
 from taskloom.tasks.types import TaskState
 
 if TYPE_CHECKING:
@@ -160,7 +160,9 @@ async def _agents(host: CommandHost, rest: str) -> None:
         definition = catalog.get(name)
         about = " ".join((definition.when_to_use if definition else "").split())
         lines.append(f"  {name:<18} {about[:90]}")
-    running = [s for s in harness.tasks() if as_agent(s) is not None and not s.terminal]
+    # Every agent this session runs (its own subagents and remote ones), as the kinds say.
+    running = [s for s in harness.tasks() if kind_of(s).agent_facts(s) is not None]
+    running = [s for s in running if not s.terminal]
     if running:
         lines.append("Running:")
         lines += [f"  {s.id:<10} {s.description}" for s in running]

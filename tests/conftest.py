@@ -203,6 +203,9 @@ def home(
     module docstring), or starts an end-to-end program without the ``e2e`` mark."""
     path = tmp_path / "home"
     monkeypatch.setenv("TASKLOOM_HOME", str(path))
+    # Transcripts go where Claude Code keeps them: the test's own, never the user's ~/.claude.
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    monkeypatch.delenv("TASKLOOM_TRANSCRIPTS", raising=False)
     temp_before = _temp_entries()
     worktrees_before = _project_worktrees()
     yield path

@@ -20,6 +20,7 @@ from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.types import AgentTaskState
 from taskloom.testing import FunctionModel, ToolCall, Turn
+from taskloom.transcript import sidechain_dir, transcript_path
 
 
 def run_cli(tmp_path: Path, script: dict[str, Any], *args: str, **env: str) -> list[dict[str, Any]]:
@@ -107,9 +108,8 @@ def test_a_stalled_foreground_agent_moves_to_the_background(tmp_path: Path, home
     assert [n["task_id"] for n in notes] == [agent_id]
     texts = json.dumps([e["message"] for e in events if e["type"] == "user"])
     assert "<result>the late answer</result>" in texts
-    sidechain = (
-        home / "sessions" / events[-1]["session_id"] / "subagents" / f"agent-{agent_id}.jsonl"
-    )
+    main = transcript_path(events[-1]["session_id"], home)
+    sidechain = sidechain_dir(main) / f"agent-{agent_id}.jsonl"
     lines = [json.loads(x) for x in sidechain.read_text().splitlines()]
     assert lines[-1]["type"] == "assistant"
     assert lines[-1]["message"]["content"][0]["text"] == "the late answer"

@@ -20,6 +20,7 @@ import pytest
 from helpers import TIME_FACTOR, clean_env, write_turns
 from helpers import json_lines as events
 from helpers import run_cli as run
+from taskloom.transcript import transcript_path
 
 pytestmark = pytest.mark.e2e
 
@@ -141,7 +142,7 @@ def test_a_symlinked_session_directory_is_one_line(tmp_path: Path, home: Path) -
     first = run("-p", "hi", "--output-format", "json", "--model", model, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     session = json.loads(first.stdout)["session_id"]
-    real = home / "sessions" / session
+    real = transcript_path(session, home, tmp_path).parent  # the project's, holding it
     moved = tmp_path / "elsewhere"
     real.rename(moved)
     real.symlink_to(moved, target_is_directory=True)

@@ -65,8 +65,9 @@ async def test_a_command_ending_on_a_full_disk_keeps_its_status_and_no_traceback
 ) -> None:
     home = small_disk / "home"
     monkeypatch.setenv("TASKLOOM_HOME", str(home))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(small_disk / "claude"))  # the transcript too
     filler = small_disk / "filler"
-    transcript = '"$TASKLOOM_HOME/sessions/$TASKLOOM_SESSION_ID/transcript.jsonl"'
+    transcript = "$CLAUDE_CONFIG_DIR/projects/*/$TASKLOOM_SESSION_ID.jsonl"
     # Once the run waits for it (the turn before is in the transcript), the command fills the
     # disk and ends by itself with status 3: its end is recorded while the disk is full.
     command = (

@@ -15,6 +15,7 @@ from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
 from helpers import TIME_FACTOR, clean_env
 from taskloom.agents.peers import socket_path
+from taskloom.transcript import transcript_path
 
 pytestmark = pytest.mark.e2e
 
@@ -156,6 +157,6 @@ def test_an_idle_stream_json_session_is_woken_by_a_peers_message(tmp_path: Path)
             proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
-    transcript = tmp_path / "home" / "sessions" / events[-1]["session_id"] / "transcript.jsonl"
+    transcript = transcript_path(events[-1]["session_id"], tmp_path / "home")
     text = transcript.read_text()
     assert "ping from afar" in text and "Another taskloom session (session:other-session)" in text

@@ -17,6 +17,7 @@ from fake_servers import FakeAnthropicServer
 from helpers import TIME_FACTOR, clean_env, write_turns
 from helpers import json_lines as lines
 from helpers import run_cli as run
+from taskloom.transcript import transcript_path
 
 pytestmark = pytest.mark.e2e
 
@@ -135,7 +136,7 @@ def test_background_command_keeps_the_run_alive_until_its_notification_is_answer
     assert notified[0]["status"] == "completed"
     assert "completed (exit code 0)" in notified[0]["summary"]
     # The transcript holds the notification as a user message.
-    transcript = home / "sessions" / result["session_id"] / "transcript.jsonl"
+    transcript = transcript_path(result["session_id"], home)
     records = [json.loads(x) for x in transcript.read_text().splitlines()]
     notes = [r for r in records if r.get("origin") == "notifications"]
     assert len(notes) == 1 and notes[0]["type"] == "user"

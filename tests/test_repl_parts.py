@@ -28,9 +28,8 @@ from taskloom.permissions import (
     parse_rule,
 )
 from taskloom.repl.asks import LOCAL_SETTINGS, PermissionAsks, save_allow_rule
-from taskloom.session import transcript_path
 from taskloom.testing import ScriptedModel, ToolCall, Turn
-from taskloom.transcript import load_messages, repair
+from taskloom.transcript import load_messages, repair, transcript_path
 
 # -- permission questions -------------------------------------------------------------------------
 

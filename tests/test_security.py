@@ -175,11 +175,11 @@ async def test_search_tools_leave_out_files_a_read_rule_denies(
 # -- the state directory ------------------------------------------------------------------------
 
 
-def _run_in(tmp_path: Path, home: Path) -> Any:
+def _run_in(tmp_path: Path, home: Path, **extra: str) -> Any:
     from helpers import clean_env, run_cli, write_turns
 
     model = write_turns(tmp_path / "turns.yaml", [{"text": "ran"}])
-    env = clean_env(TASKLOOM_HOME=str(home))
+    env = clean_env(TASKLOOM_HOME=str(home), **extra)
     return run_cli("-p", "hi", "--model", model, cwd=tmp_path, env=env)
 
 
@@ -196,7 +196,8 @@ def test_a_symlink_in_the_state_directory_is_refused_not_followed(
     if link == "sessions":
         target.mkdir()
     (home / link).symlink_to(target)
-    proc = _run_in(tmp_path, home)
+    # The transcript in taskloom's state (it writes under ``sessions`` then).
+    proc = _run_in(tmp_path, home, TASKLOOM_TRANSCRIPTS="taskloom")
     assert proc.returncode == 1, proc.stderr
     assert f"{home / link}: refusing a symlink" in proc.stderr
     assert "ran" not in proc.stdout

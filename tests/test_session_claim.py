@@ -41,7 +41,7 @@ CRASH_SCRIPT = """
 import asyncio, json, sys, time
 import psutil
 from taskloom.messages import Message, TextBlock
-from taskloom.session import transcript_path
+from taskloom.transcript import transcript_path
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.shell import run_shell
 from taskloom.transcript import TranscriptWriter

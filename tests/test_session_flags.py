@@ -14,6 +14,7 @@ import pytest
 
 from fake_servers import FakeAnthropicServer
 from helpers import clean_env
+from taskloom.transcript import transcript_path
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +87,7 @@ def test_session_id_names_the_new_session_and_must_be_a_fresh_uuid(
         server.add_turn(text="ok")
         proc = run(a, home, server, "--session-id", chosen)
     assert session_of(proc) == chosen
-    assert (home / "sessions" / chosen / "transcript.jsonl").is_file()
+    assert transcript_path(chosen, home, a).is_file()
     again = run(a, home, None, "--session-id", chosen)
     assert again.returncode == 2 and f"Session ID {chosen} is already in use" in again.stderr
     bad = run(a, home, None, "--session-id", "not-a-uuid")
@@ -98,15 +99,15 @@ def test_fork_session_starts_a_new_id_with_the_old_history(dirs: tuple[Path, Pat
     with FakeAnthropicServer() as server:
         server.add_turn(text="original answer")
         original = session_of(run(a, home, server, prompt="original question"))
-        before = (home / "sessions" / original / "transcript.jsonl").read_bytes()
+        before = transcript_path(original, home, a).read_bytes()
         server.add_turn(text="forked answer")
         forked = run(a, home, server, "--resume", original, "--fork-session", prompt="fork q")
     new = session_of(forked)
     assert new != original
     assert texts(server.requests[-1].body) == ["original question", "original answer", "fork q"]
     # The original conversation is left as it was; the fork has its own transcript.
-    assert (home / "sessions" / original / "transcript.jsonl").read_bytes() == before
-    assert b"fork q" in (home / "sessions" / new / "transcript.jsonl").read_bytes()
+    assert transcript_path(original, home, a).read_bytes() == before
+    assert b"fork q" in transcript_path(new, home, a).read_bytes()
     alone = run(a, home, None, "--fork-session")
     assert alone.returncode == 2 and "--fork-session needs --resume or --continue" in alone.stderr
 
@@ -154,7 +155,7 @@ def test_no_session_persistence_keeps_no_transcript(dirs: tuple[Path, Path, Path
         proc = run(a, home, server, "--no-session-persistence")
     session = session_of(proc)
     assert events(proc)[-1]["result"] == "forgotten"
-    assert not (home / "sessions" / session / "transcript.jsonl").exists()
+    assert not transcript_path(session, home, a).exists()
     again = run(a, home, None, "--resume", session)
     assert again.returncode == 1 and f"No conversation found with session ID: {session}" in (
         again.stderr

@@ -15,6 +15,7 @@ import psutil
 from pydantic import Field
 
 from helpers import TIME_FACTOR
+from taskloom.agents.bookkeeping import sidechain_path
 from taskloom.engine import EngineConfig
 from taskloom.errors import ModelError
 from taskloom.models.base import ModelRequest
@@ -230,7 +231,7 @@ async def test_a_turn_on_the_wrapped_prompt_then_an_idle_notification(tmp_path: 
         assert run.is_idle and state(rt, task_id).is_idle
         assert state(rt, task_id).status == TaskStatus.RUNNING  # idle is not an end
         assert state(rt, task_id).result == "All done: the build is green."
-        transcript = rt.home / "sessions" / rt.session_id / "subagents" / f"agent-{task_id}.jsonl"
+        transcript = sidechain_path(rt, task_id)
         assert "Fix the build." in transcript.read_text()
         await executor.kill(member)
         assert state(rt, task_id).status == TaskStatus.KILLED

@@ -138,7 +138,7 @@ def main_config(
         mcp: The session's MCP servers (a coordinator's prompt names those connected).
     """
     from taskloom.engine_config import EngineConfig
-    from taskloom.session import transcript_path
+    from taskloom.transcript import transcript_path
 
     return EngineConfig(
         model=model,
@@ -156,7 +156,7 @@ def main_config(
         hooks=hooks,
         cwd_source=lambda: place.cwd,
         session_id=runtime.session_id,
-        transcript_path=str(transcript_path(runtime.session_id, runtime.home)),
+        transcript_path=str(transcript_path(runtime.session_id, runtime.home, runtime.cwd)),
         observer=observer,
         # The session's budget is the spawner's (see taskloom.agents.compose.agent_service).
         meter=service.spawner.budgets.meter(runtime.session_id),

@@ -1,8 +1,9 @@
 """A Session: the runtime, the main conversation and its transcript.
 
-``$TASKLOOM_HOME/sessions/<id>/transcript.jsonl`` receives every message as it enters the
-conversation; ``Session.resume`` reads it back so a later process continues where this one
-stopped (the runtime, opened with the same session id, replays undelivered notifications).
+The session's transcript (Claude Code's, where :func:`taskloom.transcript.transcript_path`
+says) receives every message as it enters the conversation; ``Session.resume`` reads it back
+so a later process continues where this one stopped (the runtime, opened with the same session
+id, replays undelivered notifications).
 """
 
 from __future__ import annotations
@@ -16,15 +17,10 @@ from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UsageError, UserError
 from taskloom.messages import Message
 from taskloom.quoting import quote
-from taskloom.settings import db_path, session_dir
+from taskloom.settings import db_path
 from taskloom.tasks.mailbox import MESSAGES, Letter
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.transcript import TranscriptWriter, load_messages
-
-
-def transcript_path(session_id: str, home: Path | None = None) -> Path:
-    """Where a session's transcript lives."""
-    return session_dir(session_id, home) / "transcript.jsonl"
+from taskloom.transcript import TranscriptWriter, copy_transcript, load_messages, transcript_path
 
 
 class Session:
@@ -49,7 +45,7 @@ class Session:
         self._source = "resume" if messages else "startup"
         self._hooked_start = False
         self._start_context: list[str] = []
-        path = transcript_path(self.id, runtime.home) if persist else None
+        path = transcript_path(self.id, runtime.home, runtime.cwd) if persist else None
         self.recorder = Recorder(self.engine, path)
         self.recorder.open()
 
@@ -61,7 +57,7 @@ class Session:
     @classmethod
     def resume(cls, runtime: TaskRuntime, config: EngineConfig, *, persist: bool = True) -> Session:
         """Continue the conversation recorded for ``runtime.session_id``."""
-        path = transcript_path(runtime.session_id, runtime.home)
+        path = transcript_path(runtime.session_id, runtime.home, runtime.cwd)
         session = cls(runtime, config, load_messages(path), persist=persist)
         session.recorder.repair()
         return session
@@ -198,7 +194,7 @@ def find_conversation(
         UserError: No conversation to continue, or none with that id.
         UsageError: ``session_id`` names a session that exists.
     """
-    if session_id is not None and transcript_path(session_id).exists():
+    if session_id is not None and transcript_path(session_id, cwd=cwd).exists():
         raise UsageError(f"Session ID {session_id} is already in use")
     source = resume
     if source is None and continue_session:
@@ -207,13 +203,12 @@ def find_conversation(
             raise UserError(f"No conversation found to continue in {cwd}")
     if source is None:
         return None
-    if not transcript_path(source).is_file():
+    recorded = transcript_path(source, cwd=cwd)
+    if not recorded.is_file():
         raise UserError(f"No conversation found with session ID: {source}")
     if not fork:
         return source
-    copy = transcript_path(new_id)
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_bytes(transcript_path(source).read_bytes())
+    copy_transcript(recorded, transcript_path(new_id, cwd=cwd), new_id)
     return new_id
 
 
@@ -229,6 +224,6 @@ def latest_session_id(cwd: Path, home: Path | None = None) -> str | None:
         sessions = [s.id for s in store.list_sessions() if s.cwd == str(cwd)]
     finally:
         store.close()
-    recorded = [(transcript_path(s, home), s) for s in sessions]
+    recorded = [(transcript_path(s, home, cwd), s) for s in sessions]
     found = [(p.stat().st_mtime, s) for p, s in recorded if p.is_file()]
     return max(found)[1] if found else None

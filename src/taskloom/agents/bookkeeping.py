@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from taskloom.engine import AssistantTurn, EngineEvent, UserTurn
-from taskloom.settings import session_dir
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.usage import Figures
+from taskloom.transcript import sidechain_dir, transcript_path
 
 if TYPE_CHECKING:
     from taskloom.conversation.recorder import Recorder
@@ -29,14 +29,18 @@ if TYPE_CHECKING:
 def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = None) -> Path:
     """Where an agent's transcript lives: in its session's ``subagents`` directory.
 
+    That is next to the session's transcript (see :func:`taskloom.transcript.sidechain_dir`):
+    ``<project>/<session id>/subagents/`` where Claude Code keeps them.
+
     Args:
-        runtime: The runtime it runs in (its home).
+        runtime: The runtime it runs in (its home and working directory).
         task_id: Its task id.
         session_id: The session it belongs to (default: the runtime's own; a pane teammate's
             is its lead's).
     """
     session = session_id or runtime.session_id
-    return session_dir(session, runtime.home) / "subagents" / f"agent-{task_id}.jsonl"
+    main = transcript_path(session, runtime.home, runtime.cwd)
+    return sidechain_dir(main) / f"agent-{task_id}.jsonl"
 
 
 def recorded(state: AgentTaskState) -> Figures:

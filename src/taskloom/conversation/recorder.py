@@ -86,7 +86,9 @@ class Recorder:
     def open(self) -> None:
         """Open the transcript for appending (nothing if it is open already)."""
         if self._writer is None and self.path is not None:
-            self._writer = TranscriptWriter(self.path, self.runtime.session_id)
+            self._writer = TranscriptWriter(
+                self.path, self.runtime.session_id, cwd=self.runtime.cwd
+            )
 
     def close(self) -> None:
         """Close the transcript (nothing if it is closed); :meth:`open` may open it again."""
@@ -196,7 +198,7 @@ class Recorder:
         # A finished run's transcript is closed: opened for these lines only.
         temporary = writer is None
         if writer is None:
-            writer = TranscriptWriter(self.path, self.runtime.session_id)
+            writer = TranscriptWriter(self.path, self.runtime.session_id, cwd=self.runtime.cwd)
         try:
             for message in messages:
                 writer.append(message, origin=origin)

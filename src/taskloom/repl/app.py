@@ -44,7 +44,6 @@ from taskloom.repl.keys import key_bindings
 from taskloom.repl.panel import TaskPanel, count, grace_from
 from taskloom.repl.screen import build_application, write_lines
 from taskloom.repl.transcript import Line, TranscriptView, call_line, landed
-from taskloom.session import transcript_path
 from taskloom.settings import (
     ensure_private_dir,
     find_project_root,
@@ -52,6 +51,7 @@ from taskloom.settings import (
     taskloom_home,
 )
 from taskloom.tasks.kinds import kind_of
+from taskloom.transcript import transcript_path
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class Repl:
             if resume == old.session_id:
                 self.say(f"Session {resume} is the one open here.", "error")
                 return
-            if not transcript_path(resume, old.runtime.home).is_file():
+            if not transcript_path(resume, old.runtime.home, old.runtime.cwd).is_file():
                 self.say(f"No conversation found with session ID: {resume}", "error")
                 return
         options = dataclasses.replace(

@@ -201,7 +201,7 @@ async def _resume(host: CommandHost, rest: str) -> None:
         return
     harness = host.harness
     if not rest:
-        from taskloom.session import transcript_path
+        from taskloom.transcript import transcript_path
 
         cwd = str(harness.cwd.resolve())  # as sessions are recorded
         mine = [
@@ -209,7 +209,7 @@ async def _resume(host: CommandHost, rest: str) -> None:
             for s in harness.runtime.store.list_sessions()
             if s.cwd == cwd and s.id != harness.session_id
         ]
-        kept = [s for s in mine if transcript_path(s.id, harness.runtime.home).is_file()][:10]
+        kept = [s for s in mine if transcript_path(s.id, harness.runtime.home, cwd).is_file()][:10]
         if not kept:
             host.say("No earlier conversation in this directory.")
             return

@@ -174,6 +174,28 @@ def private_dir(path: Path) -> Path:
     return ensure_private_dir(path)
 
 
+def agent_meta_path(sidechain: Path) -> Path:
+    """The ``agent-<id>.meta.json`` beside a sidechain: what the SDKs read of its agent."""
+    return sidechain.with_name(sidechain.name.removesuffix(".jsonl") + ".meta.json")
+
+
+def write_agent_meta(sidechain: Path, meta: dict[str, Any]) -> None:
+    """Write the metadata of a sidechain's agent beside it, once (a resumed run keeps it).
+
+    ``meta`` holds Claude Code's fields: ``agentType``, ``description``, ``toolUseId`` (the
+    Agent call that started it: the SDKs give its messages that ``parent_tool_use_id``) and,
+    for an agent started by another, ``parentAgentId``; None values are left out.
+    """
+    target = agent_meta_path(sidechain)
+    private_dir(target.parent)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(_compact({k: v for k, v in meta.items() if v is not None}))
+
+
 def _compact(record: dict[str, Any]) -> str:
     """One record as a line, compact as Claude Code writes them.
 

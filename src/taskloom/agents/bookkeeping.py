@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from taskloom.engine import AssistantTurn, EngineEvent, UserTurn
+from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.output import DiskTaskOutput
 from taskloom.tasks.usage import Figures
-from taskloom.transcript import sidechain_dir, transcript_path
+from taskloom.transcript import sidechain_dir, transcript_path, write_agent_meta
 
 if TYPE_CHECKING:
     from taskloom.conversation.recorder import Recorder
@@ -92,11 +93,34 @@ class RunBooks:
         self.output: DiskTaskOutput | None = None
 
     def open(self) -> None:
-        """Open its transcript and its output file (a resumed run goes on in the same file)."""
+        """Open its transcript and its output file (a resumed run goes on in the same file).
+
+        Its transcript's metadata (see :func:`~taskloom.transcript.write_agent_meta`) is
+        written from its task's state the first time.
+        """
         self.recorder.open()
+        self._write_meta()
         path, cap = self.output_file, self.recorder.runtime.output_cap
         opened = DiskTaskOutput.reopen if path.exists() else DiskTaskOutput
         self.output = opened(path, cap)
+
+    def _write_meta(self) -> None:
+        path, runtime = self.recorder.path, self.recorder.runtime
+        state = runtime.get(self.task_id)
+        if path is None or state is None:
+            return
+        owner, agent = state.owner, as_agent(state)
+        write_agent_meta(
+            path,
+            {
+                # A teammate has no agent type of its own: Claude Code's field is left out.
+                "agentType": agent.agent_type if agent is not None else None,
+                "description": state.description,
+                "toolUseId": state.tool_use_id,
+                # Started by another agent (not by its session's main thread).
+                "parentAgentId": owner if owner and owner != state.session_id else None,
+            },
+        )
 
     def close(self) -> None:
         """Close both (a run that never opened them closes nothing)."""

@@ -334,12 +334,15 @@ def load_messages(path: Path) -> list[Message]:
     for number, record in _records(path):
         if record.get("type") not in MESSAGE_TYPES or record.get("isMeta"):
             continue
+        raw = record.get("message")
+        if isinstance(raw, dict) and isinstance(raw.get("content"), str):
+            # Claude Code writes a plain prompt as a string.
+            raw = {**raw, "content": [{"type": "text", "text": raw["content"]}]}
         try:
-            message = Message.model_validate(record["message"])
-        except (ValueError, KeyError, TypeError) as exc:
+            message = Message.model_validate(raw)
+        except (ValueError, TypeError) as exc:
             log.warning("%s:%d: unreadable transcript line skipped (%s)", path, number, exc)
             continue
-        raw = record["message"]
         answer_id = raw.get("id") if isinstance(raw, dict) and message.role == "assistant" else None
         if answer_id and answer_id == last_id and messages and messages[-1].role == "assistant":
             messages[-1] = Message(

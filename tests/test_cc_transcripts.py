@@ -111,6 +111,14 @@ def test_the_sdk_lists_a_taskloom_session_and_reads_its_messages_in_order(projec
         ("assistant", "It printed hi."),
     ]
     assert {m.session_id for m in messages} == {session}
+    records = [json.loads(x) for x in expected.read_text().splitlines()]
+    assert records[1] == {
+        "type": "last-prompt",
+        "lastPrompt": "Q1",
+        "leafUuid": messages[0].uuid,
+        "sessionId": session,
+    }
+    assert all(r["cwd"] == str(project.resolve()) for r in records if "message" in r)
     # Also found with no directory given (every project is searched).
     assert [m.uuid for m in get_session_messages(session)] == [m.uuid for m in messages]
 
@@ -136,7 +144,8 @@ def test_resume_and_continue_read_the_file_and_extend_its_chain(project: Path) -
         ("assistant", "A3"),
     ]
     [info] = list_sessions(directory=str(project))
-    assert info.session_id == session and info.first_prompt == "Q1"
+    # Listed by its latest prompt, as Claude Code's are (its last-prompt records).
+    assert info.session_id == session and info.first_prompt == "Q1" and info.summary == "Q3"
 
 
 @pytest.mark.e2e

@@ -61,7 +61,9 @@ def notifications_waiting(rt: TaskRuntime) -> list[MailRow]:
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The transcript's message lines (not the last-prompt records after prompts)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in records if "message" in r]
 
 
 async def drain(recorder: Recorder, prompt: str | None) -> list[EngineEvent]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from taskloom._version import __version__
 from taskloom.errors import UsageError, UserError
-from taskloom.messages import Message, ToolResultBlock
+from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.settings import ensure_private_dir, refuse_symlinks, session_dir
 from taskloom.untrusted import clean_text
 
@@ -48,6 +48,10 @@ OWN_NAME = "transcript.jsonl"
 MAX_KEY_LENGTH = 200
 #: The message records of a transcript (the other lines are titles, tags, bookkeeping).
 MESSAGE_TYPES = ("user", "assistant")
+#: The most of a prompt a ``last-prompt`` record keeps (the SDKs show it as a summary).
+LAST_PROMPT_CHARS = 200
+#: How the texts the engine adds to a conversation start: none is a prompt of the user's.
+NOT_PROMPTS = ("[Request interrupted", "<task-notification>", "<system-reminder>")
 #: How much of a transcript's end is read to find the message a new one follows.
 TAIL_BYTES = 256 * 1024
 
@@ -237,7 +241,11 @@ class TranscriptWriter:
         }
 
     def append(self, message: Message, **extra: Any) -> str:
-        """Write one message; returns its uuid."""
+        """Write one message; returns its uuid.
+
+        A prompt (``origin="prompt"``) of a main transcript is followed by Claude Code's
+        ``last-prompt`` record: the SDKs' session lists show it as the session's summary.
+        """
         line_id = str(uuid.uuid4())
         record = {
             "parentUuid": self._last_uuid,
@@ -253,7 +261,27 @@ class TranscriptWriter:
         }
         self._write(record)
         self._last_uuid = line_id
+        if extra.get("origin") == "prompt" and not self._fields["isSidechain"]:
+            self._last_prompt(message, line_id)
         return line_id
+
+    def _last_prompt(self, message: Message, line_id: str) -> None:
+        # The prompt's own text comes first; what the engine joined to it (notifications,
+        # messages, an interrupt's note) follows in blocks of its own.
+        texts = [b.text for b in message.content if isinstance(b, TextBlock) and b.text.strip()]
+        text = " ".join(texts[0].split()) if texts else ""
+        if not text or text.startswith(NOT_PROMPTS):
+            return
+        if len(text) > LAST_PROMPT_CHARS:
+            text = text[:LAST_PROMPT_CHARS].rstrip() + "\u2026"
+        self._write(
+            {
+                "type": "last-prompt",
+                "lastPrompt": text,
+                "leafUuid": line_id,
+                "sessionId": self.session_id,
+            }
+        )
 
     def _write(self, record: dict[str, Any]) -> None:
         line, replaced = clean_text(_compact(record))

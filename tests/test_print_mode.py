@@ -138,7 +138,7 @@ def test_background_command_keeps_the_run_alive_until_its_notification_is_answer
     # The transcript holds the notification as a user message.
     transcript = transcript_path(result["session_id"], home)
     records = [json.loads(x) for x in transcript.read_text().splitlines()]
-    notes = [r for r in records if r.get("origin") == "notifications"]
+    notes = [r for r in records if r.get("taskloomOrigin") == "notifications"]
     assert len(notes) == 1 and notes[0]["type"] == "user"
     assert "<task-notification>" in notes[0]["message"]["content"][0]["text"]
     # Messages only: the prompt's last-prompt record (Claude Code's) follows it.

@@ -91,7 +91,7 @@ async def test_every_message_is_recorded_in_order_before_it_is_passed_on(tmp_pat
     assert isinstance(event, Finished) and event.result == "Done."
     recorded = lines(path)
     assert [r["type"] for r in recorded] == seen == ["user", "assistant", "user", "assistant"]
-    assert [r.get("origin") for r in recorded] == ["prompt", None, "tool_results", None]
+    assert [r.get("taskloomOrigin") for r in recorded] == ["prompt", None, "tool_results", None]
     assert [r["parentUuid"] for r in recorded[1:]] == [r["uuid"] for r in recorded[:-1]]
     assert [m.wire() for m in load_messages(path)] == [m.wire() for m in recorder.engine.messages]
 
@@ -131,7 +131,7 @@ async def test_a_stop_hook_exiting_2_sends_the_agent_back_with_its_stderr_a_boun
         MAX_STOP_CONTINUATIONS - 1
     )
     # The continuations are recorded like any prompt.
-    prompts = [r for r in lines(path) if r.get("origin") == "prompt"]
+    prompts = [r for r in lines(path) if r.get("taskloomOrigin") == "prompt"]
     assert len(prompts) == MAX_STOP_CONTINUATIONS + 1
     assert all(
         Message.model_validate(r["message"]).text() == "check the tests" for r in prompts[1:]
@@ -206,7 +206,7 @@ async def test_resume_repair_records_the_added_tool_results(
         # A transcript it opened for the repair only is closed again; an open one stays open.
         assert (recorder.transcript is not None) == open_first
         [line] = lines(path)
-        assert line["origin"] == "tool_results"
+        assert line["taskloomOrigin"] == "tool_results"
         assert Message.model_validate(line["message"]) == added[0]
         # The conversation is one the API accepts: the next request alternates roles.
         recorder.open()
@@ -270,4 +270,4 @@ async def test_notifications_not_recorded_stay_undelivered(tmp_path: Path) -> No
         # Never recorded, so never delivered: a resume would replay it.
         [row] = notifications_waiting(rt)
         assert row.recipient == rt.session_id
-    assert not any(r.get("origin") == "notifications" for r in lines(path))
+    assert not any(r.get("taskloomOrigin") == "notifications" for r in lines(path))

@@ -12,11 +12,11 @@ one transcript per session: a recorded one is found (and continued) wherever it 
 
 Each line: ``{"parentUuid", "isSidechain", "type": "user"|"assistant", "message": {...},
 "uuid", "timestamp", "sessionId", "cwd", "version", "userType"}`` (a sidechain's also
-``"agentId"``), plus ``"origin"`` for user messages (``prompt``, ``tool_results``,
-``notifications``). ``parentUuid`` chains every message to the one before it, across resumes.
-Lines are appended and flushed one by one, so a crash loses at most the message being
-written; a torn last line is ignored on load, and so are the lines that are not messages
-(titles, tags and the other records Claude Code's tools append).
+``"agentId"``), plus ``"taskloomOrigin"`` for user messages (``prompt``, ``tool_results``,
+``notifications``, ``messages``). ``parentUuid`` chains every message to the one before it,
+across resumes. Lines are appended and flushed one by one, so a crash loses at most the
+message being written; a torn last line is ignored on load, and so are the lines that are not
+messages (titles, tags and the other records Claude Code's tools append).
 """
 
 from __future__ import annotations
@@ -240,12 +240,18 @@ class TranscriptWriter:
             "userType": "external",
         }
 
-    def append(self, message: Message, **extra: Any) -> str:
+    def append(self, message: Message, *, origin: str | None = None) -> str:
         """Write one message; returns its uuid.
 
-        A prompt (``origin="prompt"``) of a main transcript is followed by Claude Code's
-        ``last-prompt`` record: the SDKs' session lists show it as the session's summary.
+        Args:
+            message: The message.
+            origin: What a user message is (``prompt``, ``tool_results``, ``notifications``,
+                ``messages``), kept as ``taskloomOrigin``: Claude Code's own ``origin`` is
+                an object of another meaning (the SDKs read it as the message's provenance).
+                A prompt of a main transcript is followed by Claude Code's ``last-prompt``
+                record: the SDKs' session lists show it as the session's summary.
         """
+        extra = {"taskloomOrigin": origin} if origin is not None else {}
         line_id = str(uuid.uuid4())
         record = {
             "parentUuid": self._last_uuid,
@@ -261,7 +267,7 @@ class TranscriptWriter:
         }
         self._write(record)
         self._last_uuid = line_id
-        if extra.get("origin") == "prompt" and not self._fields["isSidechain"]:
+        if origin == "prompt" and not self._fields["isSidechain"]:
             self._last_prompt(message, line_id)
         return line_id
 

@@ -273,6 +273,19 @@ def test_the_variable_takes_claude_or_taskloom_only(monkeypatch: pytest.MonkeyPa
         transcript_path(session)
 
 
+def test_a_config_directory_that_cannot_be_made_leaves_them_in_taskloom_s_state(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(blocker / "claude"))
+    session = str(uuid.uuid4())
+    assert (
+        transcript_path(session, cwd=tmp_path) == home / "sessions" / session / "transcript.jsonl"
+    )
+    assert "cannot be created" in caplog.text
+
+
 def test_a_reopened_transcript_chains_on_from_its_last_message(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     first = TranscriptWriter(path, "s")

@@ -119,7 +119,8 @@ def transcript_path(
 
     A recorded one is looked for in the project directory of ``cwd``, in taskloom's state,
     then in every project directory (a session started elsewhere); a session with none gets
-    the place :func:`claude_transcripts` chooses.
+    the place :func:`claude_transcripts` chooses (taskloom's state, with a warning, when
+    Claude Code's directory cannot be created).
 
     Args:
         session_id: The session.
@@ -144,7 +145,29 @@ def transcript_path(
             elsewhere = []
         if elsewhere:
             return elsewhere[0]
+    if claude and not _creatable(here.parent):
+        # A home that cannot be written (a read-only one, a sandbox's) must not stop a run
+        # that taskloom's own state directory would record.
+        if here.parent not in _WARNED:
+            _WARNED.add(here.parent)
+            log.warning("%s cannot be created: transcripts are kept in %s", here.parent, own)
+        return own
     return here if claude else own
+
+
+#: The project directories a warning said could not be created (said once a process).
+_WARNED: set[Path] = set()
+
+
+def _creatable(directory: Path) -> bool:
+    """Whether ``directory`` is a writable directory, or could be made one.
+
+    As far as the permissions of its nearest existing ancestor tell.
+    """
+    probe = directory
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
 
 
 def sidechain_dir(transcript: Path) -> Path:

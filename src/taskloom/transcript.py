@@ -21,6 +21,7 @@ messages (titles, tags and the other records Claude Code's tools append).
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -140,7 +141,8 @@ def transcript_path(
             return candidate
     if "/" not in session_id and session_id not in ("", ".", ".."):
         try:
-            elsewhere = sorted(p for p in projects.glob(f"*/{name}") if p.is_file())
+            found = projects.glob(f"*/{glob.escape(name)}")  # an id is no pattern
+            elsewhere = sorted(p for p in found if p.is_file())
         except OSError:
             elsewhere = []
         if elsewhere:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from taskloom.errors import ToolError, quoted
+from taskloom.tools import responses
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 if TYPE_CHECKING:
@@ -302,7 +303,10 @@ def render(result: SpawnResult) -> ToolResult:
         if result.extra.get("cluster"):  # a remote agent's first: where it runs, what it cost
             text += f"\ncluster: {result.extra['cluster']}"
             data["cluster"] = result.extra["cluster"]
-        return ToolResult(text, data=data)
+        response = responses.agent_launched(
+            result.agent_id, result.description, result.prompt, result.output_file
+        )
+        return ToolResult(text, data=data, response=response)
     if result.extra:
         data.update(result.extra)
     data.update(
@@ -315,4 +319,13 @@ def render(result: SpawnResult) -> ToolResult:
         f"{result.content}\n\n{how}\n<usage>total_tokens: {result.total_tokens}\n"
         f"tool_uses: {result.total_tool_uses}\nduration_ms: {result.duration_ms}</usage>"
     )
-    return ToolResult(text, data=data)
+    response = responses.agent_completed(
+        result.agent_id,
+        result.agent_type,
+        result.prompt,
+        result.content,
+        duration_ms=result.duration_ms,
+        total_tokens=result.total_tokens,
+        tool_uses=result.total_tool_uses,
+    )
+    return ToolResult(text, data=data, response=response)

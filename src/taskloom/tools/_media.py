@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 from taskloom.messages import MAX_IMAGE_BASE64_BYTES
+from taskloom.tools import responses
 from taskloom.tools.base import ToolResult, tool_error
 
 if TYPE_CHECKING:
@@ -156,5 +157,8 @@ def read_image(path: str, kind: str) -> tuple[ToolResult, int | None]:
     text = f"Image {width}x{height} {kind}, {human_size(len(data))}: {path}"
     details = {"type": "image", "filePath": path, "mediaType": media_type, "bytes": len(data)}
     details |= {"width": width, "height": height}
-    result = ToolResult(text, data=details, blocks=[ImageBlock(source=source)])
+    response = responses.read_image(
+        source.data, media_type, original_size=stat.st_size, width=width, height=height
+    )
+    result = ToolResult(text, data=details, blocks=[ImageBlock(source=source)], response=response)
     return result, stat.st_mtime_ns

@@ -12,6 +12,7 @@ import os
 import re
 from typing import Any
 
+from taskloom.tools import responses
 from taskloom.tools._text import budget_chars
 from taskloom.tools.base import ToolResult, tool_error
 
@@ -161,4 +162,6 @@ def _pages_text(
     if note:
         text += f"\n\n<system-reminder>{note.strip()}</system-reminder>"
     data = {"type": "pdf", "filePath": path, "numPages": count, "pages": shown}
-    return ToolResult(text, data=data)
+    size = os.path.getsize(path)
+    response = responses.read_pdf(path, original_size=size, pages=shown, text="\n\n".join(chunks))
+    return ToolResult(text, data=data, response=response)

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
 from taskloom.settings import whole_number
+from taskloom.tools import responses
 from taskloom.tools.base import ToolResult, tool_error
 
 DEFAULT_LIMIT = 2000
@@ -118,7 +119,8 @@ def read_text(
             )
         if not head:
             note = "<system-reminder>Warning: the file exists but the contents are empty."
-            return ToolResult(note + "</system-reminder>"), stat.st_mtime_ns
+            empty = responses.read_text(path, "", start_line=1, num_lines=0, total_lines=0)
+            return ToolResult(note + "</system-reminder>", response=empty), stat.st_mtime_ns
         if whole and stat.st_size > MAX_FILE_BYTES:
             return too_large(path, stat.st_size), None
         f.seek(0)
@@ -142,7 +144,14 @@ def read_text(
     }
     if page.capped:
         data["nextOffset"] = page.last + 1
-    return ToolResult(text, data=data), stat.st_mtime_ns
+    response = responses.read_text(
+        path,
+        "\n".join(page.shown),
+        start_line=start,
+        num_lines=len(page.shown),
+        total_lines=page.total,
+    )
+    return ToolResult(text, data=data, response=response), stat.st_mtime_ns
 
 
 class _Page:

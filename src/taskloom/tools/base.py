@@ -54,12 +54,16 @@ class ToolResult:
         data: Structured detail for programmatic consumers (``stream-json``), optional.
         blocks: Content blocks the model sees after ``content`` (an image Read shows), in
             the canonical (Anthropic) form; ``content`` stays the text hooks and logs see.
+        response: The result in Claude Code's shape for this tool, the ``tool_response``
+            PostToolUse hooks see (built by :mod:`taskloom.tools.responses`); None: hooks
+            see ``data``, or ``content``.
     """
 
     content: str
     is_error: bool = False
     data: dict[str, Any] | None = None
     blocks: list[ToolResultContent] | None = None
+    response: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

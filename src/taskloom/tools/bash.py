@@ -19,6 +19,7 @@ from taskloom.settings import whole_number
 from taskloom.tasks.output import read_delta
 from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ShellOutcome, run_shell
 from taskloom.tasks.types import TaskStatus
+from taskloom.tools import responses
 from taskloom.tools._exit_meaning import exit_meaning
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 from taskloom.tools.overflow import results_dir, save_file
@@ -157,7 +158,12 @@ class BashTool(Tool[BashInput]):
             "backgrounded": outcome.backgrounded,
         }
         if outcome.backgrounded:
-            return ToolResult(_background_text(outcome, timeout_s, notes), data=data)
+            waited = int(timeout_s * 1000) if outcome.timed_out else None
+            response = responses.bash(
+                "", background_task_id=outcome.task_id, timed_out_after_ms=waited
+            )
+            text = _background_text(outcome, timeout_s, notes)
+            return ToolResult(text, data=data, response=response)
         if workdir is not None:
             moved = workdir.moved(outcome.cwd)
             notes += [moved] if moved else []
@@ -221,4 +227,9 @@ def _result(
         if meaning is not None:
             data["returnCodeInterpretation"] = meaning
     text = "\n".join(part for part in [output, *tail, *notes] if part)
-    return ToolResult(text, is_error=error, data=data)
+    response = responses.bash(
+        output,
+        interrupted=outcome.timed_out or outcome.status == TaskStatus.KILLED,
+        return_code_interpretation=data.get("returnCodeInterpretation"),
+    )
+    return ToolResult(text, is_error=error, data=data, response=response)

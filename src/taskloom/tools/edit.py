@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
+from taskloom.tools import responses
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 from taskloom.tools.read import (
     check_fresh,
@@ -116,8 +117,18 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
             created.write(params.new_string.encode("utf-8"))
             created.flush()
             ctx.files.seen[path] = os.fstat(created.fileno()).st_mtime_ns
+        response = responses.edit(
+            path,
+            "",
+            params.new_string,
+            original=None,
+            updated=params.new_string,
+            replace_all=params.replace_all,
+        )
         return ToolResult(
-            f"File created successfully at: {path}", data={"type": "create", "filePath": path}
+            f"File created successfully at: {path}",
+            data={"type": "create", "filePath": path},
+            response=response,
         )
     with f:
         stale = check_fresh(path, os.fstat(f.fileno()).st_mtime_ns, ctx, "editing")
@@ -143,6 +154,14 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
         f"The file {path} has been updated.{what} Here's the result of running `cat -n` on a "
         f"snippet of the edited file:\n{snippet}",
         data={"type": "update", "filePath": path},
+        response=responses.edit(
+            path,
+            params.old_string,
+            params.new_string,
+            original=text,
+            updated=new_text,
+            replace_all=bool(params.replace_all),
+        ),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
+from taskloom.tools import responses
 from taskloom.tools._walk import _MAGIC, VCS_DIRS, glob_to_regex, iter_search_files
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
@@ -95,20 +96,30 @@ class Glob(Tool[GlobInput]):
             return tool_error(f"Path is not a directory: {base}. Glob searches directories.")
         if not params.pattern:
             return tool_error("pattern must not be empty.")
+        began = time.monotonic()
         start, regex, max_depth = compile_pattern(base, params.pattern)
         walk = await asyncio.to_thread(
             _walk_glob, start, regex, max_depth, ctx.read_denied or _nothing_denied
         )
-        if not walk.newest:
-            return ToolResult("No files found" + ("" if walk.complete else _INCOMPLETE))
         # Shown the way ripgrep's --sort=modified does: oldest first, the newest file last.
         lines = [path for _, path in sorted(walk.newest)]
         truncated = walk.total > MAX_RESULTS
+        response = responses.glob(
+            lines,
+            cwd=str(ctx.cwd),
+            total=walk.total,
+            truncated=truncated,
+            duration_ms=round((time.monotonic() - began) * 1000),
+        )
+        if not walk.newest:
+            text = "No files found" + ("" if walk.complete else _INCOMPLETE)
+            return ToolResult(text, response=response)
         if truncated:
             lines.append(TRUNCATED_NOTE)
         if not walk.complete:
             lines.append(_INCOMPLETE.strip())
-        return ToolResult("\n".join(lines), data={"numFiles": walk.total, "truncated": truncated})
+        data = {"numFiles": walk.total, "truncated": truncated}
+        return ToolResult("\n".join(lines), data=data, response=response)
 
 
 #: What Claude Code appends when it leaves files out.

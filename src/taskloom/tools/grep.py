@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from taskloom.tools import responses
 from taskloom.tools._walk import is_binary_file
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 from taskloom.tools.grep_search import (
@@ -317,7 +318,7 @@ def format_result(
     incomplete = "" if found.complete else _INCOMPLETE
     if not found.lines:
         empty = "No files found" if q.mode == "files_with_matches" else "No matches found"
-        return ToolResult(empty + incomplete)
+        return ToolResult(empty + incomplete, response=responses.grep(q.mode, [], total=0))
     if q.mode == "files_with_matches":
         entries = _relative(_newest_first(found.lines), q.root, cwd)
     else:
@@ -329,7 +330,8 @@ def format_result(
     data: dict[str, Any] = {"mode": q.mode, "numEntries": len(entries)}
     if not page:
         text = f"No {unit} at offset {offset}: there are {len(entries)} in all."
-        return ToolResult(text + incomplete, data=data)
+        response = responses.grep(q.mode, [], total=len(entries), applied_offset=offset)
+        return ToolResult(text + incomplete, data=data, response=response)
     body = "\n".join(page)
     if q.mode == "files_with_matches":
         body = f"Found {_plural(len(page), 'file')}\n{body}"
@@ -341,7 +343,14 @@ def format_result(
     if cut or offset:
         body += "\n\n" + _pagination_note(limit, offset, len(page), len(entries), unit)
         data.update(appliedLimit=limit if cut else None, appliedOffset=offset or None)
-    return ToolResult(body + incomplete, data=data)
+    response = responses.grep(
+        q.mode,
+        page,
+        total=len(entries),
+        applied_limit=data.get("appliedLimit"),
+        applied_offset=data.get("appliedOffset"),
+    )
+    return ToolResult(body + incomplete, data=data, response=response)
 
 
 _INCOMPLETE = (

@@ -15,6 +15,7 @@ from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.narrow import as_shell
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import TaskState
+from taskloom.tools import responses
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 MAX_OUTPUT_BYTES = 30_000
@@ -132,7 +133,18 @@ class TaskOutputTool(Tool[TaskOutputInput]):
             state = await ctx.runtime.wait(state.id, timeout=params.timeout / 1000)
         retrieval = "success" if state.terminal else ("timeout" if params.block else "not_ready")
         text, data = describe(ctx.runtime, state, retrieval)
-        return ToolResult(text, data=data)
+        output = data.get("output", data.get("result"))
+        code = data.get("exit_code")
+        response = responses.task_output(
+            retrieval,
+            task_id=state.id,
+            task_type=state.type.value,
+            status=state.status.value,
+            description=state.description,
+            output=output if isinstance(output, str) else "",
+            exit_code=code if isinstance(code, int) else None,
+        )
+        return ToolResult(text, data=data, response=response)
 
 
 class TaskStopInput(ToolInput):
@@ -195,4 +207,5 @@ class TaskStopTool(Tool[TaskStopInput]):
             "command": what,
             "status": final.status.value,
         }
-        return ToolResult(message, data=data)
+        response = responses.task_stop(task_id, final.type.value, what)
+        return ToolResult(message, data=data, response=response)

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from taskloom.tools import responses
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 from taskloom.tools.read import check_fresh, resolve_file_path, target_path
 
@@ -71,6 +72,7 @@ class Write(Tool[WriteInput]):
             stat = None
         except OSError as exc:
             return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
+        original: str | None = None
         try:
             if stat is None:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -80,6 +82,7 @@ class Write(Tool[WriteInput]):
                 stale = check_fresh(path, stat.st_mtime_ns, ctx, "writing to")
                 if stale is not None:
                     return stale
+                original = _text_of(path)
                 if _uses_crlf(path) and "\r\n" not in content:
                     # The model saw the file without its \r (Read strips them): keep the
                     # file's convention rather than silently converting it to LF.
@@ -90,14 +93,24 @@ class Write(Tool[WriteInput]):
         except OSError as exc:
             return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
         ctx.files.seen[path] = mtime_ns
+        response = responses.write(path, params.content, original=original)
         if stat is None:
             return ToolResult(
-                f"File created successfully at: {path}", data={"type": "create", "filePath": path}
+                f"File created successfully at: {path}",
+                data={"type": "create", "filePath": path},
+                response=response,
             )
         return ToolResult(
             f"The file {path} has been updated successfully.",
             data={"type": "update", "filePath": path},
+            response=response,
         )
+
+
+def _text_of(path: str) -> str:
+    """The file as text, for the hooks' ``originalFile`` (undecodable bytes replaced)."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", errors="replace")
 
 
 def _write(path: str, content: str, mode: str) -> int:

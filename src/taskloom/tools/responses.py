@@ -1,0 +1,304 @@
+"""Each tool's result as Claude Code's hooks see it: PostToolUse's ``tool_response``.
+
+Hooks written for Claude Code read fields of its tools' results (``tool_response.stdout`` of
+Bash, ``file.content`` of Read, ``structuredPatch`` of Edit...), not the text the model is shown
+nor taskloom's own ``data``. Every shape lives here, one builder a tool (or a variant of one),
+so that a tool states the facts and this module owns the names: the tools put what a builder
+returns in :attr:`~taskloom.tools.base.ToolResult.response`, and the engine passes it to the
+hooks (command hooks in settings and a program's hook callbacks alike). A result without one
+(an MCP tool's, say) reaches hooks as its ``data``, or its text.
+
+The shapes follow the reference CLI 2.1.x (``sdk-tools.d.ts`` of the Agent SDK names them
+``BashOutput``, ``FileReadOutput``...). Fields only that CLI can fill (git diffs, sandbox
+hints) are left out; those listed there as optional are given when taskloom knows them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+#: Lines of context around each change in a ``structuredPatch`` hunk (as in a unified diff).
+PATCH_CONTEXT = 3
+
+
+def bash(
+    stdout: str,
+    *,
+    interrupted: bool = False,
+    background_task_id: str | None = None,
+    timed_out_after_ms: int | None = None,
+    return_code_interpretation: str | None = None,
+    persisted_output_path: str | None = None,
+) -> dict[str, Any]:
+    """A Bash call: the output (stderr is merged into it, so ``stderr`` is empty).
+
+    Args:
+        stdout: What the command printed, as the model is shown it (without the notes).
+        interrupted: It was killed before it ended (its timeout).
+        background_task_id: It runs on in the background as this task.
+        timed_out_after_ms: It went to the background on reaching this timeout.
+        return_code_interpretation: What a non-zero exit meant (``grep``: no match).
+        persisted_output_path: Where the whole of a too-long output was saved.
+    """
+    out: dict[str, Any] = {
+        "stdout": stdout,
+        "stderr": "",
+        "interrupted": interrupted,
+        "isImage": False,
+        "noOutputExpected": False,
+    }
+    if background_task_id is not None:
+        out["backgroundTaskId"] = background_task_id
+    if timed_out_after_ms is not None:
+        out["timedOutAfterMs"] = timed_out_after_ms
+    if return_code_interpretation:
+        out["returnCodeInterpretation"] = return_code_interpretation
+    if persisted_output_path is not None:
+        out["persistedOutputPath"] = persisted_output_path
+    return out
+
+
+def read_text(
+    path: str, content: str, *, start_line: int, num_lines: int, total_lines: int
+) -> dict[str, Any]:
+    """A Read of a text file: the lines shown, as they are in the file (no line numbers)."""
+    file = {
+        "filePath": path,
+        "content": content,
+        "numLines": num_lines,
+        "startLine": start_line,
+        "totalLines": total_lines,
+    }
+    return {"type": "text", "file": file}
+
+
+def read_image(
+    data: str, media_type: str, *, original_size: int, width: int, height: int
+) -> dict[str, Any]:
+    """A Read of an image: its base64 ``data`` as sent to the model (never resized here)."""
+    dimensions = {
+        "originalWidth": width,
+        "originalHeight": height,
+        "displayWidth": width,
+        "displayHeight": height,
+    }
+    file = {
+        "base64": data,
+        "type": media_type,
+        "originalSize": original_size,
+        "dimensions": dimensions,
+    }
+    return {"type": "image", "file": file}
+
+
+def read_pdf(path: str, *, original_size: int, pages: Sequence[int], text: str) -> dict[str, Any]:
+    """A Read of a PDF: taskloom shows its text (the reference sends the file as base64)."""
+    file = {"filePath": path, "originalSize": original_size, "pages": list(pages), "text": text}
+    return {"type": "pdf", "file": file}
+
+
+def edit(
+    path: str,
+    old_string: str,
+    new_string: str,
+    *,
+    original: str | None,
+    updated: str,
+    replace_all: bool,
+) -> dict[str, Any]:
+    """An Edit: the replacement asked for, the file before it, and the change as hunks."""
+    return {
+        "filePath": path,
+        "oldString": old_string,
+        "newString": new_string,
+        "originalFile": original,
+        "structuredPatch": structured_patch(original or "", updated),
+        "userModified": False,
+        "replaceAll": replace_all,
+    }
+
+
+def write(path: str, content: str, *, original: str | None) -> dict[str, Any]:
+    """A Write: ``create`` when there was no file (``original`` None), else ``update``."""
+    return {
+        "type": "create" if original is None else "update",
+        "filePath": path,
+        "content": content,
+        "structuredPatch": [] if original is None else structured_patch(original, content),
+        "originalFile": original,
+        "userModified": False,
+    }
+
+
+def structured_patch(before: str, after: str) -> list[dict[str, Any]]:
+    """The change from ``before`` to ``after`` as unified-diff hunks.
+
+    Each hunk is ``{oldStart, oldLines, newStart, newLines, lines}``, its lines prefixed with
+    `` ``, ``-`` or ``+`` and without their line ends.
+    """
+    old, new = before.splitlines(), after.splitlines()
+    hunks = []
+    for group in difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(
+        PATCH_CONTEXT
+    ):
+        lines: list[str] = []
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines += [" " + line for line in old[i1:i2]]
+                continue
+            lines += ["-" + line for line in old[i1:i2]]
+            lines += ["+" + line for line in new[j1:j2]]
+        first, last = group[0], group[-1]
+        old_lines, new_lines = last[2] - first[1], last[4] - first[3]
+        hunks.append(
+            {
+                # An empty side starts at the line before it, as in a unified diff.
+                "oldStart": first[1] + (1 if old_lines else 0),
+                "oldLines": old_lines,
+                "newStart": first[3] + (1 if new_lines else 0),
+                "newLines": new_lines,
+                "lines": lines,
+            }
+        )
+    return hunks
+
+
+def glob(
+    paths: Sequence[str], *, cwd: str, total: int, truncated: bool, duration_ms: int
+) -> dict[str, Any]:
+    """A Glob: the files found (relative to ``cwd`` when under it), in the order shown."""
+    return {
+        "filenames": [relative(path, cwd) for path in paths],
+        "durationMs": duration_ms,
+        "numFiles": len(paths),
+        "truncated": truncated,
+        "totalMatches": total,
+        "countIsComplete": True,
+    }
+
+
+def grep(
+    mode: str,
+    page: Sequence[str],
+    *,
+    total: int,
+    applied_limit: int | None = None,
+    applied_offset: int | None = None,
+) -> dict[str, Any]:
+    """A Grep: ``page`` holds the entries shown (files, ``path:line:text`` or ``path:count``).
+
+    Args:
+        mode: The output mode.
+        page: The entries shown.
+        total: How many entries there are in all (``head_limit`` and ``offset`` page them).
+        applied_limit: The limit that cut the entries, if one did.
+        applied_offset: The entries skipped first, if any.
+    """
+    out: dict[str, Any] = {"mode": mode}
+    if mode == "files_with_matches":
+        out |= {"filenames": list(page), "numFiles": len(page), "totalFiles": total}
+    elif mode == "count":
+        matches = sum(int(entry.rsplit(":", 1)[1]) for entry in page)
+        out |= {"numFiles": len(page), "filenames": [], "content": "\n".join(page)}
+        out["numMatches"] = matches
+    else:
+        out |= {"numFiles": 0, "filenames": [], "content": "\n".join(page)}
+        out |= {"numLines": len(page), "totalLines": total}
+    if applied_limit is not None:
+        out["appliedLimit"] = applied_limit
+    if applied_offset is not None:
+        out["appliedOffset"] = applied_offset
+    return out
+
+
+def task_stop(task_id: str, task_type: str, command: str | None) -> dict[str, Any]:
+    """A TaskStop that stopped ``task_id`` (``local_bash`` for a command)."""
+    what = f" ({command})" if command else ""
+    out = {
+        "message": f"Successfully stopped task: {task_id}{what}",
+        "task_id": task_id,
+        "task_type": task_type,
+    }
+    if command:
+        out["command"] = command
+    return out
+
+
+def task_output(
+    retrieval: str,
+    *,
+    task_id: str,
+    task_type: str,
+    status: str,
+    description: str,
+    output: str,
+    exit_code: int | None,
+) -> dict[str, Any]:
+    """A TaskOutput: ``retrieval`` is ``success`` (it ended), ``not_ready`` or ``timeout``."""
+    task = {
+        "task_id": task_id,
+        "task_type": task_type,
+        "status": status,
+        "description": description,
+        "output": output,
+        "exitCode": exit_code,
+    }
+    return {"retrieval_status": retrieval, "task": task}
+
+
+def agent_completed(
+    agent_id: str,
+    agent_type: str,
+    prompt: str,
+    text: str,
+    *,
+    duration_ms: int,
+    total_tokens: int,
+    tool_uses: int,
+) -> dict[str, Any]:
+    """An Agent call that waited for the agent: its answer and what it used.
+
+    Args:
+        agent_id: The agent's id.
+        agent_type: Its type (``general-purpose``...).
+        prompt: The task it was given.
+        text: Its final answer.
+        duration_ms: How long it ran.
+        total_tokens: The tokens it used, input and output.
+        tool_uses: How many tool calls it made.
+    """
+    return {
+        "status": "completed",
+        "prompt": prompt,
+        "agentId": agent_id,
+        "agentType": agent_type,
+        "content": [{"type": "text", "text": text}],
+        "totalDurationMs": duration_ms,
+        "totalTokens": total_tokens,
+        "totalToolUseCount": tool_uses,
+    }
+
+
+def agent_launched(
+    agent_id: str, description: str, prompt: str, output_file: str
+) -> dict[str, Any]:
+    """An Agent call that started the agent in the background."""
+    return {
+        "isAsync": True,
+        "status": "async_launched",
+        "agentId": agent_id,
+        "description": description,
+        "prompt": prompt,
+        "outputFile": output_file,
+        "canReadOutputFile": True,
+    }
+
+
+def relative(path: str, cwd: str) -> str:
+    """``path`` relative to ``cwd`` when it is under it, else as it is."""
+    if os.path.isabs(path) and (path == cwd or path.startswith(cwd.rstrip("/") + "/")):
+        return os.path.relpath(path, cwd)
+    return path

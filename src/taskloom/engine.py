@@ -405,6 +405,7 @@ class Engine:
                 )
                 return verdict
             params, raw = verdict
+        began = time.monotonic()
         try:
             result = await tool.call(params, ctx)
         except TaskloomError as exc:
@@ -412,30 +413,36 @@ class Engine:
         except Exception as exc:  # a tool bug must not end the conversation
             log.exception("tool %s failed", tool.name)
             result = tool_error(f"Error: {type(exc).__name__}: {exc}")
-        return await self._after(tool, call, raw, result)
+        return await self._after(tool, call, raw, result, round((time.monotonic() - began) * 1000))
 
     async def _after(
-        self, tool: Tool[Any], call: ToolUseBlock, raw: dict[str, Any], result: ToolResult
+        self,
+        tool: Tool[Any],
+        call: ToolUseBlock,
+        raw: dict[str, Any],
+        result: ToolResult,
+        duration_ms: int,
     ) -> ToolResult:
         """The call's end: its hooks see the whole result, the model a bounded one."""
+        common = {"tool_name": tool.name, "tool_input": raw, "tool_use_id": call.id}
         if result.is_error:
             post = await self.run_hook(
                 "PostToolUseFailure",
                 tool.name,
-                tool_name=tool.name,
-                tool_input=raw,
-                tool_use_id=call.id,
+                **common,
                 error=result.content,
                 is_interrupt=False,
+                duration_ms=duration_ms,
             )
         else:
+            # Hooks see the result in Claude Code's shape for the tool (its ``response``).
+            response = result.response if result.response is not None else result.data
             post = await self.run_hook(
                 "PostToolUse",
                 tool.name,
-                tool_name=tool.name,
-                tool_input=raw,
-                tool_use_id=call.id,
-                tool_response=result.data if result.data is not None else result.content,
+                **common,
+                tool_response=response if response is not None else result.content,
+                duration_ms=duration_ms,
             )
         if post is not None and post.stop:
             self.stop_reason = post.stop_reason or "stopped by a PostToolUse hook"
@@ -476,8 +483,10 @@ class Engine:
             return None
         from taskloom.hooks import run_hooks
 
-        payload.setdefault("agent_id", self.config.agent_id)
-        payload.setdefault("agent_type", self.config.metadata.get("agent_type"))
+        if self.config.agent_id is not None:  # the main thread's payloads name no agent
+            payload.setdefault("agent_id", self.config.agent_id)
+            payload.setdefault("agent_type", self.config.metadata.get("agent_type"))
+        policy = self.config.permissions
         return await run_hooks(
             hooks,
             event,
@@ -486,6 +495,7 @@ class Engine:
             cwd=self.config.cwd,
             session_id=self.config.session_id,
             transcript_path=self.config.transcript_path,
+            permission_mode=str(policy.mode) if policy is not None else "default",
             listener=self.config.observer,
         )
 

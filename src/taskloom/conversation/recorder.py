@@ -39,7 +39,8 @@ class StopHook:
     Attributes:
         event: ``Stop`` on the main thread, ``SubagentStop`` for a subagent.
         target: What the hooks' matchers are matched against (the agent type), if anything.
-        payload: Extra hook input; ``stop_hook_active`` is added on each run.
+        payload: Extra hook input; ``stop_hook_active`` and ``last_assistant_message`` (the
+            text of the agent's last answer) are added on each run.
     """
 
     event: str = "Stop"
@@ -125,7 +126,11 @@ class Recorder:
             yield event
         for again in range(MAX_STOP_CONTINUATIONS):
             stop = await engine.run_hook(
-                self.stop.event, self.stop.target, **self.stop.payload, stop_hook_active=again > 0
+                self.stop.event,
+                self.stop.target,
+                **self.stop.payload,
+                stop_hook_active=again > 0,
+                last_assistant_message=engine.last_text(),
             )
             if stop is None or not stop.blocked or not stop.block_reason.strip():
                 return

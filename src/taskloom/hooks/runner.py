@@ -40,6 +40,10 @@ _SHELL = "/bin/sh"
 PermissionDecision = Literal["allow", "deny", "ask"]
 _RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 # Events where plain (non-JSON) stdout of a successful hook is context for the model.
+# Events whose input has no permission_mode in Claude Code.
+_NO_PERMISSION_MODE = frozenset(
+    {HookEvent.SESSION_START, HookEvent.SESSION_END, HookEvent.SUBAGENT_START}
+)
 _STDOUT_IS_CONTEXT = frozenset(
     {HookEvent.USER_PROMPT_SUBMIT, HookEvent.SESSION_START, HookEvent.SUBAGENT_START}
 )
@@ -124,6 +128,7 @@ async def run_hooks(
     cwd: Path,
     session_id: str,
     transcript_path: str | None,
+    permission_mode: str | None = None,
     listener: HookListener | None = None,
 ) -> HookOutcome:
     """Run every hook matching ``event`` and ``target`` in parallel and combine their answers.
@@ -138,6 +143,8 @@ async def run_hooks(
             ``CLAUDE_PROJECT_DIR`` in their environment.
         session_id: Passed in the stdin JSON.
         transcript_path: Passed in the stdin JSON.
+        permission_mode: The mode in effect, passed in the stdin JSON of the events that have
+            it in Claude Code (all but SessionStart, SessionEnd and SubagentStart).
         listener: Told of each hook as it starts and ends.
 
     Returns:
@@ -147,9 +154,8 @@ async def run_hooks(
     if not hooks:
         return HookOutcome()
     name = HookEvent(event)
-    common = {"session_id": session_id, "transcript_path": transcript_path, "cwd": str(cwd)}
-    fields = {**payload, **common, "hook_event_name": str(name)}
-    data = json.dumps(fields, default=str).encode()
+    fields = hook_input(name, payload, session_id, transcript_path, cwd, permission_mode)
+    data = json.dumps(fields).encode()
     env = {**os.environ, "TASKLOOM_PROJECT_DIR": str(cwd), "CLAUDE_PROJECT_DIR": str(cwd)}
     async with asyncio.TaskGroup() as group:
         tasks = [
@@ -160,12 +166,40 @@ async def run_hooks(
                     f"{name}:{target}" if target else str(name),
                     _run_one(h.command, h.timeout, data, cwd, env)
                     if isinstance(h, CommandHook)
-                    else _call_one(config.caller, h, json.loads(data)),
+                    else _call_one(config.caller, h, json.loads(data)),  # a copy each
                 )
             )
             for h in hooks
         ]
     return _aggregate(name, [t.result() for t in tasks])
+
+
+def hook_input(
+    event: HookEvent,
+    payload: Mapping[str, Any],
+    session_id: str,
+    transcript_path: str | None,
+    cwd: Path,
+    permission_mode: str | None,
+) -> dict[str, Any]:
+    """The JSON object a hook of ``event`` reads (a callback gets the same, decoded).
+
+    The common fields come first, as Claude Code orders them, then the event's own
+    (``payload``); a common field wins over a payload field of the same name.
+    """
+    common: dict[str, Any] = {
+        "session_id": session_id,
+        "transcript_path": transcript_path,
+        "cwd": str(cwd),
+    }
+    if permission_mode is not None and event not in _NO_PERMISSION_MODE:
+        common["permission_mode"] = permission_mode
+    common["hook_event_name"] = str(event)
+    fields = {**common, **payload}
+    fields.update(common)
+    # Round-tripped through JSON: a callback gets exactly what a command reads.
+    decoded: dict[str, Any] = json.loads(json.dumps(fields, default=str))
+    return decoded
 
 
 async def _heard(

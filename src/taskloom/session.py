@@ -15,7 +15,7 @@ from pathlib import Path
 from taskloom.conversation.recorder import Recorder
 from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UsageError, UserError
-from taskloom.messages import Message
+from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.quoting import quote
 from taskloom.settings import db_path
 from taskloom.tasks.mailbox import MESSAGES, Letter
@@ -82,28 +82,18 @@ class Session:
         """Run the engine on ``prompt``, recording each message before passing it on.
 
         Hooks: SessionStart (once a session, with its first prompt: ``source`` is ``startup``,
-        or ``resume`` for a resumed conversation) and UserPromptSubmit see the prompt first
-        (exit 2 of the latter refuses it; their output is added to it); Stop hooks that exit 2
-        send the agent back to work with their stderr, at most
+        or ``resume`` for a resumed conversation) and UserPromptSubmit see the prompt first,
+        whether it is a string or a message of content blocks (exit 2 of the latter refuses
+        it; their output is added to it); Stop hooks that exit 2 send the agent back to work
+        with their stderr, at most
         :data:`~taskloom.conversation.recorder.MAX_STOP_CONTINUATIONS` times.
 
         Raises:
             UserError: A UserPromptSubmit hook refused the prompt.
         """
-        engine = self.engine
-        if isinstance(prompt, str):
-            if not self._hooked_start:  # once a session, with its first prompt
-                self._hooked_start = True
-                started = await engine.run_hook("SessionStart", None, source=self._source)
-                # Kept until a prompt carrying it is recorded (a refused or interrupted first
-                # prompt must not lose it).
-                self._start_context = list(started.additional_context) if started else []
-            submit = await engine.run_hook("UserPromptSubmit", None, prompt=prompt)
-            if submit is not None and submit.blocked:
-                raise UserError(f"Prompt blocked by a UserPromptSubmit hook: {submit.block_reason}")
-            extra = [*self._start_context, *(submit.additional_context if submit else [])]
-            if extra:
-                prompt = "\n\n".join([prompt, *extra])
+        text = prompt_text(prompt)
+        if text is not None:
+            prompt = await self._submitted(prompt, text)
         try:
             async for event in self.recorder.run(prompt):
                 self._start_context = []  # the prompt is recorded (before its first event)
@@ -113,6 +103,30 @@ class Session:
             self.recorder.release()
             raise
 
+    async def _submitted(self, prompt: str | Message | None, text: str) -> str | Message | None:
+        """Run the prompt's hooks on it (``text``); the prompt with what they added.
+
+        Raises:
+            UserError: A UserPromptSubmit hook refused the prompt.
+        """
+        engine = self.engine
+        if not self._hooked_start:  # once a session, with its first prompt
+            self._hooked_start = True
+            started = await engine.run_hook("SessionStart", None, source=self._source)
+            # Kept until a prompt carrying it is recorded (a refused or interrupted first
+            # prompt must not lose it).
+            self._start_context = list(started.additional_context) if started else []
+        submit = await engine.run_hook("UserPromptSubmit", None, prompt=text)
+        if submit is not None and submit.blocked:
+            raise UserError(f"Prompt blocked by a UserPromptSubmit hook: {submit.block_reason}")
+        extra = [*self._start_context, *(submit.additional_context if submit else [])]
+        if not extra:
+            return prompt
+        if isinstance(prompt, Message):  # the context as one more text block
+            added = TextBlock(text="\n\n".join(extra))
+            return Message(role=prompt.role, content=[*prompt.content, added])
+        return "\n\n".join([text, *extra])
+
     async def end(self, reason: str = "other") -> None:
         """Run the SessionEnd hooks."""
         await self.engine.run_hook("SessionEnd", None, reason=reason)
@@ -120,6 +134,20 @@ class Session:
     def close(self) -> None:
         """Close the transcript."""
         self.recorder.close()
+
+
+def prompt_text(prompt: str | Message | None) -> str | None:
+    """The text of a prompt the user sent, as UserPromptSubmit hooks see it; else None.
+
+    A message of content blocks gives its text blocks' texts, one a line (its images are
+    left out). None for what is no prompt: no input (the conversation goes on), an empty
+    message (the mailbox's wake-up) or one carrying tool results.
+    """
+    if prompt is None or isinstance(prompt, str):
+        return prompt
+    if not prompt.content or any(isinstance(b, ToolResultBlock) for b in prompt.content):
+        return None
+    return "\n".join(b.text for b in prompt.content if isinstance(b, TextBlock))
 
 
 #: What opens the batch of teammates' messages the lead receives, and what closes it.

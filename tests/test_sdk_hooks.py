@@ -6,6 +6,7 @@ must run for it as for a string, and every callback reads the fields Claude Code
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from fake_servers import FakeAnthropicServer, ToolCall
-from helpers import LazyModule, clean_env
+from helpers import TIME_FACTOR, LazyModule, clean_env
 
 sdk = LazyModule("claude_agent_sdk")
 
@@ -130,3 +131,34 @@ async def test_a_prompt_hook_refusing_a_prompt_of_blocks_ends_the_turn_unanswere
         with pytest.raises(Exception, match="no secrets in prompts"):
             [m async for m in sdk.query(prompt=blocks("my password"), options=opts)]
         assert server.pending == 1  # the model was never asked
+
+
+async def test_notification_hooks_hear_of_a_permission_question_while_it_waits(
+    tmp_path: Path,
+) -> None:
+    told = asyncio.Event()
+    notices: list[dict[str, Any]] = []
+
+    async def notification(hook_input: Any, tool_use_id: str | None, context: Any) -> Any:
+        notices.append(hook_input)
+        told.set()
+        return {}
+
+    async def can_use_tool(name: str, tool_input: dict[str, Any], context: Any) -> Any:
+        # Answered only once the hook was told: it runs while the question waits.
+        await asyncio.wait_for(told.wait(), 10 * TIME_FACTOR)
+        return sdk.PermissionResultAllow()
+
+    hooks = {"Notification": [sdk.HookMatcher(matcher="permission_prompt", hooks=[notification])]}
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[ToolCall("Bash", {"command": "echo asked-first"})])
+        server.add_turn(text="done")
+        opts = options(server, tmp_path, hooks=hooks, can_use_tool=can_use_tool)
+        messages = [m async for m in sdk.query(prompt=blocks("run it"), options=opts)]
+    assert isinstance(messages[-1], sdk.ResultMessage) and messages[-1].result == "done"
+    (notice,) = notices
+    assert notice["notification_type"] == "permission_prompt"
+    assert notice["message"] == "taskloom needs your permission to use Bash"
+    assert notice["session_id"] == messages[-1].session_id
+    (ran,) = tool_results(server)
+    assert "asked-first" in str(ran["content"])

@@ -4,10 +4,14 @@ A call the policy allows runs; one it denies gets the denial. One that needs app
 order, to the PermissionRequest hooks (a hook may allow it, with a changed input, or deny it),
 then to the prompter (the program driving the session, or the lead of a team), and with
 neither, headless, it is denied with the rule that asked — never a wait without a bound.
+While the prompter is asked, Notification hooks (``notification_type: permission_prompt``)
+are told, as Claude Code tells them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +21,11 @@ from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 if TYPE_CHECKING:
     from taskloom.hooks import HookOutcome
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
+
+log = logging.getLogger(__name__)
+
+#: The ``notification_type`` of the Notification hooks run while a call waits for approval.
+PERMISSION_PROMPT = "permission_prompt"
 
 #: Runs one hook event: (event, matcher target, payload) -> the outcome, None if no hook ran.
 HookRunner = Callable[..., Awaitable["HookOutcome | None"]]
@@ -77,12 +86,23 @@ async def permit(
         if hooked is not None and hooked.permission_decision == "allow":
             return _changed(tool, params, raw, hooked.updated_input)
     if decision.behavior == "ask" and prompter is not None:
+        # Notification hooks hear that someone is asked; once answered, no one needs telling.
+        notify: asyncio.Future[HookOutcome | None] = asyncio.ensure_future(
+            run_hook(
+                "Notification",
+                PERMISSION_PROMPT,
+                message=f"taskloom needs your permission to use {tool.name}",
+                notification_type=PERMISSION_PROMPT,
+            )
+        )
         try:
             answer = await prompter.ask(
                 request, decision, tool_use_id=ctx.tool_use_id, agent_id=agent_id
             )
         except PromptError as exc:
             return Verdict(tool_error(f"Permission to use {tool.name} was not given: {exc}"))
+        finally:
+            await _settle(notify)
         if not answer.allow:
             denied = answer.message or f"Permission to use {tool.name} was denied."
             return Verdict(tool_error(denied), interrupt=answer.interrupt)
@@ -92,6 +112,24 @@ async def permit(
     if decision.behavior == "allow":
         return Verdict(params=params, raw=raw)
     return Verdict(tool_error(tool.denied_message(params, decision.reason, decision.rule)))
+
+
+async def _settle(notify: asyncio.Future[HookOutcome | None]) -> None:
+    """End the Notification hooks of a question that is answered: done, or cancelled now.
+
+    Cancelling kills their process trees (see :func:`taskloom.hooks.run_hooks`); their
+    outcome decides nothing, so a failure of theirs is only logged.
+    """
+    if not notify.done():
+        notify.cancel()
+    try:
+        await notify
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():  # the call itself is cancelled
+            raise
+    except Exception:  # a hook's failure must not decide the call
+        log.exception("Notification hooks failed")
 
 
 def _changed(

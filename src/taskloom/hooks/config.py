@@ -47,6 +47,7 @@ class HookEvent(enum.StrEnum):
     USER_PROMPT_SUBMIT = "UserPromptSubmit"
     WORKTREE_CREATE = "WorktreeCreate"
     WORKTREE_REMOVE = "WorktreeRemove"
+    NOTIFICATION = "Notification"
 
 
 #: Events whose matcher is tested against the tool name.
@@ -60,6 +61,8 @@ TOOL_EVENTS = frozenset(
 )
 #: Events whose matcher is tested against the subagent's type.
 AGENT_EVENTS = frozenset({HookEvent.SUBAGENT_START, HookEvent.SUBAGENT_STOP})
+#: Events whose matcher is tested against the notification's type (``permission_prompt``).
+NOTIFICATION_EVENTS = frozenset({HookEvent.NOTIFICATION})
 
 # A matcher made only of names and ``|`` is a list of exact names, not a regex: ``Edit`` must
 # not match ``NotebookEdit`` or ``MultiEdit`` by accident.
@@ -284,14 +287,15 @@ class HookConfig:
 
         Args:
             event: The event (an unknown name has no hooks).
-            target: The tool name (tool events) or agent type (Subagent events); ignored by
-                other events, whose matchers are not consulted.
+            target: The tool name (tool events), agent type (Subagent events) or
+                notification type (Notification); ignored by other events, whose matchers
+                are not consulted.
         """
         try:
             key = HookEvent(event)
         except ValueError:
             return []
-        use_matcher = key in TOOL_EVENTS or key in AGENT_EVENTS
+        use_matcher = key in TOOL_EVENTS or key in AGENT_EVENTS or key in NOTIFICATION_EVENTS
         found: dict[str, Hook] = {}
         for entry in self.events.get(key, ()):
             if use_matcher and not entry.matches(target):
@@ -307,7 +311,7 @@ class HookConfig:
 
 
 #: Claude Code events that taskloom does not run: their hooks are skipped, never "misspelt".
-_OTHER_EVENTS = frozenset({"Notification", "PreCompact", "PostCompact"})
+_OTHER_EVENTS = frozenset({"PreCompact", "PostCompact", "PostToolBatch"})
 
 
 def _misspelt(name: str) -> str | None:

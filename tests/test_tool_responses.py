@@ -1,0 +1,104 @@
+"""Each tool's ``tool_response`` (what PostToolUse hooks read) in the cases one run rarely meets.
+
+The shapes of a plain run are checked end to end in ``test_hook_payloads.py``; here, the diff
+hunks of ``structuredPatch`` and Bash's timed-out, backgrounded and "no match" answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from taskloom.engine import Engine, EngineConfig, ToolDone
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.testing import ScriptedModel, ToolCall, Turn
+from taskloom.tools import responses
+from taskloom.tools.base import ToolResult
+from taskloom.tools.bash import BashTool
+
+
+def test_a_patch_of_a_new_file_adds_every_line_from_line_zero() -> None:
+    assert responses.structured_patch("", "a\nb\n") == [
+        {"oldStart": 0, "oldLines": 0, "newStart": 1, "newLines": 2, "lines": ["+a", "+b"]}
+    ]
+
+
+def test_no_change_is_no_hunk_and_emptying_a_file_removes_every_line() -> None:
+    assert responses.structured_patch("same\n", "same\n") == []
+    assert responses.structured_patch("a\nb\n", "") == [
+        {"oldStart": 1, "oldLines": 2, "newStart": 0, "newLines": 0, "lines": ["-a", "-b"]}
+    ]
+
+
+def test_changes_far_apart_are_separate_hunks_with_three_lines_of_context() -> None:
+    before = "".join(f"{i}\n" for i in range(1, 21))
+    after = before.replace("2\n", "two\n", 1).replace("18\n", "eighteen\n")
+    first, second = responses.structured_patch(before, after)
+    assert first == {
+        "oldStart": 1,
+        "oldLines": 5,
+        "newStart": 1,
+        "newLines": 5,
+        "lines": [" 1", "-2", "+two", " 3", " 4", " 5"],
+    }
+    assert second == {
+        "oldStart": 15,
+        "oldLines": 6,
+        "newStart": 15,
+        "newLines": 6,
+        "lines": [" 15", " 16", " 17", "-18", "+eighteen", " 19", " 20"],
+    }
+
+
+def test_an_edit_response_counts_the_replacement_everywhere() -> None:
+    response = responses.edit("/f", "x", "y", original="x\nx\n", updated="y\ny\n", replace_all=True)
+    assert response["replaceAll"] is True and response["originalFile"] == "x\nx\n"
+    assert response["structuredPatch"][0]["lines"] == ["-x", "-x", "+y", "+y"]
+
+
+async def bash_results(cwd: Path, *calls: dict[str, Any], **settings: Any) -> list[ToolResult]:
+    """Run each call as its own Bash call in one engine; the results, in order."""
+    turns = [Turn(tool_calls=(ToolCall("Bash", call),)) for call in calls]
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                # A second answer for the notification of a command sent to the background.
+                model=ScriptedModel([*turns, "done", "noted"]),
+                system_prompt="",
+                tools=[BashTool()],
+                owner=rt.session_id,
+                cwd=cwd,
+                settings=settings,
+            ),
+            rt,
+        )
+        return [e.result async for e in engine.run("go") if isinstance(e, ToolDone)]
+
+
+async def test_bash_killed_at_its_timeout_is_interrupted_with_what_it_printed(
+    tmp_path: Path,
+) -> None:
+    (killed,) = await bash_results(tmp_path, {"command": "echo started; sleep 30", "timeout": 300})
+    assert killed.response == {
+        "stdout": "started",
+        "stderr": "",
+        "interrupted": True,
+        "isImage": False,
+        "noOutputExpected": False,
+    }
+
+
+async def test_bash_sent_to_the_background_by_its_timeout_says_so(tmp_path: Path) -> None:
+    (moved,) = await bash_results(
+        tmp_path, {"command": "sleep 0.5", "timeout": 100}, autoBackgroundShells=True
+    )
+    assert moved.response is not None and moved.data is not None
+    assert moved.response["backgroundTaskId"] == moved.data["task_id"]
+    assert (moved.response["timedOutAfterMs"], moved.response["interrupted"]) == (100, False)
+
+
+async def test_bash_exit_that_means_no_match_gives_its_interpretation(tmp_path: Path) -> None:
+    (found,) = await bash_results(tmp_path, {"command": "grep needle /dev/null"})
+    assert not found.is_error and found.response is not None
+    assert found.response["stdout"] == ""
+    assert found.response["returnCodeInterpretation"]

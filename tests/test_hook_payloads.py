@@ -311,11 +311,15 @@ def test_search_tools_give_claude_codes_shapes(payloads: list[dict[str, Any]]) -
 def test_subagent_events_and_the_agent_response(payloads: list[dict[str, Any]]) -> None:
     (start,) = _of(payloads, "SubagentStart")
     assert set(start) == COMMON | {"agent_id", "agent_type"}
+    # transcript_path is the session's; the agent's own is agent_transcript_path.
+    (main,) = _of(payloads, "SessionStart")
+    assert start["transcript_path"] == main["transcript_path"]
     assert start["agent_type"] == "general-purpose"
     (stop,) = _of(payloads, "SubagentStop")
     assert (stop["agent_id"], stop["agent_type"]) == (start["agent_id"], "general-purpose")
     assert stop["last_assistant_message"] == "sub done" and stop["stop_hook_active"] is False
     assert Path(stop["agent_transcript_path"]).is_file()
+    assert stop["transcript_path"] == main["transcript_path"] != stop["agent_transcript_path"]
     (inside,) = [p for p in _of(payloads, "PostToolUse", "Bash") if "agent_id" in p]
     assert (inside["agent_id"], inside["agent_type"]) == (start["agent_id"], "general-purpose")
     assert inside["tool_response"]["stdout"] == "sub"

@@ -24,7 +24,7 @@ from taskloom.agents._remote_spawn import RemoteSpawner
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
-from taskloom.agents.run import AgentRun, sidechain_path
+from taskloom.agents.run import AgentRun
 from taskloom.agents.spawn_request import SpawnRequest, SpawnResult, auto_background_ms, launched
 from taskloom.agents.watch import watch_agent
 from taskloom.errors import ToolError
@@ -150,6 +150,10 @@ class Spawner:
             # Its rules are its parent's (its own worktree's when it has one).
             base = None if env.worktree is not None else ctx.rules_base
             config = dataclasses.replace(config, meter=meter, cwd_roots=roots, rules_base=base)
+            if ctx.engine is not None:  # its hooks name the session's transcript, as there
+                config = dataclasses.replace(
+                    config, transcript_path=ctx.engine.config.transcript_path
+                )
             run = AgentRun(
                 self.runtime,
                 agent_id,
@@ -284,7 +288,7 @@ class Spawner:
             inbox=None,
             metadata={**parent.config.metadata, "agent_type": "fork", "fork": True},
             session_id=self.runtime.session_id,
-            transcript_path=str(sidechain_path(self.runtime, agent_id)),
+            transcript_path=parent.config.transcript_path,  # its own is agent_transcript_path
             cwd=ctx.cwd,
             meter=self.budgets.open(agent_id, ctx.owner, Budget()),
             cwd_source=None,  # fixed where the parent was: it must not follow the parent

@@ -217,6 +217,13 @@ FLAGS: tuple[Flag, ...] = (
         printed="replay_user_messages",
     ),
     Flag(
+        ("--await-initialize",),
+        action="store_true",
+        help="With --input-format stream-json: start the session only once the initialize "
+        "request came (its MCP servers are started with it).",
+        printed="await_initialize",
+    ),
+    Flag(
         ("--permission-prompt-tool",),
         metavar="TOOL",
         help="stdio: ask the program driving --input-format stream-json (can_use_tool).",

@@ -114,6 +114,7 @@ class Emitter:
                     "description": state.description,
                     "tool_use_id": state.tool_use_id,
                     "output_file": state.output_file or None,
+                    "is_backgrounded": state.is_backgrounded,
                 }
             )
         elif kind == "updated":
@@ -129,10 +130,37 @@ class Emitter:
                 "subtype": "task_updated",
                 "task_id": state.id,
                 "task_type": state.type.value,
-                "status": status,
+                "patch": task_patch(state),
             }
-            event.update(fields)
+            event.update(fields)  # ours, beside the SDK's patch
             self.line(event)
+
+
+def task_patch(state: Any) -> dict[str, Any]:
+    """What changed in a task, as the SDKs type ``task_updated.patch``.
+
+    ``status`` is the task's own (a stopped task is ``killed`` here, as in Claude Code's);
+    ``end_time`` (milliseconds since the epoch) and ``error`` come once it has ended.
+    """
+    patch: dict[str, Any] = {
+        "status": state.status.value,
+        "is_backgrounded": state.is_backgrounded,
+    }
+    if state.end_time is not None:
+        patch["end_time"] = int(state.end_time * 1000)
+    error = getattr(state, "error", None) or state.stopped_reason
+    if error and state.terminal:
+        patch["error"] = str(error)
+    return patch
+
+
+def notified_status(status: str | None) -> str | None:
+    """A task's status as ``task_notification`` says it: a stopped (killed) task is ``stopped``.
+
+    The SDKs type it ``completed | failed | stopped``; the model-facing notification keeps the
+    task's own status (see docs/contracts.md, Notifications).
+    """
+    return "stopped" if status == "killed" else status
 
 
 def _without_clock(fields: Any) -> Any:
@@ -211,13 +239,14 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
             )
         finally:
             await harness.end()
-        _write_result(opts, emitter, result, result["result"])
+        _write_result(opts, emitter, result, error_text(result))
         return 0 if result["subtype"] == "success" else 1
 
 
-#: The Claude Code version whose ``stream-json`` protocol this one speaks, as ``system/init``
-#: reports it (``claude-agent-sdk`` reads ``claude_code_version`` to decide what it may use).
-PROTOCOL_VERSION = "2.1.0"
+#: The Claude Code version whose ``stream-json`` protocol this one follows, as ``system/init``
+#: and the ``initialize`` answer report it (the SDKs read ``claude_code_version`` to decide
+#: what they may use).
+PROTOCOL_VERSION = "2.1.328"
 
 
 def init_event(harness: Harness) -> dict[str, Any]:
@@ -235,7 +264,7 @@ def init_event(harness: Harness) -> dict[str, Any]:
         "model": harness.model_name,
         "permissionMode": str(harness.policy.mode),
         "slash_commands": [],
-        "apiKeySource": _api_key_source(),
+        "apiKeySource": api_key_source(),
         "output_style": "default",
         "agents": sorted(harness.agents.catalog.names()),
         "skills": [],
@@ -368,30 +397,50 @@ def _outcome(harness: Harness, emitter: Emitter, run: _Run, budget_usd: float | 
     if run.error is not None:
         return "error_during_execution"
     if run.finished is not None and run.finished.reason == "max_turns":
+        run.error = f"Reached maximum number of turns ({harness.options.max_turns})"
         return "error_max_turns"
     if (spent_on := budgets.spent(session_id)) is not None:
         kind = budgets.spent_kind(session_id) or "token"
-        if kind == "cost":  # --max-budget-usd (or sessionBudget.usd), as it always said
+        if kind == "cost":  # --max-budget-usd (or sessionBudget.usd)
             subtype = "error_max_budget_usd"
-            spent = harness.runtime.usage.cost()
-            run.error = (
-                f"Error: reached --max-budget-usd {budget_usd:g} (spent {spent:.4f} USD)"
-                if budget_usd is not None
-                else f"Error: {spent_on}"
-            )
+            run.error = budget_error(budget_usd) if budget_usd is not None else f"Error: {spent_on}"
         else:  # token, tool_call, wall_time
             subtype = f"error_max_budget_{kind.replace('-', '_')}"
             run.error = f"Error: {spent_on}"
         harness.session.recorder.repair()
         return subtype
     if run.over_budget:
-        run.error = f"Error: reached --max-budget-usd {budget_usd:g} (spent {run.spent:.4f} USD)"
+        run.error = budget_error(budget_usd)
         harness.session.recorder.repair()  # the calls it stopped before are answered
         return "error_max_budget_usd"
     if harness.wants_structured_output and harness.structured_output is None:
         run.error = "Failed to provide valid structured output after maximum retries"
         return "error_max_structured_output_retries"
     return "success"
+
+
+def budget_error(budget_usd: float | None) -> str:
+    """What an ``error_max_budget_usd`` result says, in Claude Code's words."""
+    return f"Reached maximum budget (${budget_usd:g})"
+
+
+def ended(result: dict[str, Any], text: str) -> dict[str, Any]:
+    """``result`` with what it came to: ``result`` text on success, else ``errors``.
+
+    As Claude Code's: an error result has no ``result`` field and ``errors`` lists what went
+    wrong (the TypeScript SDK reads ``errors`` of every error result).
+    """
+    if result["subtype"] == "success":
+        result["result"] = text
+    else:
+        result["errors"] = [text or result["subtype"]]
+    return result
+
+
+def error_text(result: dict[str, Any]) -> str:
+    """The first error of an error result (its ``result`` text for a success)."""
+    errors = result.get("errors")
+    return str(errors[0]) if errors else str(result.get("result", ""))
 
 
 def _result(
@@ -410,12 +459,12 @@ def _result(
         "subtype": subtype,
         "is_error": subtype != "success",
         "duration_ms": int((time.monotonic() - started) * 1000),
-        "result": run.error or (run.finished.result if run.finished else ""),
         "stop_reason": run.stop_reason,
         "session_id": runtime.session_id,
         **account.fields(engine, harness.settings.get("modelPrices")),
         "permission_denials": engine.denials,
     }
+    ended(result, run.error or (run.finished.result if run.finished else ""))
     if emitter.tap is not None:
         from taskloom.cli.agent_usage import agent_usage
 
@@ -446,7 +495,7 @@ def early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:
         "duration_ms": int((time.monotonic() - started) * 1000),
         "duration_api_ms": 0,
         "num_turns": 0,
-        "result": text,
+        "errors": [text],
         "session_id": emitter.session_id,
         "stop_reason": None,
         "total_cost_usd": 0,
@@ -489,7 +538,8 @@ def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> Non
             "type": "system",
             "subtype": "task_notification",
             "task_id": note.task_id,
-            "status": state.status.value if state else None,
+            "tool_use_id": state.tool_use_id if state else None,
+            "status": notified_status(state.status.value) if state else None,
             "output_file": (state.output_file or None) if state else None,
             "summary": summarize(state) if state and state.terminal else note.kind,
             "kind": note.kind,
@@ -497,7 +547,8 @@ def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> Non
     )
 
 
-def _api_key_source() -> str:
+def api_key_source() -> str:
+    """The first credential variable set (``apiKeySource``), else ``none``."""
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY"):
         if os.environ.get(name):
             return name

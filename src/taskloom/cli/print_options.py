@@ -29,6 +29,8 @@ class PrintOptions:
         include_hook_events: stream-json also shows hook runs (``hook_started``,
             ``hook_response``).
         replay_user_messages: With stream-json input, user messages read are echoed.
+        await_initialize: With stream-json input, the session starts once the program's
+            ``initialize`` request came, with what it brings (its MCP servers too).
     """
 
     prompt: str | None
@@ -41,3 +43,4 @@ class PrintOptions:
     include_partial_messages: bool = False
     include_hook_events: bool = False
     replay_user_messages: bool = False
+    await_initialize: bool = False

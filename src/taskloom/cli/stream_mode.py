@@ -25,21 +25,22 @@ import functools
 import gc
 import json
 import logging
-import os
 import sys
 import time
 from typing import Any, BinaryIO, TextIO
 
-from taskloom.cli.control import ControlChannel, SdkHookCaller, SdkMcpCaller, StdioPrompter
+from taskloom.cli.control import ControlChannel, SdkMcpCaller, StdioPrompter
 from taskloom.cli.print_mode import (
     Emitter,
     PrintOptions,
     early_result,
     init_event,
     known_session_id,
+    notified_status,
     run_turn,
     stop_requested,
 )
+from taskloom.cli.stream_init import ProgramSetup, initialize_answer, mcp_status, program_options
 from taskloom.cli.stream_input import (
     BadLine,
     InputLine,
@@ -52,8 +53,7 @@ from taskloom.cli.stream_output import replayed
 from taskloom.conversation.next_input import NextInput, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe, reason
-from taskloom.harness import Harness, Options
-from taskloom.hooks import HookConfig
+from taskloom.harness import Harness
 from taskloom.messages import Message
 from taskloom.tasks.mailbox import MESSAGES
 from taskloom.transcript import orphan_error, orphan_results
@@ -65,10 +65,20 @@ class StreamSession:
     """One process's conversation over stdin and stdout."""
 
     def __init__(
-        self, opts: PrintOptions, harness: Harness, emitter: Emitter, channel: ControlChannel
+        self,
+        opts: PrintOptions,
+        harness: Harness,
+        emitter: Emitter,
+        channel: ControlChannel,
+        setup: ProgramSetup | None = None,
     ) -> None:
-        """Serve ``harness``'s session, writing through ``emitter``, asking over ``channel``."""
+        """Serve ``harness``'s session, writing through ``emitter``, asking over ``channel``.
+
+        ``setup`` is what the program's ``initialize`` made of the session (None: it sent
+        none before the session started).
+        """
         self.opts = opts
+        self.setup = setup
         self.harness = harness
         self.emitter = emitter
         self.channel = channel
@@ -247,27 +257,10 @@ class StreamSession:
         self.emitter.raw({"type": "control_response", "response": response})
 
     async def _initialize(self, request: dict[str, Any]) -> dict[str, Any]:
-        from taskloom._version import __version__
-        from taskloom.cli.print_mode import PROTOCOL_VERSION
-
-        catalog = self.harness.agents.catalog
-        return {
-            "commands": [],
-            "agents": [
-                {"name": name, "description": catalog.get(name).when_to_use}  # type: ignore[union-attr]
-                for name in sorted(catalog.names())
-            ],
-            "output_style": "default",
-            "available_output_styles": ["default"],
-            "models": [],
-            "account": {},
-            "pid": os.getpid(),
-            "claude_code_version": PROTOCOL_VERSION,
-            "taskloom_version": __version__,
-            "current_permission_mode": str(self.harness.policy.mode),
-            "hook_on_failure_supported": True,
-            "capabilities": [],
-        }
+        problems = self.setup.problems if self.setup is not None else []
+        if problems:  # the session runs without them: the program must hear why
+            raise UsageError(f"initialize: {'; '.join(problems)}")
+        return initialize_answer(self.harness, self.setup)
 
     async def _interrupt(self, request: dict[str, Any]) -> dict[str, Any]:
         self.driver.interrupt()  # its result says "interrupted"; the session goes on
@@ -275,7 +268,12 @@ class StreamSession:
 
     async def _set_permission_mode(self, request: dict[str, Any]) -> dict[str, Any]:
         self.harness.set_permission_mode(_string(request, "mode"))
-        return {}
+        mode = str(self.harness.policy.mode)
+        # As Claude Code: the stream says it too, for whoever shows the mode.
+        self.emitter.line(
+            {"type": "system", "subtype": "status", "status": None, "permissionMode": mode}
+        )
+        return {"mode": mode}
 
     async def _set_model(self, request: dict[str, Any]) -> dict[str, Any]:
         model = _optional_string(request, "model")
@@ -283,13 +281,11 @@ class StreamSession:
         return {"model": chosen}
 
     async def _mcp_status(self, request: dict[str, Any]) -> dict[str, Any]:
-        from taskloom.cli.print_mode import mcp_servers
-
-        return {"mcpServers": mcp_servers(self.harness)}
+        return {"mcpServers": mcp_status(self.harness)}
 
     async def _stop_task(self, request: dict[str, Any]) -> dict[str, Any]:
         state = await self.harness.stop_task(_string(request, "task_id"))
-        return {"task_id": state.id, "status": state.status.value}
+        return {"task_id": state.id, "status": notified_status(state.status.value)}
 
 
 _HANDLERS = {
@@ -358,18 +354,20 @@ def _initialize_request(line: InputLine | None) -> dict[str, Any] | None:
     return None
 
 
-def _with_program(options: Options, request: dict[str, Any], channel: ControlChannel) -> Options:
-    """The session's options with what the program brings: its hook functions and agents."""
-    changes: dict[str, Any] = {}
-    try:
-        changes["hooks"] = HookConfig.from_callbacks(request.get("hooks"), SdkHookCaller(channel))
-    except ValueError as exc:
-        sys.stderr.write(f"Error: initialize: {exc}; the program's hooks are not used\n")
-    agents = request.get("agents")
-    if isinstance(agents, dict) and agents:
-        own = json.loads(options.agents) if options.agents else {}
-        changes["agents"] = json.dumps({**own, **agents})
-    return dataclasses.replace(options, **changes)
+async def _read_initialize(
+    reader: LineReader, wait: bool
+) -> tuple[list[InputLine | None], dict[str, Any] | None]:
+    """The lines read before the session starts, and the ``initialize`` request among them.
+
+    The first line, or (``wait``: ``--await-initialize``) every line up to the request.
+    """
+    read: list[InputLine | None] = []
+    while True:
+        line = await reader.lines.get()
+        read.append(line)
+        initialize = _initialize_request(line)
+        if initialize is not None or not wait or line is None:
+            return read, initialize
 
 
 async def run_stream(
@@ -396,14 +394,14 @@ async def run_stream(
         )
     session_options = dataclasses.replace(session_options, mcp_caller=SdkMcpCaller(channel))
     reader = LineReader(sys.stdin.buffer if stdin is None else stdin, channel)
-    # The program's first word is its initialize request (claude-agent-sdk waits for the
-    # answer before anything else): its hooks and agents are part of the session to build.
-    first = await reader.lines.get()
-    # Answered in its turn, as any request (None: the input ended before a line came).
-    read: list[InputLine | None] = [first]
-    initialize = _initialize_request(first)
+    # The program's first word is its initialize request (the SDKs wait for the answer
+    # before anything else): what it brings is part of the session to build. The lines read
+    # are answered in their turn, as any (None: the input ended).
+    read, initialize = await _read_initialize(reader, opts.await_initialize)
+    setup = None
     if initialize is not None:
-        session_options = _with_program(session_options, initialize["request"], channel)
+        setup = program_options(session_options, initialize["request"], channel)
+        session_options = setup.options
     opts = dataclasses.replace(opts, session=session_options)
     harness = emitter.harness = Harness(emitter.observe(opts))
     try:
@@ -412,7 +410,7 @@ async def run_stream(
             if not gc.isenabled():  # the CLI held collection off for the start-up
                 gc.freeze()
                 gc.enable()
-            session = StreamSession(opts, harness, emitter, channel)
+            session = StreamSession(opts, harness, emitter, channel, setup)
             try:
                 return await session.serve(reader, read)
             finally:

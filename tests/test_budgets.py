@@ -262,8 +262,8 @@ def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["subtype"] == "error_max_budget_token" and result["is_error"], result
-    assert "the token budget of the session ran out" in result["result"]
-    assert "of 3,000 tokens" in result["result"]
+    (error,) = result["errors"]
+    assert "the token budget of the session ran out" in error and "of 3,000 tokens" in error
     # The workers were told to wrap up before the end (the lead, waiting, may not have asked).
     assert {"worker-1", "worker-2"} <= script.noted
     usage = result["agentUsage"]
@@ -274,7 +274,7 @@ def test_a_session_token_budget_warns_everyone_then_stops_the_agents_and_the_run
     # Their ends were streamed before the result.
     ends = [
         e["task_id"] for e in map(json.loads, proc.stdout.splitlines())
-        if e.get("subtype") == "task_updated" and e.get("status") == "killed"
+        if e.get("subtype") == "task_updated" and e["patch"]["status"] == "killed"
     ]  # fmt: skip
     assert {k for k in usage if k != "main"} <= set(ends), ends  # (their commands' too)
     bad = subprocess.run(
@@ -358,7 +358,7 @@ def test_max_budget_usd_stops_the_session_s_agents_too(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["subtype"] == "error_max_budget_usd", result
-    assert "reached --max-budget-usd 0.3" in result["result"]
+    assert result["errors"] == ["Reached maximum budget ($0.3)"] and "result" not in result
     workers = [e for k, e in result["agentUsage"].items() if k != "main"]
     assert len(workers) == 2 and {e["status"] for e in workers} == {"killed"}
     assert 0.3 <= result["total_cost_usd"] <= 0.3 + 0.05  # what was in flight, no more

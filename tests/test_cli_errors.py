@@ -222,7 +222,7 @@ def test_a_signal_during_a_stalled_request_still_prints_the_result(
     last = events(out)[-1]
     assert last["type"] == "result"
     assert last["subtype"] == "error_during_execution" and last["is_error"] is True
-    assert last["result"] == "interrupted"
+    assert last["errors"] == ["interrupted"] and "result" not in last
 
 
 def test_a_signal_during_start_up_still_prints_the_result(tmp_path: Path) -> None:
@@ -262,7 +262,7 @@ def test_a_signal_during_start_up_still_prints_the_result(tmp_path: Path) -> Non
             proc.communicate()
     assert proc.returncode == 143, err
     (last,) = events(out)
-    assert last["type"] == "result" and last["result"] == "interrupted"
+    assert last["type"] == "result" and last["errors"] == ["interrupted"]
     assert last["is_error"] is True and last["session_id"]
 
 
@@ -282,7 +282,7 @@ def test_a_runtime_error_before_the_first_turn_still_prints_the_result(tmp_path:
     assert proc.returncode == 1
     (last,) = events(proc.stdout)
     assert last["type"] == "result" and last["subtype"] == "error_during_execution"
-    assert last["result"] == "Error: No conversation found with session ID: nope"
+    assert last["errors"] == ["Error: No conversation found with session ID: nope"]
     assert proc.stderr == "Error: No conversation found with session ID: nope\n"
 
 
@@ -327,4 +327,4 @@ def test_a_run_that_fails_before_its_session_exists_names_no_session(tmp_path: P
     assert proc.returncode == 1
     result = json.loads(proc.stdout)
     assert result["is_error"] is True and result["session_id"] is None
-    assert "No model configured" in result["result"]
+    assert "No model configured" in result["errors"][0]

@@ -203,7 +203,7 @@ def test_a_one_shot_run_waits_for_an_endless_command_only_as_long_as_it_says(
     events = lines(proc.stdout)
     assert events[-1]["result"] == "It ended."
     [note] = [e for e in events if e.get("subtype") == "task_notification"]
-    assert note["status"] == "killed"
+    assert note["status"] == "stopped"
     assert note["summary"] == (
         'Background command "sleep 3711" was stopped: the run waited 1 s for it to end '
         "(setting taskWaitSeconds); start it again if it is still needed"
@@ -231,7 +231,7 @@ def test_only_time_spent_waiting_counts_against_a_command_s_bound(tmp_path: Path
     events = lines(proc.stdout)
     assert events[-1]["result"] == "Done."
     killed = [e for e in events if e.get("subtype") == "task_notification"]
-    assert [n["status"] for n in killed] == ["completed", "killed"]
+    assert [n["status"] for n in killed] == ["completed", "stopped"]
     assert "the run waited 2 s" in killed[1]["summary"]
     # The foreground command ran its 3 s to the end before the bound took the rest.
     results = [

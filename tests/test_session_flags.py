@@ -199,7 +199,7 @@ def test_json_schema_an_answer_it_refuses_ends_in_a_clear_error(
     assert proc.returncode == 1
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["subtype"] == "error_max_structured_output_retries" and result["is_error"]
-    assert result["result"] == "Failed to provide valid structured output after maximum retries"
+    assert result["errors"] == ["Failed to provide valid structured output after maximum retries"]
     assert "structured_output" not in result
     refusal = server.requests[1].body["messages"][-1]["content"][0]
     assert refusal["is_error"] and "name: 3 is not of type 'string'" in str(refusal["content"])
@@ -232,7 +232,7 @@ def test_max_budget_usd_stops_the_run_once_the_session_cost_reaches_it(
     assert proc.returncode == 1
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["subtype"] == "error_max_budget_usd" and result["is_error"]
-    assert "reached --max-budget-usd 0.5" in result["result"]
+    assert result["errors"] == ["Reached maximum budget ($0.5)"]
     assert result["total_cost_usd"] >= 0.5
     assert len(server.requests) == 1 and not (a / "spent-more").exists()
     bad = run(a, home, None, "--max-budget-usd", "0")

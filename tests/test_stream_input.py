@@ -135,7 +135,7 @@ def test_a_signal_during_a_turn_ends_it_with_its_result_and_the_session(tmp_path
     out, _ = proc.communicate(timeout=15)
     assert proc.returncode == 143
     result = json.loads(out.splitlines()[-1])
-    assert result["type"] == "result" and result["result"] == "interrupted"
+    assert result["type"] == "result" and result["errors"] == ["interrupted"]
 
 
 # -- the control protocol ----------------------------------------------------------------------
@@ -251,18 +251,18 @@ def test_stop_task_kills_a_running_background_shell(tmp_path: Path) -> None:
     response = session.control("stop-1", "stop_task", task_id=task_id)
 
     assert response["subtype"] == "success", response
-    assert response["response"] == {"task_id": task_id, "status": "killed"}
+    assert response["response"] == {"task_id": task_id, "status": "stopped"}
     assert not any(alive(p.pid) for p in shells)  # the kill is verified before the answer
     # Its end is told to the model, whose answer ends the turn.
     assert session.result()["result"] == "it was stopped"
     (note,) = [e for e in session.events if e.get("subtype") == "task_notification"]
-    assert note["task_id"] == task_id and note["status"] == "killed"
+    assert note["task_id"] == task_id and note["status"] == "stopped"  # the SDKs' word
     # A task that is not there gets an error answer, not a hang.
     missing = session.control("stop-2", "stop_task", task_id="b_nosuch")
     assert missing["subtype"] == "error"
     session.close()
     updates = [e for e in session.events if e.get("subtype") == "task_updated"]
-    assert updates[-1]["task_id"] == task_id and updates[-1]["status"] == "killed"
+    assert updates[-1]["task_id"] == task_id and updates[-1]["patch"]["status"] == "killed"
 
 
 def test_set_permission_mode_plan_refuses_the_next_write(tmp_path: Path) -> None:

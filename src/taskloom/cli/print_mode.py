@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from taskloom.cli.json_lines import MAX_LINE_CHARS
 from taskloom.cli.json_lines import fitted as _fitted
 from taskloom.cli.print_options import PrintOptions as PrintOptions  # its flags, re-exported
-from taskloom.cli.stream_output import OutputTap, TurnAccount
+from taskloom.cli.stream_output import OutputTap, TurnAccount, notified_status, task_patch
 from taskloom.engine import AssistantTurn, Finished, UserTurn
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
@@ -134,33 +134,6 @@ class Emitter:
             }
             event.update(fields)  # ours, beside the SDK's patch
             self.line(event)
-
-
-def task_patch(state: Any) -> dict[str, Any]:
-    """What changed in a task, as the SDKs type ``task_updated.patch``.
-
-    ``status`` is the task's own (a stopped task is ``killed`` here, as in Claude Code's);
-    ``end_time`` (milliseconds since the epoch) and ``error`` come once it has ended.
-    """
-    patch: dict[str, Any] = {
-        "status": state.status.value,
-        "is_backgrounded": state.is_backgrounded,
-    }
-    if state.end_time is not None:
-        patch["end_time"] = int(state.end_time * 1000)
-    error = getattr(state, "error", None) or state.stopped_reason
-    if error and state.terminal:
-        patch["error"] = str(error)
-    return patch
-
-
-def notified_status(status: str | None) -> str | None:
-    """A task's status as ``task_notification`` says it: a stopped (killed) task is ``stopped``.
-
-    The SDKs type it ``completed | failed | stopped``; the model-facing notification keeps the
-    task's own status (see docs/contracts.md, Notifications).
-    """
-    return "stopped" if status == "killed" else status
 
 
 def _without_clock(fields: Any) -> Any:

@@ -36,7 +36,6 @@ from taskloom.cli.print_mode import (
     early_result,
     init_event,
     known_session_id,
-    notified_status,
     run_turn,
     stop_requested,
 )
@@ -49,7 +48,7 @@ from taskloom.cli.stream_input import (
     request_id_in,
     user_prompt,
 )
-from taskloom.cli.stream_output import replayed
+from taskloom.cli.stream_output import notified_status, replayed
 from taskloom.conversation.next_input import NextInput, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe, reason

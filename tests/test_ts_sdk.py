@@ -344,3 +344,31 @@ async def test_stop_task_ends_a_background_command_as_stopped(tmp_path: Path) ->
     updates = [u for u in run.of("system", "task_updated") if u["task_id"] == note["task_id"]]
     assert updates[-1]["patch"]["status"] == "killed"
     assert isinstance(updates[-1]["patch"]["end_time"], int)
+
+
+async def test_mcp_servers_sent_in_initialize_are_started_from_it(tmp_path: Path) -> None:
+    echo = Path(__file__).resolve().parent / "mcp_echo_server.py"
+    servers = {
+        "echo": {
+            "type": "stdio",
+            "command": sys.executable,
+            "args": [str(echo)],
+            "env": {"ECHO_SECRET": "kept off the command line"},
+        }
+    }
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("mcp__echo__getenv", {"name": "ECHO_SECRET"})])
+        server.add_turn(text="read it")
+        options = {
+            "mcpServers": servers,
+            "mcpServersDelivery": "initialize",  # --await-initialize, servers in initialize
+            "allowedTools": ["mcp__echo__getenv"],
+        }
+        steps = [{"call": "initializationResult"}]
+        run = drive(server, tmp_path, prompt="go", steps=steps, options=options)
+    assert run.call("initializationResult")["value"]["mcp_servers_applied"] is True
+    (init,) = run.of("system", "init")
+    assert {"name": "echo", "status": "connected"} in init["mcp_servers"]
+    (result,) = tool_results(server)
+    assert "kept off the command line" in str(result["content"])
+    assert run.results[-1]["result"] == "read it"

@@ -403,11 +403,30 @@ def ended(result: dict[str, Any], text: str) -> dict[str, Any]:
     As Claude Code's: an error result has no ``result`` field and ``errors`` lists what went
     wrong (the TypeScript SDK reads ``errors`` of every error result).
     """
-    if result["subtype"] == "success":
+    subtype = result["subtype"]
+    if subtype == "success":
         result["result"] = text
     else:
-        result["errors"] = [text or result["subtype"]]
+        result["errors"] = [text or subtype]
+    reason = _TERMINAL_REASONS.get(subtype)
+    if subtype == "error_during_execution":
+        reason = "aborted_streaming" if text == "interrupted" else None
+        reason = "api_error" if text.startswith("API Error") else reason
+    if reason is not None:
+        result["terminal_reason"] = reason
     return result
+
+
+#: Why a turn ended, in the SDKs' words (``terminal_reason``), by result subtype.
+_TERMINAL_REASONS = {
+    "success": "completed",
+    "error_max_turns": "max_turns",
+    "error_max_structured_output_retries": "structured_output_retry_exhausted",
+    "error_max_budget_usd": "budget_exhausted",
+    "error_max_budget_token": "budget_exhausted",
+    "error_max_budget_tool_call": "budget_exhausted",
+    "error_max_budget_wall_time": "budget_exhausted",
+}
 
 
 def error_text(result: dict[str, Any]) -> str:

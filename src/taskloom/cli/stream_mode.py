@@ -6,13 +6,16 @@ stdin carries one JSON object a line for the life of the process:
   it behind the running one); each turn writes its events and ends with its own ``result``;
 - ``{"type": "control_request", "request_id": ID, "request": {"subtype": ...}}`` is answered
   with ``{"type": "control_response", "response": {"subtype": "success" | "error",
-  "request_id": ID, ...}}``: ``initialize``, ``interrupt``, ``set_permission_mode``,
-  ``set_model``, ``mcp_status`` and ``stop_task``; any other subtype is an error response;
+  "request_id": ID, ...}}``: ``initialize`` (what it brings builds the session, see
+  :mod:`taskloom.cli.stream_init`), ``interrupt``, ``set_permission_mode``, ``set_model``,
+  ``mcp_status`` and ``stop_task``; any other subtype is an error response;
 - ``control_response`` lines answer requests this side sent (see :mod:`taskloom.cli.control`):
   ``can_use_tool`` when ``--permission-prompt-tool stdio`` is given, ``hook_callback``, and
   ``mcp_message`` for the program's own MCP servers (``"type": "sdk"`` in ``--mcp-config``).
 
-End of stdin ends the session once the turns already received are done. The exit code is
+The session is built once the first line has come (``--await-initialize``: once the
+``initialize`` request has). End of stdin ends the session once the turns already received
+are done. The exit code is
 that of the last turn (0 when it succeeded, or when there was none), 2 for usage errors.
 """
 

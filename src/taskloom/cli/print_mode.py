@@ -293,9 +293,14 @@ class _Run:
 async def _run_events(
     harness: Harness, emitter: Emitter, prompt: str | Message, budget_usd: float | None
 ) -> _Run:
-    """Run ``prompt``, writing its events and its tasks' as they come; what the run came to."""
-    sub = emitter.tasks = harness.runtime.subscribe()
-    pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
+    """Run ``prompt``, writing its events and its tasks' as they come; what the run came to.
+
+    The tasks' events come from the emitter's subscription when it has one for the whole
+    session (a stream-json session, whose tasks go on between turns), else from the run's own.
+    """
+    own = emitter.tasks is None
+    sub = emitter.tasks = harness.runtime.subscribe() if emitter.tasks is None else emitter.tasks
+    pump = asyncio.get_running_loop().create_task(_pump(sub, emitter)) if own else None
     run = _Run()
     events = harness.run(prompt)
     try:
@@ -347,15 +352,17 @@ def _emit_event(
 
 
 async def _end_watch(
-    harness: Harness, emitter: Emitter, sub: Subscription, pump: asyncio.Task[None]
+    harness: Harness, emitter: Emitter, sub: Subscription, pump: asyncio.Task[None] | None
 ) -> None:
-    """Once the run is over: its tasks' last events written, their subscription closed."""
+    """Once the run is over: its tasks' last events written, its own subscription closed."""
     budgets = harness.agents.spawner.budgets
     if budgets.spent(harness.runtime.session_id) is not None:
         # The session's budget ran out: the stopped tasks' ends are streamed, and the
         # result says what they had spent.
         await budgets.settled()
     emitter.flush_tasks()
+    if pump is None:
+        return  # the session's subscription: it goes on
     emitter.tasks = None
     sub.close()
     pump.cancel()

@@ -14,9 +14,18 @@ stdin carries one JSON object a line for the life of the process:
   ``mcp_message`` for the program's own MCP servers (``"type": "sdk"`` in ``--mcp-config``).
 
 The session is built once the first line has come (``--await-initialize``: once the
-``initialize`` request has). End of stdin ends the session once the turns already received
-are done. The exit code is
-that of the last turn (0 when it succeeded, or when there was none), 2 for usage errors.
+``initialize`` request has).
+
+A turn ends with its result when the model ends it, even while background tasks it started
+still run. What arrives for the session while no turn runs (a task's notification, a message
+from an agent or another session) starts a turn of its own, with its own result; task events
+are printed as they happen, between turns too.
+
+End of stdin ends the session once the turns already received are done and the session's own
+work has settled: while a task the main thread started still works (or its notification waits)
+the session waits for it, each notification starting a turn, as the CLI it follows does. A
+task with no end of its own is waited for at most ``taskWaitSeconds``. The exit code is that of
+the last turn (0 when it succeeded, or when there was none), 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from taskloom.cli.stream_input import (
     user_prompt,
 )
 from taskloom.cli.stream_output import notified_status, replayed
-from taskloom.conversation.next_input import NextInput, Pending, Prompts
+from taskloom.conversation.next_input import NextInput, OwnWork, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe, reason
 from taskloom.harness import Harness
@@ -87,14 +96,17 @@ class StreamSession:
         #: The prompts to run, with the number of the stdin line each came on; closed at the
         #: end of the input.
         self.prompts: Prompts[tuple[int | None, str | Message]] = Prompts()
-        #: What starts a turn: the program's prompts; while idle, what was sent to the main
-        #: thread (a message from an agent or another session, ``uds:``), which the engine
-        #: takes inside the turn, with no hooks run on it, so that an interrupt before it
-        #: records them hands them back (never acknowledged unseen). Not before the program's
-        #: first prompt: it starts the session.
+        #: What starts a turn: the program's prompts; while idle, what arrived for the main
+        #: thread (its tasks' notifications, a message from an agent or another session,
+        #: ``uds:``), which the engine takes inside the turn, with no hooks run on it, so that
+        #: an interrupt before it records them hands them back (never acknowledged unseen).
+        #: Not before the program's first prompt: it starts the session. Once the input has
+        #: ended, the session's own work still under way is waited for.
+        me, runtime = harness.session_id, harness.runtime
         self.inputs: NextInput[tuple[int | None, str | Message] | Message] = NextInput(
             self.prompts,
-            Pending(harness.runtime.mailbox, harness.session_id, MESSAGES, when=self._ran),
+            Pending(runtime.mailbox, me, ("notification", *MESSAGES), when=self._ran),
+            until=OwnWork(runtime, me, harness.settings, when=self._ran),
         )
         #: Runs the turns, one at a time; an ``interrupt`` request cuts the running one short.
         self.driver: TurnDriver[dict[str, Any]] = TurnDriver()
@@ -110,7 +122,12 @@ class StreamSession:
         ``read`` holds lines read already (before the session was built; None for the end).
         """
         pending = list(read or [])
-        worker = asyncio.get_running_loop().create_task(self._run_turns())
+        loop = asyncio.get_running_loop()
+        # One subscription to the session's tasks for its whole life: their events are printed
+        # as they happen, in a turn or between turns (a background task that ends while idle).
+        tasks = self.emitter.tasks = self.harness.runtime.subscribe()
+        printer = loop.create_task(self._print_tasks())
+        worker = loop.create_task(self._run_turns())
         try:
             line = pending.pop(0) if pending else await reader.lines.get()
             while line is not None:
@@ -133,6 +150,10 @@ class StreamSession:
             raise
         finally:
             worker.cancel()
+            printer.cancel()
+            self.emitter.flush_tasks()
+            self.emitter.tasks = None
+            tasks.close()
         return 0 if self.last is None or not self.last["is_error"] else 1
 
     async def _take(self, line: InputLine) -> None:
@@ -177,6 +198,13 @@ class StreamSession:
     def _ran(self) -> bool:
         """Whether a turn has run (the program's first prompt started the session)."""
         return self.last is not None
+
+    async def _print_tasks(self) -> None:
+        """Print the session's task events as they come (a turn flushes them before a message)."""
+        tasks = self.emitter.tasks
+        assert tasks is not None
+        async for event in tasks:
+            self.emitter.task_event(event.kind, event.state)
 
     async def _next_prompt(self) -> tuple[int | None, str | Message] | None:
         """The next prompt and the stdin line it came on (None for mail); None at the end."""
@@ -395,6 +423,9 @@ async def run_stream(
             "supported (permission prompts as can_use_tool control requests)"
         )
     session_options = dataclasses.replace(session_options, mcp_caller=SdkMcpCaller(channel))
+    # A turn ends when the model ends it: what its tasks deliver later starts turns of its own
+    # (StreamSession.inputs), not a longer turn.
+    session_options = dataclasses.replace(session_options, wait_for_tasks=False)
     reader = LineReader(sys.stdin.buffer if stdin is None else stdin, channel)
     # The program's first word is its initialize request (the SDKs wait for the answer
     # before anything else): what it brings is part of the session to build. The lines read

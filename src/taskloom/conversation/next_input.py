@@ -13,10 +13,16 @@ in that order, then waits — on events, not a poll — until one of them has so
 - :class:`Taken`: rows taken from a mailbox at once, their bodies the prompt — a teammate's
   messages and its lead's protocol rows, held until its transcript records them.
 
-Which front end takes what: stream mode its program's prompts, then messages for its session
-once its first turn ran; the REPL typed prompts, then its session's notifications and
-messages; a teammate its messages and protocol rows, then its own tasks' notifications.
-Every message still arrives through the mailbox: nothing here is a second way to send one.
+Which front end takes what: stream mode its program's prompts, then its session's
+notifications and messages once its first turn ran; the REPL typed prompts, then its session's
+notifications and messages; a teammate its messages and protocol rows, then its own tasks'
+notifications. Every message still arrives through the mailbox: nothing here is a second way to
+send one.
+
+An input that ends (its prompts closed and run) may still have to wait for what the session
+itself started: ``until`` (:class:`OwnWork`) says whether that has settled, and until it has,
+the other sources still start turns. A stream-json session whose program closed its input thus
+lives on while its background tasks run, and each of their notifications starts a turn.
 """
 
 from __future__ import annotations
@@ -28,9 +34,13 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from taskloom._aio import first_of
 from taskloom.messages import Message
+from taskloom.tasks.mailbox import MESSAGES
+from taskloom.tasks.owner_wait import OwnerWait
+from taskloom.tasks.wait_bound import WaitBound, task_wait_seconds
 
 if TYPE_CHECKING:
     from taskloom.tasks.mailbox import Kinds, Letter, Mailbox
+    from taskloom.tasks.runtime import TaskRuntime
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -188,40 +198,136 @@ class Taken:
         return await self.mailbox.wait(timeout, self.recipient, self.kinds)
 
 
+class Settling(Protocol):
+    """What an ended input still waits for before it ends (see :class:`OwnWork`)."""
+
+    def settled(self) -> bool:
+        """Whether nothing is left to wait for: the input may end."""
+        ...
+
+    async def wait(self, timeout: float) -> object:
+        """Return once it may have settled (or ``timeout`` passed)."""
+        ...
+
+
+class OwnWork:
+    """An owner's own work under way: its live tasks, and rows waiting for it.
+
+    What a stream-json session still waits for once its program closed its input, as a ``-p``
+    run waits for its tasks: nothing has settled while a task the owner started works (not
+    detached) or a notification or message waits for it. A task with no end of its own (a
+    server, ``tail -f``) is waited for at most ``taskWaitSeconds`` in all, then stopped: its
+    notification starts the last turn (see :mod:`taskloom.tasks.wait_bound`).
+
+    Args:
+        runtime: The session's tasks and mailbox.
+        owner: Whose work it is (the main thread: the session id).
+        settings: The session's settings (``taskWaitSeconds``, ``notificationBatchMs``).
+        when: Whether the work counts now (default: always); while not, it has settled.
+    """
+
+    def __init__(
+        self,
+        runtime: TaskRuntime,
+        owner: str,
+        settings: dict[str, object],
+        *,
+        when: Callable[[], bool] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self._when = when
+        self._waiting = OwnerWait(runtime, owner, dict(settings), listens=True)
+        self._bound = WaitBound(runtime, owner, task_wait_seconds(settings))
+
+    def settled(self) -> bool:
+        """Whether no task of the owner works and nothing waits for it."""
+        if self._when is not None and not self._when():
+            return True
+        pending = self.runtime.mailbox.has_pending(self.owner, ("notification", *MESSAGES))
+        return not pending and not self._waiting.must_wait()
+
+    async def wait(self, timeout: float) -> None:
+        """Wait until a task ends or a row arrives for the owner; tasks bounded meanwhile.
+
+        Only the time spent here counts against a task's bound: not the turns it starts.
+        """
+        self._bound.arm()
+        try:
+            await self.runtime.wait_for_change(timeout, self.owner, messages=True)
+        finally:
+            self._bound.pause()
+
+
 class NextInput(Generic[T]):
     """A front end's sources, in order of precedence; calling it waits for the next input.
 
     Args:
         sources: Where inputs come from, the first one first.
         idle_wait_s: The bound of one wait before the sources are looked at again.
+        until: Once a source has ended, the input ends only when this has settled; until
+            then the other sources are still taken from (None: it ends at once).
     """
 
-    def __init__(self, *sources: Source[T], idle_wait_s: float = IDLE_WAIT_S) -> None:
+    def __init__(
+        self, *sources: Source[T], idle_wait_s: float = IDLE_WAIT_S, until: Settling | None = None
+    ) -> None:
         if not sources:
             raise ValueError("NextInput needs at least one source")
         self.sources = sources
         self.idle_wait_s = idle_wait_s
+        self.until = until
+        #: The sources that have ended: never waited on again.
+        self._ended: list[Source[T]] = []
 
     def ready(self) -> T | _Ended | None:
-        """What the first source that has something has, without waiting (None: nothing)."""
+        """What the first source that has something has, without waiting (None: nothing).
+
+        :data:`ENDED` when a source has ended and, with ``until``, no other has anything.
+        """
+        ended = False
         for source in self.sources:
             item = source.take()
-            if item is not None:
+            if isinstance(item, _Ended):
+                if self.until is None:
+                    return item
+                if not any(source is s for s in self._ended):
+                    self._ended.append(source)
+                ended = True
+            elif item is not None:
                 return item
-        return None
+        return ENDED if ended else None
 
     async def __call__(self) -> T | None:
         """The next input, once there is one; None once the input has ended."""
         while True:
             item = self.ready()
+            ended = isinstance(item, _Ended)
             if isinstance(item, _Ended):
-                return None
-            if item is not None:
+                if self.until is None or self.until.settled():
+                    return None
+            elif item is not None:
                 return item
-            listening = [source for source in self.sources if source.listening()]
-            if not listening:
+            waits = [
+                s.wait(self.idle_wait_s)
+                for s in self.sources
+                if s.listening() and not any(s is e for e in self._ended)
+            ]
+            if ended and self.until is not None:
+                waits.append(self.until.wait(self.idle_wait_s))
+            if not waits:
                 raise RuntimeError("no source of input is listening: nothing could arrive")
-            await first_of(*(s.wait(self.idle_wait_s) for s in listening), timeout=self.idle_wait_s)
+            await first_of(*waits, timeout=self.idle_wait_s)
 
 
-__all__ = ["ENDED", "IDLE_WAIT_S", "NextInput", "Pending", "Prompts", "Source", "Taken"]
+__all__ = [
+    "ENDED",
+    "IDLE_WAIT_S",
+    "NextInput",
+    "OwnWork",
+    "Pending",
+    "Prompts",
+    "Settling",
+    "Source",
+    "Taken",
+]

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from helpers import TIME_FACTOR
-from taskloom.conversation.next_input import NextInput, Pending, Prompts, Taken
+from taskloom.conversation.next_input import NextInput, OwnWork, Pending, Prompts, Taken
 from taskloom.messages import Message
 from taskloom.settings import db_path
 from taskloom.store import Store
 from taskloom.tasks.mailbox import MESSAGES, Letter, Mailbox
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.shell import run_shell
 
 #: How long a wait that must not return is given to return all the same.
 QUIET_S = 0.2 * TIME_FACTOR
@@ -139,6 +142,71 @@ async def test_sources_are_looked_at_in_order(box: Mailbox) -> None:
     assert await inputs() == "typed"
     assert await inputs() == "hi"
     assert await inputs() == Message(role="user", content=[])
+
+
+# -- an ended input waits for the session's own work (a stream-json session's stdin closed) ------
+
+
+def _after_end(rt: TaskRuntime, **settings: object) -> tuple[Prompts[str], NextInput[object]]:
+    """A stream-json session's inputs on ``rt``, its prompts closed: only its tasks remain."""
+    me = rt.session_id
+    prompts: Prompts[str] = Prompts()
+    inputs: NextInput[object] = NextInput(
+        prompts,
+        Pending(rt.mailbox, me, ("notification", *MESSAGES)),
+        until=OwnWork(rt, me, dict(settings)),
+        idle_wait_s=BOUND_S,
+    )
+    prompts.close()
+    return prompts, inputs
+
+
+def _deliver(rt: TaskRuntime) -> list[str]:
+    """What a turn does with its notifications: take them, then acknowledge them."""
+    notes = rt.drain(owner=rt.session_id)
+    rt.ack(notes)
+    return [note.task_id for note in notes]
+
+
+async def test_an_ended_input_waits_for_a_running_task_and_its_notification(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "gate.fifo"
+    os.mkfifo(gate)
+    async with TaskRuntime() as rt:
+        shell = await run_shell(rt, f"read line < {gate}", run_in_background=True)
+        _, inputs = _after_end(rt)
+        await _stays_waiting(inputs)  # the task still runs: no end, no turn
+        waiting = asyncio.ensure_future(inputs())
+        await asyncio.to_thread(gate.write_text, "go\n")
+        # Its notification starts a turn (the engine takes it inside)...
+        assert await asyncio.wait_for(waiting, BOUND_S) == Message(role="user", content=[])
+        assert _deliver(rt) == [shell.task_id]
+        # ...and once it is delivered nothing is left: the input ends.
+        assert await asyncio.wait_for(inputs(), BOUND_S) is None
+
+
+async def test_an_ended_input_stops_a_task_with_no_end_of_its_own_at_its_bound() -> None:
+    async with TaskRuntime() as rt:
+        shell = await run_shell(rt, "sleep 600", run_in_background=True)
+        _, inputs = _after_end(rt, taskWaitSeconds=0)
+        # Waited for no longer than taskWaitSeconds: stopped, its notification is a turn.
+        assert await asyncio.wait_for(inputs(), BOUND_S) == Message(role="user", content=[])
+        state = rt.get(shell.task_id)
+        assert (
+            state is not None
+            and state.terminal
+            and "taskWaitSeconds" in (state.stopped_reason or "")
+        )
+        assert _deliver(rt) == [shell.task_id]
+        assert await asyncio.wait_for(inputs(), BOUND_S) is None
+
+
+async def test_an_ended_input_with_nothing_at_work_ends_at_once() -> None:
+    async with TaskRuntime() as rt:
+        await run_shell(rt, "true")  # ended in the foreground: nothing to wait for
+        _, inputs = _after_end(rt)
+        assert await asyncio.wait_for(inputs(), BOUND_S) is None
 
 
 def test_input_needs_a_source() -> None:

@@ -242,21 +242,46 @@ async def test_a_notification_landing_during_a_turn_is_delivered_in_it_with_no_e
 # -- the protocol, without an SDK ----------------------------------------------------------------
 
 
-def start(tmp_path: Path, turns: list[Any]) -> subprocess.Popen[str]:
+def start(
+    tmp_path: Path, turns: list[Any], subagents: dict[str, Any] | None = None, **env: str
+) -> subprocess.Popen[str]:
     script = tmp_path / "turns.yaml"
-    script.write_text(yaml.safe_dump({"turns": turns}))
+    script.write_text(yaml.safe_dump({"turns": turns, "subagents": subagents or {}}))
     argv = [sys.executable, "-m", "taskloom", "--input-format", "stream-json"]
     argv += ["--output-format", "stream-json", "--model", f"scripted:{script}"]
     argv += ["--dangerously-skip-permissions"]
+    environ = clean_env(TASKLOOM_HOME=str(tmp_path / "home"))
+    for name in ("CLAUDE_CODE_SDK_READS_SESSION_STATE", "CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"):
+        environ.pop(name, None)  # only what the test asks for
     return subprocess.Popen(
         argv,
         cwd=tmp_path,
-        env=clean_env(TASKLOOM_HOME=str(tmp_path / "home")),
+        env={**environ, **env},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def next_event(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, "the output ended"
+    return dict(json.loads(line))
+
+
+def finish(proc: subprocess.Popen[str]) -> str:
+    """Close stdin (if open), wait for the exit code 0; what stdout still held."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    if not proc.stdin.closed:
+        proc.stdin.close()
+    code = proc.wait(timeout=30 * TIME_FACTOR)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert code == 0, err
+    return out
 
 
 def read_until_result(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
@@ -311,14 +336,7 @@ def test_each_turn_prints_its_own_result_and_the_task_events_between_them(
     )
     assert second[-1]["result"] == "finished" and second[-1]["subtype"] == "success"
     assert second[-1]["session_id"] == first[-1]["session_id"]
-    if not close_early:
-        proc.stdin.close()
-    assert proc.stdout is not None and proc.stderr is not None
-    code = proc.wait(timeout=30 * TIME_FACTOR)
-    out, err = proc.stdout.read(), proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    assert code == 0, err
+    out = finish(proc)
     assert out == ""  # nothing after the last turn's result
 
 
@@ -342,3 +360,74 @@ def test_one_shot_print_runs_still_wait_for_their_tasks_in_one_result(tmp_path: 
     (result,) = [e for e in events if e["type"] == "result"]
     assert result["result"] == "finished" and events[-1] is result
     assert [e["subtype"] for e in events if e["type"] == "system"].count("init") == 1
+
+
+def state(event: dict[str, Any]) -> str | None:
+    """The state a ``session_state_changed`` line reports (None for any other line)."""
+    if event.get("subtype") != "session_state_changed":
+        return None
+    assert event["sdk_host_only"] is True  # for the SDK, which keeps it from the program
+    return str(event["state"])
+
+
+def test_the_session_says_idle_once_no_turn_is_owed_while_a_command_runs(
+    tmp_path: Path,
+) -> None:
+    # As the CLI taskloom follows: a background command owes no turn while the input is open
+    # (the program may close it, then the session waits for the command all the same).
+    gate = Gate(tmp_path)
+    call = {"name": "Bash", "input": {"command": gate.command, "run_in_background": True}}
+    turns = [{"tool_calls": [call]}, {"text": "started"}, {"text": "finished"}]
+    proc = start(tmp_path, turns, CLAUDE_CODE_SDK_READS_SESSION_STATE="1")
+    assert proc.stdin is not None
+    proc.stdin.write(user("start it"))
+    proc.stdin.flush()
+    first = read_until_result(proc)
+    assert [state(e) for e in first[:2]] == ["running", None] and first[1]["subtype"] == "init"
+    assert state(next_event(proc)) == "idle"
+    gate.release()
+    second = read_until_result(proc)
+    gate.released()
+    assert [state(e) for e in second].count("running") == 1
+    assert state(second[1]) == "running" and second[2]["subtype"] == "init"
+    assert second[-1]["result"] == "finished"
+    assert state(next_event(proc)) == "idle"
+    assert finish(proc) == ""
+
+
+def test_the_session_stays_running_while_a_background_agent_works(tmp_path: Path) -> None:
+    # Its end will start a turn: the SDK must keep the program's input open for it.
+    gate = Gate(tmp_path)
+    spawn = {
+        "name": "Agent",
+        "input": {"description": "gated", "prompt": "wait", "run_in_background": True},
+    }
+    agent = [{"tool_calls": [{"name": "Bash", "input": {"command": gate.command}}]}, "done"]
+    turns = [{"tool_calls": [spawn]}, {"text": "it works"}, {"text": "it is done"}]
+    proc = start(
+        tmp_path, turns, {"general-purpose": agent}, CLAUDE_CODE_SDK_READS_SESSION_STATE="1"
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(user("start it"))
+    proc.stdin.flush()
+    first = read_until_result(proc)
+    assert state(first[0]) == "running" and first[-1]["result"] == "it works"
+    gate.release()
+    second = read_until_result(proc)
+    gate.released()
+    # No idle in between, so no new "running": one working spell from the prompt on.
+    assert [state(e) for e in first + second if state(e)] == ["running"]
+    assert second[-1]["result"] == "it is done"
+    assert any(e.get("subtype") == "task_notification" for e in second)
+    assert state(next_event(proc)) == "idle"
+    assert finish(proc) == ""
+
+
+def test_no_session_state_lines_unless_asked_for(tmp_path: Path) -> None:
+    proc = start(tmp_path, [{"text": "hello"}])
+    assert proc.stdin is not None
+    proc.stdin.write(user("hi"))
+    proc.stdin.close()
+    events = read_until_result(proc)
+    assert [e["type"] for e in events] == ["system", "assistant", "result"]
+    assert finish(proc) == ""

@@ -21,6 +21,13 @@ still run. What arrives for the session while no turn runs (a task's notificatio
 from an agent or another session) starts a turn of its own, with its own result; task events
 are printed as they happen, between turns too.
 
+With ``CLAUDE_CODE_SDK_READS_SESSION_STATE`` set (both SDKs set it) the session says when it
+works and when no further turn is owed: ``system/session_state_changed`` with ``state``
+``running`` before a turn that follows an idle spell, ``idle`` after a result that nothing more
+follows for now (marked ``sdk_host_only``: for the SDK, not the program; shown to the program
+with ``CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS``). A background agent still at work owes a turn
+(its end starts one), a background command does not until the input has ended.
+
 End of stdin ends the session once the turns already received are done and the session's own
 work has settled: while a task the main thread started still works (or its notification waits)
 the session waits for it, each notification starting a turn, as the CLI it follows does. A
@@ -39,6 +46,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, BinaryIO, TextIO
 
 from taskloom.cli.control import ControlChannel, SdkMcpCaller, StdioPrompter
@@ -67,9 +75,16 @@ from taskloom.errors import TaskloomError, UsageError, describe, reason
 from taskloom.harness import Harness
 from taskloom.messages import Message
 from taskloom.tasks.mailbox import MESSAGES
+from taskloom.tasks.types import TaskType
 from taskloom.transcript import orphan_error, orphan_results
 
 log = logging.getLogger(__name__)
+
+#: The kinds of mailbox rows that start a turn while the session is idle.
+_WAKES = ("notification", *MESSAGES)
+#: The background tasks whose end the program waits for while its input is open: agents (a
+#: command may run for ever; the SDKs wait for agents only).
+_AWAITED = (TaskType.LOCAL_AGENT, TaskType.REMOTE_AGENT)
 
 
 class StreamSession:
@@ -103,16 +118,18 @@ class StreamSession:
         #: Not before the program's first prompt: it starts the session. Once the input has
         #: ended, the session's own work still under way is waited for.
         me, runtime = harness.session_id, harness.runtime
+        self.work = OwnWork(runtime, me, harness.settings, when=self._ran)
         self.inputs: NextInput[tuple[int | None, str | Message] | Message] = NextInput(
-            self.prompts,
-            Pending(runtime.mailbox, me, ("notification", *MESSAGES), when=self._ran),
-            until=OwnWork(runtime, me, harness.settings, when=self._ran),
+            self.prompts, Pending(runtime.mailbox, me, _WAKES, when=self._ran), until=self.work
         )
         #: Runs the turns, one at a time; an ``interrupt`` request cuts the running one short.
         self.driver: TurnDriver[dict[str, Any]] = TurnDriver()
         self.last: dict[str, Any] | None = None
         #: A signal came: the running turn ends with its result and no other starts.
         self.stopping = False
+        #: The fields of a ``session_state_changed`` line, or None when none are printed.
+        self._state_fields = state_reporting(os.environ)
+        self._state: str | None = None
 
     # -- the input ----------------------------------------------------------------------------
 
@@ -217,6 +234,7 @@ class StreamSession:
             if not self._may_start(number, prompt):
                 continue
             started = time.monotonic()
+            self._say_state("running")
             self.emitter.line(init_event(self.harness))
             turn = run_turn(
                 self.harness, self.emitter, prompt, started, budget_usd=self.opts.max_budget_usd
@@ -253,6 +271,33 @@ class StreamSession:
             self.harness.session.recorder.repair()
         self.last = result
         self.emitter.line(result)
+        if not self._owed():
+            self._say_state("idle")
+
+    def _owed(self) -> bool:
+        """Whether a turn is owed now.
+
+        One is when a prompt waits, something arrived for the main thread, a background agent
+        works (its end starts a turn) or, once the input has ended, any of the session's own
+        work goes on.
+        """
+        runtime, me = self.harness.runtime, self.harness.session_id
+        if len(self.prompts) or runtime.mailbox.has_pending(me, _WAKES):
+            return True
+        if self.prompts.closed:
+            return not self.work.settled()
+        agents = runtime.list(owner=me, types=_AWAITED)
+        return any(not s.terminal and s.exit_policy != "detach" for s in agents)
+
+    def _say_state(self, state: str) -> None:
+        """Tell the program the session's state, when it asked to hear it and it changed."""
+        if self._state_fields is None or state == self._state:
+            return
+        self._state = state
+        self.emitter.line(
+            {"type": "system", "subtype": "session_state_changed", "state": state}
+            | self._state_fields
+        )
 
     # -- control requests ---------------------------------------------------------------------
 
@@ -326,6 +371,24 @@ _HANDLERS = {
     "mcp_status": StreamSession._mcp_status,
     "stop_task": StreamSession._stop_task,
 }
+
+
+def state_reporting(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The extra fields of ``session_state_changed`` lines, or None when none are printed.
+
+    ``CLAUDE_CODE_SDK_READS_SESSION_STATE`` (set by both SDKs): lines for the SDK alone,
+    ``sdk_host_only: true``; ``CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS``: lines for the program.
+    """
+    if _set(env.get("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS")):
+        return {}
+    if _set(env.get("CLAUDE_CODE_SDK_READS_SESSION_STATE")):
+        return {"sdk_host_only": True}
+    return None
+
+
+def _set(value: str | None) -> bool:
+    """Whether an environment flag is on (set, and not ``0``, ``false``, ``no`` or ``off``)."""
+    return value is not None and value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def report(number: int | None, why: str) -> None:

@@ -87,6 +87,11 @@ class Prompts(Generic[T]):
         """How many wait for their turn."""
         return len(self._items)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the input has ended (those queued may still wait for their turn)."""
+        return self._closed
+
     def put(self, item: T) -> None:
         """Run ``item`` once those before it have run."""
         self._items.append(item)

@@ -298,9 +298,10 @@ async def _run_events(
     The tasks' events come from the emitter's subscription when it has one for the whole
     session (a stream-json session, whose tasks go on between turns), else from the run's own.
     """
-    own = emitter.tasks is None
-    sub = emitter.tasks = harness.runtime.subscribe() if emitter.tasks is None else emitter.tasks
-    pump = asyncio.get_running_loop().create_task(_pump(sub, emitter)) if own else None
+    sub, pump = emitter.tasks, None
+    if sub is None:
+        sub = emitter.tasks = harness.runtime.subscribe()
+        pump = asyncio.get_running_loop().create_task(_pump(sub, emitter))
     run = _Run()
     events = harness.run(prompt)
     try:

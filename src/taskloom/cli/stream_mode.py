@@ -75,6 +75,7 @@ from taskloom.errors import TaskloomError, UsageError, describe, reason
 from taskloom.harness import Harness
 from taskloom.messages import Message
 from taskloom.tasks.mailbox import MESSAGES
+from taskloom.tasks.runtime import Subscription
 from taskloom.tasks.types import TaskType
 from taskloom.transcript import orphan_error, orphan_results
 
@@ -143,7 +144,7 @@ class StreamSession:
         # One subscription to the session's tasks for its whole life: their events are printed
         # as they happen, in a turn or between turns (a background task that ends while idle).
         tasks = self.emitter.tasks = self.harness.runtime.subscribe()
-        printer = loop.create_task(self._print_tasks())
+        printer = loop.create_task(self._print_tasks(tasks))
         worker = loop.create_task(self._run_turns())
         try:
             line = pending.pop(0) if pending else await reader.lines.get()
@@ -216,10 +217,8 @@ class StreamSession:
         """Whether a turn has run (the program's first prompt started the session)."""
         return self.last is not None
 
-    async def _print_tasks(self) -> None:
+    async def _print_tasks(self, tasks: Subscription) -> None:
         """Print the session's task events as they come (a turn flushes them before a message)."""
-        tasks = self.emitter.tasks
-        assert tasks is not None
         async for event in tasks:
             self.emitter.task_event(event.kind, event.state)
 

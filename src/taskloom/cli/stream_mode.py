@@ -74,18 +74,16 @@ from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe, reason
 from taskloom.harness import Harness
 from taskloom.messages import Message
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.mailbox import MESSAGES
 from taskloom.tasks.runtime import Subscription
-from taskloom.tasks.types import TaskType
+from taskloom.tasks.types import TaskState
 from taskloom.transcript import orphan_error, orphan_results
 
 log = logging.getLogger(__name__)
 
 #: The kinds of mailbox rows that start a turn while the session is idle.
 _WAKES = ("notification", *MESSAGES)
-#: The background tasks whose end the program waits for while its input is open: agents (a
-#: command may run for ever; the SDKs wait for agents only).
-_AWAITED = (TaskType.LOCAL_AGENT, TaskType.REMOTE_AGENT)
 
 
 class StreamSession:
@@ -285,8 +283,7 @@ class StreamSession:
             return True
         if self.prompts.closed:
             return not self.work.settled()
-        agents = runtime.list(owner=me, types=_AWAITED)
-        return any(not s.terminal and s.exit_policy != "detach" for s in agents)
+        return any(_agent_at_work(state) for state in runtime.list(owner=me))
 
     def _say_state(self, state: str) -> None:
         """Tell the program the session's state, when it asked to hear it and it changed."""
@@ -370,6 +367,18 @@ _HANDLERS = {
     "mcp_status": StreamSession._mcp_status,
     "stop_task": StreamSession._stop_task,
 }
+
+
+def _agent_at_work(state: TaskState) -> bool:
+    """Whether ``state`` is a live agent at work, whose end will start a turn.
+
+    While the input is open only these owe a turn, as the SDKs count them: a command may run
+    for ever, and a teammate waiting for mail is idle.
+    """
+    kind = kind_of(state)
+    return (
+        not state.terminal and state.exit_policy != "detach" and kind.is_agent and kind.busy(state)
+    )
 
 
 def state_reporting(env: Mapping[str, str]) -> dict[str, Any] | None:

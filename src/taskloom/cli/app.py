@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from taskloom.cli.flags import SUBCOMMANDS, fields_of, print_parser
+from taskloom.cli.flags import SUBCOMMANDS, fields_of, inert_notes, print_parser
 
 if TYPE_CHECKING:
     from taskloom.cli.print_options import PrintOptions
@@ -29,7 +29,18 @@ def run_print_mode(args: list[str]) -> int:
         print(f"{__version__} (taskloom)")
         return 0
     streamed, interactive = _check_mode(parser, ns)
+    if ns.restricted:
+        # Ignoring it would run with the very tools and settings it is meant to take away.
+        sys.stderr.write(
+            "--restricted: taskloom has no restricted mode (it cannot confine the file tools "
+            "to the working directories nor guard settings and git files); run without it\n"
+        )
+        return 1
     options = _print_options(parser, ns)
+    try:
+        _start_debug_log(options, inert_notes(ns))
+    except OSError as exc:
+        parser.error(f"--debug-file {options.debug_file}: {exc.strerror or exc}")
     if streamed:
         from taskloom.cli.stream_mode import main_stream
 
@@ -51,7 +62,9 @@ def _check_mode(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> tupl
     streamed = ns.input_format == "stream-json"
     if streamed and ns.output_format != "stream-json":
         parser.error("--input-format stream-json requires --output-format stream-json")
-    if streamed and ns.prompt is not None:
+    # An empty argument is no prompt: the TypeScript SDK passes extra flags as a name and a
+    # value, and an empty value of a switch (``--replay-user-messages ""``) lands here.
+    if streamed and ns.prompt:
         parser.error("--input-format stream-json reads its prompts from stdin, not an argument")
     interactive = not ns.print_ and not streamed
     if interactive:
@@ -64,6 +77,27 @@ def _check_mode(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> tupl
         if ns.output_format != "text":
             parser.error("--output-format applies to -p/--print only")
     return streamed, interactive
+
+
+def _start_debug_log(options: PrintOptions, notes: list[str]) -> None:
+    """Log to ``--debug-file`` too, and say which flags given have no effect (``--debug``).
+
+    Print mode sets up the stderr log again when it starts; the file's handler and the
+    logger's level stay.
+    """
+    import logging
+
+    from taskloom.cli._run import configure_logging
+
+    configure_logging(options.debug)
+    log = logging.getLogger("taskloom.cli")
+    if options.debug_file is not None:
+        handler = logging.FileHandler(options.debug_file, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("taskloom").addHandler(handler)
+        logging.getLogger("taskloom").setLevel(logging.DEBUG)
+    for note in notes:
+        log.debug("%s", note)
 
 
 def _print_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> PrintOptions:

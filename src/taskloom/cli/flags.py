@@ -15,118 +15,29 @@ what it needs when it runs.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from taskloom.cli.flag_kinds import (
+    Convert,
+    Flag,
+    FlagError,
+    inert,
+    optional,
+    positive_float,
+    positive_int,
+    repeated,
+    switch,
+)
 
 #: The subcommands, named in the epilog (``taskloom COMMAND --help``).
 SUBCOMMANDS = ("demo", "tasks", "agents", "teams", "worktrees")
 
 MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
 
-#: The argument group of the flags ``claude-agent-sdk`` may pass that have no effect here yet:
-#: accepted (and said so) rather than refused, so that a program setting them still runs.
-COMPAT = "accepted for compatibility, no effect yet"
-
-_UNSET: Any = object()
-
-#: Turns a flag's parsed value into its field's value; the namespace is there for a flag that
-#: depends on another. A ``ValueError`` is a usage error, its text the message (exit 2).
-Convert = Callable[[Any, argparse.Namespace], Any]
-
-
-class FlagError(ValueError):
-    """A flag's value that its conversion refuses; the text says what is wrong."""
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One command-line flag: how argparse reads it and which fields it fills.
-
-    Attributes:
-        names: The flag's names (``-p``, ``--print``), or one positional name.
-        help: The help text (None: none).
-        dest: The namespace attribute (None: argparse's, from the first long name).
-        action: argparse's action (``store_true``, ``store_false``, ``extend``, ``append``).
-        nargs: argparse's ``nargs``.
-        type: Parses one value; raises ``argparse.ArgumentTypeError`` to refuse it.
-        choices: The values allowed.
-        default: The value when the flag is absent (unset: argparse's).
-        metavar: The value's name in the help.
-        option: The field of ``Options`` this flag fills, if any.
-        printed: The field of ``PrintOptions`` this flag fills, if any.
-        convert: Turns the parsed value into the fields' value (None: as parsed; a list is
-            copied).
-        group: The argument group it is listed under (None: the main one).
-    """
-
-    names: tuple[str, ...]
-    help: str | None = None
-    dest: str | None = None
-    action: str | None = None
-    nargs: str | None = None
-    type: Callable[[str], Any] | None = None
-    choices: tuple[str, ...] | None = None
-    default: Any = _UNSET
-    metavar: str | None = None
-    option: str | None = None
-    printed: str | None = None
-    convert: Convert | None = None
-    group: str | None = None
-
-    @property
-    def key(self) -> str:
-        """The namespace attribute argparse stores the value in."""
-        if self.dest is not None:
-            return self.dest
-        longs = [n for n in self.names if n.startswith("--")]
-        name = longs[0][2:] if longs else self.names[0].lstrip("-")
-        return name.replace("-", "_")
-
-    def add_to(self, target: argparse._ActionsContainer) -> None:
-        """Add this flag to a parser or an argument group."""
-        kwargs: dict[str, Any] = {
-            "help": self.help,
-            "dest": self.dest,
-            "action": self.action,
-            "nargs": self.nargs,
-            "type": self.type,
-            "choices": self.choices,
-            "metavar": self.metavar,
-        }
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        if self.default is not _UNSET:
-            kwargs["default"] = self.default
-        target.add_argument(*self.names, **kwargs)
-
-    def value(self, ns: argparse.Namespace) -> Any:
-        """The value of the fields this flag fills, from the parsed namespace."""
-        raw = getattr(ns, self.key)
-        if self.convert is not None:
-            return self.convert(raw, ns)
-        return list(raw) if isinstance(raw, list) else raw
-
-
-def positive_float(text: str) -> float:
-    """A number above 0 (``--max-budget-usd``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """A whole number of at least 1 (``--max-turns`` and the other counts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+#: Permission modes Claude Code takes that taskloom reads as ``default``: ``manual`` is its
+#: newer name for it; ``auto`` (a classifier approving calls) taskloom does not have.
+MODE_ALIASES = {"manual": "default", "auto": "default"}
 
 
 def _setting_sources(text: str | None, ns: argparse.Namespace) -> tuple[str, ...] | None:
@@ -141,18 +52,25 @@ def _setting_sources(text: str | None, ns: argparse.Namespace) -> tuple[str, ...
         raise FlagError(str(exc)) from None
 
 
-def _system_prompt(text: str | None, ns: argparse.Namespace) -> str | None:
-    """``--system-prompt``, or the text of ``--system-prompt-file`` (not both)."""
-    path = ns.system_prompt_file
-    if path is None:
-        return text
-    if text is not None:
-        raise FlagError("give --system-prompt or --system-prompt-file, not both")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as exc:
-        raise FlagError(f"--system-prompt-file {path}: {exc.strerror or exc}") from None
+def _text_or_file(flag: str) -> Convert:
+    """The conversion of ``flag``: its text, or that of the file ``flag-file`` names (not both).
+
+    The ``-file`` flag is read from the namespace: the two fill one field.
+    """
+
+    def convert(text: str | None, ns: argparse.Namespace) -> str | None:
+        path = getattr(ns, flag[2:].replace("-", "_") + "_file")
+        if path is None:
+            return text
+        if text is not None:
+            raise FlagError(f"give {flag} or {flag}-file, not both")
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except OSError as exc:
+            raise FlagError(f"{flag}-file {path}: {exc.strerror or exc}") from None
+
+    return convert
 
 
 def _tool_names(text: str | None, ns: argparse.Namespace) -> list[str] | None:
@@ -175,6 +93,37 @@ def _json_schema(text: str | None, ns: argparse.Namespace) -> dict[str, Any] | N
         raise FlagError(f"--json-schema is not JSON: {exc}") from None
     except UsageError as exc:
         raise FlagError(str(exc)) from None
+
+
+def _permission_mode(mode: str | None, ns: argparse.Namespace) -> str | None:
+    return None if mode is None else MODE_ALIASES.get(mode, mode)
+
+
+def _mode_note(mode: str) -> str | None:
+    if mode != "auto":
+        return None
+    return (
+        "--permission-mode auto: taskloom has no auto mode (a classifier approving calls); "
+        "default mode applies"
+    )
+
+
+def _prompt_tool(tool: str | None, ns: argparse.Namespace) -> str | None:
+    """``--permission-prompt-tool``, unless ``--permission-prompts none``.
+
+    With ``none`` no one is asked: a call that needs approval is denied, as in a headless run.
+    """
+    return None if ns.permission_prompts == "none" else tool
+
+
+def _debug(value: bool | str, ns: argparse.Namespace) -> bool:
+    return bool(value) or ns.debug_to_stderr
+
+
+def _debug_note(value: bool | str) -> str | None:
+    if not isinstance(value, str):
+        return None
+    return f"--debug {value}: taskloom does not filter its debug log by category; all of it shows"
 
 
 #: Every flag of ``taskloom [PROMPT]`` and ``taskloom -p``, in the order ``--help`` lists them.
@@ -228,6 +177,14 @@ FLAGS: tuple[Flag, ...] = (
         metavar="TOOL",
         help="stdio: ask the program driving --input-format stream-json (can_use_tool).",
         printed="permission_prompt_tool",
+        convert=_prompt_tool,
+    ),
+    Flag(
+        ("--permission-prompts",),
+        choices=("host", "none"),
+        default="host",
+        help="none: ask no one; a call that needs approval is denied (host: as above).",
+        # Read by --permission-prompt-tool's conversion.
     ),
     Flag(
         ("--verbose",),
@@ -249,7 +206,14 @@ FLAGS: tuple[Flag, ...] = (
         "else the setting maxOutputTokens, else 16000).",
         option="max_output_tokens",
     ),
-    Flag(("--permission-mode",), choices=MODES, option="permission_mode"),
+    Flag(
+        ("--permission-mode",),
+        choices=MODES + tuple(MODE_ALIASES),
+        help="manual is default; auto (Claude Code's classifier) runs as default.",
+        option="permission_mode",
+        convert=_permission_mode,
+        note=_mode_note,
+    ),
     Flag(
         ("--dangerously-skip-permissions",),
         dest="skip_permissions",
@@ -281,12 +245,13 @@ FLAGS: tuple[Flag, ...] = (
         ("--system-prompt",),
         help="Replaces the system prompt ('' sends none).",
         option="system_prompt",
-        convert=_system_prompt,
+        convert=_text_or_file("--system-prompt"),
     ),
     Flag(
         ("--append-system-prompt",),
         help="Added to the system prompt.",
         option="append_system_prompt",
+        convert=_text_or_file("--append-system-prompt"),
     ),
     Flag(("--settings",), help="A settings file or JSON string.", option="settings"),
     Flag(
@@ -297,9 +262,27 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         ("-d", "--debug"),
-        action="store_true",
-        help="Show tracebacks and debug logs on stderr.",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="FILTER",
+        help="Show tracebacks and debug logs on stderr (a category FILTER is not applied).",
         printed="debug",
+        convert=_debug,
+        note=_debug_note,
+    ),
+    Flag(
+        ("--debug-to-stderr", "-d2e"),
+        dest="debug_to_stderr",
+        action="store_true",
+        help="The same as --debug.",
+        # Read by --debug's conversion.
+    ),
+    Flag(
+        ("--debug-file",),
+        metavar="PATH",
+        help="Also write the debug log to PATH (appended).",
+        printed="debug_file",
     ),
     Flag(("-r", "--resume"), help="Continue this session id.", option="resume"),
     Flag(
@@ -328,6 +311,12 @@ FLAGS: tuple[Flag, ...] = (
         metavar="FILE",
         help="Replaces the system prompt with FILE.",
         # Read by --system-prompt's conversion: the two fill one field.
+    ),
+    Flag(
+        ("--append-system-prompt-file",),
+        metavar="FILE",
+        help="Adds the text of FILE to the system prompt.",
+        # Read by --append-system-prompt's conversion.
     ),
     Flag(
         ("--tools",),
@@ -427,12 +416,60 @@ FLAGS: tuple[Flag, ...] = (
         option="listen",
     ),
     Flag(("-v", "--version"), action="store_true", help="Print the version and exit."),
-    *(
-        Flag((name,), metavar="VALUE", group=COMPAT)
-        for name in ("--thinking", "--thinking-display", "--effort", "--betas", "--task-budget")
+    Flag(
+        ("--restricted",),
+        action="store_true",
+        help="Refused (exit 1): taskloom cannot confine a session as Claude Code's mode does.",
     ),
-    Flag(("--max-thinking-tokens",), type=int, metavar="N", group=COMPAT),
-    Flag(("--plugin-dir",), action="append", default=[], metavar="DIR", group=COMPAT),
+    # Claude Code 2.1.328's print-mode flags and those the Agent SDKs pass that taskloom has
+    # no feature for (the --debug log names each one given).
+    switch("--allow-dangerously-skip-permissions"),
+    inert("--agent"),
+    inert("--autocompact"),
+    switch("--ax-screen-reader"),
+    switch("--bg", "--background"),
+    switch("--bare"),
+    inert("--betas", nargs="+", action="extend", default=[], metavar="VALUE"),
+    switch("--brief"),
+    switch("--chrome"),
+    switch("--no-chrome"),
+    optional("--cloud"),
+    switch("--desktop"),
+    switch("--disable-slash-commands"),
+    inert("--effort"),
+    inert("--environment"),
+    switch("--exclude-dynamic-system-prompt-sections"),
+    inert("--file", nargs="+", action="extend", default=[], metavar="SPEC"),
+    switch("--forward-subagent-text"),
+    optional("--from-pr"),
+    switch("--ide"),
+    inert("-n", "--name"),
+    repeated("--plugin-dir"),
+    repeated("--plugin-url"),
+    optional("--prompt-suggestions"),
+    optional("--remote-control"),
+    inert("--remote-control-session-name-prefix"),
+    switch("--safe-mode"),
+    inert("--system-prompt-snapshot", choices=("on", "off")),
+    optional("--teleport"),
+    optional("--tmux"),
+    optional("-w", "--worktree"),
+    # Passed by the Agent SDKs (not in --help).
+    inert("--thinking"),
+    inert("--thinking-display"),
+    inert("--max-thinking-tokens", type=int),
+    inert("--task-budget"),
+    repeated("--channels"),
+    switch("--session-mirror"),
+    inert("--project-config-root"),
+    repeated("--plugin-dir-no-mcp"),
+    inert("--resume-session-at"),
+    inert("--resume-drops-turn"),
+    inert("--initialize-fields"),
+    switch("--managed-settings-in-initialize"),
+    inert("--managed-settings"),
+    switch("--proactive"),
+    switch("--assistant"),
 )
 
 
@@ -455,6 +492,18 @@ def print_parser() -> argparse.ArgumentParser:
             target = groups[flag.group]
         flag.add_to(target)
     return parser
+
+
+def inert_notes(ns: argparse.Namespace) -> list[str]:
+    """One line for each flag given that (in part) has no effect, for the ``--debug`` log."""
+    notes = []
+    for flag in FLAGS:
+        value = getattr(ns, flag.key)
+        if flag.note is not None and value not in (None, False, []):
+            note = flag.note(value)
+            if note is not None:
+                notes.append(note)
+    return notes
 
 
 @dataclass

@@ -21,6 +21,7 @@ class PrintOptions:
         output_format: ``text``, ``json`` or ``stream-json``.
         verbose: Accepted for compatibility (stream-json is always complete).
         debug: Tracebacks and debug logs on stderr.
+        debug_file: The debug log is also appended to this file (``--debug-file``).
         permission_prompt_tool: ``stdio``: calls that need approval are asked of the program
             driving a stream-json session (``can_use_tool``).
         max_budget_usd: Stop a run once the session has cost this much (``--max-budget-usd``).
@@ -38,6 +39,7 @@ class PrintOptions:
     output_format: str = "text"
     verbose: bool = False
     debug: bool = False
+    debug_file: str | None = None
     permission_prompt_tool: str | None = None
     max_budget_usd: float | None = None
     include_partial_messages: bool = False

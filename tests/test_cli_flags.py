@@ -11,6 +11,7 @@ be refused as unknown. A flag taskloom has no feature for is named in the ``--de
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,40 @@ def test_every_flag_taskloom_ignores_is_one_claude_code_or_an_sdk_passes() -> No
     listed = {args[0].split("=")[0] for args in CLAUDE_CODE + SDK_ONLY}
     ignored = {n for f in FLAGS if f.group is not None for n in f.names}
     assert ignored - listed == set()
+
+
+@pytest.mark.e2e
+async def test_the_python_sdk_with_every_flag_bearing_option_runs_taskloom(tmp_path: Path) -> None:
+    """Each option the Python SDK turns into a flag, set at once: the session runs."""
+    sdk = pytest.importorskip("claude_agent_sdk")
+    (tmp_path / "plugin").mkdir()
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="ok")
+        options = sdk.ClaudeAgentOptions(
+            cli_path=str(Path(sys.executable).with_name("taskloom")),
+            cwd=str(tmp_path),
+            env={**clean_env(), "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "test"},
+            model="claude-sonnet-4-5",
+            fallback_model="claude-haiku-4-5",
+            system_prompt={"type": "preset", "preset": "claude_code", "append": "Be brief."},
+            tools=["Bash", "Read"],
+            allowed_tools=["Read"],
+            disallowed_tools=["WebFetch"],
+            permission_mode="acceptEdits",
+            max_turns=3,
+            max_budget_usd=5.0,
+            betas=["context-1m-2025-08-07"],
+            thinking={"type": "adaptive", "display": "summarized"},
+            effort="high",
+            task_budget={"total": 50000},
+            plugins=[{"type": "local", "path": str(tmp_path / "plugin")}],
+            setting_sources=["project"],
+            add_dirs=[str(tmp_path)],
+            include_hook_events=True,
+            extra_args={"debug-to-stderr": None, "name": "nightly"},
+        )
+        messages = [m async for m in sdk.query(prompt="hi", options=options)]
+    result = messages[-1]
+    assert isinstance(result, sdk.ResultMessage)
+    assert (result.subtype, result.result) == ("success", "ok")
+    assert "Be brief." in json.dumps(server.requests[0].body["system"])

@@ -44,6 +44,7 @@ import functools
 import gc
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping

@@ -420,7 +420,32 @@ def test_a_task_update_is_printed_when_what_it_says_changes() -> None:
         agent.replace(tool_uses=1, activities=("Reading a.py",)),
     ):
         emitter.task_event("updated", state)
-    printed = [json.loads(line) for line in out.getvalue().splitlines()]
+    every = [json.loads(line) for line in out.getvalue().splitlines()]
+    printed = [e for e in every if e["subtype"] == "task_updated"]
     assert [e["task_id"] for e in printed] == ["t00000001"] * 2 + ["a00000001"] * 2
     assert [e["teammate"]["is_idle"] for e in printed[:2]] == [False, True]
     assert [e["progress"]["tool_use_count"] for e in printed[2:]] == [0, 1]
+    # A running agent's progress, as the SDKs show its row: once per change of its counts.
+    progress = [e for e in every if e["subtype"] == "task_progress"]
+    assert [e["task_id"] for e in progress] == ["a00000001"] * 2
+    assert [e["usage"]["tool_uses"] for e in progress] == [0, 1]
+    assert progress[1]["summary"] == "Reading a.py" and "summary" not in progress[0]
+    assert {"total_tokens", "tool_uses", "duration_ms"} == set(progress[1]["usage"])
+
+
+def test_only_a_task_s_end_is_a_task_notification_and_a_stop_says_stopped() -> None:
+    from types import SimpleNamespace
+
+    from taskloom.cli.task_events import notification_event
+    from taskloom.tasks.types import ShellTaskState, TaskStatus
+
+    running = ShellTaskState(id="b00000001", status=TaskStatus.RUNNING, start_time=1.0)
+    killed = running.replace(status=TaskStatus.KILLED, end_time=2.0)
+    stall = SimpleNamespace(task_id="b00000001", kind="stall")
+    end = SimpleNamespace(task_id="b00000001", kind="terminal")
+    # The SDKs type its status completed | failed | stopped: a stall (or a monitor's event)
+    # of a running task has none of them, so it is no task_notification.
+    assert notification_event(running, stall) is None
+    assert notification_event(None, end) is None
+    event = notification_event(killed, end)
+    assert event is not None and event["status"] == "stopped" and event["kind"] == "terminal"

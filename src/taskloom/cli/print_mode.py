@@ -2,8 +2,8 @@
 
 ``text`` prints the final answer; ``json`` prints the result object; ``stream-json`` prints
 one JSON object a line: the ``system/init`` object, every assistant and user message (a
-subagent's too, see :mod:`taskloom.cli.stream_output`), task events (``task_started``,
-``task_updated``, ``task_notification``) and last the ``result``.
+subagent's too, see :mod:`taskloom.cli.stream_output`), task events (see
+:mod:`taskloom.cli.task_events`) and last the ``result``.
 Exit codes: 0 success, 1 runtime error (including the turn limit), 2 usage error.
 """
 
@@ -26,13 +26,12 @@ from typing import Any, TextIO
 from taskloom.cli.json_lines import MAX_LINE_CHARS
 from taskloom.cli.json_lines import fitted as _fitted
 from taskloom.cli.print_options import PrintOptions as PrintOptions  # its flags, re-exported
-from taskloom.cli.stream_output import OutputTap, TurnAccount, notified_status, task_patch
+from taskloom.cli.stream_output import OutputTap, TurnAccount
+from taskloom.cli.task_events import TaskEvents, notification_event
 from taskloom.engine import AssistantTurn, Finished, UserTurn
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.messages import Message
-from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.notifications import summarize
 from taskloom.tasks.runtime import Subscription, TaskRuntime
 from taskloom.untrusted import clean_text
 
@@ -50,7 +49,7 @@ class Emitter:
         self.out = out
         self.result_written = False
         self.harness: Harness | None = None  # the session, once it is being built
-        self._task_status: dict[str, Any] = {}
+        self.events = TaskEvents()
         #: What the session's engines tell the output (see :meth:`observe`).
         self.tap: OutputTap | None = None
         #: The running turn's task events, not printed yet.
@@ -102,45 +101,9 @@ class Emitter:
         self.out.flush()
 
     def task_event(self, kind: str, state: Any) -> None:
-        """Print a task's start, and each change of its status."""
-        status = state.status.value
-        if kind == "registered":
-            self.line(
-                {
-                    "type": "system",
-                    "subtype": "task_started",
-                    "task_id": state.id,
-                    "task_type": state.type.value,
-                    "description": state.description,
-                    "tool_use_id": state.tool_use_id,
-                    "output_file": state.output_file or None,
-                    "is_backgrounded": state.is_backgrounded,
-                }
-            )
-        elif kind == "updated":
-            fields = kind_of(state).event_fields(state)  # exit_code, progress, ...
-            # Printed when what it says changed: its status or its kind's fields (its
-            # agents' work too), not the clock its duration reads.
-            said = (status, _without_clock(fields))
-            if self._task_status.get(state.id) == said:
-                return
-            self._task_status[state.id] = said
-            event: dict[str, Any] = {
-                "type": "system",
-                "subtype": "task_updated",
-                "task_id": state.id,
-                "task_type": state.type.value,
-                "patch": task_patch(state),
-            }
-            event.update(fields)  # ours, beside the SDK's patch
+        """Print a task's start, and each change of its status or progress."""
+        for event in self.events.of(kind, state):
             self.line(event)
-
-
-def _without_clock(fields: Any) -> Any:
-    """``fields`` less every ``duration_ms`` in them: a running task's grows at each look."""
-    if isinstance(fields, dict):
-        return {k: _without_clock(v) for k, v in fields.items() if k != "duration_ms"}
-    return fields
 
 
 async def _pump(sub: Subscription, emitter: Emitter) -> None:
@@ -532,19 +495,9 @@ def _write_result(
 
 
 def _emit_notification(emitter: Emitter, runtime: TaskRuntime, note: Any) -> None:
-    state = runtime.get(note.task_id)
-    emitter.line(
-        {
-            "type": "system",
-            "subtype": "task_notification",
-            "task_id": note.task_id,
-            "tool_use_id": state.tool_use_id if state else None,
-            "status": notified_status(state.status.value) if state else None,
-            "output_file": (state.output_file or None) if state else None,
-            "summary": summarize(state) if state and state.terminal else note.kind,
-            "kind": note.kind,
-        }
-    )
+    event = notification_event(runtime.get(note.task_id), note)
+    if event is not None:
+        emitter.line(event)
 
 
 def api_key_source() -> str:

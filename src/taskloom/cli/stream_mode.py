@@ -69,7 +69,8 @@ from taskloom.cli.stream_input import (
     request_id_in,
     user_prompt,
 )
-from taskloom.cli.stream_output import notified_status, replayed
+from taskloom.cli.stream_output import replayed
+from taskloom.cli.task_events import notified_status
 from taskloom.conversation.next_input import NextInput, OwnWork, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe, reason

@@ -311,30 +311,3 @@ def replayed(message: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(message.get("uuid"), str):
         out["uuid"] = message["uuid"]
     return out
-
-
-def task_patch(state: Any) -> dict[str, Any]:
-    """What changed in a task, as the SDKs type ``task_updated.patch``.
-
-    ``status`` is the task's own (a stopped task is ``killed`` here, as in Claude Code's);
-    ``end_time`` (milliseconds since the epoch) and ``error`` come once it has ended.
-    """
-    patch: dict[str, Any] = {
-        "status": state.status.value,
-        "is_backgrounded": state.is_backgrounded,
-    }
-    if state.end_time is not None:
-        patch["end_time"] = int(state.end_time * 1000)
-    error = getattr(state, "error", None) or state.stopped_reason
-    if error and state.terminal:
-        patch["error"] = str(error)
-    return patch
-
-
-def notified_status(status: str | None) -> str | None:
-    """A task's status as ``task_notification`` says it: a stopped (killed) task is ``stopped``.
-
-    The SDKs type it ``completed | failed | stopped``; the model-facing notification keeps the
-    task's own status (see docs/contracts.md, Notifications).
-    """
-    return "stopped" if status == "killed" else status

@@ -372,3 +372,70 @@ async def test_mcp_servers_sent_in_initialize_are_started_from_it(tmp_path: Path
     (result,) = tool_results(server)
     assert "kept off the command line" in str(result["content"])
     assert run.results[-1]["result"] == "read it"
+
+
+def texts(request: Any) -> list[str]:
+    """Every text the request's messages hold, in order (string contents and text blocks)."""
+    out: list[str] = []
+    for message in request.body["messages"]:
+        content = message["content"]
+        if isinstance(content, str):
+            out.append(content)
+            continue
+        out.extend(b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return out
+
+
+async def test_hooks_block_a_tool_and_add_context_to_the_prompt(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    hooks = {
+        "UserPromptSubmit": [
+            {
+                "answer": {
+                    "hookSpecificOutput": {
+                        "hookEventName": "UserPromptSubmit",
+                        "additionalContext": "The sky is green today.",
+                    }
+                }
+            }
+        ],
+        "PreToolUse": [
+            {
+                "matcher": "Bash",
+                "answer": {
+                    "hookSpecificOutput": {
+                        "hookEventName": "PreToolUse",
+                        "permissionDecision": "deny",
+                        "permissionDecisionReason": "no shell, says the hook",
+                    }
+                },
+            }
+        ],
+    }
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("Bash", {"command": f"touch {marker}"})])
+        server.add_turn(text="blocked")
+        run = drive(server, tmp_path, prompt="go", hooks=hooks, options={"allowedTools": ["Bash"]})
+    submitted, pre = run.kind("hook")
+    assert (submitted["event"], submitted["input"]["prompt"]) == ("UserPromptSubmit", "go")
+    assert submitted["input"]["hook_event_name"] == "UserPromptSubmit"
+    assert any("The sky is green today." in text for text in texts(server.requests[0]))
+    assert pre["event"] == "PreToolUse" and pre["input"]["tool_name"] == "Bash"
+    assert pre["input"]["tool_input"] == {"command": f"touch {marker}"}
+    (refused,) = tool_results(server)
+    assert refused["is_error"] and "no shell, says the hook" in str(refused["content"])
+    assert not marker.exists()
+    assert run.results[-1]["result"] == "blocked"
+
+
+async def test_a_post_tool_use_hook_reads_the_commands_stdout(tmp_path: Path) -> None:
+    hooks = {"PostToolUse": [{"matcher": "Bash"}]}
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[ToolCall("Bash", {"command": "echo from-bash"}, id="toolu_b")])
+        server.add_turn(text="seen")
+        run = drive(server, tmp_path, prompt="go", hooks=hooks, options={"allowedTools": ["Bash"]})
+    (post,) = run.kind("hook")
+    assert post["event"] == "PostToolUse" and post["tool_use_id"] == "toolu_b"
+    assert post["input"]["tool_name"] == "Bash"
+    assert post["input"]["tool_response"]["stdout"].strip() == "from-bash"
+    assert run.results[-1]["result"] == "seen"

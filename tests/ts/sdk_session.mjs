@@ -10,15 +10,18 @@
 //   canUseTool    {tool name: answer}: a canUseTool callback giving that answer ("ask" is
 //                 printed and allowed; an answer's updatedInput is passed on)
 //   sdkMcp        true: an in-process MCP server "calc" with one tool, "add"
+//   hooks         {event: [{matcher, answer}]}: options.hooks, each a callback that prints its
+//                 input ("hook") and returns the answer ({} if none)
 //   timeoutMs     the bound of every wait (default 20000)
 //
 // Every line printed is one JSON object with "kind": "message" (an SDK message, with "t", the
-// milliseconds since the start), "can_use_tool", "tool_called", "call" (a Query method's
-// answer), "query_error" (what the query threw: the SDK throws after an error result), "error"
+// milliseconds since the start), "can_use_tool", "tool_called", "hook", "call" (a Query
+// method's answer, or with "sdk": true a function of the SDK's own), "query_error" (what the query threw: the SDK throws after an error result), "error"
 // (a step failed; the exit code is 1) and last "done".
 
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
+import { writeFile } from "node:fs/promises";
 
 const config = JSON.parse(process.argv[2]);
 const started = Date.now();
@@ -102,7 +105,9 @@ function userMessage(text) {
 }
 
 // The last task_started's task id, for {"call": "stopTask", "args": ["$task"]}.
+// "$session": the init message's session id.
 function resolveArg(arg) {
+  if (arg === "$session") return seen.find((m) => m.type === "system" && m.subtype === "init")?.session_id;
   if (arg !== "$task") return arg;
   const last = [...seen].reverse().find((m) => m.type === "system" && m.subtype === "task_started");
   return last?.task_id;
@@ -110,6 +115,14 @@ function resolveArg(arg) {
 
 async function runStep(q, step) {
   if ("send" in step) push(userMessage(step.send));
+  else if ("release" in step) {
+    // Opens a FIFO (or file) for writing: a command held on reading it goes on.
+    await writeFile(step.release, (step.text ?? "go") + "\n");
+    print({ kind: "released", path: step.release });
+  } else if ("sdk" in step) {
+    const value = await sdk[step.sdk](...(step.args ?? []).map(resolveArg));
+    print({ kind: "call", name: step.sdk, sdk: true, value: value ?? null });
+  }
   else if ("wait" in step) await waitFor(step.wait);
   else if ("end" in step) push(null);
   else if ("call" in step) {
@@ -142,9 +155,26 @@ function canUseTool(rules) {
   };
 }
 
+function hooks(config) {
+  const out = {};
+  for (const [event, matchers] of Object.entries(config)) {
+    out[event] = matchers.map(({ matcher, answer }) => ({
+      matcher,
+      hooks: [
+        async (input, toolUseID) => {
+          print({ kind: "hook", event, input, tool_use_id: toolUseID ?? null });
+          return answer ?? {};
+        },
+      ],
+    }));
+  }
+  return out;
+}
+
 async function main() {
   const options = { ...config.options };
   if (config.canUseTool) options.canUseTool = canUseTool(config.canUseTool);
+  if (config.hooks) options.hooks = hooks(config.hooks);
   if (config.sdkMcp) options.mcpServers = { ...options.mcpServers, calc: await sdkMcpServer() };
   if (options.stderr === true) options.stderr = (text) => print({ kind: "stderr", text });
   const streaming = typeof config.prompt !== "string";

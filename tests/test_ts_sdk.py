@@ -11,6 +11,7 @@ what the model server received.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -439,3 +440,57 @@ async def test_a_post_tool_use_hook_reads_the_commands_stdout(tmp_path: Path) ->
     assert post["input"]["tool_name"] == "Bash"
     assert post["input"]["tool_response"]["stdout"].strip() == "from-bash"
     assert run.results[-1]["result"] == "seen"
+
+
+async def test_a_background_commands_turn_ends_before_it_and_its_notice_gets_a_turn(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    command = {"command": f"read word < {gate}; echo released $word", "run_in_background": True}
+    with FakeAnthropicServer() as server:
+        server.add_turn(tool_calls=[("Bash", command)])
+        server.add_turn(text="started it")
+        server.add_turn(text="it finished")
+        steps = [
+            {"send": "start it"},
+            {"wait": {"type": "result"}},
+            {"release": str(gate), "text": "now"},
+            {"wait": {"type": "system", "subtype": "task_notification"}},
+            {"wait": {"type": "result"}},
+        ]
+        run = drive(server, tmp_path, steps=steps, options={"allowedTools": ["Bash"]})
+    first, second = run.results
+    # The first turn's result came while the command was held on the gate.
+    (released,) = run.kind("released")
+    first_at = next(line["t"] for line in run.kind("message") if line["message"] is first)
+    assert first_at <= released["t"]
+    assert (first["result"], second["result"]) == ("started it", "it finished")
+    assert first["session_id"] == second["session_id"]
+    (note,) = run.of("system", "task_notification")
+    assert note["status"] == "completed"
+    assert "released now" in Path(note["output_file"]).read_text()
+    # The notification's turn: the model is told, in the request after the first result.
+    notice = texts(server.requests[2])[-1]
+    assert f"<task-id>{note['task_id']}</task-id>" in notice and "completed" in notice
+
+
+async def test_list_sessions_and_get_session_messages_find_the_session(tmp_path: Path) -> None:
+    assert os.environ["CLAUDE_CONFIG_DIR"].startswith(str(tmp_path))  # conftest's, per test
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="hello back")
+        steps = [
+            {"wait": {"type": "result"}},
+            {"sdk": "listSessions", "args": [{"dir": str(tmp_path)}]},
+            {"sdk": "getSessionMessages", "args": ["$session", {"dir": str(tmp_path)}]},
+        ]
+        run = drive(server, tmp_path, prompt="hello there", steps=steps)
+    (init,) = run.of("system", "init")
+    (session,) = run.call("listSessions")["value"]
+    assert session["sessionId"] == init["session_id"]
+    assert session["firstPrompt"] == "hello there"
+    messages = run.call("getSessionMessages")["value"]
+    assert [m["type"] for m in messages] == ["user", "assistant"]
+    assert {m["session_id"] for m in messages} == {init["session_id"]}
+    assert messages[1]["message"]["content"][0]["text"] == "hello back"
+    assert Path(os.environ["CLAUDE_CONFIG_DIR"], "projects").is_dir()

@@ -494,3 +494,40 @@ async def test_list_sessions_and_get_session_messages_find_the_session(tmp_path:
     assert {m["session_id"] for m in messages} == {init["session_id"]}
     assert messages[1]["message"]["content"][0]["text"] == "hello back"
     assert Path(os.environ["CLAUDE_CONFIG_DIR"], "projects").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("how", "same_id"),
+    [
+        ({"resume": "$first"}, True),
+        ({"resume": "$first", "forkSession": True}, False),
+        ({"continue": True}, True),
+    ],
+    ids=["resume", "fork", "continue"],
+)
+async def test_a_second_query_takes_up_the_first_sessions_messages(
+    tmp_path: Path, how: dict[str, Any], same_id: bool
+) -> None:
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="noted: 42")
+        server.add_turn(text="it was 42")
+        first = drive(server, tmp_path, prompt="remember 42")
+        (session_id,) = {r["session_id"] for r in first.results}
+        options = {k: session_id if v == "$first" else v for k, v in how.items()}
+        steps = [
+            {"wait": {"type": "result"}},
+            {"sdk": "getSessionMessages", "args": ["$session", {"dir": str(tmp_path)}]},
+        ]
+        second = drive(server, tmp_path, prompt="what was it?", steps=steps, options=options)
+    history = server.requests[1].body["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant", "user"]
+    assert texts(server.requests[1])[-3:] == ["remember 42", "noted: 42", "what was it?"]
+    (result,) = second.results
+    assert result["result"] == "it was 42"
+    (init,) = second.of("system", "init")
+    assert (init["session_id"] == session_id) is same_id
+    assert result["session_id"] == init["session_id"]
+    # The second session's transcript holds both turns (a fork's copies the first one's).
+    stored = second.call("getSessionMessages")["value"]
+    assert [m["type"] for m in stored] == ["user", "assistant"] * 2
+    assert {m["session_id"] for m in stored} == {init["session_id"]}

@@ -302,6 +302,19 @@ def test_a_reopened_transcript_chains_on_from_its_last_message(tmp_path: Path) -
     assert [m.role for m in load_messages(path)] == ["user", "assistant"]
 
 
+@pytest.mark.parametrize("entrypoint", ["sdk-ts", ""])
+def test_lines_name_the_entrypoint_the_sdk_gave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entrypoint: str
+) -> None:
+    monkeypatch.setenv("CLAUDE_CODE_ENTRYPOINT", entrypoint)
+    path = tmp_path / "s.jsonl"
+    writer = TranscriptWriter(path, "s")
+    writer.append(Message(role="user", content=[TextBlock(text="one")]))
+    writer.close()
+    (record,) = [json.loads(x) for x in path.read_text().splitlines() if '"uuid"' in x]
+    assert record.get("entrypoint") == (entrypoint or None)
+
+
 def test_a_claude_code_transcript_loads_as_the_conversation_it_holds(tmp_path: Path) -> None:
     """Claude Code's own lines: bookkeeping records, meta messages, an answer split by block."""
     answer = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m"}

@@ -54,8 +54,11 @@ class Run:
     def results(self) -> list[dict[str, Any]]:
         return self.of("result")
 
+    def calls(self, name: str) -> list[dict[str, Any]]:
+        return [c for c in self.kind("call") if c["name"] == name]
+
     def call(self, name: str) -> dict[str, Any]:
-        (call,) = [c for c in self.kind("call") if c["name"] == name]
+        (call,) = self.calls(name)
         return call
 
 
@@ -483,10 +486,15 @@ async def test_list_sessions_and_get_session_messages_find_the_session(tmp_path:
             {"wait": {"type": "result"}},
             {"sdk": "listSessions", "args": [{"dir": str(tmp_path)}]},
             {"sdk": "getSessionMessages", "args": ["$session", {"dir": str(tmp_path)}]},
+            {"sdk": "listSessions", "args": [{"dir": str(tmp_path), "includeProgrammatic": False}]},
         ]
         run = drive(server, tmp_path, prompt="hello there", steps=steps)
     (init,) = run.of("system", "init")
-    (session,) = run.call("listSessions")["value"]
+    listed, interactive_only = (call["value"] for call in run.calls("listSessions"))
+    # The SDK ran taskloom (CLAUDE_CODE_ENTRYPOINT=sdk-ts): a program's session, which a
+    # picker of interactive sessions leaves out.
+    assert interactive_only == []
+    (session,) = listed
     assert session["sessionId"] == init["session_id"]
     assert session["firstPrompt"] == "hello there"
     messages = run.call("getSessionMessages")["value"]

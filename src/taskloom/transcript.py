@@ -13,10 +13,12 @@ one transcript per session: a recorded one is found (and continued) wherever it 
 Each line: ``{"parentUuid", "isSidechain", "type": "user"|"assistant", "message": {...},
 "uuid", "timestamp", "sessionId", "cwd", "version", "userType"}`` (a sidechain's also
 ``"agentId"``), plus ``"taskloomOrigin"`` for user messages (``prompt``, ``tool_results``,
-``notifications``, ``messages``). ``parentUuid`` chains every message to the one before it,
-across resumes. Lines are appended and flushed one by one, so a crash loses at most the
-message being written; a torn last line is ignored on load, and so are the lines that are not
-messages (titles, tags and the other records Claude Code's tools append).
+``notifications``, ``messages``) and ``"entrypoint"`` when ``CLAUDE_CODE_ENTRYPOINT`` names
+the program that started taskloom (the SDKs set ``sdk-ts`` / ``sdk-py``). ``parentUuid``
+chains every message to the one before it, across resumes. Lines are appended and flushed one
+by one, so a crash loses at most the message being written; a torn last line is ignored on
+load, and so are the lines that are not messages (titles, tags and the other records Claude
+Code's tools append).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ LAST_PROMPT_CHARS = 200
 NOT_PROMPTS = ("[Request interrupted", "<task-notification>", "<system-reminder>")
 #: How much of a transcript's end is read to find the message a new one follows.
 TAIL_BYTES = 256 * 1024
+#: Names the program that started taskloom (the SDKs set it). Kept in each line as Claude
+#: Code does: the SDKs' ``listSessions(includeProgrammatic: false)`` leaves such sessions out.
+ENTRYPOINT_ENV = "CLAUDE_CODE_ENTRYPOINT"
 
 
 def claude_config_dir() -> Path:
@@ -264,6 +269,9 @@ class TranscriptWriter:
             "version": __version__,
             "userType": "external",
         }
+        entrypoint = os.environ.get(ENTRYPOINT_ENV, "").strip()
+        if entrypoint:
+            self._tail["entrypoint"] = entrypoint
 
     def append(self, message: Message, *, origin: str | None = None) -> str:
         """Write one message; returns its uuid.

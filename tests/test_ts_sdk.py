@@ -420,6 +420,7 @@ async def test_hooks_block_a_tool_and_add_context_to_the_prompt(tmp_path: Path) 
         server.add_turn(tool_calls=[("Bash", {"command": f"touch {marker}"})])
         server.add_turn(text="blocked")
         run = drive(server, tmp_path, prompt="go", hooks=hooks, options={"allowedTools": ["Bash"]})
+    # query("go"): the SDK sends the prompt as content blocks; the hook still gets its text.
     submitted, pre = run.kind("hook")
     assert (submitted["event"], submitted["input"]["prompt"]) == ("UserPromptSubmit", "go")
     assert submitted["input"]["hook_event_name"] == "UserPromptSubmit"

@@ -424,6 +424,9 @@ async def test_hooks_block_a_tool_and_add_context_to_the_prompt(tmp_path: Path) 
     submitted, pre = run.kind("hook")
     assert (submitted["event"], submitted["input"]["prompt"]) == ("UserPromptSubmit", "go")
     assert submitted["input"]["hook_event_name"] == "UserPromptSubmit"
+    (init,) = run.of("system", "init")
+    assert {h["input"]["session_id"] for h in (submitted, pre)} == {init["session_id"]}
+    assert Path(pre["input"]["transcript_path"]).is_file()
     assert any("The sky is green today." in text for text in texts(server.requests[0]))
     assert pre["event"] == "PreToolUse" and pre["input"]["tool_name"] == "Bash"
     assert pre["input"]["tool_input"] == {"command": f"touch {marker}"}

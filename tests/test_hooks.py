@@ -16,6 +16,7 @@ import pytest
 from helpers import TIME_FACTOR, alive, run_processes, wait_until
 from taskloom.hooks import (
     MAX_CAPTURE_BYTES,
+    CallerGone,
     CommandHook,
     HookConfig,
     HookEvent,
@@ -453,3 +454,39 @@ async def test_unstartable_hook_is_a_non_blocking_error(tmp_path: Path) -> None:
     assert outcome.results[0].exit_code is None
     assert outcome.errors and "cannot start" in outcome.errors[0]
     assert not os.path.exists(tmp_path / "missing-dir")
+
+
+class _Gone:
+    """A program whose input has ended: no hook function of it can be asked."""
+
+    async def call(self, callback_id: str, data: dict[str, Any], tool_use_id: str | None) -> Any:
+        raise CallerGone("the program's input ended")
+
+
+@pytest.mark.parametrize(
+    ("event", "blocked"), [("PreToolUse", True), ("UserPromptSubmit", True), ("PostToolUse", False)]
+)
+async def test_a_gating_hook_function_that_cannot_be_asked_blocks(
+    tmp_path: Path, event: str, blocked: bool
+) -> None:
+    hooks = {event: [{"matcher": "", "hookCallbackIds": ["cb1"]}]}
+    config = HookConfig.from_callbacks(hooks, _Gone())
+    payload = {"tool_name": "Bash", "hook_event_name": event}
+    outcome = await fire(config, event, tmp_path, payload=payload)
+    assert outcome.blocked is blocked
+    if blocked:
+        assert "could not be asked" in outcome.block_reason
+
+
+def test_an_on_failure_word_other_than_continue_blocks() -> None:
+    hooks = {
+        "PreToolUse": [
+            {"hookCallbackIds": ["a"], "onFailure": "block"},
+            {"hookCallbackIds": ["b"], "onFailure": "deny"},  # unknown: not a missing gate
+            {"hookCallbackIds": ["c"], "onFailure": "continue"},
+            {"hookCallbackIds": ["d"]},
+        ]
+    }
+    config = HookConfig.from_callbacks(hooks, _Gone())
+    found = [h for m in config.events[HookEvent.PRE_TOOL_USE] for h in m.hooks]
+    assert [h.block_on_failure for h in found] == [True, True, False, False]

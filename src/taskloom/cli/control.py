@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from taskloom.errors import TaskloomError
+from taskloom.hooks import CallerGone
 from taskloom.permissions import Decision, PermissionRequest, PromptAnswer, PromptError
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -96,6 +97,11 @@ class ControlChannel:
             future.set_exception(ControlError(str(response.get("error") or "error")))
         return True
 
+    @property
+    def closed(self) -> bool:
+        """Whether the program's input has ended (no request can be answered any more)."""
+        return self._closed is not None
+
     def close(self, reason: str) -> None:
         """Fail every outstanding request, and every later one, with ``reason``."""
         self._closed = reason
@@ -118,10 +124,20 @@ class SdkHookCaller:
     async def call(
         self, callback_id: str, data: dict[str, Any], tool_use_id: str | None
     ) -> dict[str, Any]:
-        """Call the function registered as ``callback_id``; its output."""
-        return await self.channel.request(
-            "hook_callback", callback_id=callback_id, input=data, tool_use_id=tool_use_id
-        )
+        """Call the function registered as ``callback_id``; its output.
+
+        Raises:
+            CallerGone: The program's input has ended: it can no longer answer.
+            ControlError: An error answer, or no answer in time.
+        """
+        try:
+            return await self.channel.request(
+                "hook_callback", callback_id=callback_id, input=data, tool_use_id=tool_use_id
+            )
+        except ControlError as exc:
+            if self.channel.closed:
+                raise CallerGone(str(exc)) from exc
+            raise
 
 
 class SdkMcpCaller:

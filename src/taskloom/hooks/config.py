@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from taskloom.errors import SettingsError
+from taskloom.errors import SettingsError, TaskloomError
 
 _log = logging.getLogger("taskloom.hooks")
 
@@ -112,6 +112,14 @@ class CallbackHook:
         return f"callback {self.callback_id}"
 
 
+class CallerGone(TaskloomError):
+    """The program that registered a hook function can no longer be asked (its input ended).
+
+    A hook that gates what happens (PreToolUse, PermissionRequest, UserPromptSubmit) then
+    blocks: the program's rules cannot be checked, and running unchecked would bypass them.
+    """
+
+
 class HookCaller(Protocol):
     """Calls the program's hook functions (:class:`CallbackHook`)."""
 
@@ -121,6 +129,7 @@ class HookCaller(Protocol):
         """Call one with the event's input; its output, as a command hook prints it.
 
         Raises:
+            CallerGone: The program can no longer be asked.
             TaskloomError: The program answered with an error, or not at all.
         """
         ...

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from taskloom.errors import TaskloomError
-from taskloom.hooks.config import CallbackHook, CommandHook, HookCaller, HookConfig, HookEvent
+from taskloom.hooks.config import (
+    CallbackHook,
+    CallerGone,
+    CommandHook,
+    HookCaller,
+    HookConfig,
+    HookEvent,
+)
 from taskloom.process.run import ProgramError, run_program
 
 _log = logging.getLogger("taskloom.hooks")
@@ -219,6 +226,10 @@ async def _heard(
     return result
 
 
+#: The events whose hook functions gate what happens: unanswerable, they block (CallerGone).
+_GATES = frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit"})
+
+
 async def _call_one(
     caller: HookCaller | None, hook: CallbackHook, data: dict[str, Any]
 ) -> HookResult:
@@ -238,6 +249,11 @@ async def _call_one(
             why = f"hook {name} did not answer within {hook.timeout:g} s"
             return HookResult(name, 2, "", why, False, time.monotonic() - started)
         return HookResult(name, None, "", "", True, time.monotonic() - started)
+    except CallerGone as exc:
+        if hook.block_on_failure or data.get("hook_event_name") in _GATES:
+            why = f"hook {name} could not be asked ({exc}): blocked, as its rules cannot be checked"
+            return HookResult(name, 2, "", why, False, time.monotonic() - started)
+        return HookResult(name, None, "", str(exc), False, time.monotonic() - started)
     except TaskloomError as exc:
         if hook.block_on_failure:  # exit 2's meaning: blocked, with the reason
             return HookResult(name, 2, "", f"hook {name} failed: {exc}", False, 0.0)

@@ -73,6 +73,8 @@ def test_await_initialize_builds_the_session_from_a_later_initialize(
         server.add_turn(text="ok")
         events = session(tmp_path, server, lines, *flags)
     assert answer(events, "init")["subtype"] == "success"
+    # The SDK trusts hooks_applied to enforce its hooks: a late request's are not the session's.
+    assert answer(events, "init")["response"]["hooks_applied"] is await_initialize
     system = server.requests[0].body["system"]
     text = system if isinstance(system, str) else "\n\n".join(b["text"] for b in system)
     if await_initialize:  # the prompt waited for the request, and the session has it
@@ -89,6 +91,7 @@ def test_initialize_answers_what_the_sdks_read(tmp_path: Path) -> None:
         events = session(tmp_path, server, lines)
     body = answer(events, "init")["response"]
     assert body["claude_code_version"] == "2.1.328" and body["commands"] == []
+    assert body["hooks_applied"] is True
     assert {"name": "counter", "description": "Counts", "model": "haiku"} in body["agents"]
     models = {m["value"]: m for m in body["models"]}
     assert models["default"]["resolvedModel"] == "claude-sonnet-4-5"

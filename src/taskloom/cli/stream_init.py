@@ -173,7 +173,10 @@ def initialize_answer(harness: Harness, setup: ProgramSetup | None) -> dict[str,
         "taskloom_version": __version__,
         "current_permission_mode": str(harness.policy.mode),
         "hook_on_failure_supported": True,
-        "hooks_applied": True,
+        # What the SDK trusts to enforce its hooks' onFailure: true only when this request's
+        # hooks are the session's (a later initialize, or a bad hooks field, brings none).
+        "hooks_applied": setup is not None
+        and not any(p.startswith("hooks:") for p in setup.problems),
         "capabilities": [],
     }
     if setup is not None and setup.mcp_servers:

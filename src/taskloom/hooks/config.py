@@ -228,7 +228,9 @@ class HookConfig:
                     raise ValueError(f"hooks.{name}: each entry needs hookCallbackIds")
                 timeout = entry.get("timeout")
                 seconds = float(timeout) if isinstance(timeout, int | float) else DEFAULT_TIMEOUT_S
-                block = entry.get("onFailure") == "block"
+                # Anything but "continue" (the default) blocks: a word this version does not
+                # know must not turn a gate the program asked for into no gate.
+                block = entry.get("onFailure", "continue") != "continue"
                 hooks = tuple(CallbackHook(i, seconds, block) for i in ids)
                 parsed.append(HookMatcher(str(entry.get("matcher") or ""), hooks))
             events[event] = tuple(parsed)

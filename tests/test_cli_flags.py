@@ -269,10 +269,26 @@ def test_debug_file_gets_the_debug_log_and_stderr_stays_quiet(tmp_path: Path) ->
 
 
 @pytest.mark.e2e
-def test_restricted_is_refused_rather_than_ignored(tmp_path: Path) -> None:
-    proc = run_cli("-p", "hi", "--restricted", cwd=tmp_path)
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (("--restricted",), "--restricted: taskloom has no restricted mode"),
+        (("--agent", "reviewer"), "--agent: taskloom cannot run the main thread as an agent"),
+        (("-w",), "--worktree: taskloom cannot start a session in a new worktree"),
+        (("--managed-settings", "{}"), "--managed-settings: taskloom does not read managed"),
+        (("--managed-settings-in-initialize",), "--managed-settings-in-initialize: taskloom"),
+        (("--initialize-fields", "disallowedTools"), "--initialize-fields: taskloom does not"),
+    ],
+    ids=lambda v: v[0] if isinstance(v, tuple) else "",
+)
+def test_a_flag_that_would_loosen_the_session_is_refused_not_ignored(
+    tmp_path: Path, args: tuple[str, ...], why: str
+) -> None:
+    # Ignored, each would run the session with less confinement or policy than asked for.
+    proc = run_cli("-p", "hi", *args, cwd=tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.startswith("--restricted: taskloom has no restricted mode")
+    assert proc.stderr.startswith(f"Error: {why}"), proc.stderr
+    assert proc.stderr.rstrip().endswith("run without it")
 
 
 @pytest.mark.e2e

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from taskloom.cli.flags import SUBCOMMANDS, fields_of, inert_notes, print_parser
+from taskloom.cli.flags import SUBCOMMANDS, fields_of, inert_notes, print_parser, refusals
 
 if TYPE_CHECKING:
     from taskloom.cli.print_options import PrintOptions
@@ -29,12 +29,9 @@ def run_print_mode(args: list[str]) -> int:
         print(f"{__version__} (taskloom)")
         return 0
     streamed, interactive = _check_mode(parser, ns)
-    if ns.restricted:
-        # Ignoring it would run with the very tools and settings it is meant to take away.
-        sys.stderr.write(
-            "--restricted: taskloom has no restricted mode (it cannot confine the file tools "
-            "to the working directories nor guard settings and git files); run without it\n"
-        )
+    refused = refusals(ns)
+    if refused:  # ignoring one would run with what it is meant to take away
+        sys.stderr.write("".join(f"Error: {line}\n" for line in refused))
         return 1
     options = _print_options(parser, ns)
     try:

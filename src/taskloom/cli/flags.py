@@ -416,15 +416,11 @@ FLAGS: tuple[Flag, ...] = (
         option="listen",
     ),
     Flag(("-v", "--version"), action="store_true", help="Print the version and exit."),
-    Flag(
-        ("--restricted",),
-        action="store_true",
-        help="Refused (exit 1): taskloom cannot confine a session as Claude Code's mode does.",
-    ),
+    Flag(("--restricted",), action="store_true", help="Refused (exit 1): see REFUSED."),
     # Claude Code 2.1.328's print-mode flags and those the Agent SDKs pass that taskloom has
     # no feature for (the --debug log names each one given).
     switch("--allow-dangerously-skip-permissions"),
-    inert("--agent"),
+    Flag(("--agent",), metavar="AGENT", help="Refused (exit 1): see REFUSED."),
     inert("--autocompact"),
     switch("--ax-screen-reader"),
     switch("--bg", "--background"),
@@ -453,7 +449,7 @@ FLAGS: tuple[Flag, ...] = (
     inert("--system-prompt-snapshot", choices=("on", "off")),
     optional("--teleport"),
     optional("--tmux"),
-    optional("-w", "--worktree"),
+    Flag(("-w", "--worktree"), nargs="?", const=True, metavar="NAME", help="Refused (exit 1)."),
     # Passed by the Agent SDKs (not in --help).
     inert("--thinking"),
     inert("--thinking-display"),
@@ -465,9 +461,9 @@ FLAGS: tuple[Flag, ...] = (
     repeated("--plugin-dir-no-mcp"),
     inert("--resume-session-at"),
     inert("--resume-drops-turn"),
-    inert("--initialize-fields"),
-    switch("--managed-settings-in-initialize"),
-    inert("--managed-settings"),
+    Flag(("--initialize-fields",), metavar="FIELDS", help="Refused (exit 1)."),
+    Flag(("--managed-settings-in-initialize",), action="store_true", help="Refused (exit 1)."),
+    Flag(("--managed-settings",), metavar="JSON", help="Refused (exit 1)."),
     switch("--proactive"),
     switch("--assistant"),
 )
@@ -492,6 +488,32 @@ def print_parser() -> argparse.ArgumentParser:
             target = groups[flag.group]
         flag.add_to(target)
     return parser
+
+
+#: Flags taskloom refuses (exit 1), by their argparse names: accepted and ignored, each would
+#: run a session with less confinement or policy than the program asked for.
+REFUSED = {
+    "restricted": "taskloom has no restricted mode (it cannot confine the file tools to the "
+    "working directories nor guard settings and git files)",
+    "agent": "taskloom cannot run the main thread as an agent definition (its prompt, tools "
+    "and model)",
+    "worktree": "taskloom cannot start a session in a new worktree",
+    "managed_settings": "taskloom does not read managed (policy) settings",
+    "managed_settings_in_initialize": "taskloom does not read managed (policy) settings",
+    "initialize_fields": "taskloom does not read settings or disallowedTools from initialize "
+    "(pass them as --settings and --disallowedTools)",
+}
+
+
+def refusals(ns: argparse.Namespace) -> list[str]:
+    """One line for each flag given that taskloom refuses (see :data:`REFUSED`)."""
+    lines = []
+    for dest, why in REFUSED.items():
+        value = getattr(ns, dest, None)
+        if value not in (None, False, [], ""):
+            flag = next(f for f in FLAGS if f.key == dest)
+            lines.append(f"{flag.names[-1]}: {why}; run without it")
+    return lines
 
 
 def inert_notes(ns: argparse.Namespace) -> list[str]:

@@ -305,8 +305,14 @@ def test_set_permission_mode_accept_edits_lets_a_write_run_without_asking(
     assert session.result()["result"] == "one"
     answer = session.control("mode-1", "set_permission_mode", mode="acceptEdits")
     assert answer["subtype"] == "success"
+    assert answer["response"] == {"mode": "acceptEdits"}
     session.send(user_line("write after"))
     assert session.result()["result"] == "two"
+    # Claude Code's newer names: manual is default; auto (a classifier) runs as default, and
+    # the answer says so.
+    for asked in ("manual", "auto"):
+        answer = session.control(f"mode-{asked}", "set_permission_mode", mode=asked)
+        assert answer["subtype"] == "success" and answer["response"] == {"mode": "default"}
     session.close()
 
     assert not (tmp_path / "before.txt").exists()  # default mode asked; no one could answer

@@ -51,6 +51,7 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO, TextIO
 
 from taskloom.cli.control import ControlChannel, SdkMcpCaller, StdioPrompter
+from taskloom.cli.flags import MODE_ALIASES
 from taskloom.cli.print_mode import (
     Emitter,
     PrintOptions,
@@ -340,7 +341,10 @@ class StreamSession:
         return {}
 
     async def _set_permission_mode(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.harness.set_permission_mode(_string(request, "mode"))
+        asked = _string(request, "mode")
+        # Claude Code's newer names, as --permission-mode takes them; the answer says the mode
+        # now in effect, so a program asking for ``auto`` hears it got ``default``.
+        self.harness.set_permission_mode(MODE_ALIASES.get(asked, asked))
         mode = str(self.harness.policy.mode)
         # As Claude Code: the stream says it too, for whoever shows the mode.
         self.emitter.line(

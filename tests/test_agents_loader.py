@@ -24,10 +24,11 @@ from taskloom.errors import UserError
 
 @pytest.fixture
 def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private HOME, so ~/.claude/agents is ours."""
+    """A private HOME, so ~/.claude/agents is ours: without CLAUDE_CONFIG_DIR, it is read."""
     path = tmp_path / "user"
     path.mkdir()
     monkeypatch.setenv("HOME", str(path))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR")
     monkeypatch.delenv("TASKLOOM_MANAGED_AGENTS_DIR", raising=False)
     return path
 
@@ -410,3 +411,16 @@ def test_catalog_is_a_plain_container() -> None:
     catalog.add(AgentDefinition("b", "second"))
     catalog.add(AgentDefinition("A", "third"))
     assert catalog.names() == ["A", "b"] and catalog.shadowed == [first]
+
+
+def test_user_agents_are_read_from_claude_config_dir_and_not_from_home(
+    repo: Path, user_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
+    write_agent(config / "agents", "c.md", "name: cfg-agent\ndescription: from the config dir")
+    write_agent(user_home / ".claude" / "agents", "h.md", "name: home-agent\ndescription: home")
+    catalog = load_agents(repo)
+    assert catalog.active["cfg-agent"].source == "userSettings"
+    # Claude Code lists only the first then: ~/.claude is not read while the variable is set.
+    assert "home-agent" not in catalog.active and catalog.skipped == []

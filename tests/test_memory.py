@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -118,8 +119,12 @@ def test_the_memory_of_any_agent_working_in_a_worktree_is_the_main_checkout_s(
 def test_a_memory_s_scopes_are_claude_code_s_places_and_a_long_index_is_cut(
     tmp_path: Path,
 ) -> None:
-    home = tmp_path / "home"
-    assert memory_dir("user", "a/b", tmp_path, home) == home / ".claude/agent-memory/a-b"
+    config = tmp_path / "config"
+    assert memory_dir("user", "a/b", tmp_path, config) == config / "agent-memory/a-b"
+    # Without one given, Claude Code's: $CLAUDE_CONFIG_DIR (conftest sets it), not ~/.claude.
+    assert memory_dir("user", "a", tmp_path) == Path(os.environ["CLAUDE_CONFIG_DIR"]) / (
+        "agent-memory/a"
+    )
     assert memory_dir("local", "x", tmp_path) == tmp_path / ".claude/agent-memory-local/x"
     assert load_memory(None, "x", tmp_path) is None
     memory = load_memory("project", "x", tmp_path)

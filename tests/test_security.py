@@ -100,8 +100,8 @@ def test_a_project_file_cannot_drop_user_hooks_or_re_enable_bypass(
     tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
-    user = tmp_path / "user" / ".claude"
-    user.mkdir(parents=True)
+    user = Path(os.environ["CLAUDE_CONFIG_DIR"])  # the user's Claude Code settings
+    user.mkdir(parents=True, exist_ok=True)
     guard = {"matcher": "Bash", "hooks": [{"type": "command", "command": "guard"}]}
     (user / "settings.json").write_text(
         json.dumps(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,13 @@ from typing import Any
 import pytest
 
 from taskloom.errors import SettingsError, UsageError, UserError
-from taskloom.settings import find_project_root, load_settings, merge_settings, settings_sources
+from taskloom.settings import (
+    claude_config_dir,
+    find_project_root,
+    load_settings,
+    merge_settings,
+    settings_sources,
+)
 
 # Lowest precedence first, as load_settings documents it.
 LEVELS = [
@@ -26,7 +33,10 @@ LEVELS = [
 
 
 class Layout:
-    """A user home, a TASKLOOM_HOME and a real git project with a nested cwd."""
+    """A user home, a TASKLOOM_HOME and a real git project with a nested cwd.
+
+    The user's Claude Code file is in ``$CLAUDE_CONFIG_DIR`` (conftest sets it per test).
+    """
 
     def __init__(self, tmp_path: Path, taskloom_home: Path) -> None:
         self.user = tmp_path / "user"
@@ -36,7 +46,7 @@ class Layout:
         self.user.mkdir()
         subprocess.run(["git", "init", "-q", str(self.project)], check=True)
         self.files = {
-            "user_claude": self.user / ".claude" / "settings.json",
+            "user_claude": Path(os.environ["CLAUDE_CONFIG_DIR"]) / "settings.json",
             "taskloom_home": taskloom_home / "settings.json",
             "project_claude": self.project / ".claude" / "settings.json",
             "project_taskloom": self.project / ".taskloom" / "settings.json",
@@ -290,3 +300,21 @@ def test_type_changes_replace() -> None:
     assert merge_settings({"permissions": {"allow": "x"}}, {"permissions": {"allow": ["y"]}}) == {
         "permissions": {"allow": ["y"]}
     }
+
+
+def test_user_settings_are_read_from_claude_config_dir_and_home_s_only_without_it(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home_file = layout.user / ".claude" / "settings.json"
+    home_file.parent.mkdir(parents=True)
+    home_file.write_text(json.dumps({"model": "from_home", "only_home": True}))
+    config = Path(os.environ["CLAUDE_CONFIG_DIR"])
+    assert claude_config_dir() == config
+    layout.write("user_claude", {"model": "from_config"})
+    merged = load_settings(layout.cwd)
+    # As Claude Code: with CLAUDE_CONFIG_DIR set, ~/.claude is not read at all.
+    assert merged["model"] == "from_config" and "only_home" not in merged
+    assert settings_sources(layout.cwd) == [str(config / "settings.json")]
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR")
+    assert claude_config_dir() == layout.user / ".claude"
+    assert load_settings(layout.cwd)["model"] == "from_home"

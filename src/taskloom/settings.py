@@ -6,6 +6,10 @@ The layout::
         taskloom.db            the embedded store
         sessions/<id>/tasks/   task output files
         agents/  settings.json
+
+Claude Code's user configuration directory (:func:`claude_config_dir`: ``$CLAUDE_CONFIG_DIR``,
+else ``~/.claude``) is read for its ``settings.json``, ``agents/`` and agent memory, and holds
+the transcripts (``projects/``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import logging
 import os
 import stat
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,17 @@ def taskloom_home() -> Path:
     """Return the state directory: ``$TASKLOOM_HOME`` or ``~/.taskloom``."""
     env = os.environ.get("TASKLOOM_HOME")
     return Path(env).expanduser().absolute() if env else Path.home() / ".taskloom"
+
+
+def claude_config_dir() -> Path:
+    """Claude Code's user configuration directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``.
+
+    Claude Code reads its user settings, agents, commands, skills and agent memory there and
+    keeps its transcripts there; with the variable set, ``~/.claude`` is not read at all.
+    """
+    env = os.environ.get("CLAUDE_CONFIG_DIR")
+    raw = str(Path(env).expanduser().absolute()) if env else str(Path.home() / ".claude")
+    return Path(unicodedata.normalize("NFC", raw))  # as Claude Code names the directory
 
 
 def db_path(home: Path | None = None) -> Path:
@@ -288,8 +304,9 @@ def load_settings(
 ) -> dict[str, Any]:
     """Load and merge every settings file that applies to ``cwd``.
 
-    Precedence, lowest first: ``~/.claude/settings.json``, ``$TASKLOOM_HOME/settings.json``,
-    then in the project root (see :func:`find_project_root`) ``.claude/settings.json``,
+    Precedence, lowest first: ``settings.json`` of :func:`claude_config_dir`
+    (``$CLAUDE_CONFIG_DIR``, else ``~/.claude``), ``$TASKLOOM_HOME/settings.json``, then in
+    the project root (see :func:`find_project_root`) ``.claude/settings.json``,
     ``.taskloom/settings.json``, ``.claude/settings.local.json``,
     ``.taskloom/settings.local.json``, and last ``extra``. Dicts merge recursively, later
     scalars (and lists) win, except ``permissions.allow/deny/ask/additionalDirectories``,
@@ -347,7 +364,7 @@ def _load_all(
 ) -> tuple[dict[str, Any], list[str]]:
     root = find_project_root(cwd)
     wanted = set(SETTING_SOURCES if only is None else only)
-    user = [Path.home() / ".claude" / "settings.json", (home or taskloom_home()) / "settings.json"]
+    user = [claude_config_dir() / "settings.json", (home or taskloom_home()) / "settings.json"]
     candidates = [
         *(user if "user" in wanted else []),
         *(root / name for name in _PROJECT_FILES if _source_of(name) in wanted),

@@ -3,7 +3,8 @@
 Sources, lowest precedence first; a later one replaces an earlier one of the same name:
 
 1. built-in (:mod:`taskloom.agents.builtins`), then plugin agents;
-2. user: ``~/.claude/agents``, then ``$TASKLOOM_HOME/agents``;
+2. user: ``agents`` of Claude Code's user configuration directory (``$CLAUDE_CONFIG_DIR``, else
+   ``~/.claude``: :func:`~taskloom.settings.claude_config_dir`), then ``$TASKLOOM_HOME/agents``;
 3. project: ``.claude/agents`` then ``.taskloom/agents`` in every directory from the repository
    root down to the working directory, so the nearest directory wins;
 4. the ``--agents`` JSON object;
@@ -29,7 +30,7 @@ from typing import Any
 from taskloom.agents.builtins import BUILTIN_AGENTS
 from taskloom.agents.definition import AgentDefinition
 from taskloom.errors import UsageError
-from taskloom.settings import find_project_root, taskloom_home
+from taskloom.settings import claude_config_dir, find_project_root, taskloom_home
 
 _log = logging.getLogger("taskloom.agents")
 
@@ -112,7 +113,7 @@ def load_agents(
         catalog.add(agent)
     if managed_dir is None and os.environ.get(MANAGED_DIR_ENV):
         managed_dir = Path(os.environ[MANAGED_DIR_ENV]).expanduser()
-    user_dirs = [Path.home() / ".claude" / "agents", (home or taskloom_home()) / "agents"]
+    user_dirs = [claude_config_dir() / "agents", (home or taskloom_home()) / "agents"]
     seen: set[str] = set()
     # The managed directory is claimed first so that, if it is also a user or project
     # directory, its files still load at policy precedence.
@@ -146,7 +147,7 @@ def _project_dirs(cwd: Path) -> list[Path]:
 def _files(directory: Path, seen: set[str]) -> list[Path]:
     """The ``*.md`` files under ``directory``, sorted; a directory already read gives none.
 
-    When the project is the home directory, ``~/.claude/agents`` is both a user and a project
+    When the project is the home directory, ``~/.claude/agents`` can be both a user and a project
     directory; reading it once keeps the shadowing report honest.
     """
     key = os.path.realpath(directory)

@@ -3,7 +3,8 @@
 An agent whose definition says ``memory: user | project | local`` has a memory directory, in
 Claude Code's places (so the memories its users have are found):
 
-- ``user``: ``~/.claude/agent-memory/<agent-type>/``, for every project;
+- ``user``: ``agent-memory/<agent-type>/`` in Claude Code's user configuration directory
+  (``$CLAUDE_CONFIG_DIR``, else ``~/.claude``), for every project;
 - ``project``: ``<project>/.claude/agent-memory/<agent-type>/``, shared through the repository;
 - ``local``: ``<project>/.claude/agent-memory-local/<agent-type>/``, this checkout's only.
 
@@ -19,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskloom.settings import find_project_root
+from taskloom.settings import claude_config_dir, find_project_root
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +86,28 @@ def memory_project(cwd: Path) -> Path:
     return common.parent if common.name == ".git" and common.parent.is_dir() else root
 
 
-def memory_dir(scope: str, agent_type: str, project_root: Path, home: Path | None = None) -> Path:
-    """Where ``agent_type``'s memory of ``scope`` is kept."""
+def memory_dir(
+    scope: str, agent_type: str, project_root: Path, config_dir: Path | None = None
+) -> Path:
+    """Where ``agent_type``'s memory of ``scope`` is kept.
+
+    Args:
+        scope: ``user``, ``project`` or ``local``.
+        agent_type: The agent's type (made a safe directory name).
+        project_root: The project a ``project`` or ``local`` memory belongs to.
+        config_dir: Claude Code's user configuration directory, where a ``user`` memory is
+            (default :func:`~taskloom.settings.claude_config_dir`).
+    """
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in agent_type)
     if not safe.strip("."):
         safe = "agent"  # "..", ".": never a directory above the memories
     if scope == "user":
-        return (home or Path.home()) / ".claude" / "agent-memory" / safe
+        return (config_dir or claude_config_dir()) / "agent-memory" / safe
     return project_root / ".claude" / _DIRS[scope] / safe
 
 
 def load_memory(
-    scope: str | None, agent_type: str, project_root: Path, home: Path | None = None
+    scope: str | None, agent_type: str, project_root: Path, config_dir: Path | None = None
 ) -> AgentMemory | None:
     """The memory of an agent whose definition names ``scope`` (None: it has none).
 
@@ -105,7 +116,7 @@ def load_memory(
     """
     if scope not in ("user", "project", "local"):
         return None
-    directory = memory_dir(scope, agent_type, project_root, home)
+    directory = memory_dir(scope, agent_type, project_root, config_dir)
     text = ""
     try:
         directory.mkdir(parents=True, exist_ok=True)

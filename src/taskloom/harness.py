@@ -200,7 +200,9 @@ class Harness:
                 add_dirs=opts.add_dirs,
             )  # fmt: skip
             self._find_conversation()
-            runtime = session_runtime(self._session_id, self.cwd, settings)
+            runtime = session_runtime(
+                self._session_id, self.cwd, settings, persist=opts.persist_session
+            )
             observer = engine_observer(opts, settings, runtime.session_id, model, self._stack)
             await self._stack.enter_async_context(runtime)
             self._claimed = True

@@ -156,18 +156,23 @@ def mcp_servers_config(options: Options, cwd: Path) -> dict[str, Any]:
     return config
 
 
-def session_runtime(session_id: str, cwd: Path, settings: dict[str, Any]) -> TaskRuntime:
+def session_runtime(
+    session_id: str, cwd: Path, settings: dict[str, Any], *, persist: bool = True
+) -> TaskRuntime:
     """The session's task runtime (not started), its usage ledger priced by ``modelPrices``.
 
     Reports from other processes (remote workers, pane teammates) carry tokens, not dollars:
-    the ledger prices them.
+    the ledger prices them. ``persist=False`` (``--no-session-persistence``): its agents keep
+    no transcripts either.
     """
     from taskloom.models.pricing import pricer
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tasks.usage import UsageLedger
 
     ledger = UsageLedger(pricer(settings.get("modelPrices")))
-    return TaskRuntime(session_id=session_id, cwd=str(cwd.resolve()), usage=ledger)
+    return TaskRuntime(
+        session_id=session_id, cwd=str(cwd.resolve()), usage=ledger, keep_transcripts=persist
+    )
 
 
 async def peer_listener(

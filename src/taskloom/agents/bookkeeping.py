@@ -44,6 +44,17 @@ def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = 
     return sidechain_dir(main) / f"agent-{task_id}.jsonl"
 
 
+def sidechain_record(
+    runtime: TaskRuntime, task_id: str, session_id: str | None = None
+) -> Path | None:
+    """The sidechain an agent's run writes: :func:`sidechain_path`'s, None when none is kept.
+
+    A session without transcripts (``--no-session-persistence``) writes nothing under Claude
+    Code's directory, as Claude Code: neither its agents' transcripts nor their metadata.
+    """
+    return sidechain_path(runtime, task_id, session_id) if runtime.keep_transcripts else None
+
+
 def recorded(state: AgentTaskState) -> Figures:
     """The figures an agent's task state records: where a run of a later process starts from.
 
@@ -169,4 +180,4 @@ class RunBooks:
         return activities
 
 
-__all__ = ["RunBooks", "recorded", "sidechain_path", "tool_name"]
+__all__ = ["RunBooks", "recorded", "sidechain_path", "sidechain_record", "tool_name"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.agents.activity import describe_activity
-from taskloom.agents.bookkeeping import RunBooks, sidechain_path
+from taskloom.agents.bookkeeping import RunBooks, sidechain_path, sidechain_record
 from taskloom.conversation.recorder import Recorder, StopHook
 from taskloom.engine import Engine, EngineConfig, EngineEvent, UserTurn
 from taskloom.errors import reason
@@ -96,7 +96,7 @@ class AgentRun:
         #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
         self.recorder = Recorder(
             self.engine,
-            sidechain_path(runtime, agent_id),
+            sidechain_record(runtime, agent_id),
             stop=StopHook(
                 "SubagentStop",
                 kind,

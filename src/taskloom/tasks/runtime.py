@@ -65,6 +65,7 @@ class TaskRuntime(TaskRegistry):
         kill_grace: float = 2.0,
         cwd: str | None = None,
         usage: UsageLedger | None = None,
+        keep_transcripts: bool = True,
     ) -> None:
         """Create a runtime; call :meth:`start` (or use ``async with``) before use.
 
@@ -79,6 +80,8 @@ class TaskRuntime(TaskRegistry):
             kill_grace: Seconds between SIGTERM and SIGKILL when killing processes.
             cwd: The session's working directory, as recorded (default: the process's).
             usage: The session's usage ledger (default: one that prices nothing itself).
+            keep_transcripts: Its agents' conversations are recorded (False: the session
+                keeps no transcript, ``--no-session-persistence``: nor do they).
         """
         home = home or taskloom_home()
         super().__init__(
@@ -96,6 +99,8 @@ class TaskRuntime(TaskRegistry):
         self.directory = Directory(self.store, self.session_id, clock)
         #: What its agents spent, per agent and per model: every engine charges it.
         self.usage = usage or UsageLedger()
+        #: Whether its agents' transcripts are written (see ``keep_transcripts``).
+        self.keep_transcripts = keep_transcripts
         self.watchdog = Watchdog(clock)
         self._sweeper: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None

@@ -304,6 +304,7 @@ def _launcher(
             lead_prompts=options.prompter is not None,
             options=inherited,
             process_session=str(uuid.uuid4()),
+            keep_transcript=runtime.keep_transcripts,
         )
 
     return launch

@@ -49,6 +49,8 @@ class JoinSpec:
         env: Its process's environment, the lead's: here, not on the pane's command line
             (which tmux shows to whoever asks), since it holds the lead's API keys.
         resume: It goes on from its transcript (its lead's session was resumed).
+        keep_transcript: Its conversation is recorded as its lead's sidechain (False: the
+            lead's session keeps no transcripts, ``--no-session-persistence``).
     """
 
     session: str
@@ -69,6 +71,7 @@ class JoinSpec:
     process_session: str = ""
     env: dict[str, str] = field(default_factory=dict)
     resume: bool = False
+    keep_transcript: bool = True
 
     @property
     def agent_id(self) -> str:

@@ -223,6 +223,8 @@ class TeammateProcess:
             # A task id of its own here: the lead's task row is the lead's to write. Its
             # transcript is where the lead's session keeps it (a resume reads it there).
             local_id = runtime.new_id(TaskType.IN_PROCESS_TEAMMATE)
+            # Its own session keeps no transcript; its sidechain is kept as its lead's are.
+            runtime.keep_transcripts = join.keep_transcript
             transcript = sidechain_path(runtime, join.task_id, join.session)
             messages = None
             if join.resume:  # its lead was resumed: it goes on from its conversation

@@ -138,7 +138,7 @@ class TeammateRun:
         #: Records its sidechain transcript (open while it runs) and runs SubagentStop hooks.
         self.recorder = Recorder(
             self.engine,
-            path,
+            path if runtime.keep_transcripts else None,  # --no-session-persistence: none
             stop=StopHook(
                 "SubagentStop",
                 None,

@@ -108,7 +108,7 @@ def test_a_stalled_foreground_agent_moves_to_the_background(tmp_path: Path, home
     assert [n["task_id"] for n in notes] == [agent_id]
     texts = json.dumps([e["message"] for e in events if e["type"] == "user"])
     assert "<result>the late answer</result>" in texts
-    main = transcript_path(events[-1]["session_id"], home)
+    main = transcript_path(events[-1]["session_id"], home, cwd=tmp_path)
     sidechain = sidechain_dir(main) / f"agent-{agent_id}.jsonl"
     lines = [json.loads(x) for x in sidechain.read_text().splitlines()]
     assert lines[-1]["type"] == "assistant"

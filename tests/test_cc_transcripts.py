@@ -374,3 +374,61 @@ def test_a_claude_code_transcript_loads_as_the_conversation_it_holds(tmp_path: P
     assert {r["sessionId"] for r in copied} == {"fork"}
     assert copied[0]["parentUuid"] is None and copied[1]["parentUuid"] is None  # its parent stayed
     assert copied[2]["parentUuid"] == copied[1]["uuid"]
+
+
+@pytest.mark.e2e
+def test_without_session_persistence_nothing_is_written_under_the_config_directory(
+    tmp_path: Path, project: Path
+) -> None:
+    call = {"name": "Agent", "input": {"description": "look", "prompt": "find the answer"}}
+    script = {
+        "turns": [{"tool_calls": [call]}, {"text": "The agent found it."}],
+        "subagents": {"general-purpose": {"text": "the answer is 42"}},
+    }
+    (tmp_path / "s.yaml").write_text(json.dumps(script))
+    proc = subprocess.run(
+        [*scripted_argv(tmp_path / "s.yaml"), "--no-session-persistence"],
+        cwd=project,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = json_lines(proc.stdout)
+    assert [e for e in events if e.get("subtype") == "task_started"]  # the agent did run
+    assert events[-1]["result"] == "The agent found it."
+    # Neither the main transcript nor the agent's sidechain or its metadata (the SDKs'
+    # persistSession: false).
+    config = Path(os.environ["CLAUDE_CONFIG_DIR"])
+    assert not (config / "projects").exists(), sorted(config.rglob("*"))
+    assert list_sessions(directory=str(project)) == []
+
+
+def test_a_new_session_s_transcript_is_placed_without_listing_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    projects = Path(os.environ["CLAUDE_CONFIG_DIR"]) / "projects"
+    for n in range(3):  # other projects' sessions
+        (projects / f"-other-{n}").mkdir(parents=True)
+        (projects / f"-other-{n}" / f"{uuid.uuid4()}.jsonl").write_text("")
+    elsewhere = projects / "-started-elsewhere" / "old-session.jsonl"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("")
+
+    def no_listing(*args: object) -> None:
+        raise AssertionError(f"a directory was listed: {args}")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "scandir", no_listing)
+        patched.setattr(os, "listdir", no_listing)
+        new = transcript_path("new-session", cwd=tmp_path)
+        assert new == projects / project_key(tmp_path) / "new-session.jsonl"
+        # A session in another project is found only when it is looked for (--resume).
+        assert transcript_path("old-session", cwd=tmp_path) != elsewhere
+    assert transcript_path("old-session", cwd=tmp_path, search=True) == elsewhere
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "scandir", no_listing)
+        patched.setattr(os, "listdir", no_listing)
+        # Once found, the session goes on in that file: its agents' sidechains beside it.
+        assert transcript_path("old-session", cwd=tmp_path) == elsewhere

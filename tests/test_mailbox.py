@@ -373,7 +373,7 @@ async def test_a_notification_survives_sigkill_and_is_delivered_once_on_resume(
     events = _resume(tmp_path, session_id, ["Noted."])
     notified = [e["task_id"] for e in events if e.get("subtype") == "task_notification"]
     assert notified == [task_id]
-    transcript = transcript_path(session_id, home).read_text()
+    transcript = transcript_path(session_id, home, search=True).read_text()
     assert transcript.count(f"<task-id>{task_id}</task-id>") == 1
     [(stamp,)] = _rows(db, "SELECT delivered_at FROM mailbox WHERE sender = ?", (task_id,))
     assert stamp is not None
@@ -381,7 +381,7 @@ async def test_a_notification_survives_sigkill_and_is_delivered_once_on_resume(
     # Delivered means delivered: a second resume does not bring it back.
     events = _resume(tmp_path, session_id, ["Nothing new."])
     assert [e for e in events if e.get("subtype") == "task_notification"] == []
-    transcript = transcript_path(session_id, home).read_text()
+    transcript = transcript_path(session_id, home, search=True).read_text()
     assert transcript.count(f"<task-id>{task_id}</task-id>") == 1
 
 
@@ -478,7 +478,9 @@ async def test_a_message_to_an_agent_survives_sigkill_and_is_delivered_once_on_r
     assert any(
         "it was resumed in the background with your message" in json.dumps(e) for e in events
     )
-    sidechain = sidechain_dir(transcript_path(session_id, home)) / f"agent-{agent_id}.jsonl"
+    sidechain = (
+        sidechain_dir(transcript_path(session_id, home, search=True)) / f"agent-{agent_id}.jsonl"
+    )
     text = sidechain.read_text()
     assert text.count("hello-from-main") == 1 and text.count("second-message") == 1
     assert text.index("hello-from-main") < text.index("second-message")

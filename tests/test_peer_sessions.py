@@ -157,6 +157,6 @@ def test_an_idle_stream_json_session_is_woken_by_a_peers_message(tmp_path: Path)
             proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
-    transcript = transcript_path(events[-1]["session_id"], tmp_path / "home")
+    transcript = transcript_path(events[-1]["session_id"], tmp_path / "home", search=True)
     text = transcript.read_text()
     assert "ping from afar" in text and "Another taskloom session (session:other-session)" in text

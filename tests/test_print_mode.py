@@ -136,7 +136,7 @@ def test_background_command_keeps_the_run_alive_until_its_notification_is_answer
     assert notified[0]["status"] == "completed"
     assert "completed (exit code 0)" in notified[0]["summary"]
     # The transcript holds the notification as a user message.
-    transcript = transcript_path(result["session_id"], home)
+    transcript = transcript_path(result["session_id"], home, search=True)
     records = [json.loads(x) for x in transcript.read_text().splitlines()]
     notes = [r for r in records if r.get("taskloomOrigin") == "notifications"]
     assert len(notes) == 1 and notes[0]["type"] == "user"

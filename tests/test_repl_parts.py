@@ -329,7 +329,7 @@ async def test_an_interrupt_that_cut_a_call_short_answers_it_and_tells_the_model
         assert texts_of(last) == [INTERRUPTED_FOR_TOOL_USE]
 
         # The transcript has it: a session resumed now continues from the same conversation.
-        path = transcript_path(h.session_id, h.runtime.home)
+        path = transcript_path(h.session_id, h.runtime.home, h.runtime.cwd)
         assert INTERRUPTED_FOR_TOOL_USE in path.read_text()
         resumed, added = repair(load_messages(path))
         assert added == []
@@ -355,7 +355,7 @@ async def test_an_interrupt_with_no_call_cut_says_the_request_was_interrupted(
         assert_api_accepts(messages)
         assert [m.role for m in messages] == ["user"]
         assert texts_of(messages[-1]) == ["hi", INTERRUPTED_BY_USER]
-        path = transcript_path(h.session_id, h.runtime.home)
+        path = transcript_path(h.session_id, h.runtime.home, h.runtime.cwd)
         recorded = path.read_text()
         assert INTERRUPTED_BY_USER in recorded and INTERRUPTED_FOR_TOOL_USE not in recorded
         assert wire(repair(load_messages(path))[0]) == wire(messages)
@@ -377,7 +377,7 @@ async def test_a_resumed_conversation_holds_the_note_and_the_next_prompt_once(
         await (interrupt_cutting_a_call(h) if cut else interrupt_before_the_answer(h))
         _ = [e async for e in h.run("next")]
         live = list(model.requests[-1].messages)  # what the model was sent: right
-        path = transcript_path(h.session_id, h.runtime.home)
+        path = transcript_path(h.session_id, h.runtime.home, h.runtime.cwd)
         await h.end()
     resumed, _ = repair(load_messages(path))
     assert_api_accepts(resumed)

@@ -57,7 +57,7 @@ class Session:
     @classmethod
     def resume(cls, runtime: TaskRuntime, config: EngineConfig, *, persist: bool = True) -> Session:
         """Continue the conversation recorded for ``runtime.session_id``."""
-        path = transcript_path(runtime.session_id, runtime.home, runtime.cwd)
+        path = transcript_path(runtime.session_id, runtime.home, runtime.cwd, search=True)
         session = cls(runtime, config, load_messages(path), persist=persist)
         session.recorder.repair()
         return session
@@ -222,7 +222,8 @@ def find_conversation(
         UserError: No conversation to continue, or none with that id.
         UsageError: ``session_id`` names a session that exists.
     """
-    if session_id is not None and transcript_path(session_id, cwd=cwd).exists():
+    # An id given or named is looked for everywhere (a session started in another directory).
+    if session_id is not None and transcript_path(session_id, cwd=cwd, search=True).exists():
         raise UsageError(f"Session ID {session_id} is already in use")
     source = resume
     if source is None and continue_session:
@@ -231,7 +232,7 @@ def find_conversation(
             raise UserError(f"No conversation found to continue in {cwd}")
     if source is None:
         return None
-    recorded = transcript_path(source, cwd=cwd)
+    recorded = transcript_path(source, cwd=cwd, search=True)
     if not recorded.is_file():
         raise UserError(f"No conversation found with session ID: {source}")
     if not fork:

@@ -37,7 +37,7 @@ from typing import Any
 from taskloom._version import __version__
 from taskloom.errors import UsageError, UserError
 from taskloom.messages import Message, TextBlock, ToolResultBlock
-from taskloom.settings import ensure_private_dir, refuse_symlinks, session_dir
+from taskloom.settings import claude_config_dir, ensure_private_dir, refuse_symlinks, session_dir
 from taskloom.untrusted import clean_text
 
 log = logging.getLogger(__name__)
@@ -60,13 +60,6 @@ TAIL_BYTES = 256 * 1024
 #: Names the program that started taskloom (the SDKs set it). Kept in each line as Claude
 #: Code does: the SDKs' ``listSessions(includeProgrammatic: false)`` leaves such sessions out.
 ENTRYPOINT_ENV = "CLAUDE_CODE_ENTRYPOINT"
-
-
-def claude_config_dir() -> Path:
-    """Claude Code's configuration directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
-    env = os.environ.get("CLAUDE_CONFIG_DIR")
-    raw = str(Path(env).expanduser().absolute()) if env else str(Path.home() / ".claude")
-    return Path(unicodedata.normalize("NFC", raw))
 
 
 def project_key(cwd: str | Path) -> str:
@@ -119,19 +112,27 @@ def claude_transcripts() -> bool:
 
 
 def transcript_path(
-    session_id: str, home: Path | None = None, cwd: str | Path | None = None
+    session_id: str,
+    home: Path | None = None,
+    cwd: str | Path | None = None,
+    *,
+    search: bool = False,
 ) -> Path:
     """Where the transcript of ``session_id`` is, or will be (see the module docstring).
 
-    A recorded one is looked for in the project directory of ``cwd``, in taskloom's state,
-    then in every project directory (a session started elsewhere); a session with none gets
-    the place :func:`claude_transcripts` chooses (taskloom's state, with a warning, when
-    Claude Code's directory cannot be created).
+    A recorded one is looked for in the project directory of ``cwd`` and in taskloom's
+    state; only with ``search`` (a session named to be continued: ``--resume``) in every
+    project directory too, and the place found there is remembered for the process, so a
+    session started elsewhere is continued in its file without another search. A session
+    with none gets the place :func:`claude_transcripts` chooses (taskloom's state, with a
+    warning, when Claude Code's directory cannot be created). Without ``search`` no
+    directory is listed: a new session's place is known from its id and ``cwd``.
 
     Args:
         session_id: The session.
         home: taskloom's state directory (default ``$TASKLOOM_HOME``).
         cwd: The session's working directory (default: the process's).
+        search: Look in every project directory when it is in neither place.
 
     Raises:
         UsageError: :data:`TRANSCRIPTS_ENV` holds a value it does not take.
@@ -141,17 +142,14 @@ def transcript_path(
     projects = claude_config_dir() / "projects"
     here = projects / project_key(cwd if cwd is not None else os.getcwd()) / name
     own = session_dir(session_id, home) / OWN_NAME
-    for candidate in (here, own):
-        if candidate.is_file():
+    for candidate in (here, own, _FOUND.get((projects, session_id))):
+        if candidate is not None and candidate.is_file():
             return candidate
-    if "/" not in session_id and session_id not in ("", ".", ".."):
-        try:
-            found = projects.glob(f"*/{glob.escape(name)}")  # an id is no pattern
-            elsewhere = sorted(p for p in found if p.is_file())
-        except OSError:
-            elsewhere = []
-        if elsewhere:
-            return elsewhere[0]
+    if search:
+        elsewhere = _search(projects, session_id)
+        if elsewhere is not None:
+            _FOUND[(projects, session_id)] = elsewhere
+            return elsewhere
     if claude and not _creatable(here.parent):
         # A home that cannot be written (a read-only one, a sandbox's) must not stop a run
         # that taskloom's own state directory would record.
@@ -160,6 +158,23 @@ def transcript_path(
             log.warning("%s cannot be created: transcripts are kept in %s", here.parent, own)
         return own
     return here if claude else own
+
+
+#: Transcripts a search found outside their session's project directory, by the
+#: ``projects`` directory searched and the session id: the session goes on there.
+_FOUND: dict[tuple[Path, str], Path] = {}
+
+
+def _search(projects: Path, session_id: str) -> Path | None:
+    """The transcript of ``session_id`` in any project directory (the first by name), if any."""
+    if "/" in session_id or session_id in ("", ".", ".."):
+        return None
+    try:
+        found = projects.glob(f"*/{glob.escape(session_id)}.jsonl")  # an id is no pattern
+        elsewhere = sorted(p for p in found if p.is_file())
+    except OSError:
+        return None
+    return elsewhere[0] if elsewhere else None
 
 
 #: The project directories a warning said could not be created (said once a process).

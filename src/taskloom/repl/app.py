@@ -195,7 +195,9 @@ class Repl:
             if resume == old.session_id:
                 self.say(f"Session {resume} is the one open here.", "error")
                 return
-            if not transcript_path(resume, old.runtime.home, old.runtime.cwd).is_file():
+            if not transcript_path(
+                resume, old.runtime.home, old.runtime.cwd, search=True
+            ).is_file():
                 self.say(f"No conversation found with session ID: {resume}", "error")
                 return
         options = dataclasses.replace(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -236,6 +238,31 @@ async def test_a_turn_on_the_wrapped_prompt_then_an_idle_notification(tmp_path: 
         await executor.kill(member)
         assert state(rt, task_id).status == TaskStatus.KILLED
         no_task_notification(rt, task_id)
+
+
+async def test_a_session_without_transcripts_records_no_teammate_s_sidechain(
+    tmp_path: Path,
+) -> None:
+    model = Model(lambda request: "Done.")
+    async with TaskRuntime(keep_transcripts=False) as rt:  # --no-session-persistence
+        executor, member, task_id = await spawn(rt, model, tmp_path)
+        await model.next_request()
+        await lead_mail(rt)  # its idle notification: the turn is over
+        assert state(rt, task_id).result == "Done."
+        assert not sidechain_path(rt, task_id).exists()
+        assert not (Path(os.environ["CLAUDE_CONFIG_DIR"]) / "projects").exists()
+        await executor.kill(member)
+
+
+def test_a_pane_teammate_s_spec_carries_whether_its_lead_keeps_transcripts(
+    tmp_path: Path,
+) -> None:
+    from taskloom.teams.join import JoinSpec
+
+    spec = JoinSpec(session="s", team="t", name="n", task_id="k", prompt="p")
+    assert spec.keep_transcript
+    written = dataclasses.replace(spec, keep_transcript=False).write(tmp_path)
+    assert JoinSpec.read(written).keep_transcript is False
 
 
 async def test_a_message_wakes_an_idle_teammate_at_once(tmp_path: Path) -> None:

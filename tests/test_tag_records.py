@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,12 @@ def dead_pid() -> int:
     gone = subprocess.Popen(["true"])
     gone.wait(timeout=10)
     return gone.pid
+
+
+def unique(tag: str) -> str:
+    """``tag`` made this run's own: a sweep kills whatever on the machine carries a dead
+    owner's tag, so a fixed one would reach a concurrent run's (``.ci/twice``) processes."""
+    return f"{tag}-{uuid.uuid4().hex[:8]}"
 
 
 def tagged_sleep(tag: str) -> subprocess.Popen[bytes]:
@@ -119,13 +126,14 @@ async def test_a_recorded_tag_is_a_tag_record_while_the_block_runs_and_gone_afte
 async def test_the_sweep_stops_what_carries_a_dead_owners_tag_and_leaves_live_owners_alone(
     store: Store,
 ) -> None:
-    orphan, kept = tagged_sleep("mcp-orphan"), tagged_sleep("mcp-live")
+    orphan_tag, kept_tag = unique("mcp-orphan"), unique("mcp-live")
+    orphan, kept = tagged_sleep(orphan_tag), tagged_sleep(kept_tag)
     try:
         me = os.getpid()
         [dead] = store.record_tags(
-            "crashed", ["mcp-orphan"], owner_pid=dead_pid(), owner_start=1.0, boot_id=boot_id()
+            "crashed", [orphan_tag], owner_pid=dead_pid(), owner_start=1.0, boot_id=boot_id()
         )
-        [live] = ProcessRecorder(store, "running").record_tags(["mcp-live"])
+        [live] = ProcessRecorder(store, "running").record_tags([kept_tag])
         assert live.owner_pid == me
         swept = await sweep_orphans(store, grace=0.2)
         assert [s.row for s in swept] == [dead]
@@ -154,13 +162,14 @@ async def test_a_tag_only_process_row_of_an_old_store_becomes_a_tag_record_and_i
     home: Path,
 ) -> None:
     path = db_path()
-    orphan = tagged_sleep("mcp-0123456789ab")
+    mcp_tag = unique("mcp-0123456789ab")
+    orphan = tagged_sleep(mcp_tag)
     try:
         owner, boot = dead_pid(), boot_id()
         with contextlib.closing(old_store(path, 2)) as conn:
             insert = "INSERT INTO processes VALUES (?,?,?,?,?,?,?,?,?)"
             # What schema 2 wrote for an MCP server's tag: a process row with pid 0.
-            conn.execute(insert, (0, 1700.5, 0, "crashed", "mcp-0123456789ab", owner, 3.0, boot, 0))
+            conn.execute(insert, (0, 1700.5, 0, "crashed", mcp_tag, owner, 3.0, boot, 0))
             # Detached, it was never swept, only dropped: it goes.
             conn.execute(insert, (0, 1701.5, 0, "crashed", "shell-detached", owner, 3.0, boot, 1))
             # A real process row stays as it was.
@@ -173,7 +182,7 @@ async def test_a_tag_only_process_row_of_an_old_store_becomes_a_tag_record_and_i
             ]
             [row] = store.list_tags()
             assert (row.tag, row.session_id, row.owner_pid, row.owner_start, row.boot_id) == (
-                "mcp-0123456789ab",
+                mcp_tag,
                 "crashed",
                 owner,
                 3.0,
@@ -206,18 +215,19 @@ async def test_the_sweep_kills_what_holds_an_owned_directory_and_what_a_nested_s
     owned = tmp_path / "owned"
     (owned / "home").mkdir(parents=True)
     ray_like = holder(owned)
-    command = tagged_sleep("shell-left")  # recorded only in the nested store
+    left_tag = unique("shell-left")
+    command = tagged_sleep(left_tag)  # recorded only in the nested store
     try:
         nested = Store(owned / "home" / "taskloom.db")
         try:
             nested.record_tags(
-                "worker", ["shell-left"], owner_pid=dead_pid(), owner_start=1.0, boot_id=boot_id()
+                "worker", [left_tag], owner_pid=dead_pid(), owner_start=1.0, boot_id=boot_id()
             )
         finally:
             nested.close()
         [record] = store.record_tags(
-            "crashed", ["ray-0123"], owner_pid=dead_pid(), owner_start=1.0, boot_id=boot_id(),
-            path=str(owned),
+            "crashed", [unique("ray-0123")], owner_pid=dead_pid(), owner_start=1.0,
+            boot_id=boot_id(), path=str(owned),
         )  # fmt: skip
         assert record.path == str(owned) and store.list_tags() == [record]
         swept = await sweep_orphans(store, grace=0.2)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -523,7 +524,10 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
     me = os.getpid()
     made: dict[str, Any] = {}
     # This session's own id, as a resumed session has it: its panes from before are old.
-    own = "5b0c8a52-6f0e-4c1e-9a57-3f4f1c2d9e01"
+    own = str(uuid.uuid4())
+    # The sweep kills whatever on the machine carries a dead owner's tag: this run's own tags,
+    # or a concurrent run of this test (.ci/twice) would have its panes killed.
+    tags = {sid: f"t-{sid}-{uuid.uuid4().hex[:8]}" for sid in ("crashed", "live", "elsewhere", own)}
     try:
         for sid, pid in (("crashed", dead.pid), ("live", me)):
             store.upsert_session(
@@ -534,13 +538,13 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
         for sid in ("crashed", "live", "elsewhere", own):
             made[sid] = await panes.create(
                 team=sid, session_id=sid, title=sid, argv=["sleep", "600"], cwd=str(tmp_path),
-                env={"PATH": os.environ["PATH"], "TASKLOOM_TASK_ID": f"t-{sid}"},
+                env={"PATH": os.environ["PATH"], "TASKLOOM_TASK_ID": tags[sid]},
             )  # fmt: skip
         crashed = made["crashed"]
         # The crashed session's teammate process, recorded as its (the sweep finds it so).
         store.add_process(
             ProcessRow(pid=crashed.pid, pid_start=process_start_time(crashed.pid) or 0.0,
-                       pgid=os.getpgid(crashed.pid), session_id="crashed", task_id="t-crashed",
+                       pgid=os.getpgid(crashed.pid), session_id="crashed", task_id=tags["crashed"],
                        owner_pid=dead.pid, owner_start=process_start_time(me) or 0.0,
                        boot_id=boot_id())
         )  # fmt: skip
@@ -548,7 +552,7 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
         live = made["live"]
         store.add_process(
             ProcessRow(pid=live.pid, pid_start=process_start_time(live.pid) or 0.0,
-                       pgid=os.getpgid(live.pid), session_id="live", task_id="t-live",
+                       pgid=os.getpgid(live.pid), session_id="live", task_id=tags["live"],
                        owner_pid=me, owner_start=process_start_time(me) or 0.0,
                        boot_id=boot_id())
         )  # fmt: skip
@@ -561,7 +565,7 @@ async def test_the_sweep_removes_a_crashed_session_s_panes_and_processes_only(
                 assert not crashed_proc.is_running() or crashed_proc.status() == "zombie"
         assert psutil.Process(made["live"].pid).is_running()
         assert psutil.Process(made["elsewhere"].pid).is_running()
-        assert [r.task_id for r in store.list_processes()] == ["t-live"]
+        assert [r.task_id for r in store.list_processes()] == [tags["live"]]
     finally:
         for pane in made.values():
             await panes.kill(pane.id)

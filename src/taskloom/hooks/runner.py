@@ -46,11 +46,11 @@ _SHELL = "/bin/sh"
 
 PermissionDecision = Literal["allow", "deny", "ask"]
 _RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
-# Events where plain (non-JSON) stdout of a successful hook is context for the model.
 # Events whose input has no permission_mode in Claude Code.
 _NO_PERMISSION_MODE = frozenset(
     {HookEvent.SESSION_START, HookEvent.SESSION_END, HookEvent.SUBAGENT_START}
 )
+# Events where plain (non-JSON) stdout of a successful hook is context for the model.
 _STDOUT_IS_CONTEXT = frozenset(
     {HookEvent.USER_PROMPT_SUBMIT, HookEvent.SESSION_START, HookEvent.SUBAGENT_START}
 )

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from helpers import TIME_FACTOR, alive, run_processes, wait_until
+from taskloom.engine import Engine, EngineConfig, ToolDone
 from taskloom.hooks import (
     MAX_CAPTURE_BYTES,
     CallerGone,
@@ -23,7 +24,12 @@ from taskloom.hooks import (
     HookOutcome,
     run_hooks,
 )
+from taskloom.permissions import PermissionPolicy, PermissionRequest
+from taskloom.permissions.prompter import PromptAnswer
 from taskloom.process.spawn import TASK_ENV
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.testing import ScriptedModel, ToolCall, Turn
+from taskloom.tools.bash import BashTool
 
 
 def cfg(
@@ -490,3 +496,50 @@ def test_an_on_failure_word_other_than_continue_blocks() -> None:
     config = HookConfig.from_callbacks(hooks, _Gone())
     found = [h for m in config.events[HookEvent.PRE_TOOL_USE] for h in m.hooks]
     assert [h.block_on_failure for h in found] == [True, True, False, False]
+
+
+# --- Notification hooks of a permission question -------------------------------------------
+
+
+class _Yes:
+    """Answers every permission question at once: yes."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def ask(
+        self, request: PermissionRequest, decision: Any, *, tool_use_id: str, agent_id: str | None
+    ) -> PromptAnswer:
+        self.asked.append(request.tool_name)
+        return PromptAnswer(allow=True)
+
+
+async def test_a_notification_hook_runs_on_after_its_question_is_answered(tmp_path: Path) -> None:
+    go, told = tmp_path / "go", tmp_path / "told"
+    # A slow notice: it waits for the test's word (within its own timeout), then leaves a mark.
+    command = f"while [ ! -e {go} ]; do sleep 0.02; done; echo told > {told}"
+    hooks = cfg("Notification", ("permission_prompt", [command]), timeout=30 * TIME_FACTOR)
+    prompter = _Yes()
+    out = tmp_path / "out.txt"
+    call = ToolCall("Bash", {"command": f"echo ran > {out}"})
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                model=ScriptedModel([Turn(tool_calls=(call,)), "done"]),
+                system_prompt="",
+                tools=[BashTool()],
+                owner=rt.session_id,
+                cwd=tmp_path,
+                hooks=hooks,
+                permissions=PermissionPolicy("default", (), tmp_path),
+                prompter=prompter,
+            ),
+            rt,
+        )
+        (result,) = [e.result async for e in engine.run("go") if isinstance(e, ToolDone)]
+        # Answered and run while the notice still waits: the answer did not wait for it.
+        assert prompter.asked == ["Bash"] and not result.is_error
+        assert out.read_text() == "ran\n" and not told.exists()
+        go.touch()
+    # Not cut off by the answer: the session's end waited for it to finish.
+    assert told.read_text() == "told\n"

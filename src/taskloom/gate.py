@@ -5,13 +5,17 @@ order, to the PermissionRequest hooks (a hook may allow it, with a changed input
 then to the prompter (the program driving the session, or the lead of a team), and with
 neither, headless, it is denied with the rule that asked — never a wait without a bound.
 While the prompter is asked, Notification hooks (``notification_type: permission_prompt``)
-are told, as Claude Code tells them.
+are told, as Claude Code tells them. They are side effects (a desktop notice, a log line): the
+answer does not wait for them, and they are not cut off when it comes; each runs to its end or
+its own timeout. The session's end waits for those still running, at most
+:data:`NOTICES_CLOSE_WAIT_S`, then stops them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +25,7 @@ from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 if TYPE_CHECKING:
     from taskloom.hooks import HookOutcome
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,8 @@ PERMISSION_PROMPT = "permission_prompt"
 
 #: Runs one hook event: (event, matcher target, payload) -> the outcome, None if no hook ran.
 HookRunner = Callable[..., Awaitable["HookOutcome | None"]]
+#: Seconds the session's end waits for Notification hooks still running before stopping them.
+NOTICES_CLOSE_WAIT_S = 10.0
 
 
 @dataclass
@@ -86,8 +93,8 @@ async def permit(
         if hooked is not None and hooked.permission_decision == "allow":
             return _changed(tool, params, raw, hooked.updated_input)
     if decision.behavior == "ask" and prompter is not None:
-        # Notification hooks hear that someone is asked; once answered, no one needs telling.
-        notify: asyncio.Future[HookOutcome | None] = asyncio.ensure_future(
+        # Notification hooks hear that someone is asked, alongside the question (see above).
+        _notices(ctx.runtime).start(
             run_hook(
                 "Notification",
                 PERMISSION_PROMPT,
@@ -101,8 +108,6 @@ async def permit(
             )
         except PromptError as exc:
             return Verdict(tool_error(f"Permission to use {tool.name} was not given: {exc}"))
-        finally:
-            await _settle(notify)
         if not answer.allow:
             denied = answer.message or f"Permission to use {tool.name} was denied."
             return Verdict(tool_error(denied), interrupt=answer.interrupt)
@@ -114,22 +119,59 @@ async def permit(
     return Verdict(tool_error(tool.denied_message(params, decision.reason, decision.rule)))
 
 
-async def _settle(notify: asyncio.Future[HookOutcome | None]) -> None:
-    """End the Notification hooks of a question that is answered: done, or cancelled now.
+class _Notices:
+    """A session's Notification hooks still running: each to its end, the rest stopped at close.
 
-    Cancelling kills their process trees (see :func:`taskloom.hooks.run_hooks`); their
-    outcome decides nothing, so a failure of theirs is only logged.
+    Args:
+        runtime: The session's runtime, whose end waits for them (see :meth:`close`).
     """
-    if not notify.done():
-        notify.cancel()
-    try:
-        await notify
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():  # the call itself is cancelled
-            raise
-    except Exception:  # a hook's failure must not decide the call
-        log.exception("Notification hooks failed")
+
+    def __init__(self, runtime: TaskRuntime) -> None:
+        self._running: set[asyncio.Task[HookOutcome | None]] = set()
+        runtime.on_close(self.close)
+
+    def start(self, run: Awaitable[HookOutcome | None]) -> None:
+        """Run the hooks of ``run`` on their own: no one waits for them, nor stops them."""
+
+        async def alone() -> HookOutcome | None:
+            return await run
+
+        task = asyncio.get_running_loop().create_task(alone(), name="notification hooks")
+        self._running.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[HookOutcome | None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Their outcome decides nothing: a failure of theirs is only logged.
+            log.error("Notification hooks failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        """Wait for those still running, at most :data:`NOTICES_CLOSE_WAIT_S`; stop the rest.
+
+        Stopping one kills its process trees (see :func:`taskloom.hooks.run_hooks`).
+        """
+        if not self._running:
+            return
+        running = list(self._running)
+        _, late = await asyncio.wait(running, timeout=NOTICES_CLOSE_WAIT_S)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("%d Notification hook run(s) stopped at the session's end", len(late))
+            await asyncio.wait(late)
+
+
+#: Each session's running Notification hooks (a runtime is one session's).
+_BY_RUNTIME: weakref.WeakKeyDictionary[TaskRuntime, _Notices] = weakref.WeakKeyDictionary()
+
+
+def _notices(runtime: TaskRuntime) -> _Notices:
+    """The running Notification hooks of ``runtime``'s session."""
+    found = _BY_RUNTIME.get(runtime)
+    if found is None:
+        found = _BY_RUNTIME[runtime] = _Notices(runtime)
+    return found
 
 
 def _changed(

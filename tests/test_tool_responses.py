@@ -1,14 +1,19 @@
 """Each tool's ``tool_response`` (what PostToolUse hooks read) in the cases one run rarely meets.
 
 The shapes of a plain run are checked end to end in ``test_hook_payloads.py``; here, the diff
-hunks of ``structuredPatch`` and Bash's timed-out, backgrounded and "no match" answers.
+hunks of ``structuredPatch`` (and what they cost), and Bash's timed-out, backgrounded and
+"no match" answers.
 """
 
 from __future__ import annotations
 
+import difflib
+import random
+import time
 from pathlib import Path
 from typing import Any
 
+from helpers import TIME_FACTOR
 from taskloom.engine import Engine, EngineConfig, ToolDone
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import ScriptedModel, ToolCall, Turn
@@ -54,6 +59,65 @@ def test_an_edit_response_counts_the_replacement_everywhere() -> None:
     response = responses.edit("/f", "x", "y", original="x\nx\n", updated="y\ny\n", replace_all=True)
     assert response["replaceAll"] is True and response["originalFile"] == "x\nx\n"
     assert response["structuredPatch"][0]["lines"] == ["-x", "-x", "+y", "+y"]
+
+
+def patched(before: list[str], hunks: list[dict[str, Any]]) -> list[str]:
+    """``before`` with ``hunks`` applied, each checked against the lines it says it replaces."""
+    out: list[str] = []
+    at = 0
+    for hunk in hunks:
+        start = hunk["oldStart"] - (1 if hunk["oldLines"] else 0)
+        lines = hunk["lines"]
+        assert [line[1:] for line in lines if line[0] in " -"] == before[
+            start : start + hunk["oldLines"]
+        ]
+        assert sum(1 for line in lines if line[0] in " +") == hunk["newLines"]
+        out += before[at:start] + [line[1:] for line in lines if line[0] in " +"]
+        at = start + hunk["oldLines"]
+    return out + before[at:]
+
+
+def test_patches_of_random_edits_apply_and_change_no_more_than_difflib_does() -> None:
+    chance = random.Random(28)
+    for _ in range(300):
+        kinds = chance.choice([2, 3, 20])  # few kinds of line: many ways to align them
+        before = [f"l{chance.randrange(kinds)}" for _ in range(chance.randrange(40))]
+        after = list(before)
+        for _ in range(chance.randrange(6)):
+            at = chance.randrange(len(after) + 1)
+            if chance.random() < 0.5:
+                after.insert(at, f"n{chance.randrange(kinds)}")
+            elif after:
+                del after[min(at, len(after) - 1)]
+        hunks = responses.structured_patch("\n".join(before), "\n".join(after))
+        assert patched(before, hunks) == after
+        changed = sum(1 for h in hunks for line in h["lines"] if line[0] != " ")
+        smallest = difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+        assert changed <= sum(i2 - i1 + j2 - j1 for t, i1, i2, j1, j2 in smallest if t != "equal")
+
+
+def test_edits_far_apart_in_a_huge_file_are_two_small_hunks() -> None:
+    before = [f"line {i}" for i in range(200_000)]
+    after = list(before)
+    after[100_000], after[150_000] = "changed", "changed too"
+    first, second = responses.structured_patch("\n".join(before), "\n".join(after))
+    around = [f" line {i}" for i in (99_997, 99_998, 99_999)]
+    after_it = [f" line {i}" for i in (100_001, 100_002, 100_003)]
+    assert first["lines"] == [*around, "-line 100000", "+changed", *after_it]
+    assert (first["oldStart"], second["oldStart"], second["oldLines"]) == (99_998, 149_998, 7)
+
+
+def test_a_change_too_costly_to_diff_is_one_hunk_made_in_bounded_time() -> None:
+    # Few kinds of line, shuffled: difflib takes minutes on this (cubic in the lines).
+    before = [f"x{i % 2}" for i in range(5000)]
+    after = [f"x{i * 3 % 6}" for i in range(5000)]
+    started = time.monotonic()
+    (hunk,) = responses.structured_patch("\n".join(before), "\n".join(after))
+    assert time.monotonic() - started < 10 * TIME_FACTOR
+    assert patched(before, [hunk]) == after
+    # The first line, shared, is its context; every other line is removed, then added.
+    assert (hunk["oldStart"], hunk["oldLines"], hunk["newLines"]) == (1, 5000, 5000)
+    assert hunk["lines"][:2] == [" x0", "-x1"] and hunk["lines"][5000] == "+x3"
 
 
 async def bash_results(cwd: Path, *calls: dict[str, Any], **settings: Any) -> list[ToolResult]:

@@ -15,13 +15,13 @@ hints) are left out; those listed there as optional are given when taskloom know
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Sequence
 from typing import Any
 
-#: Lines of context around each change in a ``structuredPatch`` hunk (as in a unified diff).
-PATCH_CONTEXT = 3
+# The diff of Edit's and Write's responses, its cost bounded (see that module).
+from taskloom.tools._patch import PATCH_CONTEXT as PATCH_CONTEXT
+from taskloom.tools._patch import structured_patch as structured_patch
 
 
 def bash(
@@ -131,39 +131,6 @@ def write(path: str, content: str, *, original: str | None) -> dict[str, Any]:
         "originalFile": original,
         "userModified": False,
     }
-
-
-def structured_patch(before: str, after: str) -> list[dict[str, Any]]:
-    """The change from ``before`` to ``after`` as unified-diff hunks.
-
-    Each hunk is ``{oldStart, oldLines, newStart, newLines, lines}``, its lines prefixed with
-    `` ``, ``-`` or ``+`` and without their line ends.
-    """
-    old, new = before.splitlines(), after.splitlines()
-    hunks = []
-    for group in difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(
-        PATCH_CONTEXT
-    ):
-        lines: list[str] = []
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
-                lines += [" " + line for line in old[i1:i2]]
-                continue
-            lines += ["-" + line for line in old[i1:i2]]
-            lines += ["+" + line for line in new[j1:j2]]
-        first, last = group[0], group[-1]
-        old_lines, new_lines = last[2] - first[1], last[4] - first[3]
-        hunks.append(
-            {
-                # An empty side starts at the line before it, as in a unified diff.
-                "oldStart": first[1] + (1 if old_lines else 0),
-                "oldLines": old_lines,
-                "newStart": first[3] + (1 if new_lines else 0),
-                "newLines": new_lines,
-                "lines": lines,
-            }
-        )
-    return hunks
 
 
 def glob(

@@ -1,8 +1,8 @@
 """Each tool's ``tool_response`` (what PostToolUse hooks read) in the cases one run rarely meets.
 
 The shapes of a plain run are checked end to end in ``test_hook_payloads.py``; here, the diff
-hunks of ``structuredPatch`` (and what they cost), and Bash's timed-out, backgrounded and
-"no match" answers.
+hunks of ``structuredPatch`` (and what they cost), Edit's and Write's shapes made only for a
+hook, and Bash's timed-out, backgrounded and "no match" answers.
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from typing import Any
 
 from helpers import TIME_FACTOR
 from taskloom.engine import Engine, EngineConfig, ToolDone
+from taskloom.hooks import HookConfig
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import ScriptedModel, ToolCall, Turn
 from taskloom.tools import responses
-from taskloom.tools.base import ToolResult
+from taskloom.tools.base import FileState, ToolContext, ToolResult
 from taskloom.tools.bash import BashTool
+from taskloom.tools.edit import Edit
+from taskloom.tools.write import Write, WriteInput
 
 
 def test_a_patch_of_a_new_file_adds_every_line_from_line_zero() -> None:
@@ -118,6 +121,81 @@ def test_a_change_too_costly_to_diff_is_one_hunk_made_in_bounded_time() -> None:
     # The first line, shared, is its context; every other line is removed, then added.
     assert (hunk["oldStart"], hunk["oldLines"], hunk["newLines"]) == (1, 5000, 5000)
     assert hunk["lines"][:2] == [" x0", "-x1"] and hunk["lines"][5000] == "+x3"
+
+
+async def write_once(path: Path, content: str, *, hooked: bool) -> ToolResult:
+    """A Write of ``path`` (read before, as if by Read), a hook reading its response or not."""
+    async with TaskRuntime() as rt:
+        read = FileState({str(path): path.stat().st_mtime_ns})
+        ctx = ToolContext(rt, rt.session_id, path.parent, files=read, hook_response=hooked)
+        return await Write().call(WriteInput(file_path=str(path), content=content), ctx)
+
+
+def bytes_read() -> int:
+    """Bytes this process has read so far (the kernel's count, every file and thread)."""
+    with open("/proc/self/io") as io:
+        return int(next(line for line in io if line.startswith("rchar:")).split()[1])
+
+
+async def test_a_write_reads_the_file_it_replaces_only_for_a_hook(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    big.write_text("old line\n" * 500_000)  # 4.5 MB
+    before = bytes_read()
+    unhooked = await write_once(big, "new\n", hooked=False)
+    assert bytes_read() - before < 1_000_000 and unhooked.response is None
+    big.write_text("old line\n" * 500_000)
+    before = bytes_read()
+    hooked = await write_once(big, "new\n", hooked=True)
+    assert bytes_read() - before >= 4_500_000
+    assert hooked.response is not None and hooked.response["type"] == "update"
+    assert len(hooked.response["originalFile"]) == 4_500_000
+
+
+async def test_a_file_over_10_mib_is_neither_read_nor_diffed_for_a_hook(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.txt"
+    huge.write_text("0123456789" * (1024 * 1024 + 1))
+    before = bytes_read()
+    result = await write_once(huge, "small\n", hooked=True)
+    assert bytes_read() - before < 1_000_000
+    assert result.response is not None
+    assert result.response["type"] == "update"  # there was a file, too large to give
+    assert (result.response["originalFile"], result.response["structuredPatch"]) == (None, [])
+    assert huge.read_text() == "small\n"
+
+
+async def test_only_a_tool_a_post_tool_use_hook_matches_builds_its_response(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "a.txt")
+    hooks = HookConfig.from_settings(
+        {
+            "hooks": {
+                "PostToolUse": [
+                    {"matcher": "Edit", "hooks": [{"type": "command", "command": "true"}]}
+                ]
+            }
+        }
+    )
+    calls = [
+        ToolCall("Write", {"file_path": path, "content": "one\ntwo\n"}),
+        ToolCall("Edit", {"file_path": path, "old_string": "two", "new_string": "three"}),
+    ]
+    async with TaskRuntime() as rt:
+        engine = Engine(
+            EngineConfig(
+                model=ScriptedModel([*(Turn(tool_calls=(c,)) for c in calls), "done"]),
+                system_prompt="",
+                tools=[Write(), Edit()],
+                owner=rt.session_id,
+                cwd=tmp_path,
+                hooks=hooks,
+            ),
+            rt,
+        )
+        written, edited = [e.result async for e in engine.run("go") if isinstance(e, ToolDone)]
+    assert not written.is_error and written.response is None  # no hook reads Write's
+    assert edited.response is not None and edited.response["originalFile"] == "one\ntwo\n"
+    assert edited.response["structuredPatch"][0]["lines"] == [" one", "-two", "+three"]
 
 
 async def bash_results(cwd: Path, *calls: dict[str, Any], **settings: Any) -> list[ToolResult]:

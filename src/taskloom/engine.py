@@ -387,6 +387,7 @@ class Engine:
             read_denied=self._read_denied(),
             workdir=self.workdir,
             rules_base=self.config.rules_root(),
+            hook_response=self._hooked("PostToolUse", tool.name),
         )
         saved = results_dir(self.runtime.session_id, self.runtime.home)
         outputs = tasks_dir(self.runtime.session_id, self.runtime.home)
@@ -475,6 +476,11 @@ class Engine:
             return policy.decide(request).behavior == "deny"
 
         return denied
+
+    def _hooked(self, event: str, target: str | None) -> bool:
+        """Whether some hook (a command or a program's callback) runs for ``event``."""
+        hooks = self.config.hooks
+        return bool(hooks and hooks.matching(event, target))
 
     async def run_hook(self, event: str, target: str | None, **payload: Any) -> HookOutcome | None:
         """Run the hooks of ``event`` (None when none is configured for it)."""

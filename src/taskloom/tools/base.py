@@ -100,6 +100,10 @@ class ToolContext:
             engine; the command runs at ``cwd`` and its ``cd`` is not kept).
         rules_base: The directory permission rules and ``acceptEdits`` are relative to: the
             project (or the agent's worktree), wherever its shell stands; None: ``cwd``.
+        hook_response: Whether a PostToolUse hook will read the result in Claude Code's shape
+            (:attr:`ToolResult.response`): the tools whose shape costs work of its own (Write
+            and Edit read and diff the file) build it only then. The engine says; a caller
+            outside one gets it.
     """
 
     runtime: TaskRuntime
@@ -113,6 +117,7 @@ class ToolContext:
     read_denied: Callable[[str], bool] | None = None
     workdir: WorkingDirectory | None = None
     rules_base: Path | None = None
+    hook_response: bool = True
 
 
 #: Longest tool error a model is shown. Errors quote what they refuse cut short (see

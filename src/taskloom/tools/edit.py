@@ -117,14 +117,16 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
             created.write(params.new_string.encode("utf-8"))
             created.flush()
             ctx.files.seen[path] = os.fstat(created.fileno()).st_mtime_ns
-        response = responses.edit(
-            path,
-            "",
-            params.new_string,
-            original=None,
-            updated=params.new_string,
-            replace_all=params.replace_all,
-        )
+        response = None
+        if ctx.hook_response:  # the shape only a hook reads
+            response = responses.edit(
+                path,
+                "",
+                params.new_string,
+                original=None,
+                updated=params.new_string,
+                replace_all=params.replace_all,
+            )
         return ToolResult(
             f"File created successfully at: {path}",
             data={"type": "create", "filePath": path},
@@ -154,6 +156,7 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
         f"The file {path} has been updated.{what} Here's the result of running `cat -n` on a "
         f"snippet of the edited file:\n{snippet}",
         data={"type": "update", "filePath": path},
+        # The shape only a hook reads: its diff is not worth making for no one.
         response=responses.edit(
             path,
             params.old_string,
@@ -161,7 +164,9 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
             original=text,
             updated=new_text,
             replace_all=bool(params.replace_all),
-        ),
+        )
+        if ctx.hook_response
+        else None,
     )
 
 

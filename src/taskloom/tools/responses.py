@@ -23,6 +23,11 @@ from typing import Any
 from taskloom.tools._patch import PATCH_CONTEXT as PATCH_CONTEXT
 from taskloom.tools._patch import structured_patch as structured_patch
 
+#: Longest earlier content (characters) a Write or Edit response carries and diffs, as the
+#: reference's 10 MiB: past it ``originalFile`` is null and ``structuredPatch`` empty ("the
+#: previous content was too large to diff", in the reference's words).
+MAX_ORIGINAL_CHARS = 10 * 1024 * 1024
+
 
 def bash(
     stdout: str,
@@ -109,22 +114,36 @@ def edit(
     updated: str,
     replace_all: bool,
 ) -> dict[str, Any]:
-    """An Edit: the replacement asked for, the file before it, and the change as hunks."""
+    """An Edit: the replacement asked for, the file before it, and the change as hunks.
+
+    A file over :data:`MAX_ORIGINAL_CHARS` is neither given nor diffed.
+    """
+    large = original is not None and len(original) > MAX_ORIGINAL_CHARS
     return {
         "filePath": path,
         "oldString": old_string,
         "newString": new_string,
-        "originalFile": original,
-        "structuredPatch": structured_patch(original or "", updated),
+        "originalFile": None if large else original,
+        "structuredPatch": [] if large else structured_patch(original or "", updated),
         "userModified": False,
         "replaceAll": replace_all,
     }
 
 
-def write(path: str, content: str, *, original: str | None) -> dict[str, Any]:
-    """A Write: ``create`` when there was no file (``original`` None), else ``update``."""
+def write(path: str, content: str, *, original: str | None, created: bool) -> dict[str, Any]:
+    """A Write: ``create`` when there was no file, else ``update``.
+
+    Args:
+        path: The file.
+        content: What was written.
+        original: The file before (None: there was none, or it was over
+            :data:`MAX_ORIGINAL_CHARS` and was not read; then no patch is given either).
+        created: There was no file before.
+    """
+    if original is not None and len(original) > MAX_ORIGINAL_CHARS:
+        original = None
     return {
-        "type": "create" if original is None else "update",
+        "type": "create" if created else "update",
         "filePath": path,
         "content": content,
         "structuredPatch": [] if original is None else structured_patch(original, content),

@@ -82,7 +82,8 @@ class Write(Tool[WriteInput]):
                 stale = check_fresh(path, stat.st_mtime_ns, ctx, "writing to")
                 if stale is not None:
                     return stale
-                original = _text_of(path)
+                if ctx.hook_response:  # only a hook reads it (see _earlier)
+                    original = _earlier(path, stat.st_size)
                 if _uses_crlf(path) and "\r\n" not in content:
                     # The model saw the file without its \r (Read strips them): keep the
                     # file's convention rather than silently converting it to LF.
@@ -93,7 +94,11 @@ class Write(Tool[WriteInput]):
         except OSError as exc:
             return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
         ctx.files.seen[path] = mtime_ns
-        response = responses.write(path, params.content, original=original)
+        response = None
+        if ctx.hook_response:
+            response = responses.write(
+                path, params.content, original=original, created=stat is None
+            )
         if stat is None:
             return ToolResult(
                 f"File created successfully at: {path}",
@@ -107,8 +112,15 @@ class Write(Tool[WriteInput]):
         )
 
 
-def _text_of(path: str) -> str:
-    """The file as text, for the hooks' ``originalFile`` (undecodable bytes replaced)."""
+def _earlier(path: str, size: int) -> str | None:
+    """The file as text, for the hooks' ``originalFile`` (undecodable bytes replaced).
+
+    None, unread, when its ``size`` in bytes is over what a response carries
+    (:data:`~taskloom.tools.responses.MAX_ORIGINAL_CHARS`; UTF-8 takes a byte or more a
+    character): a hook is not worth reading a huge file whole.
+    """
+    if size > responses.MAX_ORIGINAL_CHARS:
+        return None
     with open(path, "rb") as f:
         return f.read().decode("utf-8", errors="replace")
 

@@ -171,7 +171,8 @@ def test_session_and_prompt_events_carry_claude_codes_fields(
     payloads: list[dict[str, Any]],
 ) -> None:
     (start,) = _of(payloads, "SessionStart")
-    assert set(start) == COMMON | {"source"} and start["source"] == "startup"
+    assert set(start) == COMMON | {"source", "model"} and start["source"] == "startup"
+    assert start["model"] == "claude-sonnet-4-5"
     (prompt,) = _of(payloads, "UserPromptSubmit")
     assert set(prompt) == COMMON | {"permission_mode", "prompt"}
     assert (prompt["prompt"], prompt["permission_mode"]) == ("MAIN go", "bypassPermissions")

@@ -112,7 +112,8 @@ class Session:
         engine = self.engine
         if not self._hooked_start:  # once a session, with its first prompt
             self._hooked_start = True
-            started = await engine.run_hook("SessionStart", None, source=self._source)
+            model = engine.config.model_name or engine.config.model.name
+            started = await engine.run_hook("SessionStart", None, source=self._source, model=model)
             # Kept until a prompt carrying it is recorded (a refused or interrupted first
             # prompt must not lose it).
             self._start_context = list(started.additional_context) if started else []

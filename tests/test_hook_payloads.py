@@ -329,6 +329,14 @@ def test_subagent_events_and_the_agent_response(payloads: list[dict[str, Any]]) 
     assert (agent["agentType"], agent["prompt"]) == ("general-purpose", "SUBTASK please")
     assert agent["content"] == [{"type": "text", "text": "sub done"}]
     assert agent["totalToolUseCount"] == 1 and agent["totalTokens"] > 0
+    assert agent["resolvedModel"] == "claude-sonnet-4-5"
+    # Its latest response's usage, as the reference gives it (that response's tokens only).
+    usage = agent["usage"]
+    counts = ["input_tokens", "output_tokens", "cache_creation_input_tokens"]
+    counts.append("cache_read_input_tokens")
+    assert set(usage) == {*counts, "server_tool_use", "service_tier", "cache_creation"}
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert sum(usage[k] for k in counts) <= agent["totalTokens"]
 
 
 def test_a_jq_hook_reads_the_bash_output(tmp_path: Path) -> None:

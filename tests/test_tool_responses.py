@@ -64,6 +64,34 @@ def test_an_edit_response_counts_the_replacement_everywhere() -> None:
     assert response["structuredPatch"][0]["lines"] == ["-x", "-x", "+y", "+y"]
 
 
+def test_an_agent_response_gives_its_latest_usage_and_its_kept_worktree() -> None:
+    done = responses.agent_completed(
+        "a1", "general-purpose", "do it", "done", duration_ms=5, total_tokens=40, tool_uses=2,
+        usage={"input_tokens": 30, "output_tokens": 4}, model="opus",
+        worktree=("/w/a1", "agent-a1"),
+    )  # fmt: skip
+    assert done["usage"] == {
+        "input_tokens": 30,
+        "output_tokens": 4,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "server_tool_use": None,
+        "service_tier": None,
+        "cache_creation": None,
+    }
+    assert (done["resolvedModel"], done["worktreePath"], done["worktreeBranch"]) == (
+        "opus", "/w/a1", "agent-a1",
+    )  # fmt: skip
+    unreported = responses.agent_completed(
+        "a1", "general-purpose", "do it", "done", duration_ms=5, total_tokens=0, tool_uses=0,
+        usage=None,
+    )  # fmt: skip
+    assert unreported["usage"]["input_tokens"] == unreported["usage"]["output_tokens"] == 0
+    assert "resolvedModel" not in unreported and "worktreePath" not in unreported
+    launched = responses.agent_launched("a2", "sub", "do it", "/tmp/a2.output")
+    assert launched["canContinueAgent"] is True and launched["status"] == "async_launched"
+
+
 def patched(before: list[str], hunks: list[dict[str, Any]]) -> list[str]:
     """``before`` with ``hunks`` applied, each checked against the lines it says it replaces."""
     out: list[str] = []

@@ -63,6 +63,18 @@ def test_a_response_without_usage_is_counted_as_unreported() -> None:
     assert ledger.models()["m"].unreported == 1  # listed: a response of it was counted
 
 
+def test_the_latest_response_of_each_agent_is_kept_whole() -> None:
+    ledger = UsageLedger()
+    assert ledger.latest("a1") is None  # nothing counted yet
+    ledger.charge("a1", "opus", Usage(input_tokens=100, output_tokens=7))
+    ledger.charge("a1", "sonnet", Usage(input_tokens=120, cache_read_input_tokens=3))
+    ledger.charge("a2", "haiku", Usage(input_tokens=1))
+    # Its own last response, not the sum, and not another agent's.
+    assert ledger.latest("a1") == ("sonnet", Tokens(120, 0, 0, 3))
+    ledger.charge("a1", "sonnet", None)
+    assert ledger.latest("a1") == ("sonnet", None)  # reported none
+
+
 def test_subtree_totals_are_an_agents_own_and_its_descendants() -> None:
     ledger = UsageLedger()
     ledger.link("a1", None)

@@ -13,6 +13,7 @@ from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_e
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService, SpawnResult
+    from taskloom.tasks.usage import Latest
 
 DESCRIPTION = """Launch a subagent to handle a task on its own, with its own context window.
 
@@ -277,11 +278,17 @@ class AgentTool(Tool[AgentInput]):
             result = await self.service.spawn(request, ctx)
         except ToolError as exc:
             return tool_error(str(exc))
-        return render(result)
+        return render(result, ctx.runtime.usage.latest(result.agent_id))
 
 
-def render(result: SpawnResult) -> ToolResult:
-    """The Agent tool's answer, as text for the model and data for scripts."""
+def render(result: SpawnResult, latest: Latest | None = None) -> ToolResult:
+    """The Agent tool's answer, as text for the model and data for scripts.
+
+    Args:
+        result: What the spawn reported.
+        latest: The agent's latest response, as the session's ledger counted it (its hooks'
+            ``usage`` and ``resolvedModel``, as Claude Code gives them).
+    """
     data: dict[str, Any] = {
         "status": result.status,
         "agentId": result.agent_id,
@@ -319,6 +326,8 @@ def render(result: SpawnResult) -> ToolResult:
         f"{result.content}\n\n{how}\n<usage>total_tokens: {result.total_tokens}\n"
         f"tool_uses: {result.total_tool_uses}\nduration_ms: {result.duration_ms}</usage>"
     )
+    used = latest.usage if latest is not None else None
+    kept = result.extra.get("worktreePath")
     response = responses.agent_completed(
         result.agent_id,
         result.agent_type,
@@ -327,5 +336,8 @@ def render(result: SpawnResult) -> ToolResult:
         duration_ms=result.duration_ms,
         total_tokens=result.total_tokens,
         tool_uses=result.total_tool_uses,
+        usage=used.model_dump() if used is not None else None,
+        model=latest.model if latest is not None else None,
+        worktree=(kept, result.extra.get("worktreeBranch")) if kept else None,
     )
     return ToolResult(text, data=data, response=response)

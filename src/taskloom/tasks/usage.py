@@ -10,9 +10,10 @@ the listings.
 
 Each agent's own figures (:meth:`~UsageLedger.own`) and its subtree's — it and every agent it
 started, recursively (:meth:`~UsageLedger.subtree`; see :meth:`~UsageLedger.link`) — are
-:class:`Figures`. A charge carries its cost in dollars when its charger priced it (an engine
-prices its responses by the session's price table); one that does not is priced by the
-ledger's ``price``, and a model it does not price costs 0.
+:class:`Figures`; its latest response is kept too (:meth:`~UsageLedger.latest`: the ``usage``
+Claude Code's Agent result gives). A charge carries its cost in dollars when its charger
+priced it (an engine prices its responses by the session's price table); one that does not is
+priced by the ledger's ``price``, and a model it does not price costs 0.
 
 A response whose provider reported no usage (``None``: some OpenAI-compatible servers send
 none) adds no tokens but is counted as unreported: the figures are then a lower bound, and say
@@ -166,6 +167,18 @@ class Spent(NamedTuple):
     usd: float = 0.0
 
 
+class Latest(NamedTuple):
+    """An agent's latest response, as the ledger was charged with it.
+
+    Attributes:
+        model: The model that gave it.
+        usage: Its tokens (None: its provider reported none).
+    """
+
+    model: str
+    usage: Tokens | None
+
+
 class Reported(NamedTuple):
     """What another process reported of an agent whose calls it makes (cumulative figures).
 
@@ -202,8 +215,10 @@ class _Account:
     #: What its other process last reported, per model, and its tool calls then.
     reported: dict[str, Tokens] = field(default_factory=dict)
     reported_calls: int = 0
+    latest: Latest | None = None
 
     def add(self, model: str, usage: TokenCounts | None, usd: float) -> None:
+        self.latest = Latest(model, None if usage is None else _plus(Tokens(), usage))
         self.usage[model] = _plus(self.usage.get(model, Tokens()), usage or Tokens())
         self.cost[model] = self.cost.get(model, 0.0) + usd
         self.counts[model] = self.counts.get(model, 0) + 1
@@ -338,6 +353,14 @@ class UsageLedger:
         account = self._accounts.get(agent_id)
         return self._figures(account) if account is not None else Figures()
 
+    def latest(self, agent_id: str) -> Latest | None:
+        """``agent_id``'s latest response (None: none was counted in this process).
+
+        Of an agent whose calls another process makes, what its latest report added.
+        """
+        account = self._accounts.get(agent_id)
+        return account.latest if account is not None else None
+
     def subtree(self, agent_id: str) -> Figures:
         """What ``agent_id`` and every agent it started, recursively, spent."""
         children: dict[str, list[str]] = {}
@@ -470,6 +493,7 @@ __all__ = [
     "TOKEN_FIELDS",
     "ByModel",
     "Figures",
+    "Latest",
     "Mark",
     "ModelFigures",
     "Pricer",

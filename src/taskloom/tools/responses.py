@@ -16,7 +16,7 @@ hints) are left out; those listed there as optional are given when taskloom know
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # The diff of Edit's and Write's responses, its cost bounded (see that module).
@@ -244,6 +244,9 @@ def agent_completed(
     duration_ms: int,
     total_tokens: int,
     tool_uses: int,
+    usage: Mapping[str, int] | None,
+    model: str | None = None,
+    worktree: tuple[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """An Agent call that waited for the agent: its answer and what it used.
 
@@ -255,23 +258,51 @@ def agent_completed(
         duration_ms: How long it ran.
         total_tokens: The tokens it used, input and output.
         tool_uses: How many tool calls it made.
+        usage: The token counts of its latest response, as the reference gives them
+            (:data:`~taskloom.tasks.usage.TOKEN_FIELDS`; None: none reported, all 0).
+        model: The model that gave that response (``resolvedModel``), if known.
+        worktree: The git worktree it worked in and its branch, when kept.
     """
-    return {
+    out: dict[str, Any] = {
         "status": "completed",
         "prompt": prompt,
         "agentId": agent_id,
         "agentType": agent_type,
         "content": [{"type": "text", "text": text}],
+    }
+    if model:
+        out["resolvedModel"] = model
+    out |= {
         "totalDurationMs": duration_ms,
         "totalTokens": total_tokens,
         "totalToolUseCount": tool_uses,
+        "usage": _api_usage(usage or {}),
+    }
+    if worktree is not None:
+        out["worktreePath"] = worktree[0]
+        if worktree[1]:
+            out["worktreeBranch"] = worktree[1]
+    return out
+
+
+def _api_usage(tokens: Mapping[str, int]) -> dict[str, Any]:
+    """A response's usage in the API's shape; what taskloom does not know is null."""
+    return {
+        "input_tokens": tokens.get("input_tokens", 0),
+        "output_tokens": tokens.get("output_tokens", 0),
+        "cache_creation_input_tokens": tokens.get("cache_creation_input_tokens", 0),
+        "cache_read_input_tokens": tokens.get("cache_read_input_tokens", 0),
+        # Server tools, the service tier and the cache writes by lifetime are not kept.
+        "server_tool_use": None,
+        "service_tier": None,
+        "cache_creation": None,
     }
 
 
 def agent_launched(
     agent_id: str, description: str, prompt: str, output_file: str
 ) -> dict[str, Any]:
-    """An Agent call that started the agent in the background."""
+    """An Agent call that started the agent in the background (SendMessage continues it)."""
     return {
         "isAsync": True,
         "status": "async_launched",
@@ -280,6 +311,7 @@ def agent_launched(
         "prompt": prompt,
         "outputFile": output_file,
         "canReadOutputFile": True,
+        "canContinueAgent": True,
     }
 
 

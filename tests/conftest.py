@@ -328,6 +328,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if WORKER is None and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_WorkerLeaks(), "taskloom-worker-leaks")
     _use_bytecode_cache(config)
+    # pytest-timeout's bound is an elapsed-time bound too: scaled, unless --timeout gave one
+    # (this runs before pytest-timeout reads it).
+    if getattr(config.option, "timeout", None) is None and config.getini("timeout"):
+        config.option.timeout = float(config.getini("timeout")) * TIME_FACTOR
 
 
 @pytest.hookimpl(wrapper=True)

@@ -28,7 +28,12 @@ from taskloom.store import Store
 from test_remote import _repo
 
 # One Ray start and its bounded waits can outlast the default 120 s cap on a loaded machine.
-pytestmark = [needs("ray"), pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    needs("ray"),
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.timeout(300 * TIME_FACTOR),
+]
 
 #: What Ray printed on taskloom's stderr: its start notices, its C++ stack dump on SIGTERM.
 RAY_NOISE = ("SIGTERM handler is not set", "Token authentication", "SIGTERM received", "PC: @")

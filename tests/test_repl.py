@@ -24,7 +24,7 @@ import tmux_driver
 from fake_servers import FakeAnthropicServer
 from helpers import RUN_MARK, TIME_FACTOR, alive, run_processes
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120 * TIME_FACTOR)]
 
 
 def repl_env(tmp: Path, **extra: str) -> dict[str, str]:

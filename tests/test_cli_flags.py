@@ -2,7 +2,7 @@
 
 The lists below are the source of truth for "every": :data:`CLAUDE_CODE` is ``claude --help`` of
 Claude Code 2.1.328, :data:`SDK_ONLY` the flags not in that help that the SDKs build into the
-command line (the TypeScript SDK 0.3.328's ``sdk.mjs``, the 0.2.83 that
+command line (the TypeScript SDK's ``sdk.mjs`` (0.3.328 and 0.3.337), the 0.2.83 that
 ``@zed-industries/claude-agent-acp`` 0.23.1 bundles, the Python SDK 0.2's
 ``subprocess_cli.py``). Each is parsed with a plausible value, its conversion run: nothing may
 be refused as unknown. A flag taskloom has no feature for is named in the ``--debug`` log.

@@ -130,6 +130,7 @@ class AgentBuilder:
         mode: str | None = None,
         confine_to: Path | None = None,
         extra_tools: Sequence[Tool[Any]] = (),
+        suffix: str = AGENT_SUFFIX,
     ) -> EngineConfig:
         """The complete configuration of one subagent's engine.
 
@@ -143,6 +144,8 @@ class AgentBuilder:
             mode: A permission mode the caller asked for (only a stricter one applies).
             confine_to: The directory its file tools may not leave (its worktree), if any.
             extra_tools: Tools of its own (its MCP servers), offered besides the session's.
+            suffix: What its prompt says of its place, after its definition's (a teammate's
+                is the team's section, not a subagent's).
         """
         chosen, model_name = self._model_for(model or definition.model)
         offered: dict[str, Tool[Any]] = {}
@@ -171,7 +174,7 @@ class AgentBuilder:
             for p in (
                 definition.system_prompt.strip(),
                 memory.prompt() if memory is not None else "",
-                AGENT_SUFFIX,
+                suffix,
                 environment(cwd),
             )
             if p

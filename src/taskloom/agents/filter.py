@@ -6,7 +6,9 @@
    on a person.
 3. Background agents get an allow-list: a tool added later is not theirs until listed here.
 
-Then the definition: ``tools`` (None or ``*``: everything left) and ``disallowedTools``.
+Then the definition: ``tools`` (None or ``*``: everything left) and ``disallowedTools``
+(:func:`by_definition`, which a teammate of the type gets alone: see
+:mod:`taskloom.teams.compose`).
 """
 
 from __future__ import annotations
@@ -63,21 +65,38 @@ def filter_tools(
         is_async: Whether the agent runs in the background.
         allow_nesting: Whether agents may start agents.
     """
-    wanted = None if allowed is None else {_tool_name(t) for t in allowed}
-    if wanted is not None and "*" in wanted:
-        wanted = None
-    refused = {_tool_name(t) for t in disallowed}
     out = []
-    for tool in tools:
+    for tool in by_definition(tools, allowed=allowed, disallowed=disallowed):
         name = tool.name
         if not name.startswith("mcp__"):
             if name in ALL_AGENT_DISALLOWED and not (name == "Agent" and allow_nesting):
                 continue
             if is_async and name not in ASYNC_AGENT_ALLOWED and name != "Agent":
                 continue
-            if wanted is not None and name not in wanted:
-                continue
-        if name in refused:
-            continue
         out.append(tool)
     return out
+
+
+def by_definition(
+    tools: Sequence[Tool[Any]], *, allowed: Iterable[str] | None, disallowed: Iterable[str] = ()
+) -> list[Tool[Any]]:
+    """The tools a definition's own lists keep (its ``tools``, then its ``disallowedTools``).
+
+    Only that layer: a teammate of a type gets what its definition allows of the lead's
+    tools, under the team's rules rather than a subagent's.
+
+    Args:
+        tools: The tools to choose from.
+        allowed: The definition's ``tools`` (None or containing ``*``: all).
+        disallowed: The definition's ``disallowedTools``.
+    """
+    wanted = None if allowed is None else {_tool_name(t) for t in allowed}
+    if wanted is not None and "*" in wanted:
+        wanted = None
+    refused = {_tool_name(t) for t in disallowed}
+    return [
+        tool
+        for tool in tools
+        if tool.name not in refused
+        and (wanted is None or tool.name.startswith("mcp__") or tool.name in wanted)
+    ]

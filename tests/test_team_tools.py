@@ -86,7 +86,7 @@ async def team(store: Store, tmp_path: Path) -> AsyncIterator[Team]:
             who: ToolContext(runtime=rt, owner=who, cwd=tmp_path)
             for who in ("lead", "alice", "bob", "x")
         }
-        # The team "alpha" with alice and bob: an owner must be one of its members.
+        # The team "alpha" with alice and bob (an owner may also be a name not joined yet).
         roster = Roster(store, "lead-session")
         roster.create("alpha", "")
         for name in ("alice", "bob"):
@@ -181,8 +181,15 @@ async def test_update_texts_claims_blockers_and_the_completion_hint(team: Team) 
     # Owned already: another teammate starting it is told whose it is, and nothing changes.
     second = await run(update, team.ctx["bob"], taskId="1", status="in_progress")
     assert second.content == "<tool_use_error>Task #1 is already owned by alice</tool_use_error>"
-    nobody = await run(update, lead, taskId="1", owner="zed")
-    assert nobody.is_error and 'no member named "zed"' in nobody.content
+    # A name nobody joined under yet is an owner all the same: its assignment waits for it.
+    early = await run(update, lead, taskId="1", owner="zed")
+    assert early.content == (
+        "Updated task #1 owner\n\nzed is not in the team yet: the assignment waits in their "
+        'mailbox and reaches them when you spawn a teammate named "zed".'
+    )
+    assert team.assigned[-1][:2] == ("alpha", "zed")
+    bad = await run(update, lead, taskId="1", owner="no one")
+    assert bad.is_error and 'owner "no one" is invalid' in bad.content
     taken = await run(update, team.ctx["bob"], taskId="1", owner="bob", status="in_progress")
     assert taken.content == "Updated task #1 owner"  # an explicit owner is an assignment
     await run(update, lead, taskId="1", owner="alice")

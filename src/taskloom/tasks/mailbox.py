@@ -385,6 +385,15 @@ class Mailbox:
                 self._pending[letter.id] = letter
                 self._signal(letter)
 
+    def hand_over(self, recipient: str) -> None:
+        """Forget what is pending here for ``recipient``: a process of its own serves it now.
+
+        Its rows stay undelivered in the store, where its process reads them (:meth:`replay`):
+        a row posted for a name before a teammate of that name had a process is its.
+        """
+        for letter in self.pending(recipient):
+            del self._pending[letter.id]
+
     def park(self, recipient: str) -> None:
         """Set aside what is pending for a recipient that stopped (durable, not handed out).
 

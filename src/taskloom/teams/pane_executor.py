@@ -271,6 +271,8 @@ class PaneExecutor:
             )
         )
         member = self._members[agent_id] = PaneMember(spec, agent_id, task_id)
+        # What was posted for its name before it joined (an assignment) is its process's now.
+        self.mailbox.hand_over(agent_id)
         if resume:  # idle as of now, unless mail for it waits (see _pane_state.review)
             member.idle_at = time.time()
         runtime.attach_handle(task_id, _PaneHandle(self, agent_id))

@@ -12,7 +12,8 @@ teammates run) and the mailbox:
   ``shutdown_response`` and ``plan_approval_response`` are the team's protocol. Text is a
   ``message`` row whatever it says; only the protocol made here (from a structured message
   the tool validated, or by the team itself) is a ``protocol`` row, which code acts on;
-- the task list tools find their board here (which team, which member);
+- the task list tools find their board here (which team, which member); a task given to a
+  name nobody runs under yet waits in the mailbox for the teammate who joins under it;
 - at the end of the session the teammates are stopped and the team is removed.
 """
 
@@ -402,15 +403,21 @@ class TeamService:
         return json.dumps(data), data
 
     def _assign(self, team: str, owner: str, payload: dict[str, Any]) -> None:
-        """A task was given to ``owner``: a ``task_assignment`` in its mailbox."""
-        target = self.roster.resolve(protocol.agent_id(owner, team))
-        if target is None:
-            raise TeamError(f'Team "{team}" has no member "{owner}".')
+        """A task was given to ``owner``: a ``task_assignment`` in its mailbox.
+
+        An owner not running (not joined yet, or ended) gets it all the same: the row waits in
+        the mailbox for the member who joins under that name, whose first request holds it.
+        """
+        address = protocol.agent_id(owner, team)
+        target = self.roster.resolve(address)
         sender = str(payload.get("assignedBy") or LEAD_NAME)
         me = self.roster.resolve(protocol.agent_id(sender, team))
         data = json.dumps(payload)
         body = protocol.wrap(data, sender=sender, color=me.color if me else None)
         sent_by = protocol.agent_id(sender, team)
+        if target is None or not (target.is_lead or self.executor.is_active(address)):
+            post_message(self.mailbox, address, body, sender=sent_by, summary=None, payload=data)
+            return
         self._deliver(target, body, sender=sent_by, summary=None, payload=data)
 
     # -- the end ------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Every member of a team (the lead included) shares one numbered task list in the 
 Task ids are strings holding the number, as in Claude Code ("1"; "#1" is accepted too).
 Starting a task nobody owns claims it for the caller, atomically: of two members claiming
 at once, one wins and the other is told who. Assigning a task to someone else sends them a
-``task_assignment`` message through the board's ``on_assign``.
+``task_assignment`` message through the board's ``on_assign``; the owner may be a name nobody
+has joined under yet (the message waits for whoever does).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError, TaskloomError, clipped
 from taskloom.store import TaskRow, TeamTables, TeamTaskError
 from taskloom.store.teams import open_blockers
-from taskloom.teams.model import LEAD_NAME
+from taskloom.teams.model import LEAD_NAME, TeamError
+from taskloom.teams.roster import check_name
 from taskloom.tools.base import InputT, Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 NOT_IN_TEAM = (
@@ -49,7 +51,8 @@ class Board:
         member: The caller's name in the team (``team-lead`` for the lead).
         tables: The store's team tables.
         on_assign: Called as ``(team, new owner's name, payload)`` after a task is assigned
-            to another member; the payload is a ``task_assignment`` message.
+            to another member (or a name not joined yet); the payload is a
+            ``task_assignment`` message.
         clock: The time of changes.
     """
 
@@ -391,12 +394,11 @@ class TaskUpdateTool(_BoardTool[TaskUpdateInput]):
         if params.status == "in_progress" and params.owner is None and board.member != LEAD_NAME:
             claimant = board.member
         if params.owner:
-            members = [m.name for m in board.tables.members(board.team)]
-            if params.owner not in members:
-                return tool_error(
-                    f'owner: no member named "{params.owner}" in team "{board.team}"; members: '
-                    f"{', '.join(members)}"
-                )
+            # Any name: one that has not joined yet gets its assignment when it does.
+            try:
+                check_name("owner", params.owner)
+            except TeamError as exc:
+                return tool_error(f"{exc} It names the member to do the task.")
         if params.status == "completed" and current.status != "completed" and ctx.engine:
             outcome = await ctx.engine.run_hook(
                 "TaskCompleted",
@@ -469,11 +471,17 @@ def _assign(board: Board, task: TaskRow) -> str:
         "assignedBy": board.member,
         "timestamp": iso_utc(board.clock.time()),
     }
+    member = board.tables.member(board.team, task.owner)
     try:
         board.on_assign(board.team, task.owner, payload)
     except TaskloomError as exc:
         # The assignment is committed: say that the message did not go, rather than fail.
         return f"\n\n{task.owner} could not be told of the assignment: {exc}"
+    if member is None:
+        return (
+            f"\n\n{task.owner} is not in the team yet: the assignment waits in their mailbox "
+            f'and reaches them when you spawn a teammate named "{task.owner}".'
+        )
     return ""
 
 

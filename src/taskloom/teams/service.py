@@ -5,7 +5,8 @@ the :class:`~taskloom.teams.roster.Roster` (the team's durable state), the execu
 teammates run) and the mailbox:
 
 - ``Agent`` with a ``name``, called by the lead, spawns a teammate into the lead's team (made
-  on first use: ``team_name``, else ``session-<8 characters of the session id>``);
+  on first use: ``team_name``, else ``session-<8 characters of the session id>``; a lead has
+  one team, so a ``team_name`` naming another joins it all the same);
 - ``SendMessage`` between members goes here: text is wrapped as a ``<teammate-message>`` from
   its sender and posted to the recipient's address (the session id for the lead, ``name@team``
   for a teammate); ``*`` reaches every other member; ``shutdown_request`` /
@@ -136,21 +137,20 @@ class TeamService:
     ) -> str:
         """Spawn teammate ``name`` into the lead's team (made now if there is none).
 
+        A lead has one team: a ``team_name`` naming another joins it to the lead's all the
+        same (models told to "create a team" name one after a task list made the session's),
+        and the result says which team it joined.
+
         Returns:
             The spawn result the lead is shown.
 
         Raises:
-            ToolError: A bad or taken name, or another team named than the lead's.
+            ToolError: A bad or taken name.
         """
         try:
             team = self.roster.team()
             if team is None:
                 team = self.roster.create(team_name or None, "", cwd=cwd)
-            elif team_name and team_name != team.name:
-                raise ToolError(
-                    f'You lead team "{team.name}"; a lead has one team. Leave out team_name '
-                    f'or use "{team.name}".'
-                )
             member = self.roster.join(
                 team.name,
                 name,
@@ -183,10 +183,16 @@ class TeamService:
         except BaseException:
             self.roster.set_active(team.name, name, False)
             raise
-        return (
+        text = (
             f"Spawned successfully.\nagent_id: {agent_id}\nname: {name}\n"
             "The agent is now running and will receive instructions via mailbox."
         )
+        if team_name and team_name != team.name:
+            text += (
+                f"\nteam_name: {team.name} ({name} joined your team: a lead has one team, so "
+                f'"{team_name}" was not made. Address {name} by name.)'
+            )
+        return text
 
     # -- messages -----------------------------------------------------------------------------
 

@@ -237,8 +237,11 @@ class AgentTool(Tool[AgentInput]):
 
         teams = self.service.teams
         if teams is not None and params.name and teams.is_lead(ctx):
-            if params.isolation is not None or params.cwd is not None:
-                return tool_error("A teammate works in the lead's directory: no isolation or cwd.")
+            if params.cwd is not None:
+                return tool_error(
+                    "A teammate works in the lead's directory (or, with isolation "
+                    '"worktree", its own worktree): no cwd.'
+                )
             try:
                 text = await teams.spawn(
                     name=params.name,
@@ -248,6 +251,7 @@ class AgentTool(Tool[AgentInput]):
                     mode=params.mode,
                     agent_type=params.subagent_type or "general-purpose",
                     cwd=str(ctx.cwd),
+                    isolation=params.isolation,
                 )
             except ToolError as exc:
                 return tool_error(str(exc))

@@ -48,10 +48,14 @@ class TeamPort(Protocol):
         mode: str | None,
         agent_type: str,
         cwd: str,
+        isolation: str | None = None,
     ) -> str:
-        """Spawn teammate ``name``; the result the lead is shown.
+        """Spawn teammate ``name`` into the lead's team; the result the lead is shown.
+
+        It is built from ``agent_type`` as a subagent of that type is; ``isolation``
+        ``worktree`` gives it a worktree of its own.
 
         Raises:
-            ToolError: A bad or taken name, another team than the lead's.
+            ToolError: A bad or taken name, an unknown type, an isolation that failed.
         """
         ...

@@ -11,14 +11,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.teams.executor import Executors, InProcessExecutor, TeammateSpec
+from taskloom.agents.builder import DEFAULT_TYPE
+from taskloom.agents.filter import by_definition
+from taskloom.teams.executor import ConfigMaker, Executors, InProcessExecutor, TeammateSpec
+from taskloom.teams.placement import Placement, Placer, place
 from taskloom.teams.prompts import teammate_section
 from taskloom.teams.roster import Roster
-from taskloom.teams.service import ConfigMaker, TeamService
+from taskloom.teams.service import TeamService
 from taskloom.teams.task_tools import task_tools
 from taskloom.teams.team_tools import TeamCreateTool, TeamDeleteTool
 
 if TYPE_CHECKING:
+    from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.service import AgentService
     from taskloom.engine import EngineConfig
     from taskloom.options import Options
@@ -54,34 +58,58 @@ def _config_maker(
     base_prompt: Callable[[], str],
     tools: Callable[[], Sequence[Tool[Any]]],
 ) -> ConfigMaker:
-    """How a teammate's engine is configured, in the lead's process or its own."""
+    """How a teammate's engine is configured, in the lead's process or its own.
 
-    def make_config(name: str, team: str, model: str | None, mode: str | None) -> EngineConfig:
+    As a subagent of its type is (the builder's tools, prompt, model, mode, MCP servers, hooks
+    and memory), plus the team's tools: of the lead's tools it gets what its definition allows,
+    less :data:`TEAMMATE_DENIED`, with its own messaging and task list tools (and Agent, if its
+    type may spawn). A built-in ``general-purpose`` teammate keeps the main thread's prompt (a
+    subagent's says nobody reads it but its caller); every type ends with the team's section.
+    """
+
+    def make_config(
+        name: str,
+        team: str,
+        model: str | None,
+        mode: str | None,
+        *,
+        agent_type: str = DEFAULT_TYPE,
+        where: Path | None = None,
+        confined: bool = False,
+        extra_tools: Sequence[Tool[Any]] = (),
+    ) -> EngineConfig:
         builder = agents().builder
-        definition = builder.catalog.get("general-purpose")
-        if definition is None:  # a coordinator's catalog: the built-in all the same
-            from taskloom.agents.builtins import builtin
-
-            definition = builtin("general-purpose")
-        member = f"{name}@{team}"
+        definition = teammate_definition(agents(), agent_type)
+        member, here = f"{name}@{team}", where or cwd
+        # Plan is the strictest mode: asked for, or its definition's, it is the mode it runs in.
+        section = teammate_section(name, team, plan="plan" in (mode, definition.permission_mode))
         config = builder.config(
-            member, definition, description=member, cwd=cwd, is_async=False, model=model,
-            mode=mode,
+            member, definition, description=member, cwd=here, is_async=False, model=model,
+            mode=mode, confine_to=here if confined else None, extra_tools=extra_tools,
+            suffix=section,
         )  # fmt: skip
-        # Its own messaging, Agent (no teams in it) and task list tools come first: they
-        # replace the lead's of the same names (the API refuses duplicate names).
-        own = teammate_tools(agents(), service())
-        mine = {t.name for t in own}
-        offered = [*own, *(t for t in tools() if t.name not in TEAMMATE_DENIED | mine)]
         permissions = config.permissions
         if permissions is not None:
             # Its own policy object (same rules, mode and directories): a plan approved for
             # it, or a mode the lead switches to, must not change the other's.
             permissions = permissions.with_mode(str(permissions.mode))
+        prompt = config.system_prompt
+        if definition.source == "built-in" and definition.agent_type == DEFAULT_TYPE:
+            prompt = f"{_moved(base_prompt(), cwd, here)}\n\n{section}"
+        # Its own messaging, Agent (no teams in it) and task list tools come first: they
+        # replace the lead's of the same names (the API refuses duplicate names).
+        own = [
+            t
+            for t in teammate_tools(agents(), service())
+            if t.name != "Agent" or by_definition([t], **_lists(definition))
+        ]
+        mine = {t.name for t in own}
+        allowed = by_definition([*tools(), *extra_tools], **_lists(definition))
+        offered = [*own, *(t for t in allowed if t.name not in TEAMMATE_DENIED | mine)]
         return dataclasses.replace(
             config,
             permissions=permissions,
-            system_prompt=f"{base_prompt()}\n\n{teammate_section(name, team, plan=mode == 'plan')}",
+            system_prompt=prompt,
             tools=offered,
             wait_for_tasks=False,  # it goes idle; its tasks' notifications wake it
             metadata={**config.metadata, "agent_type": "teammate", "teammate": member},
@@ -90,6 +118,46 @@ def _config_maker(
         )
 
     return make_config
+
+
+def teammate_definition(agents: AgentService, agent_type: str) -> AgentDefinition:
+    """The definition a teammate of ``agent_type`` is built from.
+
+    Raises:
+        ToolError: No such agent type (the message lists the known ones).
+    """
+    if agent_type == DEFAULT_TYPE and agents.builder.catalog.get(DEFAULT_TYPE) is None:
+        from taskloom.agents.builtins import builtin
+
+        return builtin(DEFAULT_TYPE)  # a coordinator's catalog: the built-in all the same
+    return agents.builder.definition(agent_type)
+
+
+def _lists(definition: AgentDefinition) -> dict[str, Any]:
+    return {"allowed": definition.tools, "disallowed": definition.disallowed_tools}
+
+
+def _moved(prompt: str, lead_cwd: Path, cwd: Path) -> str:
+    """The main thread's prompt, its environment naming ``cwd`` (a worktree) as it works there."""
+    if cwd == lead_cwd:
+        return prompt
+    return prompt.replace(f"Working directory: {lead_cwd}\n", f"Working directory: {cwd}\n", 1)
+
+
+def _placer(agents: Callable[[], AgentService]) -> Placer:
+    """Sets up a new teammate's environment with the session's agent environments."""
+
+    async def placer(
+        key: str, agent_type: str, *, cwd: Path, isolation: str | None, servers: bool
+    ) -> Placement:
+        service = agents()
+        definition = teammate_definition(service, agent_type)
+        return await place(
+            service.spawner.environments, definition, key, cwd=cwd, isolation=isolation,
+            servers=servers,
+        )  # fmt: skip
+
+    return placer
 
 
 def team_service(
@@ -129,6 +197,7 @@ def team_service(
         Executors(InProcessExecutor(runtime), panes, spawn_in=panes),
         make_config,
         lead_mode=lead_mode,
+        placer=_placer(agents),
     )
     return service
 
@@ -170,15 +239,28 @@ def member_service(
         leads=False,
     )
 
-    def spec() -> TeammateSpec:  # once the process's agent service is built
+    async def spec() -> TeammateSpec:  # once the process's agent service is built
+        # Its own MCP servers run here, in its directory; its lead made its worktree (none
+        # is made here, whatever its type says).
+        definition = teammate_definition(agents(), join.agent_type)
+        placement = await place(
+            agents().spawner.environments, dataclasses.replace(definition, isolation=None),
+            join.task_id, cwd=Path(join.cwd), isolation=None, servers=True,
+        )  # fmt: skip
+        service.hold(placement)
+        config = make_config(
+            join.name, join.team, None, join.mode, agent_type=join.agent_type,
+            confined=join.confined, extra_tools=placement.tools(),
+        )  # fmt: skip
         return TeammateSpec(
             name=join.name,
             team=join.team,
             color=join.color,
             prompt=join.prompt,
-            config=make_config(join.name, join.team, None, join.mode),
+            config=config,
             model=join.model,
             mode=join.mode,
+            agent_type=join.agent_type,
         )
 
     return service, TeammateProcess(service, join, spec)
@@ -297,7 +379,10 @@ def _launcher(
             lead_pid=me,
             lead_start=lead_start,
             home=str(runtime.home),
-            cwd=str(cwd),
+            # Its own worktree's, if it has one (made by the lead, which finishes it).
+            cwd=str(spec.config.cwd),
+            agent_type=spec.agent_type,
+            confined=spec.config.confine_to is not None,
             model=model,
             # Its own mode, else the lead's as it is now (teammates inherit it).
             mode=spec.mode or (str(policy.mode) if policy is not None else None),

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.errors import UsageError
 from taskloom.tasks.teammate import TeammateTaskState, working
 from taskloom.tasks.types import TaskStatus, TaskType
@@ -30,10 +31,14 @@ from taskloom.teams.protocol import agent_id as member_id
 from taskloom.teams.teammate import TeammateRun
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from taskloom.engine import EngineConfig
     from taskloom.messages import Message
     from taskloom.tasks.mailbox import Mailbox
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tools.base import Tool
 
 
 @dataclass
@@ -50,6 +55,7 @@ class TeammateSpec:
         plan_mode_required: Whether it must have its plan approved before it acts.
         on_end: Called once it has ended, however (its member is then inactive).
         mode: Its permission mode, if set for it (None: the lead's).
+        agent_type: The agent type it is built from.
     """
 
     name: str
@@ -61,6 +67,33 @@ class TeammateSpec:
     plan_mode_required: bool = False
     on_end: Callable[[], None] | None = None
     mode: str | None = None
+    agent_type: str = DEFAULT_TYPE
+
+
+class ConfigMaker(Protocol):
+    """Builds a teammate's engine configuration (see :mod:`taskloom.teams.compose`)."""
+
+    def __call__(
+        self,
+        name: str,
+        team: str,
+        model: str | None,
+        mode: str | None,
+        *,
+        agent_type: str = DEFAULT_TYPE,
+        where: Path | None = None,
+        confined: bool = False,
+        extra_tools: Sequence[Tool[Any]] = (),
+    ) -> EngineConfig:
+        """The configuration of teammate ``name`` of ``team``, built from ``agent_type``.
+
+        ``where`` is its directory (default: the lead's), ``confined`` keeps its file tools
+        in it (its worktree), ``extra_tools`` are its own MCP servers'.
+
+        Raises:
+            ToolError: No such agent type.
+        """
+        ...
 
 
 def post_message(
@@ -530,6 +563,7 @@ class Executors:
 
 
 __all__ = [
+    "ConfigMaker",
     "Executors",
     "InProcessExecutor",
     "PaneBackend",

@@ -37,7 +37,9 @@ class JoinSpec:
         lead_pid: The lead's process: when it ends, the teammate stops.
         lead_start: That process's start (seconds since boot), to know it again.
         home: The lead's ``TASKLOOM_HOME``.
-        cwd: Where it works.
+        cwd: Where it works (its own worktree, if it has one).
+        agent_type: The agent type it is built from (its tools, prompt, model, mode...).
+        confined: Its file tools may not leave ``cwd`` (its worktree).
         model: Its model spec (None: the settings' and the environment's).
         mode: Its permission mode (None: the settings').
         lead_prompts: The lead has someone to ask (a terminal, a program): calls that need
@@ -64,6 +66,8 @@ class JoinSpec:
     lead_start: float = 0.0
     home: str = ""
     cwd: str = "."
+    agent_type: str = "general-purpose"
+    confined: bool = False
     model: str | None = None
     mode: str | None = None
     lead_prompts: bool = False

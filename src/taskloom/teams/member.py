@@ -22,7 +22,7 @@ import contextlib
 import itertools
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from taskloom.engine import AssistantTurn, UserTurn
@@ -194,9 +194,9 @@ class TeammateProcess:
     """Runs the one teammate of this process until it ends (see the module docstring)."""
 
     def __init__(
-        self, service: TeamService, join: JoinSpec, spec: Callable[[], TeammateSpec]
+        self, service: TeamService, join: JoinSpec, spec: Callable[[], Awaitable[TeammateSpec]]
     ) -> None:
-        """Run the teammate ``join`` names, with ``spec()``, in ``service``'s process."""
+        """Run the teammate ``join`` names, with ``await spec()``, in ``service``'s process."""
         self.service = service
         self.join = join
         self.spec = spec
@@ -232,7 +232,7 @@ class TeammateProcess:
 
                 messages, _ = repair(load_messages(transcript))
             run = self.run = self.service.executor.local.adopt(
-                self.spec(),
+                await self.spec(),
                 local_id,
                 messages,
                 backend=TMUX,

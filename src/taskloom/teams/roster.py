@@ -34,7 +34,7 @@ def check_name(kind: str, name: str) -> None:
 #: What a member that joins again under its old name takes over of its row.
 _REJOIN_FIELDS = (
     "agent_type", "model", "prompt", "plan_mode_required", "joined_at", "cwd", "mode",
-    "backend_type", "is_active",
+    "backend_type", "is_active", "worktree_path",
 )  # fmt: skip
 
 
@@ -107,8 +107,11 @@ class Roster:
         cwd: str,
         mode: str | None,
         backend_type: str = "in-process",
+        worktree_path: str | None = None,
     ) -> Member:
         """Add a teammate to ``team``, active, with the next colour of :data:`PALETTE`.
+
+        ``worktree_path`` is its own worktree, when it has one (``cwd`` is then in it).
 
         Raises:
             TeamError: No such team; the name breaks the rule, is the lead's, or is taken.
@@ -125,7 +128,7 @@ class Roster:
             team=team, name=name, agent_id=f"{name}@{team}", agent_type=agent_type, model=model,
             prompt=prompt, color=PALETTE[joined % len(PALETTE)],
             plan_mode_required=plan_mode_required, joined_at=self._clock.time(),
-            tmux_pane_id="", cwd=cwd, worktree_path=None, backend_type=backend_type,
+            tmux_pane_id="", cwd=cwd, worktree_path=worktree_path, backend_type=backend_type,
             is_active=True, mode=mode,
         )  # fmt: skip
         if not self.tables.add_member(row):

@@ -6,7 +6,8 @@ teammates run) and the mailbox:
 
 - ``Agent`` with a ``name``, called by the lead, spawns a teammate into the lead's team (made
   on first use: ``team_name``, else ``session-<8 characters of the session id>``; a lead has
-  one team, so a ``team_name`` naming another joins it all the same);
+  one team, so a ``team_name`` naming another joins it all the same), built from its agent
+  type, in its own worktree if isolated (:mod:`taskloom.teams.placement`);
 - ``SendMessage`` between members goes here: text is wrapped as a ``<teammate-message>`` from
   its sender and posted to the recipient's address (the session id for the lead, ``name@team``
   for a teammate); ``*`` reaches every other member; ``shutdown_request`` /
@@ -25,29 +26,30 @@ import contextlib
 import functools
 import json
 import logging
+import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._aio import finish_despite_cancel
 from taskloom.errors import TaskloomError, ToolError
 from taskloom.tasks.narrow import as_teammate
 from taskloom.teams import protocol
-from taskloom.teams.executor import Executors, TeammateSpec, post_message
+from taskloom.teams.executor import ConfigMaker, Executors, TeammateSpec, post_message
 from taskloom.teams.model import LEAD_NAME, Member, TeamError
+from taskloom.teams.placement import Placements
+from taskloom.teams.roster import check_name
 from taskloom.teams.task_tools import Board
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from taskloom.engine import EngineConfig
     from taskloom.tasks.mailbox import Mailbox
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.teams.placement import Placement, Placer
     from taskloom.teams.roster import Roster
     from taskloom.tools.base import ToolContext
 
 log = logging.getLogger(__name__)
-
-#: Builds a teammate's engine configuration: (name, team, model, mode) -> config.
-ConfigMaker = Callable[[str, str, "str | None", "str | None"], "EngineConfig"]
 
 
 class TeamService:
@@ -63,6 +65,7 @@ class TeamService:
         *,
         mailbox: Mailbox | None = None,
         leads: bool = True,
+        placer: Placer | None = None,
     ) -> None:
         """Serve the team the session of ``runtime`` leads (or, ``leads`` False, is a member of).
 
@@ -76,6 +79,8 @@ class TeamService:
             mailbox: The team's mailbox, the lead's session's (default: the runtime's own).
             leads: This process runs the lead. False: it runs one teammate, in a pane of its
                 own; its end does not end the team.
+            placer: Sets up where a new teammate works (its worktree, its MCP servers);
+                None: in the lead's directory, with nothing of its own.
         """
         self.mailbox = mailbox if mailbox is not None else runtime.mailbox
         #: The lead's mailbox address: its session id.
@@ -86,6 +91,8 @@ class TeamService:
         self.executor = executor
         self.make_config = make_config
         self.lead_mode = lead_mode
+        #: Its teammates' environments (worktrees, MCP servers), until they end.
+        self.places = Placements(placer)
         self._plans: dict[str, str] = {}  # plan request id -> the teammate that sent it
 
     # -- who is calling -----------------------------------------------------------------------
@@ -134,54 +141,70 @@ class TeamService:
         mode: str | None,
         agent_type: str,
         cwd: str,
+        isolation: str | None = None,
     ) -> str:
         """Spawn teammate ``name`` into the lead's team (made now if there is none).
 
         A lead has one team: a ``team_name`` naming another joins it to the lead's all the
         same (models told to "create a team" name one after a task list made the session's),
-        and the result says which team it joined.
+        and the result says which team it joined. It is built from ``agent_type`` as a
+        subagent of that type is, in its own worktree if ``isolation`` (or its type) says so.
 
         Returns:
             The spawn result the lead is shown.
 
         Raises:
-            ToolError: A bad or taken name.
+            ToolError: A bad or taken name; an unknown agent type; an isolation that failed.
         """
         try:
+            check_name("Teammate name", name)
             team = self.roster.team()
             if team is None:
                 team = self.roster.create(team_name or None, "", cwd=cwd)
-            member = self.roster.join(
-                team.name,
-                name,
-                agent_type=agent_type,
-                model=model,
-                prompt=prompt,
-                plan_mode_required=mode == "plan",
-                cwd=cwd,
-                mode=mode,
-                backend_type=self.executor.spawn_backend,
-            )
         except TeamError as exc:
             raise ToolError(str(exc)) from None
-        spec = TeammateSpec(
-            name=name,
-            team=team.name,
-            color=member.color,
-            prompt=prompt,
-            config=self.make_config(name, team.name, model, mode),
-            model=model,
-            plan_mode_required=mode == "plan",
-            on_end=lambda: self._inactive(team.name, name),
-            mode=mode,
+        placement = await self.places.make(
+            agent_type,
+            cwd=Path(cwd),
+            isolation=isolation,
+            # A teammate in a process of its own starts its servers there.
+            servers=self.executor.spawn_backend == protocol.IN_PROCESS,
         )
+        joined = False
         try:
+            worktree = placement.worktree
+            config = self.make_config(
+                name, team.name, model, mode, agent_type=agent_type, where=placement.cwd,
+                confined=worktree is not None, extra_tools=placement.tools(),
+            )  # fmt: skip
+            member = self.roster.join(
+                team.name, name, agent_type=agent_type, model=model, prompt=prompt,
+                plan_mode_required=mode == "plan", cwd=str(placement.cwd), mode=mode,
+                backend_type=self.executor.spawn_backend,
+                worktree_path=str(worktree) if worktree is not None else None,
+            )  # fmt: skip
+            joined = True
+            self.places.keep(member.agent_id, placement)
+            spec = TeammateSpec(
+                name=name,
+                team=team.name,
+                color=member.color,
+                prompt=prompt,
+                config=config,
+                model=model,
+                plan_mode_required=mode == "plan",
+                on_end=functools.partial(self._ended, team.name, name),
+                mode=mode,
+                agent_type=agent_type,
+            )
             agent_id = await self.executor.spawn(spec)
         except TaskloomError as exc:  # e.g. its pane could not be made: the lead is told why
-            self.roster.set_active(team.name, name, False)
+            await self._unplace(team.name, name, placement, joined=joined)
+            if isinstance(exc, ToolError | TeamError):
+                raise ToolError(str(exc)) from None
             raise ToolError(f"Could not spawn {name}: {exc}") from None
         except BaseException:
-            self.roster.set_active(team.name, name, False)
+            await finish_despite_cancel(self._unplace(team.name, name, placement, joined=joined))
             raise
         text = (
             f"Spawned successfully.\nagent_id: {agent_id}\nname: {name}\n"
@@ -192,7 +215,24 @@ class TeamService:
                 f"\nteam_name: {team.name} ({name} joined your team: a lead has one team, so "
                 f'"{team_name}" was not made. Address {name} by name.)'
             )
+        if worktree is not None:
+            text += f"\nworktree: {worktree}"
         return text
+
+    async def _unplace(self, team: str, name: str, placement: Placement, *, joined: bool) -> None:
+        """It did not start: its member inactive (if it joined), its environment undone."""
+        if joined:
+            self._inactive(team, name)
+        await self.places.undo(protocol.agent_id(name, team), placement)
+
+    def _ended(self, team: str, name: str) -> None:
+        """A teammate spawned here ended: inactive, and its environment undone."""
+        self._inactive(team, name)
+        self.places.ended(protocol.agent_id(name, team))
+
+    def hold(self, placement: Placement) -> None:
+        """Keep a teammate's environment until this process's team closes (its own process)."""
+        self.places.keep(f"held-{secrets.token_hex(4)}", placement)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -486,7 +526,7 @@ class TeamService:
             team=team,
             color=member.color,
             prompt=member.prompt,
-            config=self.make_config(member.name, team, member.model, member.mode),
+            config=self._resumed_config(member),
             model=member.model,
             plan_mode_required=member.plan_mode_required,
             on_end=functools.partial(self._inactive, team, member.name),
@@ -495,6 +535,20 @@ class TeamService:
             mode=member.mode,
         )
         await self.executor.resume(spec, task_id, messages)
+
+    def _resumed_config(self, member: Member) -> EngineConfig:
+        """A member's engine as it was spawned: its type, its directory (its worktree, kept).
+
+        Raises:
+            TeamError: Its worktree is gone (it cannot go on where it worked).
+        """
+        worktree = member.worktree_path
+        if worktree is not None and not Path(worktree).is_dir():
+            raise TeamError(f"its worktree {worktree} is gone")
+        return self.make_config(
+            member.name, member.team, member.model, member.mode, agent_type=member.agent_type,
+            where=Path(member.cwd) if member.cwd else None, confined=worktree is not None,
+        )  # fmt: skip
 
     def _inactive(self, team: str, name: str) -> None:
         """A teammate ended: its member is inactive (unless the team is gone already)."""
@@ -507,15 +561,22 @@ class TeamService:
         A teammate's own process stops only the teammate it runs.
         """
         if not self.leads:
-            for member in self.executor.local.members():
-                if self.executor.is_active(member):
-                    await self.executor.kill(member)
-            await self.executor.close()
+            try:
+                for member in self.executor.local.members():
+                    if self.executor.is_active(member):
+                        await self.executor.kill(member)
+                await self.executor.close()
+            finally:
+                await self.places.close()
             return
         try:
             await self._close_team()
         finally:
-            await self.executor.close()
+            try:
+                await self.executor.close()
+            finally:
+                # Once they have stopped: their worktrees are finished as a subagent's are.
+                await self.places.close()
 
     async def _close_team(self) -> None:
         team = self.roster.team()

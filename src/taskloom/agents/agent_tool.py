@@ -235,6 +235,9 @@ class AgentTool(Tool[AgentInput]):
         """Spawn and report."""
         from taskloom.agents.service import SpawnRequest
 
+        refused = _fan_out(ctx, self.service.settings)
+        if refused is not None:
+            return tool_error(refused)
         teams = self.service.teams
         if teams is not None and params.name and teams.is_lead(ctx):
             if params.cwd is not None:
@@ -243,16 +246,21 @@ class AgentTool(Tool[AgentInput]):
                     '"worktree", its own worktree): no cwd.'
                 )
             try:
-                text = await teams.spawn(
-                    name=params.name,
-                    prompt=params.prompt,
-                    team_name=params.team_name,
-                    model=params.model,
-                    mode=params.mode,
-                    agent_type=params.subagent_type or "general-purpose",
-                    cwd=str(ctx.cwd),
-                    isolation=params.isolation,
-                )
+                # A teammate counts among the session's agents (maxConcurrentAgents).
+                slot = self.service.spawner.limits.admit(ctx.owner)
+                try:
+                    text = await teams.spawn(
+                        name=params.name,
+                        prompt=params.prompt,
+                        team_name=params.team_name,
+                        model=params.model,
+                        mode=params.mode,
+                        agent_type=params.subagent_type or "general-purpose",
+                        cwd=str(ctx.cwd),
+                        isolation=params.isolation,
+                    )
+                finally:
+                    slot.release()
             except ToolError as exc:
                 return tool_error(str(exc))
             return ToolResult(text, data={"status": "teammate_spawned", "name": params.name})
@@ -283,6 +291,18 @@ class AgentTool(Tool[AgentInput]):
         except ToolError as exc:
             return tool_error(str(exc))
         return render(result, ctx.runtime.usage.latest(result.agent_id))
+
+
+def _fan_out(ctx: ToolContext, settings: dict[str, Any]) -> str | None:
+    """Why this call is refused by the fan-out guard (:mod:`taskloom.agents.limits`), or None."""
+    from taskloom.agents.limits import fan_out_refusal
+
+    if ctx.engine is None:  # not a model's call: no turn to count
+        return None
+    try:
+        return fan_out_refusal(ctx.engine.messages, ctx.tool_use_id, settings)
+    except ToolError as exc:
+        return str(exc)
 
 
 def render(result: SpawnResult, latest: Latest | None = None) -> ToolResult:

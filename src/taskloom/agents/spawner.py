@@ -24,6 +24,7 @@ from taskloom.agents._remote_spawn import RemoteSpawner
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
+from taskloom.agents.limits import Slot, SpawnLimits
 from taskloom.agents.run import AgentRun
 from taskloom.agents.spawn_request import SpawnRequest, SpawnResult, auto_background_ms, launched
 from taskloom.agents.watch import watch_agent
@@ -84,6 +85,8 @@ class Spawner:
         if session_budget:
             self.budgets.limit_session(session_budget)  # before anything is spent
         self.remote = RemoteSpawner(runtime, builder, self.budgets)
+        #: How many agents may run, and how deep they may nest.
+        self.limits = SpawnLimits(runtime, lambda: self.settings)
         self._on_session_spent = on_session_spent
 
     @property
@@ -95,16 +98,24 @@ class Spawner:
         """Start a subagent; wait for it in the foreground unless it goes to the background.
 
         Raises:
-            ToolError: Unknown agent type, a taken name, a bad cwd.
+            ToolError: Unknown agent type, a taken name, a bad cwd, a spawning limit reached
+                (:mod:`taskloom.agents.limits`).
         """
-        # With forks on, naming no type forks the caller; but not where an omitted type
-        # means another default (a coordinator's workers).
         spent = self.budgets.exhausted(ctx.owner)
         if spent is not None:
             raise ToolError(f"No agent can be started: {spent}.")
+        slot = self.limits.admit(ctx.owner)  # before any await: parallel spawns count it
+        try:
+            return await self._spawn(request, ctx, slot)
+        finally:
+            slot.release()  # did not register (it failed, or a remote agent ran)
+
+    async def _spawn(self, request: SpawnRequest, ctx: ToolContext, slot: Slot) -> SpawnResult:
+        # With forks on, naming no type forks the caller; but not where an omitted type
+        # means another default (a coordinator's workers).
         forks = fork_enabled(self.settings) and self.builder.default_type == DEFAULT_TYPE
         if request.subagent_type is None and forks:
-            return await self._fork(request, ctx)
+            return await self._fork(request, ctx, slot)
         definition = self.builder.definition(request.subagent_type)
         if request.name and self.runtime.directory.resolve(request.name) is not None:
             raise ToolError(f"An agent named {request.name!r} already exists")
@@ -125,7 +136,7 @@ class Spawner:
             isolation=request.isolation or definition.isolation,
         )
         await env.isolate()
-        self._register(agent_id, request, ctx, definition.agent_type, background=is_async)
+        self._register(agent_id, request, ctx, definition.agent_type, slot, background=is_async)
         self._selected(agent_id, ctx, definition, is_async=is_async)
         try:
             await env.start()
@@ -186,6 +197,7 @@ class Spawner:
         request: SpawnRequest,
         ctx: ToolContext,
         agent_type: str,
+        slot: Slot,
         *,
         background: bool,
     ) -> None:
@@ -203,6 +215,7 @@ class Spawner:
                 name=request.name,
             )
         )
+        slot.release()  # counted as a live agent from now on
 
     async def _abandon(self, agent_id: str, env: AgentEnvironment, exc: BaseException) -> None:
         self.budgets.close(agent_id)
@@ -253,7 +266,7 @@ class Spawner:
             extra=extra,
         )
 
-    async def _fork(self, request: SpawnRequest, ctx: ToolContext) -> SpawnResult:
+    async def _fork(self, request: SpawnRequest, ctx: ToolContext, slot: Slot) -> SpawnResult:
         """A background copy of the calling agent, with the directive appended."""
         parent: Engine | None = ctx.engine
         if parent is None:
@@ -266,7 +279,7 @@ class Spawner:
                 "subagent_type to start a separate agent with them."
             )
         agent_id = self.runtime.new_id(TaskType.LOCAL_AGENT)
-        self._register(agent_id, request, ctx, "fork", background=True)
+        self._register(agent_id, request, ctx, "fork", slot, background=True)
         emit(
             "agent_tool_selected",
             session_id=self.runtime.session_id,

@@ -1,0 +1,241 @@
+"""Spawning limits, the fan-out guard, agents stopped at maxTurns and stuck agents (issue 29).
+
+The acceptance runs go through ``taskloom -p --output-format stream-json`` against the fake
+model server; the settings' edges and the patterns are checked in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator_scenario import texts
+from fake_servers import FakeAnthropicServer, ToolCall, Turn
+from helpers import TIME_FACTOR, clean_env, harness, main_context
+from taskloom.agents.limits import asked_for, limit
+from taskloom.agents.service import SpawnRequest
+from taskloom.errors import ToolError
+from taskloom.messages import Message, TextBlock, ToolResultBlock
+from taskloom.models import scripted
+from taskloom.models.base import ModelRequest
+from taskloom.tasks.types import TaskStatus
+from team_scenario import events_of
+
+# -- through taskloom -p ----------------------------------------------------------------------
+
+
+def _first(body: dict[str, Any]) -> str:
+    return " ".join(texts(body["messages"][0]["content"]))
+
+
+def _is_job(first: str) -> bool:
+    return re.search(r"\bjob \d+\.", first) is not None
+
+
+def _turns(body: dict[str, Any]) -> int:
+    return sum(1 for m in body["messages"] if m["role"] == "assistant")
+
+
+def _seen(body: dict[str, Any]) -> str:
+    """Everything the requester was told after its prompt."""
+    return "\n".join(
+        t for m in body["messages"][1:] if m["role"] == "user" for t in texts(m["content"])
+    )
+
+
+def _results(body: dict[str, Any]) -> list[tuple[bool, str]]:
+    """The tool results of the request's last message: (is_error, text)."""
+    return [
+        (bool(b.get("is_error")), "".join(texts(b.get("content") or [])))
+        for b in body["messages"][-1]["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
+
+
+def _run(
+    tmp_path: Path, responder: Any, prompt: str, settings: dict[str, Any] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    if settings is not None:
+        (tmp_path / ".claude").mkdir(exist_ok=True)
+        (tmp_path / ".claude" / "settings.json").write_text(json.dumps(settings))
+    with FakeAnthropicServer(responder=responder) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", prompt, "--output-format", "stream-json",
+             "--verbose", "--model", "claude-sonnet-4-5", "--dangerously-skip-permissions"],
+            capture_output=True, text=True, timeout=120 * TIME_FACTOR, cwd=tmp_path, env=env,
+        )  # fmt: skip
+        bodies = [r.body for r in server.requests]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, bodies
+
+
+class Crowd:
+    """The lead starts 21 background agents at once; each works until the lead has heard."""
+
+    def __init__(self, cwd: Path, count: int) -> None:
+        self.release = cwd / "release"
+        self.count = count
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        with self._lock:
+            first, turns = _first(body), _turns(body)
+            if _is_job(first):
+                if turns == 0:  # alive until the lead has every spawn's answer
+                    wait = f"while [ ! -e {self.release} ]; do sleep 0.1; done"
+                    return Turn(tool_calls=(ToolCall("Bash", {"command": wait}),))
+                return Turn(text="done")
+            if turns == 0:
+                return Turn(tool_calls=tuple(
+                    ToolCall("Agent", {"description": f"agent {n}", "prompt": f"job {n}.",
+                                       "run_in_background": True})
+                    for n in range(1, self.count + 1)
+                ))  # fmt: skip
+            self.release.touch()
+            ended = _seen(body).count("<task-notification>")
+            return Turn(text="All done." if ended >= self.count - 1 else "Waiting.")
+
+
+@pytest.mark.e2e
+def test_the_21st_concurrent_agent_is_refused(tmp_path: Path) -> None:
+    proc, bodies = _run(tmp_path, Crowd(tmp_path, 21), "Start 21 agents, one per part.")
+    assert events_of(proc.stdout)[-1]["result"] == "All done."
+    lead = [b for b in bodies if not _is_job(_first(b))]
+    answers = _results(lead[1])
+    assert len(answers) == 21
+    refused = [text for is_error, text in answers if is_error]
+    assert len(refused) == 1, refused
+    assert "20 agents are running in this session" in refused[0]
+    assert "maxConcurrentAgents" in refused[0] and "default 20" in refused[0]
+    assert sum("Async agent launched" in text for _, text in answers) == 20
+    assert len({_first(b) for b in bodies if _is_job(_first(b))}) == 20
+
+
+class Chain:
+    """Each agent starts the next level in the foreground, then says what it got."""
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        found = re.search(r"level (\d) job\.", _first(body))
+        level = int(found.group(1)) if found else 0
+        if _turns(body) == 0:
+            spawn = {"description": f"level {level + 1}", "prompt": f"level {level + 1} job."}
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        return Turn(text=f"level {level} done")
+
+
+@pytest.mark.e2e
+def test_a_spawn_at_depth_4_is_refused(tmp_path: Path) -> None:
+    proc, bodies = _run(tmp_path, Chain(), "Nest.", {"allowNestedAgents": True})
+    assert events_of(proc.stdout)[-1]["result"] == "level 0 done"
+    firsts = " ".join(_first(b) for b in bodies)
+    assert all(f"level {n} job." in firsts for n in (1, 2, 3))
+    assert "level 4 job." not in firsts
+    (last,) = [b for b in bodies if "level 3 job." in _first(b) and _turns(b) == 1]
+    ((is_error, text),) = _results(last)
+    assert is_error and "agents may nest at most 3 deep" in text
+    assert "this agent is at depth 3" in text and "maxAgentDepth" in text
+
+
+class FanOut:
+    """The lead asks for 12 agents in one answer; each answers at once."""
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        first, turns = _first(body), _turns(body)
+        if "quick job" in first:
+            return Turn(text="ok")
+        if turns == 0:
+            return Turn(tool_calls=tuple(
+                ToolCall("Agent", {"description": f"part {n}", "prompt": f"quick job {n}.",
+                                   "run_in_background": True})
+                for n in range(1, 13)
+            ))  # fmt: skip
+        seen = _seen(body)
+        heard, started = seen.count("<task-notification>"), seen.count("Async agent launched")
+        return Turn(text="All done." if heard >= started else "Waiting.")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("prompt", "refused"),
+    [("Review these 3 files.", 2), ("Start twelve agents, one per file.", 0)],
+)
+def test_one_answer_asking_for_more_agents_than_the_user_did_is_cut_at_10(
+    tmp_path: Path, prompt: str, refused: int
+) -> None:
+    proc, bodies = _run(tmp_path, FanOut(), prompt)
+    assert events_of(proc.stdout)[-1]["result"] == "All done."
+    lead = [b for b in bodies if "quick job" not in _first(b)]
+    answers = _results(lead[1])
+    errors = [text for is_error, text in answers if is_error]
+    assert len(errors) == refused
+    # The refused are the calls beyond the tenth, in the answer's order.
+    assert [is_error for is_error, _ in answers] == [False] * 10 + [True] * refused + [False] * (
+        2 - refused
+    )
+    for text in errors:
+        assert "this answer asks for 12 agents, more than the 10" in text
+        assert "the request asked for 3" in text and "maxAgentsPerTurn" in text
+    assert len([b for b in bodies if "quick job" in _first(b)]) == 12 - refused
+
+
+# -- in process: the settings' edges, partial data, the stop, the patterns ---------------------
+
+
+async def test_a_spawn_past_a_lowered_max_concurrent_agents_is_refused(tmp_path: Path) -> None:
+    held = asyncio.Event()
+
+    async def respond(request: ModelRequest) -> scripted.Turn | str:
+        if "hold" in str(request.messages[0].content):
+            await held.wait()
+        return "ok"
+
+    settings = json.dumps({"maxConcurrentAgents": 2})
+    async with harness(tmp_path, scripted.FunctionModel(respond), settings=settings) as h:
+        ctx = main_context(h)
+        ids = [
+            (await h.agents.spawn(SpawnRequest("a", "hold", run_in_background=True), ctx)).agent_id
+            for _ in range(2)
+        ]
+        with pytest.raises(ToolError, match=r"2 agents are running .*maxConcurrentAgents"):
+            await h.agents.spawn(SpawnRequest("c", "hold", run_in_background=True), ctx)
+        held.set()
+        for agent_id in ids:
+            state = await h.runtime.wait(agent_id, timeout=10 * TIME_FACTOR)
+            assert state.status == TaskStatus.COMPLETED
+        # One has ended: there is room again.
+        third = await h.agents.spawn(SpawnRequest("d", "go"), ctx)
+    assert third.status == "completed"
+
+
+def test_a_limit_that_is_not_a_whole_number_is_named() -> None:
+    assert limit({}, "maxAgentDepth") == 3 and limit({"maxAgentDepth": 5}, "maxAgentDepth") == 5
+    for bad in (0, "4", True, 2.5):
+        with pytest.raises(ToolError, match="the setting maxAgentsPerTurn must be a whole"):
+            limit({"maxAgentsPerTurn": bad}, "maxAgentsPerTurn")
+
+
+def test_what_the_user_asked_for_is_the_largest_number_of_the_latest_prompt() -> None:
+    def user(*blocks: Any) -> Message:
+        return Message(role="user", content=list(blocks))
+
+    note = "<task-notification><task-id>b42</task-id> 400 lines</task-notification>"
+    messages = [
+        user(TextBlock(text="Start 30 agents.")),
+        Message(role="assistant", content=[TextBlock(text="ok")]),
+        user(TextBlock(text=f"{note}\nNow review twenty-four files in 2 passes.")),
+        user(ToolResultBlock(tool_use_id="t1", content="99 problems")),
+    ]
+    assert asked_for(messages) == 24
+    assert asked_for(messages[:2]) == 30
+    assert asked_for([user(TextBlock(text="Spawn a few agents."))]) == 0
+    assert asked_for([user(TextBlock(text=note))]) == 0

@@ -20,13 +20,14 @@ import pytest
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
 from helpers import TIME_FACTOR, clean_env, harness, main_context
+from taskloom.agents.agent_tool import render
 from taskloom.agents.limits import asked_for, limit
 from taskloom.agents.service import SpawnRequest
 from taskloom.errors import ToolError
 from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.models import scripted
 from taskloom.models.base import ModelRequest
-from taskloom.tasks.types import TaskStatus
+from taskloom.tasks.types import AgentTaskState, TaskStatus
 from team_scenario import events_of
 
 # -- through taskloom -p ----------------------------------------------------------------------
@@ -188,6 +189,55 @@ def test_one_answer_asking_for_more_agents_than_the_user_did_is_cut_at_10(
     assert len([b for b in bodies if "quick job" in _first(b)]) == 12 - refused
 
 
+LIMITED = "---\nname: limited\ndescription: A short-lived agent\nmaxTurns: 2\n---\n\nBe brief.\n"
+
+
+class Limited:
+    """A maxTurns agent runs out of turns; the lead continues it with SendMessage."""
+
+    def __init__(self) -> None:
+        self.agent_id = ""
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        first, turns = _first(body), _turns(body)
+        if "limited job." in first:
+            if turns < 2:
+                note = ("Reading a.", "Found b so far.")[turns]
+                call = ToolCall("Bash", {"command": f"echo {turns}"})
+                return Turn(text=note, tool_calls=(call,))
+            return Turn(text="finished the job")
+        if turns == 0:
+            spawn = {"description": "limited", "prompt": "limited job.", "subagent_type": "limited"}
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        if turns == 1:
+            self.agent_id = re.findall(r"agentId: (\S+)", _seen(body))[0]
+            go_on = {"to": self.agent_id, "message": "go on"}
+            return Turn(tool_calls=(ToolCall("SendMessage", go_on),))
+        return Turn(text="All done." if "finished the job" in _seen(body) else "Waiting.")
+
+
+@pytest.mark.e2e
+def test_an_agent_stopped_at_max_turns_answers_partial_and_goes_on_when_told(
+    tmp_path: Path,
+) -> None:
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "limited.md").write_text(LIMITED)
+    script = Limited()
+    proc, bodies = _run(tmp_path, script, "Use the limited agent.")
+    assert events_of(proc.stdout)[-1]["result"] == "All done."
+    lead = [b for b in bodies if "limited job." not in _first(b)]
+    ((is_error, text),) = _results(lead[1])
+    assert not is_error
+    assert text.startswith("Found b so far.\n\n[partial: this agent stopped at its turn limit")
+    assert "(maxTurns 2)" in text and "not its final answer" in text
+    assert f"SendMessage with to: '{script.agent_id}'" in text
+    # Continued: its conversation kept, it finishes; the lead hears of it.
+    agent = [b for b in bodies if "limited job." in _first(b)]
+    assert len(agent) == 3 and "go on" in _seen(agent[-1])
+    assert "Found b so far." in json.dumps(agent[-1]["messages"])
+
+
 # -- in process: the settings' edges, partial data, the stop, the patterns ---------------------
 
 
@@ -222,6 +272,35 @@ def test_a_limit_that_is_not_a_whole_number_is_named() -> None:
     for bad in (0, "4", True, 2.5):
         with pytest.raises(ToolError, match="the setting maxAgentsPerTurn must be a whole"):
             limit({"maxAgentsPerTurn": bad}, "maxAgentsPerTurn")
+
+
+async def test_a_max_turns_agent_s_data_says_partial(tmp_path: Path) -> None:
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "limited.md").write_text(LIMITED)
+
+    def respond(request: ModelRequest) -> scripted.Turn | str:
+        if "limited job" not in str(request.messages[0].content):
+            return "main"
+        call = scripted.ToolCall("Bash", {"command": "echo hi"})
+        return scripted.Turn(text="still at it", tool_calls=(call,))
+
+    async with harness(tmp_path, scripted.FunctionModel(respond)) as h:
+        ctx = main_context(h)
+        result = await h.agents.spawn(
+            SpawnRequest("lim", "limited job", subagent_type="limited", name="lim"), ctx
+        )
+        background = await h.agents.spawn(
+            SpawnRequest("lim2", "limited job", subagent_type="limited", run_in_background=True),
+            ctx,
+        )
+        state = await h.runtime.wait(background.agent_id, timeout=10 * TIME_FACTOR)
+    shown = render(result)
+    assert shown.data is not None and shown.data["partial"] is True
+    assert result.content.startswith("still at it\n\n[partial:")
+    assert "SendMessage with to: 'lim'" in result.content
+    assert isinstance(state, AgentTaskState) and state.partial
+    assert state.result is not None and "(maxTurns 2)" in state.result
 
 
 def test_what_the_user_asked_for_is_the_largest_number_of_the_latest_prompt() -> None:

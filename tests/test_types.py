@@ -314,6 +314,7 @@ def test_the_stored_form_of_each_state_keeps_its_fields_in_order() -> None:
         "cache_creation_input_tokens",
         "cost_usd",
         "subtree_cost_usd",
+        "partial",
     ]
     assert list(ShellTaskState(id="b00000000").to_dict()) == COMMON + shell
     assert list(AgentTaskState(id="a00000000").to_dict()) == COMMON + agent

@@ -21,12 +21,13 @@ from taskloom._aio import finish_despite_cancel
 from taskloom.agents.activity import describe_activity
 from taskloom.agents.bookkeeping import RunBooks, sidechain_path, sidechain_record
 from taskloom.conversation.recorder import Recorder, StopHook
-from taskloom.engine import Engine, EngineConfig, EngineEvent, UserTurn
+from taskloom.engine import Engine, EngineConfig, EngineEvent, Finished, UserTurn
 from taskloom.errors import reason
 from taskloom.messages import Message
 from taskloom.tasks.agent import ended, killed, progressed
 from taskloom.tasks.handoff import Handoff
 from taskloom.tasks.mailbox import MESSAGES
+from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.output import DiskTaskOutput
 
 if TYPE_CHECKING:
@@ -205,21 +206,24 @@ class AgentRun:
             if start is not None and start.additional_context and isinstance(prompt, str):
                 prompt = "\n\n".join([prompt, *start.additional_context])
             next_input: str | Message | None = prompt
-            first = True
+            first, at_limit = True, False
             while first or next_input is not None:
                 first = False
                 async for event in self.recorder.run(next_input):  # SubagentStop hooks too
                     self._progress(event)
+                    if isinstance(event, Finished):
+                        at_limit = event.reason == "max_turns"
                 # A message sent while the hooks ran must not be lost: no await between
                 # this last look at the inbox and the terminal update below.
                 sent = self.take_inbox()
                 next_input = "\n\n".join(sent) if sent else None
             self.finishing = True
             fields, note = await self._finalize()
-            result = engine.last_text() + note
+            result = (self._partial() if at_limit else engine.last_text()) + note
             totals = self.books.totals()
             self.runtime.update(
-                self.agent_id, lambda s: ended(s, totals, result=result).replace(**fields)
+                self.agent_id,
+                lambda s: ended(s, totals, result=result).replace(partial=at_limit, **fields),
             )
         except asyncio.CancelledError:
             # Killed (or its parent cancelled): record it here, so every end goes through here,
@@ -265,6 +269,23 @@ class AgentRun:
                     await outcome
         finally:
             self.books.close()
+
+    def _partial(self) -> str:
+        """Its answer when it stopped at its turn limit: its last text, marked partial.
+
+        The last text it wrote (its last answer may be only tool calls), then what it is and
+        how to go on: the conversation is kept, a message resumes it where it stopped.
+        """
+        texts = (m.text() for m in reversed(self.engine.messages) if m.role == "assistant")
+        last = next((t for t in texts if t.strip()), "")
+        state = as_agent(self.runtime.get(self.agent_id))
+        address = (state.name if state is not None else None) or self.agent_id
+        limit = self.engine.config.max_turns
+        return (
+            f"{last}\n\n[partial: this agent stopped at its turn limit (maxTurns {limit}) "
+            "before it finished, so the text above is not its final answer. To let it go on "
+            f"where it stopped, send it a message: SendMessage with to: '{address}'.]"
+        ).lstrip()
 
     def _progress(self, event: EngineEvent) -> None:
         """Report a recorded turn: its output file and task state follow the conversation."""

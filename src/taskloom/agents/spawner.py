@@ -252,6 +252,8 @@ class Spawner:
         extra: dict[str, Any] = {}
         if state.worktree_path:
             extra = {"worktreePath": state.worktree_path, "worktreeBranch": state.worktree_branch}
+        if state.partial:  # stopped at its maxTurns: its answer says how to continue it
+            extra["partial"] = True
         return SpawnResult(
             status="completed",
             agent_id=run.agent_id,

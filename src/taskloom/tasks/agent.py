@@ -232,6 +232,7 @@ def resumed(state: AgentTaskState) -> AgentTaskState:
         result=None,
         error=None,
         stopped_reason=None,
+        partial=False,
         worktree_path=None,
         worktree_branch=None,
     )

@@ -254,6 +254,8 @@ class AgentTaskState(TaskState):
         cache_creation_input_tokens: Tokens written to the prompt cache so far, summed.
         cost_usd: What its own requests cost so far (by the price table).
         subtree_cost_usd: What it and every agent it started have cost so far.
+        partial: Its run stopped at its turn limit (``maxTurns``): ``result`` is its last
+            text, not a finished answer.
     """
 
     TYPE: ClassVar[TaskType] = TaskType.LOCAL_AGENT
@@ -277,6 +279,7 @@ class AgentTaskState(TaskState):
     cache_creation_input_tokens: int = 0
     cost_usd: float = 0.0
     subtree_cost_usd: float = 0.0
+    partial: bool = False
 
 
 #: The state class of each type built in. A task kind may bring the class of its own type

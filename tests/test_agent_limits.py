@@ -23,6 +23,7 @@ from helpers import TIME_FACTOR, clean_env, harness, main_context
 from taskloom.agents.agent_tool import render
 from taskloom.agents.limits import asked_for, limit
 from taskloom.agents.service import SpawnRequest
+from taskloom.agents.stuck import StuckPatterns
 from taskloom.errors import ToolError
 from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.models import scripted
@@ -238,6 +239,37 @@ def test_an_agent_stopped_at_max_turns_answers_partial_and_goes_on_when_told(
     assert "Found b so far." in json.dumps(agent[-1]["messages"])
 
 
+class Looper:
+    """A background agent runs the same command five times before it gives up."""
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        first, turns = _first(body), _turns(body)
+        if "loop job." in first:
+            if turns < 5:
+                return Turn(tool_calls=(ToolCall("Bash", {"command": "ls"}),))
+            return Turn(text="gave up")
+        if turns == 0:
+            spawn = {"description": "looper", "prompt": "loop job.", "run_in_background": True}
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        seen = _seen(body)
+        done = "looks stuck" in seen and "gave up" in seen
+        return Turn(text="All done." if done else "Waiting.")
+
+
+@pytest.mark.e2e
+def test_an_agent_repeating_one_call_is_reported_to_its_owner(tmp_path: Path) -> None:
+    proc, bodies = _run(tmp_path, Looper(), "Loop.")
+    assert events_of(proc.stdout)[-1]["result"] == "All done."
+    seen = _seen([b for b in bodies if "loop job." not in _first(b)][-1])
+    notes = re.findall(r"<task-notification>.*?</task-notification>", seen, re.S)
+    (stuck,) = [n for n in notes if "looks stuck" in n]
+    assert 'Agent "looper" looks stuck: it repeats repeat' in stuck
+    assert "the same call 5 times in a row: Bash" in stuck and "ls" in stuck
+    assert "SendMessage to '" in stuck and "TaskStop" in stuck
+    # Told, not stopped: it went on to its own end.
+    assert any("gave up" in n and "<status>completed</status>" in n for n in notes)
+
+
 # -- in process: the settings' edges, partial data, the stop, the patterns ---------------------
 
 
@@ -301,6 +333,55 @@ async def test_a_max_turns_agent_s_data_says_partial(tmp_path: Path) -> None:
     assert "SendMessage with to: 'lim'" in result.content
     assert isinstance(state, AgentTaskState) and state.partial
     assert state.result is not None and "(maxTurns 2)" in state.result
+
+
+async def test_on_stuck_stop_stops_a_sleep_polling_agent(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> scripted.Turn | str:
+        if "poll" not in str(request.messages[0].content):
+            return "main"
+        turns = sum(1 for m in request.messages if m.role == "assistant")
+        command = f"sleep 0.0{turns + 1} && echo not yet"
+        return scripted.Turn(tool_calls=(scripted.ToolCall("Bash", {"command": command}),))
+
+    settings = json.dumps({"watchdog": {"agents": {"onStuck": "stop"}}})
+    async with harness(tmp_path, scripted.FunctionModel(respond), settings=settings) as h:
+        launched = await h.agents.spawn(
+            SpawnRequest("poller", "poll", run_in_background=True), main_context(h)
+        )
+        state = await h.runtime.wait(launched.agent_id, timeout=20 * TIME_FACTOR)
+    assert state.status == TaskStatus.KILLED
+    assert isinstance(state, AgentTaskState) and state.stopped_reason is not None
+    assert state.stopped_reason.startswith("it looked stuck, repeating a sleep polling loop")
+    assert 3 <= state.tool_uses <= 4  # the third is the loop (a fourth may have started)
+
+
+def test_the_stuck_patterns() -> None:
+    known = {"b1"}
+    patterns = StuckPatterns(lambda task_id: task_id in known)
+    # Four of the same, then another: no loop; five in a row: one.
+    for _ in range(4):
+        assert patterns.saw("Read", {"file_path": "/a"}, False) is None
+    assert patterns.saw("Read", {"file_path": "/b"}, False) is None
+    found = [patterns.saw("Read", {"file_path": "/b"}, False) for _ in range(4)]
+    assert found[:3] == [None] * 3 and found[3] is not None and found[3].pattern == "repeat"
+    # Forgotten once told: the next report needs as many calls again.
+    assert patterns.saw("Read", {"file_path": "/b"}, False) is None
+    # Waiting on tasks that do not exist (errors for unknown ids); a known one does not count.
+    assert patterns.saw("TaskOutput", {"task_id": "b1"}, True) is None
+    assert patterns.saw("TaskOutput", {"task_id": "x9"}, True) is None
+    assert patterns.saw("TaskStop", {"task_id": "x8"}, True) is None
+    stuck = patterns.saw("TaskOutput", {"task_id": "x7"}, True)
+    assert stuck is not None and stuck.pattern == "unknown task" and "x7" in stuck.what
+    # A sleep in the background, or after another command, is not a polling loop.
+    for command in ("echo sleep 5", "npm test; sleep 1", "sleep 5", "sleep 5"):
+        background = command == "sleep 5"
+        call = {"command": command, "run_in_background": background}
+        assert patterns.saw("Bash", call, False) is None
+    # Three sleeps among the last six calls are.
+    assert patterns.saw("Bash", {"command": "sleep 1; cat out"}, False) is None
+    assert patterns.saw("Bash", {"command": "sleep 2"}, False) is None
+    polling = patterns.saw("Bash", {"command": "sleep 3 && cat out"}, False)
+    assert polling is not None and polling.pattern == "sleep" and "sleep 3" in polling.what
 
 
 def test_what_the_user_asked_for_is_the_largest_number_of_the_latest_prompt() -> None:

@@ -21,7 +21,7 @@ from taskloom._aio import finish_despite_cancel
 from taskloom.agents.activity import describe_activity
 from taskloom.agents.bookkeeping import RunBooks, sidechain_path, sidechain_record
 from taskloom.conversation.recorder import Recorder, StopHook
-from taskloom.engine import Engine, EngineConfig, EngineEvent, Finished, UserTurn
+from taskloom.engine import Engine, EngineConfig, EngineEvent, Finished, ToolDone, UserTurn
 from taskloom.errors import reason
 from taskloom.messages import Message
 from taskloom.tasks.agent import ended, killed, progressed
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from taskloom.messages import ToolUseBlock
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tasks.usage import Figures
-    from taskloom.tools.base import FileState
+    from taskloom.tools.base import FileState, ToolResult
 
 
 #: Finishes what a run leaves (its worktree) at its end: fields for the task state, a note.
@@ -118,6 +118,8 @@ class AgentRun:
         #: Set once its last input has been taken: a message arriving from now on must wait
         #: for the end and resume it, not be queued for a loop that will not look again.
         self.finishing = False
+        #: Told of each tool call it made once its result is in (the stuck watch).
+        self.on_tool: Callable[[ToolUseBlock, ToolResult], None] | None = None
 
     def moved(
         self,
@@ -289,6 +291,8 @@ class AgentRun:
 
     def _progress(self, event: EngineEvent) -> None:
         """Report a recorded turn: its output file and task state follow the conversation."""
+        if isinstance(event, ToolDone) and self.on_tool is not None:
+            self.on_tool(event.call, event.result)
         activities = self.books.progress(event)
         if activities is not None:
             self.runtime.update(

@@ -27,7 +27,7 @@ from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages,
 from taskloom.agents.limits import Slot, SpawnLimits
 from taskloom.agents.run import AgentRun
 from taskloom.agents.spawn_request import SpawnRequest, SpawnResult, auto_background_ms, launched
-from taskloom.agents.watch import watch_agent
+from taskloom.agents.watch import watch_agent, watch_stuck
 from taskloom.errors import ToolError
 from taskloom.signals import emit
 from taskloom.tasks.agent import failed_to_start
@@ -330,7 +330,10 @@ class Spawner:
         self._watch(run, driver)
 
     def _watch(self, run: AgentRun, driver: asyncio.Task[None]) -> None:
-        """Watch its progress (if the settings say), until it ends; its budgets end then."""
+        """Watch its progress (if the settings say) and its calls, until it ends.
+
+        Its budgets end then too.
+        """
         agent_id = run.agent_id
         unwatch = watch_agent(
             self.runtime,
@@ -340,6 +343,7 @@ class Spawner:
             self._stop_saying,
             below=lambda: self._progress_below(agent_id),
         )
+        run.on_tool = watch_stuck(self.runtime, agent_id, self.settings, self._stop_saying)
 
         def ended(_: object) -> None:
             current = self.runs.get(agent_id)

@@ -7,6 +7,12 @@ with no progress for ``notifyAfterMs`` gets its owner one ``stall`` notification
 ``next``); still none ``stopAfterMs`` after its last progress, it is stopped, saying why. Off
 unless set. The output its live commands write counts as progress too; a long tool call that
 shows nothing does not.
+
+An agent that calls tools but goes nowhere is watched too, always (:func:`watch_stuck`): the
+same call repeated, a ``sleep N`` polling loop, waits on a task that does not exist
+(:mod:`taskloom.agents.stuck`) get its owner a ``stuck`` notification (priority ``next``)
+naming the agent and what it repeats; with ``watchdog.agents.onStuck`` ``"stop"`` it is stopped
+instead, saying why, and with ``"off"`` nothing is watched.
 """
 
 from __future__ import annotations
@@ -15,10 +21,15 @@ import asyncio
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from taskloom.agents.stuck import Stuck, StuckPatterns
 from taskloom.engine import Engine
+from taskloom.messages import ToolUseBlock
+from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.notifications import render_notification
 from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.types import TaskState
 from taskloom.tasks.watchdog import Watch
+from taskloom.tools.base import ToolResult
 
 #: Seconds between checks unless ``checkEveryMs`` says.
 CHECK_EVERY_S = 5.0
@@ -106,4 +117,73 @@ def watch_agent(
     return runtime.watchdog.watch(watch)
 
 
-__all__ = ["CHECK_EVERY_S", "agent_watch_settings", "watch_agent"]
+#: What ``watchdog.agents.onStuck`` may say; the first is the default.
+ON_STUCK = ("notify", "stop", "off")
+
+
+def on_stuck(settings: Mapping[str, Any]) -> str:
+    """``watchdog.agents.onStuck``: ``notify`` (the default), ``stop`` or ``off``.
+
+    A value it does not know is taken as the default: the watch stays on.
+    """
+    raw = (settings.get("watchdog") or {}) if isinstance(settings, Mapping) else {}
+    agents = raw.get("agents") if isinstance(raw, Mapping) else None
+    chosen = agents.get("onStuck") if isinstance(agents, Mapping) else None
+    return chosen if chosen in ON_STUCK else ON_STUCK[0]
+
+
+def watch_stuck(
+    runtime: TaskRuntime,
+    agent_id: str,
+    settings: Mapping[str, Any],
+    stop: Callable[[str, str], Coroutine[Any, Any, object]],
+) -> Callable[[ToolUseBlock, ToolResult], None] | None:
+    """What to tell of each call ``agent_id`` made, to find it stuck (None: not watched)."""
+    action = on_stuck(settings)
+    if action == "off":
+        return None
+    patterns = StuckPatterns(lambda task_id: runtime.get(task_id) is not None)
+    stopping: set[asyncio.Task[object]] = set()
+
+    def saw(call: ToolUseBlock, result: ToolResult) -> None:
+        found = patterns.saw(call.name, call.input, result.is_error)
+        state = runtime.get(agent_id)
+        if found is None or state is None or state.terminal:
+            return
+        if action == "stop":
+            why = f"it looked stuck, repeating {found.what}"
+            task = asyncio.get_running_loop().create_task(stop(agent_id, why))
+            stopping.add(task)
+            task.add_done_callback(stopping.discard)
+            return
+        runtime.notify(agent_id, _stuck_text(state, found), kind="stuck", priority="next")
+
+    return saw
+
+
+def _stuck_text(state: TaskState, found: Stuck) -> str:
+    agent = as_agent(state)
+    name = agent.name if agent is not None else None
+    who = f'Agent "{state.description}"' + (f" ({name})" if name else "")
+    address = name or state.id
+    return render_notification(
+        task_id=state.id,
+        tool_use_id=state.tool_use_id,
+        output_file=state.output_file,
+        status=state.status.value,
+        summary=f"{who} looks stuck: it repeats {found.pattern}",
+        result=(
+            f"{who} looks stuck; it keeps making {found.what}. Tell it what to do instead "
+            f"(SendMessage to '{address}'), or stop it with TaskStop."
+        ),
+    )
+
+
+__all__ = [
+    "CHECK_EVERY_S",
+    "ON_STUCK",
+    "agent_watch_settings",
+    "on_stuck",
+    "watch_agent",
+    "watch_stuck",
+]

@@ -185,7 +185,7 @@ class TaskRegistry:
                     priority=kind_of(new).priority(new),
                 )
             waiters = self._end_waiters.take(task_id) if new.terminal else []
-            if new.terminal and not old.terminal:
+            if (new.terminal and not old.terminal) or _went_idle(old, new):
                 self._end_waiters.signal()
         for fut in waiters:
             if not fut.done():
@@ -291,14 +291,25 @@ class TaskRegistry:
         return found
 
     async def wait_for_change(
-        self, timeout: float, owner: str | None = None, *, messages: bool = False
+        self,
+        timeout: float,
+        owner: str | None = None,
+        *,
+        messages: bool = False,
+        since: int | None = None,
     ) -> None:
-        """Wait until a notification is pending (for ``owner``) or any task ends, or timeout.
+        """Wait until a notification is pending (for ``owner``), any task ends, or timeout.
 
-        With ``messages``, a message for ``owner`` (SendMessage text) wakes it too.
+        A task going idle (a teammate between turns) counts as an end. With ``messages``, a
+        message for ``owner`` (SendMessage text) wakes it too. ``since``: :meth:`changes`
+        when the caller last looked; an end after it returns at once.
         """
         kind: Kinds = ("notification", *MESSAGES) if messages else "notification"
-        await self._end_waiters.change(timeout, self.mailbox, owner, kind)
+        await self._end_waiters.change(timeout, self.mailbox, owner, kind, since)
+
+    def changes(self) -> int:
+        """How many tasks have ended or gone idle so far (see :meth:`wait_for_change`)."""
+        return self._end_waiters.changes()
 
     async def wait_for_task_end(self, timeout: float) -> bool:
         """Wait until some task ends; False if none did within ``timeout``."""
@@ -365,6 +376,11 @@ class TaskRegistry:
     def sweep(self) -> int:
         """Evict every task that may be evicted; returns how many were."""
         return sum(self.evict(task_id) for task_id in list(self._tasks))
+
+
+def _went_idle(old: TaskState, new: TaskState) -> bool:
+    """Whether a live task stopped working (a teammate between turns): its owner looks again."""
+    return not new.terminal and kind_of(old).busy(old) and not kind_of(new).busy(new)
 
 
 __all__ = ["TaskRegistry"]

@@ -86,10 +86,17 @@ class OwnerWait:
         if self._bound is None:
             self._bound = WaitBound(self.runtime, owner, task_wait_seconds(self.settings))
         try:  # only the time spent waiting counts against a command's bound
-            while self.must_wait() and not self._stop.is_set():
+            while True:
+                # Counted before looking: a task that ends (or goes idle) after the look, and
+                # before the wait starts, ends the wait at once.
+                since = self.runtime.changes()
+                if not self.must_wait() or self._stop.is_set():
+                    break
                 self._bound.arm()  # a command that may run forever is waited for so long only
                 # A message sent to it wakes it too: it sees it now, not after the next task ends.
-                change = self.runtime.wait_for_change(_NOTIFICATION_POLL_S, owner, messages=listens)
+                change = self.runtime.wait_for_change(
+                    _NOTIFICATION_POLL_S, owner, messages=listens, since=since
+                )
                 await self._unless_stopped(change)
                 if self.runtime.notifications.has_pending(owner):
                     await self._gather_more()

@@ -22,7 +22,7 @@ from taskloom.engine import EngineConfig
 from taskloom.errors import ModelError
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.kinds import kind_for
-from taskloom.tasks.mailbox import MESSAGES, Letter
+from taskloom.tasks.mailbox import HELD, MESSAGES, Letter
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.teammate import TeammateKind, TeammateTaskState
 from taskloom.tasks.types import ShellTaskState, TaskStatus, TaskType, state_from_dict
@@ -129,8 +129,8 @@ async def spawn(
 
 async def lead_mail(rt: TaskRuntime) -> list[Letter]:
     """The rows for the lead, waiting (bounded) until there is one."""
-    assert await rt.mailbox.wait(WAIT_S, rt.session_id, MESSAGES)
-    return rt.mailbox.take(rt.session_id, MESSAGES)
+    assert await rt.mailbox.wait(WAIT_S, rt.session_id, (*MESSAGES, *HELD))
+    return rt.mailbox.take(rt.session_id, (*MESSAGES, *HELD))
 
 
 def unwrap(letter: Letter, sender: str) -> dict[str, Any]:
@@ -140,7 +140,10 @@ def unwrap(letter: Letter, sender: str) -> dict[str, Any]:
     assert body.startswith(head) and body.endswith("\n</teammate-message>")
     data = protocol.structured(body[len(head) : -len("\n</teammate-message>")])
     assert data is not None
-    assert (letter.kind, letter.topic, letter.data) == ("protocol", data["type"], data)
+    # An idle notice or a shutdown approval is held for the lead's next turn; the rest wake it.
+    held = data["type"] in ("idle_notification", "shutdown_approved")
+    kind = "held" if held else "protocol"
+    assert (letter.kind, letter.topic, letter.data) == (kind, data["type"], data)
     return data
 
 
@@ -191,7 +194,7 @@ def test_structured_bodies_and_their_builders() -> None:
         "from": "alice",
         "timestamp": "2023-11-14T22:13:20.123Z",
         "idleReason": "available",
-        "summary": "x" * 200,
+        "result": "x" * 199 + "…",
     }
     request = protocol.structured(protocol.shutdown_request("r1", reason="done", at=at))
     assert request is not None and request["from"] == "team-lead" and request["requestId"] == "r1"
@@ -223,12 +226,12 @@ async def test_a_turn_on_the_wrapped_prompt_then_an_idle_notification(tmp_path: 
         assert (letter.recipient, letter.sender, letter.kind) == (
             rt.session_id,
             "alice@crew",
-            "protocol",
+            "held",  # for the lead's next turn
         )
         idle = unwrap(letter, "alice")
         assert idle["type"] == "idle_notification" and idle["from"] == "alice"
         assert idle["idleReason"] == "available" and ISO.match(idle["timestamp"])
-        assert idle["summary"] == "All done: the build is green."
+        assert idle["result"] == "All done: the build is green." and "summary" not in idle
         run = executor.run(member)
         assert run.is_idle and state(rt, task_id).is_idle
         assert state(rt, task_id).status == TaskStatus.RUNNING  # idle is not an end
@@ -279,7 +282,7 @@ async def test_a_message_wakes_an_idle_teammate_at_once(tmp_path: Path) -> None:
         assert time.monotonic() - posted < 0.5 * TIME_FACTOR
         assert request.messages[-1].role == "user" and request.messages[-1].text() == body
         [letter] = await lead_mail(rt)
-        assert unwrap(letter, "alice")["summary"] == "answer 3"
+        assert unwrap(letter, "alice")["result"] == "answer 3"
 
 
 async def test_a_message_sent_while_it_works_arrives_at_its_next_tool_boundary(
@@ -327,7 +330,7 @@ async def test_shutdown_kills_its_processes_and_tells_the_lead(tmp_path: Path) -
         assert rt.get(shell.id).terminal  # type: ignore[union-attr]
         assert state(rt, task_id).status == TaskStatus.COMPLETED
         assert not executor.is_active(member)
-        [letter] = rt.mailbox.take(rt.session_id, MESSAGES)
+        [letter] = rt.mailbox.take(rt.session_id, HELD)  # held for the lead
         approved = unwrap(letter, "alice")
         assert approved["type"] == "shutdown_approved"
         assert approved["requestId"] == "shutdown-1@alice" and approved["from"] == "alice"
@@ -429,14 +432,16 @@ async def test_a_failed_turn_leaves_it_alive_and_idle(tmp_path: Path) -> None:
     async with TaskRuntime() as rt:
         executor, member, task_id = await spawn(rt, model, tmp_path)
         [letter] = await lead_mail(rt)
-        assert "turn failed: overloaded" in unwrap(letter, "alice")["summary"]
+        failed_notice = unwrap(letter, "alice")
+        assert failed_notice["idleReason"] == "failed"
+        assert failed_notice["failureReason"] == "overloaded"
         failed = state(rt, task_id)
         assert failed.status == TaskStatus.RUNNING and failed.is_idle
         assert failed.error == "overloaded"
         assert executor.is_active(member) and executor.run(member).is_idle
         await executor.send(member, "try again", sender="team-lead@crew")
         [letter] = await lead_mail(rt)
-        assert unwrap(letter, "alice")["summary"] == "recovered"
+        assert unwrap(letter, "alice")["result"] == "recovered"
         assert state(rt, task_id).error is None
         assert state(rt, task_id).result == "recovered"
 
@@ -450,5 +455,5 @@ async def test_a_turn_failed_by_the_os_says_the_path_and_what_to_do(tmp_path: Pa
         _, _, task_id = await spawn(rt, model, tmp_path)
         [letter] = await lead_mail(rt)
         why = "/srv/shared/notes: Permission denied (check the permissions of that path)"
-        assert unwrap(letter, "alice")["summary"] == f"[turn failed: {why}]"
+        assert unwrap(letter, "alice")["failureReason"] == why
         assert state(rt, task_id).error == why

@@ -20,7 +20,7 @@ import tmux_driver
 from coordinator_scenario import system_text
 from fake_servers import ToolCall, Turn
 from helpers import harness, main_context, wait_until
-from taskloom.tasks.mailbox import MESSAGES
+from taskloom.tasks.mailbox import HELD, MESSAGES
 from taskloom.teams.protocol import wrap
 from team_scenario import TEAM
 from test_teams_tmux import MODEL, _all_text, _calls, _model, _panes, _spawn, _states, _tmux_env
@@ -69,7 +69,7 @@ def _lead_mail(h: Any, kind: str) -> list[dict[str, Any]]:
     """The protocol messages of ``kind`` pending for the lead."""
     return [
         letter.data
-        for letter in h.runtime.mailbox.pending(h.session_id, MESSAGES)
+        for letter in h.runtime.mailbox.pending(h.session_id, (*MESSAGES, *HELD))
         if letter.data is not None and letter.topic == kind
     ]
 

@@ -12,13 +12,15 @@ import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from taskloom.conversation.held import fold
 from taskloom.conversation.recorder import Recorder
 from taskloom.engine import Engine, EngineConfig, EngineEvent
 from taskloom.errors import UsageError, UserError
 from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.quoting import quote
 from taskloom.settings import db_path
-from taskloom.tasks.mailbox import MESSAGES, Letter
+from taskloom.tasks.mailbox import HELD, MESSAGES, Letter
+from taskloom.tasks.owner_wait import OwnerWait
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.transcript import TranscriptWriter, copy_transcript, load_messages, transcript_path
 
@@ -45,6 +47,9 @@ class Session:
         self._source = "resume" if messages else "startup"
         self._hooked_start = False
         self._start_context: list[str] = []
+        #: Its own tasks at work (while one works, idle notices are held).
+        self._work = OwnerWait(runtime, self.id, {}, listens=True)
+        self._prompted = False  # the turn starting is on its user's prompt
         path = transcript_path(self.id, runtime.home, runtime.cwd) if persist else None
         self.recorder = Recorder(self.engine, path)
         self.recorder.open()
@@ -65,14 +70,24 @@ class Session:
     def take_inbox(self) -> list[str]:
         """Messages sent to the main thread since its last look, taken from the mailbox.
 
+        Teammates' idle notices among them are held until a turn runs anyway (see
+        :mod:`taskloom.conversation.held`), and one teammate's are folded into one.
         Acknowledged once the transcript holds the message they go into (see
         :meth:`~taskloom.conversation.recorder.Recorder.hold`).
         """
-        letters = self.runtime.mailbox.take(self.id, MESSAGES)
+        mailbox = self.runtime.mailbox
+        letters = mailbox.take(self.id, MESSAGES)
+        # Idle notices go with a turn that runs anyway, or once none of its tasks works (see
+        # taskloom.conversation.held): never are they alone the cause of a request.
+        if mailbox.has_pending(self.id, HELD) and (
+            letters or self._prompted or not self._work.live_tasks()
+        ):
+            letters += mailbox.take(self.id, HELD)
+        self._prompted = False
         if letters:
             self.recorder.hold(letters)
         # What teammates sent (``name@team``) comes as one batch under the team's preamble.
-        team = [letter.body for letter in letters if _from_member(letter.sender)]
+        team = fold([letter for letter in letters if _from_member(letter.sender)])
         texts = [_inbox_text(letter) for letter in letters if not _from_member(letter.sender)]
         if team:
             texts.append(lead_batch(team))
@@ -94,6 +109,7 @@ class Session:
         text = prompt_text(prompt)
         if text is not None:
             prompt = await self._submitted(prompt, text)
+        self._prompted = text is not None  # held notices go with a user's prompt
         try:
             async for event in self.recorder.run(prompt):
                 self._start_context = []  # the prompt is recorded (before its first event)

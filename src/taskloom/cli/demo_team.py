@@ -63,7 +63,7 @@ def describe(letter: Letter) -> str:
     if kind == "task_assignment":
         return f"task_assignment: #{data.get('taskId')} {data.get('subject')}"
     if kind == "idle_notification":
-        return f"idle_notification: {str(data.get('summary', ''))[:60]!r}"
+        return f"idle_notification: {str(data.get('result', ''))[:60]!r}"
     if kind in ("shutdown_request", "shutdown_approved", "shutdown_rejected"):
         return f"{kind} {data.get('requestId')}"
     return kind

@@ -72,7 +72,7 @@ from taskloom.cli.stream_input import (
 )
 from taskloom.cli.stream_output import replayed
 from taskloom.cli.task_events import notified_status
-from taskloom.conversation.next_input import NextInput, OwnWork, Pending, Prompts
+from taskloom.conversation.next_input import Held, NextInput, OwnWork, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe, reason
 from taskloom.harness import Harness
@@ -122,7 +122,10 @@ class StreamSession:
         me, runtime = harness.session_id, harness.runtime
         self.work = OwnWork(runtime, me, harness.settings, when=self._ran)
         self.inputs: NextInput[tuple[int | None, str | Message] | Message] = NextInput(
-            self.prompts, Pending(runtime.mailbox, me, _WAKES, when=self._ran), until=self.work
+            self.prompts,
+            Pending(runtime.mailbox, me, _WAKES, when=self._ran),
+            Held(runtime, me, when=self._ran),  # idle notices, once every teammate is idle
+            until=self.work,
         )
         #: Runs the turns, one at a time; an ``interrupt`` request cuts the running one short.
         self.driver: TurnDriver[dict[str, Any]] = TurnDriver()

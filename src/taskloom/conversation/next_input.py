@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from taskloom._aio import first_of
 from taskloom.messages import Message
-from taskloom.tasks.mailbox import MESSAGES
+from taskloom.tasks.mailbox import HELD, MESSAGES
 from taskloom.tasks.owner_wait import OwnerWait
 from taskloom.tasks.wait_bound import WaitBound, task_wait_seconds
 
@@ -203,6 +203,47 @@ class Taken:
         return await self.mailbox.wait(timeout, self.recipient, self.kinds)
 
 
+class Held:
+    """A recipient's held rows (idle notices): a turn only once nothing of its is at work.
+
+    Held rows wake nobody while the owner's tasks work: they go with its next turn (see
+    :mod:`taskloom.conversation.held`). Once none works (every teammate idle), rows still
+    held start a turn, so that a lead waiting for its team is told.
+
+    Args:
+        runtime: The session's tasks and mailbox.
+        owner: Whose rows and tasks (the main thread: the session id).
+        when: Whether they count now (default: always).
+    """
+
+    def __init__(
+        self, runtime: TaskRuntime, owner: str, *, when: Callable[[], bool] | None = None
+    ) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self._when = when
+        self._work = OwnerWait(runtime, owner, {}, listens=True)
+        self._since = runtime.changes()
+
+    def listening(self) -> bool:
+        """Whether they count now."""
+        return self._when is None or self._when()
+
+    def take(self) -> Message | None:
+        """An empty prompt when rows are held and nothing of the owner's works; else None."""
+        self._since = self.runtime.changes()  # a task going idle after this look wakes the wait
+        if not self.listening() or not self.runtime.mailbox.has_pending(self.owner, HELD):
+            return None
+        return None if self._work.live_tasks() else Message(role="user", content=[])
+
+    async def wait(self, timeout: float) -> None:
+        """Wait for a held row, or, with rows held already, for a task to end or go idle."""
+        if self.runtime.mailbox.has_pending(self.owner, HELD):
+            await self.runtime.wait_for_change(timeout, self.owner, since=self._since)
+        else:
+            await self.runtime.mailbox.wait(timeout, self.owner, HELD)
+
+
 class Settling(Protocol):
     """What an ended input still waits for before it ends (see :class:`OwnWork`)."""
 
@@ -244,12 +285,14 @@ class OwnWork:
         self._when = when
         self._waiting = OwnerWait(runtime, owner, dict(settings), listens=True)
         self._bound = WaitBound(runtime, owner, task_wait_seconds(settings))
+        self._since: int | None = None
 
     def settled(self) -> bool:
-        """Whether no task of the owner works and nothing waits for it."""
+        """Whether no task of the owner works and nothing waits for it (held rows included)."""
+        self._since = self.runtime.changes()  # an end after this look ends the next wait
         if self._when is not None and not self._when():
             return True
-        pending = self.runtime.mailbox.has_pending(self.owner, ("notification", *MESSAGES))
+        pending = self.runtime.mailbox.has_pending(self.owner, ("notification", *MESSAGES, *HELD))
         return not pending and not self._waiting.must_wait()
 
     async def wait(self, timeout: float) -> None:
@@ -259,7 +302,9 @@ class OwnWork:
         """
         self._bound.arm()
         try:
-            await self.runtime.wait_for_change(timeout, self.owner, messages=True)
+            await self.runtime.wait_for_change(
+                timeout, self.owner, messages=True, since=self._since
+            )
         finally:
             self._bound.pause()
 
@@ -328,6 +373,7 @@ class NextInput(Generic[T]):
 __all__ = [
     "ENDED",
     "IDLE_WAIT_S",
+    "Held",
     "NextInput",
     "OwnWork",
     "Pending",

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from taskloom.conversation.next_input import NextInput, Pending, Prompts
+from taskloom.conversation.next_input import Held, NextInput, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, describe
 from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
@@ -108,7 +108,9 @@ class Turns:
         """
         me = harness.session_id
         inputs: NextInput[str | Message] = NextInput(
-            self.prompts, Pending(harness.runtime.mailbox, me, ("notification", *MESSAGES))
+            self.prompts,
+            Pending(harness.runtime.mailbox, me, ("notification", *MESSAGES)),
+            Held(harness.runtime, me),
         )
         while True:
             prompt = await next_input(

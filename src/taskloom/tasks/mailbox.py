@@ -9,7 +9,12 @@ sender, of a kind:
   notifications, task assignments; a structured SendMessage), which the recipient's model is
   shown (its body) and its code acts on (its ``payload``, the JSON object it was sent as);
 - ``control``: a protocol message only code reads (a pane teammate's permission request and
-  the answer), its ``payload`` that object.
+  the answer), its ``payload`` that object;
+- ``held``: a teammate's idle notification or shutdown approval: shown to its lead (and read
+  by code) as a ``protocol`` row is, but it wakes nobody. It goes with the lead's next turn,
+  or starts one once nothing of the lead's is at work (see :mod:`taskloom.conversation.held`).
+  The lead may ask for a teammate's next one to wake it (:meth:`Mailbox.promote`): it is then
+  a ``protocol`` row.
 
 Only the code paths that send protocol post the last two: text is ``message`` whatever it
 says, so no text (whatever a model was led to write) is ever taken for protocol. What a
@@ -56,12 +61,14 @@ _WAKE_RETRY_S = 0.5
 
 #: What a row carries: a task notification, text, protocol shown to a model, or protocol only
 #: code reads (see the module docstring).
-Kind = Literal["notification", "message", "protocol", "control"]
-KINDS: tuple[Kind, ...] = ("notification", "message", "protocol", "control")
+Kind = Literal["notification", "message", "protocol", "control", "held"]
+KINDS: tuple[Kind, ...] = ("notification", "message", "protocol", "control", "held")
 #: The kinds a recipient's model reads as mail from other agents: text and protocol.
 MESSAGES: tuple[Kind, ...] = ("message", "protocol")
 #: The kinds whose rows carry a payload, which only code posts.
-PROTOCOL: tuple[Kind, ...] = ("protocol", "control")
+PROTOCOL: tuple[Kind, ...] = ("protocol", "control", "held")
+#: The kinds of rows held for their recipient's next turn: they wake nobody.
+HELD: tuple[Kind, ...] = ("held",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +80,7 @@ class Letter:
         seq: Posting order within the session (a resumed session goes on from the last).
         recipient: The address it is for (a session id or an agent id).
         sender: Who sent it (an agent or session id; for a notification, its task's id).
-        kind: ``notification``, ``message``, ``protocol`` or ``control``.
+        kind: ``notification``, ``message``, ``protocol``, ``control`` or ``held``.
         topic: What a notification reports (``terminal``, ``stall``), the type of a protocol
             or control row; '' otherwise.
         priority: ``next`` (at the next delivery point) or ``later``.
@@ -158,6 +165,8 @@ class Mailbox:
         self._seq = 0
         # Who waits for what: (recipient or None for anyone, kind or None, the event to set).
         self._waiters: list[tuple[str | None, Kinds, asyncio.Event]] = []
+        # (recipient, sender): the next held row from sender to recipient wakes it.
+        self._promoted: set[tuple[str, str]] = set()
 
     @property
     def session_id(self) -> str:
@@ -179,7 +188,7 @@ class Mailbox:
                 seq=row.seq,
                 recipient=row.recipient,
                 sender=row.sender,
-                kind=_kind(row.kind),
+                kind=self._promoted_kind(row.recipient, row.sender, _kind(row.kind)),
                 topic=row.topic,
                 priority="next" if row.priority == "next" else "later",
                 body=row.body,
@@ -228,6 +237,7 @@ class Mailbox:
         """
         if (kind in PROTOCOL) != bool(payload):
             raise ValueError(f"a {kind} row {'needs' if kind in PROTOCOL else 'has no'} payload")
+        kind = self._promoted_kind(recipient, sender, kind)
         letter = Letter(
             id=secrets.token_hex(8),
             seq=self._seq,
@@ -273,6 +283,20 @@ class Mailbox:
                 raise
         self._signal(letter)
         return letter
+
+    def promote(self, recipient: str, sender: str) -> None:
+        """The next held row from ``sender`` to ``recipient`` is a ``protocol`` row: it wakes.
+
+        Posted in this process or read from the store (a teammate in a pane of its own): the
+        recipient asked to be told (SendMessage ``notify_when_idle``). Kept in memory only.
+        """
+        self._promoted.add((recipient, sender))
+
+    def _promoted_kind(self, recipient: str, sender: str, kind: Kind) -> Kind:
+        if kind in HELD and (recipient, sender) in self._promoted:
+            self._promoted.discard((recipient, sender))
+            return "protocol"
+        return kind
 
     def _post_elsewhere(self, letter: Letter, commit: bool) -> None:
         """A row another process serves: committed now, then that process is told.

@@ -165,12 +165,12 @@ class PaneExecutor:
     def _observe(self, letter: Letter) -> None:
         """Keep a teammate's state as its protocol messages say (its text says nothing)."""
         member = self._members.get(letter.sender)
-        data = letter.data if letter.kind == "protocol" else None
+        data = letter.data if letter.kind in ("protocol", "held") else None
         if member is None or data is None:
             return
         if letter.topic == "idle_notification":
             member.idle_at = letter.created_at
-            member.idle_summary = str(data.get("summary") or "")
+            member.idle_summary = str(data.get("result") or data.get("failureReason") or "")
         elif letter.topic == "shutdown_approved":
             member.approved = True
         elif letter.topic == "plan_approval_request":

@@ -15,16 +15,22 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from taskloom.messages import Message
 from taskloom.quoting import attribute, quote
 from taskloom.session import LEAD_CLOSING, LEAD_PREAMBLE, lead_batch
 
 #: The lead's name in its team (its agent id is ``team-lead@<team>``).
 LEAD_NAME = "team-lead"
-#: The longest summary an idle notification carries (the rest of the answer is cut).
+#: The longest last answer (``result``) an idle notification carries (the rest is cut).
 SUMMARY_LIMIT = 200
+#: The longest summary of one peer message an idle notification carries.
+PEER_SUMMARY_LIMIT = 60
+#: The most peer messages an idle notification summarises (the others are counted).
+PEER_LIMIT = 5
 #: What an in-process teammate says it runs in (``paneId`` and ``backendType``).
 IN_PROCESS = "in-process"
 #: What a teammate in a tmux pane says it runs in (``backendType``).
@@ -95,17 +101,72 @@ def _dump(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
-def idle_notification(name: str, summary: str, *, at: float | None = None) -> str:
-    """A teammate's turn is over: it is available (``summary`` is cut to 200 characters)."""
-    return _dump(
-        {
-            "type": "idle_notification",
-            "from": name,
-            "timestamp": timestamp(at),
-            "idleReason": "available",
-            "summary": summary[:SUMMARY_LIMIT],
-        }
-    )
+def idle_notification(
+    name: str,
+    result: str,
+    *,
+    peers: Sequence[tuple[str, str]] = (),
+    failure: str | None = None,
+    at: float | None = None,
+) -> str:
+    """A teammate's turn is over: it is available, or its turn failed (``failure``).
+
+    Args:
+        name: The teammate.
+        result: Its last answer (``result``, cut to :data:`SUMMARY_LIMIT` characters).
+        peers: The messages it sent its teammates since its last notice, as (to whom, their
+            summary): ``summary`` says ``[to bob] …; [to carol] …`` (left out when none).
+        failure: Why its turn failed (``idleReason`` is then ``failed``).
+        at: When (epoch seconds; default now).
+    """
+    data: dict[str, Any] = {
+        "type": "idle_notification",
+        "from": name,
+        "timestamp": timestamp(at),
+        "idleReason": "available" if failure is None else "failed",
+    }
+    if peers:
+        data["summary"] = peer_summary(peers)
+    if failure is not None:
+        data["failureReason"] = _cut(failure, SUMMARY_LIMIT)
+    elif result:
+        data["result"] = _cut(result, SUMMARY_LIMIT)
+    return _dump(data)
+
+
+def peer_summary(peers: Sequence[tuple[str, str]]) -> str:
+    """``[to bob] …; [to carol] …``: each summary cut, at most :data:`PEER_LIMIT` of them."""
+    said = [f"[to {to}] {_cut(' '.join(text.split()), PEER_SUMMARY_LIMIT)}" for to, text in peers]
+    if len(said) > PEER_LIMIT:
+        said = [*said[:PEER_LIMIT], f"+{len(said) - PEER_LIMIT} more"]
+    return "; ".join(said)
+
+
+def peer_messages(messages: Sequence[Message], team: str) -> list[tuple[str, str]]:
+    """The messages a member sent its teammates in ``messages``: (to whom, their summary).
+
+    Its SendMessage calls to one teammate by name (not to the lead, who has them, nor to
+    ``*``): their ``summary``, else the text itself (a structured message: its type).
+    """
+    lead = {LEAD_NAME, agent_id(LEAD_NAME, team)}
+    found = []
+    for message in messages:
+        if message.role != "assistant":
+            continue
+        for call in message.tool_uses():
+            to = call.input.get("to")
+            if call.name != "SendMessage" or not isinstance(to, str) or to in lead or to == "*":
+                continue
+            body = call.input.get("message")
+            said = call.input.get("summary") or body
+            if isinstance(said, dict):
+                said = said.get("type", "")
+            found.append((to.removesuffix(f"@{team}"), str(said)))
+    return found
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def shutdown_request(request: str, *, reason: str | None, at: float | None = None) -> str:
@@ -240,12 +301,16 @@ __all__ = [
     "LEAD_CLOSING",
     "LEAD_NAME",
     "LEAD_PREAMBLE",
+    "PEER_LIMIT",
+    "PEER_SUMMARY_LIMIT",
     "SUMMARY_LIMIT",
     "TMUX",
     "agent_id",
     "idle_notification",
     "lead_batch",
     "message_type",
+    "peer_messages",
+    "peer_summary",
     "permission_request",
     "permission_response",
     "plan_approval_request",

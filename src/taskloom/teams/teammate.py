@@ -39,6 +39,7 @@ from taskloom.teams.protocol import (
     LEAD_NAME,
     idle_notification,
     message_type,
+    peer_messages,
     shutdown_approved,
     wrap,
 )
@@ -59,6 +60,9 @@ KILL_WAIT_S = 5.0
 MAIL_WAIT_S = 3600.0
 #: How many of its latest messages are kept in memory, for display.
 RECENT_LIMIT = 50
+#: The setting that says how idle notices and shutdown approvals reach the lead: ``held``
+#: (the default: with its next turn) or ``each`` (each one starts a lead turn of its own).
+IDLE_NOTICES_SETTING = "teammateIdleNotices"
 
 
 class TeammateRun:
@@ -155,6 +159,8 @@ class TeammateRun:
         self._ending: str | None = None
         self._approved: str | None = None  # a shutdown its own call approved (see above)
         self._kept_busy = 0  # TeammateIdle continuations in a row
+        # How much of its conversation its last idle notice covered (its peer messages).
+        self._noticed = len(self.engine.messages)
         # An end asked for from inside its own loop runs as this task (see _end_apart).
         self._ender: asyncio.Task[None] | None = None
         #: Called when a message approving its plan is taken (see :meth:`_hold`).
@@ -388,15 +394,25 @@ class TeammateRun:
         totals = self._totals()
         self.runtime.update(self.task_id, lambda s: idle(s, totals, result=result, error=error))
         self._idle = True
-        summary = f"[turn failed: {error}]" if error is not None else result or ""
-        self._tell_lead(idle_notification(self.name, summary, at=self.runtime.clock.time()))
+        messages = self.engine.messages
+        peers = peer_messages(messages[self._noticed :], self.team)
+        self._noticed = len(messages)
+        notice = idle_notification(
+            self.name, result or "", peers=peers, failure=error, at=self.runtime.clock.time()
+        )
+        self._tell_lead(notice)
 
     def _tell_lead(self, payload: str) -> None:
-        """Post a protocol message of its own (idle, shutdown approved) to the lead."""
+        """Post a protocol message of its own (idle, shutdown approved) to the lead.
+
+        Held for the lead's next turn (it wakes nobody: see taskloom.conversation.held),
+        unless the settings want each one to start a lead turn of its own.
+        """
+        each = self.engine.config.settings.get(IDLE_NOTICES_SETTING) == "each"
         self.mailbox.post(
             recipient=self.lead,
             sender=self.agent_id,
-            kind="protocol",
+            kind="protocol" if each else "held",
             topic=message_type(payload),
             body=wrap(payload, sender=self.name, color=self.color),
             payload=payload,
@@ -467,4 +483,11 @@ class TeammateRun:
         self.runtime.update(self.task_id, lambda s: progressed(s, totals))
 
 
-__all__ = ["KILL_WAIT_S", "MAIL_WAIT_S", "RECENT_LIMIT", "TeammateRun", "sidechain_path"]
+__all__ = [
+    "IDLE_NOTICES_SETTING",
+    "KILL_WAIT_S",
+    "MAIL_WAIT_S",
+    "RECENT_LIMIT",
+    "TeammateRun",
+    "sidechain_path",
+]

@@ -65,25 +65,23 @@ def main_tools(
         policy: The permission policy: what it denies outright is not offered.
     """
     from taskloom.agents.agent_tool import AgentTool
-    from taskloom.agents.send_message import SendMessageTool
+    from taskloom.agents.send_message import LeadSendMessageTool, SendMessageTool
     from taskloom.tools.registry import core_tools
     from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
 
+    # A team lead's SendMessage may ask to be woken by a teammate's next idle notice.
+    send = SendMessageTool(service) if lead is None else LeadSendMessageTool(service)
     builtin: list[Tool[Any]]
     if coordinator:
         from taskloom.tools.tasks import TaskStopTool
 
         # It orchestrates only: the workers have the tools (and the MCP servers).
-        builtin = [
-            AgentTool(service, coordinator=True),
-            SendMessageTool(service),
-            TaskStopTool(),
-        ]
+        builtin = [AgentTool(service, coordinator=True), send, TaskStopTool()]
     else:
         builtin = [
             *core_tools(profile),
             AgentTool(service),
-            SendMessageTool(service),
+            send,
             EnterWorktreeTool(place, hooks),
             ExitWorktreeTool(place, hooks),
         ]

@@ -192,8 +192,12 @@ class Messenger:
         ctx: ToolContext,
         *,
         summary: str | None = None,
+        notify_when_idle: bool = False,
     ) -> Delivery:
         """Deliver ``message`` to ``to``: an agent, ``*``, the main session or a ``uds:`` peer.
+
+        ``notify_when_idle``: the team lead asks its recipients' next idle notices to wake it
+        (teammates only).
 
         Raises:
             ToolError: A structured message that is not valid, an unknown recipient, nobody
@@ -204,8 +208,14 @@ class Messenger:
         teams = self.teams
         if teams is not None and not to.startswith(PEER_PREFIX) and teams.handles(to, ctx):
             # Validated above; the team gets the message as written (its protocol reads it).
-            text, data = await teams.send(to, message, ctx, summary)
+            text, data = await teams.send(
+                to, message, ctx, summary, notify_when_idle=notify_when_idle
+            )
             return Delivery(text, data)
+        if notify_when_idle:
+            raise ToolError(
+                f"SendMessage: notify_when_idle is for messages to teammates; {to!r} is not one."
+            )
         if to.startswith(PEER_PREFIX):
             return await self._to_peer(to, letter, ctx)
         if to == BROADCAST:

@@ -54,6 +54,33 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+#: What ``notify_when_idle`` does (the team lead's SendMessage only).
+NOTIFY_DESCRIPTION = (
+    "Teammates only: wake me with their next idle notice (else it comes with my next turn)."
+)
+
+
+class LeadSendMessageInput(SendMessageInput):
+    """Input of :class:`LeadSendMessageTool`."""
+
+    notify_when_idle: bool = Field(default=False, description=NOTIFY_DESCRIPTION)
+
+
+#: :class:`LeadSendMessageInput`'s closed schema written out (see :data:`INPUT_SCHEMA`).
+LEAD_INPUT_SCHEMA: dict[str, Any] = {
+    **INPUT_SCHEMA,
+    "description": "Input of :class:`LeadSendMessageTool`.",
+    "properties": {
+        **INPUT_SCHEMA["properties"],
+        "notify_when_idle": {
+            "default": False,
+            "description": NOTIFY_DESCRIPTION,
+            "type": "boolean",
+        },
+    },
+}
+
+
 class SendMessageTool(Tool[SendMessageInput]):
     """Messages between agents, and to other sessions."""
 
@@ -78,10 +105,19 @@ class SendMessageTool(Tool[SendMessageInput]):
 
     async def call(self, params: SendMessageInput, ctx: ToolContext) -> ToolResult:
         """Queue, broadcast, resume or hand over."""
+        # The lead's own variant may ask for the recipients' next idle notices to wake it.
+        notify = isinstance(params, LeadSendMessageInput) and params.notify_when_idle
         try:
             delivery = await self.service.deliver(
-                params.to, params.message, ctx, summary=params.summary
+                params.to, params.message, ctx, summary=params.summary, notify_when_idle=notify
             )
         except (ToolError, TaskError) as exc:
             return tool_error(str(exc))
         return ToolResult(delivery.text, data=delivery.data)
+
+
+class LeadSendMessageTool(SendMessageTool):
+    """SendMessage for a team lead: it may ask to be woken by a teammate's next idle notice."""
+
+    Input = LeadSendMessageInput
+    static_schema = (LeadSendMessageInput, LEAD_INPUT_SCHEMA)

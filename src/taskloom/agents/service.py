@@ -149,16 +149,20 @@ class AgentService:
         ctx: ToolContext,
         *,
         summary: str | None = None,
+        notify_when_idle: bool = False,
     ) -> Delivery:
         """Deliver ``message`` (text or a structured object) to ``to``, as SendMessage does.
 
         ``to`` is an agent's id or name, ``*`` (every running agent ``ctx.owner`` may
         message), the session id (the main thread, from an agent) or ``uds:<socket path>``
-        (another taskloom process on this machine).
+        (another taskloom process on this machine). ``notify_when_idle`` (a team lead's, to
+        teammates): their next idle notices wake the lead.
 
         Raises:
             ToolError: An invalid structured message, an unknown recipient, nobody to
                 broadcast to, an unreachable peer, an agent that cannot be resumed.
             TaskError: ``ctx.owner`` may not message that agent.
         """
-        return await self.messenger.deliver(to, message, ctx, summary=summary)
+        return await self.messenger.deliver(
+            to, message, ctx, summary=summary, notify_when_idle=notify_when_idle
+        )

@@ -25,9 +25,17 @@ class TeamPort(Protocol):
         ...
 
     async def send(
-        self, to: str, message: str | dict[str, Any], ctx: ToolContext, summary: str | None
+        self,
+        to: str,
+        message: str | dict[str, Any],
+        ctx: ToolContext,
+        summary: str | None,
+        *,
+        notify_when_idle: bool = False,
     ) -> tuple[str, dict[str, Any]]:
         """Deliver a member's message; the tool's text and data.
+
+        ``notify_when_idle`` (the lead's): the recipients' next idle notices wake the lead.
 
         Raises:
             ToolError: No such member, a protocol message out of place.

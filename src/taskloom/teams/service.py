@@ -245,9 +245,18 @@ class TeamService:
         return to == "*" or to == LEAD_NAME or self.roster.resolve(to) is not None
 
     async def send(
-        self, to: str, message: str | dict[str, Any], ctx: ToolContext, summary: str | None
+        self,
+        to: str,
+        message: str | dict[str, Any],
+        ctx: ToolContext,
+        summary: str | None,
+        *,
+        notify_when_idle: bool = False,
     ) -> tuple[str, dict[str, Any]]:
         """Deliver a member's message; returns the tool's text and data.
+
+        ``notify_when_idle`` (the lead's): each recipient's next idle notice wakes the lead
+        instead of waiting for its next turn.
 
         Raises:
             ToolError: Not a member, no such member, a protocol message out of place.
@@ -255,10 +264,17 @@ class TeamService:
         me = self.member_of(ctx)
         if me is None:
             raise ToolError("SendMessage: you are not a member of this session's team.")
+        if notify_when_idle and me.name != LEAD_NAME:
+            raise ToolError("SendMessage: only the team lead may ask for notify_when_idle.")
         if isinstance(message, dict):
-            return await self._protocol(me, to, message)
+            answer = await self._protocol(me, to, message)
+            if notify_when_idle:
+                self._notify_when_idle(self._targets(me, to))
+            return answer
         targets = self._targets(me, to)
         ids = [self._post(me, target, message, summary) for target in targets]
+        if notify_when_idle:
+            self._notify_when_idle(targets)
         if to == "*":
             names = [t.name for t in targets]
             data = {"success": True, "recipients": names, "msg_ids": ids}
@@ -278,6 +294,12 @@ class TeamService:
                 },
             }
         return json.dumps(data), data
+
+    def _notify_when_idle(self, targets: list[Member]) -> None:
+        """The next idle notice of each of ``targets`` wakes the lead (see Mailbox.promote)."""
+        for target in targets:
+            if target.name != LEAD_NAME:
+                self.mailbox.promote(self.lead, target.agent_id)
 
     def _targets(self, me: Member, to: str) -> list[Member]:
         team = self.roster.team()

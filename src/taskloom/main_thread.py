@@ -115,6 +115,7 @@ def main_config(
     observer: EngineObserver | None,
     coordinator: bool,
     mcp: McpManager | None,
+    lead: bool = False,
 ) -> EngineConfig:
     """The main thread's engine configuration.
 
@@ -134,13 +135,14 @@ def main_config(
         observer: What hears the engine.
         coordinator: The main thread only orchestrates workers.
         mcp: The session's MCP servers (a coordinator's prompt names those connected).
+        lead: It leads a team (teams are on): its prompt says how (unless replaced).
     """
     from taskloom.engine_config import EngineConfig
     from taskloom.transcript import transcript_path
 
     return EngineConfig(
         model=model,
-        system_prompt=_prompt(options, cwd, service, coordinator=coordinator, mcp=mcp),
+        system_prompt=_prompt(options, cwd, service, coordinator=coordinator, mcp=mcp, lead=lead),
         tools=tools,
         owner=runtime.session_id,
         cwd=cwd,
@@ -162,13 +164,27 @@ def main_config(
 
 
 def _prompt(
-    options: Options, cwd: Path, service: AgentService, *, coordinator: bool, mcp: McpManager | None
+    options: Options,
+    cwd: Path,
+    service: AgentService,
+    *,
+    coordinator: bool,
+    mcp: McpManager | None,
+    lead: bool,
 ) -> str:
-    """The main thread's system prompt; a coordinator's says what its workers have."""
+    """The main thread's system prompt; a coordinator's says what its workers have.
+
+    A team lead's (teams on) says how to lead, after ours: a replaced prompt is left whole.
+    """
     from taskloom.prompts import main_system_prompt
 
     if not coordinator or options.system_prompt is not None:
-        return main_system_prompt(cwd, options.append_system_prompt, replace=options.system_prompt)
+        append = options.append_system_prompt
+        if lead and options.system_prompt is None:
+            from taskloom.teams.prompts import lead_section
+
+            append = "\n\n".join(p for p in (lead_section(), append) if p)
+        return main_system_prompt(cwd, append, replace=options.system_prompt)
     from taskloom.agents.coordinator import coordinator_system_prompt
 
     servers = mcp.status() if mcp is not None else {}

@@ -292,7 +292,7 @@ def _main_thread(
         base.runtime, opts, service, model=switch, tools=offered, cwd=base.cwd,
         settings=base.settings, max_tokens=base.max_output_tokens, policy=policy, hooks=hooks,
         place=place, prompter=prompter, observer=base.observer, coordinator=base.coordinator,
-        mcp=mcp,
+        mcp=mcp, lead=team is not None and member is None,
     )  # fmt: skip
     if base.resuming:
         main = Session.resume(base.runtime, config, persist=opts.persist_session)

@@ -1,4 +1,7 @@
-"""What a teammate is told about working in a team (our own wording)."""
+"""What a team's members are told about working in a team (our own wording).
+
+Every word here is sent with each request of the member it is for: keep them few.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,19 @@ whole team, and a short `summary`.
   to leave (or `approve: false` with a `reason`)."""
 
 
+LEAD_SECTION = """\
+# Leading a team
+
+You lead an agent team (you are `team-lead`). Teammates cannot see your replies: reach one with
+SendMessage `to` its name, or `*` for all.
+- Assign work through the task list: TaskCreate, then TaskUpdate `owner` set to a teammate.
+- A teammate goes idle after every turn: that is normal and costs nothing, and a message
+  wakes it. Its idle notice (its last answer, whom it messaged) comes with your next turn;
+  `notify_when_idle: true` on a SendMessage makes its next one wake you.
+- Read what arrives in <teammate-message> blocks and answer what needs it.
+- When the work is done, send each teammate `{"type": "shutdown_request"}`, then finish."""
+
+
 PLAN_SECTION = """\
 
 You start in plan mode: you may read and search, not change anything. When you know what you
@@ -27,6 +43,11 @@ would do, send your plan to the lead with SendMessage `to: "team-lead"` and a me
 `{"type": "plan_approval_request", "plan": "<your plan>"}`, then stop and wait. The lead's
 plan_approval_response either approves it (you may then carry it out) or sends it back with
 feedback (revise the plan and send it again)."""
+
+
+def lead_section() -> str:
+    """The system-prompt section of a team lead (the main thread with teams on)."""
+    return LEAD_SECTION
 
 
 def teammate_section(name: str, team: str, *, plan: bool = False) -> str:

@@ -21,6 +21,11 @@ command only warms caches and is left out.
 Targets: wall <= 1.0 s, delivery p50 <= 20 ms, peak RSS <= 70 MiB.
 Quick run: ``.venv/bin/python bench/team.py --runs 3``.
 
+Then, in the same run (bench/team_notices.py): the share of the lead's input tokens that idle
+and protocol notices take, in a scenario of three teammates and ten tasks, before (setting
+``teammateIdleNotices: "each"``: one lead turn per notice, as at 815cf13) and after (held and
+folded, the default). Target: at most 5 %. ``--notices`` runs only that part.
+
 With ``--tmux`` (bench/team_tmux.py): delivery latency between two processes instead, a lead
 and one teammate in a tmux pane of a private tmux server (``--teammate-mode tmux``), over
 ``--messages`` ping/pong exchanges (200 by default): p50 and p99 lead -> teammate, teammate ->
@@ -170,12 +175,21 @@ def main() -> int:
     parser.add_argument(
         "--messages", type=int, default=200, help="With --tmux: the ping/pong exchanges."
     )
+    parser.add_argument(
+        "--notices",
+        action="store_true",
+        help="Only the share of the lead's input tokens that notices take (bench/team_notices.py).",
+    )
     add_bytecode_flag(parser)
     args = parser.parse_args()
     if args.tmux:
         import team_tmux
 
         return team_tmux.main(args.messages, bytecode_cache=not args.no_bytecode_cache)
+    import team_notices
+
+    if args.notices:
+        return team_notices.main(args.runs, bytecode_cache=not args.no_bytecode_cache)
     runs, plain, left = interleaved(
         team_run, args.runs, bytecode_cache=not args.no_bytecode_cache, after=_teams_left
     )
@@ -220,7 +234,8 @@ def main() -> int:
         f"{_verdict(rss <= RSS_TARGET_MIB)}: peak RSS {rss:.1f} MiB "
         f"(target <= {RSS_TARGET_MIB:.0f} MiB)"
     )
-    return 0 if all(r.finished for r in runs) and left == 0 else 1
+    notices = team_notices.main(args.runs, bytecode_cache=not args.no_bytecode_cache)
+    return 0 if all(r.finished for r in runs) and left == 0 and notices == 0 else 1
 
 
 if __name__ == "__main__":

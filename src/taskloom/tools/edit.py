@@ -17,6 +17,7 @@ from taskloom.tools.read import (
     resolve_file_path,
     target_path,
 )
+from taskloom.tools.write import settled_mtime
 
 #: Lines of context shown around the edited region.
 SNIPPET_CONTEXT = 4
@@ -133,7 +134,8 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
             response=response,
         )
     with f:
-        stale = check_fresh(path, os.fstat(f.fileno()).st_mtime_ns, ctx, "editing")
+        before = os.fstat(f.fileno())
+        stale = check_fresh(path, before.st_mtime_ns, ctx, "editing")
         if stale is not None:
             return stale
         try:
@@ -148,7 +150,7 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
         f.write(new_text.encode("utf-8"))
         f.truncate()
         f.flush()
-        ctx.files.seen[path] = os.fstat(f.fileno()).st_mtime_ns
+        ctx.files.seen[path] = settled_mtime(f.fileno(), before)
     start_line = new_text.count("\n", 0, first) + 1
     snippet = _snippet(new_text, start_line, start_line + new.count("\n"))
     what = f" All {count} occurrences were replaced." if params.replace_all else ""

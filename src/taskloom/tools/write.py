@@ -77,7 +77,7 @@ class Write(Tool[WriteInput]):
             if stat is None:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 # "x": a file that appears between the check and now was not read by us.
-                mtime_ns = _write(path, content, "xb")
+                mtime_ns = _write(path, content, "xb", None)
             else:
                 stale = check_fresh(path, stat.st_mtime_ns, ctx, "writing to")
                 if stale is not None:
@@ -88,7 +88,7 @@ class Write(Tool[WriteInput]):
                     # The model saw the file without its \r (Read strips them): keep the
                     # file's convention rather than silently converting it to LF.
                     content = content.replace("\n", "\r\n")
-                mtime_ns = _write(path, content, "wb")
+                mtime_ns = _write(path, content, "wb", stat)
         except FileExistsError:
             return tool_error(f"{path} was created by someone else just now. Read it first.")
         except OSError as exc:
@@ -125,12 +125,37 @@ def _earlier(path: str, size: int) -> str | None:
         return f.read().decode("utf-8", errors="replace")
 
 
-def _write(path: str, content: str, mode: str) -> int:
+def _write(path: str, content: str, mode: str, before: os.stat_result | None) -> int:
     """Write ``content`` as UTF-8 in place (keeping the file's inode and mode); its new mtime."""
     with open(path, mode) as f:
         f.write(content.encode("utf-8"))
         f.flush()
-        return os.fstat(f.fileno()).st_mtime_ns
+        return settled_mtime(f.fileno(), before)
+
+
+def settled_mtime(fd: int, before: os.stat_result | None) -> int:
+    """The mtime (ns) of a file just rewritten in place, moved on a second when it must be.
+
+    Python's bytecode cache (and other build tools) judge a source unchanged by its mtime in
+    whole seconds and its size. An agent edits and runs the tests well within a second: a
+    rewrite of the same size in the same second as the old mtime would leave the old ``.pyc``
+    in force, and the tests would run the old code. Such a rewrite gets the next second.
+
+    Args:
+        fd: The rewritten file, open.
+        before: Its stat before the rewrite (None: it was just created).
+    """
+    after = os.fstat(fd)
+    second = 10**9
+    if (
+        before is not None
+        and after.st_size == before.st_size
+        and after.st_mtime_ns // second <= before.st_mtime_ns // second
+    ):
+        moved = (before.st_mtime_ns // second + 1) * second
+        os.utime(fd, ns=(after.st_atime_ns, moved))
+        return moved
+    return after.st_mtime_ns
 
 
 def _uses_crlf(path: str) -> bool:

@@ -68,8 +68,14 @@ class ProcessRecorder:
 
 
 def current_recorder() -> ProcessRecorder | None:
-    """The recorder of the session this code runs for (None outside a runtime)."""
-    return _CURRENT.get()
+    """The recorder of the session this code runs for (None outside a runtime).
+
+    None too once that session's store has closed: what runs after its end (a front end's last
+    ``git diff``, say) belongs to no session, and would only fail to be recorded. Unbinding at
+    close does not reach a context copied before it (a task's).
+    """
+    recorder = _CURRENT.get()
+    return None if recorder is None or recorder.store.closed else recorder
 
 
 def bind_recorder(recorder: ProcessRecorder | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +37,17 @@ background on one self-contained piece of the task.
 - Every worker runs in the background: you get its id at once and a <task-notification> with
   its report when it ends. Start independent workers in ONE message to run them in parallel.
 - Continue a worker with SendMessage (its id or `name`); stop one with TaskStop."""
+
+#: Said with forks on: when to fork instead of starting a fresh agent type.
+FORK_GUIDANCE = """Forking: leave out `subagent_type` to fork yourself. A fork inherits this
+conversation and shares your prompt cache; it runs in the background and reports back.
+- Fork when the intermediate tool output is not worth keeping in your context: the question
+  is "will I need this output again", not how big the task is.
+- Fork open-ended research. Research that splits into independent questions: launch parallel
+  forks in ONE message. A fork beats a fresh agent for this: it knows what you know.
+- Start a fresh agent (name its `subagent_type`) when the task needs that type's tools or
+  prompt, or a context without yours; its prompt must then say everything.
+- A fork may not fork again."""
 
 AgentMode = Literal["acceptEdits", "bypassPermissions", "default", "dontAsk", "plan"]
 
@@ -173,6 +185,26 @@ class AgentTool(Tool[AgentInput]):
         )
         self.teammate = teammate
         self.in_process_teammate = in_process_teammate
+        #: The agent types this Agent tool may start (None: any); see :meth:`restricted`.
+        self.allowed_types: tuple[str, ...] | None = None
+
+    def restricted(self, types: tuple[str, ...]) -> AgentTool:
+        """This tool for an agent that may start only ``types`` (its ``Agent(a, b)`` entries).
+
+        Its description lists only those types, and a spawn of another type is refused.
+        """
+        tool = copy.copy(self)
+        tool.allowed_types = types
+        return tool
+
+    @property
+    def forks(self) -> bool:
+        """Whether leaving out ``subagent_type`` forks the caller (forks on, not a coordinator)."""
+        from taskloom.agents.fork import fork_enabled
+
+        # A coordinator's default is its workers' type: leaving it out starts a worker.
+        default = self.service.builder.default_type == "general-purpose"
+        return default and fork_enabled(self.service.settings)
 
     @property
     def _hidden(self) -> set[str]:
@@ -198,13 +230,34 @@ class AgentTool(Tool[AgentInput]):
         """Offered with the list of agent types."""
         from taskloom.models.base import ToolSpec
 
+        allowed = self.allowed_types
         lines = [
             f"- {d.agent_type}: {d.when_to_use}"
             for d in sorted(self.service.catalog.active.values(), key=lambda d: d.agent_type)
+            if allowed is None or d.agent_type in allowed
         ]
         description = COORDINATOR_DESCRIPTION if self.coordinator else self.description
+        if self.forks and not self.coordinator:
+            description = description.replace(
+                "(default general-purpose)", "(leave it out to fork yourself: see Forking)"
+            )
+            description += "\n\n" + FORK_GUIDANCE
         text = f"{description}\n\nAvailable agent types:\n" + "\n".join(lines)
         return ToolSpec(self.name, text, self.input_schema())
+
+    def _refused_type(self, params: AgentInput) -> str | None:
+        """Why this agent may not start the type asked for, if it may not."""
+        allowed = self.allowed_types
+        if allowed is None or (params.subagent_type is None and self.forks):
+            return None  # any type; or a fork, a copy of the caller itself
+        kind = params.subagent_type or self.service.builder.default_type
+        if kind in allowed:
+            return None
+        listed = ", ".join(allowed)
+        return (
+            f"Agent type '{kind}' is not one this agent may start: its definition allows "
+            f"only Agent({listed}). Available agents: {listed}"
+        )
 
     def validate(self, raw: Any) -> AgentInput | ToolResult:
         """Refuse fields this context does not offer, even when forced."""
@@ -235,7 +288,7 @@ class AgentTool(Tool[AgentInput]):
         """Spawn and report."""
         from taskloom.agents.service import SpawnRequest
 
-        refused = _fan_out(ctx, self.service.settings)
+        refused = self._refused_type(params) or _fan_out(ctx, self.service.settings)
         if refused is not None:
             return tool_error(refused)
         teams = self.service.teams

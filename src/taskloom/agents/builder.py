@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.agents.filter import filter_tools
+from taskloom.agents.filter import filter_tools, restrict_spawns
 from taskloom.agents.memory import load_memory, memory_project
 from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
@@ -151,13 +151,16 @@ class AgentBuilder:
         offered: dict[str, Tool[Any]] = {}
         for tool in [*self.tools(), *extra_tools]:
             offered.setdefault(tool.name, tool)  # the API refuses duplicate tool names
+        spawns = definition.allowed_agent_types
         tools = filter_tools(
             list(offered.values()),
             allowed=definition.tools,
             disallowed=definition.disallowed_tools,
             is_async=is_async,
-            allow_nesting=self.allow_nesting,
+            # Types named in its definition are the user's word that it may start agents.
+            allow_nesting=self.allow_nesting or spawns is not None,
         )
+        tools = restrict_spawns(tools, spawns)
         # A worktree's memory is its main checkout's: a note kept there outlives it.
         memory = load_memory(definition.memory, definition.agent_type, memory_project(cwd))
         if memory is not None:

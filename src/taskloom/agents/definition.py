@@ -58,6 +58,11 @@ class AgentDefinition:
         omit_claude_md: Leave CLAUDE.md out of the context (saves tokens for search agents).
         required_mcp_servers: MCP servers that must be available for the agent to be offered.
         tokens: The token budget of the agent and every agent it starts.
+        allowed_agent_types: The agent types it may start: the ``allowedAgentTypes`` field
+            and the types of ``Agent(a, b)`` entries in ``tools``, together; None when
+            neither is given (any type, where it may start agents at all). Naming types
+            gives the agent the Agent tool even where agents may not start agents (the
+            setting ``allowNestedAgents``); an empty list takes it away.
     """
 
     agent_type: str
@@ -83,6 +88,7 @@ class AgentDefinition:
     omit_claude_md: bool = False
     required_mcp_servers: tuple[str, ...] = ()
     tokens: int | None = None
+    allowed_agent_types: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -130,13 +136,14 @@ class AgentDefinition:
         when_to_use = _required(fields, "when_to_use", "description").replace("\\n", "\n")
         if body is None:
             body = _opt(fields, "system_prompt", _text, warn) or ""
+        tools = _opt(fields, "tools", _names, warn)
         return cls(
             agent_type=agent_type,
             when_to_use=when_to_use,
             system_prompt=body.strip(),
             source=source,
             path=path,
-            tools=_opt(fields, "tools", _names, warn),
+            tools=tools,
             disallowed_tools=_opt(fields, "disallowed_tools", _names, warn) or (),
             model=_opt(fields, "model", _model, warn),
             color=_opt(fields, "color", _text, warn),
@@ -153,6 +160,9 @@ class AgentDefinition:
             omit_claude_md=_opt(fields, "omit_claude_md", _bool, warn) or False,
             required_mcp_servers=_opt(fields, "required_mcp_servers", _names, warn) or (),
             tokens=_opt(fields, "tokens", _positive_int, warn),
+            allowed_agent_types=_agent_types(
+                _opt(fields, "allowed_agent_types", _type_names, warn), tools
+            ),
         )
 
 
@@ -277,6 +287,35 @@ _KNOWN_TOOLS = {
         "Monitor",
     )
 }
+
+
+def _type_names(value: Any) -> tuple[str, ...]:
+    """Agent type names: a list, or a comma-separated string; no tool-name spelling fixes."""
+    if isinstance(value, str):
+        return tuple(n.strip() for n in value.split(",") if n.strip())
+    if isinstance(value, list | tuple):
+        return tuple(text for item in value if (text := _text(item)))
+    raise _BadField(f"must be a list or a comma-separated string, not {type(value).__name__}")
+
+
+def _agent_types(
+    listed: tuple[str, ...] | None, tools: tuple[str, ...] | None
+) -> tuple[str, ...] | None:
+    """The types ``allowedAgentTypes`` and the ``Agent(a, b)`` entries of ``tools`` name.
+
+    None when neither names any (a bare ``Agent`` entry restricts nothing), as in Claude
+    Code, where ``Agent(worker, researcher)`` in an agent's tools is how it is written.
+    """
+    named = [
+        name.strip()
+        for entry in tools or ()
+        if entry.startswith("Agent(") and entry.endswith(")")
+        for name in entry[len("Agent(") : -1].split(",")
+        if name.strip()
+    ]
+    if listed is None and not named:
+        return None
+    return tuple(dict.fromkeys([*(listed or ()), *named]))
 
 
 def _model(value: Any) -> str | None:

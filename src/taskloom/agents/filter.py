@@ -8,7 +8,9 @@
 
 Then the definition: ``tools`` (None or ``*``: everything left) and ``disallowedTools``
 (:func:`by_definition`, which a teammate of the type gets alone: see
-:mod:`taskloom.teams.compose`).
+:mod:`taskloom.teams.compose`). Last, :func:`restrict_spawns`: an agent whose definition names
+the agent types it may start (``Agent(a, b)``, ``allowedAgentTypes``) gets an Agent tool that
+starts only those.
 """
 
 from __future__ import annotations
@@ -46,6 +48,25 @@ ASYNC_AGENT_ALLOWED = frozenset(
 def _tool_name(entry: str) -> str:
     # ``Bash(git:*)`` in a tools list names the tool; the rule part is for permissions.
     return entry.split("(", 1)[0].strip()
+
+
+def restrict_spawns(tools: Sequence[Tool[Any]], types: tuple[str, ...] | None) -> list[Tool[Any]]:
+    """``tools`` with the Agent tool limited to ``types`` (None: as it is; empty: removed).
+
+    The Agent tool limits itself (its ``restricted``); one that cannot is left out rather
+    than offered unlimited.
+    """
+    if types is None:
+        return list(tools)
+    out: list[Tool[Any]] = []
+    for tool in tools:
+        if tool.name == "Agent":
+            restricted = getattr(tool, "restricted", None)
+            if not types or restricted is None:
+                continue
+            tool = restricted(types)
+        out.append(tool)
+    return out
 
 
 def filter_tools(

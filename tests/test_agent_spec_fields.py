@@ -1,0 +1,242 @@
+"""The spec's remaining agent fields and contexts (issue 29, build item 6).
+
+- ``Agent(a, b)`` in an agent's tools, and ``allowedAgentTypes``: the types it may start;
+- the ``<task-statuses>`` block, in the next request when a model's running tasks changed;
+- the fork guidance in the Agent tool's description when forks are on;
+- the output fields: ``teammate_id``/``team_name``, ``canReadOutputFile``, ``resumed``;
+- the subagent default permission mode (the parent's, not ``acceptEdits``).
+
+Spawning is exercised end to end: ``taskloom -p --output-format stream-json`` against the fake
+model server, with a PostToolUse hook logging each ``tool_response`` where data is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator_scenario import system_text, texts
+from fake_servers import FakeAnthropicServer, ToolCall, Turn
+from helpers import TIME_FACTOR, clean_env
+from taskloom.agents import AgentDefinition
+from taskloom.agents.agent_tool import FORK_GUIDANCE
+from team_scenario import events_of
+
+TASKLOOM = [sys.executable, "-m", "taskloom", "--model", "claude-sonnet-4-5"]
+
+
+# -- parsing --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "types"),
+    [
+        ({"tools": "Agent(worker, researcher), Read"}, ("worker", "researcher")),
+        ({"tools": ["Read", "Agent(worker)", "Agent(Explore, worker)"]}, ("worker", "Explore")),
+        ({"tools": "Task(worker)"}, ("worker",)),  # the tool's name before Claude Code 2.1
+        ({"tools": "Agent, Read"}, None),  # a bare Agent limits nothing
+        ({"tools": "Read"}, None),
+        ({}, None),
+        ({"allowedAgentTypes": ["Plan"], "tools": "Agent(worker)"}, ("Plan", "worker")),
+        ({"allowed_agent_types": "Plan, Explore"}, ("Plan", "Explore")),
+        ({"allowedAgentTypes": []}, ()),  # none at all: no Agent tool
+    ],
+)
+def test_agent_entries_and_allowed_agent_types_name_the_types_it_may_start(
+    fields: dict[str, Any], types: tuple[str, ...] | None
+) -> None:
+    data = {"name": "boss", "description": "Leads.", **fields}
+    agent = AgentDefinition.from_mapping(data, source="projectSettings")
+    assert agent.allowed_agent_types == types
+
+
+def test_a_malformed_allowed_agent_types_is_dropped_with_a_warning() -> None:
+    warnings: list[str] = []
+    data = {"name": "boss", "description": "Leads.", "allowedAgentTypes": {"a": 1}}
+    agent = AgentDefinition.from_mapping(data, source="projectSettings", on_warning=warnings.append)
+    assert agent.allowed_agent_types is None
+    assert warnings == ["ignoring allowed_agent_types: must be a list or a comma-separated "
+                        "string, not dict"]  # fmt: skip
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+def _run(
+    tmp_path: Path,
+    responder: Callable[[dict[str, Any]], Turn | str],
+    *args: str,
+    argv: list[str] | None = None,
+    settings: dict[str, Any] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run taskloom on the fake server: the process, the request bodies, the hooks' inputs.
+
+    A PostToolUse hook logs every tool's ``tool_response``, each in a file of its own (hooks
+    of calls run together would interleave their lines in one).
+    """
+    log = tmp_path / "hooks"
+    log.mkdir()
+    record = {"type": "command", "command": f"cat > $(mktemp -p {log} XXXXXXXX)"}
+    all_settings = {"hooks": {"PostToolUse": [{"matcher": "", "hooks": [record]}]}}
+    all_settings.update(settings or {})
+    (tmp_path / "settings.json").write_text(json.dumps(all_settings))
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    with FakeAnthropicServer(responder=responder) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        command = argv or [*TASKLOOM, "-p", "go", "--output-format", "stream-json", "--verbose"]
+        proc = subprocess.run(
+            [*command, "--settings", str(tmp_path / "settings.json"), *args],
+            capture_output=True,
+            text=True,
+            timeout=90 * TIME_FACTOR,
+            cwd=work,
+            env=env,
+        )
+        bodies = [r.body for r in server.requests]
+    hooks = [json.loads(f.read_text()) for f in sorted(log.iterdir(), key=_written)]
+    return proc, bodies, hooks
+
+
+def _written(path: Path) -> int:
+    return path.stat().st_mtime_ns
+
+
+def _result(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = events_of(proc.stdout)[-1]
+    assert last["type"] == "result", last
+    return str(last["result"])
+
+
+def _said(message: dict[str, Any]) -> str:
+    return "\n".join(texts(message["content"]))
+
+
+def _tool(body: dict[str, Any], name: str) -> dict[str, Any]:
+    (tool,) = [t for t in body["tools"] if t["name"] == name]
+    return tool
+
+
+def _responses(hooks: list[dict[str, Any]], tool: str) -> list[Any]:
+    """The main thread's ``tool_response``s of ``tool``, in order."""
+    return [h["tool_response"] for h in hooks if h.get("tool_name") == tool and "agent_id" not in h]
+
+
+AGENTS = {
+    "boss": {
+        "description": "Leads the work.",
+        "prompt": "You are BOSS.",
+        "tools": "Agent(worker), Read",
+    },
+    "worker": {"description": "Does the work.", "prompt": "You are WORKER."},
+    "other": {"description": "Another kind.", "prompt": "You are OTHER."},
+}
+
+
+@pytest.mark.e2e
+def test_an_agent_starts_only_the_types_its_tools_name(tmp_path: Path) -> None:
+    boss: list[dict[str, Any]] = []
+    kinds: list[str] = []
+
+    def respond(body: dict[str, Any]) -> Turn | str:
+        system, done = system_text(body), sum(m["role"] == "assistant" for m in body["messages"])
+        for kind in ("BOSS", "WORKER", "OTHER"):
+            if f"You are {kind}." in system:
+                kinds.append(kind)
+        if "You are WORKER." in system:
+            return "worker done"
+        if "You are BOSS." in system:
+            boss.append(body)
+            asks = [{"subagent_type": "other"}, {}, {"subagent_type": "worker"}]
+            if done < len(asks):
+                call = ToolCall("Agent", {"description": "sub", "prompt": "do", **asks[done]})
+                return Turn(tool_calls=(call,))
+            return "boss done"
+        if done == 0:
+            call = ToolCall(
+                "Agent", {"description": "lead", "prompt": "lead", "subagent_type": "boss"}
+            )
+            return Turn(tool_calls=(call,))
+        return "All done."
+
+    agents = json.dumps(AGENTS)
+    proc, bodies, _ = _run(tmp_path, respond, "--agents", agents, "--dangerously-skip-permissions")
+    assert _result(proc) == "All done."
+    # Its Agent tool lists the types it may start, and only those; the main thread's all.
+    listed = _tool(boss[0], "Agent")["description"]
+    assert "- worker: Does the work." in listed
+    assert "- other:" not in listed and "- general-purpose:" not in listed
+    assert "- other: Another kind." in _tool(bodies[0], "Agent")["description"]
+    refusals = [_said(b["messages"][-1]) for b in boss[1:3]]
+    for kind, said in zip(("other", "general-purpose"), refusals, strict=True):
+        assert (
+            f"Agent type '{kind}' is not one this agent may start: its definition allows only "
+            "Agent(worker). Available agents: worker"
+        ) in said
+    assert "worker done" in _said(boss[3]["messages"][-1])
+    assert kinds.count("WORKER") == 1 and "OTHER" not in kinds
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("forks", [True, False])
+def test_the_agent_tool_says_when_to_fork_when_forks_are_on(tmp_path: Path, forks: bool) -> None:
+    proc, bodies, _ = _run(
+        tmp_path, lambda _body: "ok", settings={"forkSubagent": True} if forks else {}
+    )
+    assert _result(proc) == "ok"
+    described = _tool(bodies[0], "Agent")["description"]
+    assert (FORK_GUIDANCE in described) is forks
+    assert ("(default general-purpose)" in described) is not forks
+    if forks:
+        assert '"will I need this output again"' in described
+        assert "(leave it out to fork yourself: see Forking)" in described
+
+
+@pytest.mark.e2e
+def test_a_subagent_without_a_mode_keeps_its_sessions_mode(tmp_path: Path) -> None:
+    """The spec's ``acceptEdits`` default is not followed: a subagent of a session in default
+    mode would write without asking. Its definition's ``permissionMode`` still applies.
+    """
+    target = tmp_path / "work" / "out.txt"
+    written_after_plain: list[bool] = []
+
+    def respond(body: dict[str, Any]) -> Turn | str:
+        system, done = system_text(body), sum(m["role"] == "assistant" for m in body["messages"])
+        if "You are PLAIN." in system or "You are EDITOR." in system:
+            if done == 0:
+                write = {"file_path": str(target), "content": "written\n"}
+                return Turn(tool_calls=(ToolCall("Write", write),))
+            return "wrote: " + _said(body["messages"][-1])
+        if done < 2:
+            if done == 1:
+                written_after_plain.append(target.exists())
+            kind = ("plain", "editor")[done]
+            spawn = {"description": kind, "prompt": "Write it.", "subagent_type": kind}
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        return "All done."
+
+    agents = {
+        "plain": {"description": "No mode.", "prompt": "You are PLAIN."},
+        "editor": {
+            "description": "Edits.",
+            "prompt": "You are EDITOR.",
+            "permissionMode": "acceptEdits",
+        },
+    }
+    proc, _, hooks = _run(
+        tmp_path, respond, "--agents", json.dumps(agents), "--allowedTools", "Agent"
+    )
+    assert _result(proc) == "All done."
+    assert written_after_plain == [False]  # the plain agent, in default mode, was refused
+    assert target.read_text() == "written\n"  # the editor, in acceptEdits, was not
+    plain, editor = (r["content"][0]["text"] for r in _responses(hooks, "Agent"))
+    assert plain.startswith("wrote: ") and "permission" in plain.lower(), plain
+    assert editor.startswith("wrote: ") and "permission" not in editor.lower(), editor

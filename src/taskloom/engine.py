@@ -47,6 +47,7 @@ from taskloom.models.base import MessageComplete, ModelRequest
 from taskloom.settings import tasks_dir
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
+from taskloom.tasks.statuses import TaskBoard
 from taskloom.tasks.usage import MAIN
 from taskloom.tools.base import (
     FileState,
@@ -105,6 +106,8 @@ class Engine:
         self._waiting = OwnerWait(
             runtime, config.owner, config.settings, listens=config.inbox is not None
         )
+        #: What its model knows of its running tasks (the ``<task-statuses>`` context).
+        self.board = TaskBoard(runtime, config.owner)
         #: Set when a hook answered ``continue: false``: the loop ends after this turn.
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
@@ -142,6 +145,7 @@ class Engine:
         engine.api_seconds = self.api_seconds
         engine.stop_reason = self.stop_reason
         engine.denials = list(self.denials)
+        engine.board = self.board
         if self.halted is not None:
             engine.halt(self.halted)
         return engine
@@ -159,13 +163,11 @@ class Engine:
             # turn is then told as one of messages, not as the program's prompt.
             origin: Literal["prompt", "messages"] = "prompt" if message.content else "messages"
             pending = self._take_notifications()
-            if pending:
-                message = _with_notes(message, pending)
-            sent = self._take_inbox()  # sent while it was idle: with the prompt, in order
-            if sent:
-                message = Message(
-                    role="user", content=[*message.content, *(TextBlock(text=t) for t in sent)]
-                )
+            message = _with_notes(message, pending)
+            # Sent while it was idle: with the prompt, in order.
+            inbox = [TextBlock(text=t) for t in self._take_inbox()]
+            if inbox:
+                message = Message(role="user", content=[*message.content, *inbox])
             if self.messages and self.messages[-1].role == "user":
                 # The conversation already ends with a user message (a run that stopped after
                 # its tool results): one user message, or the API refuses the request.
@@ -174,6 +176,8 @@ class Engine:
             if not message.content:
                 yield Finished("end_turn", self._last_text())  # woken for nothing: no request
                 return
+            if told := self._reminders(pending, meter=False):  # news of its tasks
+                message = Message(role="user", content=[*message.content, *told])
             self.messages.append(message)
             yield UserTurn(message, origin, tuple(pending))
             self._ack(pending)
@@ -198,7 +202,7 @@ class Engine:
                     results.append(_result_block(call, result))
                 notes = self._take_notifications()
                 steering = [TextBlock(text=t) for t in self._take_inbox()]
-                steering += self._reminders()  # in the message, so its record holds them
+                steering += self._reminders(notes, [c.id for c in calls])  # kept in its record
                 message = _with_notes(Message(role="user", content=[*results, *steering]), notes)
                 self.messages.append(message)
                 yield UserTurn(message, "tool_results", tuple(notes))
@@ -232,7 +236,7 @@ class Engine:
                 return
             content: list[ContentBlock] = [TextBlock(text=render_batch(notes))] if notes else []
             content += [TextBlock(text=t) for t in sent]
-            content += self._reminders()
+            content += self._reminders(notes)
             message = Message(role="user", content=content)
             self.messages.append(message)
             yield UserTurn(message, "notifications" if notes else "messages", tuple(notes))
@@ -293,11 +297,13 @@ class Engine:
         price = price_for(model, prices if isinstance(prices, dict) else None)
         return price.cost(usage) if price is not None else 0.0
 
-    def _reminders(self) -> list[TextBlock]:
-        """What the meter has to tell the model (a budget's wrap-up note), once."""
-        meter = self.config.meter
-        note = meter.reminder() if meter is not None else None
-        return [TextBlock(text=note)] if note else []
+    def _reminders(
+        self, notes: Sequence[Notification] = (), calls: Sequence[str] = (), meter: bool = True
+    ) -> list[TextBlock]:
+        """News of its tasks (``<task-statuses>``), and the meter's note (a wrap-up), once."""
+        said = [self.board.block(notes, calls)]
+        said.append(self.config.meter.reminder() if meter and self.config.meter else None)
+        return [TextBlock(text=note) for note in said if note]
 
     def last_text(self) -> str:
         """The text of the last answer (no tool blocks)."""

@@ -3,8 +3,8 @@
 Text from another agent, teammate or session reaches a model inside an element that says who
 sent it (``<teammate-message teammate_id="…">``, ``<agent-message>``, ``<session-message>``),
 and the runtime speaks in elements of its own (``<task-notification>``,
-``<system-reminder>``). Such text must not be able to end the element it is in, nor to start
-one of those, or it could pose as another sender, or as the runtime.
+``<system-reminder>``, ``<task-statuses>``). Such text must not be able to end the element it
+is in, nor to start one of those, or it could pose as another sender, or as the runtime.
 
 :func:`quote` escapes exactly that and nothing else: the ``<`` that starts one of these tags
 (opening or closing, in any case, with spaces or not) becomes ``&lt;``. Code, JSON and any
@@ -24,6 +24,7 @@ WRAPPER_TAGS: tuple[str, ...] = (
     "session-message",
     "task-notification",
     "system-reminder",
+    "task-statuses",
 )
 
 _OPENS_A_WRAPPER = re.compile(

@@ -34,7 +34,7 @@ from taskloom.tasks.shell import run_shell
 from taskloom.tasks.statuses import TAG, render
 from taskloom.tasks.types import ShellTaskState
 from taskloom.testing import FunctionModel
-from team_scenario import events_of
+from team_scenario import TEAM, TeamScript, events_of, team_argv
 
 TASKLOOM = [sys.executable, "-m", "taskloom", "--model", "claude-sonnet-4-5"]
 
@@ -88,8 +88,7 @@ def test_the_task_statuses_block_lists_running_tasks_and_quotes_their_descriptio
 
 async def test_a_task_the_model_did_not_start_is_news_once(tmp_path: Path) -> None:
     """A task running that the model never saw start (one a library caller started for the
-    session) is listed in its next request, and not again while nothing changes.
-    """
+    session) is listed in its next request, and not again while nothing changes."""
     requests: list[ModelRequest] = []
 
     def respond(request: ModelRequest) -> str:
@@ -308,10 +307,71 @@ def test_task_statuses_come_when_the_running_tasks_changed_untold(tmp_path: Path
 
 
 @pytest.mark.e2e
+def test_a_background_agent_says_whether_its_caller_can_read_its_output(tmp_path: Path) -> None:
+    def respond(body: dict[str, Any]) -> Turn | str:
+        first = _said(body["messages"][0])
+        done = sum(m["role"] == "assistant" for m in body["messages"])
+        if "JOB" in first:
+            return "job done"
+        seen = "\n".join(_said(m) for m in body["messages"] if m["role"] == "user")
+        if done == 0:
+            spawn = {"description": "bg", "prompt": "JOB", "run_in_background": True}
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        return "All done." if "<task-notification>" in seen else "Waiting."
+
+    proc, bodies, hooks = _run(
+        tmp_path, respond, "--dangerously-skip-permissions", "--tools", "Agent,Write"
+    )
+    assert _result(proc) == "All done."
+    (launched,) = _responses(hooks, "Agent")
+    assert launched["status"] == "async_launched" and launched["canReadOutputFile"] is False
+    mains = [b for b in bodies if "JOB" not in _said(b["messages"][0])]
+    said = _said(mains[1]["messages"][-1])
+    assert "output_file:" not in said and "Its answer comes in that notification" in said
+
+
+@pytest.mark.e2e
+def test_a_message_to_a_finished_agent_resumes_it_and_says_so(tmp_path: Path) -> None:
+    def respond(body: dict[str, Any]) -> Turn | str:
+        first = _said(body["messages"][0])
+        done = sum(m["role"] == "assistant" for m in body["messages"])
+        if "JOB" in first:
+            return f"job answer {done}"
+        seen = "\n".join(_said(m) for m in body["messages"] if m["role"] == "user")
+        if done == 0:
+            spawn = {"description": "bg", "prompt": "JOB", "name": "helper"}
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        if done == 1:
+            message = {"to": "helper", "message": "once more", "summary": "again"}
+            return Turn(tool_calls=(ToolCall("SendMessage", message),))
+        return "All done." if "<task-notification>" in seen else "Waiting."
+
+    proc, _, hooks = _run(tmp_path, respond, "--dangerously-skip-permissions")
+    assert _result(proc) == "All done."
+    (completed,) = _responses(hooks, "Agent")
+    assert completed["status"] == "completed"
+    (sent,) = _responses(hooks, "SendMessage")
+    assert sent["status"] == "resumed" and sent["agentId"] == completed["agentId"]
+
+
+@pytest.mark.e2e
+def test_a_teammate_spawn_says_its_teammate_id_and_team(tmp_path: Path) -> None:
+    script = TeamScript()
+    argv = [sys.executable, "-m", "taskloom", *team_argv()]
+    proc, _, hooks = _run(tmp_path, script, argv=argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    spawned = sorted(_responses(hooks, "Agent"), key=lambda r: r["name"])
+    assert [(r["status"], r["teammate_id"], r["name"], r["team_name"]) for r in spawned] == [
+        ("teammate_spawned", f"alice@{TEAM}", "alice", TEAM),
+        ("teammate_spawned", f"bob@{TEAM}", "bob", TEAM),
+    ]
+    assert spawned[0]["prompt"] == "Check module A."
+
+
+@pytest.mark.e2e
 def test_a_subagent_without_a_mode_keeps_its_sessions_mode(tmp_path: Path) -> None:
     """The spec's ``acceptEdits`` default is not followed: a subagent of a session in default
-    mode would write without asking. Its definition's ``permissionMode`` still applies.
-    """
+    mode would write without asking. Its definition's ``permissionMode`` still applies."""
     target = tmp_path / "work" / "out.txt"
     written_after_plain: list[bool] = []
 

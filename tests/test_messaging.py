@@ -125,7 +125,12 @@ async def test_a_running_agent_sees_the_message_framed_in_its_next_request(
             f"Message queued for agent {agent_id}; it will see it at its next tool boundary, "
             "before its next model request."
         )
-        assert result.data == {"to": "walker", "agent_id": agent_id}
+        assert result.data == {
+            "to": "walker",
+            "agent_id": agent_id,
+            "agentId": agent_id,
+            "status": "queued",
+        }
         agents.gate("walker").touch()
         state = await finished(h, agent_id)
     assert state.result == "walker finished"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
@@ -316,7 +317,7 @@ class AgentTool(Tool[AgentInput]):
                     slot.release()
             except ToolError as exc:
                 return tool_error(str(exc))
-            return ToolResult(text, data={"status": "teammate_spawned", "name": params.name})
+            return teammate_spawned(text, params)
         if params.team_name:
             return tool_error(
                 "team_name spawns a teammate, and agent teams are off in this session (turn "
@@ -343,7 +344,7 @@ class AgentTool(Tool[AgentInput]):
             result = await self.service.spawn(request, ctx)
         except ToolError as exc:
             return tool_error(str(exc))
-        return render(result, ctx.runtime.usage.latest(result.agent_id))
+        return render(result, ctx.runtime.usage.latest(result.agent_id), can_read=can_read(ctx))
 
 
 def _fan_out(ctx: ToolContext, settings: dict[str, Any]) -> str | None:
@@ -358,13 +359,46 @@ def _fan_out(ctx: ToolContext, settings: dict[str, Any]) -> str | None:
         return str(exc)
 
 
-def render(result: SpawnResult, latest: Latest | None = None) -> ToolResult:
+#: The teammate's id in the team's spawn result (``agent_id: <name>@<team>``).
+_TEAMMATE_ID = re.compile(r"^agent_id: (\S+)$", re.MULTILINE)
+
+
+def teammate_spawned(text: str, params: AgentInput) -> ToolResult:
+    """A teammate's spawn: the team's text, and ``teammate_id`` and ``team_name`` as data.
+
+    The ids come from the team's own words (``agent_id: alice@t1``): the team the teammate
+    joined is the lead's, whatever ``team_name`` asked for.
+    """
+    found = _TEAMMATE_ID.search(text)
+    teammate_id = found.group(1) if found else None
+    name, _, team = (teammate_id or "").rpartition("@")
+    data: dict[str, Any] = {
+        "status": "teammate_spawned",
+        "teammate_id": teammate_id,
+        "agentId": teammate_id,
+        "name": name or params.name,
+        "team_name": team or params.team_name,
+        "prompt": params.prompt,
+    }
+    return ToolResult(text, data=data)
+
+
+def can_read(ctx: ToolContext) -> bool:
+    """Whether the caller has a tool to read a background agent's output file (Read, Bash)."""
+    engine = ctx.engine
+    return engine is None or any(name in engine.tools for name in ("Read", "Bash"))
+
+
+def render(
+    result: SpawnResult, latest: Latest | None = None, *, can_read: bool = True
+) -> ToolResult:
     """The Agent tool's answer, as text for the model and data for scripts.
 
     Args:
         result: What the spawn reported.
         latest: The agent's latest response, as the session's ledger counted it (its hooks'
             ``usage`` and ``resolvedModel``, as Claude Code gives them).
+        can_read: Whether the caller can read the output file (``canReadOutputFile``).
     """
     data: dict[str, Any] = {
         "status": result.status,
@@ -378,17 +412,27 @@ def render(result: SpawnResult, latest: Latest | None = None) -> ToolResult:
         f"agentId: {result.agent_id} (use SendMessage with to: '{result.agent_id}' to continue it)"
     )
     if result.status == "async_launched":
+        data["canReadOutputFile"] = can_read
         text = (
             f"Async agent launched successfully.\n{how}\n"
             "The agent is working in the background. You will be notified automatically when "
             "it completes; do not wait for it or duplicate its work.\n"
-            f"output_file: {result.output_file} (its progress, and its answer when done)"
+            + (
+                f"output_file: {result.output_file} (its progress, and its answer when done)"
+                if can_read
+                else "Its answer comes in that notification (you have no tool to read its "
+                "output file)."
+            )
         )
         if result.extra.get("cluster"):  # a remote agent's first: where it runs, what it cost
             text += f"\ncluster: {result.extra['cluster']}"
             data["cluster"] = result.extra["cluster"]
         response = responses.agent_launched(
-            result.agent_id, result.description, result.prompt, result.output_file
+            result.agent_id,
+            result.description,
+            result.prompt,
+            result.output_file,
+            can_read_output_file=can_read,
         )
         return ToolResult(text, data=data, response=response)
     if result.extra:

@@ -224,8 +224,10 @@ class Messenger:
             delivery = self._to_session(letter, ctx)
         else:
             agent_id = self.resolve(to, ctx.owner)
-            text = await self._send(agent_id, letter, ctx)
-            delivery = Delivery(text, {"to": to, "agent_id": agent_id})
+            text, status = await self._send(agent_id, letter, ctx)
+            delivery = Delivery(
+                text, {"to": to, "agent_id": agent_id, "agentId": agent_id, "status": status}
+            )
         if letter.request_id is not None:
             delivery = Delivery(
                 f"{delivery.text} Its request_id is {letter.request_id}.",
@@ -243,7 +245,8 @@ class Messenger:
         """
         return (await self.deliver(to, message, ctx, summary=summary)).text
 
-    async def _send(self, agent_id: str, letter: _Letter, ctx: ToolContext) -> str:
+    async def _send(self, agent_id: str, letter: _Letter, ctx: ToolContext) -> tuple[str, str]:
+        """Deliver to one agent; the sender's text, and ``queued`` or ``resumed``."""
         self.runtime.authorize(agent_id, ctx.owner)
         run = self.runs.get(agent_id)
         if run is not None and run.finishing and run.driver is not None:
@@ -274,14 +277,15 @@ class Messenger:
             payload=letter.body if letter.type else "",
         ).id
 
-    async def _deliver(self, agent_id: str, ctx: ToolContext, letter: _Letter) -> str:
+    async def _deliver(self, agent_id: str, ctx: ToolContext, letter: _Letter) -> tuple[str, str]:
         state = as_agent(self.runtime.authorize(agent_id, ctx.owner))
         assert state is not None  # resolved to an agent
         if not state.terminal:
             self._post(agent_id, ctx.owner, self._framed(letter, ctx.owner), letter)
             return (
                 f"Message queued for agent {agent_id}; it will see it at its next tool "
-                "boundary, before its next model request."
+                "boundary, before its next model request.",
+                "queued",
             )
         if letter.type is not None:
             # A protocol message is for an agent at work; waking a finished one for it (a
@@ -298,9 +302,11 @@ class Messenger:
             # The sender is told it failed: the message must not turn up at a later resume.
             self.runtime.mailbox.withdraw([posted])
             raise
+        # A stopped agent comes back on it: ``resumed``, as Claude Code reports it.
         return (
             f"Agent {agent_id} had {state.status.value}; it was resumed in the background with "
-            "your message. You will be notified when it finishes."
+            "your message. You will be notified when it finishes.",
+            "resumed",
         )
 
     async def _broadcast(self, letter: _Letter, ctx: ToolContext) -> Delivery:

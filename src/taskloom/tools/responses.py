@@ -300,9 +300,17 @@ def _api_usage(tokens: Mapping[str, int]) -> dict[str, Any]:
 
 
 def agent_launched(
-    agent_id: str, description: str, prompt: str, output_file: str
+    agent_id: str,
+    description: str,
+    prompt: str,
+    output_file: str,
+    *,
+    can_read_output_file: bool = True,
 ) -> dict[str, Any]:
-    """An Agent call that started the agent in the background (SendMessage continues it)."""
+    """An Agent call that started the agent in the background (SendMessage continues it).
+
+    ``can_read_output_file``: whether the caller has Read or Bash to read the output file.
+    """
     return {
         "isAsync": True,
         "status": "async_launched",
@@ -310,7 +318,7 @@ def agent_launched(
         "description": description,
         "prompt": prompt,
         "outputFile": output_file,
-        "canReadOutputFile": True,
+        "canReadOutputFile": can_read_output_file,
         "canContinueAgent": True,
     }
 

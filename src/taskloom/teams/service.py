@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom._aio import finish_despite_cancel
 from taskloom.errors import TaskloomError, ToolError
 from taskloom.tasks.narrow import as_teammate
-from taskloom.teams import protocol
+from taskloom.teams import comeback, protocol
 from taskloom.teams.executor import ConfigMaker, Executors, TeammateSpec, post_message
 from taskloom.teams.model import LEAD_NAME, Member, TeamError
 from taskloom.teams.placement import Placements
@@ -42,7 +42,6 @@ from taskloom.teams.roster import check_name
 from taskloom.teams.task_tools import Board
 
 if TYPE_CHECKING:
-    from taskloom.engine import EngineConfig
     from taskloom.tasks.mailbox import Mailbox
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.teams.placement import Placement, Placer
@@ -502,75 +501,11 @@ class TeamService:
     async def resume_members(self) -> list[str]:
         """At start: bring back the teammates an earlier process of this session ran.
 
-        Each member still recorded active (its process died with it) goes on under its task
-        id, with its conversation read back from its transcript, and waits for mail: what was
-        sent to it and never delivered is handed to it now. A member whose task or transcript
-        is gone is marked inactive instead. Returns the names brought back.
+        See :func:`taskloom.teams.comeback.resume_members`. Returns the names brought back.
         """
-        from taskloom.teams.teammate import sidechain_path
-
-        team = self.roster.team()
-        if team is None:
-            return []
-        states = self.runtime.list(include_evicted=True)
-        tasks = {
-            mate.agent_id: mate for mate in map(as_teammate, states) if mate is not None
-        }  # oldest first: the latest task of each member wins
-        back = []
-        for member in team.members:
-            if member.name == LEAD_NAME or not member.is_active:
-                continue
-            state = tasks.get(member.agent_id)
-            path = sidechain_path(self.runtime, state.id) if state is not None else None
-            if state is None or path is None or not path.is_file():
-                log.warning(
-                    "teammate %s cannot be brought back (its task or its transcript is gone);"
-                    " it is marked inactive",
-                    member.agent_id,
-                )
-                self._inactive(team.name, member.name)
-                continue
-            try:
-                await self._resume_member(team.name, member, state.id, path)
-            except Exception:  # one that cannot go on must not keep the session from starting
-                log.exception("teammate %s could not be resumed", member.agent_id)
-                self._inactive(team.name, member.name)
-                continue
-            back.append(member.name)
-        return back
-
-    async def _resume_member(self, team: str, member: Member, task_id: str, path: Path) -> None:
-        from taskloom.transcript import load_messages, repair
-
-        messages, _ = repair(load_messages(path))
-        spec = TeammateSpec(
-            name=member.name,
-            team=team,
-            color=member.color,
-            prompt=member.prompt,
-            config=self._resumed_config(member),
-            model=member.model,
-            plan_mode_required=member.plan_mode_required,
-            on_end=functools.partial(self._inactive, team, member.name),
-            # Its own mode, as last recorded (plan until its plan is approved): a teammate in a
-            # new process must not come back in the lead's.
-            mode=member.mode,
+        return await comeback.resume_members(
+            self.runtime, self.roster, self.executor, self.make_config, self._inactive
         )
-        await self.executor.resume(spec, task_id, messages)
-
-    def _resumed_config(self, member: Member) -> EngineConfig:
-        """A member's engine as it was spawned: its type, its directory (its worktree, kept).
-
-        Raises:
-            TeamError: Its worktree is gone (it cannot go on where it worked).
-        """
-        worktree = member.worktree_path
-        if worktree is not None and not Path(worktree).is_dir():
-            raise TeamError(f"its worktree {worktree} is gone")
-        return self.make_config(
-            member.name, member.team, member.model, member.mode, agent_type=member.agent_type,
-            where=Path(member.cwd) if member.cwd else None, confined=worktree is not None,
-        )  # fmt: skip
 
     def _inactive(self, team: str, name: str) -> None:
         """A teammate ended: its member is inactive (unless the team is gone already)."""

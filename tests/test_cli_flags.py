@@ -19,7 +19,7 @@ import pytest
 from fake_servers import FakeAnthropicServer
 from helpers import clean_env, json_lines, run_cli, write_turns
 from taskloom.cli.flag_kinds import Flag
-from taskloom.cli.flags import FLAGS, fields_of, inert_notes, print_parser
+from taskloom.cli.flags import FLAGS, fields_of, inert_notes, print_parser, refusals
 
 SESSION = "0b7c8a52-3f0e-4d59-9a43-8f2f1a5f3e11"
 SCHEMA = '{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}'
@@ -141,6 +141,8 @@ SDK_ONLY: list[tuple[str, ...]] = [
     ("--managed-settings-in-initialize",),
     ("--managed-settings", '{"permissions": {}}'),
     ("--proactive",),
+    ("--workload", "ci"),  # the TypeScript SDK's workload option (0.3.337)
+    ("--await-claim",),  # the TypeScript SDK's prewarm() (0.3.337)
     ("--assistant",),
     ("--system-prompt-file", "prompt.md"),
     ("--append-system-prompt-file", "prompt.md"),
@@ -289,6 +291,14 @@ def test_a_flag_that_would_loosen_the_session_is_refused_not_ignored(
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"Error: {why}"), proc.stderr
     assert proc.stderr.rstrip().endswith("run without it")
+
+
+def test_initialize_fields_naming_only_directories_is_not_refused() -> None:
+    # Directories not read from initialize narrow the session: nothing is loosened.
+    parser = print_parser()
+    assert refusals(parser.parse_args(["--initialize-fields", "additionalDirectories"])) == []
+    loose = refusals(parser.parse_args(["--initialize-fields", "additionalDirectories,settings"]))
+    assert len(loose) == 1 and loose[0].startswith("--initialize-fields: ")
 
 
 @pytest.mark.e2e

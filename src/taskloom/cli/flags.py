@@ -465,6 +465,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--managed-settings-in-initialize",), action="store_true", help="Refused (exit 1)."),
     Flag(("--managed-settings",), metavar="JSON", help="Refused (exit 1)."),
     switch("--proactive"),
+    inert("--workload"),
+    switch("--await-claim"),
     switch("--assistant"),
 )
 
@@ -505,11 +507,18 @@ REFUSED = {
 }
 
 
+#: The ``--initialize-fields`` whose values, left unread, would loosen the session.
+_LOOSENING_FIELDS = ("settings", "disallowedTools")
+
+
 def refusals(ns: argparse.Namespace) -> list[str]:
     """One line for each flag given that taskloom refuses (see :data:`REFUSED`)."""
     lines = []
     for dest, why in REFUSED.items():
         value = getattr(ns, dest, None)
+        if dest == "initialize_fields" and value is not None:
+            # Only what would loosen: directories left out of initialize narrow the session.
+            value = [f for f in value.split(",") if f.strip() in _LOOSENING_FIELDS]
         if value not in (None, False, [], ""):
             flag = next(f for f in FLAGS if f.key == dest)
             lines.append(f"{flag.names[-1]}: {why}; run without it")

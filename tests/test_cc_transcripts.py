@@ -432,3 +432,25 @@ def test_a_new_session_s_transcript_is_placed_without_listing_any_directory(
         patched.setattr(os, "listdir", no_listing)
         # Once found, the session goes on in that file: its agents' sidechains beside it.
         assert transcript_path("old-session", cwd=tmp_path) == elsewhere
+
+
+async def test_a_pane_teammate_in_another_directory_writes_beside_its_lead_s_transcript(
+    tmp_path: Path,
+) -> None:
+    # A pane teammate in a worktree of its own (or whose lead was resumed elsewhere) runs in
+    # another directory than the one its lead's transcript is kept under.
+    from taskloom.agents.bookkeeping import sidechain_path
+    from taskloom.tasks.runtime import TaskRuntime
+
+    lead_dir, worktree = tmp_path / "lead", tmp_path / "wt"
+    lead_dir.mkdir()
+    worktree.mkdir()
+    lead = str(uuid.uuid4())
+    kept = transcript_path(lead, cwd=lead_dir)
+    kept.parent.mkdir(parents=True)
+    kept.write_text("")
+    async with TaskRuntime(cwd=str(worktree)) as rt:
+        assert sidechain_path(rt, "t1", lead) == sidechain_dir(kept) / "agent-t1.jsonl"
+        # Its own session's stay where its own directory says.
+        own = transcript_path(rt.session_id, cwd=worktree)
+        assert sidechain_path(rt, "t2") == sidechain_dir(own) / "agent-t2.jsonl"

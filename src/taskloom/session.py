@@ -270,6 +270,7 @@ def latest_session_id(cwd: Path, home: Path | None = None) -> str | None:
         sessions = [s.id for s in store.list_sessions() if s.cwd == str(cwd)]
     finally:
         store.close()
-    recorded = [(transcript_path(s, home, cwd), s) for s in sessions]
+    # search: a session resumed here from elsewhere keeps its transcript in its first project.
+    recorded = [(transcript_path(s, home, cwd, search=True), s) for s in sessions]
     found = [(p.stat().st_mtime, s) for p, s in recorded if p.is_file()]
     return max(found)[1] if found else None

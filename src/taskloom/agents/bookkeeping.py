@@ -40,7 +40,9 @@ def sidechain_path(runtime: TaskRuntime, task_id: str, session_id: str | None = 
             is its lead's).
     """
     session = session_id or runtime.session_id
-    main = transcript_path(session, runtime.home, runtime.cwd)
+    # Another session's (a pane teammate's lead's, in a worktree or resumed elsewhere): its
+    # transcript need not be under this process's directory, and only a search finds it.
+    main = transcript_path(session, runtime.home, runtime.cwd, search=session != runtime.session_id)
     return sidechain_dir(main) / f"agent-{task_id}.jsonl"
 
 

@@ -209,7 +209,8 @@ async def _resume(host: CommandHost, rest: str) -> None:
             for s in harness.runtime.store.list_sessions()
             if s.cwd == cwd and s.id != harness.session_id
         ]
-        kept = [s for s in mine if transcript_path(s.id, harness.runtime.home, cwd).is_file()][:10]
+        home = harness.runtime.home  # search: one resumed here from elsewhere is kept there
+        kept = [s for s in mine if transcript_path(s.id, home, cwd, search=True).is_file()][:10]
         if not kept:
             host.say("No earlier conversation in this directory.")
             return

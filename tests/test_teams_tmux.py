@@ -609,6 +609,9 @@ def test_a_pane_teammates_permission_request_is_asked_in_the_lead_s_repl(
         assert time.monotonic() < deadline, pane.capture()
         time.sleep(0.05)  # the file appears when alice's call runs: no event reaches the test
     assert target.read_text() == "hi"
+    # alice's idle notice gives the lead a turn once she is done: leave after it (a /exit
+    # typed as that turn starts was seen lost, the REPL left running).
+    pane.wait_for("Lead turn 3.")
     leave(pane)
     assert _teammate_processes() == []
     assert [p for p in _panes(tmux) if p["title"].startswith("alice@")] == []

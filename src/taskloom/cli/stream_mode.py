@@ -506,7 +506,7 @@ async def run_stream(
     # A turn ends when the model ends it: what its tasks deliver later starts turns of its own
     # (StreamSession.inputs), not a longer turn.
     session_options = dataclasses.replace(session_options, wait_for_tasks=False)
-    reader = LineReader(sys.stdin.buffer if stdin is None else stdin, channel)
+    reader = LineReader(_private_stdin() if stdin is None else stdin, channel)
     # The program's first word is its initialize request (the SDKs wait for the answer
     # before anything else): what it brings is part of the session to build. The lines read
     # are answered in their turn, as any (None: the input ended).
@@ -548,3 +548,14 @@ def main_stream(opts: PrintOptions) -> int:
     from taskloom.cli.print_mode import main_print
 
     return main_print(opts, runner=run_stream)
+
+
+def _private_stdin() -> BinaryIO:
+    """The process's stdin as a reader of its own, for the reading thread to block in.
+
+    Not ``sys.stdin.buffer``: at exit the interpreter flushes and closes the standard streams,
+    and one whose lock a daemon thread holds in ``readline`` aborts the process ("could not
+    acquire lock for <stdin> at interpreter shutdown": SIGABRT instead of exit code 143 after a
+    SIGTERM, seen under load). A reader of a duplicate descriptor is nobody else's to close.
+    """
+    return open(os.dup(sys.stdin.fileno()), "rb")

@@ -450,3 +450,39 @@ async def test_a_failed_read_of_the_next_input_is_tried_again_soon_without_a_pro
     got = await asyncio.wait_for(next_input(inputs, prompts, said.append), 10 * TIME_FACTOR)
     assert got == "notification" and source.reads == 3
     assert said == ["Error: database is locked"]  # said once, not at every try
+
+
+def _typed_while_printing(keep: bool) -> tuple[bytes, bytes]:
+    """What a line typed into a cooked terminal reads as, and what the terminal echoed."""
+    import contextlib
+    import os
+    import pty
+    import select
+    import termios
+
+    from taskloom.repl.screen import keys_kept
+
+    master, slave = pty.openpty()
+    try:
+        with keys_kept(slave) if keep else contextlib.nullcontext():
+            os.write(master, b"/exit\r")
+            # The kernel takes typed bytes in as they arrive, asynchronously: wait for them.
+            assert select.select([slave], [], [], 5 * TIME_FACTOR)[0]
+        attrs = termios.tcgetattr(slave)
+        attrs[3] &= ~termios.ICANON  # read what is there, as the REPL's raw input does
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        typed = os.read(slave, 100)
+        echoed = os.read(master, 100) if select.select([master], [], [], 0.2)[0] else b""
+        return typed, echoed
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_line_typed_while_lines_are_printed_keeps_its_enter_and_is_not_echoed() -> None:
+    typed, echoed = _typed_while_printing(keep=False)
+    assert typed == b"/exit\n"  # what the REPL read before: a Ctrl+J, the line left unsent
+    assert b"/exit" in echoed
+    typed, echoed = _typed_while_printing(keep=True)
+    assert typed == b"/exit\r"
+    assert echoed == b""

@@ -8,7 +8,10 @@ are written with :func:`write_lines`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import sys
+import termios
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prompt_toolkit.application import Application
@@ -76,7 +79,41 @@ class ScreenSource(Protocol):
 def write_lines(lines: list[Line]) -> None:
     """Print ``(style, text)`` lines to the terminal (inside ``run_in_terminal`` if live)."""
     fragments = [(f"class:{style}", text + "\n") for style, text in lines]
-    print_formatted_text(FormattedText(fragments), style=STYLE, end="")
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, ValueError, OSError):  # no stdin, or not a file's
+        fd = -1
+    with keys_kept(fd):
+        print_formatted_text(FormattedText(fragments), style=STYLE, end="")
+
+
+@contextlib.contextmanager
+def keys_kept(fd: int) -> Iterator[None]:
+    """While lines are printed, keep the keys typed on terminal ``fd`` as they were typed.
+
+    ``run_in_terminal`` prints with the terminal in cooked mode. There the line discipline
+    echoes a key typed in that moment among the lines and turns an Enter into a newline
+    (ICRNL), which the input takes for Ctrl+J: a line typed as output arrived stayed in the
+    input, unsent (seen under load after ``/clear``). The kernel translates input as it
+    arrives, so turning echo, line editing and the translation off for the print keeps the
+    bytes raw for the REPL to read once its screen is back. Not a terminal: nothing to keep.
+    """
+    try:
+        before = termios.tcgetattr(fd)
+    except (termios.error, OSError, ValueError):  # not a terminal, or -1
+        yield
+        return
+    iflag, lflag = before[0], before[3]
+    assert isinstance(iflag, int) and isinstance(lflag, int)
+    quiet = list(before)
+    quiet[0] = iflag & ~(termios.ICRNL | termios.INLCR | termios.IGNCR)
+    quiet[3] = lflag & ~(termios.ECHO | termios.ICANON | termios.IEXTEN)
+    # TCSANOW, not TCSAFLUSH: what was typed before stays to be read.
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -> Application[int]:
@@ -209,4 +246,4 @@ def _framed(
     return ConditionalContainer(window, filter=shown)
 
 
-__all__ = ["STYLE", "ScreenSource", "build_application", "write_lines"]
+__all__ = ["STYLE", "ScreenSource", "build_application", "keys_kept", "write_lines"]

@@ -420,3 +420,40 @@ async def test_a_teammate_of_a_custom_type_has_its_prompt_tools_and_mode(tmp_pat
     assert request.system.startswith("You review code and never change it.")
     assert 'You are rex, a member of the agent team "' in request.system
     assert "You start in plan mode" in request.system  # its type's mode, told as such
+
+
+async def test_a_teammate_starts_only_the_agent_types_its_type_names(tmp_path: Path) -> None:
+    """``Agent(Explore)`` in a type's tools limits its teammates' Agent tool, as a subagent's."""
+    seen: dict[str, list[ModelRequest]] = {}
+
+    from taskloom import testing
+
+    def respond(request: ModelRequest) -> testing.Turn | str:
+        member = request.metadata.get("teammate")
+        if not member or request.metadata.get("agent_type") != "teammate":
+            return "done"  # the lead, or a subagent
+        mine = seen.setdefault(str(member).split("@")[0], [])
+        mine.append(request)
+        if len(mine) == 1:
+            spawn = {"description": "gp", "prompt": "Job.", "subagent_type": "general-purpose"}
+            return testing.Turn(tool_calls=(testing.ToolCall("Agent", spawn),))
+        return "idle"
+
+    scout = {
+        "description": "Looks around.",
+        "prompt": "You look around.",
+        "tools": ["Read", "Agent(Explore)"],
+    }
+    async with harness(
+        tmp_path, FunctionModel(respond), teams=True, agents=json.dumps({"scout": scout})
+    ) as h:
+        agent = next(t for t in h.tools if t.name == "Agent")
+        params = {"description": "s", "prompt": "Go.", "name": "sam", "subagent_type": "scout"}
+        spawned = await agent.call(agent.validate(params), main_context(h))
+        assert not spawned.is_error, spawned.content
+        await wait_until(lambda: len(seen.get("sam", [])) >= 2, what="sam's second request")
+    first, second = seen["sam"][:2]
+    described = next(t.description for t in first.tools if t.name == "Agent")
+    assert "- Explore:" in described and "- general-purpose:" not in described
+    (result,) = [b for b in second.messages[-1].content if b.type == "tool_result"]
+    assert result.is_error and "general-purpose" in result.text(), result.text()

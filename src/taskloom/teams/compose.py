@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.builder import DEFAULT_TYPE
-from taskloom.agents.filter import by_definition
+from taskloom.agents.filter import by_definition, restrict_spawns
 from taskloom.teams.executor import ConfigMaker, Executors, InProcessExecutor, TeammateSpec
 from taskloom.teams.placement import Placement, Placer, place
 from taskloom.teams.prompts import teammate_section
@@ -98,11 +98,16 @@ def _config_maker(
             prompt = f"{_moved(base_prompt(), cwd, here)}\n\n{section}"
         # Its own messaging, Agent (no teams in it) and task list tools come first: they
         # replace the lead's of the same names (the API refuses duplicate names).
-        own = [
-            t
-            for t in teammate_tools(agents(), service())
-            if t.name != "Agent" or by_definition([t], **_lists(definition))
-        ]
+        # Its Agent tool starts only the types its definition names (``Agent(a, b)``,
+        # ``allowedAgentTypes``), as a subagent's of the type does.
+        own = restrict_spawns(
+            [
+                t
+                for t in teammate_tools(agents(), service())
+                if t.name != "Agent" or by_definition([t], **_lists(definition))
+            ],
+            definition.allowed_agent_types,
+        )
         mine = {t.name for t in own}
         allowed = by_definition([*tools(), *extra_tools], **_lists(definition))
         offered = [*own, *(t for t in allowed if t.name not in TEAMMATE_DENIED | mine)]

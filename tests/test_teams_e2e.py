@@ -185,12 +185,13 @@ class KilledLeadScript(TeamScript):
             task = ToolCall("TaskCreate", {"subject": "Keep me", "description": "survives"})
             return Turn(tool_calls=(task,))
         if "Agent" not in names:
-            # bob in plan mode (never approved): he must come back in it.
+            # bob in plan mode (never approved): he must come back in it. alice is an
+            # Explore teammate: she must come back one (no Write, no Edit).
             spawn = tuple(
                 ToolCall(
                     "Agent",
                     {"description": n, "prompt": f"Report, {n}.", "name": n}
-                    | ({"mode": "plan"} if n == "bob" else {}),
+                    | ({"mode": "plan"} if n == "bob" else {"subagent_type": "Explore"}),
                 )
                 for n in ("alice", "bob")
             )
@@ -301,6 +302,11 @@ def test_a_killed_lead_resumes_with_its_team_task_list_and_undelivered_messages(
     assert "still there?" in json.dumps(resumed_bob["messages"])
     assert "You start in plan mode" in system_text(resumed_bob)
     assert "You start in plan mode" not in system_text(script.teammate_requests["alice"][-1])
+    # Each came back of its type: a pane teammate's new process is built from it too.
+    tools_of = lambda r: {t["name"] for t in r["tools"]}  # noqa: E731
+    assert {"Write", "Edit"} & tools_of(script.teammate_requests["alice"][0]) == set()
+    assert {"Write", "Edit"} & tools_of(script.teammate_requests["alice"][-1]) == set()
+    assert {"Write", "Edit"} <= tools_of(resumed_bob)
     listed = subprocess.run(
         [sys.executable, "-m", "taskloom", "teams", "--json"],
         capture_output=True,

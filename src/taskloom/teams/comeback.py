@@ -98,6 +98,9 @@ async def _resume(
         model=member.model,
         plan_mode_required=member.plan_mode_required,
         on_end=functools.partial(inactive, team, member.name),
+        # Its type, for a pane teammate's process to build it from: without it an Explore
+        # teammate would come back general-purpose, able to write.
+        agent_type=member.agent_type,
         # Its own mode, as last recorded (plan until its plan is approved): a teammate in a
         # new process must not come back in the lead's.
         mode=member.mode,

@@ -457,3 +457,27 @@ async def test_a_teammate_starts_only_the_agent_types_its_type_names(tmp_path: P
     assert "- Explore:" in described and "- general-purpose:" not in described
     (result,) = [b for b in second.messages[-1].content if b.type == "tool_result"]
     assert result.is_error and "general-purpose" in result.text(), result.text()
+
+
+async def test_a_task_given_to_a_teammate_that_ended_says_it_waits(tmp_path: Path) -> None:
+    from taskloom.tasks.teammate import TeammateTaskState
+
+    async with harness(tmp_path, FunctionModel(lambda request: "ok"), teams=True) as h:
+        tools = {t.name: t for t in h.tools}
+
+        async def call(name: str, params: dict[str, Any]) -> Any:
+            tool = tools[name]
+            return await tool.call(tool.validate(params), main_context(h))
+
+        spawned = await call("Agent", {"description": "b", "prompt": "Go.", "name": "bob"})
+        assert not spawned.is_error, spawned.content
+        bob = lambda: [s for s in h.runtime.list() if isinstance(s, TeammateTaskState)]  # noqa: E731
+        await wait_until(lambda: bool(bob()) and bob()[0].is_idle, what="bob idle")
+        stopped = await call("TaskStop", {"task_id": "bob"})
+        assert not stopped.is_error, stopped.content
+        roster = h.agents.teams.roster
+        await wait_until(lambda: not roster.team().member("bob").is_active, what="bob ended")
+        await call("TaskCreate", {"subject": "Fix it", "description": "now"})
+        updated = await call("TaskUpdate", {"taskId": "1", "owner": "bob"})
+    assert not updated.is_error and updated.content.startswith("Updated task #1 owner")
+    assert "bob has ended and is not working" in updated.content, updated.content

@@ -482,6 +482,12 @@ def _assign(board: Board, task: TaskRow) -> str:
             f"\n\n{task.owner} is not in the team yet: the assignment waits in their mailbox "
             f'and reaches them when you spawn a teammate named "{task.owner}".'
         )
+    if not member.is_active:
+        return (
+            f"\n\n{task.owner} has ended and is not working: the assignment waits in their "
+            f'mailbox until you spawn a teammate named "{task.owner}" again; give the task to '
+            "a running member to have it done now."
+        )
     return ""
 
 

@@ -407,3 +407,47 @@ def test_a_subagent_without_a_mode_keeps_its_sessions_mode(tmp_path: Path) -> No
     plain, editor = (r["content"][0]["text"] for r in _responses(hooks, "Agent"))
     assert plain.startswith("wrote: ") and "permission" in plain.lower(), plain
     assert editor.startswith("wrote: ") and "permission" not in editor.lower(), editor
+
+
+async def test_a_types_tools_list_keeps_only_the_mcp_tools_it_names(tmp_path: Path) -> None:
+    """The session's MCP tools follow ``tools``; a type's own servers' tools are its own."""
+    from taskloom import testing
+
+    server = [sys.executable, str(Path(__file__).with_name("mcp_echo_server.py"))]
+    config = {"command": server[0], "args": server[1:]}
+    seen: dict[str, set[str]] = {}
+    order = ["reader", "echoer", "owner", "general-purpose"]
+
+    def respond(request: ModelRequest) -> testing.Turn | str:
+        kind = request.metadata.get("agent_type")
+        if kind is not None:
+            seen[str(kind)] = {t.name for t in request.tools}
+            return "done"
+        if len(seen) == len(order):
+            return "all seen"
+        spawn = {"description": "d", "prompt": "Look.", "subagent_type": order[len(seen)]}
+        return testing.Turn(tool_calls=(testing.ToolCall("Agent", spawn),))
+
+    agents = {
+        "reader": {"description": "Reads.", "prompt": "Read.", "tools": ["Read", "Grep"]},
+        "echoer": {"description": "Echoes.", "prompt": "Echo.", "tools": ["Read", "mcp__echo"]},
+        "owner": {
+            "description": "Own server.",
+            "prompt": "Own.",
+            "tools": ["Read"],
+            "mcpServers": [{"mine": config}],
+        },
+    }
+    mcp = json.dumps({"mcpServers": {"echo": config}})
+    async with harness(
+        tmp_path, FunctionModel(respond), agents=json.dumps(agents), mcp_config=[mcp]
+    ) as h:
+        events = [e async for e in h.run("Spawn them.")]
+    assert "all seen" in repr(events[-3:]), seen
+    echo = {"mcp__echo__echo", "mcp__echo__add", "mcp__echo__crash"}
+    assert seen["reader"] == {"Read", "Grep"}  # a read-only list: none of the session's MCP tools
+    assert echo <= seen["echoer"]
+    assert {n for n in seen["echoer"] if not n.startswith("mcp__echo__")} == {"Read"}
+    assert {"mcp__mine__echo", "mcp__mine__add"} <= seen["owner"]
+    assert {n for n in seen["owner"] if not n.startswith("mcp__mine__")} == {"Read"}
+    assert echo <= seen["general-purpose"]  # no list: everything, the MCP tools too

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.agents.filter import filter_tools, restrict_spawns
+from taskloom.agents.filter import filter_tools, own_tools, restrict_spawns
 from taskloom.agents.memory import load_memory, memory_project
 from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
@@ -149,7 +149,7 @@ class AgentBuilder:
         """
         chosen, model_name = self._model_for(model or definition.model)
         offered: dict[str, Tool[Any]] = {}
-        for tool in [*self.tools(), *extra_tools]:
+        for tool in self.tools():
             offered.setdefault(tool.name, tool)  # the API refuses duplicate tool names
         spawns = definition.allowed_agent_types
         tools = filter_tools(
@@ -160,7 +160,7 @@ class AgentBuilder:
             # Types named in its definition are the user's word that it may start agents.
             allow_nesting=self.allow_nesting or spawns is not None,
         )
-        tools = restrict_spawns(tools, spawns)
+        tools = restrict_spawns(tools, spawns) + own_tools(definition, extra_tools, offered)
         # A worktree's memory is its main checkout's: a note kept there outlives it.
         memory = load_memory(definition.memory, definition.agent_type, memory_project(cwd))
         if memory is not None:

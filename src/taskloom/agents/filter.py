@@ -1,23 +1,26 @@
 """Which tools a subagent gets, in three layers and then its definition's lists.
 
-1. MCP tools (``mcp__…``) are always allowed.
+1. MCP tools (``mcp__…``) pass the next two layers.
 2. A deny list for every agent: TaskOutput, ExitPlanMode, EnterPlanMode, AskUserQuestion,
    TaskStop — and Agent, unless nesting is enabled — so a subagent neither recurses nor waits
    on a person.
 3. Background agents get an allow-list: a tool added later is not theirs until listed here.
 
-Then the definition: ``tools`` (None or ``*``: everything left) and ``disallowedTools``
-(:func:`by_definition`, which a teammate of the type gets alone: see
-:mod:`taskloom.teams.compose`). Last, :func:`restrict_spawns`: an agent whose definition names
+Then the definition: ``tools`` (None or ``*``: everything left; the session's MCP tools too
+only when it names them: ``mcp__server__tool``, or a whole server as ``mcp__server`` or
+``mcp__server__*``) and ``disallowedTools`` (:func:`by_definition`, which a teammate of the
+type gets alone: see :mod:`taskloom.teams.compose`); its own MCP servers' tools are its own
+(:func:`own_tools`). Last, :func:`restrict_spawns`: an agent whose definition names
 the agent types it may start (``Agent(a, b)``, ``allowedAgentTypes``) gets an Agent tool that
 starts only those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
+from taskloom.agents.definition import AgentDefinition
 from taskloom.tools.base import Tool
 
 ALL_AGENT_DISALLOWED = frozenset(
@@ -118,6 +121,32 @@ def by_definition(
     return [
         tool
         for tool in tools
-        if tool.name not in refused
-        and (wanted is None or tool.name.startswith("mcp__") or tool.name in wanted)
+        if not _names(tool.name, refused) and (wanted is None or _names(tool.name, wanted))
     ]
+
+
+def _names(name: str, entries: set[str]) -> bool:
+    """Whether a list's ``entries`` name tool ``name``: by name, or as one of a server's.
+
+    A read-only type that lists ``Read`` and ``Grep`` must not get every MCP tool of the
+    session with them (some write); one that wants a server's tools names the server.
+    """
+    if name in entries:
+        return True
+    if not name.startswith("mcp__"):
+        return False
+    server = name.split("__", 2)[1]
+    return f"mcp__{server}" in entries or f"mcp__{server}__*" in entries
+
+
+def own_tools(
+    definition: AgentDefinition, tools: Sequence[Tool[Any]], taken: Container[str] = ()
+) -> list[Tool[Any]]:
+    """The tools of a definition's own MCP servers that its agent gets.
+
+    Its ``tools`` list need not name them (the servers are declared for it); its
+    ``disallowedTools`` still apply, and a name already ``taken`` by the session's tools stays
+    theirs (the API refuses duplicate names).
+    """
+    mine = [t for t in tools if t.name not in taken]
+    return by_definition(mine, allowed=None, disallowed=definition.disallowed_tools)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.builder import DEFAULT_TYPE
-from taskloom.agents.filter import by_definition, restrict_spawns
+from taskloom.agents.filter import by_definition, own_tools, restrict_spawns
 from taskloom.teams.executor import ConfigMaker, Executors, InProcessExecutor, TeammateSpec
 from taskloom.teams.placement import Placement, Placer, place
 from taskloom.teams.prompts import teammate_section
@@ -109,7 +109,9 @@ def _config_maker(
             definition.allowed_agent_types,
         )
         mine = {t.name for t in own}
-        allowed = by_definition([*tools(), *extra_tools], **_lists(definition))
+        session = tools()
+        allowed = by_definition(session, **_lists(definition))
+        allowed += own_tools(definition, extra_tools, {t.name for t in session})
         offered = [*own, *(t for t in allowed if t.name not in TEAMMATE_DENIED | mine)]
         return dataclasses.replace(
             config,

@@ -263,7 +263,7 @@ def test_an_agent_repeating_one_call_is_reported_to_its_owner(tmp_path: Path) ->
     seen = _seen([b for b in bodies if "loop job." not in _first(b)][-1])
     notes = re.findall(r"<task-notification>.*?</task-notification>", seen, re.S)
     (stuck,) = [n for n in notes if "looks stuck" in n]
-    assert 'Agent "looper" looks stuck: it repeats repeat' in stuck
+    assert 'Agent "looper" looks stuck: it repeats the same call' in stuck
     assert "the same call 5 times in a row: Bash" in stuck and "ls" in stuck
     assert "SendMessage to '" in stuck and "TaskStop" in stuck
     # Told, not stopped: it went on to its own end.

@@ -43,12 +43,25 @@ _SLEEP = re.compile(r"^\s*sleep\s+\d+(?:\.\d+)?[smhd]?\s*(?:$|;|&&|\|\||\n)")
 SHOWN_INPUT = 200
 
 
+#: What each pattern says the agent does, for the summary its owner reads.
+DOING = {
+    "repeat": "it repeats the same call",
+    "sleep": "it polls with sleep commands",
+    "unknown task": "it waits on a task that does not exist",
+}
+
+
 @dataclass(frozen=True)
 class Stuck:
     """A pattern found: which, and what the agent repeats (for its owner to read)."""
 
     pattern: str
     what: str
+
+    @property
+    def doing(self) -> str:
+        """What the agent does, in a few words (``it repeats the same call``)."""
+        return DOING[self.pattern]
 
 
 class StuckPatterns:

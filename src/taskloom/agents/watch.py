@@ -171,7 +171,7 @@ def _stuck_text(state: TaskState, found: Stuck) -> str:
         tool_use_id=state.tool_use_id,
         output_file=state.output_file,
         status=state.status.value,
-        summary=f"{who} looks stuck: it repeats {found.pattern}",
+        summary=f"{who} looks stuck: {found.doing}",
         result=(
             f"{who} looks stuck; it keeps making {found.what}. Tell it what to do instead "
             f"(SendMessage to '{address}'), or stop it with TaskStop."

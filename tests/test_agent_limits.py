@@ -148,6 +148,20 @@ def test_a_spawn_at_depth_4_is_refused(tmp_path: Path) -> None:
     assert "this agent is at depth 3" in text and "maxAgentDepth" in text
 
 
+def _calls_and_results(body: dict[str, Any], answer: int) -> list[tuple[bool, str]]:
+    """The results of the calls of the lead's ``answer``-th answer (0: the first), in order."""
+    answers = [m for m in body["messages"] if m["role"] == "assistant"]
+    ids = [b["id"] for b in answers[answer]["content"] if b.get("type") == "tool_use"]
+    results = {
+        b["tool_use_id"]: (bool(b.get("is_error")), "".join(texts(b.get("content") or [])))
+        for m in body["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
+    return [results[i] for i in ids]
+
+
 class FanOut:
     """The lead asks for 12 agents in one answer; each answers at once."""
 
@@ -188,6 +202,73 @@ def test_one_answer_asking_for_more_agents_than_the_user_did_is_cut_at_10(
         assert "this answer asks for 12 agents, more than the 10" in text
         assert "the request asked for 3" in text and "maxAgentsPerTurn" in text
     assert len([b for b in bodies if "quick job" in _first(b)]) == 12 - refused
+
+
+class Resumer:
+    """maxConcurrentAgents 2: an agent ends, two hold, the lead messages the ended one.
+
+    The message is refused; once the two have ended the lead sends it again, and it resumes.
+    """
+
+    def __init__(self, cwd: Path) -> None:
+        self.release = cwd / "release"
+        self.agent_id = ""
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        with self._lock:
+            first, turns = _first(body), _turns(body)
+            if "hold job" in first:
+                if turns == 0:
+                    wait = f"while [ ! -e {self.release} ]; do sleep 0.1; done"
+                    return Turn(tool_calls=(ToolCall("Bash", {"command": wait}),))
+                return Turn(text="held")
+            if "first job." in first:
+                return Turn(text="again" if turns else "first done")
+            return self._lead(body, turns)
+
+    def _lead(self, body: dict[str, Any], turns: int) -> Turn:
+        if turns == 0:
+            return Turn(tool_calls=(ToolCall("Agent", {"description": "first",
+                                                       "prompt": "first job."}),))  # fmt: skip
+        if turns == 1:
+            self.agent_id = re.findall(r"agentId: (\S+)", _seen(body))[0]
+            return Turn(tool_calls=tuple(
+                ToolCall("Agent", {"description": f"hold {n}", "prompt": f"hold job {n}.",
+                                   "run_in_background": True})
+                for n in (1, 2)
+            ))  # fmt: skip
+        sent = json.dumps(body["messages"]).count('"name": "SendMessage"')
+        if turns == 2:
+            return Turn(tool_calls=(ToolCall("SendMessage", self._message()),))
+        self.release.touch()
+        heard = _seen(body).count("<task-notification>")
+        if sent == 1 and heard >= 2:  # both holders have ended: there is room now
+            return Turn(tool_calls=(ToolCall("SendMessage", self._message()),))
+        return Turn(text="All done." if sent == 2 and heard >= 3 else "Waiting.")
+
+    def _message(self) -> dict[str, str]:
+        return {"to": self.agent_id, "message": "go on", "summary": "go on"}
+
+
+@pytest.mark.e2e
+def test_resuming_an_agent_past_max_concurrent_agents_is_refused(tmp_path: Path) -> None:
+    script = Resumer(tmp_path)
+    proc, bodies = _run(tmp_path, script, "Go.", {"maxConcurrentAgents": 2})
+    assert events_of(proc.stdout)[-1]["result"] == "All done."
+    last = [b for b in bodies if "job" not in _first(b)][-1]
+    ((is_error, text),) = _calls_and_results(last, 2)
+    assert is_error, text
+    assert f"Agent {script.agent_id} was not resumed: 2 agents are running" in text
+    assert "(setting maxConcurrentAgents, default 20)" in text
+    assert "Your message was not delivered" in text
+    # Once there was room, the message sent again resumed it, and it got that one message.
+    answers = [m for m in last["messages"] if m["role"] == "assistant"]
+    resent = next(i for i, m in enumerate(answers) if "SendMessage" in json.dumps(m) and i > 2)
+    ((is_error, text),) = _calls_and_results(last, resent)
+    assert not is_error and "it was resumed in the background" in text
+    (resumed,) = [b for b in bodies if "first job." in _first(b) and _turns(b) == 1]
+    assert _seen(resumed).count("go on") == 1
 
 
 LIMITED = "---\nname: limited\ndescription: A short-lived agent\nmaxTurns: 2\n---\n\nBe brief.\n"

@@ -5,8 +5,9 @@ makes the Agent call a tool error naming the setting):
 
 - ``maxConcurrentAgents`` (default 20): the session's live agents. Counted are every agent
   task of the session that has not ended — subagents at any depth, foreground or background,
-  forks, remote agents and teammates (working or idle) — plus the spawns under way; the main
-  thread is not one of them. A spawn beyond it is refused.
+  forks, remote agents and teammates (working or idle) — plus the spawns and resumes under
+  way; the main thread is not one of them. A spawn beyond it is refused, and so is a resume
+  (SendMessage to an ended agent), which would make one more live agent just as a spawn does.
 - ``maxAgentDepth`` (default 3): how deep agents nest. The main thread is depth 0, the agents
   it starts (teammates too) depth 1, theirs 2; an agent at the deepest level may start none.
 - ``maxAgentsPerTurn`` (default 10): the fan-out guard. One model answer holding more Agent
@@ -91,18 +92,18 @@ class Slot:
 
 
 class SpawnLimits:
-    """Admits spawns under ``maxConcurrentAgents`` and ``maxAgentDepth`` (module docstring)."""
+    """Admits spawns and resumes under ``maxConcurrentAgents`` and ``maxAgentDepth``."""
 
     def __init__(self, runtime: TaskRuntime, settings: Callable[[], Mapping[str, Any]]) -> None:
         """Count the agents of ``runtime``'s session, as the effective ``settings()`` bound."""
         self.runtime = runtime
         self._settings = settings
-        #: Spawns admitted whose agent is not registered yet: a turn's parallel Agent calls
-        #: are admitted before any of them registers, and must count one another.
+        #: Spawns and resumes admitted whose agent is not registered yet: a turn's parallel
+        #: Agent calls are admitted before any of them registers, and must count one another.
         self.pending = 0
 
     def live(self) -> int:
-        """The session's agents that have not ended, and the spawns under way."""
+        """The session's agents that have not ended, and the spawns and resumes under way."""
         states = self.runtime.list()
         return self.pending + sum(1 for s in states if kind_of(s).is_agent and not s.terminal)
 
@@ -136,15 +137,31 @@ class SpawnLimits:
                 f"default {DEFAULTS[MAX_DEPTH]}) and this agent is at depth {depth} (the main "
                 f"thread is 0). Do this work yourself, or raise {MAX_DEPTH} in the settings."
             )
+        self._check_room("Not started", settings)
+        return Slot(self)
+
+    def admit_resume(self, agent_id: str) -> Slot:
+        """A slot for the ended agent ``agent_id`` to run again; release it once registered.
+
+        A resume makes one more live agent, as a spawn does, so ``maxConcurrentAgents``
+        bounds it; its depth was admitted when it was spawned. Synchronous, as :meth:`admit`.
+
+        Raises:
+            ToolError: ``maxConcurrentAgents`` is reached (the same words as a refused spawn,
+                saying it was not resumed), or its setting is not a whole number.
+        """
+        self._check_room(f"Agent {agent_id} was not resumed", self._settings())
+        return Slot(self)
+
+    def _check_room(self, refused: str, settings: Mapping[str, Any]) -> None:
         most = limit(settings, MAX_CONCURRENT)
         running = self.live()
         if running >= most:
             raise ToolError(
-                f"Not started: {running} agents are running in this session, the most allowed "
+                f"{refused}: {running} agents are running in this session, the most allowed "
                 f"(setting {MAX_CONCURRENT}, default {DEFAULTS[MAX_CONCURRENT]}). Wait for one "
                 f"to end (or stop one with TaskStop), or raise {MAX_CONCURRENT} in the settings."
             )
-        return Slot(self)
 
 
 def fan_out_refusal(

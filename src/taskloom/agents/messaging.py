@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
+    from taskloom.agents.limits import Slot, SpawnLimits
     from taskloom.agents.team_port import TeamPort
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
@@ -89,6 +90,7 @@ class Messenger:
         teams: TeamPort | None = None,
         budgets: Budgets | None = None,
         on_resumed: Callable[[AgentRun, asyncio.Task[None]], None] | None = None,
+        limits: SpawnLimits | None = None,
     ) -> None:
         """Deliver on ``runtime`` to the agents of ``runs`` (shared with the spawner).
 
@@ -106,6 +108,8 @@ class Messenger:
             budgets: The session's budgets: a resumed agent is counted as a spawned one is.
             on_resumed: Told of each resumed run and its driver (the spawner watches it as
                 it watches a spawned one).
+            limits: The session's spawning limits: a resume is admitted under
+                ``maxConcurrentAgents`` as a spawn is (None: unbounded).
         """
         self.runtime = runtime
         self.builder = builder
@@ -118,6 +122,7 @@ class Messenger:
         self._resume_locks: dict[str, asyncio.Lock] = {}
         self.budgets = budgets
         self.on_resumed = on_resumed
+        self.limits = limits
 
     # -- addresses ----------------------------------------------------------------------------
 
@@ -294,20 +299,44 @@ class Messenger:
                 f"SendMessage: to: agent {agent_id} is not running (status: "
                 f"{state.status.value}); a {letter.type} goes only to a running agent."
             )
-        # Resumed on it: the message is its new prompt, as it was written.
-        posted = self._post(agent_id, ctx.owner, letter.body, letter)
+        # Admitted before anything is posted or made for it, and counted until registered.
+        slot = self._admit(agent_id)
         try:
-            await self._resume(agent_id, state)
-        except BaseException:
-            # The sender is told it failed: the message must not turn up at a later resume.
-            self.runtime.mailbox.withdraw([posted])
-            raise
+            # Resumed on it: the message is its new prompt, as it was written.
+            posted = self._post(agent_id, ctx.owner, letter.body, letter)
+            try:
+                await self._resume(agent_id, state)
+            except BaseException:
+                # The sender is told it failed: the message must not turn up at a later resume.
+                self.runtime.mailbox.withdraw([posted])
+                raise
+        finally:
+            if slot is not None:
+                slot.release()
         # A stopped agent comes back on it: ``resumed``, as Claude Code reports it.
         return (
             f"Agent {agent_id} had {state.status.value}; it was resumed in the background with "
             "your message. You will be notified when it finishes.",
             "resumed",
         )
+
+    def _admit(self, agent_id: str) -> Slot | None:
+        """A slot for ``agent_id``'s resume under ``maxConcurrentAgents``.
+
+        Raises:
+            ToolError: No room: the limit's words, and that the message was not delivered.
+        """
+        if self.limits is None:
+            return None
+        try:
+            return self.limits.admit_resume(agent_id)
+        except ToolError as exc:
+            # Dropped rather than kept for later: a message turning up at some later resume,
+            # after the sender has moved on, would be worse than one it knows to send again.
+            raise ToolError(
+                f"{exc} Your message was not delivered (nothing was kept for it); send it "
+                "again once there is room."
+            ) from None
 
     async def _broadcast(self, letter: _Letter, ctx: ToolContext) -> Delivery:
         """Post ``letter`` to every running agent ``ctx.owner`` may message (not itself)."""

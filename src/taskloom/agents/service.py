@@ -95,6 +95,7 @@ class AgentService:
             teams=teams,
             budgets=self.spawner.budgets,
             on_resumed=self.spawner.resumed,
+            limits=self.spawner.limits,
         )
 
     @property

@@ -163,17 +163,21 @@ def _calls_and_results(body: dict[str, Any], answer: int) -> list[tuple[bool, st
 
 
 class FanOut:
-    """The lead asks for 12 agents in one answer; each answers at once."""
+    """The lead asks for agents in one answer or more (``sizes``); each answers at once."""
+
+    def __init__(self, *sizes: int) -> None:
+        self.sizes = sizes or (12,)
 
     def __call__(self, body: dict[str, Any]) -> Turn:
         first, turns = _first(body), _turns(body)
         if "quick job" in first:
             return Turn(text="ok")
-        if turns == 0:
+        if turns < len(self.sizes):
             return Turn(tool_calls=tuple(
-                ToolCall("Agent", {"description": f"part {n}", "prompt": f"quick job {n}.",
+                ToolCall("Agent", {"description": f"part {turns}.{n}",
+                                   "prompt": f"quick job {turns}.{n}.",
                                    "run_in_background": True})
-                for n in range(1, 13)
+                for n in range(1, self.sizes[turns] + 1)
             ))  # fmt: skip
         seen = _seen(body)
         heard, started = seen.count("<task-notification>"), seen.count("Async agent launched")
@@ -199,9 +203,37 @@ def test_one_answer_asking_for_more_agents_than_the_user_did_is_cut_at_10(
         2 - refused
     )
     for text in errors:
-        assert "this answer asks for 12 agents, more than the 10" in text
+        assert "this turn asks for 12 agents, more than the 10" in text
         assert "the request asked for 3" in text and "maxAgentsPerTurn" in text
     assert len([b for b in bodies if "quick job" in _first(b)]) == 12 - refused
+
+
+@pytest.mark.e2e
+def test_the_fan_out_guard_counts_the_answers_of_one_user_turn(tmp_path: Path) -> None:
+    """Two answers of 6 spawns after a prompt asking for 2: the 11th and 12th are refused."""
+    proc, bodies = _run(tmp_path, FanOut(6, 6), "Review these 2 files.")
+    assert events_of(proc.stdout)[-1]["result"] == "All done."
+    last = [b for b in bodies if "quick job" not in _first(b)][-1]
+    assert [e for e, _ in _calls_and_results(last, 0)] == [False] * 6
+    second = _calls_and_results(last, 1)
+    assert [e for e, _ in second] == [False] * 4 + [True] * 2
+    for _, text in second[4:]:
+        assert "this turn asks for 12 agents, more than the 10 one turn may start" in text
+        assert "the request asked for 2" in text and "maxAgentsPerTurn" in text
+    assert len([b for b in bodies if "quick job" in _first(b)]) == 10
+
+
+@pytest.mark.e2e
+def test_a_number_that_counts_no_agents_does_not_lift_the_fan_out_guard(tmp_path: Path) -> None:
+    """ "fix the 404 on line 2": neither number is a count of agents; 11 spawns, one refused."""
+    proc, bodies = _run(tmp_path, FanOut(11), "fix the 404 on line 2")
+    assert events_of(proc.stdout)[-1]["result"] == "All done."
+    last = [b for b in bodies if "quick job" not in _first(b)][-1]
+    answers = _calls_and_results(last, 0)
+    assert [e for e, _ in answers] == [False] * 10 + [True]
+    assert "this turn asks for 11 agents" in answers[10][1]
+    assert "the request named no count of agents" in answers[10][1]
+    assert len([b for b in bodies if "quick job" in _first(b)]) == 10
 
 
 class Resumer:
@@ -480,3 +512,7 @@ def test_what_the_user_asked_for_is_the_largest_number_of_the_latest_prompt() ->
     assert asked_for(messages[:2]) == 30
     assert asked_for([user(TextBlock(text="Spawn a few agents."))]) == 0
     assert asked_for([user(TextBlock(text=note))]) == 0
+    # Only a number counting agents or work items asks for them (one word may stand between).
+    assert asked_for([user(TextBlock(text="fix the 404 on line 2"))]) == 0
+    assert asked_for([user(TextBlock(text="Start 12 parallel agents, one per file."))]) == 12
+    assert asked_for([user(TextBlock(text="Review these 3 test files."))]) == 3

@@ -10,11 +10,13 @@ makes the Agent call a tool error naming the setting):
   (SendMessage to an ended agent), which would make one more live agent just as a spawn does.
 - ``maxAgentDepth`` (default 3): how deep agents nest. The main thread is depth 0, the agents
   it starts (teammates too) depth 1, theirs 2; an agent at the deepest level may start none.
-- ``maxAgentsPerTurn`` (default 10): the fan-out guard. One model answer holding more Agent
-  calls than this has the calls beyond it refused, unless its prompt asked for that many:
-  the latest prompt the caller was given (the user's, or its parent's task for an agent)
-  holds a number (digits, or an English number word) at least as large as the answer's
-  count of Agent calls.
+- ``maxAgentsPerTurn`` (default 10): the fan-out guard, per caller (the main thread, or each
+  agent in its own conversation). The Agent calls it made since its latest prompt — in this
+  answer and the earlier answers of the turn, less those that were refused or failed — are
+  counted; the calls beyond the first 10 are refused, unless the prompt asked for that many:
+  it names a count of agents or work items (a number in digits or English words followed by
+  a noun such as agents, files or tasks, one word may stand between: ``12 test files``) at
+  least as large as the turn's count. A number naming anything else (``line 404``) does not.
 
 The refusals are tool errors naming the limit, the figure and the setting that raises it.
 """
@@ -50,9 +52,20 @@ _TENS = {
     "eighty": 80, "ninety": 90, "hundred": 100,
 }  # fmt: skip
 _TEN_WORDS, _UNIT_WORDS = "|".join(_TENS), "|".join(_UNITS)
-#: A number in digits, or in words (``twelve``, ``twenty-four``, ``thirty one``).
-_NUMBER = re.compile(
-    rf"\b(?:(\d{{1,6}})|({_TEN_WORDS})(?:[\s-]+({_UNIT_WORDS}))?|({_UNIT_WORDS}))\b",
+#: What a count of agents or of work items counts: a number before one of these (singular or
+#: plural) is a request for that many; any other number (``line 404``, ``2 passes``) is not.
+_ITEMS = (
+    "agent|subagent|sub-agent|worker|teammate|reviewer|researcher|instance|file|part|piece|"
+    "task|module|package|page|item|component|service|section|chapter|chunk|batch|area|topic|"
+    "question|angle|test|function|class|endpoint|route|document|doc|job|issue|bug|feature|"
+    "step|directory|directories|folder|repo|repository|repositories|crate|library|libraries|"
+    "table|screen|copy|copies|variant"
+)
+#: A count of things: a number in digits or words (``twelve``, ``twenty-four``, ``thirty
+#: one``), at most one word (``12 test files``), then a noun of :data:`_ITEMS`.
+_COUNT = re.compile(
+    rf"\b(?:(\d{{1,6}})|({_TEN_WORDS})(?:[\s-]+({_UNIT_WORDS}))?|({_UNIT_WORDS}))"
+    rf"(?:\s+[a-z][\w'-]*)??\s+(?:{_ITEMS})(?:e?s)?\b",
     re.IGNORECASE,
 )
 #: What the harness wraps around a prompt that is not the asker's own words.
@@ -169,50 +182,85 @@ def fan_out_refusal(
 ) -> str | None:
     """Why the Agent call ``tool_use_id`` of the latest answer is refused, or None.
 
+    The calls counted are the caller's since its latest prompt (see :func:`asked_for`): this
+    answer's, and those of the turn's earlier answers that were not refused or failed.
+
     Raises:
         ToolError: ``maxAgentsPerTurn`` is not a whole number.
     """
     most = limit(settings, MAX_PER_TURN)
-    answer = _answer_with(messages, tool_use_id) if tool_use_id is not None else None
-    if answer is None or tool_use_id is None:
+    counted = _turn_spawns(messages, tool_use_id) if tool_use_id is not None else None
+    if counted is None:
         return None
-    spawns = [c.id for c in answer.tool_uses() if c.name in AGENT_TOOLS]
-    if len(spawns) <= most or spawns.index(tool_use_id) < most:
+    spawns, place = counted
+    if spawns <= most or place < most:
         return None
     asked = asked_for(messages)
-    if asked >= len(spawns):
+    if asked >= spawns:
         return None
-    told = f"the request asked for {asked}" if asked else "the request named no number"
+    told = f"the request asked for {asked}" if asked else "the request named no count of agents"
     return (
-        f"Not started: this answer asks for {len(spawns)} agents, more than the {most} one "
-        f"turn may start unless the request asked for that many ({told}); the calls beyond "
-        f"the first {most} are refused. Start the others once those report, if they are "
-        f"still needed, or raise the setting {MAX_PER_TURN} (default {DEFAULTS[MAX_PER_TURN]})."
+        f"Not started: this turn asks for {spawns} agents, more than the {most} one turn may "
+        f"start unless the request asked for that many ({told}); the calls beyond the first "
+        f"{most} are refused. Start the others once those report, if they are still needed, "
+        f"or raise the setting {MAX_PER_TURN} (default {DEFAULTS[MAX_PER_TURN]})."
     )
 
 
-def _answer_with(messages: list[Message], tool_use_id: str) -> Message | None:
-    """The assistant message holding the call ``tool_use_id`` (the latest one, from the end)."""
-    for message in reversed(messages):
-        if message.role == "assistant" and any(c.id == tool_use_id for c in message.tool_uses()):
-            return message
+def _turn_spawns(messages: list[Message], tool_use_id: str) -> tuple[int, int] | None:
+    """The turn's count of Agent calls, and the place of ``tool_use_id`` among them.
+
+    None: the call is not in an answer since the latest prompt. An earlier answer's call whose
+    result is an error started nothing and is not counted; the answer holding ``tool_use_id``
+    has no results yet, and all its calls count.
+    """
+    prompt = _prompt(messages)
+    after = messages[prompt[0] + 1 :] if prompt is not None else messages
+    failed = {
+        b.tool_use_id
+        for m in after
+        if m.role == "user"
+        for b in m.content
+        if isinstance(b, ToolResultBlock) and b.is_error
+    }
+    spawns: list[str] = []
+    for message in after:
+        if message.role != "assistant":
+            continue
+        calls = [c.id for c in message.tool_uses() if c.name in AGENT_TOOLS]
+        if tool_use_id in calls:
+            return len(spawns) + len(calls), len(spawns) + calls.index(tool_use_id)
+        spawns.extend(c for c in calls if c not in failed)
     return None
 
 
-def asked_for(messages: list[Message]) -> int:
-    """The largest number in the latest prompt of ``messages`` (0: none).
+def _prompt(messages: list[Message]) -> tuple[int, str] | None:
+    """The latest prompt of ``messages``: its index, and the asker's own words in it.
 
-    The prompt is the latest user message that carries no tool results, less what the
-    harness wraps around it (notifications, reminders): the asker's own words.
+    The prompt is the latest user message that carries no tool results and has words of the
+    asker's once what the harness wraps around them (notifications, reminders) is taken out.
     """
-    for message in reversed(messages):
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
         if message.role != "user" or any(isinstance(b, ToolResultBlock) for b in message.content):
             continue
         text = "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
         text = _NOT_ASKED.sub(" ", text)
         if text.strip():
-            return max((_value(m) for m in _NUMBER.finditer(text)), default=0)
-    return 0
+            return index, text
+    return None
+
+
+def asked_for(messages: list[Message]) -> int:
+    """The largest count of agents or work items the latest prompt of ``messages`` names.
+
+    0: none. A count is a number followed by a noun that can mean agents or pieces of work
+    (``3 files``, ``twelve agents``, ``12 test files``); see :func:`_prompt` for the prompt.
+    """
+    prompt = _prompt(messages)
+    if prompt is None:
+        return 0
+    return max((_value(m) for m in _COUNT.finditer(prompt[1])), default=0)
 
 
 def _value(match: re.Match[str]) -> int:

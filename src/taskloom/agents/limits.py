@@ -8,6 +8,8 @@ makes the Agent call a tool error naming the setting):
   forks, remote agents and teammates (working or idle) — plus the spawns and resumes under
   way; the main thread is not one of them. A spawn beyond it is refused, and so is a resume
   (SendMessage to an ended agent), which would make one more live agent just as a spawn does.
+  The count is this process's: a pane teammate (tmux) runs a process of its own, with a
+  count of its own for the agents it starts.
 - ``maxAgentDepth`` (default 3): how deep agents nest. The main thread is depth 0, the agents
   it starts (teammates too) depth 1, theirs 2; an agent at the deepest level may start none.
 - ``maxAgentsPerTurn`` (default 10): the fan-out guard, per caller (the main thread, or each
@@ -105,7 +107,10 @@ class Slot:
 
 
 class SpawnLimits:
-    """Admits spawns and resumes under ``maxConcurrentAgents`` and ``maxAgentDepth``."""
+    """Admits spawns and resumes under ``maxConcurrentAgents`` and ``maxAgentDepth``.
+
+    One per process: a pane teammate's process has its own (see the module docstring).
+    """
 
     def __init__(self, runtime: TaskRuntime, settings: Callable[[], Mapping[str, Any]]) -> None:
         """Count the agents of ``runtime``'s session, as the effective ``settings()`` bound."""

@@ -85,7 +85,8 @@ class Spawner:
         if session_budget:
             self.budgets.limit_session(session_budget)  # before anything is spent
         self.remote = RemoteSpawner(runtime, builder, self.budgets)
-        #: How many agents may run, and how deep they may nest.
+        #: How many agents may run, and how deep they may nest: this process's count (a pane
+        #: teammate runs a process of its own, with a count of its own).
         self.limits = SpawnLimits(runtime, lambda: self.settings)
         self._on_session_spent = on_session_spent
 

@@ -2,8 +2,8 @@
 
 A teammate's idle notice carries its last answer and the messages it sent its teammates; it
 waits for the lead's next turn instead of starting one, unless the lead asked
-(``notify_when_idle``) or nothing of the lead's is at work any more; one teammate's notices
-shown together are folded into one.
+(``notify_when_idle``) or the whole team is idle (whatever the lead's own commands do); one
+teammate's notices shown together are folded into one.
 """
 
 from __future__ import annotations
@@ -325,3 +325,101 @@ def test_a_p_run_whose_lead_waits_for_its_idle_team_ends(tmp_path: Path, stdin: 
     last = "\n".join(t for m in bodies[-1]["messages"] for t in texts(m["content"]))
     alice = next(n for n in notices(last) if n["from"] == "alice")
     assert alice["result"] == "alice: parser done" and alice["summary"] == "[to bob] use v2"
+
+
+# -- held notices do not wait behind the lead's own background command ------------------------
+
+
+class _ServerScript:
+    """The lead starts ``command`` in the background and spawns alice, who answers at once;
+    told of her, the lead stops its command and answers."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.started = time.monotonic()
+        #: When (seconds since the start) the lead's request holding alice's notice came.
+        self.told_at: float | None = None
+        self.lead_bodies: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any]) -> WireTurn:
+        messages = body["messages"]
+        if "You are alice, a member" in system_text(body):
+            return WireTurn(text="alice: done")
+        self.lead_bodies.append(body)
+        seen = _wire_seen(body)
+        calls = [
+            b["name"]
+            for m in messages
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        ]
+        if not calls:
+            server = {"command": self.command, "run_in_background": True, "description": "srv"}
+            spawn = {"description": "a", "prompt": "go", "name": "alice"}
+            return WireTurn(tool_calls=(WireCall("Bash", server), WireCall("Agent", spawn)))
+        if not notices(seen):
+            return WireTurn(text="Waiting for the team.")
+        if self.told_at is None:
+            self.told_at = time.monotonic() - self.started
+        if "TaskStop" not in calls:
+            [shell] = re.findall(r"running in background with ID: (\w+)", seen)
+            return WireTurn(tool_calls=(WireCall("TaskStop", {"task_id": shell}),))
+        return WireTurn(text="Team done.")
+
+
+def _running(command: str) -> list[int]:
+    """The live processes whose command line is ``command`` (a uniquely numbered sleep)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["cmdline"] == command.split() and proc.info["status"] != "zombie":
+            found.append(proc.pid)
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stdin", [True, False], ids=["stream-json-input", "prompt"])
+def test_held_notices_do_not_wait_for_the_lead_s_own_background_command(
+    tmp_path: Path, stdin: bool
+) -> None:
+    # The team is idle once alice is: the lead's own command (a server, say) does not hold
+    # her notice back. Numbered so that the leak check below finds this run's sleep only.
+    command = f"sleep {30 + (time.time_ns() % 997) / 1000:.3f}"
+    script = _ServerScript(command)
+    # Its input ended (stream-json) or not (a prompt: the run waits for its tasks, told).
+    argv = [sys.executable, "-m", "taskloom", "-p"]
+    argv += ["--input-format", "stream-json"] if stdin else ["Split the work."]
+    argv += ["--teams", "--output-format", "stream-json", "--verbose"]
+    argv += ["--model", "claude-sonnet-4-5", "--dangerously-skip-permissions"]
+    line = {"type": "user", "message": {"role": "user", "content": "Split the work."}}
+    with FakeAnthropicServer(responder=script) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        proc = subprocess.run(
+            argv,
+            input=json.dumps(line) + "\n" if stdin else "",
+            capture_output=True,
+            text=True,
+            timeout=60 * TIME_FACTOR,
+            cwd=tmp_path,
+            env=env,
+        )
+    assert proc.returncode == 0, proc.stderr
+    result = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()][-1]
+    assert result["type"] == "result" and result["result"] == "Team done.", result
+    # Told well before the 30 s command would have ended (before: only once it had).
+    assert script.told_at is not None and script.told_at < 10 * TIME_FACTOR, script.told_at
+    # The spawn, maybe a "waiting" answer (alice may be idle before the spawn's results are
+    # sent, and her notice go with them), the TaskStop, the answer; her notice delivered once.
+    assert len(script.lead_bodies) in (3, 4)
+    [notice] = notices(_wire_seen(script.lead_bodies[-1]))
+    assert notice["from"] == "alice" and notice["result"] == "alice: done"
+    assert _running(command) == []  # the session ended; its command did not outlive it
+
+
+def _wire_seen(body: dict[str, Any]) -> str:
+    """Every text of the user side of a request's messages."""
+    messages = body["messages"]
+    return "\n".join(t for m in messages if m["role"] == "user" for t in texts(m["content"]))

@@ -20,7 +20,7 @@ from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.quoting import quote
 from taskloom.settings import db_path
 from taskloom.tasks.mailbox import HELD, MESSAGES, Letter
-from taskloom.tasks.owner_wait import OwnerWait
+from taskloom.tasks.owner_wait import held_due
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.transcript import TranscriptWriter, copy_transcript, load_messages, transcript_path
 
@@ -47,8 +47,6 @@ class Session:
         self._source = "resume" if messages else "startup"
         self._hooked_start = False
         self._start_context: list[str] = []
-        #: Its own tasks at work (while one works, idle notices are held).
-        self._work = OwnerWait(runtime, self.id, {}, listens=True)
         self._prompted = False  # the turn starting is on its user's prompt
         path = transcript_path(self.id, runtime.home, runtime.cwd) if persist else None
         self.recorder = Recorder(self.engine, path)
@@ -77,11 +75,10 @@ class Session:
         """
         mailbox = self.runtime.mailbox
         letters = mailbox.take(self.id, MESSAGES)
-        # Idle notices go with a turn that runs anyway, or once none of its tasks works (see
-        # taskloom.conversation.held): never are they alone the cause of a request.
-        if mailbox.has_pending(self.id, HELD) and (
-            letters or self._prompted or not self._work.live_tasks()
-        ):
+        # Idle notices go with a turn that runs anyway, or once they are due (the team idle:
+        # the rule NextInput's Held and the -p wait start that turn by, see
+        # taskloom.conversation.held); never are they alone the cause of a request otherwise.
+        if letters or self._prompted or held_due(self.runtime, self.id):
             letters += mailbox.take(self.id, HELD)
         self._prompted = False
         if letters:

@@ -4,10 +4,14 @@ A teammate's idle notice (a mailbox row of kind ``held``, as its shutdown approv
 nobody: each would otherwise cost its lead a whole request, its context resent, to learn what
 it mostly knows already. It goes with the lead's next turn: one its user or a teammate's
 message starts, one whose prompt is the user's, or — so that a lead waiting for its team is
-still told — the turn that starts once nothing of the lead's is at work (every teammate idle
-or ended). The lead may ask for a
-teammate's next notice to wake it (SendMessage ``notify_when_idle``: the row is then a
-``protocol`` row, see :meth:`~taskloom.tasks.mailbox.Mailbox.promote`).
+still told — the turn that starts once every teammate is idle or ended, whatever the lead's
+own commands, background agents and monitors are doing (they tell of their ends themselves).
+That rule has one owner, :func:`~taskloom.tasks.owner_wait.held_due`: the front ends' wait
+(:class:`~taskloom.conversation.next_input.Held`), a ``-p`` run's wait for its tasks and the
+session's inbox all ask it, so that the turn started for the notices is the turn that shows
+them. The lead may ask for a teammate's next notice to wake it (SendMessage
+``notify_when_idle``: the row is then a ``protocol`` row, see
+:meth:`~taskloom.tasks.mailbox.Mailbox.promote`).
 
 The notices of one teammate shown together are folded into its latest: its last answer is
 the latest, and the peer messages each summarised are all kept, in order. (Where none was

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from taskloom._aio import first_of
 from taskloom.messages import Message
 from taskloom.tasks.mailbox import HELD, MESSAGES
-from taskloom.tasks.owner_wait import OwnerWait
+from taskloom.tasks.owner_wait import OwnerWait, held_due
 from taskloom.tasks.wait_bound import WaitBound, task_wait_seconds
 
 if TYPE_CHECKING:
@@ -204,15 +204,16 @@ class Taken:
 
 
 class Held:
-    """A recipient's held rows (idle notices): a turn only once nothing of its is at work.
+    """A recipient's held rows (idle notices): a turn once they are due (its team idle).
 
-    Held rows wake nobody while the owner's tasks work: they go with its next turn (see
-    :mod:`taskloom.conversation.held`). Once none works (every teammate idle), rows still
-    held start a turn, so that a lead waiting for its team is told.
+    Held rows wake nobody while a teammate works: they go with the owner's next turn (see
+    :mod:`taskloom.conversation.held`). Once every teammate is idle or ended, rows still held
+    start a turn, so that a lead waiting for its team is told, whatever its own commands or
+    background agents are doing (see :func:`~taskloom.tasks.owner_wait.held_due`).
 
     Args:
         runtime: The session's tasks and mailbox.
-        owner: Whose rows and tasks (the main thread: the session id).
+        owner: Whose rows and team (the main thread: the session id).
         when: Whether they count now (default: always).
     """
 
@@ -222,7 +223,6 @@ class Held:
         self.runtime = runtime
         self.owner = owner
         self._when = when
-        self._work = OwnerWait(runtime, owner, {}, listens=True)
         self._since = runtime.changes()
 
     def listening(self) -> bool:
@@ -230,14 +230,18 @@ class Held:
         return self._when is None or self._when()
 
     def take(self) -> Message | None:
-        """An empty prompt when rows are held and nothing of the owner's works; else None."""
+        """An empty prompt when held rows are due; else None."""
         self._since = self.runtime.changes()  # a task going idle after this look wakes the wait
-        if not self.listening() or not self.runtime.mailbox.has_pending(self.owner, HELD):
+        if not self.listening() or not held_due(self.runtime, self.owner):
             return None
-        return None if self._work.live_tasks() else Message(role="user", content=[])
+        return Message(role="user", content=[])
 
     async def wait(self, timeout: float) -> None:
-        """Wait for a held row, or, with rows held already, for a task to end or go idle."""
+        """Wait for a held row, or, with rows held already, for a task to end or go idle.
+
+        Held rows become due only by a change (a teammate going idle or ending): with some
+        held, waiting for rows would return at once, and the wait would spin.
+        """
         if self.runtime.mailbox.has_pending(self.owner, HELD):
             await self.runtime.wait_for_change(timeout, self.owner, since=self._since)
         else:

@@ -12,7 +12,7 @@ sender, of a kind:
   the answer), its ``payload`` that object;
 - ``held``: a teammate's idle notification or shutdown approval: shown to its lead (and read
   by code) as a ``protocol`` row is, but it wakes nobody. It goes with the lead's next turn,
-  or starts one once nothing of the lead's is at work (see :mod:`taskloom.conversation.held`).
+  or starts one once every teammate is idle or ended (see :mod:`taskloom.conversation.held`).
   The lead may ask for a teammate's next one to wake it (:meth:`Mailbox.promote`): it is then
   a ``protocol`` row.
 

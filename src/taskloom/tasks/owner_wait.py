@@ -5,19 +5,24 @@ notification for it is undelivered: at the end of a turn it waits for the next d
 message sent to it), then goes on with a new turn. Tasks that end together are delivered in
 one message, not one turn each; a task with no end of its own is waited for only so long
 (:mod:`taskloom.tasks.wait_bound`); and a stopped owner (its budget ran out) stops waiting.
+
+A lead's held rows (its teammates' idle notices, see :mod:`taskloom.conversation.held`) end
+the wait once they are due (:func:`held_due`): whatever its own commands are doing, a lead
+waiting for its team is told once the team is idle.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
+from taskloom._aio import first_of
 from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.mailbox import MESSAGES
+from taskloom.tasks.mailbox import HELD, MESSAGES
 from taskloom.tasks.notifications import Notification
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.tasks.types import TaskState
+from taskloom.tasks.types import TaskState, TaskType
 from taskloom.tasks.wait_bound import WaitBound, task_wait_seconds
 
 #: How long one wait for a notification lasts before the loop looks again.
@@ -27,6 +32,30 @@ _NOTIFICATION_POLL_S = 30.0
 #: A quiet window (it restarts at each end): ends that come together are a few ms apart, and
 #: a longer one only delays every notification that arrives while other tasks run.
 DEFAULT_BATCH_WINDOW_MS = 25
+
+
+def team_at_work(runtime: TaskRuntime, owner: str) -> bool:
+    """Whether a teammate of ``owner``'s team is at work: in a turn, or about to start one.
+
+    A teammate is about to when a notification waits for it (its command ended): it wakes
+    for it. Its own background commands do not count, no more than its lead's do: their ends
+    wake it, and its next idle notice says so.
+    """
+    return any(
+        not s.terminal and (kind_of(s).busy(s) or runtime.notifications.has_pending(s.id))
+        for s in runtime.list(owner=owner, types=[TaskType.IN_PROCESS_TEAMMATE])
+    )
+
+
+def held_due(runtime: TaskRuntime, owner: str) -> bool:
+    """Whether ``owner``'s held rows (idle notices) are due: some wait, and its team is idle.
+
+    The one rule for when held rows start a turn of their own (see
+    :mod:`taskloom.conversation.held`): once every teammate is idle or ended, whatever
+    ``owner``'s other tasks (commands, background agents, monitors) are doing; those tell of
+    themselves as they end.
+    """
+    return runtime.mailbox.has_pending(owner, HELD) and not team_at_work(runtime, owner)
 
 
 class OwnerWait:
@@ -79,10 +108,10 @@ class OwnerWait:
     async def next_delivery(self) -> list[Notification]:
         """Wait while the owner must; the notifications to deliver then.
 
-        Empty when nothing is left to wait for, when it was stopped, or when a message sent to
-        it (``listens``) woke it without a notification.
+        Empty when nothing is left to wait for, when it was stopped, or when (``listens``) a
+        message sent to it, or its held rows falling due, woke it without a notification.
         """
-        owner, listens = self.owner, self.listens
+        owner = self.owner
         if self._bound is None:
             self._bound = WaitBound(self.runtime, owner, task_wait_seconds(self.settings))
         try:  # only the time spent waiting counts against a command's bound
@@ -92,20 +121,41 @@ class OwnerWait:
                 since = self.runtime.changes()
                 if not self.must_wait() or self._stop.is_set():
                     break
-                self._bound.arm()  # a command that may run forever is waited for so long only
-                # A message sent to it wakes it too: it sees it now, not after the next task ends.
-                change = self.runtime.wait_for_change(
-                    _NOTIFICATION_POLL_S, owner, messages=listens, since=since
-                )
-                await self._unless_stopped(change)
+                if not self._told():  # what is due already is handed over with no wait
+                    self._bound.arm()  # a command that may run forever is waited for so long
+                    await self._unless_stopped(self._change(since))
                 if self.runtime.notifications.has_pending(owner):
                     await self._gather_more()
                 notes = self.runtime.drain(owner=owner)
-                if notes or (listens and self.runtime.mailbox.has_pending(owner, MESSAGES)):
+                if notes or self._told():
                     return notes
             return []
         finally:
             self._bound.pause()
+
+    def _told(self) -> bool:
+        """Whether, listening, something was sent to it: a message, or held rows now due."""
+        if not self.listens:
+            return False
+        mailbox = self.runtime.mailbox
+        return mailbox.has_pending(self.owner, MESSAGES) or held_due(self.runtime, self.owner)
+
+    async def _change(self, since: int) -> None:
+        """Wait until a task ends or goes idle, a notification comes or (listening) a message.
+
+        A message wakes it now, not after the next task ends. So does a held row while none
+        is held: it may come after its sender went idle (a pane teammate's). Once rows are
+        held, only a change can make them due: waiting for them would wake it at once.
+        """
+        owner, mailbox = self.owner, self.runtime.mailbox
+        waits: list[Awaitable[object]] = [
+            self.runtime.wait_for_change(
+                _NOTIFICATION_POLL_S, owner, messages=self.listens, since=since
+            )
+        ]
+        if self.listens and not mailbox.has_pending(owner, HELD):
+            waits.append(mailbox.wait(_NOTIFICATION_POLL_S, owner, HELD))
+        await first_of(*waits, timeout=_NOTIFICATION_POLL_S)
 
     async def _unless_stopped(self, waiting: Coroutine[Any, Any, None]) -> None:
         """Wait for ``waiting``, or until the wait is stopped."""
@@ -127,4 +177,4 @@ class OwnerWait:
                 return  # quiet for a whole window: deliver what there is
 
 
-__all__ = ["DEFAULT_BATCH_WINDOW_MS", "OwnerWait"]
+__all__ = ["DEFAULT_BATCH_WINDOW_MS", "OwnerWait", "held_due", "team_at_work"]

@@ -263,13 +263,7 @@ class _Script:
         system = system_text(body)
         messages = body["messages"]
         seen = "\n".join(t for m in messages if m["role"] == "user" for t in texts(m["content"]))
-        calls = [
-            b["name"]
-            for m in messages
-            if m["role"] == "assistant"
-            for b in m["content"]
-            if b.get("type") == "tool_use"
-        ]
+        calls = _wire_calls(body)
         if "You are alice, a member" in system:
             if not calls:
                 tell = {"to": "bob", "message": "Use the v2 schema.", "summary": "use v2"}
@@ -293,10 +287,13 @@ class _Script:
         return WireTurn(text="Waiting for the team.")
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("stdin", [False, True], ids=["prompt", "stream-json-input"])
-def test_a_p_run_whose_lead_waits_for_its_idle_team_ends(tmp_path: Path, stdin: bool) -> None:
-    script = _Script(tmp_path / "gate")
+def _lead_run(
+    tmp_path: Path, script: object, stdin: bool
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """A ``-p --teams`` lead run told "Split the work." as its prompt or on its input.
+
+    Returns the run, and how long after the server's last request it ended.
+    """
     argv = [sys.executable, "-m", "taskloom", "-p"]
     argv += ["--input-format", "stream-json"] if stdin else ["Split the work."]
     argv += ["--teams", "--output-format", "stream-json", "--verbose"]
@@ -310,11 +307,18 @@ def test_a_p_run_whose_lead_waits_for_its_idle_team_ends(tmp_path: Path, stdin: 
             input=json.dumps(line) + "\n" if stdin else "",
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=60 * TIME_FACTOR,
             cwd=tmp_path,
             env=env,
         )
-        ended = time.monotonic() - server.requests[-1].received
+        return proc, time.monotonic() - server.requests[-1].received
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stdin", [False, True], ids=["prompt", "stream-json-input"])
+def test_a_p_run_whose_lead_waits_for_its_idle_team_ends(tmp_path: Path, stdin: bool) -> None:
+    script = _Script(tmp_path / "gate")
+    proc, ended = _lead_run(tmp_path, script, stdin)
     assert proc.returncode == 0, proc.stderr
     result = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()][-1]
     assert result["type"] == "result" and result["result"] == "Team done."
@@ -342,18 +346,11 @@ class _ServerScript:
         self.lead_bodies: list[dict[str, Any]] = []
 
     def __call__(self, body: dict[str, Any]) -> WireTurn:
-        messages = body["messages"]
         if "You are alice, a member" in system_text(body):
             return WireTurn(text="alice: done")
         self.lead_bodies.append(body)
         seen = _wire_seen(body)
-        calls = [
-            b["name"]
-            for m in messages
-            if m["role"] == "assistant"
-            for b in m["content"]
-            if b.get("type") == "tool_use"
-        ]
+        calls = _wire_calls(body)
         if not calls:
             server = {"command": self.command, "run_in_background": True, "description": "srv"}
             spawn = {"description": "a", "prompt": "go", "name": "alice"}
@@ -389,23 +386,7 @@ def test_held_notices_do_not_wait_for_the_lead_s_own_background_command(
     command = f"sleep {30 + (time.time_ns() % 997) / 1000:.3f}"
     script = _ServerScript(command)
     # Its input ended (stream-json) or not (a prompt: the run waits for its tasks, told).
-    argv = [sys.executable, "-m", "taskloom", "-p"]
-    argv += ["--input-format", "stream-json"] if stdin else ["Split the work."]
-    argv += ["--teams", "--output-format", "stream-json", "--verbose"]
-    argv += ["--model", "claude-sonnet-4-5", "--dangerously-skip-permissions"]
-    line = {"type": "user", "message": {"role": "user", "content": "Split the work."}}
-    with FakeAnthropicServer(responder=script) as server:
-        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
-        env["TASKLOOM_HOME"] = str(tmp_path / "home")
-        proc = subprocess.run(
-            argv,
-            input=json.dumps(line) + "\n" if stdin else "",
-            capture_output=True,
-            text=True,
-            timeout=60 * TIME_FACTOR,
-            cwd=tmp_path,
-            env=env,
-        )
+    proc, _ = _lead_run(tmp_path, script, stdin)
     assert proc.returncode == 0, proc.stderr
     result = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()][-1]
     assert result["type"] == "result" and result["result"] == "Team done.", result
@@ -417,6 +398,17 @@ def test_held_notices_do_not_wait_for_the_lead_s_own_background_command(
     [notice] = notices(_wire_seen(script.lead_bodies[-1]))
     assert notice["from"] == "alice" and notice["result"] == "alice: done"
     assert _running(command) == []  # the session ended; its command did not outlive it
+
+
+def _wire_calls(body: dict[str, Any]) -> list[str]:
+    """The names of the tools called in a wire request's conversation, in order."""
+    return [
+        b["name"]
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    ]
 
 
 def _wire_seen(body: dict[str, Any]) -> str:

@@ -512,7 +512,12 @@ def test_what_the_user_asked_for_is_the_largest_number_of_the_latest_prompt() ->
     assert asked_for(messages[:2]) == 30
     assert asked_for([user(TextBlock(text="Spawn a few agents."))]) == 0
     assert asked_for([user(TextBlock(text=note))]) == 0
-    # Only a number counting agents or work items asks for them (one word may stand between).
+    # Only a number counting agents or work items asks for them (two words may stand between).
     assert asked_for([user(TextBlock(text="fix the 404 on line 2"))]) == 0
     assert asked_for([user(TextBlock(text="Start 12 parallel agents, one per file."))]) == 12
     assert asked_for([user(TextBlock(text="Review these 3 test files."))]) == 3
+    # Any plural noun of work counts; units of no work to share out do not.
+    assert asked_for([user(TextBlock(text="Check these 20 URLs."))]) == 20
+    assert asked_for([user(TextBlock(text="Analyze all 50 of the files."))]) == 50
+    assert asked_for([user(TextBlock(text="Restart the port 8080 service."))]) == 0
+    assert asked_for([user(TextBlock(text="Poll it 30 times, 15 seconds apart."))]) == 0

@@ -17,8 +17,9 @@ makes the Agent call a tool error naming the setting):
   answer and the earlier answers of the turn, less those that were refused or failed — are
   counted; the calls beyond the first 10 are refused, unless the prompt asked for that many:
   it names a count of agents or work items (a number in digits or English words followed by
-  a noun such as agents, files or tasks, one word may stand between: ``12 test files``) at
-  least as large as the turn's count. A number naming anything else (``line 404``) does not.
+  a plural noun such as agents, files or URLs, two words may stand between: ``12 test
+  files``) at least as large as the turn's count. A number naming anything else (``line
+  404``, ``30 seconds``) does not.
 
 The refusals are tool errors naming the limit, the figure and the setting that raises it.
 """
@@ -54,20 +55,19 @@ _TENS = {
     "eighty": 80, "ninety": 90, "hundred": 100,
 }  # fmt: skip
 _TEN_WORDS, _UNIT_WORDS = "|".join(_TENS), "|".join(_UNITS)
-#: What a count of agents or of work items counts: a number before one of these (singular or
-#: plural) is a request for that many; any other number (``line 404``, ``2 passes``) is not.
-_ITEMS = (
-    "agent|subagent|sub-agent|worker|teammate|reviewer|researcher|instance|file|part|piece|"
-    "task|module|package|page|item|component|service|section|chapter|chunk|batch|area|topic|"
-    "question|angle|test|function|class|endpoint|route|document|doc|job|issue|bug|feature|"
-    "step|directory|directories|folder|repo|repository|repositories|crate|library|libraries|"
-    "table|screen|copy|copies|variant"
+#: Plural nouns after a number that count no work to share out (``2 passes``, ``30 seconds``):
+#: any other plural noun may count agents or work items (``12 agents``, ``20 URLs``).
+_NOT_WORK = (
+    "lines|ports|versions|seconds|secs|minutes|mins|hours|hrs|days|weeks|months|years|times|"
+    "percent|bytes|kb|mb|gb|ms|pixels|px|tokens|characters|chars|words|degrees|dollars|cents|"
+    "points|passes|rounds|retries|attempts|columns|rows|requests|calls|iterations|levels"
 )
 #: A count of things: a number in digits or words (``twelve``, ``twenty-four``, ``thirty
-#: one``), at most one word (``12 test files``), then a noun of :data:`_ITEMS`.
+#: one``), at most two words (``12 test files``, ``50 of the files``), then a plural noun that
+#: is not one of :data:`_NOT_WORK`. ``line 404`` or ``port 8080 service`` count nothing.
 _COUNT = re.compile(
     rf"\b(?:(\d{{1,6}})|({_TEN_WORDS})(?:[\s-]+({_UNIT_WORDS}))?|({_UNIT_WORDS}))"
-    rf"(?:\s+[a-z][\w'-]*)??\s+(?:{_ITEMS})(?:e?s)?\b",
+    rf"(?:\s+[a-z][\w'-]*){{0,2}}?\s+(?!(?:{_NOT_WORK})\b)[a-z][\w'-]*s\b",
     re.IGNORECASE,
 )
 #: What the harness wraps around a prompt that is not the asker's own words.
@@ -207,8 +207,9 @@ def fan_out_refusal(
     return (
         f"Not started: this turn asks for {spawns} agents, more than the {most} one turn may "
         f"start unless the request asked for that many ({told}); the calls beyond the first "
-        f"{most} are refused. Start the others once those report, if they are still needed, "
-        f"or raise the setting {MAX_PER_TURN} (default {DEFAULTS[MAX_PER_TURN]})."
+        f"{most} are refused, and go on being refused until the next prompt. Do the rest with "
+        f"the agents you have, or ask the user to name how many agents to start, or raise the "
+        f"setting {MAX_PER_TURN} (default {DEFAULTS[MAX_PER_TURN]})."
     )
 
 

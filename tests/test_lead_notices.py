@@ -31,6 +31,7 @@ from taskloom.tasks.mailbox import HELD
 from taskloom.tasks.teammate import TeammateTaskState
 from taskloom.testing import FunctionModel, ToolCall, Turn
 from taskloom.tools.base import generated_schema
+from team_scenario import _calls as wire_calls
 
 _NOTICE = re.compile(
     r'<teammate-message teammate_id="(\w+)"[^>]*>\n(\{.*?\})\n</teammate-message>', re.S
@@ -402,13 +403,7 @@ def test_held_notices_do_not_wait_for_the_lead_s_own_background_command(
 
 def _wire_calls(body: dict[str, Any]) -> list[str]:
     """The names of the tools called in a wire request's conversation, in order."""
-    return [
-        b["name"]
-        for m in body["messages"]
-        if m["role"] == "assistant"
-        for b in m["content"]
-        if b.get("type") == "tool_use"
-    ]
+    return [call["name"] for call in wire_calls(body["messages"])]
 
 
 def _wire_seen(body: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"permissions", "hooks"},
     {"transcript", "prompts", "worktrees"},
     {"tools", "mcp"},
-    {"engine", "engine_config", "events", "gate", "telemetry"},
+    {"engine", "engine_config", "events", "gate", "telemetry", "context"},
     {"conversation"},
     {"agents", "session", "options", "remote"},
     {"teams"},

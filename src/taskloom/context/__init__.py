@@ -1,0 +1,1 @@
+"""An agent's context window: how full it is, clearing old tool results, and compaction."""

@@ -37,7 +37,7 @@ from taskloom.models.base import (
     ThinkingDelta,
     ToolUseStart,
 )
-from taskloom.models.pricing import price_for
+from taskloom.models.windows import context_window
 from taskloom.tasks.usage import Mark, UsageLedger
 
 if TYPE_CHECKING:
@@ -237,12 +237,12 @@ def model_usage(
     """Claude Code's ``modelUsage``: per model id its tokens and cost (since ``since``).
 
     ``responsesWithoutUsage`` is added when some of its responses reported no usage;
-    ``contextWindow`` is known for the models ``prices`` (else the list) prices.
+    ``contextWindow`` is the model's (:func:`~taskloom.models.windows.context_window`: the
+    built-in windows and ``TASKLOOM_CONTEXT_WINDOW``).
     """
     out: dict[str, dict[str, Any]] = {}
     for model, figures in ledger.models(since=since).items():
         usage = figures.usage
-        priced = price_for(model, prices) is not None
         out[model] = {
             "inputTokens": usage.input_tokens,
             "outputTokens": usage.output_tokens,
@@ -250,7 +250,7 @@ def model_usage(
             "cacheCreationInputTokens": usage.cache_creation_input_tokens,
             "webSearchRequests": 0,
             "costUSD": figures.cost_usd,
-            "contextWindow": 200_000 if priced else 0,
+            "contextWindow": context_window(model, None),
             "maxOutputTokens": 0,
         }
         if figures.unreported:

@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 from taskloom.settings import ensure_private_dir, session_dir
@@ -123,6 +124,43 @@ def save_text(text: str, directory: Path, tool_use_id: str) -> str:
     return persisted_message(path, len(data), shown, more)
 
 
+def keep_text(text: str, directory: Path, tool_use_id: str) -> Path:
+    """Save ``text`` under ``directory`` once, and return the file that holds it.
+
+    A file saved earlier for ``tool_use_id`` with exactly this text is reused, not written
+    again: what clears old results from a conversation may see the same result more than once.
+
+    Raises:
+        OSError: The file could not be written.
+    """
+    data = text.encode("utf-8", "replace")
+    ensure_private_dir(directory)
+    for n in range(100):
+        path = directory / _file_name(tool_use_id, n)
+        if _holds(path, data):
+            return path
+        try:
+            fd = os.open(path, _OPEN_FLAGS, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        return path
+    raise OSError(errno.EEXIST, "too many results saved under this id", str(directory))
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` is a regular file (not a link) holding exactly ``data``."""
+    try:
+        # Non-blocking: a FIFO planted there must not hang the caller.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        return stat.S_ISREG(st.st_mode) and st.st_size == len(data) and file.read() == data
+
+
 def save_file(source: Path | str, directory: Path, tool_use_id: str) -> str:
     """Copy ``source`` (streaming) under ``directory`` and return the model's view of it.
 
@@ -161,6 +199,7 @@ __all__ = [
     "PREVIEW_BYTES",
     "bounded",
     "format_size",
+    "keep_text",
     "persisted_message",
     "preview",
     "results_dir",

@@ -315,11 +315,11 @@ def test_a_guard_hook_under_a_misspelt_event_stops_the_run(tmp_path: Path) -> No
     assert not (tmp_path / "marker").exists()
     # An event of Claude Code's that we do not run is skipped with a warning, not refused.
     (tmp_path / ".claude" / "settings.json").write_text(
-        json.dumps({"hooks": {"PreCompact": [guard]}})
+        json.dumps({"hooks": {"PostToolBatch": [guard]}})
     )
     proc = run("-p", "go", "--model", echo_script(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "unknown hook event 'PreCompact' skipped" in proc.stderr
+    assert "unknown hook event 'PostToolBatch' skipped" in proc.stderr
 
 
 def test_a_run_that_fails_before_its_session_exists_names_no_session(tmp_path: Path) -> None:

@@ -175,7 +175,7 @@ def test_malformed_entries_are_skipped_with_a_warning(caplog: pytest.LogCaptureF
                 },
             ],
             "Stop": {"not": "a list"},
-            "PreCompact": [{"hooks": [good]}],
+            "PostToolBatch": [{"hooks": [good]}],
         }
     }
     with caplog.at_level(logging.WARNING, logger="taskloom.hooks"):
@@ -195,7 +195,7 @@ def test_malformed_entries_are_skipped_with_a_warning(caplog: pytest.LogCaptureF
     ):
         assert where in text
     assert "'prompt'" in text
-    assert "Stop" in text and "PreCompact" in text
+    assert "Stop" in text and "PostToolBatch" in text
     assert all(r.name == "taskloom.hooks" for r in caplog.records)
 
 

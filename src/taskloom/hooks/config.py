@@ -48,6 +48,8 @@ class HookEvent(enum.StrEnum):
     WORKTREE_CREATE = "WorktreeCreate"
     WORKTREE_REMOVE = "WorktreeRemove"
     NOTIFICATION = "Notification"
+    PRE_COMPACT = "PreCompact"
+    POST_COMPACT = "PostCompact"
 
 
 #: Events whose matcher is tested against the tool name.
@@ -63,6 +65,9 @@ TOOL_EVENTS = frozenset(
 AGENT_EVENTS = frozenset({HookEvent.SUBAGENT_START, HookEvent.SUBAGENT_STOP})
 #: Events whose matcher is tested against the notification's type (``permission_prompt``).
 NOTIFICATION_EVENTS = frozenset({HookEvent.NOTIFICATION})
+#: Events whose matcher is tested against what started it: ``manual`` or ``auto`` for the
+#: compaction events, the ``source`` (``startup``, ``resume``, ``compact``) for SessionStart.
+TRIGGER_EVENTS = frozenset({HookEvent.PRE_COMPACT, HookEvent.POST_COMPACT, HookEvent.SESSION_START})
 
 # A matcher made only of names and ``|`` is a list of exact names, not a regex: ``Edit`` must
 # not match ``NotebookEdit`` or ``MultiEdit`` by accident.
@@ -298,15 +303,17 @@ class HookConfig:
 
         Args:
             event: The event (an unknown name has no hooks).
-            target: The tool name (tool events), agent type (Subagent events) or
-                notification type (Notification); ignored by other events, whose matchers
-                are not consulted.
+            target: The tool name (tool events), agent type (Subagent events),
+                notification type (Notification) or trigger (PreCompact, PostCompact,
+                SessionStart: see :data:`TRIGGER_EVENTS`); ignored by other events, whose
+                matchers are not consulted.
         """
         try:
             key = HookEvent(event)
         except ValueError:
             return []
         use_matcher = key in TOOL_EVENTS or key in AGENT_EVENTS or key in NOTIFICATION_EVENTS
+        use_matcher = use_matcher or key in TRIGGER_EVENTS
         found: dict[str, Hook] = {}
         for entry in self.events.get(key, ()):
             if use_matcher and not entry.matches(target):
@@ -322,7 +329,7 @@ class HookConfig:
 
 
 #: Claude Code events that taskloom does not run: their hooks are skipped, never "misspelt".
-_OTHER_EVENTS = frozenset({"PreCompact", "PostCompact", "PostToolBatch"})
+_OTHER_EVENTS = frozenset({"PostToolBatch"})
 
 
 def _misspelt(name: str) -> str | None:

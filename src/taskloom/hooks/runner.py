@@ -51,8 +51,14 @@ _NO_PERMISSION_MODE = frozenset(
     {HookEvent.SESSION_START, HookEvent.SESSION_END, HookEvent.SUBAGENT_START}
 )
 # Events where plain (non-JSON) stdout of a successful hook is context for the model.
+# (PreCompact's is added to the summary's instructions, as Claude Code does.)
 _STDOUT_IS_CONTEXT = frozenset(
-    {HookEvent.USER_PROMPT_SUBMIT, HookEvent.SESSION_START, HookEvent.SUBAGENT_START}
+    {
+        HookEvent.USER_PROMPT_SUBMIT,
+        HookEvent.SESSION_START,
+        HookEvent.SUBAGENT_START,
+        HookEvent.PRE_COMPACT,
+    }
 )
 
 

@@ -391,6 +391,8 @@ async def test_inputs_a_tool_refuses_are_quoted_cut_short(tmp_path: Path) -> Non
             tools=[BashTool(), TaskOutputTool()],
             owner=rt.session_id,
             cwd=tmp_path,
+            # Megabytes of input would fill any window: compaction is another test's subject.
+            settings={"autoCompact": False},
         )
         events = [e async for e in Engine(config, rt).run("go")]
     done = [e.result for e in events if isinstance(e, ToolDone)]

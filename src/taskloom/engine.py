@@ -20,26 +20,28 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from taskloom.context.keeper import ContextKeeper
 from taskloom.engine_config import EngineConfig
 from taskloom.errors import ModelError, TaskloomError, clipped
 from taskloom.events import (
     AssistantTurn,
+    Compacted,
     EngineEvent,
     EngineObserver,
     Finished,
     ToolDone,
     UserTurn,
 )
+from taskloom.gate import read_denied
 from taskloom.messages import (
     ContentBlock,
     Message,
     TextBlock,
     ToolResultBlock,
-    ToolResultContent,
     ToolUseBlock,
     Usage,
 )
@@ -112,6 +114,8 @@ class Engine:
         self.stop_reason: str | None = None
         #: Tool calls refused by the permission policy: ``{tool_name, tool_use_id, tool_input}``.
         self.denials: list[dict[str, Any]] = []
+        #: Keeps its conversation within the model's context window (clearing, compaction).
+        self.context = ContextKeeper(config, results_dir(runtime.session_id, runtime.home))
 
     @property
     def ledger_key(self) -> str:
@@ -189,7 +193,14 @@ class Engine:
             if self.config.max_turns is not None and turns >= self.config.max_turns:
                 yield Finished("max_turns", self._last_text())
                 return
-            answer = await self._ask_model()
+            compacted = await self.context.before_request(self)
+            if compacted is not None:
+                yield compacted
+            try:
+                answer = await self.ask(self.request())
+            except ModelError as exc:  # too long for the window: compacted, tried once more
+                yield await self.context.overflowed(self, exc)
+                answer = await self.ask(self.request())
             turns += 1
             self.num_turns += 1
             self.messages.append(answer)
@@ -199,7 +210,7 @@ class Engine:
                 results: list[ToolResultBlock] = []
                 async for call, result in self._run_tools(calls):
                     yield ToolDone(call, result)
-                    results.append(_result_block(call, result))
+                    results.append(result.block(call.id))
                 notes = self._take_notifications()
                 steering = [TextBlock(text=t) for t in self._take_inbox()]
                 steering += self._reminders(notes, [c.id for c in calls])  # kept in its record
@@ -259,11 +270,25 @@ class Engine:
             deltas=bool(cfg.observer and cfg.observer.partial_messages),
         )
 
-    async def _ask_model(self) -> Message:
+    async def compact(self, instructions: str | None = None) -> Compacted:
+        """Compact the conversation now (``/compact``): the event saying so.
+
+        Raises:
+            CompactionRefused: A PreCompact hook blocked it, or there is nothing to compact.
+            ModelError: The summary request failed.
+        """
+        return await self.context.compact(self, "manual", instructions)
+
+    async def ask(self, request: ModelRequest, *, observe: bool = True) -> Message:
+        """Stream ``request``'s answer, charge its usage; the answer, made safe to use.
+
+        Args:
+            request: The request (:meth:`request`, or another one of this agent's).
+            observe: Whether the observer hears it (not for compaction's summary).
+        """
         final: Message | None = None
         started = time.monotonic()
-        observer = self.config.observer
-        request = self.request()
+        observer = self.config.observer if observe else None
         if observer is not None:
             observer.model_event(self.config.agent_id, request)
         try:
@@ -390,7 +415,7 @@ class Engine:
             agent_id=self.config.agent_id,
             settings=self.config.settings,
             engine=self,
-            read_denied=self._read_denied(),
+            read_denied=read_denied(self.config.permissions, self.config.rules_root()),
             workdir=self.workdir,
             rules_base=self.config.rules_root(),
             hook_response=self._hooked("PostToolUse", tool.name),
@@ -468,20 +493,6 @@ class Engine:
         if place != self.workdir.start:
             self.workdir.follow(place, self.config.shell_roots())
         return self.workdir.here()
-
-    def _read_denied(self) -> Callable[[str], bool] | None:
-        policy = self.config.permissions
-        if policy is None:
-            return None
-        from taskloom.permissions import PermissionRequest
-
-        cwd = self.config.rules_root()
-
-        def denied(path: str) -> bool:
-            request = PermissionRequest("Read", "read", path, cwd, {"file_path": path})
-            return policy.decide(request).behavior == "deny"
-
-        return denied
 
     def _hooked(self, event: str, target: str | None) -> bool:
         """Whether some hook (a command or a program's callback) runs for ``event``."""
@@ -564,20 +575,6 @@ def _without_empty_text(message: Message) -> Message:
     return message.model_copy(update={"content": content})
 
 
-def _clean(text: str) -> str:
-    # Tool output can carry undecodable bytes (as lone surrogates, e.g. from file names);
-    # they would break the JSON of transcripts and requests.
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def _result_block(call: ToolUseBlock, result: ToolResult) -> ToolResultBlock:
-    text = _clean(result.content)
-    content: str | list[ToolResultContent] = text
-    if result.blocks:  # e.g. an image: the text first (the API refuses an empty text block)
-        content = [*([TextBlock(text=text)] if text else []), *result.blocks]
-    return ToolResultBlock(tool_use_id=call.id, content=content, is_error=result.is_error)
-
-
 def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:
     if not notes:
         return message
@@ -587,6 +584,7 @@ def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:
 __all__ = [
     "NO_CONTENT",
     "AssistantTurn",
+    "Compacted",
     "Engine",
     "EngineConfig",
     "EngineEvent",

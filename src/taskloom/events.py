@@ -104,4 +104,21 @@ class Finished:
     result: str
 
 
-EngineEvent = UserTurn | AssistantTurn | ToolDone | Finished
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """The conversation was compacted: from here on it is ``messages``.
+
+    Attributes:
+        trigger: ``auto`` (the context window filled up, or the API said the prompt was
+            too long) or ``manual`` (``/compact``, the SDK's compact request).
+        pre_tokens: How many tokens the context held before.
+        messages: The whole conversation now: the summary (a user message), then the last
+            turns kept as they were.
+    """
+
+    trigger: Literal["manual", "auto"]
+    pre_tokens: int
+    messages: tuple[Message, ...]
+
+
+EngineEvent = UserTurn | AssistantTurn | ToolDone | Finished | Compacted

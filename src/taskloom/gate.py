@@ -18,6 +18,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
@@ -164,6 +165,22 @@ class _Notices:
 
 #: Each session's running Notification hooks (a runtime is one session's).
 _BY_RUNTIME: weakref.WeakKeyDictionary[TaskRuntime, _Notices] = weakref.WeakKeyDictionary()
+
+
+def read_denied(policy: PermissionPolicy | None, cwd: Path) -> Callable[[str], bool] | None:
+    """What tells a tool which paths the rules deny reading (None: no rules, none is).
+
+    Tools that read files on their own (Grep and Glob skip such files) ask it per path.
+    """
+    if policy is None:
+        return None
+    from taskloom.permissions import PermissionRequest
+
+    def denied(path: str) -> bool:
+        request = PermissionRequest("Read", "read", path, cwd, {"file_path": path})
+        return policy.decide(request).behavior == "deny"
+
+    return denied
 
 
 def _notices(runtime: TaskRuntime) -> _Notices:

@@ -45,7 +45,7 @@ from taskloom.started import (
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
-    from taskloom.engine import EngineEvent
+    from taskloom.engine import Compacted, EngineEvent
     from taskloom.messages import Message
     from taskloom.models.base import Model
     from taskloom.permissions import PermissionPolicy
@@ -256,6 +256,19 @@ class Harness:
         worth it goes on with that model (see :class:`~taskloom.conversation.policy.TurnPolicy`).
         """
         return self.started.turns.run(prompt)
+
+    async def compact(self, instructions: str | None = None) -> Compacted:
+        """Compact the main thread's conversation now, between runs (``/compact``).
+
+        The model summarizes the conversation; the session goes on from the summary and its
+        last turns (see :mod:`taskloom.context.compaction`). A run's prompt ``/compact
+        [instructions]`` does the same.
+
+        Raises:
+            CompactionRefused: A PreCompact hook blocked it, or there is nothing to compact.
+            ModelError: The summary request failed.
+        """
+        return await self.started.session.compact(instructions)
 
     @property
     def structured_output(self) -> dict[str, Any] | None:

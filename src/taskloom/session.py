@@ -9,12 +9,13 @@ id, replays undelivered notifications).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from taskloom.conversation.held import fold
 from taskloom.conversation.recorder import Recorder
-from taskloom.engine import Engine, EngineConfig, EngineEvent
+from taskloom.engine import Compacted, Engine, EngineConfig, EngineEvent, Finished
 from taskloom.errors import UsageError, UserError
 from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.quoting import quote
@@ -104,6 +105,11 @@ class Session:
             UserError: A UserPromptSubmit hook refused the prompt.
         """
         text = prompt_text(prompt)
+        instructions = compact_command(text)
+        if instructions is not None:  # ``/compact [instructions]``: no turn, a compaction
+            yield await self.compact(instructions or None)
+            yield Finished("end_turn", "")
+            return
         if text is not None:
             prompt = await self._submitted(prompt, text)
         self._prompted = text is not None  # held notices go with a user's prompt
@@ -126,7 +132,9 @@ class Session:
         if not self._hooked_start:  # once a session, with its first prompt
             self._hooked_start = True
             model = engine.config.model_name or engine.config.model.name
-            started = await engine.run_hook("SessionStart", None, source=self._source, model=model)
+            started = await engine.run_hook(
+                "SessionStart", self._source, source=self._source, model=model
+            )
             # Kept until a prompt carrying it is recorded (a refused or interrupted first
             # prompt must not lose it).
             self._start_context = list(started.additional_context) if started else []
@@ -140,6 +148,17 @@ class Session:
             added = TextBlock(text="\n\n".join(extra))
             return Message(role=prompt.role, content=[*prompt.content, added])
         return "\n\n".join([text, *extra])
+
+    async def compact(self, instructions: str | None = None) -> Compacted:
+        """Compact the conversation now, and record it (``/compact [instructions]``).
+
+        Raises:
+            CompactionRefused: A PreCompact hook blocked it, or there is nothing to compact.
+            ModelError: The summary request failed.
+        """
+        event = await self.engine.compact(instructions)
+        self.recorder.record(event)
+        return event
 
     async def end(self, reason: str = "other") -> None:
         """Run the SessionEnd hooks."""
@@ -162,6 +181,15 @@ def prompt_text(prompt: str | Message | None) -> str | None:
     if not prompt.content or any(isinstance(b, ToolResultBlock) for b in prompt.content):
         return None
     return "\n".join(b.text for b in prompt.content if isinstance(b, TextBlock))
+
+
+def compact_command(text: str | None) -> str | None:
+    """The instructions of a ``/compact [instructions]`` prompt ("" for none); else None."""
+    found = _COMPACT.fullmatch(text.strip()) if text is not None else None
+    return (found.group(1) or "").strip() if found else None
+
+
+_COMPACT = re.compile(r"/compact(?:\s+(.*))?", re.DOTALL)
 
 
 #: What opens the batch of teammates' messages the lead receives, and what closes it.

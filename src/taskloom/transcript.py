@@ -13,8 +13,10 @@ one transcript per session: a recorded one is found (and continued) wherever it 
 Each line: ``{"parentUuid", "isSidechain", "type": "user"|"assistant", "message": {...},
 "uuid", "timestamp", "sessionId", "cwd", "version", "userType"}`` (a sidechain's also
 ``"agentId"``), plus ``"taskloomOrigin"`` for user messages (``prompt``, ``tool_results``,
-``notifications``, ``messages``) and ``"entrypoint"`` when ``CLAUDE_CODE_ENTRYPOINT`` names
-the program that started taskloom (the SDKs set ``sdk-ts`` / ``sdk-py``). ``parentUuid``
+``notifications``, ``messages``, ``compact`` for a compaction's summary) and ``"entrypoint"``
+when ``CLAUDE_CODE_ENTRYPOINT`` names the program that started taskloom (the SDKs set
+``sdk-ts`` / ``sdk-py``). A compaction writes Claude Code's ``system/compact_boundary`` line
+and then the conversation as it goes on (see :meth:`TranscriptWriter.boundary`). ``parentUuid``
 chains every message to the one before it, across resumes. Lines are appended and flushed one
 by one, so a crash loses at most the message being written; a torn last line is ignored on
 load, and so are the lines that are not messages (titles, tags and the other records Claude
@@ -288,7 +290,9 @@ class TranscriptWriter:
         if entrypoint:
             self._tail["entrypoint"] = entrypoint
 
-    def append(self, message: Message, *, origin: str | None = None) -> str:
+    def append(
+        self, message: Message, *, origin: str | None = None, compact_summary: bool = False
+    ) -> str:
         """Write one message; returns its uuid.
 
         Args:
@@ -298,8 +302,12 @@ class TranscriptWriter:
                 an object of another meaning (the SDKs read it as the message's provenance).
                 A prompt of a main transcript is followed by Claude Code's ``last-prompt``
                 record: the SDKs' session lists show it as the session's summary.
+            compact_summary: The message is a compaction's summary (``isCompactSummary``,
+                as Claude Code marks it).
         """
-        extra = {"taskloomOrigin": origin} if origin is not None else {}
+        extra: dict[str, Any] = {"taskloomOrigin": origin} if origin is not None else {}
+        if compact_summary:
+            extra["isCompactSummary"] = True
         line_id = str(uuid.uuid4())
         record = {
             "parentUuid": self._last_uuid,
@@ -308,15 +316,39 @@ class TranscriptWriter:
             **extra,
             "message": message.full(),
             "uuid": line_id,
-            "timestamp": datetime.now(UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
+            "timestamp": _now(),
             **self._tail,
         }
         self._write(record)
         self._last_uuid = line_id
         if origin == "prompt" and not self._fields["isSidechain"]:
             self._last_prompt(message, line_id)
+        return line_id
+
+    def boundary(self, trigger: str, pre_tokens: int) -> str:
+        """Write a compact boundary (Claude Code's ``system/compact_boundary``); its uuid.
+
+        The conversation starts again after it: the boundary has no parent (its
+        ``logicalParentUuid`` is the message before it), and :func:`load_messages` reads
+        only what follows the last one.
+        """
+        line_id = str(uuid.uuid4())
+        record = {
+            "parentUuid": None,
+            "logicalParentUuid": self._last_uuid,
+            **self._fields,
+            "type": "system",
+            "subtype": "compact_boundary",
+            "content": "Conversation compacted",
+            "isMeta": False,
+            "level": "info",
+            "compactMetadata": {"trigger": trigger, "preTokens": pre_tokens},
+            "uuid": line_id,
+            "timestamp": _now(),
+            **self._tail,
+        }
+        self._write(record)
+        self._last_uuid = line_id
         return line_id
 
     def _last_prompt(self, message: Message, line_id: str) -> None:
@@ -349,6 +381,10 @@ class TranscriptWriter:
     def close(self) -> None:
         """Close the file."""
         self._file.close()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -405,7 +441,8 @@ def last_message_uuid(path: Path) -> str | None:
 def load_messages(path: Path) -> list[Message]:
     """Read a transcript back into a conversation that a model will accept.
 
-    Only message records count (``type`` user or assistant, not ``isMeta``); the parts of one
+    Only message records count (``type`` user or assistant, not ``isMeta``), after the last
+    compact boundary if there is one; the parts of one
     answer that Claude Code writes as lines of their own (one per content block, the same
     ``message.id``) are joined again. A torn last line is dropped. If the session stopped
     between a tool call and its result, the missing results are filled in as errors saying
@@ -414,6 +451,9 @@ def load_messages(path: Path) -> list[Message]:
     messages: list[Message] = []
     last_id: str | None = None
     for number, record in _records(path):
+        if record.get("type") == "system" and record.get("subtype") == "compact_boundary":
+            messages, last_id = [], None  # compacted: the conversation starts again here
+            continue
         if record.get("type") not in MESSAGE_TYPES or record.get("isMeta"):
             continue
         raw = record.get("message")

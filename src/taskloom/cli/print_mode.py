@@ -28,7 +28,7 @@ from taskloom.cli.json_lines import fitted as _fitted
 from taskloom.cli.print_options import PrintOptions as PrintOptions  # its flags, re-exported
 from taskloom.cli.stream_output import OutputTap, TurnAccount
 from taskloom.cli.task_events import TaskEvents, notification_event
-from taskloom.engine import AssistantTurn, Finished, UserTurn
+from taskloom.engine import AssistantTurn, Compacted, Finished, UserTurn
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.messages import Message
@@ -310,9 +310,17 @@ def _emit_event(
             emitter.line(
                 {"type": "user", "message": event.message.wire(), "parent_tool_use_id": None}
             )
+    elif isinstance(event, Compacted):
+        emitter.line(compact_boundary(event))
     elif isinstance(event, Finished):
         run.finished = event
     return True
+
+
+def compact_boundary(event: Compacted) -> dict[str, Any]:
+    """The ``system/compact_boundary`` line of a compaction, as the Agent SDKs read it."""
+    metadata = {"trigger": event.trigger, "pre_tokens": event.pre_tokens}
+    return {"type": "system", "subtype": "compact_boundary", "compact_metadata": metadata}
 
 
 async def _end_watch(

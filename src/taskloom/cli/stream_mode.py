@@ -55,6 +55,7 @@ from taskloom.cli.flags import MODE_ALIASES
 from taskloom.cli.print_mode import (
     Emitter,
     PrintOptions,
+    compact_boundary,
     early_result,
     init_event,
     known_session_id,
@@ -363,6 +364,15 @@ class StreamSession:
     async def _mcp_status(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"mcpServers": mcp_status(self.harness)}
 
+    async def _compact(self, request: dict[str, Any]) -> dict[str, Any]:
+        if not self._ran():
+            raise UsageError("compact: no conversation yet (the first prompt starts it)")
+        if self.driver.busy:
+            raise UsageError("compact: a turn is running; send it again when it has ended")
+        event = await self.harness.compact(_optional_string(request, "instructions"))
+        self.emitter.line(compact_boundary(event))
+        return {"pre_tokens": event.pre_tokens}
+
     async def _stop_task(self, request: dict[str, Any]) -> dict[str, Any]:
         state = await self.harness.stop_task(_string(request, "task_id"))
         return {"task_id": state.id, "status": notified_status(state.status.value)}
@@ -375,6 +385,7 @@ _HANDLERS = {
     "set_model": StreamSession._set_model,
     "mcp_status": StreamSession._mcp_status,
     "stop_task": StreamSession._stop_task,
+    "compact": StreamSession._compact,
 }
 
 

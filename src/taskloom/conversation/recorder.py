@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from taskloom.engine import AssistantTurn, Engine, EngineEvent, UserTurn
+from taskloom.engine import AssistantTurn, Compacted, Engine, EngineEvent, UserTurn
 from taskloom.messages import Message, TextBlock
 from taskloom.tasks.mailbox import Letter, Mailbox
 from taskloom.transcript import TranscriptWriter, repair
@@ -144,6 +144,9 @@ class Recorder:
         Raises:
             RuntimeError: The transcript is not open.
         """
+        if isinstance(event, Compacted):
+            self._compacted(event)
+            return
         if not isinstance(event, UserTurn | AssistantTurn):
             return
         writer = self._writer
@@ -162,6 +165,24 @@ class Recorder:
         if self._held:
             held, self._held = self._held, []
             self.mailbox.ack(letter.id for letter in held)
+
+    def _compacted(self, event: Compacted) -> None:
+        """Record a compaction: the boundary, then the conversation as it now is."""
+        if self.path is None:
+            return
+        writer = self._writer
+        temporary = writer is None  # a manual compaction between runs
+        if writer is None:
+            writer = TranscriptWriter(self.path, self.runtime.session_id, cwd=self.runtime.cwd)
+        try:
+            writer.boundary(event.trigger, event.pre_tokens)
+            summary, *kept = event.messages
+            writer.append(summary, origin="compact", compact_summary=True)
+            for message in kept:
+                writer.append(message)
+        finally:
+            if temporary:
+                writer.close()
 
     def repair(self) -> list[Message]:
         """Make the engine's conversation one the API accepts again, recording what is added.

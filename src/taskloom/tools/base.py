@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from taskloom.errors import clipped
+from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
 
 # Defined with the permission rules, which decide by it; re-exported for tools.
@@ -64,6 +65,16 @@ class ToolResult:
     data: dict[str, Any] | None = None
     blocks: list[ToolResultContent] | None = None
     response: dict[str, Any] | None = None
+
+    def block(self, tool_use_id: str) -> ToolResultBlock:
+        """The ``tool_result`` block answering call ``tool_use_id`` with this result."""
+        # Tool output can carry undecodable bytes (as lone surrogates, e.g. from file
+        # names); they would break the JSON of transcripts and requests.
+        text = self.content.encode("utf-8", "replace").decode("utf-8")
+        content: str | list[ToolResultContent] = text
+        if self.blocks:  # e.g. an image: the text first (the API refuses an empty text block)
+            content = [*([TextBlock(text=text)] if text else []), *self.blocks]
+        return ToolResultBlock(tool_use_id=tool_use_id, content=content, is_error=self.is_error)
 
 
 @dataclass(slots=True)

@@ -273,3 +273,55 @@ def test_too_long_knows_the_providers_words() -> None:
     assert too_long(ModelError("context_length_exceeded"))
     assert not too_long(ModelError("overloaded"))
     assert not too_long(ValueError("prompt is too long"))
+
+
+async def test_a_filling_window_clears_old_results_first_without_a_model_call(
+    tmp_path: Path,
+) -> None:
+    big = "x" * 25_000  # inline (Bash saves 30,000 characters or more), 6,250 tokens
+
+    def answer(request: ModelRequest) -> Turn | str:
+        n = len(model.turns)
+        if n <= 5:  # each turn prints a big output; the window reaches 70 % (past 60 %)
+            call = ToolCall("Bash", {"command": f"printf '{big}'; echo {n}"})
+            return Turn(tool_calls=(call,), usage=full(20_000 + 24_000 * n))
+        return "done"
+
+    model = Recording(answer)
+    async with harness(tmp_path, model.model) as h:
+        events = [e async for e in h.run("work")]
+        saved = sorted((h.runtime.home / "sessions" / h.session_id).rglob("*.txt"))
+    assert not model.summaries and not [e for e in events if isinstance(e, Compacted)]
+    last = model.turns[-1].messages
+    results = [b for m in last for b in m.content if isinstance(b, ToolResultBlock)]
+    stubs = [r.text() for r in results if r.text().startswith("[Old tool result cleared")]
+    # The oldest results are stubs naming a file with the whole output; the last 3 are whole.
+    assert stubs and all(big not in s for s in stubs)
+    assert all(big in r.text() for r in results[-3:])
+    path = Path(stubs[0].rsplit(" is in ", 1)[1].rstrip("]"))
+    assert path in saved and path.read_text().startswith(big)
+
+
+async def test_a_subagent_compacts_its_own_context(tmp_path: Path) -> None:
+    def answer(request: ModelRequest) -> Turn | str:
+        if request.agent_id is None:
+            if not any(isinstance(b, ToolResultBlock) for m in request.messages for b in m.content):
+                return Turn(tool_calls=(ToolCall("Agent", {"description": "d", "prompt": "dig"}),))
+            return "main done"
+        mine = [r for r in model.turns if r.agent_id == request.agent_id]
+        if len(mine) <= 2:
+            call = ToolCall("Bash", {"command": f"echo {len(mine)}"})
+            return Turn(tool_calls=(call,), usage=full(100_000 + 40_000 * len(mine)))
+        return "agent done"
+
+    model = Recording(answer)
+    async with harness(tmp_path, model.model) as h:
+        events = [e async for e in h.run("go")]
+    [summary] = model.summaries
+    assert summary.agent_id is not None  # the agent's own conversation was summarized
+    after = [r for r in model.turns if r.agent_id == summary.agent_id][-1]
+    head = after.messages[0].content[0]
+    assert isinstance(head, TextBlock) and head.text.startswith(CONTINUED)
+    main = [r for r in model.turns if r.agent_id is None]
+    assert all(not str(r.messages[0].content).startswith(CONTINUED) for r in main)
+    assert isinstance(events[-1], Finished) and events[-1].result == "main done"

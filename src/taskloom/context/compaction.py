@@ -26,8 +26,8 @@ from taskloom.errors import ModelError, TaskloomError
 from taskloom.events import Compacted
 from taskloom.messages import ContentBlock, Message, TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
-from taskloom.tasks.statuses import TaskBoard, render
 from taskloom.tasks.narrow import as_teammate
+from taskloom.tasks.statuses import TaskBoard, render
 
 if TYPE_CHECKING:
     from taskloom.engine_config import EngineConfig

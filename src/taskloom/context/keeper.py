@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 #: The last assistant turns whose tool results are never cleared (the model works with them).
 CLEAR_KEEP_TURNS = 3
+#: The least share of the window a clearing must free to be done: each one changes the
+#: conversation's cached prefix from the first result it clears, which the next request pays
+#: to write again.
+CLEAR_AT_LEAST = 0.02
 
 
 class ContextKeeper:
@@ -103,8 +107,9 @@ class ContextKeeper:
         cleared = clear_old_results(
             engine.messages, keep_turns=CLEAR_KEEP_TURNS, save_dir=self.save_dir
         )
-        if cleared.count:
-            engine.messages = cleared.messages
-            freed = cleared.tokens_freed
-            log.debug("%d old tool results cleared (~%d tokens)", cleared.count, freed)
-        return cleared.tokens_freed
+        freed = cleared.tokens_freed
+        if freed < self.window * CLEAR_AT_LEAST:
+            return 0  # not worth writing the cached prefix again
+        engine.messages = cleared.messages
+        log.debug("%d old tool results cleared (~%d tokens)", cleared.count, freed)
+        return freed

@@ -161,7 +161,8 @@ def _estimate_tokens(text: str) -> int:
 
 
 def _request_text(request: ModelRequest) -> str:
-    return request.system + "".join(json.dumps(m.wire(), ensure_ascii=False) for m in request.messages)
+    texts = (json.dumps(m.wire(), ensure_ascii=False) for m in request.messages)
+    return request.system + "".join(texts)
 
 
 async def _events(turn: Turn, request: ModelRequest, name: str) -> AsyncIterator[StreamEvent]:

@@ -17,6 +17,7 @@ turns left out and long tool results cut, at most :data:`SUMMARY_TRIES` times.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -104,6 +105,10 @@ class Compactable(Protocol):
 
     async def ask(self, request: ModelRequest, *, observe: bool = True) -> Message:
         """Stream ``request``'s answer and charge its usage; the answer."""
+        ...
+
+    def request(self) -> ModelRequest:
+        """The request the next turn would make."""
         ...
 
 
@@ -209,9 +214,9 @@ async def _summarize(engine: Compactable, instructions: str) -> str:
     ask = SUMMARY_INSTRUCTIONS
     if instructions:
         ask += f"\n\nAdditional instructions:\n{instructions}"
-    messages = list(engine.messages)
+    base, messages = engine.request(), list(engine.messages)
     for attempt in range(SUMMARY_TRIES):
-        request = _summary_request(engine.config, messages, ask)
+        request = _summary_request(base, messages, ask)
         try:
             answer = await engine.ask(request, observe=False)
         except ModelError as exc:
@@ -228,7 +233,7 @@ async def _summarize(engine: Compactable, instructions: str) -> str:
     raise AssertionError("unreachable")  # the last try returns or raises
 
 
-def _summary_request(config: EngineConfig, messages: list[Message], ask: str) -> ModelRequest:
+def _summary_request(base: ModelRequest, messages: list[Message], ask: str) -> ModelRequest:
     """The conversation's own request (its cached prefix), with the instruction at the end."""
     instruction = TextBlock(text=ask)
     if messages and messages[-1].role == "user":
@@ -236,16 +241,8 @@ def _summary_request(config: EngineConfig, messages: list[Message], ask: str) ->
         messages = [*messages[:-1], Message(role="user", content=[*last.content, instruction])]
     else:
         messages = [*messages, Message(role="user", content=[instruction])]
-    return ModelRequest(
-        model=config.model_name or config.model.name,
-        system=config.system_prompt,
-        messages=messages,
-        tools=[t.spec() for t in config.tools],
-        max_tokens=config.max_tokens,
-        agent_id=config.agent_id,
-        metadata={**config.metadata, "purpose": "compact"},
-        deltas=False,
-    )
+    metadata = {**base.metadata, "purpose": "compact"}
+    return dataclasses.replace(base, messages=messages, metadata=metadata, deltas=False)
 
 
 def _shorter(messages: list[Message]) -> list[Message]:

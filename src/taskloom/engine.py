@@ -145,6 +145,7 @@ class Engine:
         if config.cwd == self.config.cwd:
             engine.workdir = self.workdir  # the same place: where its shell stood holds
         engine.context_tokens = self.context_tokens
+        engine.context.take_over(self.context)  # what that count holds
         engine.num_turns = self.num_turns
         engine.api_seconds = self.api_seconds
         engine.stop_reason = self.stop_reason

@@ -56,6 +56,10 @@ class ContextKeeper:
         #: How many messages the last request held: those after it are estimated.
         self._sent = 0
 
+    def take_over(self, previous: ContextKeeper) -> None:
+        """Go on from ``previous``'s count (an engine continuing another's conversation)."""
+        self._sent = previous._sent
+
     def fullness(self, engine: Compactable) -> Fullness:
         """How full the next request would make the window (counted, plus estimated)."""
         added = engine.messages[self._sent :] if self._sent <= len(engine.messages) else []

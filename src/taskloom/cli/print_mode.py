@@ -432,7 +432,7 @@ def _result(
         "duration_ms": int((time.monotonic() - started) * 1000),
         "stop_reason": run.stop_reason,
         "session_id": runtime.session_id,
-        **account.fields(engine, harness.settings.get("modelPrices")),
+        **account.fields(engine),
         "permission_denials": engine.denials,
     }
     ended(result, run.error or (run.finished.result if run.finished else ""))

@@ -211,7 +211,7 @@ class OutputTap:
         return TurnAccount(self, engine)
 
     def result_fields(
-        self, ledger: UsageLedger, prices: Mapping[str, Any] | None
+        self, ledger: UsageLedger, settings: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         """The cost fields of a result, from the session's ``ledger``; marks a result as written.
 
@@ -223,8 +223,8 @@ class OutputTap:
         since, self._at_result = self._at_result, ledger.mark()
         fields: dict[str, Any] = {
             "total_cost_usd": ledger.cost(),
-            "modelUsage": model_usage(ledger, prices),
-            "model_usage_since_last_result": model_usage(ledger, prices, since),
+            "modelUsage": model_usage(ledger, settings),
+            "model_usage_since_last_result": model_usage(ledger, settings, since),
         }
         if ledger.total().unreported:
             fields["usage_unknown"] = True
@@ -232,13 +232,13 @@ class OutputTap:
 
 
 def model_usage(
-    ledger: UsageLedger, prices: Mapping[str, Any] | None, since: Mark | None = None
+    ledger: UsageLedger, settings: Mapping[str, Any] | None, since: Mark | None = None
 ) -> dict[str, dict[str, Any]]:
     """Claude Code's ``modelUsage``: per model id its tokens and cost (since ``since``).
 
     ``responsesWithoutUsage`` is added when some of its responses reported no usage;
     ``contextWindow`` is the model's (:func:`~taskloom.models.windows.context_window`: the
-    built-in windows and ``TASKLOOM_CONTEXT_WINDOW``).
+    built-in windows, ``modelContextWindows`` of ``settings`` and ``TASKLOOM_CONTEXT_WINDOW``).
     """
     out: dict[str, dict[str, Any]] = {}
     for model, figures in ledger.models(since=since).items():
@@ -250,7 +250,7 @@ def model_usage(
             "cacheCreationInputTokens": usage.cache_creation_input_tokens,
             "webSearchRequests": 0,
             "costUSD": figures.cost_usd,
-            "contextWindow": context_window(model, None),
+            "contextWindow": context_window(model, settings),
             "maxOutputTokens": 0,
         }
         if figures.unreported:
@@ -268,7 +268,7 @@ class TurnAccount:
         self.mark = engine.runtime.usage.mark(engine.ledger_key)
         self.api_seconds = engine.api_seconds
 
-    def fields(self, engine: Engine, prices: Mapping[str, Any] | None) -> dict[str, Any]:
+    def fields(self, engine: Engine) -> dict[str, Any]:
         """The figures of a result: this turn's and the session's.
 
         ``num_turns``, ``duration_api_ms`` and ``usage`` are this turn's, of the main thread
@@ -281,7 +281,7 @@ class TurnAccount:
             "usage": engine.runtime.usage.usage(engine.ledger_key, self.mark).model_dump(),
         }
         if self.tap is not None:
-            out.update(self.tap.result_fields(engine.runtime.usage, prices))
+            out.update(self.tap.result_fields(engine.runtime.usage, engine.config.settings))
         else:
             out.update(total_cost_usd=0, modelUsage={})
         return out

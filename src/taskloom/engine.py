@@ -269,6 +269,7 @@ class Engine:
             metadata=dict(cfg.metadata),
             # Without deltas a stalled stream can be retried: asked for only when watched.
             deltas=bool(cfg.observer and cfg.observer.partial_messages),
+            cache_ttl=cfg.cache_ttl(),
         )
 
     async def compact(self, instructions: str | None = None) -> Compacted:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from taskloom.events import EngineObserver, Meter
     from taskloom.hooks import HookConfig
     from taskloom.models.base import Model
+    from taskloom.models.caching import CacheTtl
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
     from taskloom.tools.base import Tool
 
@@ -91,6 +92,19 @@ class EngineConfig:
     transcript_path: str | None = None
     observer: EngineObserver | None = None
     meter: Meter | None = None
+
+    def cache_ttl(self) -> CacheTtl | None:
+        """How long its requests' prefixes are cached (None: not at all).
+
+        The setting ``promptCacheTtl`` for the main thread, ``subagentPromptCacheTtl`` for a
+        subagent or teammate (it has an agent id); ``DISABLE_PROMPT_CACHING`` turns it off.
+
+        Raises:
+            UsageError: The setting's value is neither ``"5m"`` nor ``"1h"``.
+        """
+        from taskloom.models.caching import prompt_cache_ttl
+
+        return prompt_cache_ttl(self.settings, subagent=self.agent_id is not None)
 
     def place(self) -> Path:
         """Where the agent works now, and its shell starts (EnterWorktree moves the main's)."""

@@ -174,6 +174,7 @@ class Harness:
             return  # started already
         from taskloom.agents.coordinator import coordinator_enabled
         from taskloom.mcp.startup import session_servers
+        from taskloom.models.caching import check_cache_settings
         from taskloom.permissions import PermissionPolicy
         from taskloom.settings import find_project_root, load_settings, max_output_tokens
 
@@ -184,6 +185,7 @@ class Harness:
             sources=opts.setting_sources,
         )  # fmt: skip
         max_tokens = max_output_tokens(settings, opts.max_output_tokens)
+        check_cache_settings(settings)
         coordinator = coordinator_enabled(opts.coordinator, settings)
         model = session_model(opts, settings)
         # Closed last, once the runtime has stopped every agent: the models agents' aliases

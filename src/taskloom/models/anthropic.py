@@ -31,6 +31,7 @@ from taskloom.models.base import (
     ToolInputDelta,
     ToolUseStart,
 )
+from taskloom.models.caching import place_breakpoints
 from taskloom.untrusted import tool_use_block
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -203,6 +204,8 @@ class AnthropicModel(HttpModel):
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
                 for t in request.tools
             ]
+        if request.cache_ttl is not None:
+            place_breakpoints(body, request.cache_ttl)
         return body
 
     @asynccontextmanager

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from taskloom.messages import INVALID_INPUT_KEY, Message
+from taskloom.models.caching import CacheTtl
 from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 
 __all__ = ["INVALID_INPUT_KEY"]  # re-exported: tools import it from here
@@ -44,6 +45,8 @@ class ModelRequest:
         metadata: Free-form extras (e.g. the agent type) for test models and logs.
         deltas: Whether the caller wants the deltas as they arrive. Without them it sees only
             the final message, so a stream that fails midway can still be retried.
+        cache_ttl: How long the provider should cache the request's prefix (``"5m"`` or
+            ``"1h"``, see :mod:`taskloom.models.caching`); None: no cache breakpoints.
     """
 
     model: str
@@ -54,6 +57,7 @@ class ModelRequest:
     agent_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     deltas: bool = True
+    cache_ttl: CacheTtl | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,134 @@
+"""Prompt caching on the wire: the breakpoints of a request, and the settings that time them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import harness
+from taskloom.errors import UsageError
+from taskloom.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from taskloom.models.anthropic import AnthropicModel
+from taskloom.models.base import ModelRequest, ToolSpec
+from taskloom.models.caching import prompt_cache_ttl
+from taskloom.testing import FunctionModel, ScriptedModel, ToolCall, Turn
+
+TOOLS = [
+    ToolSpec("Bash", "Run a command.", {"type": "object", "properties": {}}),
+    ToolSpec("Read", "Read a file.", {"type": "object", "properties": {}}),
+]
+
+
+def turn(i: int, calls: int = 1) -> list[Message]:
+    """One model answer with ``calls`` tool calls, and the user message answering them."""
+    uses = [ToolUseBlock(id=f"t{i}_{n}", name="Bash", input={"n": n}) for n in range(calls)]
+    results = [ToolResultBlock(tool_use_id=u.id, content=f"out {n}") for n, u in enumerate(uses)]
+    return [Message(role="assistant", content=[TextBlock(text="go"), *uses]), Message(
+        role="user", content=list(results)
+    )]  # fmt: skip
+
+
+def body(messages: list[Message], *, system: str = "Be brief.", ttl: Any = "5m") -> Any:
+    request = ModelRequest("claude-x", system, messages, TOOLS, cache_ttl=ttl)
+    return AnthropicModel("claude-x", api_key="k").request_body(request)
+
+
+def marks(sent: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """Where the breakpoints are: ("tools"|"system", index, -1) or ("messages", i, block)."""
+    found = [("tools", i, -1) for i, t in enumerate(sent.get("tools", [])) if "cache_control" in t]
+    system = sent.get("system")
+    if isinstance(system, list):
+        found += [("system", i, -1) for i, b in enumerate(system) if "cache_control" in b]
+    for i, message in enumerate(sent["messages"]):
+        found += [
+            ("messages", i, j) for j, b in enumerate(message["content"]) if "cache_control" in b
+        ]
+    return found
+
+
+def test_breakpoints_at_the_system_end_the_moving_end_and_the_previous_requests_end() -> None:
+    history = [Message.user("Fix the bug."), *turn(1, calls=25), *turn(2, calls=3)]
+    sent = body(history)
+    assert sent["system"] == [
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    ]
+    # The previous request ended with turn 1's results (25 blocks: past the API's lookback).
+    assert marks(sent) == [("system", 0, -1), ("messages", 2, 24), ("messages", 4, 2)]
+    assert "cache_control" not in json.dumps(sent["tools"])
+
+
+def test_without_a_system_prompt_the_last_tool_is_the_first_breakpoint() -> None:
+    sent = body([Message.user("Hi.")], system="")
+    assert "system" not in sent
+    assert marks(sent) == [("tools", 1, -1), ("messages", 0, 0)]
+
+
+def test_the_hour_cache_is_asked_for_with_its_ttl() -> None:
+    sent = body([Message.user("Hi."), *turn(1)], ttl="1h")
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    assert sent["system"][0]["cache_control"] == hour
+    assert sent["messages"][0]["content"][0]["cache_control"] == hour
+    assert sent["messages"][2]["content"][0]["cache_control"] == hour
+
+
+def test_no_ttl_sends_the_request_as_before_and_marking_leaves_the_messages_alone() -> None:
+    history = [Message.user("Hi."), *turn(1)]
+    plain = body(history, ttl=None)
+    assert plain["system"] == "Be brief."
+    assert "cache_control" not in json.dumps(plain)
+    assert plain["messages"] == [m.wire() for m in history]
+    body(history)  # marked...
+    assert "cache_control" not in json.dumps([m.wire() for m in history])  # ...on copies
+
+
+def test_thinking_and_empty_text_blocks_are_never_marked() -> None:
+    history = [
+        Message.user("Hi."),
+        Message(role="assistant", content=[ThinkingBlock(thinking="hm", signature="s")]),
+        Message(role="user", content=[TextBlock(text="more"), TextBlock(text="")]),
+    ]
+    assert marks(body(history)) == [("system", 0, -1), ("messages", 0, 0), ("messages", 2, 0)]
+
+
+def test_ttl_settings_pick_the_main_threads_or_the_agents(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DISABLE_PROMPT_CACHING", raising=False)
+    settings = {"subagentPromptCacheTtl": "1h"}
+    assert prompt_cache_ttl({}, subagent=False) == "5m"
+    assert prompt_cache_ttl(settings, subagent=False) == "5m"
+    assert prompt_cache_ttl(settings, subagent=True) == "1h"
+    assert prompt_cache_ttl({"promptCacheTtl": "1h"}, subagent=False) == "1h"
+    monkeypatch.setenv("DISABLE_PROMPT_CACHING", "1")
+    assert prompt_cache_ttl(settings, subagent=True) is None
+    monkeypatch.setenv("DISABLE_PROMPT_CACHING", "0")
+    assert prompt_cache_ttl(settings, subagent=True) == "1h"
+
+
+@pytest.mark.parametrize("key", ["promptCacheTtl", "subagentPromptCacheTtl"])
+async def test_a_bad_ttl_setting_stops_the_session_naming_it(tmp_path: Path, key: str) -> None:
+    with pytest.raises(UsageError, match=f'the setting {key} must be "5m" or "1h", got 300'):
+        async with harness(tmp_path, ScriptedModel([]), settings=json.dumps({key: 300})):
+            pass
+
+
+async def test_the_main_threads_requests_carry_its_ttl_and_an_agents_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DISABLE_PROMPT_CACHING", raising=False)
+    seen: dict[str | None, Any] = {}
+
+    def answer(request: ModelRequest) -> Turn:
+        seen[request.agent_id] = request.cache_ttl
+        if request.agent_id is None and len(request.messages) == 1:
+            return Turn(tool_calls=[ToolCall("Agent", {"description": "d", "prompt": "p"})])
+        return Turn(text="done")
+
+    settings = json.dumps({"promptCacheTtl": "1h"})
+    async with harness(tmp_path, FunctionModel(answer), settings=settings) as h:
+        [e async for e in h.run("go")]
+    agents = [ttl for agent, ttl in seen.items() if agent is not None]
+    assert (seen[None], agents) == ("1h", ["5m"])

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Self
 
+from fake_cache import PromptCache
 from fake_images import anthropic_image_problem, openai_image_problem
 
 
@@ -75,6 +76,8 @@ class Turn:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_creation: dict[str, int] | None = None  # the writes by TTL, as the API splits them
     delay: float = 0.0  # seconds between streamed events (to test slow streams)
     # After this many stream events (0: before the response headers), send nothing more and
     # hold the connection until the client hangs up: a stalled stream.
@@ -423,9 +426,27 @@ def _data(obj: Any) -> bytes:
 
 
 class FakeAnthropicServer(FakeServer):
-    """A fake Anthropic Messages API (``POST /v1/messages``); ``url`` is the base URL."""
+    """A fake Anthropic Messages API (``POST /v1/messages``); ``url`` is the base URL.
+
+    With ``caching`` it applies the API's prompt caching rules (:mod:`fake_cache`) to every
+    request, reports the usage they give (a turn's own counts are ignored), and keeps each
+    request's body with its usage in ``served``; ``min_cache_tokens`` and ``clock`` are the
+    cache's (``PromptCache``).
+    """
 
     api_path = "/v1/messages"
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        *,
+        caching: bool = False,
+        min_cache_tokens: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(responder)
+        self.cache = PromptCache(min_tokens=min_cache_tokens, clock=clock) if caching else None
+        self.served: list[tuple[dict[str, Any], dict[str, Any]]] = []
 
     def _refusal(self, body: dict[str, Any]) -> ErrorReply | None:
         """The API's 400 for tool results and calls that do not pair up, in its words.
@@ -504,12 +525,18 @@ class FakeAnthropicServer(FakeServer):
 
     def _stream(self, turn: Turn, request: dict[str, Any], n: int) -> list[bytes]:
         inp, out = self._tokens(turn, request)
-        usage = {
+        usage: dict[str, Any] = {
             "input_tokens": inp,
-            "cache_creation_input_tokens": 0,
+            "cache_creation_input_tokens": turn.cache_creation_input_tokens,
             "cache_read_input_tokens": turn.cache_read_input_tokens,
             "output_tokens": 1,
         }
+        if turn.cache_creation is not None:
+            usage["cache_creation"] = turn.cache_creation
+        if self.cache is not None:
+            usage = {**self.cache.usage(request), "output_tokens": 1}
+            with self._lock:
+                self.served.append((request, usage))
         events = [self._start(request, n, usage), _sse("ping", {"type": "ping"})]
         blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
         if turn.thinking:

@@ -132,3 +132,38 @@ async def test_the_main_threads_requests_carry_its_ttl_and_an_agents_its_own(
         [e async for e in h.run("go")]
     agents = [ttl for agent, ttl in seen.items() if agent is not None]
     assert (seen[None], agents) == ("1h", ["5m"])
+
+
+def test_hour_cache_writes_cost_twice_the_input_and_five_minute_ones_a_quarter_more() -> None:
+    from taskloom.messages import Usage
+    from taskloom.models.pricing import list_price, price_for
+
+    price = list_price("claude-sonnet-4-5")
+    assert price is not None
+    split = {"ephemeral_5m_input_tokens": 400_000, "ephemeral_1h_input_tokens": 600_000}
+    usage = Usage.model_validate(
+        {"cache_creation_input_tokens": 1_000_000, "cache_creation": split}
+    )
+    assert price.cost(usage) == pytest.approx(0.4 * 3.75 + 0.6 * 6.0)
+    # Not split (a proxy, or a sum): all five-minute writes.
+    assert price.cost(Usage(cache_creation_input_tokens=1_000_000)) == pytest.approx(3.75)
+    mine = price_for("my-model", {"my-model": {"input": 1.0, "cacheWrite1h": 3.0}})
+    assert mine is not None and mine.cost(usage) == pytest.approx(0.4 * 1.25 + 0.6 * 3.0)
+
+
+async def test_the_usage_of_a_streamed_answer_keeps_its_cache_split() -> None:
+    from fake_servers import FakeAnthropicServer, Turn
+    from taskloom.models.base import MessageComplete
+
+    split = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 30}
+    with FakeAnthropicServer() as server:
+        server.add(Turn(text="ok", cache_creation_input_tokens=30, cache_creation=split))
+        model = AnthropicModel("claude-x", api_key="k", base_url=server.url)
+        request = ModelRequest("claude-x", "s", [Message.user("hi")], cache_ttl="1h")
+        async with model.stream(request) as events:
+            done = [e async for e in events if isinstance(e, MessageComplete)]
+        await model.aclose()
+    usage = done[0].message.usage
+    assert usage is not None and usage.cache_creation_input_tokens == 30
+    assert usage.hour_cache_writes == 30
+    assert usage.model_dump()["cache_creation"] == split

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -113,8 +119,21 @@ ContentBlock = Annotated[
 ]
 
 
+class CacheCreation(BaseModel):
+    """The cache writes of a response by lifetime (the API's ``usage.cache_creation``)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    ephemeral_5m_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0
+
+
 class Usage(BaseModel):
-    """Token counts of one model response (Anthropic field names)."""
+    """Token counts of one model response (Anthropic field names).
+
+    ``cache_creation`` splits ``cache_creation_input_tokens`` by cache lifetime when the
+    provider said (a one-hour write costs more than a five-minute one); None: all five-minute.
+    """
 
     model_config = ConfigDict(defer_build=True)
 
@@ -122,6 +141,23 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation: CacheCreation | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when unknown: dumps of providers that never split stay as they were.
+        data: dict[str, Any] = handler(self)
+        if data.get("cache_creation") is None:
+            data.pop("cache_creation", None)
+        return data
+
+    @property
+    def hour_cache_writes(self) -> int:
+        """The cache writes of the one-hour cache (0 when not split)."""
+        split = self.cache_creation
+        if split is None:
+            return 0
+        return min(split.ephemeral_1h_input_tokens, self.cache_creation_input_tokens)
 
     @property
     def context_tokens(self) -> int:

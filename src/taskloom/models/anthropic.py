@@ -53,7 +53,7 @@ class _Assembly:
 
     model: str
     message_id: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
     blocks: dict[int, _Block] = field(default_factory=dict)
     stop_reason: str | None = None
 
@@ -61,6 +61,11 @@ class _Assembly:
         # message_delta repeats or extends message_start's counts; null means "unchanged".
         if isinstance(usage, dict):
             self.usage.update({k: v for k, v in usage.items() if isinstance(v, int)})
+            # The writes split by cache lifetime (a one-hour write costs more).
+            split = usage.get("cache_creation")
+            if isinstance(split, dict):
+                counts = {k: v for k, v in split.items() if isinstance(v, int) and v >= 0}
+                self.usage["cache_creation"] = {**self.usage.get("cache_creation", {}), **counts}
 
     def feed(self, kind: str, data: dict[str, Any]) -> Iterator[StreamEvent]:
         """Take one event; yield what the caller should see of it."""

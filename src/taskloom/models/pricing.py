@@ -4,16 +4,19 @@ Prices are US dollars per million tokens, Anthropic's list prices for the Claude
 A model id is matched by family (``opus``, ``sonnet``, ``haiku``) and version, in either id
 form (``claude-sonnet-4-5-20250929``, ``claude-3-5-haiku-latest``); a version newer than the
 table costs what the family's newest entry does; the bare aliases (``sonnet``) are the newest.
-Cache writes cost 1.25 times the input price (the five-minute cache), cache reads 0.1 times.
-Any other model (OpenAI-compatible, local, scripted) costs 0.
+Cache writes cost 1.25 times the input price for the five-minute cache and twice the input
+price for the one-hour cache (a response's ``usage.cache_creation`` says which; writes it does
+not split are five-minute ones), cache reads 0.1 times. Any other model (OpenAI-compatible,
+local, scripted) costs 0.
 
 The setting ``modelPrices`` overrides or adds prices, per million tokens::
 
     {"modelPrices": {"my-model": {"input": 0.5, "output": 1.5, "cacheRead": 0.05,
-                                  "cacheWrite": 0.6}}}
+                                  "cacheWrite": 0.6, "cacheWrite1h": 1.0}}}
 
 A key matches a model id equal to it or starting with it (the longest key wins); a missing
-``cacheRead`` or ``cacheWrite`` follows from ``input`` as above.
+``cacheRead``, ``cacheWrite`` (five minutes) or ``cacheWrite1h`` follows from ``input`` as
+above.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from taskloom.tasks.usage import Pricer, TokenCounts
 
 CACHE_WRITE_FACTOR = 1.25
+CACHE_WRITE_1H_FACTOR = 2.0
 CACHE_READ_FACTOR = 0.1
 
 
@@ -37,19 +41,33 @@ class Price:
     output: float
     cache_read: float
     cache_write: float
+    cache_write_1h: float | None = None  # None: twice ``input``
 
     @classmethod
     def of(cls, input: float, output: float) -> Price:
         """A price with the standard cache multipliers."""
         return cls(input, output, input * CACHE_READ_FACTOR, input * CACHE_WRITE_FACTOR)
 
+    @property
+    def hour_write(self) -> float:
+        """The price of a one-hour cache write."""
+        given = self.cache_write_1h
+        return self.input * CACHE_WRITE_1H_FACTOR if given is None else given
+
     def cost(self, usage: TokenCounts) -> float:
-        """What ``usage`` costs, in dollars."""
+        """What ``usage`` costs, in dollars.
+
+        The writes ``usage`` says were to the one-hour cache (a response's ``Usage``) cost
+        :attr:`hour_write`; the others (sums, which do not split) the five-minute price.
+        """
+        hour = getattr(usage, "hour_cache_writes", 0)
+        hour = hour if isinstance(hour, int) else 0
         return (
             usage.input_tokens * self.input
             + usage.output_tokens * self.output
             + usage.cache_read_input_tokens * self.cache_read
-            + usage.cache_creation_input_tokens * self.cache_write
+            + (usage.cache_creation_input_tokens - hour) * self.cache_write
+            + hour * self.hour_write
         ) / 1_000_000
 
 
@@ -123,4 +141,5 @@ def _override(raw: Mapping[str, Any]) -> Price:
         output=number("output", 0.0),
         cache_read=number("cacheRead", base * CACHE_READ_FACTOR),
         cache_write=number("cacheWrite", base * CACHE_WRITE_FACTOR),
+        cache_write_1h=number("cacheWrite1h", base * CACHE_WRITE_1H_FACTOR),
     )

@@ -167,3 +167,22 @@ async def test_the_usage_of_a_streamed_answer_keeps_its_cache_split() -> None:
     assert usage is not None and usage.cache_creation_input_tokens == 30
     assert usage.hour_cache_writes == 30
     assert usage.model_dump()["cache_creation"] == split
+
+
+def test_the_environment_date_stays_the_sessions_after_midnight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import date
+
+    from taskloom import prompts
+
+    before = prompts.environment(tmp_path)
+
+    class Tomorrow(date):
+        @classmethod
+        def today(cls) -> Tomorrow:
+            return cls(2999, 1, 1)
+
+    monkeypatch.setattr(prompts, "date", Tomorrow)
+    assert prompts.environment(tmp_path) == before  # an agent started now: the same bytes
+    assert "2999" not in before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from datetime import date
@@ -18,16 +19,26 @@ concisely with what you did and what you found."""
 
 
 def environment(cwd: Path) -> str:
-    """The environment block appended to system prompts."""
+    """The environment block appended to system prompts.
+
+    Its date is the session's (the process's) first: a prompt built after midnight, for an
+    agent resumed or started then, keeps the bytes its cached prefix was written with.
+    """
     is_git = any((p / ".git").exists() for p in (cwd, *cwd.parents))
     return (
         "<env>\n"
         f"Working directory: {cwd}\n"
         f"Is directory a git repo: {'Yes' if is_git else 'No'}\n"
         f"Platform: {_platform()}\n"
-        f"Today's date: {date.today().isoformat()}\n"
+        f"Today's date: {session_date()}\n"
         "</env>"
     )
+
+
+@functools.cache
+def session_date() -> str:
+    """The date the session started on (ISO), the same for all of the process's prompts."""
+    return date.today().isoformat()
 
 
 def _platform() -> str:

@@ -535,8 +535,8 @@ class FakeAnthropicServer(FakeServer):
             usage["cache_creation"] = turn.cache_creation
         if self.cache is not None:
             usage = {**self.cache.usage(request), "output_tokens": 1}
-            with self._lock:
-                self.served.append((request, usage))
+            with self._lock:  # with the output count message_delta reports
+                self.served.append((request, {**usage, "output_tokens": out}))
         events = [self._start(request, n, usage), _sse("ping", {"type": "ping"})]
         blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
         if turn.thinking:

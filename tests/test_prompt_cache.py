@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,40 @@ def test_the_environment_date_stays_the_sessions_after_midnight(
     monkeypatch.setattr(prompts, "date", Tomorrow)
     assert prompts.environment(tmp_path) == before  # an agent started now: the same bytes
     assert "2999" not in before
+
+
+async def test_openai_compatible_requests_keep_a_growing_stable_prefix_and_count_cached_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fake_servers import FakeOpenAIServer
+    from taskloom.models.openai import OpenAIModel
+
+    monkeypatch.delenv("DISABLE_PROMPT_CACHING", raising=False)
+    script = [
+        {"tool_calls": [("Bash", {"command": "sleep 0.2; echo bg", "run_in_background": True})]},
+        {"tool_calls": [("Bash", {"command": "echo one"})]},
+        {"tool_calls": [("Read", {"file_path": str(tmp_path / "f.txt")})]},
+    ]
+    (tmp_path / "f.txt").write_text("hello\n")
+
+    def respond(body: dict[str, Any]) -> dict[str, Any]:
+        step = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        reply = script[step] if step < len(script) else {"text": "done"}
+        return {**reply, "input_tokens": 100, "cache_read_input_tokens": 700}
+
+    with FakeOpenAIServer(responder=respond) as server:
+        model = OpenAIModel("gpt-x", api_key="k", base_url=server.url)
+        async with harness(tmp_path, model) as h:
+            [e async for e in h.run("go")]
+            answers = [m for m in h.session.engine.messages if m.role == "assistant"]
+        await model.aclose()
+    bodies = [r.body for r in server.requests]
+    assert len(bodies) >= 4
+    assert "cache_control" not in json.dumps(bodies)  # its cache is automatic
+    # The same tools and system message, and each request goes on from the one before.
+    assert len({json.dumps([b["tools"], b["messages"][0]]) for b in bodies}) == 1
+    for before, after in itertools.pairwise(bodies):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+    usage = answers[0].usage
+    assert usage is not None
+    assert (usage.input_tokens, usage.cache_read_input_tokens) == (100, 700)

@@ -145,3 +145,20 @@ class PromptCache:
             if self._alive.get(blocks[i].key, (0.0, 0.0))[0] > now:
                 return i
         return None
+
+
+def without_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Request messages without their ``cache_control`` marks, which move from request to
+    request and are not part of the cached bytes: for comparing conversations."""
+    return [
+        {
+            **m,
+            "content": [
+                {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+                for b in m["content"]
+            ]
+            if isinstance(m.get("content"), list)
+            else m.get("content"),
+        }
+        for m in messages
+    ]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cache_session import AGENT_TURNS, MAIN_TURNS, prefix_tokens, read_share, run_session
+from fake_cache import without_breakpoints
 from helpers import clean_env
 
 pytestmark = pytest.mark.e2e
@@ -17,17 +18,6 @@ pytestmark = pytest.mark.e2e
 def stable_part(body: dict[str, Any]) -> str:
     """A request's tools and system, as sent (the prefix every request of an agent shares)."""
     return json.dumps([body.get("tools"), body.get("system")])
-
-
-def bare(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages without their cache breakpoints (which do not belong to the cached bytes)."""
-    return [
-        {
-            **m,
-            "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]],
-        }
-        for m in messages
-    ]
 
 
 def test_a_long_session_with_agents_and_a_fork_reads_its_prefix_from_the_cache(
@@ -58,7 +48,8 @@ def test_a_long_session_with_agents_and_a_fork_reads_its_prefix_from_the_cache(
     assert stable_part(fork_body) == stable_part(asked["main"][0][0])
     shared = len(fork_body["messages"]) - 2  # then the fork call, then its directive
     parent = next(b for b, _ in asked["main"] if len(b["messages"]) == shared)
-    assert bare(fork_body["messages"][:shared]) == bare(parent["messages"])
+    inherited = without_breakpoints(fork_body["messages"][:shared])
+    assert inherited == without_breakpoints(parent["messages"])
     assert fork_usage["cache_read_input_tokens"] >= prefix_tokens(fork_body, shared) > 0
     # What the session reports counts the cache at its prices: reads cost a tenth.
     (model,) = run.result["modelUsage"].values()

@@ -224,3 +224,26 @@ async def test_openai_compatible_requests_keep_a_growing_stable_prefix_and_count
     usage = answers[0].usage
     assert usage is not None
     assert (usage.input_tokens, usage.cache_read_input_tokens) == (100, 700)
+
+
+def test_an_other_process_report_prices_its_hour_writes_as_the_process_did() -> None:
+    from taskloom.messages import Usage
+    from taskloom.models.pricing import pricer
+    from taskloom.tasks.usage import UsageLedger, report_fields, report_in
+
+    split = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 800_000}
+    response = Usage.model_validate(
+        {"input_tokens": 10, "cache_creation_input_tokens": 1_000_000, "cache_creation": split}
+    )
+    pane = UsageLedger(pricer())  # a teammate's process, which made the call
+    pane.charge("mate@team", "claude-sonnet-4-5", response)
+    record = report_fields(pane.report_of("mate@team"))
+    lead = UsageLedger(pricer())  # its lead, charging what the record says
+    by_model = report_in(record)
+    assert by_model is not None
+    lead.report("mate@team", by_model)
+    # 0.2M five-minute writes at $3.75, 0.8M one-hour writes at $6, 10 input tokens at $3.
+    expected = 0.2 * 3.75 + 0.8 * 6.0 + 10 * 3.0 / 1e6
+    assert pane.cost() == pytest.approx(expected)
+    assert lead.cost() == pytest.approx(expected)
+    assert lead.own("mate@team").cache_creation_input_tokens == 1_000_000

@@ -40,6 +40,9 @@ TOKEN_FIELDS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
+#: Of the cache writes, those to the one-hour cache (priced higher): a report carries them
+#: under this key (the API's name, in its ``usage.cache_creation``) when there are some.
+HOUR_WRITES_KEY = "ephemeral_1h_input_tokens"
 #: The main thread's key in a ledger.
 MAIN = "main"
 
@@ -71,6 +74,12 @@ class Tokens:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0  # of the cache writes, the one-hour cache's
+
+    @property
+    def hour_cache_writes(self) -> int:
+        """The cache writes of the one-hour cache (a price table charges them more)."""
+        return self.ephemeral_1h_input_tokens
 
     @property
     def context_tokens(self) -> int:
@@ -98,7 +107,23 @@ def _unpriced(model: str, usage: TokenCounts) -> float | None:
 
 
 def _plus(a: TokenCounts, b: TokenCounts, sign: int = 1) -> Tokens:
-    return Tokens(**{k: getattr(a, k) + sign * getattr(b, k) for k in TOKEN_FIELDS})
+    hour = _hour(a) + sign * _hour(b)
+    return Tokens(
+        **{k: getattr(a, k) + sign * getattr(b, k) for k in TOKEN_FIELDS},
+        ephemeral_1h_input_tokens=hour,
+    )
+
+
+def _hour(usage: TokenCounts) -> int:
+    """Its one-hour cache writes (a response's ``Usage`` and ``Tokens`` say; else 0)."""
+    hour = getattr(usage, "hour_cache_writes", 0)
+    return hour if isinstance(hour, int) else 0
+
+
+def _tokens(raw: Mapping[str, int]) -> Tokens:
+    """Token counts from a report's entry for one model."""
+    counts = {k: int(raw.get(k, 0)) for k in TOKEN_FIELDS}
+    return Tokens(**counts, ephemeral_1h_input_tokens=int(raw.get(HOUR_WRITES_KEY, 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,9 +331,9 @@ class UsageLedger:
         account = self._account(agent_id)
         tokens, usd = 0, 0.0
         for model, raw in by_model.items():
-            now = Tokens(**{k: int(raw.get(k, 0)) for k in TOKEN_FIELDS})
+            now = _tokens(raw)
             grown = _plus(now, account.reported.get(model, Tokens()), -1)
-            if min(getattr(grown, k) for k in TOKEN_FIELDS) < 0:
+            if min(getattr(grown, k) for k in (*TOKEN_FIELDS, HOUR_WRITES_KEY)) < 0:
                 grown = now
             if grown == Tokens():
                 continue
@@ -329,8 +354,7 @@ class UsageLedger:
     ) -> None:
         """What ``agent_id`` had reported before this process: counted already, by another."""
         account = self._account(agent_id)
-        account.reported = {m: Tokens(**{k: int(u.get(k, 0)) for k in TOKEN_FIELDS})
-                            for m, u in by_model.items()}  # fmt: skip
+        account.reported = {m: _tokens(u) for m, u in by_model.items()}
         account.reported_calls = tool_uses
 
     def restart(self, agent_id: str) -> None:
@@ -449,7 +473,13 @@ def _fields(figures: Figures) -> dict[str, Any]:
 
 
 def _by_model(models: Mapping[str, ModelFigures]) -> ByModel:
-    return {m: {k: getattr(f.usage, k) for k in TOKEN_FIELDS} for m, f in models.items()}
+    out: ByModel = {}
+    for model, figures in models.items():
+        counts = {k: getattr(figures.usage, k) for k in TOKEN_FIELDS}
+        if figures.usage.hour_cache_writes:
+            counts[HOUR_WRITES_KEY] = figures.usage.hour_cache_writes
+        out[model] = counts
+    return out
 
 
 # -- reports from other processes -------------------------------------------------------------
@@ -477,7 +507,9 @@ def report_in(record: Mapping[str, Any] | object) -> ByModel | None:
             out[str(model)] = {
                 k: int(v)
                 for k, v in usage.items()
-                if k in TOKEN_FIELDS and isinstance(v, int) and not isinstance(v, bool)
+                if k in (*TOKEN_FIELDS, HOUR_WRITES_KEY)
+                and isinstance(v, int)
+                and not isinstance(v, bool)
             }
     return out
 
@@ -488,6 +520,7 @@ def spent_tokens(by_model: Iterable[Mapping[str, int]]) -> int:
 
 
 __all__ = [
+    "HOUR_WRITES_KEY",
     "MAIN",
     "REPORT_KEY",
     "TOKEN_FIELDS",

@@ -247,3 +247,23 @@ def test_an_other_process_report_prices_its_hour_writes_as_the_process_did() -> 
     assert pane.cost() == pytest.approx(expected)
     assert lead.cost() == pytest.approx(expected)
     assert lead.own("mate@team").cache_creation_input_tokens == 1_000_000
+
+
+def test_marks_a_program_put_on_its_messages_give_way_to_ours() -> None:
+    own = TextBlock.model_validate(
+        {"type": "text", "text": "old", "cache_control": {"type": "ephemeral"}}
+    )
+    history = [
+        Message(role="user", content=[own]),
+        Message(role="assistant", content=[TextBlock(text="a")]),
+        Message.user("b"),
+        Message(role="assistant", content=[TextBlock(text="c")]),
+        Message.user("d"),
+    ]
+    sent = body(history)
+    assert marks(sent) == [("system", 0, -1), ("messages", 2, 0), ("messages", 4, 0)]
+    assert plain_marks(body(history, ttl=None)) == 1  # left alone when not caching
+
+
+def plain_marks(sent: dict[str, Any]) -> int:
+    return json.dumps(sent).count("cache_control")

@@ -102,8 +102,9 @@ def cache_control(ttl: CacheTtl) -> dict[str, str]:
 def place_breakpoints(body: dict[str, Any], ttl: CacheTtl) -> None:
     """Mark the cache breakpoints of an Anthropic request ``body`` in place (see the module).
 
-    ``body["system"]``, when a string, becomes a list of one text block. Messages' blocks
-    are copied before they are marked: the caller's message dumps stay as they were.
+    ``body["system"]``, when a string, becomes a list of one text block. Marks the messages
+    came with are taken off (ours are the ones that move with the conversation). Messages'
+    blocks are copied before they are changed: the caller's message dumps stay as they were.
     """
     mark = cache_control(ttl)
     system = body.get("system")
@@ -112,6 +113,7 @@ def place_breakpoints(body: dict[str, Any], ttl: CacheTtl) -> None:
     elif body.get("tools"):
         body["tools"][-1] = {**body["tools"][-1], "cache_control": mark}
     messages: list[dict[str, Any]] = body.get("messages") or []
+    _drop_marks(messages)
     for index in sorted(_conversation_marks(messages)):
         message = messages[index]
         blocks = list(message.get("content") or [])
@@ -120,6 +122,23 @@ def place_breakpoints(body: dict[str, Any], ttl: CacheTtl) -> None:
             continue
         blocks[at] = {**blocks[at], "cache_control": mark}
         messages[index] = {**message, "content": blocks}
+
+
+def _drop_marks(messages: list[dict[str, Any]]) -> None:
+    """Take off the marks the messages came with (a program's own).
+
+    With ours added, more than the API's four breakpoints would be refused.
+    """
+    for index, message in enumerate(messages):
+        blocks = message.get("content")
+        if isinstance(blocks, list) and any(
+            isinstance(b, dict) and "cache_control" in b for b in blocks
+        ):
+            bare = [
+                {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+                for b in blocks
+            ]
+            messages[index] = {**message, "content": bare}
 
 
 def _conversation_marks(messages: list[dict[str, Any]]) -> set[int]:

@@ -136,7 +136,7 @@ async def compact(
         raise CompactionRefused("Not enough messages to compact.")
     pre_tokens = engine.context_tokens or estimate_tokens(engine.messages)
     hooked = await engine.run_hook(
-        "PreCompact", trigger, trigger=trigger, custom_instructions=instructions or None
+        "PreCompact", trigger, trigger=trigger, custom_instructions=instructions or ""
     )
     if hooked is not None and hooked.blocked:
         raise CompactionRefused(f"Compaction blocked by a PreCompact hook: {hooked.block_reason}")

@@ -90,7 +90,8 @@ def test_initialize_answers_what_the_sdks_read(tmp_path: Path) -> None:
     with FakeAnthropicServer() as server:
         events = session(tmp_path, server, lines)
     body = answer(events, "init")["response"]
-    assert body["claude_code_version"] == "2.1.328" and body["commands"] == []
+    assert body["claude_code_version"] == "2.1.328"
+    assert [c["name"] for c in body["commands"]] == ["compact"]
     assert body["hooks_applied"] is True
     assert {"name": "counter", "description": "Counts", "model": "haiku"} in body["agents"]
     models = {m["value"]: m for m in body["models"]}

@@ -191,6 +191,14 @@ def compact_command(text: str | None) -> str | None:
 
 _COMPACT = re.compile(r"/compact(?:\s+(.*))?", re.DOTALL)
 
+#: ``/compact``, as the SDKs' ``supportedCommands()`` list a command (Claude Code's words).
+COMPACT_COMMAND = {
+    "name": "compact",
+    "description": "Clear conversation history but keep a summary in context. Optional: "
+    "/compact [instructions for summarization]",
+    "argumentHint": "<optional custom summarization instructions>",
+}
+
 
 #: What opens the batch of teammates' messages the lead receives, and what closes it.
 LEAD_PREAMBLE = "Messages from your teammates arrived (another agent sent them, not the user):"

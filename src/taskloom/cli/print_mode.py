@@ -32,6 +32,7 @@ from taskloom.engine import AssistantTurn, Compacted, Finished, UserTurn
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.messages import Message
+from taskloom.session import COMPACT_COMMAND
 from taskloom.tasks.runtime import Subscription, TaskRuntime
 from taskloom.untrusted import clean_text
 
@@ -199,7 +200,7 @@ def init_event(harness: Harness) -> dict[str, Any]:
         "mcp_servers": mcp_servers(harness),
         "model": harness.model_name,
         "permissionMode": str(harness.policy.mode),
-        "slash_commands": [],
+        "slash_commands": [COMPACT_COMMAND["name"]],
         "apiKeySource": api_key_source(),
         "output_style": "default",
         "agents": sorted(harness.agents.catalog.names()),

@@ -23,6 +23,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from taskloom.hooks import HookConfig
+from taskloom.session import COMPACT_COMMAND
 
 if TYPE_CHECKING:
     from taskloom.cli.control import ControlChannel
@@ -160,9 +161,9 @@ def initialize_answer(harness: Harness, setup: ProgramSetup | None) -> dict[str,
             entry["model"] = definition.model
         agents.append(entry)
     answer: dict[str, Any] = {
-        # Neither slash commands nor skills run in a stream-json session: a prompt that
-        # starts with "/" goes to the model as it is.
-        "commands": [],
+        # The one slash command a prompt can be: any other prompt starting with "/" goes to
+        # the model as it is (no custom command or skill runs in this mode).
+        "commands": [COMPACT_COMMAND],
         "agents": agents,
         "output_style": "default",
         "available_output_styles": ["default"],

@@ -10,6 +10,7 @@ compaction (its first message says the session is continued) with small usage ag
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -19,10 +20,12 @@ from typing import Any
 
 import pytest
 
+import tmux_driver
 from fake_servers import ErrorReply, FakeAnthropicServer, ToolCall, Turn
 from helpers import TIME_FACTOR, clean_env, json_lines, wait_until
 from taskloom.context.clearing import STUB_PREFIX
 from taskloom.context.compaction import CONTINUED
+from test_repl import anthropic_env, enter, leave, start
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60 * TIME_FACTOR)]
 
@@ -82,10 +85,11 @@ class Filling:
     """The model of a session whose context fills: five steps, each reported fuller.
 
     Step 1 prints a big output (and, with ``gate``, starts a background command that ends
-    once the first request after the compaction arrives); steps 2 to 5 echo. Step 4's answer reports 130,000
-    tokens (past 60 %: the next request clears step 1's result), step 5's 175,000 (past 85 %:
-    the next request is preceded by a compaction). After it: ``stall`` holds the next request
-    unanswered (a process to kill), else the model waits for the background command and ends.
+    once the first request after the compaction arrives); steps 2 to 5 echo. Step 4's answer
+    reports 130,000 tokens (past 60 %: the next request clears step 1's result), step 5's
+    175,000 (past 85 %: the next request is preceded by a compaction). After it: ``stall``
+    holds the next request unanswered (a process to kill), else the model waits for the
+    background command and ends.
     """
 
     #: The usage each step's answer reports (the context its request held).
@@ -303,3 +307,131 @@ def _wait(cond: Any, what: str) -> None:
     import asyncio
 
     asyncio.run(wait_until(cond, 10, what))
+
+
+class LeadFilling:
+    """A lead whose context fills while its teammate alice works, and her message to it.
+
+    The lead spawns alice, then runs a command whose answer reports 180,000 tokens: its next
+    request is preceded by a compaction. Alice waits (a command) for ``gate``, which the lead's
+    summary request makes, then sends the lead her report: it arrives while the lead compacts
+    (the summary is streamed slowly) or just after. The lead ends once it has her report.
+    """
+
+    REPORT = "alice: the parser is fixed. ALICE-MARK"
+
+    def __init__(self, gate: Path) -> None:
+        self.gate = gate
+        self.lead: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        system = body.get("system")
+        system_text = system if isinstance(system, str) else json.dumps(system)
+        with self._lock:
+            if "You are alice, a member of the agent team" in system_text:
+                return self._alice(body)
+            self.lead.append(body)
+        if is_summary(body):
+            self.gate.touch()
+            return Turn(text=SUMMARY_ANSWER, input_tokens=180_500, delay=0.1 * TIME_FACTOR)
+        if after_compaction(body):
+            if "ALICE-MARK" in user_text(body):
+                return Turn(text="Alice reported.", input_tokens=3_000)
+            return Turn(text="Waiting for alice.", input_tokens=2_500)
+        calls = [b for m in body["messages"] if m["role"] == "assistant" for b in m["content"]]
+        if not any(b.get("type") == "tool_use" for b in calls):
+            spawn = {"description": "a", "prompt": "Fix the parser.", "name": "alice"}
+            spawn["team_name"] = "alpha"
+            return Turn(tool_calls=(ToolCall("Agent", spawn),), input_tokens=2_000)
+        return Turn(tool_calls=(bash("echo lead-work"),), input_tokens=180_000)
+
+    def _alice(self, body: dict[str, Any]) -> Turn:
+        names = [
+            b["name"]
+            for m in body["messages"]
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        ]
+        if not names:
+            return Turn(tool_calls=(bash(f"while [ ! -f {self.gate} ]; do sleep 0.05; done"),))
+        if "SendMessage" not in names:
+            report = {"to": "team-lead", "message": self.REPORT, "summary": "parser fixed"}
+            return Turn(tool_calls=(ToolCall("SendMessage", report),))
+        return Turn(text="alice idle")
+
+
+def test_a_teammate_s_message_sent_while_the_lead_compacts_is_delivered(tmp_path: Path) -> None:
+    script = LeadFilling(tmp_path / "gate")
+    with FakeAnthropicServer(responder=script) as server:
+        events = run(argv("Split the work.", "--teams"), server, tmp_path)
+    assert events[-1]["subtype"] == "success" and events[-1]["result"] == "Alice reported."
+    assert len(boundaries(events)) == 1
+    [at] = [i for i, body in enumerate(script.lead) if is_summary(body)]
+    # Sent once the summary was asked for: no request before holds it, one after does.
+    assert not any("ALICE-MARK" in user_text(b) for b in script.lead[: at + 1])
+    delivered = [b for b in script.lead[at + 1 :] if "ALICE-MARK" in user_text(b)]
+    assert delivered and after_compaction(delivered[0])
+    assert user_text(delivered[0]).count("ALICE-MARK") == 1
+    # The summary told the lead its teammate still runs (from the runtime, not the model).
+    head = texts(script.lead[at + 1]["messages"][0]["content"])
+    assert any("alice" in t and "still has these teammates" in t for t in head)
+
+
+def pre_compact(command: str, matcher: str = "") -> dict[str, Any]:
+    """Settings with one PreCompact command hook."""
+    entry = {"type": "command", "command": command}
+    return {"hooks": {"PreCompact": [{"matcher": matcher, "hooks": [entry]}]}}
+
+
+def test_the_repl_s_compact_command_says_what_happened(
+    tmux: tmux_driver.TmuxServer, tmp_path: Path
+) -> None:
+    refuse = "if grep -q never; then echo 'not while I watch' >&2; exit 2; fi"
+    (tmp_path / "settings.json").write_text(json.dumps(pre_compact(refuse, "manual")))
+
+    def respond(body: dict[str, Any]) -> Turn:
+        if is_summary(body):
+            return Turn(text=SUMMARY_ANSWER)
+        if after_compaction(body):
+            return Turn(text="Still here.", input_tokens=900)
+        return Turn(text="Hi there.", input_tokens=12_345)
+
+    with FakeAnthropicServer(responder=respond) as server:
+        pane = start(
+            tmux,
+            tmp_path,
+            "--model",
+            MODEL,
+            "--settings",
+            str(tmp_path / "settings.json"),
+            **anthropic_env(server),
+        )
+        enter(pane, "/compact")  # nothing to compact yet
+        pane.wait_for("Error: Not enough messages to compact.")
+        enter(pane, "/help")
+        pane.wait_for(re.compile(r"/compact \[TEXT\] +summarize the conversation"))
+        enter(pane, "hello")
+        pane.wait_for("Hi there.")
+        # Tab completes the command's name; its instructions reach the summary request.
+        pane.type("/comp")
+        pane.send_keys("Tab")
+        pane.wait_for(re.compile(r"^> /compact\n .* · default · ", re.M))
+        enter(pane, "keep the greetings")
+        pane.wait_for("Conversation compacted (12,345 tokens before)")
+        enter(pane, "and now?")
+        pane.wait_for("Still here.")
+        # A PreCompact hook that exits 2 refuses it, saying why; the model is not asked.
+        asked = len(server.requests)
+        enter(pane, "/compact never")
+        screen = pane.wait_for("Compaction blocked by a PreCompact hook: not while I watch")
+        assert len(server.requests) == asked
+        leave(pane)
+    bodies = [r.body for r in server.requests]
+    [summary] = [b for b in bodies if is_summary(b)]
+    assert "keep the greetings" in "\n".join(texts(summary["messages"][-1]["content"]))
+    after = bodies[-1]
+    assert after_compaction(after) and SUMMARY in texts(after["messages"][0]["content"])[0]
+    assert "and now?" in "\n".join(texts(after["messages"][-1]["content"]))
+    assert screen.count("Conversation compacted") == 1

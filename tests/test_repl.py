@@ -317,7 +317,9 @@ def test_unknown_commands_are_named_with_the_known_ones(
     pane = start(tmux, tmp_path, "--model", model)
     enter(pane, "/frobnicate")
     screen = pane.wait_for("Unknown command /frobnicate.")
-    assert "/help, /tasks, /stop, /agents, /team, /resume, /model, /clear, /exit" in screen
+    assert (
+        "/help, /tasks, /stop, /agents, /team, /resume, /model, /compact, /clear, /exit" in screen
+    )
     enter(pane, "/help")
     pane.wait_for("/stop ID")
     leave(pane)

@@ -486,3 +486,22 @@ def test_a_line_typed_while_lines_are_printed_keeps_its_enter_and_is_not_echoed(
     typed, echoed = _typed_while_printing(keep=True)
     assert typed == b"/exit\r"
     assert echoed == b""
+
+
+# -- completing a command's name ------------------------------------------------------------------
+
+
+def test_tab_completes_a_command_name_or_names_the_candidates() -> None:
+    from taskloom.repl.commands import complete
+
+    assert complete("/comp") == ("/compact ", ["compact"])
+    assert complete("/COMP") == ("/compact ", ["compact"])
+    # Several fit: completed as far as they agree, and named.
+    assert complete("/c") == ("/c", ["compact", "clear"])
+    assert complete("/re") == ("/resume ", ["resume"])
+    assert complete("/") == ("/", ["help", "tasks", "stop", "agents", "team", "resume", "model",
+                                   "compact", "clear", "exit"])  # fmt: skip
+    # Not a command's name being typed: left as it is.
+    assert complete("/compact now") == ("/compact now", [])
+    assert complete("hello") == ("hello", [])
+    assert complete("/zz") == ("/zz", [])

@@ -3,7 +3,8 @@
 A :class:`Turns` runs the main thread's turns of one session. A prompt typed while a turn runs
 waits for it. While the session is idle, a notification (a background task ended) or a
 message starts a turn by itself. What a turn says goes to the transcript view; an interrupt
-(Esc, Ctrl+C) ends the running turn, and the model is told so in the next one.
+(Esc, Ctrl+C) ends the running turn, and the model is told so in the next one. A
+compaction (``/compact``, or the window filling up) is shown in one line.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from taskloom.conversation.next_input import Held, NextInput, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, describe
-from taskloom.events import AssistantTurn, Finished, ToolDone, UserTurn
+from taskloom.events import AssistantTurn, Compacted, Finished, ToolDone, UserTurn
 from taskloom.messages import Message
+from taskloom.session import compact_command
 from taskloom.tasks.mailbox import MESSAGES
 
 if TYPE_CHECKING:
@@ -60,6 +62,12 @@ async def next_input(
                 said = text
             await prompts.wait(retry)
             retry = min(retry * 2, RETRY_MAX_S)
+
+
+def compacted_line(event: Compacted) -> str:
+    """What the REPL says of a compaction: ``Conversation compacted (N tokens before)``."""
+    how = " automatically" if event.trigger == "auto" else ""
+    return f"Conversation compacted{how} ({event.pre_tokens:,} tokens before)"
 
 
 class Turns:
@@ -129,8 +137,8 @@ class Turns:
         self._redraw()
 
     async def _turn(self, harness: Harness, prompt: str | Message) -> None:
-        if isinstance(prompt, str):
-            self.view.prompt(prompt)
+        if isinstance(prompt, str) and compact_command(prompt) is None:
+            self.view.prompt(prompt)  # (``/compact``'s line was shown by the command)
         self._redraw()
         events = harness.run(prompt)
         try:
@@ -141,6 +149,9 @@ class Turns:
                     self.view.result(event.call, event.result)
                 elif isinstance(event, UserTurn) and event.origin == "messages":
                     self.view.arrived(event.message, bool(event.notifications))
+                elif isinstance(event, Compacted):
+                    self.view.flush()
+                    self.view.note(compacted_line(event))
                 elif isinstance(event, Finished) and event.reason == "max_turns":
                     self.view.note("Stopped at the turn limit (--max-turns).", "warn")
                 self._redraw()

@@ -39,7 +39,7 @@ from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
 from taskloom.repl._turns import Turns
 from taskloom.repl.asks import ARM_S, Ask, PermissionAsks, save_allow_rule
-from taskloom.repl.commands import run_command
+from taskloom.repl.commands import complete, run_command
 from taskloom.repl.keys import key_bindings
 from taskloom.repl.panel import TaskPanel, count, grace_from
 from taskloom.repl.screen import build_application, write_lines
@@ -236,6 +236,10 @@ class Repl:
         if self._app is not None and self._app.is_running:
             self._app.exit(result=code)
 
+    def queue(self, prompt: str) -> None:
+        """Send ``prompt`` as a turn of its own, once the turns before it have run."""
+        self.turns.queue(prompt)
+
     def model_changed(self) -> None:
         """Show the model now in use."""
         self._model = self.harness.model_name
@@ -365,6 +369,16 @@ class Repl:
         if self.busy:
             self.say("(queued: it is sent when this turn ends)", "note")
         self.turns.queue(text)
+
+    def complete(self) -> None:
+        """Tab: complete the command name typed; when several fit, name them."""
+        text = self.buffer.text
+        done, names = complete(text)
+        if done != text:
+            self.buffer.text = done
+            self.buffer.cursor_position = len(done)
+        elif len(names) > 1:
+            self.say("  ".join(f"/{n}" for n in names), "note")
 
     async def _command(self, line: str) -> None:
         self.view.prompt(line)

@@ -2,7 +2,10 @@
 
 Each command is an async function of the :class:`CommandHost` (the REPL) and the text after
 the command's name. A command answers by printing through the host; what it cannot do (an
-unknown task id, a turn still running) it says in one line and changes nothing.
+unknown task id, a turn still running) it says in one line and changes nothing. ``/compact``
+is the exception: it changes the conversation, so it runs as a turn of its own, in order
+with the prompts (the turns print what happened). Tab completes a command's name
+(:func:`complete`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ class CommandHost(Protocol):
         """The main thread's model was changed (the status line shows it)."""
         ...
 
+    def queue(self, prompt: str) -> None:
+        """Send ``prompt`` as a turn of its own, once the turns before it have run."""
+        ...
+
 
 Handler = Callable[[CommandHost, str], Awaitable[None]]
 
@@ -94,7 +101,8 @@ async def _help(host: CommandHost, rest: str) -> None:
     lines += [
         "Keys: Enter sends · Ctrl+J (or \\ then Enter) a new line · Esc interrupts the turn ·",
         "      Ctrl+B sends a running foreground command or agent to the background ·",
-        "      Ctrl+C clears the input (twice: exit) · Up/Down: history",
+        "      Ctrl+C clears the input (twice: exit) · Up/Down: history ·",
+        "      Tab completes a command's name",
     ]
     host.say("\n".join(lines))
 
@@ -240,6 +248,14 @@ async def _clear(host: CommandHost, rest: str) -> None:
     await host.switch(None)
 
 
+async def _compact(host: CommandHost, rest: str) -> None:
+    # A turn of its own: a prompt typed meanwhile, or a notification, must not start a turn
+    # on the conversation being replaced. The session's ``/compact`` prompt does the work.
+    if host.busy:
+        host.say("(queued: the conversation is compacted when this turn ends)", "note")
+    host.queue(f"/compact {rest}".rstrip())
+
+
 async def _exit(host: CommandHost, rest: str) -> None:
     host.exit(0)
 
@@ -254,9 +270,36 @@ COMMANDS: dict[str, Command] = {
         Command("team", "/team", "the team and its members", _team),
         Command("resume", "/resume [ID]", "earlier conversations; with ID continue it", _resume),
         Command("model", "/model [NAME]", "show or change the model", _model),
+        Command(
+            "compact",
+            "/compact [TEXT]",
+            "summarize the conversation (TEXT: what to keep) and go on from it",
+            _compact,
+        ),
         Command("clear", "/clear", "start a new conversation", _clear),
         Command("exit", "/exit", "leave (running tasks are stopped)", _exit),
     )
 }
 
-__all__ = ["COMMANDS", "Command", "CommandHost", "run_command"]
+def complete(text: str) -> tuple[str, list[str]]:
+    """Tab on the input ``text``: the text completed, and the commands it could still be.
+
+    Only a command's name is completed (``/com`` becomes ``/compact ``); ``text`` comes back
+    unchanged when it is not the start of a command name, or when several commands start with
+    it and have no longer common start (then they are the candidates).
+    """
+    if not text.startswith("/") or any(c.isspace() for c in text):
+        return text, []
+    typed = text[1:].lower()
+    names = [n for n in COMMANDS if n.startswith(typed)]
+    if len(names) == 1:
+        return f"/{names[0]} ", names
+    common = ""
+    for letters in zip(*names, strict=False):  # the names' common start
+        if len(set(letters)) > 1:
+            break
+        common += letters[0]
+    return (f"/{common}" if len(common) > len(typed) else text), names
+
+
+__all__ = ["COMMANDS", "Command", "CommandHost", "complete", "run_command"]

@@ -1,7 +1,8 @@
 """The REPL's keys, bound to what a :class:`KeyActions` (the REPL) does.
 
 Enter sends (a line ending in a backslash continues instead); Ctrl+J or Alt+Enter adds a line; Esc
-interrupts the turn (or, at a permission question, denies the call and stops the turn);
+interrupts the turn (or, at a permission question, denies the call and stops the turn); Tab
+completes a slash command's name;
 Ctrl+B sends the running foreground work to the background; Ctrl+C clears the input, or
 interrupts, and twice in a row exits; Ctrl+D on an empty input exits. At a permission
 question (on an empty input, once it has been up a moment) 1 allows once, 2 always, 3 denies
@@ -55,6 +56,10 @@ class KeyActions(Protocol):
         """Deny the call asked about, once a reason is typed."""
         ...
 
+    def complete(self) -> None:
+        """Tab: complete the slash command being typed."""
+        ...
+
 
 def key_bindings(actions: KeyActions) -> KeyBindings:
     """The REPL's key bindings (see the module docstring)."""
@@ -78,6 +83,10 @@ def key_bindings(actions: KeyActions) -> KeyBindings:
     @keys.add("escape")
     def _(event: KeyPressEvent) -> None:
         actions.escape()
+
+    @keys.add("tab")
+    def _(event: KeyPressEvent) -> None:
+        actions.complete()
 
     @keys.add("c-b")
     def _(event: KeyPressEvent) -> None:

@@ -325,3 +325,24 @@ async def test_a_subagent_compacts_its_own_context(tmp_path: Path) -> None:
     main = [r for r in model.turns if r.agent_id is None]
     assert all(not str(r.messages[0].content).startswith(CONTINUED) for r in main)
     assert isinstance(events[-1], Finished) and events[-1].result == "main done"
+
+
+async def test_a_scripted_session_compacts_without_spending_its_script(tmp_path: Path) -> None:
+    from taskloom.testing import ScriptedModel
+
+    step = ToolCall("Bash", {"command": "echo step"})
+    model = ScriptedModel(
+        [
+            Turn(tool_calls=(step,), usage=full(100_000)),
+            Turn(tool_calls=(step,), usage=full(110_000)),  # past 85 % of 128,000
+            "scripted end",
+        ]
+    )
+    async with harness(tmp_path, model) as h:
+        events = [e async for e in h.run("count the steps")]
+    [compacted] = [e for e in events if isinstance(e, Compacted)]
+    assert compacted.pre_tokens > 110_000  # the last request's, and what came after it
+    assert len(model.summary_requests) == 1 and model.remaining == 0
+    head = compacted.messages[0].content[0]
+    assert isinstance(head, TextBlock) and "- count the steps" in head.text
+    assert isinstance(events[-1], Finished) and events[-1].result == "scripted end"

@@ -83,7 +83,10 @@ async def test_an_sdk_program_compacts_with_a_prompt_and_its_hook_hears_it(
     [boundary] = [
         m for m in compacted if isinstance(m, sdk.SystemMessage) and m.subtype == "compact_boundary"
     ]
-    assert boundary.data["compact_metadata"] == {"trigger": "manual", "pre_tokens": 4_321}
+    metadata = boundary.data["compact_metadata"]
+    assert metadata["trigger"] == "manual"
+    # The last request's 4,321 tokens, and what was added after it (estimated).
+    assert 4_321 < metadata["pre_tokens"] < 4_321 + 200
     result = compacted[-1]
     assert isinstance(result, sdk.ResultMessage) and not result.is_error
     assert result.session_id == first[-1].session_id
@@ -238,9 +241,10 @@ def test_the_compact_control_request_and_a_command_hook_that_blocks_or_not(
             stream.send(control("c2", "compact", instructions="keep the names"))
             allowed = stream.until(answer_to("c2"))["response"]
             assert allowed["subtype"] == "success"
-            assert allowed["response"] == {"pre_tokens": 4_321}
+            pre_tokens = allowed["response"]["pre_tokens"]
+            assert 4_321 < pre_tokens < 4_321 + 200  # the last request's, and what came after
             [boundary] = [line for line in stream.seen if line.get("subtype") == "compact_boundary"]
-            assert boundary["compact_metadata"] == {"trigger": "manual", "pre_tokens": 4_321}
+            assert boundary["compact_metadata"] == {"trigger": "manual", "pre_tokens": pre_tokens}
             assert stream.seen.index(boundary) < len(stream.seen) - 1  # before its answer
             stream.send(user("and now?"))
             assert stream.until(is_result)["result"] == "From the summary."

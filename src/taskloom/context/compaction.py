@@ -26,7 +26,7 @@ from taskloom.context.window import estimate_tokens
 from taskloom.errors import ModelError, TaskloomError
 from taskloom.events import Compacted
 from taskloom.messages import ContentBlock, Message, TextBlock, ToolResultBlock
-from taskloom.models.base import ModelRequest
+from taskloom.models.base import SUMMARY_PURPOSE, ModelRequest
 from taskloom.tasks.narrow import as_teammate
 from taskloom.tasks.statuses import TaskBoard, render
 
@@ -118,7 +118,12 @@ def too_long(error: BaseException) -> bool:
 
 
 async def compact(
-    engine: Compactable, trigger: Trigger, instructions: str | None = None, *, window: int
+    engine: Compactable,
+    trigger: Trigger,
+    instructions: str | None = None,
+    *,
+    window: int,
+    pre_tokens: int | None = None,
 ) -> Compacted:
     """Compact ``engine``'s conversation (see the module docstring); the event saying so.
 
@@ -127,6 +132,7 @@ async def compact(
         trigger: ``manual`` or ``auto``.
         instructions: What the summary should focus on (``/compact <instructions>``).
         window: The model's context window, in tokens (bounds the turns kept).
+        pre_tokens: What the context holds now (default: the last request's, or an estimate).
 
     Raises:
         CompactionRefused: A PreCompact hook blocked it, or the conversation is empty.
@@ -134,7 +140,8 @@ async def compact(
     """
     if not any(m.role == "assistant" for m in engine.messages):
         raise CompactionRefused("Not enough messages to compact.")
-    pre_tokens = engine.context_tokens or estimate_tokens(engine.messages)
+    if pre_tokens is None:
+        pre_tokens = engine.context_tokens or estimate_tokens(engine.messages)
     hooked = await engine.run_hook(
         "PreCompact", trigger, trigger=trigger, custom_instructions=instructions or ""
     )
@@ -241,7 +248,7 @@ def _summary_request(base: ModelRequest, messages: list[Message], ask: str) -> M
         messages = [*messages[:-1], Message(role="user", content=[*last.content, instruction])]
     else:
         messages = [*messages, Message(role="user", content=[instruction])]
-    metadata = {**base.metadata, "purpose": "compact"}
+    metadata = {**base.metadata, "purpose": SUMMARY_PURPOSE}
     return dataclasses.replace(base, messages=messages, metadata=metadata, deltas=False)
 
 

@@ -74,7 +74,9 @@ class ContextKeeper:
             fullness = fullness.less(self._clear(engine))
         if fullness.should_compact():
             try:
-                compacted = await compact(engine, "auto", window=self.window)
+                compacted = await compact(
+                    engine, "auto", window=self.window, pre_tokens=fullness.tokens
+                )
             except (CompactionRefused, ModelError) as exc:
                 # Not fatal: the request may still fit; if not, the provider says so.
                 log.warning("automatic compaction did not happen: %s", exc)
@@ -89,8 +91,9 @@ class ContextKeeper:
         """
         if not too_long(error):
             raise error
+        used = self.fullness(engine).tokens
         try:
-            compacted = await compact(engine, "auto", window=self.window)
+            compacted = await compact(engine, "auto", window=self.window, pre_tokens=used)
         except CompactionRefused as exc:
             raise ModelError(f"{error} (and it could not be compacted: {exc})") from error
         self._sent = len(engine.messages)
@@ -100,7 +103,10 @@ class ContextKeeper:
         self, engine: Compactable, trigger: Trigger, instructions: str | None
     ) -> Compacted:
         """Compact now (``/compact``); see :func:`taskloom.context.compaction.compact`."""
-        compacted = await compact(engine, trigger, instructions, window=self.window)
+        used = self.fullness(engine).tokens
+        compacted = await compact(
+            engine, trigger, instructions, window=self.window, pre_tokens=used
+        )
         self._sent = len(engine.messages)
         return compacted
 

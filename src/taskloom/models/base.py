@@ -31,6 +31,11 @@ class ToolSpec:
     input_schema: dict[str, Any]
 
 
+#: ``ModelRequest.metadata["purpose"]`` of a compaction's summary request: test models answer
+#: it apart from their script (see :mod:`taskloom.context.compaction`).
+SUMMARY_PURPOSE = "compact"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything one model call needs.
@@ -42,7 +47,8 @@ class ModelRequest:
         tools: The tools offered.
         max_tokens: Cap on the response length.
         agent_id: Who is asking (``None`` for the main thread); lets test models route.
-        metadata: Free-form extras (e.g. the agent type) for test models and logs.
+        metadata: Free-form extras (e.g. the agent type, or ``purpose``: see
+            :data:`SUMMARY_PURPOSE`) for test models and logs.
         deltas: Whether the caller wants the deltas as they arrive. Without them it sees only
             the final message, so a stream that fails midway can still be retried.
         cache_ttl: How long the provider should cache the request's prefix (``"5m"`` or

@@ -3,7 +3,10 @@
 ``ScriptedModel`` answers each request with the next scripted :class:`Turn` and records every
 request; ``FunctionModel`` answers with whatever a function of the request returns (to route
 by agent, prompt or turn). Both stream like a real provider: text in pieces, tool inputs as
-JSON chunks, then the complete message with a usage estimate.
+JSON chunks, then the complete message with a usage estimate. A compaction's summary request
+(``metadata["purpose"]``, :data:`~taskloom.models.base.SUMMARY_PURPOSE`) takes no scripted
+turn: ``ScriptedModel`` answers it with a summary of the prompts (kept in
+``summary_requests``); a ``FunctionModel``'s function is asked as for any request.
 
 A scripted-turn file (``--model scripted:FILE``) is YAML or JSON::
 
@@ -40,6 +43,7 @@ from typing import Any
 from taskloom.errors import ModelError, UsageError
 from taskloom.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 from taskloom.models.base import (
+    SUMMARY_PURPOSE,
     MessageComplete,
     ModelRequest,
     StreamEvent,
@@ -208,6 +212,19 @@ async def _events(turn: Turn, request: ModelRequest, name: str) -> AsyncIterator
     )
 
 
+def _summary_of(request: ModelRequest) -> str:
+    """A compaction's summary, made up from the prompts: a script cannot foresee one."""
+    prompts = [
+        " ".join(block.text.split())[:200]
+        for message in request.messages[:-1]
+        if message.role == "user"
+        for block in message.content
+        if isinstance(block, TextBlock) and not block.text.startswith("<")
+    ]
+    asked = "\n".join(f"- {p}" for p in prompts) or "- (no prompt)"
+    return f"<summary>\n1. Requests and intent (scripted summary):\n{asked}\n</summary>"
+
+
 class ScriptedModel:
     """Answers requests with scripted turns, in order; records every request.
 
@@ -230,6 +247,8 @@ class ScriptedModel:
         self.subagents = parse_subagents(subagents or {})
         self.requests: list[ModelRequest] = []
         self.agent_requests: list[ModelRequest] = []
+        #: The summary requests of compactions, answered apart from the script.
+        self.summary_requests: list[ModelRequest] = []
 
     @classmethod
     def from_file(cls, path: Path | str) -> ScriptedModel:
@@ -251,6 +270,10 @@ class ScriptedModel:
         Raises:
             ModelError: Every turn has been used.
         """
+        if request.metadata.get("purpose") == SUMMARY_PURPOSE:  # a compaction's, not scripted
+            self.summary_requests.append(request)
+            yield _events(Turn(text=_summary_of(request)), request, self.name)
+            return
         if request.agent_id is not None and self.subagents:
             self.agent_requests.append(request)
             yield _events(self._agent_turn(request), request, self.name)

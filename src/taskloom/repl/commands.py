@@ -281,6 +281,7 @@ COMMANDS: dict[str, Command] = {
     )
 }
 
+
 def complete(text: str) -> tuple[str, list[str]]:
     """Tab on the input ``text``: the text completed, and the commands it could still be.
 

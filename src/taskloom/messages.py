@@ -57,6 +57,31 @@ class ToolUseBlock(_Block):
     defect: str | None = Field(default=None, exclude=True)
 
 
+class ServerToolUseBlock(_Block):
+    """A call of a tool the provider runs itself (the Anthropic API's ``web_search``).
+
+    Kept as the provider sent it: a request that goes on from this answer must send it back.
+    """
+
+    type: Literal["server_tool_use"] = "server_tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class WebSearchResultBlock(_Block):
+    """What the provider's web search found, answering a :class:`ServerToolUseBlock`.
+
+    ``content`` is a list of results (``{"type": "web_search_result", "title", "url",
+    "encrypted_content", "page_age"}``) or one error
+    (``{"type": "web_search_tool_result_error", "error_code"}``), as the API sends it.
+    """
+
+    type: Literal["web_search_tool_result"] = "web_search_tool_result"
+    tool_use_id: str
+    content: list[dict[str, Any]] | dict[str, Any] = Field(default_factory=list)
+
+
 #: The Messages API's limit on one image: 5 MB of base64.
 MAX_IMAGE_BASE64_BYTES = 5 * 1024 * 1024
 #: The image formats the Messages API takes.
@@ -115,7 +140,13 @@ class ToolResultBlock(_Block):
 
 
 ContentBlock = Annotated[
-    TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+    TextBlock
+    | ThinkingBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ServerToolUseBlock
+    | WebSearchResultBlock,
+    Field(discriminator="type"),
 ]
 
 

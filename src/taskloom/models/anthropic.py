@@ -5,6 +5,7 @@ The transport (retries, errors) is in :mod:`taskloom.models._http`; this is the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
@@ -14,7 +15,15 @@ import httpx
 from httpx_sse import ServerSentEvent
 
 from taskloom.errors import ModelError
-from taskloom.messages import ContentBlock, Message, TextBlock, ThinkingBlock, Usage
+from taskloom.messages import (
+    ContentBlock,
+    Message,
+    ServerToolUseBlock,
+    TextBlock,
+    ThinkingBlock,
+    Usage,
+    WebSearchResultBlock,
+)
 from taskloom.models._http import (
     EventParser,
     HttpModel,
@@ -45,6 +54,8 @@ class _Block:
     signature: str = ""
     tool_id: str = ""
     tool_name: str = ""
+    #: A block that came whole in its start event (a web search's results).
+    whole: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -110,14 +121,19 @@ class _Assembly:
             return TextBlock(text=text)
         if block.kind == "thinking":
             return ThinkingBlock(thinking=text, signature=block.signature)
+        if block.kind == "server_tool_use":
+            return ServerToolUseBlock(id=block.tool_id, name=block.tool_name, input=_object(text))
+        if block.kind == "web_search_tool_result":
+            return WebSearchResultBlock.model_validate(block.whole)
         return tool_use_block(
             block.tool_id, block.tool_name, text, stop_reason=self.stop_reason, last=last
         )
 
     def _start(self, index: int, start: dict[str, Any]) -> Iterator[StreamEvent]:
         kind = start.get("type")
-        # Block types we cannot represent (redacted_thinking, server tool results...) are
-        # dropped: the canonical message has no place for them.
+        # Block types we cannot represent (redacted_thinking...) are dropped: the canonical
+        # message has no place for them. A server tool's call and results are kept (the
+        # WebSearch tool reads them); they are the provider's to run, so no ToolUseStart.
         if kind == "text":
             self.blocks[index] = _Block("text", [start.get("text", "")])
             if start.get("text"):
@@ -131,6 +147,12 @@ class _Assembly:
             block = _Block("tool_use", tool_id=start.get("id", ""), tool_name=start.get("name", ""))
             self.blocks[index] = block
             yield ToolUseStart(index, block.tool_id, block.tool_name)
+        elif kind == "server_tool_use":
+            self.blocks[index] = _Block(
+                "server_tool_use", tool_id=start.get("id", ""), tool_name=start.get("name", "")
+            )
+        elif kind == "web_search_tool_result":
+            self.blocks[index] = _Block("web_search_tool_result", whole=start)
 
     @staticmethod
     def _delta(index: int, block: _Block, delta: dict[str, Any]) -> Iterator[StreamEvent]:
@@ -146,6 +168,15 @@ class _Assembly:
         elif kind == "input_json_delta" and delta.get("partial_json"):
             block.parts.append(delta["partial_json"])
             yield ToolInputDelta(index, block.parts[-1])
+
+
+def _object(text: str) -> dict[str, Any]:
+    """A server tool call's streamed input, as an object ({} when it is not one)."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class AnthropicModel(HttpModel):
@@ -209,6 +240,8 @@ class AnthropicModel(HttpModel):
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
                 for t in request.tools
             ]
+        if request.server_tools:
+            body.setdefault("tools", []).extend(request.server_tools)
         if request.cache_ttl is not None:
             place_breakpoints(body, request.cache_ttl)
         return body

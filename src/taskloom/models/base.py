@@ -34,6 +34,11 @@ class ToolSpec:
 #: ``ModelRequest.metadata["purpose"]`` of a compaction's summary request: test models answer
 #: it apart from their script (see :mod:`taskloom.context.compaction`).
 SUMMARY_PURPOSE = "compact"
+#: ``ModelRequest.metadata["purpose"]`` of WebFetch's question about a page (the page and the
+#: prompt in one user message): a scripted model answers it apart from its script.
+WEB_FETCH_PURPOSE = "web_fetch"
+#: ``ModelRequest.metadata["purpose"]`` of WebSearch's request running the provider's search.
+WEB_SEARCH_PURPOSE = "web_search"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,9 @@ class ModelRequest:
             the final message, so a stream that fails midway can still be retried.
         cache_ttl: How long the provider should cache the request's prefix (``"5m"`` or
             ``"1h"``, see :mod:`taskloom.models.caching`); None: no cache breakpoints.
+        server_tools: Tools the provider runs itself, in its own form (the Anthropic API's
+            ``{"type": "web_search_20250305", "name": "web_search", ...}``); providers
+            without them leave them out.
     """
 
     model: str
@@ -64,6 +72,7 @@ class ModelRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
     deltas: bool = True
     cache_ttl: CacheTtl | None = None
+    server_tools: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ KINDS: dict[str, ToolKind] = {
     "Edit": "edit",
     "Write": "edit",
     "NotebookEdit": "edit",
-    "WebFetch": "execute",
+    "WebFetch": "fetch",
     "Agent": "other",
     "TaskOutput": "other",
 }
@@ -309,8 +309,9 @@ EXPECTED = {
     "edit_ask_rule": (Q, Q, D, A, D),
     "write_in_cwd": (Q, A, D, A, D),
     "notebook_outside": (Q, Q, D, A, D),
-    "fetch_allowed": (A, A, D, A, A),
-    "fetch_other": (Q, Q, D, A, D),
+    # WebFetch reads, changes nothing here: plan mode lets it run by the rules (or asks).
+    "fetch_allowed": (A, A, A, A, A),
+    "fetch_other": (Q, Q, Q, A, D),
     "mcp_allowed": (A, A, D, A, A),
     "mcp_denied": (D, D, D, D, D),
     "agent_explore": (A, A, A, A, A),

@@ -112,7 +112,11 @@ def uncovered_commands(rules: Iterable[Rule], request: PermissionRequest) -> lis
 
 
 def suggest_rule(request: PermissionRequest, command: str | None = None) -> str:
-    """A rule that would allow this request: ``Bash(git push:*)`` or the tool name."""
+    """A rule allowing this request: ``Bash(git push:*)``, ``WebFetch(domain:x)``, a name."""
+    if request.tool_name == "WebFetch":
+        url = request.input.get("url", request.target)
+        host = urlsplit(url).hostname if isinstance(url, str) else None
+        return f"WebFetch(domain:{host})" if host else "WebFetch"
     if not _is_bash(request):
         return request.tool_name
     command = command or request.target or ""

@@ -3,7 +3,8 @@
 Order of evaluation, whatever order the rules came in:
 
 1. a matching **deny** rule denies (in every mode, bypassPermissions included);
-2. **plan** mode denies edit and execute tools, even ones an allow rule names;
+2. **plan** mode denies edit and execute tools, even ones an allow rule names (fetch tools,
+   which change nothing here, go on to ask);
 3. **bypassPermissions** allows the rest;
 4. a matching **ask** rule asks (dontAsk: denies);
 5. a matching **allow** rule allows;

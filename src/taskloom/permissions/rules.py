@@ -17,8 +17,10 @@ from taskloom.errors import UsageError
 Behavior = Literal["allow", "deny", "ask"]
 
 #: What a tool does, for permission modes: ``read`` is allowed by default, ``edit`` is
-#: allowed in acceptEdits mode, ``execute`` always needs a rule or a bypass.
-ToolKind = Literal["read", "edit", "execute", "other"]
+#: allowed in acceptEdits mode, ``execute`` always needs a rule or a bypass. ``fetch`` reads
+#: the network (WebFetch, WebSearch): it needs a rule or approval like ``execute``, but
+#: changes nothing here, so plan mode (which may read) asks instead of refusing.
+ToolKind = Literal["read", "edit", "execute", "fetch", "other"]
 
 #: Claude Code called the Agent tool ``Task`` before 2.1; settings files still say so.
 _TOOL_ALIASES = {"Task": "Agent"}

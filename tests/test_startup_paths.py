@@ -37,13 +37,16 @@ def _dumps(value: object) -> str:
 
 def _offered_tool_classes() -> list[type[Tool[Any]]]:
     """Every built-in tool class a session offers (core tools of both profiles, agents,
-    worktrees)."""
+    worktrees, the web tools)."""
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import SendMessageTool
+    from taskloom.tools.web_fetch import WebFetch
+    from taskloom.tools.web_search import WebSearch
     from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
 
     core = [type(t) for t in [*core_tools(), *core_tools("jobs")]]
-    return [*core, AgentTool, SendMessageTool, EnterWorktreeTool, ExitWorktreeTool]
+    worktrees = [EnterWorktreeTool, ExitWorktreeTool]
+    return [*core, AgentTool, SendMessageTool, *worktrees, WebFetch, WebSearch]
 
 
 def test_static_schemas_are_the_generated_ones_byte_for_byte() -> None:

@@ -5,7 +5,8 @@ subagent's configuration). :func:`taskloom.started.compose` makes it once the se
 exist (the agent service, the team, the worktree the thread may move into, the MCP servers),
 so that the composition root stays one screen per concern.
 
-The main thread is offered the core tools of the settings' ``toolProfile``, Agent and
+The main thread is offered the core tools of the settings' ``toolProfile``, the web tools
+(WebFetch; WebSearch when the session can search), Agent and
 SendMessage, EnterWorktree and ExitWorktree, a team lead's tools, StructuredOutput (with a
 ``json_schema``), the MCP servers' tools and the program's own. A coordinator only
 orchestrates: it has Agent, SendMessage and TaskStop, its workers have the rest, and its
@@ -66,7 +67,7 @@ def main_tools(
     """
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import LeadSendMessageTool, SendMessageTool
-    from taskloom.tools.registry import core_tools
+    from taskloom.tools.registry import core_tools, web_tools
     from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
 
     # A team lead's SendMessage may ask to be woken by a teammate's next idle notice.
@@ -80,6 +81,7 @@ def main_tools(
     else:
         builtin = [
             *core_tools(profile),
+            *web_tools(service.builder.model, service.builder.settings),
             AgentTool(service),
             send,
             EnterWorktreeTool(place, hooks),

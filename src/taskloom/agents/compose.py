@@ -119,11 +119,12 @@ def subagent_tools(service: AgentService, mcp: McpManager | None, profile: str) 
     """
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import SendMessageTool
-    from taskloom.tools.registry import core_tools
+    from taskloom.tools.registry import core_tools, web_tools
 
     session_mcp = mcp.tools() if mcp is not None else []
     return [
         *core_tools(profile),
+        *web_tools(service.builder.model, service.builder.settings),
         SendMessageTool(service),
         AgentTool(service),
         *session_mcp,

@@ -6,7 +6,9 @@ by agent, prompt or turn). Both stream like a real provider: text in pieces, too
 JSON chunks, then the complete message with a usage estimate. A compaction's summary request
 (``metadata["purpose"]``, :data:`~taskloom.models.base.SUMMARY_PURPOSE`) takes no scripted
 turn: ``ScriptedModel`` answers it with a summary of the prompts (kept in
-``summary_requests``); a ``FunctionModel``'s function is asked as for any request.
+``summary_requests``); a ``FunctionModel``'s function is asked as for any request. Nor does
+WebFetch's question about a page (:data:`~taskloom.models.base.WEB_FETCH_PURPOSE`): it is
+answered with the page as it was given (kept in ``side_requests``).
 
 A scripted-turn file (``--model scripted:FILE``) is YAML or JSON::
 
@@ -44,6 +46,7 @@ from taskloom.errors import ModelError, UsageError
 from taskloom.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 from taskloom.models.base import (
     SUMMARY_PURPOSE,
+    WEB_FETCH_PURPOSE,
     MessageComplete,
     ModelRequest,
     StreamEvent,
@@ -225,6 +228,14 @@ def _summary_of(request: ModelRequest) -> str:
     return f"<summary>\n1. Requests and intent (scripted summary):\n{asked}\n</summary>"
 
 
+def _page_of(request: ModelRequest) -> str:
+    """The page WebFetch put in its question (between its ``---`` lines), else the question."""
+    asked = request.messages[-1].text() if request.messages else ""
+    _, start, rest = asked.partition("\n---\n")
+    page, end, _ = rest.rpartition("\n---\n")
+    return page if start and end else asked
+
+
 class ScriptedModel:
     """Answers requests with scripted turns, in order; records every request.
 
@@ -249,6 +260,8 @@ class ScriptedModel:
         self.agent_requests: list[ModelRequest] = []
         #: The summary requests of compactions, answered apart from the script.
         self.summary_requests: list[ModelRequest] = []
+        #: WebFetch's questions about pages, answered apart from the script.
+        self.side_requests: list[ModelRequest] = []
 
     @classmethod
     def from_file(cls, path: Path | str) -> ScriptedModel:
@@ -273,6 +286,10 @@ class ScriptedModel:
         if request.metadata.get("purpose") == SUMMARY_PURPOSE:  # a compaction's, not scripted
             self.summary_requests.append(request)
             yield _events(Turn(text=_summary_of(request)), request, self.name)
+            return
+        if request.metadata.get("purpose") == WEB_FETCH_PURPOSE:  # WebFetch's, not scripted
+            self.side_requests.append(request)
+            yield _events(Turn(text=_page_of(request)), request, self.name)
             return
         if request.agent_id is not None and self.subagents:
             self.agent_requests.append(request)

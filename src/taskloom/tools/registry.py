@@ -6,10 +6,14 @@ the generic job tools ``job_output``, ``job_list`` and ``job_kill`` over the sam
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import UserError
 from taskloom.tools.base import Tool
+
+if TYPE_CHECKING:
+    from taskloom.models.base import Model
 
 PROFILES = ("claude", "jobs")
 
@@ -40,3 +44,11 @@ def core_tools(profile: str = "claude") -> list[Tool[Any]]:
 
         tools += [TaskOutputTool(), TaskStopTool()]
     return tools
+
+
+def web_tools(model: Model, settings: Mapping[str, Any]) -> list[Tool[Any]]:
+    """WebFetch, and WebSearch when it can search (see :mod:`taskloom.tools.web_search`)."""
+    from taskloom.tools.web_fetch import WebFetch
+    from taskloom.tools.web_search import WebSearch, web_search_available
+
+    return [WebFetch(), *([WebSearch()] if web_search_available(model, settings) else [])]

@@ -323,6 +323,31 @@ def agent_launched(
     }
 
 
+def web_fetch(
+    *, size: int, code: int, code_text: str, result: str, duration_ms: int, url: str
+) -> dict[str, Any]:
+    """A WebFetch call: the page's size in bytes, its status, the answer, the URL asked for."""
+    return {
+        "bytes": size,
+        "code": code,
+        "codeText": code_text,
+        "result": result,
+        "durationMs": duration_ms,
+        "url": url,
+    }
+
+
+def web_search(
+    query: str, results: Sequence[str | Mapping[str, Any]], duration_seconds: float
+) -> dict[str, Any]:
+    """A WebSearch call: the query, then text and ``{tool_use_id, content: [{title, url}]}``."""
+    return {
+        "query": query,
+        "results": [r if isinstance(r, str) else dict(r) for r in results],
+        "durationSeconds": duration_seconds,
+    }
+
+
 def relative(path: str, cwd: str) -> str:
     """``path`` relative to ``cwd`` when it is under it, else as it is."""
     if os.path.isabs(path) and (path == cwd or path.startswith(cwd.rstrip("/") + "/")):

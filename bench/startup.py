@@ -87,7 +87,8 @@ class Run:
 
 
 #: Imported only on the path that needs them.
-OPTIONAL_HEAVY = frozenset({"ray", "opentelemetry", "libtmux"})
+# markdownify and bs4: WebFetch's HTML to Markdown, imported only when a page is fetched.
+OPTIONAL_HEAVY = frozenset({"ray", "opentelemetry", "libtmux", "markdownify", "bs4"})
 
 
 def _spawn(cmd: list[str], env: dict[str, str], cwd: str, marker: str | None) -> Run:

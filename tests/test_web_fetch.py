@@ -4,6 +4,7 @@ answer, redirects, bounds, the cache, and a fetch the engine's cancel ends."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from fake_servers import FakeAnthropicServer
-from helpers import TIME_FACTOR, wait_until
+from helpers import TIME_FACTOR, json_lines, run_cli, wait_until, write_turns
 from taskloom.engine import Engine
 from taskloom.engine_config import EngineConfig
 from taskloom.events import ToolDone
@@ -304,3 +305,41 @@ def test_fetch_tools_ask_in_plan_mode_and_suggest_a_domain_rule(tmp_path: Path) 
     bash = PermissionRequest("Bash", "execute", "ls", tmp_path, {"command": "ls"})
     plan = PermissionPolicy.from_settings({}, mode="plan", project_root=tmp_path)
     assert plan.decide(bash).behavior == "deny"  # unchanged for what does act here
+
+
+# --- end to end: taskloom -p with a rule by domain --------------------------------------------
+
+
+@pytest.mark.e2e
+def test_print_mode_fetches_the_allowed_domain_and_refuses_the_denied_one(
+    tmp_path: Path, web: WebServer
+) -> None:
+    allowed, denied = web.url("/page", host="localhost"), web.url("/page")
+    prompt = "What do widgets do?"
+    calls = [{"name": "WebFetch", "input": {"url": u, "prompt": prompt}} for u in (allowed, denied)]
+    model = write_turns(tmp_path / "turns.yaml", [{"tool_calls": calls}, {"text": "done"}])
+    settings = json.dumps(
+        {
+            "permissions": {
+                "allow": ["WebFetch(domain:localhost)"],
+                "deny": ["WebFetch(domain:127.0.0.1)"],
+            }
+        }
+    )
+    done = run_cli(
+        "-p", "go", "--output-format", "stream-json", "--verbose", "--model", model,
+        "--settings", settings, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = {
+        block["tool_use_id"]: block
+        for line in json_lines(done.stdout)
+        if line.get("type") == "user"
+        for block in line["message"]["content"]
+        if block.get("type") == "tool_result"
+    }
+    fetched, refused = results.values()
+    # A scripted model answers WebFetch's question with the page as Markdown.
+    assert "# Widget manual" in str(fetched["content"]) and not fetched.get("is_error")
+    assert refused["is_error"] and "WebFetch(domain:127.0.0.1)" in str(refused["content"])
+    assert web.hits("/page", "localhost") == 1 and web.hits("/page", "127.0.0.1") == 0

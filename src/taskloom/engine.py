@@ -62,6 +62,7 @@ from taskloom.tools.base import (
 )
 from taskloom.tools.confinement import outside_confinement
 from taskloom.tools.overflow import results_dir
+from taskloom.tools.todo import TodoList
 from taskloom.tools.workdir import WorkingDirectory
 from taskloom.transcript import refuse_orphans
 from taskloom.untrusted import vet_answer
@@ -88,6 +89,7 @@ class Engine:
         self.runtime = runtime
         self.messages: list[Message] = list(messages or [])
         self.files = files or FileState()
+        self.todos = TodoList.from_messages(self.messages)  # its TodoWrite list, its own
         #: Where its shell stands: a ``cd`` holds for its next calls (its own, not its
         #: parent's nor its subagents').
         self.workdir = WorkingDirectory(config.place(), config.shell_roots())
@@ -149,7 +151,7 @@ class Engine:
         engine.num_turns = self.num_turns
         engine.api_seconds = self.api_seconds
         engine.stop_reason = self.stop_reason
-        engine.denials = list(self.denials)
+        engine.denials, engine.todos = list(self.denials), self.todos
         engine.board = self.board
         if self.halted is not None:
             engine.halt(self.halted)

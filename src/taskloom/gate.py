@@ -79,6 +79,7 @@ async def permit(
         target=tool.permission_target(params, ctx),
         cwd=ctx.rules_base or ctx.cwd,  # a `cd` does not move the rules
         input=raw,
+        approval=tool.approval,
     )
     decision = policy.decide(request)
     if decision.behavior == "ask":
@@ -110,8 +111,10 @@ async def permit(
         except PromptError as exc:
             return Verdict(tool_error(f"Permission to use {tool.name} was not given: {exc}"))
         if not answer.allow:
-            denied = answer.message or f"Permission to use {tool.name} was denied."
+            denied = tool.refused_message(params, answer.message)
             return Verdict(tool_error(denied), interrupt=answer.interrupt)
+        if answer.mode is not None:  # e.g. a plan approved with edits accepted from now on
+            policy.switch_mode(answer.mode)
         return _changed(tool, params, raw, answer.updated_input)
     if decision.behavior == "ask" and headless:
         decision = policy.headless(decision)

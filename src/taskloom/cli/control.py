@@ -21,7 +21,13 @@ from typing import Any
 
 from taskloom.errors import TaskloomError
 from taskloom.hooks import CallerGone
-from taskloom.permissions import Decision, PermissionRequest, PromptAnswer, PromptError
+from taskloom.permissions import (
+    Decision,
+    PermissionMode,
+    PermissionRequest,
+    PromptAnswer,
+    PromptError,
+)
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -195,7 +201,11 @@ class StdioPrompter:
             raise PromptError(str(exc)) from exc
         if answer.get("behavior") == "allow":
             updated = answer.get("updatedInput")
-            return PromptAnswer(True, updated_input=updated if isinstance(updated, dict) else None)
+            return PromptAnswer(
+                True,
+                updated_input=updated if isinstance(updated, dict) else None,
+                mode=_set_mode(answer.get("updatedPermissions")),
+            )
         if answer.get("behavior") == "deny":
             return PromptAnswer(
                 False,
@@ -203,6 +213,23 @@ class StdioPrompter:
                 interrupt=bool(answer.get("interrupt")),
             )
         raise PromptError(f"can_use_tool answered {answer!r}: expected behavior allow or deny")
+
+
+def _set_mode(updates: Any) -> str | None:
+    """The mode a ``setMode`` entry of the answer's ``updatedPermissions`` switches to, if any.
+
+    Raises:
+        PromptError: It names no permission mode.
+    """
+    if not isinstance(updates, list):
+        return None
+    mode = None
+    for update in updates:
+        if isinstance(update, dict) and update.get("type") == "setMode":
+            mode = update.get("mode")
+            if not isinstance(mode, str) or mode not in {m.value for m in PermissionMode}:
+                raise PromptError(f"can_use_tool answered setMode {mode!r}: not a permission mode")
+    return mode
 
 
 def _suggestions(decision: Decision) -> list[dict[str, Any]]:

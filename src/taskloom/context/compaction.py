@@ -7,9 +7,9 @@ messages, so the request reads the conversation's cached prefix; one instruction
 end), and makes the conversation that summary — a user message — followed by the last turns
 as they were. What lives outside the conversation is untouched (running tasks, notifications
 not yet delivered, messages in the mailbox, the team): the summary message lists the tasks
-still running, from the runtime, not from the model's memory. The main thread then runs the
-SessionStart hooks with source ``compact`` (their context joins the summary message); every
-engine runs the PostCompact hooks.
+still running, from the runtime, not from the model's memory, and the agent's todo list
+(TodoWrite). The main thread then runs the SessionStart hooks with source ``compact`` (their
+context joins the summary message); every engine runs the PostCompact hooks.
 
 A summary request that is itself too long for the window is tried again with the oldest
 turns left out and long tool results cut, at most :data:`SUMMARY_TRIES` times.
@@ -33,6 +33,7 @@ from taskloom.tasks.statuses import TaskBoard, render
 if TYPE_CHECKING:
     from taskloom.engine_config import EngineConfig
     from taskloom.hooks import HookOutcome
+    from taskloom.tools.todo import TodoList
 
 Trigger = Literal["manual", "auto"]
 
@@ -98,6 +99,7 @@ class Compactable(Protocol):
     config: EngineConfig
     board: TaskBoard
     context_tokens: int
+    todos: TodoList
 
     async def run_hook(self, event: str, target: str | None, **payload: Any) -> HookOutcome | None:
         """Run the hooks of ``event`` (None when none is configured)."""
@@ -200,7 +202,10 @@ def _summary_text(summary: str, trigger: Trigger, kept: bool) -> str:
 
 
 def _running(engine: Compactable) -> str | None:
-    """The tasks and teammates still running, as the runtime knows them (not the model)."""
+    """The tasks and teammates still running, as the runtime knows them (not the model).
+
+    Then the agent's todo list, as it stands.
+    """
     board = engine.board
     states = [s for s in board.runtime.list(owner=board.owner) if not s.terminal]
     members = [m for m in map(as_teammate, states) if m is not None]
@@ -213,6 +218,9 @@ def _running(engine: Compactable) -> str | None:
             f"Your team {members[0].team_name} still has these teammates: {names}. "
             "They keep their own context; reach them with SendMessage."
         )
+    todos = engine.todos.summary()  # its TodoWrite list: kept, and found again on a resume
+    if todos is not None:
+        lines.append(todos)
     return "\n\n".join(lines) or None
 
 

@@ -2,13 +2,15 @@
 
 Order of evaluation, whatever order the rules came in:
 
-1. a matching **deny** rule denies (in every mode, bypassPermissions included);
+1. a matching **deny** rule denies (in every mode, bypassPermissions included); a tool only
+   a person can answer (``approval="person"``) asks now (dontAsk: denies);
 2. **plan** mode denies edit and execute tools, even ones an allow rule names (fetch tools,
    which change nothing here, go on to ask);
 3. **bypassPermissions** allows the rest;
 4. a matching **ask** rule asks (dontAsk: denies);
 5. a matching **allow** rule allows;
-6. the mode: read and other tools are allowed; acceptEdits allows edits inside the working
+6. a tool that asks itself (``approval="ask"``) asks (dontAsk: denies); then the mode: read
+   and other tools are allowed; acceptEdits allows edits inside the working
    directories; anything else asks (dontAsk: denies).
 """
 
@@ -79,6 +81,9 @@ class PermissionPolicy:
         # A one-item list: the copies with_directories makes share it (a mode switched on
         # the session's policy reaches them), with_mode's do not (their mode is their own).
         self._mode = [parse_mode(str(mode), "the permission policy")]
+        # The mode plan mode was entered from (shared like the mode): approving a plan goes
+        # back to it.
+        self._before_plan: list[PermissionMode | None] = [None]
         self.project_root = Path(project_root)
         self.additional_directories = tuple(Path(d) for d in additional_directories)
         # Shared by the copies with_mode makes (a subagent's, a teammate's): a rule the user
@@ -109,7 +114,21 @@ class PermissionPolicy:
         Raises:
             UsageError: Not a permission mode.
         """
-        self._mode[0] = parse_mode(str(mode), "the permission mode")
+        new = parse_mode(str(mode), "the permission mode")
+        if new is PermissionMode.PLAN and self.mode is not PermissionMode.PLAN:
+            self._before_plan[0] = self.mode
+        self._mode[0] = new
+
+    def leave_plan(self) -> PermissionMode | None:
+        """Leave plan mode for the mode it was entered from (default if none); the new mode.
+
+        None, and nothing changes, when the mode is not plan (already left).
+        """
+        if self.mode is not PermissionMode.PLAN:
+            return None
+        back = self._before_plan[0] or PermissionMode.DEFAULT
+        self._mode[0], self._before_plan[0] = back, None
+        return back
 
     def with_mode(self, mode: PermissionMode | str) -> PermissionPolicy:
         """The same rules, shared, under another mode (a subagent's ``permissionMode``)."""
@@ -132,6 +151,7 @@ class PermissionPolicy:
             additional_directories=(*self.additional_directories, *directories),
         )
         copy._rules, copy._by_behavior, copy._mode = self._rules, self._by_behavior, self._mode
+        copy._before_plan = self._before_plan
         return copy
 
     @classmethod
@@ -222,6 +242,8 @@ class PermissionPolicy:
                 deny,
                 name,
             )
+        if request.approval == "person":
+            return self._person(name)
         if self.mode is PermissionMode.PLAN and request.kind in ("edit", "execute"):
             doing = "edit files" if request.kind == "edit" else "run commands"
             return Decision(
@@ -239,6 +261,8 @@ class PermissionPolicy:
         allow = find_rule(self._by_behavior["allow"], request, root, every_part=True)
         if allow is not None:
             return Decision("allow", f"allowed by the rule {allow} ({allow.source})", allow, name)
+        if request.approval == "ask":
+            return self._ask(request, f"{name} asks for approval", None)
         if request.kind == "read":
             return Decision("allow", "read-only tools need no approval", None, name)
         if request.kind == "other":
@@ -266,6 +290,17 @@ class PermissionPolicy:
         """
         probe = PermissionRequest(tool_name, kind, None, self.project_root)
         return any(r.content is None and tool_matches(r, probe) for r in self._by_behavior["deny"])
+
+    def _person(self, name: str) -> Decision:
+        """The decision on a tool only someone asked can answer: ask, or in dontAsk deny."""
+        if self.mode is PermissionMode.DONT_ASK:
+            return Decision(
+                "deny",
+                f"{name} needs an answer from the user, and dontAsk mode denies instead of asking.",
+                None,
+                name,
+            )
+        return Decision("ask", f"{name} needs an answer from the user", None, name)
 
     def _ask(self, request: PermissionRequest, reason: str, rule: Rule | None) -> Decision:
         name = request.tool_name

@@ -24,12 +24,15 @@ class PromptAnswer:
         message: Why not, for the model (a denial).
         updated_input: The input to run the call with instead (an allowance), if changed.
         interrupt: Stop the turn as well (a denial).
+        mode: The permission mode to go on in, from now on (an allowance: Claude Code's
+            ``setMode`` update, e.g. ``acceptEdits`` as a plan is approved), if any.
     """
 
     allow: bool
     message: str = ""
     updated_input: dict[str, Any] | None = None
     interrupt: bool = False
+    mode: str | None = None
 
 
 class PermissionPrompter(Protocol):

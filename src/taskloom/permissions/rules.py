@@ -22,6 +22,12 @@ Behavior = Literal["allow", "deny", "ask"]
 #: changes nothing here, so plan mode (which may read) asks instead of refusing.
 ToolKind = Literal["read", "edit", "execute", "fetch", "other"]
 
+#: Who may approve a call of the tool, beyond its kind: ``rules`` (its kind and the rules
+#: decide), ``ask`` (the tool asks itself: an allow rule or bypassPermissions may still
+#: allow it — EnterPlanMode), ``person`` (only someone asked can answer: no mode or allow
+#: rule skips the question, a deny rule still denies — ExitPlanMode, AskUserQuestion).
+Approval = Literal["rules", "ask", "person"]
+
 #: Claude Code called the Agent tool ``Task`` before 2.1; settings files still say so.
 _TOOL_ALIASES = {"Task": "Agent"}
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.*-]+")
@@ -62,6 +68,7 @@ class PermissionRequest:
             for WebFetch, the subagent type for Agent; None when there is nothing.
         cwd: The working directory of the calling agent.
         input: The validated tool input, for details a rule may need.
+        approval: Who may approve the call beyond its kind (see :data:`Approval`).
     """
 
     tool_name: str
@@ -69,6 +76,7 @@ class PermissionRequest:
     target: str | None
     cwd: Path
     input: dict[str, Any] = field(default_factory=dict)
+    approval: Approval = "rules"
 
 
 @dataclass(frozen=True, slots=True)

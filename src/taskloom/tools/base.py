@@ -23,6 +23,7 @@ from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec
 
 # Defined with the permission rules, which decide by it; re-exported for tools.
+from taskloom.permissions.rules import Approval as Approval
 from taskloom.permissions.rules import ToolKind as ToolKind
 from taskloom.tools.overflow import DEFAULT_MAX_RESULT_CHARS, bounded
 
@@ -162,6 +163,9 @@ class Tool(ABC, Generic[InputT]):
     description: ClassVar[str]
     Input: ClassVar[type[ToolInput]]
     kind: ClassVar[ToolKind] = "other"
+    #: Who may approve a call beyond its kind: ``ask`` and ``person`` tools ask (see
+    #: :data:`~taskloom.permissions.rules.Approval`).
+    approval: ClassVar[Approval] = "rules"
     #: Older names models still call it by (``Task`` for Agent); never offered.
     aliases: ClassVar[tuple[str, ...]] = ()
     #: Safe to run at the same time as other concurrency-safe calls of the same message.
@@ -216,6 +220,10 @@ class Tool(ABC, Generic[InputT]):
     def denied_message(self, params: InputT, reason: str, rule: Any) -> str:
         """What the model is told when the permission policy refuses a call."""
         return reason
+
+    def refused_message(self, params: InputT, message: str) -> str:
+        """What the model is told when the one asked refused the call (``message``: theirs)."""
+        return message or f"Permission to use {self.name} was denied."
 
     @abstractmethod
     async def call(self, params: InputT, ctx: ToolContext) -> ToolResult:

@@ -32,9 +32,11 @@ def core_tools(profile: str = "claude") -> list[Tool[Any]]:
     from taskloom.tools.grep import Grep
     from taskloom.tools.monitor import MonitorTool
     from taskloom.tools.read import Read
+    from taskloom.tools.todo import TodoWriteTool
     from taskloom.tools.write import Write
 
     tools: list[Tool[Any]] = [BashTool(), Glob(), Grep(), Read(), Edit(), Write(), MonitorTool()]
+    tools.append(TodoWriteTool())
     if profile == "jobs":
         from taskloom.tools.jobs import JobKillTool, JobListTool, JobOutputTool
 
@@ -52,3 +54,11 @@ def web_tools(model: Model, settings: Mapping[str, Any]) -> list[Tool[Any]]:
     from taskloom.tools.web_search import WebSearch, web_search_available
 
     return [WebFetch(), *([WebSearch()] if web_search_available(model, settings) else [])]
+
+
+def interactive_tools() -> list[Tool[Any]]:
+    """The main thread's tools that ask the user: EnterPlanMode, ExitPlanMode, AskUserQuestion."""
+    from taskloom.tools.ask_user import AskUserQuestionTool
+    from taskloom.tools.plan_mode import EnterPlanModeTool, ExitPlanModeTool
+
+    return [EnterPlanModeTool(), ExitPlanModeTool(), AskUserQuestionTool()]

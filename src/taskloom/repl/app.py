@@ -42,6 +42,7 @@ from taskloom.repl.asks import ARM_S, Ask, PermissionAsks, save_allow_rule
 from taskloom.repl.commands import complete, run_command
 from taskloom.repl.keys import key_bindings
 from taskloom.repl.panel import TaskPanel, count, grace_from
+from taskloom.repl.questions import PLAN_TOOL, QUESTION_TOOL, QuestionForm
 from taskloom.repl.screen import build_application, write_lines
 from taskloom.repl.transcript import Line, TranscriptView, call_line, landed
 from taskloom.settings import (
@@ -51,6 +52,7 @@ from taskloom.settings import (
     taskloom_home,
 )
 from taskloom.tasks.kinds import kind_of
+from taskloom.tools.todo import Todo
 from taskloom.transcript import transcript_path
 
 log = logging.getLogger(__name__)
@@ -356,6 +358,10 @@ class Repl:
             self.deny(text.strip())
             self.buffer.reset()
             return
+        form = self.asks.current.form if self.asks.current is not None else None
+        if form is not None:
+            self._answer(form, text)
+            return
         if self.asks.current is not None:
             return  # answer the question first: 1, 2 or 3
         if not text.strip():
@@ -369,6 +375,17 @@ class Repl:
         if self.busy:
             self.say("(queued: it is sent when this turn ends)", "note")
         self.turns.queue(text)
+
+    def _answer(self, form: QuestionForm, text: str) -> None:
+        """Answer the model's current question; all answered, the call goes on with them."""
+        self.buffer.reset()
+        wrong = form.take(text)
+        if wrong is not None:
+            self.say(wrong, "error")
+        elif form.done:
+            self.say("Answered: " + "; ".join(f"{q} {a}" for q, a in form.answers.items()))
+            self.asks.answer(PromptAnswer(allow=True, updated_input=form.updated_input()))
+        self.redraw()
 
     def complete(self) -> None:
         """Tab: complete the command name typed; when several fit, name them."""
@@ -394,6 +411,9 @@ class Repl:
         ask = self.asks.current
         if ask is None:
             return
+        if ask.request.tool_name == PLAN_TOOL:  # 2: the plan, and edits accepted from now on
+            self.asks.answer(PromptAnswer(allow=True, mode="acceptEdits" if always else None))
+            return
         if always:
             try:
                 path = save_allow_rule(find_project_root(self.harness.cwd), ask.rule)
@@ -413,6 +433,8 @@ class Repl:
         message = f"The user denied this {name} call."
         if reason:
             message += f" Their reason: {reason}"
+        if name in (PLAN_TOOL, QUESTION_TOOL):
+            message = reason  # the tool says the rest (keep planning; declined)
         self.say(f"Denied: {ask.title}" + (f" ({reason})" if reason else ""), "warn")
         self.asks.answer(PromptAnswer(allow=False, message=message, interrupt=interrupt))
 
@@ -423,7 +445,9 @@ class Repl:
         Only on an empty input, and once the question has been up a moment: keys typed for
         a prompt must not answer a question that appeared under them.
         """
-        return self.asks.settled and not self.reasoning and not self.buffer.text
+        ask = self.asks.current  # the model's questions take typed answers, not keys
+        takes_keys = ask is not None and ask.form is None
+        return takes_keys and self.asks.settled and not self.reasoning and not self.buffer.text
 
     def escape(self) -> None:
         """Esc: deny the call asked about and stop the turn, or interrupt the turn."""
@@ -498,6 +522,11 @@ class Repl:
     def reasoning(self) -> bool:
         """Whether the user is typing why the call asked about is denied."""
         return self._reason_for is not None and self._reason_for is self.asks.current
+
+    @property
+    def todos(self) -> list[Todo]:
+        """The main thread's todo list (TodoWrite), shown below the task panel."""
+        return self._harness.session.engine.todos.items if self._harness is not None else []
 
     @property
     def turn_seconds(self) -> int:

@@ -4,7 +4,8 @@ In ``default`` mode a call the policy answers with ``ask`` waits here (this is t
 :class:`~taskloom.permissions.PermissionPrompter`) until the user allows it once, allows it
 always, or denies it (with a reason for the model, if one is typed). Calls from the main
 thread, subagents and teammates queue alike; the first is shown, the others wait their turn
-and none is dropped: each gets an answer, if only "the session ended" when it closes.
+and none is dropped: each gets an answer, if only "the session ended" when it closes. A plan
+to approve and the model's questions wait here too (:mod:`taskloom.repl.questions`).
 
 "Always" writes the rule that would allow the call (``Bash(npm test:*)``, ``Write``) to the
 project's ``.taskloom/settings.local.json`` and applies it to the running session at once.
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from taskloom.errors import UsageError
 from taskloom.permissions import Decision, PermissionRequest, PromptAnswer, PromptError
+from taskloom.repl.questions import QuestionForm
 from taskloom.repl.transcript import call_line
 
 #: Where "always" rules are written, under the project root.
@@ -43,12 +45,15 @@ class Ask:
         decision: Why it asks, and the rule that would allow it.
         who: Whose call it is, when not the main thread's (``teammate alice@build``).
         answer: Resolved with the user's answer.
+        form: The answers typed so far, for an AskUserQuestion call
+            (:mod:`taskloom.repl.questions`).
     """
 
     request: PermissionRequest
     decision: Decision
     who: str
     answer: asyncio.Future[PromptAnswer]
+    form: QuestionForm | None = None
 
     @property
     def rule(self) -> str:
@@ -115,7 +120,8 @@ class PermissionAsks:
         """
         if self._closed is not None:
             raise PromptError(self._closed)
-        item = Ask(request, decision, self._describe(agent_id), asyncio.Future())
+        form = QuestionForm.of(request.tool_name, request.input)
+        item = Ask(request, decision, self._describe(agent_id), asyncio.Future(), form)
         self._queue.append(item)
         self._changed()  # the question, or how many wait behind it
         try:

@@ -5,7 +5,8 @@ background task has a row at once; a foreground one (a call the model waits on) 
 has run :data:`FOREGROUND_AFTER_S`, which is when the user wants to know it is still going
 and that Ctrl+B would send it to the background. An ended task keeps its row for the grace
 period (the setting ``panelGraceMs``, 30 s by default) so that its outcome can be read, then
-the row goes. Nothing here draws: :meth:`TaskPanel.lines` gives the text, and
+the row goes. Below the rows, the main thread's todo list (TodoWrite) shows as it stands
+(:func:`todo_lines`). Nothing here draws: :meth:`TaskPanel.lines` gives the text, and
 :meth:`TaskPanel.next_change` when it would change without an event (a second of elapsed time,
 a grace period over), so that the screen is redrawn on events and on those times only.
 """
@@ -13,7 +14,7 @@ a grace period over), so that the screen is redrawn on events and on those times
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from prompt_toolkit.utils import get_cwidth
 from taskloom.clock import span
 from taskloom.tasks.kinds import Progress, kind_of
 from taskloom.tasks.types import TaskState, TaskStatus
+from taskloom.tools.todo import Todo
 
 #: A foreground task shows its progress once it has run this long.
 FOREGROUND_AFTER_S = 2.0
@@ -208,6 +210,26 @@ class TaskPanel:
         return max(0.0, min(waits)) if waits else None
 
 
+#: How a todo's status shows in the panel: its mark and its style.
+_TODO_MARKS = {"completed": ("☒", "done"), "in_progress": ("◼", "foreground"), "pending": ("☐", "")}
+
+
+def todo_lines(todos: Sequence[Todo], width: int, limit: int) -> list[tuple[str, str]]:
+    """The main thread's todo list as the panel draws it: one ``(style, text)`` line each.
+
+    With more items than ``limit``, the first ``limit - 1`` are drawn and a last line says how
+    many more there are.
+    """
+    shown = list(todos) if len(todos) <= max(1, limit) else list(todos)[: max(1, limit) - 1]
+    out = []
+    for todo in shown:
+        mark, style = _TODO_MARKS[todo.status]
+        out.append((style, _fit(f"{mark} {todo.content}", width)))
+    if len(shown) < len(todos):
+        out.append(("note", _fit(f"… {len(todos) - len(shown)} more todos", width)))
+    return out
+
+
 def count(n: int) -> str:
     """A token count as the panel writes it (``950``, ``12.3k``, ``1.2M``)."""
     if n < 1000:
@@ -242,4 +264,11 @@ def _take(text: str, width: int) -> tuple[str, int]:
     return "".join(out), used
 
 
-__all__ = ["DEFAULT_GRACE_S", "FOREGROUND_AFTER_S", "TaskPanel", "count", "grace_from"]
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "FOREGROUND_AFTER_S",
+    "TaskPanel",
+    "count",
+    "grace_from",
+    "todo_lines",
+]

@@ -1,9 +1,10 @@
 """The REPL's live area, drawn by prompt_toolkit below the scrollback, and its styles.
 
-Top to bottom: the line of the answer being streamed and a "working" line while a turn runs,
-the task panel, the permission question when a call waits for one, the input, the status
-line. What it shows comes from a :class:`ScreenSource` (the REPL); lines for the scrollback
-are written with :func:`write_lines`.
+Top to bottom: the line of the answer being streamed and a "working" line while a turn runs
+(saying what the model's todo in progress says it does), the task panel, the main thread's todo
+list, the permission question (or plan, or the model's question) when a call waits for one,
+the input, the status line. What it shows comes from a :class:`ScreenSource` (the REPL); lines
+for the scrollback are written with :func:`write_lines`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import termios
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from prompt_toolkit.application import Application
@@ -27,8 +28,10 @@ from prompt_toolkit.shortcuts import print_formatted_text
 from prompt_toolkit.styles import Style
 
 from taskloom.repl.asks import LOCAL_SETTINGS, PermissionAsks
-from taskloom.repl.panel import TaskPanel
+from taskloom.repl.panel import TaskPanel, todo_lines
+from taskloom.repl.questions import PLAN_TOOL, plan_lines
 from taskloom.repl.transcript import Line, TranscriptView
+from taskloom.tools.todo import Todo
 
 STYLE = Style.from_dict(
     {
@@ -55,6 +58,11 @@ class ScreenSource(Protocol):
     view: TranscriptView
     panel: TaskPanel
     asks: PermissionAsks
+
+    @property
+    def todos(self) -> Sequence[Todo]:
+        """The main thread's todo list."""
+        ...
 
     @property
     def busy(self) -> bool:
@@ -160,6 +168,11 @@ class _LiveArea:
                         wrap=False,
                     ),
                     _framed(
+                        FormattedTextControl(self.todo_list),
+                        Condition(lambda: bool(source.todos)),
+                        wrap=False,
+                    ),
+                    _framed(
                         FormattedTextControl(self.question),
                         Condition(lambda: source.asks.current is not None),
                     ),
@@ -184,7 +197,10 @@ class _LiveArea:
             out.append(("", source.view.partial + "\n"))
         if source.busy:
             seconds = source.turn_seconds
-            out.append(("class:working", f"✻ Working… {seconds}s · esc to interrupt\n"))
+            # What the model says it is doing (its todo in progress), as Claude Code shows.
+            doing = next((t.active_form for t in source.todos if t.status == "in_progress"), "")
+            working = doing or "Working"
+            out.append(("class:working", f"✻ {working}… {seconds}s · esc to interrupt\n"))
         if out:  # no newline after the last line: it would draw an empty one
             out[-1] = (out[-1][0], out[-1][1].rstrip("\n"))
         return out
@@ -199,12 +215,31 @@ class _LiveArea:
             for i, (style, text) in enumerate(rows)
         ]
 
+    def todo_list(self) -> StyleAndTextTuples:
+        """The main thread's todo list, at most a quarter of the screen."""
+        size = self.size()
+        rows = todo_lines(self.source.todos, size.columns, max(3, size.rows // 4))
+        return [
+            (f"class:{style}" if style else "", text + ("\n" if i < len(rows) - 1 else ""))
+            for i, (style, text) in enumerate(rows)
+        ]
+
     def question(self) -> StyleAndTextTuples:
         """The permission question of the call waiting for one, if any."""
         source = self.source
         ask = source.asks.current
         if ask is None:
             return []
+        special: list[tuple[str, str]] = []
+        if ask.form is not None:
+            special = ask.form.lines(source.asks.settled)
+        elif ask.request.tool_name == PLAN_TOOL:
+            special = plan_lines(ask.request.input, source.asks.settled, source.reasoning)
+        if special:
+            return [
+                (f"class:{style}" if style else "", text + ("\n" if i < len(special) - 1 else ""))
+                for i, (style, text) in enumerate(special)
+            ]
         who = f" ({ask.who})" if ask.who else ""
         waiting = source.asks.waiting
         more = f"  [{waiting} more waiting]" if waiting else ""
@@ -235,6 +270,9 @@ class _LiveArea:
     def prefix(self, line: int, wrap: int) -> StyleAndTextTuples:
         """The input's prompt on its first line, an indent on the others."""
         if line == 0 and not wrap:
+            ask = self.source.asks.current
+            if ask is not None and ask.form is not None:
+                return [("class:prompt", "answer> ")]
             return [("class:prompt", "reason> " if self.source.reasoning else "> ")]
         return [("", "  ")]
 

@@ -111,12 +111,170 @@ class AskUserQuestionInput(ToolInput):
         return self
 
 
+#: :class:`AskUserQuestionInput`'s closed schema written out (see ``Tool.static_schema``):
+#: offered at every start-up, it is not generated then.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "AskUserQuestion's input.",
+    "properties": {
+        "questions": {
+            "description": "Questions to ask the user (1-4 questions)",
+            "items": {
+                "additionalProperties": False,
+                "description": "One question.",
+                "properties": {
+                    "question": {
+                        "description": "The "
+                        "complete "
+                        "question "
+                        "to ask "
+                        "the user. "
+                        "Should be "
+                        "clear, "
+                        "specific, "
+                        "and end "
+                        "with a "
+                        "question "
+                        "mark.",
+                        "type": "string",
+                    },
+                    "header": {
+                        "description": "Very short "
+                        "label "
+                        "displayed "
+                        "as a "
+                        "chip/tag "
+                        "(max 12 "
+                        "chars). "
+                        "Examples: "
+                        '"Auth '
+                        'method", '
+                        '"Library", '
+                        '"Approach".',
+                        "type": "string",
+                    },
+                    "options": {
+                        "description": "The "
+                        "available "
+                        "choices "
+                        "for this "
+                        "question. "
+                        "Must have "
+                        "2-4 "
+                        "options. "
+                        "There "
+                        "should be "
+                        "no 'Other' "
+                        "option, "
+                        "that will "
+                        "be "
+                        "provided "
+                        "automatically.",
+                        "items": {
+                            "additionalProperties": False,
+                            "description": "One choice of a question.",
+                            "properties": {
+                                "label": {
+                                    "description": "The "
+                                    "display "
+                                    "text "
+                                    "for "
+                                    "this "
+                                    "option "
+                                    "that "
+                                    "the "
+                                    "user "
+                                    "will "
+                                    "see "
+                                    "and "
+                                    "select. "
+                                    "Should "
+                                    "be "
+                                    "concise "
+                                    "(1-5 "
+                                    "words) "
+                                    "and "
+                                    "clearly "
+                                    "describe "
+                                    "the "
+                                    "choice.",
+                                    "type": "string",
+                                },
+                                "description": {
+                                    "description": "Explanation "
+                                    "of "
+                                    "what "
+                                    "this "
+                                    "option "
+                                    "means "
+                                    "or "
+                                    "what "
+                                    "will "
+                                    "happen "
+                                    "if "
+                                    "chosen. "
+                                    "Useful "
+                                    "for "
+                                    "providing "
+                                    "context "
+                                    "about "
+                                    "trade-offs "
+                                    "or "
+                                    "implications.",
+                                    "type": "string",
+                                },
+                            },
+                            "required": ["label", "description"],
+                            "type": "object",
+                        },
+                        "maxItems": 4,
+                        "minItems": 2,
+                        "type": "array",
+                    },
+                    "multiSelect": {
+                        "default": False,
+                        "description": "Set to "
+                        "true "
+                        "to "
+                        "allow "
+                        "the "
+                        "user "
+                        "to "
+                        "select "
+                        "multiple "
+                        "options "
+                        "instead "
+                        "of "
+                        "just "
+                        "one.",
+                        "type": "boolean",
+                    },
+                },
+                "required": ["question", "header", "options"],
+                "type": "object",
+            },
+            "maxItems": 4,
+            "minItems": 1,
+            "type": "array",
+        },
+        "answers": {
+            "additionalProperties": {"type": "string"},
+            "type": "object",
+            "description": "User answers collected by the permission component",
+        },
+    },
+    "required": ["questions"],
+    "type": "object",
+}
+
+
 class AskUserQuestionTool(Tool[AskUserQuestionInput]):
     """Asks the user; the answers come back in the input (see the module docstring)."""
 
     name = "AskUserQuestion"
     description = DESCRIPTION
     Input = AskUserQuestionInput
+    static_schema = (AskUserQuestionInput, INPUT_SCHEMA)
     kind = "read"
     approval = "person"
 

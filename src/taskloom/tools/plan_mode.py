@@ -83,12 +83,41 @@ class ExitPlanModeInput(ToolInput):
     )
 
 
+#: :class:`EnterPlanModeInput`'s closed schema written out (see ``Tool.static_schema``): offered at
+#: every start-up, it is not generated then.
+ENTER_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "EnterPlanMode takes no input.",
+    "properties": {},
+    "type": "object",
+}
+
+
+#: :class:`ExitPlanModeInput`'s closed schema written out (see ``Tool.static_schema``): offered at
+#: every start-up, it is not generated then.
+EXIT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "ExitPlanMode's input.",
+    "properties": {
+        "plan": {
+            "description": "The plan you came up with, that you want to run by "
+            "the user for approval. Supports markdown. The plan "
+            "should be pretty concise.",
+            "type": "string",
+        }
+    },
+    "required": ["plan"],
+    "type": "object",
+}
+
+
 class EnterPlanModeTool(Tool[EnterPlanModeInput]):
     """Switches the session to plan mode, once approved."""
 
     name = "EnterPlanMode"
     description = ENTER_DESCRIPTION
     Input = EnterPlanModeInput
+    static_schema = (EnterPlanModeInput, ENTER_SCHEMA)
     kind = "read"
     approval = "ask"
     concurrency_safe = True
@@ -110,6 +139,7 @@ class ExitPlanModeTool(Tool[ExitPlanModeInput]):
     name = "ExitPlanMode"
     description = EXIT_DESCRIPTION
     Input = ExitPlanModeInput
+    static_schema = (ExitPlanModeInput, EXIT_SCHEMA)
     kind = "read"
     approval = "person"
 

@@ -144,12 +144,52 @@ class TodoList:
         return cls()
 
 
+#: :class:`TodoWriteInput`'s closed schema written out (see ``Tool.static_schema``): offered at
+#: every start-up, it is not generated then.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "TodoWrite's input.",
+    "properties": {
+        "todos": {
+            "description": "The updated todo list",
+            "items": {
+                "additionalProperties": False,
+                "description": "One todo.",
+                "properties": {
+                    "content": {
+                        "description": "What needs to be done (imperative form)",
+                        "minLength": 1,
+                        "type": "string",
+                    },
+                    "status": {
+                        "description": "pending, in_progress or completed",
+                        "enum": ["pending", "in_progress", "completed"],
+                        "type": "string",
+                    },
+                    "activeForm": {
+                        "description": "The task in the present continuous, shown while it runs",
+                        "minLength": 1,
+                        "type": "string",
+                    },
+                },
+                "required": ["content", "status", "activeForm"],
+                "type": "object",
+            },
+            "type": "array",
+        }
+    },
+    "required": ["todos"],
+    "type": "object",
+}
+
+
 class TodoWriteTool(Tool[TodoWriteInput]):
     """Replaces the calling agent's todo list."""
 
     name = "TodoWrite"
     description = DESCRIPTION
     Input = TodoWriteInput
+    static_schema = (TodoWriteInput, INPUT_SCHEMA)
     kind = "other"
 
     async def call(self, params: TodoWriteInput, ctx: ToolContext) -> ToolResult:

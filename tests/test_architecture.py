@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"untrusted", "models", "testing"},
     {"permissions", "hooks"},
-    {"transcript", "prompts", "worktrees"},
+    {"transcript", "pairing", "prompts", "worktrees"},
     {"tools", "mcp"},
     {"engine", "engine_config", "events", "gate", "telemetry", "context"},
     {"conversation"},

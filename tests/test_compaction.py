@@ -23,6 +23,7 @@ from taskloom.errors import ModelError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from taskloom.models.base import ModelRequest
 from taskloom.testing import FunctionModel, ToolCall, Turn
+from taskloom.tools.todo import TodoList
 from taskloom.transcript import load_messages, transcript_path
 
 SUMMARY = "<analysis>went through it</analysis>\n<summary>1. The user asked for X.</summary>"
@@ -177,7 +178,8 @@ async def test_a_task_running_across_a_compaction_is_listed_and_notifies_after(
         if n == 1:
             command = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo released"
             call = ToolCall("Bash", {"command": command, "run_in_background": True})
-            return Turn(tool_calls=(call,))
+            todo = {"content": "Wait for it", "status": "in_progress", "activeForm": "Waiting"}
+            return Turn(tool_calls=(call, ToolCall("TodoWrite", {"todos": [todo]})))
         if n == 2:  # the window is full: compacted before the next request
             return Turn(
                 tool_calls=(ToolCall("Bash", {"command": "echo mid"}),), usage=full(190_000)
@@ -192,6 +194,9 @@ async def test_a_task_running_across_a_compaction_is_listed_and_notifies_after(
             if isinstance(event, Compacted):
                 head = event.messages[0].content
                 assert any("<task-statuses>" in b.text for b in head if isinstance(b, TextBlock))
+                # The todo list is found again in what a resume would load.
+                found = TodoList.from_messages(list(event.messages))
+                assert [t.content for t in found.items] == ["Wait for it"]
                 gate.touch()
     compacted = [e for e in events if isinstance(e, Compacted)]
     assert compacted, "the window filled: it compacted before the request after"
@@ -271,6 +276,9 @@ def test_too_long_knows_the_providers_words() -> None:
     assert too_long(ModelError("prompt is too long: 201000 tokens > 200000 maximum"))
     assert too_long(ModelError("This model's maximum context length is 8192 tokens"))
     assert too_long(ModelError("context_length_exceeded"))
+    assert too_long(
+        ModelError("input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000")
+    )
     assert not too_long(ModelError("overloaded"))
     assert not too_long(ValueError("prompt is too long"))
 
@@ -346,3 +354,71 @@ async def test_a_scripted_session_compacts_without_spending_its_script(tmp_path:
     head = compacted.messages[0].content[0]
     assert isinstance(head, TextBlock) and "- count the steps" in head.text
     assert isinstance(events[-1], Finished) and events[-1].result == "scripted end"
+
+
+async def test_a_compaction_and_a_turn_never_overlap(tmp_path: Path) -> None:
+    hold = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def answer(request: ModelRequest) -> Turn | str:
+        if "third" in last_text(request):  # only once the compaction is over
+            assert hold.is_set() and request.messages[0].content[0].text.startswith(CONTINUED)
+        if is_summary_request(request) or "second" in last_text(request):
+            asked.set()
+            await hold.wait()
+        return SUMMARY if is_summary_request(request) else "ok"
+
+    model = FunctionModel(answer, name="claude-sonnet-4-5")
+    async with harness(tmp_path, model) as h:
+        [e async for e in h.run("first")]
+        # A turn under way: no compaction now (it would lose what the turn adds).
+        turn = asyncio.ensure_future(_drain(h.run("second")))
+        await asyncio.wait_for(asked.wait(), 10)
+        with pytest.raises(CompactionRefused, match="A turn is running"):
+            await h.compact()
+        hold.set()
+        await asyncio.wait_for(turn, 10)
+        # A compaction under way: the next turn starts from what it leaves.
+        hold.clear()
+        asked.clear()
+        compaction = asyncio.ensure_future(h.compact())
+        await asyncio.wait_for(asked.wait(), 10)
+        third = asyncio.ensure_future(_drain(h.run("third")))
+        hold.set()
+        event = await asyncio.wait_for(compaction, 10)
+        await asyncio.wait_for(third, 10)
+        messages = h.session.engine.messages
+    assert messages[0] == event.messages[0]  # the third turn extended the compacted conversation
+    assert "third" in str(messages[-2].content)
+
+
+async def _drain(events: Any) -> list[Any]:
+    return [e async for e in events]
+
+
+async def test_a_refused_automatic_compaction_is_not_tried_on_every_request(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "refuse.sh"
+    log = tmp_path / "hook.log"
+    script.write_text(
+        f'#!/bin/sh\ncat > /dev/null\necho ran >> {log}\necho "not now" >&2\nexit 2\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    hooks = {"PreCompact": [{"hooks": [{"type": "command", "command": str(script)}]}]}
+    runs = tmp_path / "runs"
+
+    def answer(request: ModelRequest) -> Turn | str:
+        n = len(model.turns)
+        if n <= 4:  # 180,000 and more: past 85 %, growing by 1,000 a turn
+            call = ToolCall("Bash", {"command": f"echo x >> {runs}"})
+            return Turn(tool_calls=(call,), usage=full(180_000 + 1_000 * n))
+        return "done"
+
+    model = Recording(answer)
+    settings = json.dumps({"hooks": hooks})
+    async with harness(tmp_path, model.model, settings=settings) as h:
+        [e async for e in h.run("go")]
+    # Refused once; the context grew less than 5 % of the window after: not asked again.
+    assert log.read_text().count("ran") == 1 and not model.summaries
+    assert len(model.turns) == 5 and runs.read_text().count("x") == 4  # the session went on

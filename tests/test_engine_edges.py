@@ -16,12 +16,13 @@ from helpers import TIME_FACTOR, clean_env, scripted_argv
 from taskloom.engine import NO_CONTENT, Engine, EngineConfig, Finished, ToolDone
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.models.base import INVALID_INPUT_KEY
+from taskloom.pairing import INTERRUPTED, repair
 from taskloom.session import Session, transcript_path
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import ScriptedModel, ToolCall, Turn
 from taskloom.tools.bash import BashTool
 from taskloom.tools.tasks import TaskOutputTool
-from taskloom.transcript import INTERRUPTED, TranscriptWriter, repair
+from taskloom.transcript import TranscriptWriter
 
 
 def config(model: Any, rt: TaskRuntime, **kw: Any) -> EngineConfig:

@@ -16,11 +16,12 @@ from taskloom.conversation.recorder import MAX_STOP_CONTINUATIONS, Recorder, Sto
 from taskloom.engine import AssistantTurn, Engine, EngineConfig, EngineEvent, Finished, UserTurn
 from taskloom.hooks import HookConfig
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from taskloom.pairing import INTERRUPTED
 from taskloom.store import MailRow
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.testing import ScriptedModel, ToolCall, Turn
 from taskloom.tools.bash import BashTool
-from taskloom.transcript import INTERRUPTED, load_messages
+from taskloom.transcript import load_messages
 
 #: No run in these tests needs more than a few seconds; a hang fails instead of blocking.
 LIMIT_S = 60.0

@@ -19,6 +19,7 @@ from helpers import TIME_FACTOR, wait_until
 from taskloom.conversation.recorder import INTERRUPTED_BY_USER, INTERRUPTED_FOR_TOOL_USE
 from taskloom.errors import StoreError, UsageError
 from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from taskloom.pairing import repair
 from taskloom.permissions import (
     Decision,
     PermissionPolicy,
@@ -29,7 +30,7 @@ from taskloom.permissions import (
 )
 from taskloom.repl.asks import LOCAL_SETTINGS, PermissionAsks, save_allow_rule
 from taskloom.testing import ScriptedModel, ToolCall, Turn
-from taskloom.transcript import load_messages, repair, transcript_path
+from taskloom.transcript import load_messages, transcript_path
 
 # -- permission questions -------------------------------------------------------------------------
 

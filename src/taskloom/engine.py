@@ -46,6 +46,7 @@ from taskloom.messages import (
     Usage,
 )
 from taskloom.models.base import MessageComplete, ModelRequest
+from taskloom.pairing import refuse_orphans
 from taskloom.settings import tasks_dir
 from taskloom.tasks.notifications import Notification, render_batch
 from taskloom.tasks.owner_wait import OwnerWait
@@ -64,8 +65,7 @@ from taskloom.tools.confinement import outside_confinement
 from taskloom.tools.overflow import results_dir
 from taskloom.tools.todo import TodoList
 from taskloom.tools.workdir import WorkingDirectory
-from taskloom.transcript import refuse_orphans
-from taskloom.untrusted import vet_answer
+from taskloom.untrusted import NO_CONTENT, vet_answer, without_empty_text
 
 if TYPE_CHECKING:
     from taskloom.hooks import HookOutcome
@@ -196,14 +196,11 @@ class Engine:
             if self.config.max_turns is not None and turns >= self.config.max_turns:
                 yield Finished("max_turns", self._last_text())
                 return
-            compacted = await self.context.before_request(self)
-            if compacted is not None:
-                yield compacted
-            try:
-                answer = await self.ask(self.request())
-            except ModelError as exc:  # too long for the window: compacted, tried once more
-                yield await self.context.overflowed(self, exc)
-                answer = await self.ask(self.request())
+            async for step in self._answer():
+                if isinstance(step, Compacted):
+                    yield step
+                else:
+                    answer = step
             turns += 1
             self.num_turns += 1
             self.messages.append(answer)
@@ -225,14 +222,9 @@ class Engine:
                     yield Finished("end_turn", self.stop_reason)
                     return
                 continue
-            sent = self._take_inbox()
-            if sent:
-                # Sent while it was answering: it must see them before it is done.
-                message = Message(
-                    role="user", content=[*(TextBlock(text=t) for t in sent), *self._reminders()]
-                )
-                self.messages.append(message)
-                yield UserTurn(message, "messages")
+            meanwhile = self._sent_meanwhile()
+            if meanwhile is not None:  # it must see them before it is done
+                yield meanwhile
                 continue
             if not self._waiting.must_wait() and not self.runtime.notifications.has_pending(
                 self.config.owner
@@ -256,7 +248,29 @@ class Engine:
             yield UserTurn(message, "notifications" if notes else "messages", tuple(notes))
             self._ack(notes)
 
+    def _sent_meanwhile(self) -> UserTurn | None:
+        """Messages sent while it was answering, as a message of their own (if any)."""
+        sent = self._take_inbox()
+        if not sent:
+            return None
+        content: list[ContentBlock] = [*(TextBlock(text=t) for t in sent), *self._reminders()]
+        message = Message(role="user", content=content)
+        self.messages.append(message)
+        return UserTurn(message, "messages")
+
     # -- model --------------------------------------------------------------------------------
+
+    async def _answer(self) -> AsyncIterator[Compacted | Message]:
+        """The next answer (last), after the compaction its request needed, if any."""
+        compacted = await self.context.before_request(self)
+        if compacted is not None:
+            yield compacted
+        try:
+            answer = await self.ask(self.request())
+        except ModelError as exc:  # too long for the window: compacted, tried once more
+            yield await self.context.overflowed(self, exc)
+            answer = await self.ask(self.request())
+        yield answer
 
     def request(self) -> ModelRequest:
         """The request the next turn will make."""
@@ -309,7 +323,7 @@ class Engine:
             raise ModelError("the model's stream ended without a complete message")
         # Model output is untrusted: made safe to record, its bad calls marked (untrusted.py).
         seen = {c.id for m in self.messages if m.role == "assistant" for c in m.tool_uses()}
-        final = vet_answer(_without_empty_text(final), seen)
+        final = vet_answer(without_empty_text(final), seen)
         model, cost = final.model or request.model, 0.0
         if final.usage is not None:
             self.context_tokens = final.usage.context_tokens
@@ -564,19 +578,6 @@ class Engine:
         if notes or not self.config.wait_for_tasks:
             return notes
         return await self._waiting.next_delivery()
-
-
-#: What stands in for an answer with no content (the API refuses empty messages).
-NO_CONTENT = "(no content)"
-
-
-def _without_empty_text(message: Message) -> Message:
-    content = [b for b in message.content if not (isinstance(b, TextBlock) and not b.text)]
-    if not content:
-        content = [TextBlock(text=NO_CONTENT)]
-    if len(content) == len(message.content):
-        return message
-    return message.model_copy(update={"content": content})
 
 
 def _with_notes(message: Message, notes: Sequence[Notification]) -> Message:

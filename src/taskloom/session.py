@@ -8,11 +8,13 @@ id, replays undelivered notifications).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from taskloom.context.compaction import CompactionRefused
 from taskloom.conversation.held import fold
 from taskloom.conversation.recorder import Recorder
 from taskloom.engine import Compacted, Engine, EngineConfig, EngineEvent, Finished
@@ -49,6 +51,10 @@ class Session:
         self._hooked_start = False
         self._start_context: list[str] = []
         self._prompted = False  # the turn starting is on its user's prompt
+        self._turns = 0  # runs under way (a compaction waits for none)
+        #: Cleared while a compaction replaces the conversation: a run starts after it.
+        self._not_compacting = asyncio.Event()
+        self._not_compacting.set()
         path = transcript_path(self.id, runtime.home, runtime.cwd) if persist else None
         self.recorder = Recorder(self.engine, path)
         self.recorder.open()
@@ -110,10 +116,13 @@ class Session:
             yield await self.compact(instructions or None)
             yield Finished("end_turn", "")
             return
-        if text is not None:
-            prompt = await self._submitted(prompt, text)
-        self._prompted = text is not None  # held notices go with a user's prompt
+        # A compaction replacing the conversation ends before a turn extends it.
+        await self._not_compacting.wait()
+        self._turns += 1
         try:
+            if text is not None:
+                prompt = await self._submitted(prompt, text)
+            self._prompted = text is not None  # held notices go with a user's prompt
             async for event in self.recorder.run(prompt):
                 self._start_context = []  # the prompt is recorded (before its first event)
                 yield event
@@ -121,6 +130,8 @@ class Session:
             # Interrupted: messages taken for a message that was never recorded go back.
             self.recorder.release()
             raise
+        finally:
+            self._turns -= 1
 
     async def _submitted(self, prompt: str | Message | None, text: str) -> str | Message | None:
         """Run the prompt's hooks on it (``text``); the prompt with what they added.
@@ -153,11 +164,18 @@ class Session:
         """Compact the conversation now, and record it (``/compact [instructions]``).
 
         Raises:
-            CompactionRefused: A PreCompact hook blocked it, or there is nothing to compact.
+            CompactionRefused: A turn is running, a PreCompact hook blocked it, or there is
+                nothing to compact.
             ModelError: The summary request failed.
         """
-        event = await self.engine.compact(instructions)
-        self.recorder.record(event)
+        if self._turns or not self._not_compacting.is_set():
+            raise CompactionRefused("A turn is running: compact when it has ended.")
+        self._not_compacting.clear()
+        try:
+            event = await self.engine.compact(instructions)
+            self.recorder.record(event)
+        finally:
+            self._not_compacting.set()
         return event
 
     async def end(self, reason: str = "other") -> None:

@@ -207,6 +207,20 @@ def tool_use_block(
     return ToolUseBlock(id=tool_id, name=name, input=value)
 
 
+#: What stands in for an answer with no content (the API refuses empty messages).
+NO_CONTENT = "(no content)"
+
+
+def without_empty_text(message: Message) -> Message:
+    """``message`` without its empty text blocks; one with nothing left says :data:`NO_CONTENT`."""
+    content = [b for b in message.content if not (isinstance(b, TextBlock) and not b.text)]
+    if not content:
+        content = [TextBlock(text=NO_CONTENT)]
+    if len(content) == len(message.content):
+        return message
+    return message.model_copy(update={"content": content})
+
+
 def vet_answer(message: Message, seen_ids: Collection[str]) -> Message:
     """``message`` made safe to record, send back and act on (see the module docstring).
 

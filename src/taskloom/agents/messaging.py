@@ -29,12 +29,13 @@ from taskloom.agents.bookkeeping import recorded
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.errors import TaskError, ToolError
+from taskloom.pairing import repair
 from taskloom.quoting import quote
 from taskloom.signals import emit
 from taskloom.tasks.agent import resumed
 from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.types import AgentTaskState, TaskType
-from taskloom.transcript import load_messages, repair
+from taskloom.transcript import load_messages
 
 if TYPE_CHECKING:
     from taskloom.agents.builder import AgentBuilder

@@ -78,11 +78,11 @@ from taskloom.conversation.turn_driver import TurnDriver, TurnEnd
 from taskloom.errors import TaskloomError, UsageError, describe, reason
 from taskloom.harness import Harness
 from taskloom.messages import Message
+from taskloom.pairing import orphan_error, orphan_results
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.mailbox import MESSAGES
 from taskloom.tasks.runtime import Subscription
 from taskloom.tasks.types import TaskState
-from taskloom.transcript import orphan_error, orphan_results
 
 log = logging.getLogger(__name__)
 

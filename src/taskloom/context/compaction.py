@@ -83,6 +83,7 @@ _ANALYSIS = re.compile(r"<analysis>.*?(?:</analysis>|\Z)", re.DOTALL)
 #: What the providers say when a request does not fit the model's context window.
 _TOO_LONG = re.compile(
     r"prompt is too long|context[_ ]length[_ ]exceeded|maximum context length|"
+    r"exceed context limit|"
     r"context window|too many (input )?tokens",
     re.IGNORECASE,
 )
@@ -153,9 +154,7 @@ async def compact(
     summary = await _summarize(engine, "\n\n".join(t for t in extra if t.strip()))
     tail = kept_turns(engine.messages, int(window * KEEP_SHARE))
     note = [TextBlock(text=_summary_text(summary, trigger, bool(tail)))]
-    running = _running(engine)
-    if running is not None:
-        note.append(TextBlock(text=running))
+    note += [TextBlock(text=text) for text in _running(engine)]
     if engine.config.agent_id is None:  # the main thread's SessionStart, as on a start
         started = await engine.run_hook("SessionStart", "compact", source="compact")
         note += [TextBlock(text=t) for t in (started.additional_context if started else [])]
@@ -201,7 +200,7 @@ def _summary_text(summary: str, trigger: Trigger, kept: bool) -> str:
     return "\n\n".join(parts)
 
 
-def _running(engine: Compactable) -> str | None:
+def _running(engine: Compactable) -> list[str]:
     """The tasks and teammates still running, as the runtime knows them (not the model).
 
     Then the agent's todo list, as it stands.
@@ -220,8 +219,8 @@ def _running(engine: Compactable) -> str | None:
         )
     todos = engine.todos.summary()  # its TodoWrite list: kept, and found again on a resume
     if todos is not None:
-        lines.append(todos)
-    return "\n\n".join(lines) or None
+        lines.append(todos)  # a block of its own: a resume finds it by how it starts
+    return lines
 
 
 async def _summarize(engine: Compactable, instructions: str) -> str:

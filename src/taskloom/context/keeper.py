@@ -31,6 +31,9 @@ CLEAR_KEEP_TURNS = 3
 #: conversation's cached prefix from the first result it clears, which the next request pays
 #: to write again.
 CLEAR_AT_LEAST = 0.02
+#: After an automatic compaction failed (a hook refused it, the summary failed), how much the
+#: context must grow (a share of the window) before it is tried again: not on every request.
+RETRY_AFTER_GROWTH = 0.05
 
 
 class ContextKeeper:
@@ -55,6 +58,8 @@ class ContextKeeper:
         self.thresholds = Thresholds.from_settings(config.settings)
         #: How many messages the last request held: those after it are estimated.
         self._sent = 0
+        #: The context an automatic compaction waits for after one failed.
+        self._retry_at = 0
 
     def take_over(self, previous: ContextKeeper) -> None:
         """Go on from ``previous``'s count (an engine continuing another's conversation)."""
@@ -72,14 +77,16 @@ class ContextKeeper:
         compacted = None
         if fullness.should_clear():
             fullness = fullness.less(self._clear(engine))
-        if fullness.should_compact():
+        if fullness.should_compact() and fullness.tokens >= self._retry_at:
             try:
                 compacted = await compact(
                     engine, "auto", window=self.window, pre_tokens=fullness.tokens
                 )
+                self._retry_at = 0
             except (CompactionRefused, ModelError) as exc:
                 # Not fatal: the request may still fit; if not, the provider says so.
                 log.warning("automatic compaction did not happen: %s", exc)
+                self._retry_at = fullness.tokens + int(self.window * RETRY_AFTER_GROWTH)
         self._sent = len(engine.messages)
         return compacted
 

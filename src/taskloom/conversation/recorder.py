@@ -25,8 +25,9 @@ from typing import Any
 
 from taskloom.engine import AssistantTurn, Compacted, Engine, EngineEvent, UserTurn
 from taskloom.messages import Message, TextBlock
+from taskloom.pairing import repair
 from taskloom.tasks.mailbox import Letter, Mailbox
-from taskloom.transcript import TranscriptWriter, repair
+from taskloom.transcript import TranscriptWriter
 
 #: Most times Stop or SubagentStop hooks may send an agent back to work (no endless loops).
 MAX_STOP_CONTINUATIONS = 5
@@ -188,7 +189,7 @@ class Recorder:
         """Make the engine's conversation one the API accepts again, recording what is added.
 
         A run that stopped mid-call (killed, or its process gone) left tool calls unanswered;
-        they get "interrupted" results (see :func:`taskloom.transcript.repair`). Recorded, so
+        they get "interrupted" results (see :func:`taskloom.pairing.repair`). Recorded, so
         the next resume starts from a valid conversation.
 
         Returns:

@@ -86,7 +86,8 @@ async def _resume(
     path: Path,
     inactive: Callable[[str, str], None],
 ) -> None:
-    from taskloom.transcript import load_messages, repair
+    from taskloom.pairing import repair
+    from taskloom.transcript import load_messages
 
     messages, _ = repair(load_messages(path))
     spec = TeammateSpec(

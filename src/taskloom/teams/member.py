@@ -228,7 +228,8 @@ class TeammateProcess:
             transcript = sidechain_path(runtime, join.task_id, join.session)
             messages = None
             if join.resume:  # its lead was resumed: it goes on from its conversation
-                from taskloom.transcript import load_messages, repair
+                from taskloom.pairing import repair
+                from taskloom.transcript import load_messages
 
                 messages, _ = repair(load_messages(transcript))
             run = self.run = self.service.executor.local.adopt(

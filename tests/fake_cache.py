@@ -162,3 +162,23 @@ def without_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for m in messages
     ]
+
+
+def breakpoint_problem(body: dict[str, Any]) -> str | None:
+    """The API's 400 for cache marks it refuses, in its words; None when they are fine.
+
+    At most 4 blocks may carry ``cache_control``; never a thinking block nor an empty text
+    block; and a one-hour mark may not come after a five-minute one.
+    """
+    marked = [(where, b) for where, b in request_blocks(body) if _ttl(b) is not None]
+    if len(marked) > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {len(marked)}."
+    for where, block in marked:
+        if block.get("type") in ("thinking", "redacted_thinking"):
+            return f"{where}: cache_control cannot be set on thinking blocks"
+        if block.get("type") == "text" and not block.get("text"):
+            return f"{where}: cache_control cannot be set for empty text blocks"
+    ttls = [_ttl(b) for _, b in marked]
+    if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
+        return "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
+    return None

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Self
 
-from fake_cache import PromptCache
+from fake_cache import PromptCache, breakpoint_problem
 from fake_images import anthropic_image_problem, openai_image_problem
 
 
@@ -452,8 +452,12 @@ class FakeAnthropicServer(FakeServer):
         """The API's 400 for tool results and calls that do not pair up, in its words.
 
         Every ``tool_result`` must answer a ``tool_use`` of the message just before it, and
-        every ``tool_use`` must be answered in the message just after it.
+        every ``tool_use`` must be answered in the message just after it. Cache marks the API
+        refuses are refused too (:func:`fake_cache.breakpoint_problem`).
         """
+        marks = breakpoint_problem(body)
+        if marks is not None:
+            return ErrorReply(400, "invalid_request_error", marks)
         messages = body.get("messages") or []
         for i, message in enumerate(messages):
             content = message.get("content")

@@ -131,3 +131,22 @@ def test_a_changed_system_prompt_misses_everything_after_the_tools() -> None:
     usage = cache.usage(changed)
     assert usage["cache_read_input_tokens"] == 0  # the tools alone were no breakpoint
     assert usage["cache_creation_input_tokens"] == total(changed)
+
+
+def test_the_fake_refuses_the_cache_marks_the_api_refuses() -> None:
+    from fake_cache import breakpoint_problem
+
+    mark = {"type": "ephemeral"}
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    text = [{"type": "text", "text": f"t{i}", "cache_control": mark} for i in range(5)]
+    assert "A maximum of 4 blocks" in str(breakpoint_problem({"system": text}))
+    assert breakpoint_problem({"system": text[:4]}) is None
+    empty = {"system": [{"type": "text", "text": "", "cache_control": mark}]}
+    assert "empty text blocks" in str(breakpoint_problem(empty))
+    thinking = {"type": "thinking", "thinking": "x", "signature": "s", "cache_control": mark}
+    body = {"messages": [{"role": "assistant", "content": [thinking]}]}
+    assert "thinking blocks" in str(breakpoint_problem(body))
+    late_hour = {"system": [text[0], {"type": "text", "text": "h", "cache_control": hour}]}
+    assert "must not come after" in str(breakpoint_problem(late_hour))
+    hour_first = {"system": [{"type": "text", "text": "h", "cache_control": hour}, text[0]]}
+    assert breakpoint_problem(hour_first) is None

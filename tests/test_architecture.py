@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"untrusted", "models", "testing"},
     {"permissions", "hooks"},
-    {"transcript", "pairing", "prompts", "worktrees"},
+    {"transcript", "pairing", "prompts", "instructions", "worktrees"},
     {"tools", "mcp"},
     {"engine", "engine_config", "events", "gate", "telemetry", "context"},
     {"conversation"},

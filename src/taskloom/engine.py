@@ -214,6 +214,7 @@ class Engine:
                 notes = self._take_notifications()
                 steering = [TextBlock(text=t) for t in self._take_inbox()]
                 steering += self._reminders(notes, [c.id for c in calls])  # kept in its record
+                steering += self.config.instructions_after(calls, results, self._where())
                 message = _with_notes(Message(role="user", content=[*results, *steering]), notes)
                 self.messages.append(message)
                 yield UserTurn(message, "tool_results", tuple(notes))

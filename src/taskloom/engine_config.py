@@ -16,6 +16,8 @@ from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 if TYPE_CHECKING:
     from taskloom.events import EngineObserver, Meter
     from taskloom.hooks import HookConfig
+    from taskloom.instructions import ConversationInstructions
+    from taskloom.messages import TextBlock, ToolResultBlock, ToolUseBlock
     from taskloom.models.base import Model
     from taskloom.models.caching import CacheTtl
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
@@ -64,6 +66,9 @@ class EngineConfig:
             subagent's messages), e.g. the stream-json output; shared by a session's agents.
         meter: Counts its tokens and tool calls against its budgets, and adds their notes
             (wrap up) to its next request.
+        instructions: Its instruction files (CLAUDE.md, AGENTS.md): those of a directory it
+            first works in are added to its next user message. None: it has none (its
+            definition omits them).
     """
 
     model: Model
@@ -92,6 +97,7 @@ class EngineConfig:
     transcript_path: str | None = None
     observer: EngineObserver | None = None
     meter: Meter | None = None
+    instructions: ConversationInstructions | None = None
 
     def cache_ttl(self) -> CacheTtl | None:
         """How long its requests' prefixes are cached (None: not at all).
@@ -105,6 +111,18 @@ class EngineConfig:
         from taskloom.models.caching import prompt_cache_ttl
 
         return prompt_cache_ttl(self.settings, subagent=self.agent_id is not None)
+
+    def instructions_after(
+        self, calls: Sequence[ToolUseBlock], results: Sequence[ToolResultBlock], cwd: Path
+    ) -> list[TextBlock]:
+        """The instruction files of the directories ``calls`` first worked in, as reminders.
+
+        Claude Code's nested ``CLAUDE.md``: told in the user message after the results, never
+        in the system prompt, whose bytes (and so the cached prefix) stay the same.
+        """
+        if self.instructions is None:
+            return []
+        return self.instructions.after_tools(calls, results, cwd)
 
     def place(self) -> Path:
         """Where the agent works now, and its shell starts (EnterWorktree moves the main's)."""

@@ -142,6 +142,7 @@ def main_config(
         lead: It leads a team (teams are on): its prompt says how (unless replaced).
     """
     from taskloom.engine_config import EngineConfig
+    from taskloom.instructions import ConversationInstructions
     from taskloom.transcript import transcript_path
 
     return EngineConfig(
@@ -164,6 +165,7 @@ def main_config(
         observer=observer,
         # The session's budget is the spawner's (see taskloom.agents.compose.agent_service).
         meter=service.spawner.budgets.meter(runtime.session_id),
+        instructions=ConversationInstructions(service.builder.instructions),
     )
 
 
@@ -182,13 +184,14 @@ def _prompt(
     """
     from taskloom.prompts import main_system_prompt
 
+    told = service.builder.instructions.text()
     if not coordinator or options.system_prompt is not None:
         append = options.append_system_prompt
         if lead and options.system_prompt is None:
             from taskloom.teams.prompts import lead_section
 
             append = "\n\n".join(p for p in (lead_section(), append) if p)
-        return main_system_prompt(cwd, append, replace=options.system_prompt)
+        return main_system_prompt(cwd, append, replace=options.system_prompt, instructions=told)
     from taskloom.agents.coordinator import coordinator_system_prompt
 
     servers = mcp.status() if mcp is not None else {}

@@ -51,9 +51,20 @@ def _platform() -> str:
     return os.uname().sysname.lower()
 
 
-def main_system_prompt(cwd: Path, append: str | None = None, *, replace: str | None = None) -> str:
-    """The main thread's system prompt: ours with the environment, or ``replace`` as given."""
+def main_system_prompt(
+    cwd: Path, append: str | None = None, *, replace: str | None = None, instructions: str = ""
+) -> str:
+    """The main thread's system prompt: ours with the environment, or ``replace`` as given.
+
+    Args:
+        cwd: The session's working directory.
+        append: Added at the end (``--append-system-prompt``).
+        replace: Ours replaced by this (``--system-prompt``).
+        instructions: The session's instruction files (CLAUDE.md, AGENTS.md: see
+            :mod:`taskloom.instructions`), kept with a replaced prompt too, as Claude Code
+            keeps them. Read once at the start: the prompt's bytes, the cached prefix,
+            stay the same all session.
+    """
     parts = [MAIN_PROMPT, environment(cwd)] if replace is None else [replace]
-    if append:
-        parts.append(append)
+    parts += [instructions, append or ""]
     return "\n\n".join(p for p in parts if p)

@@ -223,7 +223,9 @@ def compose(
 
     team, member = session_team(
         runtime, opts, settings, agents, cwd=cwd,
-        base_prompt=lambda: main_system_prompt(cwd, opts.append_system_prompt),
+        base_prompt=lambda: main_system_prompt(
+            cwd, opts.append_system_prompt, instructions=agents().builder.instructions.text()
+        ),
         # The lead's own set (a coordinator's has no worker tools: its workers' set).
         tools=lambda: tools() if not base.coordinator else worker_tools(),
     )  # fmt: skip

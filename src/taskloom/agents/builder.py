@@ -17,6 +17,7 @@ from taskloom.agents.memory import load_memory, memory_project
 from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
+from taskloom.instructions import ConversationInstructions, Instructions
 from taskloom.prompts import environment
 from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from taskloom.signals import emit
@@ -61,6 +62,7 @@ class AgentBuilder:
         prompter: PermissionPrompter | None = None,
         observer: EngineObserver | None = None,
         default_type: str = DEFAULT_TYPE,
+        instructions: Instructions | None = None,
     ) -> None:
         """Build subagents from ``catalog`` for ``runtime``'s session.
 
@@ -80,6 +82,8 @@ class AgentBuilder:
             observer: Who watches every agent's engine (the session's output), if anyone.
             default_type: The agent type of a spawn that names none (``worker`` for a
                 coordinator).
+            instructions: The session's instruction files (CLAUDE.md, AGENTS.md), which its
+                agents get unless their definition says ``omitClaudeMd``.
         """
         self.runtime = runtime
         self.catalog = catalog
@@ -94,6 +98,7 @@ class AgentBuilder:
         self.prompter = prompter
         self.observer = observer
         self.default_type = default_type
+        self.instructions = instructions or Instructions()
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
         # One model per alias for the whole session: its connections are shared.
         self._models: dict[str, Model] = {}
@@ -172,6 +177,8 @@ class AgentBuilder:
                 source=definition.source,
                 path=str(memory.directory),
             )
+        # Explore and Plan omit them: search agents need no project rules (and save tokens).
+        told = None if definition.omit_claude_md else ConversationInstructions(self.instructions)
         prompt = "\n\n".join(
             p
             for p in (
@@ -179,6 +186,7 @@ class AgentBuilder:
                 memory.prompt() if memory is not None else "",
                 suffix,
                 environment(cwd),
+                told.base.text() if told is not None else "",
             )
             if p
         )
@@ -208,6 +216,7 @@ class AgentBuilder:
             session_id=self.runtime.session_id,
             transcript_path=str(sidechain_path(self.runtime, agent_id)),
             observer=self.observer,
+            instructions=told,
         )
 
     def _model_for(self, spec: str | None) -> tuple[Model, str]:

@@ -50,7 +50,8 @@ def agent_service(
 
     Args:
         runtime: The session's runtime.
-        options: The session's options (``agents``: definitions given as JSON).
+        options: The session's options (``agents``: definitions given as JSON;
+            ``setting_sources``: the scopes of instruction files read).
         settings: The effective settings.
         cwd: The session's working directory (where the agent definitions are found).
         model: The main thread's model (``inherit``; aliases resolve beside it).
@@ -73,6 +74,7 @@ def agent_service(
     from taskloom.agents.environment import Environments
     from taskloom.agents.loader import load_agents
     from taskloom.agents.service import AgentService
+    from taskloom.instructions import load_instructions
     from taskloom.models.resolve import alias_resolver
 
     catalog = load_agents(cwd, flag_json=options.agents)
@@ -94,6 +96,8 @@ def agent_service(
         prompter=prompter,
         observer=observer,
         default_type="worker" if coordinator else "general-purpose",
+        # Read once: every prompt made from them this session has the same bytes.
+        instructions=load_instructions(cwd, settings, options.setting_sources),
     )
     environments = Environments(runtime, hooks=hooks, mcp=mcp, mcp_config=mcp_config)
     return AgentService(

@@ -156,4 +156,6 @@ def coordinator_system_prompt(
         WORKER_TYPE, builder.definition(WORKER_TYPE), description="", cwd=cwd, is_async=True
     )
     context = worker_context((t.name for t in worker.tools), mcp_servers)
-    return "\n\n".join(p for p in (COORDINATOR_PROMPT, environment(cwd), context, append) if p)
+    told = builder.instructions.text()  # the project's instructions, as the main thread's
+    parts = (COORDINATOR_PROMPT, environment(cwd), context, told, append)
+    return "\n\n".join(p for p in parts if p)

@@ -314,11 +314,12 @@ def test_unknown_commands_are_named_with_the_known_ones(
     tmux: tmux_driver.TmuxServer, tmp_path: Path
 ) -> None:
     model = scripted(tmp_path / "t.yaml", [{"text": "unused"}])
-    pane = start(tmux, tmp_path, "--model", model)
+    pane = start(tmux, tmp_path, "--model", model, width=160)  # the list on one line
     enter(pane, "/frobnicate")
     screen = pane.wait_for("Unknown command /frobnicate.")
     assert (
-        "/help, /tasks, /stop, /agents, /team, /resume, /model, /compact, /clear, /exit" in screen
+        "/help, /tasks, /stop, /agents, /team, /resume, /model, /compact, /clear, /memory, /exit"
+        in screen
     )
     enter(pane, "/help")
     pane.wait_for("/stop ID")

@@ -1,4 +1,4 @@
-"""The REPL's slash commands: ``/help``, ``/tasks``, ``/stop``, ``/resume``, ``/exit`` and more.
+"""The REPL's slash commands: ``/help``, ``/tasks``, ``/stop``, ``/resume``, ``/memory`` and more.
 
 Each command is an async function of the :class:`CommandHost` (the REPL) and the text after
 the command's name. A command answers by printing through the host; what it cannot do (an
@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from taskloom.errors import TaskloomError
@@ -256,6 +257,39 @@ async def _compact(host: CommandHost, rest: str) -> None:
     host.queue(f"/compact {rest}".rstrip())
 
 
+async def _memory(host: CommandHost, rest: str) -> None:
+    from taskloom.instructions import local_name
+
+    harness = host.harness
+    told = harness.session.engine.config.instructions
+    files = told.files if told is not None else harness.agents.builder.instructions.files
+    skipped = told.skipped if told is not None else harness.agents.builder.instructions.skipped
+    names = harness.agents.builder.instructions.names
+    looked = ", ".join([*names, *map(local_name, names)])
+    if not files:
+        lines = [f"No instruction files loaded (looked for {looked})."]
+    else:
+        lines = [f"Instruction files ({len(files)}; looked for {looked}):"]
+        for f in files:
+            how = f"imported by {f.imported_by}" if f.imported_by else ""
+            how = ", ".join(w for w in (how, "nested" if f.nested else "", f.cut or "") if w)
+            where = _shown(f.path, harness.cwd)
+            lines.append(f"  {where}  {f.scope}  {_size(f.size)}" + (f"  ({how})" if how else ""))
+    if skipped:
+        lines += ["Cut or left out:", *(f"  {line}" for line in skipped)]
+    host.say("\n".join(lines))
+
+
+def _shown(path: Path, cwd: Path) -> str:
+    """``path`` relative to ``cwd`` when under it (short enough for one line), else whole."""
+    here = cwd.resolve()
+    return str(path.relative_to(here)) if here in path.parents else str(path)
+
+
+def _size(size: int) -> str:
+    return f"{size} B" if size < 1024 else f"{size / 1024:.1f} KB"
+
+
 async def _exit(host: CommandHost, rest: str) -> None:
     host.exit(0)
 
@@ -277,6 +311,7 @@ COMMANDS: dict[str, Command] = {
             _compact,
         ),
         Command("clear", "/clear", "start a new conversation", _clear),
+        Command("memory", "/memory", "instruction files loaded (CLAUDE.md, AGENTS.md)", _memory),
         Command("exit", "/exit", "leave (running tasks are stopped)", _exit),
     )
 }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import harness, main_context
+from helpers import harness, main_context, wait_until
 from taskloom.agents.service import SpawnRequest
 from taskloom.errors import UsageError
 from taskloom.instructions import (
@@ -257,3 +257,30 @@ async def test_a_replaced_system_prompt_keeps_the_instructions(tmp_path: Path) -
             pass
     assert seen[0].startswith("Only this.\n\n# claudeMd\n\n")
     assert "APP AGENTS" in seen[0]
+
+
+async def test_teammates_get_the_instructions_unless_their_type_omits_them(
+    tmp_path: Path,
+) -> None:
+    _repo, app = project(tmp_path)
+    systems: dict[str, str] = {}
+
+    def respond(request: ModelRequest) -> str:
+        member = request.metadata.get("teammate")
+        if member:
+            systems.setdefault(str(member).split("@")[0], request.system)
+        return "ok"
+
+    async with harness(app, FunctionModel(respond), teams=True) as h:
+        agent = next(t for t in h.tools if t.name == "Agent")
+        for name, kind in (("mate", None), ("scout", "Explore"), ("coder", "general-purpose")):
+            params = {"description": "d", "prompt": "p", "name": name}
+            if kind is not None:
+                params["subagent_type"] = kind
+            await agent.call(agent.validate(params), main_context(h))
+        await wait_until(lambda: len(systems) == 3, what="each teammate's first request")
+        stop = next(t for t in h.tools if t.name == "TaskStop")
+        for name in systems:
+            await stop.call(stop.validate({"task_id": name}), main_context(h))
+    assert "APP AGENTS" in systems["mate"] and "ROOT CLAUDE" in systems["coder"]
+    assert "APP AGENTS" not in systems["scout"] and "# claudeMd" not in systems["scout"]

@@ -284,3 +284,18 @@ async def test_teammates_get_the_instructions_unless_their_type_omits_them(
             await stop.call(stop.validate({"task_id": name}), main_context(h))
     assert "APP AGENTS" in systems["mate"] and "ROOT CLAUDE" in systems["coder"]
     assert "APP AGENTS" not in systems["scout"] and "# claudeMd" not in systems["scout"]
+
+
+def test_block_comments_are_left_out_but_not_in_code_nor_unclosed(tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "repo")
+    write(
+        repo / "CLAUDE.md",
+        "<!-- a note for maintainers\n@hidden.md -->\nKeep this.\n"
+        "```html\n<!-- code -->\n```\ninline <!-- stays --> here\n<!-- never closed\nTail\n",
+    )
+    write(repo / "hidden.md", "HIDDEN\n")
+    (loaded,) = load_instructions(repo, {}).files
+    assert loaded.text == (
+        "Keep this.\n```html\n<!-- code -->\n```\ninline <!-- stays --> here\n"
+        "<!-- never closed\nTail"
+    )

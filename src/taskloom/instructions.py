@@ -20,6 +20,7 @@ cut there). A checked-in file imports only from inside its project (Claude Code 
 such an import; nobody may be there to ask): a clone cannot send the user's private files to
 the model. Each file is cut at :data:`MAX_FILE_CHARS` characters, all of them together at
 :data:`MAX_TOTAL_CHARS`; what was cut or skipped, and why, is kept (``/memory`` shows it).
+Block-level HTML comments are left out (:func:`without_comments`), as Claude Code leaves them.
 
 Files in the directories below, met only when the model works there (a Read, Edit, Write,
 Glob, Grep or NotebookEdit on a path in a directory not read yet), are loaded then
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -302,7 +303,7 @@ class _Reader:
         if b"\0" in raw[:8192]:
             self.skipped.append(f"{path}: not text")
             return None
-        text = raw.decode("utf-8", errors="replace").strip()
+        text = without_comments(raw.decode("utf-8", errors="replace")).strip()
         if not text:
             return None
         cap = min(MAX_FILE_CHARS, self.budget)
@@ -326,23 +327,56 @@ class _Reader:
 def imports(text: str, base: Path) -> list[Path]:
     """The files ``text`` imports with ``@path``, resolved from ``base``; code is left out."""
     found: list[Path] = []
-    fence: str | None = None
-    for line in text.splitlines():
-        opened = _FENCE.match(line)
-        if fence is not None:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = None
-            continue
-        if opened:
-            fence = opened.group(1)
-            continue
-        if line.startswith(("    ", "\t")):  # an indented code block
+    for line, code in _lines(text):
+        if code or line.startswith(("    ", "\t")):  # a fenced or an indented code block
             continue
         for match in _IMPORT.finditer(_CODE_SPAN.sub(" ", line)):
             target = _import_path(match.group(1), base)
             if target is not None and target not in found:
                 found.append(target)
     return found
+
+
+def without_comments(text: str) -> str:
+    """``text`` without its block-level HTML comments, as Claude Code sends it.
+
+    A comment on lines of its own (``<!--`` starting a line, through the line holding
+    ``-->``) is a note for the file's maintainers, not for the model. One in a code block is
+    code; one never closed is kept, so a typo does not swallow the rest of the file.
+    """
+    lines = list(_lines(text))
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        line, code = lines[i]
+        if (
+            not code
+            and line.lstrip(" ").startswith("<!--")
+            and len(line) - len(line.lstrip(" ")) < 4
+        ):
+            end = next((j for j in range(i, len(lines)) if "-->" in lines[j][0]), None)
+            if end is not None:
+                i = end + 1
+                continue
+        kept.append(line)
+        i += 1
+    return "\n".join(kept)
+
+
+def _lines(text: str) -> Iterator[tuple[str, bool]]:
+    """Each line of ``text``, and whether it is in a fenced code block (its fences too)."""
+    fence: str | None = None
+    for line in text.splitlines():
+        opened = _FENCE.match(line)
+        if fence is not None:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = None
+            yield line, True
+        elif opened:
+            fence = opened.group(1)
+            yield line, True
+        else:
+            yield line, False
 
 
 def _import_path(raw: str, base: Path) -> Path | None:
@@ -440,4 +474,5 @@ __all__ = [
     "load_instructions",
     "local_name",
     "render",
+    "without_comments",
 ]

@@ -299,3 +299,23 @@ def test_block_comments_are_left_out_but_not_in_code_nor_unclosed(tmp_path: Path
         "Keep this.\n```html\n<!-- code -->\n```\ninline <!-- stays --> here\n"
         "<!-- never closed\nTail"
     )
+
+
+async def test_a_coordinator_and_its_workers_get_the_instructions(tmp_path: Path) -> None:
+    _repo, app = project(tmp_path)
+    systems: dict[str, str] = {}
+
+    def respond(request: ModelRequest) -> str:
+        systems.setdefault(request.metadata.get("agent_type", "main"), request.system)
+        return "ok"
+
+    async with harness(app, FunctionModel(respond), coordinator=True) as h:
+        async for _ in h.run("plan it"):
+            pass
+        launched = await h.agents.spawn(
+            SpawnRequest(description="w", prompt="go", subagent_type="worker"), main_context(h)
+        )
+        state = h.runtime.get(launched.agent_id)
+        assert state is not None and state.status == TaskStatus.COMPLETED
+    assert "APP AGENTS" in systems["main"] and "Workers have access to" in systems["main"]
+    assert "APP AGENTS" in systems["worker"]

@@ -181,7 +181,7 @@ class Engine:
                 previous = self.messages.pop()
                 message = Message(role="user", content=[*previous.content, *message.content])
             if not message.content:
-                yield Finished("end_turn", self._last_text())  # woken for nothing: no request
+                yield Finished("end_turn", self.last_text())  # woken for nothing: no request
                 return
             if told := self._reminders(pending, meter=False):  # news of its tasks
                 message = Message(role="user", content=[*message.content, *told])
@@ -194,7 +194,7 @@ class Engine:
                 yield Finished("end_turn", self.halted)
                 return
             if self.config.max_turns is not None and turns >= self.config.max_turns:
-                yield Finished("max_turns", self._last_text())
+                yield Finished("max_turns", self.last_text())
                 return
             async for step in self._answer():
                 if isinstance(step, Compacted):
@@ -351,9 +351,6 @@ class Engine:
 
     def last_text(self) -> str:
         """The text of the last answer (no tool blocks)."""
-        return self._last_text()
-
-    def _last_text(self) -> str:
         for message in reversed(self.messages):
             if message.role == "assistant":
                 return message.text()

@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"untrusted", "models", "testing"},
     {"permissions", "hooks"},
-    {"transcript", "pairing", "prompts", "instructions", "worktrees"},
+    {"transcript", "pairing", "prompts", "instructions", "worktrees", "skills"},
     {"tools", "mcp"},
     {"engine", "engine_config", "events", "gate", "telemetry", "context"},
     {"conversation"},

@@ -79,7 +79,7 @@ async def permit(
         target=tool.permission_target(params, ctx),
         cwd=ctx.rules_base or ctx.cwd,  # a `cd` does not move the rules
         input=raw,
-        approval=tool.approval,
+        approval=tool.call_approval(params),
     )
     decision = policy.decide(request)
     if decision.behavior == "ask":

@@ -9,6 +9,7 @@ A :class:`Recorder` drives one :class:`~taskloom.engine.Engine` and
   (SendMessage text) the engine's inbox handed to that message (:meth:`Recorder.hold`);
 - runs the Stop (or SubagentStop) hooks when the engine is done: a hook exiting 2 sends the
   agent back to work with its stderr, at most :data:`MAX_STOP_CONTINUATIONS` times;
+- ends the turn's permission grants (a skill's ``allowed-tools``) when the run ends;
 - repairs a resumed conversation (tool calls left unanswered by an interrupted run) and
   records the messages the repair added.
 
@@ -122,22 +123,28 @@ class Recorder:
             RuntimeError: The transcript is not open.
         """
         engine = self.engine
-        async for event in engine.run(prompt):
-            self.record(event)
-            yield event
-        for again in range(MAX_STOP_CONTINUATIONS):
-            stop = await engine.run_hook(
-                self.stop.event,
-                self.stop.target,
-                **self.stop.payload,
-                stop_hook_active=again > 0,
-                last_assistant_message=engine.last_text(),
-            )
-            if stop is None or not stop.blocked or not stop.block_reason.strip():
-                return
-            async for event in engine.run(stop.block_reason):
+        try:
+            async for event in engine.run(prompt):
                 self.record(event)
                 yield event
+            for again in range(MAX_STOP_CONTINUATIONS):
+                stop = await engine.run_hook(
+                    self.stop.event,
+                    self.stop.target,
+                    **self.stop.payload,
+                    stop_hook_active=again > 0,
+                    last_assistant_message=engine.last_text(),
+                )
+                if stop is None or not stop.blocked or not stop.block_reason.strip():
+                    return
+                async for event in engine.run(stop.block_reason):
+                    self.record(event)
+                    yield event
+        finally:
+            # The turn is over, however it ended: the tools a skill or command allowed for it
+            # are asked about again.
+            if engine.config.permissions is not None:
+                engine.config.permissions.end_grants()
 
     def record(self, event: EngineEvent) -> None:
         """Write the message ``event`` carries (if any); then acknowledge its notifications.

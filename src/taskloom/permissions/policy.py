@@ -8,7 +8,8 @@ Order of evaluation, whatever order the rules came in:
    which change nothing here, go on to ask);
 3. **bypassPermissions** allows the rest;
 4. a matching **ask** rule asks (dontAsk: denies);
-5. a matching **allow** rule allows;
+5. a matching **allow** rule allows (or a rule granted for the turn: a skill's or a custom
+   command's ``allowed-tools``, see :meth:`PermissionPolicy.grant`);
 6. a tool that asks itself (``approval="ask"``) asks (dontAsk: denies); then the mode: read
    and other tools are allowed; acceptEdits allows edits inside the working
    directories; anything else asks (dontAsk: denies).
@@ -92,6 +93,8 @@ class PermissionPolicy:
         self._by_behavior: dict[Behavior, list[Rule]] = {"allow": [], "deny": [], "ask": []}
         for rule in rules:
             self.add_rule(rule)
+        # This policy's own (never a copy's): allow rules that hold until its turn ends.
+        self._granted: list[Rule] = []
 
     @property
     def mode(self) -> PermissionMode:
@@ -107,6 +110,24 @@ class PermissionPolicy:
         """Apply ``rule`` from now on, here and in every copy made by :meth:`with_mode`."""
         self._rules.append(rule)
         self._by_behavior[rule.behavior].append(rule)
+
+    @property
+    def granted(self) -> tuple[Rule, ...]:
+        """The allow rules granted for the current turn (:meth:`grant`)."""
+        return tuple(self._granted)
+
+    def grant(self, rules: Iterable[Rule]) -> None:
+        """Allow ``rules`` without asking until :meth:`end_grants` (the turn's end).
+
+        A skill or custom command's ``allowed-tools`` hold while it runs: for the rest of the
+        turn of the agent that ran it, on this policy alone (not its copies: not the agents
+        it starts). Deny and ask rules still come first.
+        """
+        self._granted.extend(rule for rule in rules if rule.behavior == "allow")
+
+    def end_grants(self) -> None:
+        """The turn is over: what :meth:`grant` allowed is asked about again."""
+        self._granted.clear()
 
     def switch_mode(self, mode: PermissionMode | str) -> None:
         """Go on under ``mode`` (the program driving the session changed it).
@@ -258,7 +279,10 @@ class PermissionPolicy:
         ask = find_rule(self._by_behavior["ask"], request, root, every_part=False)
         if ask is not None:
             return self._ask(request, f"the rule {ask} ({ask.source}) requires approval", ask)
-        allow = find_rule(self._by_behavior["allow"], request, root, every_part=True)
+        allowing = self._by_behavior["allow"]
+        if self._granted:
+            allowing = [*allowing, *self._granted]
+        allow = find_rule(allowing, request, root, every_part=True)
         if allow is not None:
             return Decision("allow", f"allowed by the rule {allow} ({allow.source})", allow, name)
         if request.approval == "ask":

@@ -213,6 +213,10 @@ class Tool(ABC, Generic[InputT]):
         except ValidationError as exc:
             return tool_error(f"InputValidationError: {self.name}: {describe_errors(exc)}")
 
+    def call_approval(self, params: InputT) -> Approval:
+        """Who may approve this call beyond its kind (default: the tool's :attr:`approval`)."""
+        return self.approval
+
     def permission_target(self, params: InputT, ctx: ToolContext) -> str | None:
         """What permission rules match against (a command, a path); None for nothing."""
         return None

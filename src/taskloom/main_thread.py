@@ -8,7 +8,7 @@ so that the composition root stays one screen per concern.
 The main thread is offered the core tools of the settings' ``toolProfile``, the web tools
 (WebFetch; WebSearch when the session can search), Agent and
 SendMessage, EnterWorktree and ExitWorktree, EnterPlanMode, ExitPlanMode and AskUserQuestion
-(which ask the user), a team lead's tools, StructuredOutput (with a
+(which ask the user), Skill (when there are skills), a team lead's tools, StructuredOutput (with a
 ``json_schema``), the MCP servers' tools and the program's own. A coordinator only
 orchestrates: it has Agent, SendMessage and TaskStop, its workers have the rest, and its
 prompt says what they have. ``builtin_tools`` keeps only the built-in tools it names; the
@@ -68,7 +68,7 @@ def main_tools(
     """
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import LeadSendMessageTool, SendMessageTool
-    from taskloom.tools.registry import core_tools, interactive_tools, web_tools
+    from taskloom.tools.registry import core_tools, interactive_tools, skill_tools, web_tools
     from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
 
     # A team lead's SendMessage may ask to be woken by a teammate's next idle notice.
@@ -88,6 +88,7 @@ def main_tools(
             EnterWorktreeTool(place, hooks),
             ExitWorktreeTool(place, hooks),
             *interactive_tools(),
+            *skill_tools(service.builder.skills),
         ]
     if lead is not None:
         from taskloom.teams.compose import lead_tools

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from taskloom.hooks import HookConfig
     from taskloom.models.base import Model
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.skills import SkillCatalog
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import Tool
 
@@ -63,6 +64,7 @@ class AgentBuilder:
         observer: EngineObserver | None = None,
         default_type: str = DEFAULT_TYPE,
         instructions: Instructions | None = None,
+        skills: SkillCatalog | None = None,
     ) -> None:
         """Build subagents from ``catalog`` for ``runtime``'s session.
 
@@ -84,6 +86,8 @@ class AgentBuilder:
                 coordinator).
             instructions: The session's instruction files (CLAUDE.md, AGENTS.md), which its
                 agents get unless their definition says ``omitClaudeMd``.
+            skills: The session's skills and custom commands (the Skill tool's, and what a
+                definition's ``skills`` preload).
         """
         self.runtime = runtime
         self.catalog = catalog
@@ -99,6 +103,7 @@ class AgentBuilder:
         self.observer = observer
         self.default_type = default_type
         self.instructions = instructions or Instructions()
+        self.skills = skills
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
         # One model per alias for the whole session: its connections are shared.
         self._models: dict[str, Model] = {}

@@ -2,8 +2,9 @@
 
 Called by :func:`taskloom.started.compose` as the session starts (the team's counterpart is
 :mod:`taskloom.teams.compose`), so that the composition root stays one screen per concern.
-The service reads the agent definitions (a coordinator's catalog has its worker), configures
-each agent's engine (:mod:`taskloom.agents.builder`) and sets up its environment
+The service reads the agent definitions (a coordinator's catalog has its worker) and the skills
+and custom commands (its builder holds them: the Skill tool's, and what agents preload),
+configures each agent's engine (:mod:`taskloom.agents.builder`) and sets up its environment
 (:mod:`taskloom.agents.environment`).
 """
 
@@ -76,6 +77,7 @@ def agent_service(
     from taskloom.agents.service import AgentService
     from taskloom.instructions import load_instructions
     from taskloom.models.resolve import alias_resolver
+    from taskloom.skills import default_roots, load_catalog
 
     catalog = load_agents(cwd, flag_json=options.agents)
     if coordinator:
@@ -98,6 +100,7 @@ def agent_service(
         default_type="worker" if coordinator else "general-purpose",
         # Read once: every prompt made from them this session has the same bytes.
         instructions=load_instructions(cwd, settings, options.setting_sources),
+        skills=load_catalog(default_roots(cwd)),
     )
     environments = Environments(runtime, hooks=hooks, mcp=mcp, mcp_config=mcp_config)
     return AgentService(
@@ -123,12 +126,13 @@ def subagent_tools(service: AgentService, mcp: McpManager | None, profile: str) 
     """
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import SendMessageTool
-    from taskloom.tools.registry import core_tools, web_tools
+    from taskloom.tools.registry import core_tools, skill_tools, web_tools
 
     session_mcp = mcp.tools() if mcp is not None else []
     return [
         *core_tools(profile),
         *web_tools(service.builder.model, service.builder.settings),
+        *skill_tools(service.builder.skills),
         SendMessageTool(service),
         AgentTool(service),
         *session_mcp,

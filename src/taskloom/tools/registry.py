@@ -14,6 +14,7 @@ from taskloom.tools.base import Tool
 
 if TYPE_CHECKING:
     from taskloom.models.base import Model
+    from taskloom.skills import SkillCatalog
 
 PROFILES = ("claude", "jobs")
 
@@ -62,3 +63,12 @@ def interactive_tools() -> list[Tool[Any]]:
     from taskloom.tools.plan_mode import EnterPlanModeTool, ExitPlanModeTool
 
     return [EnterPlanModeTool(), ExitPlanModeTool(), AskUserQuestionTool()]
+
+
+def skill_tools(catalog: SkillCatalog | None) -> list[Tool[Any]]:
+    """The Skill tool, when there is a skill (or described command) the model may invoke."""
+    if catalog is None or not catalog.for_model():
+        return []
+    from taskloom.tools.skill import SkillTool
+
+    return [SkillTool(catalog)]

@@ -1,0 +1,123 @@
+"""The Skill tool through a real session: listed, loaded, and its allowed-tools holding.
+
+Only the model is scripted; the skill files, the permission gate, the policy and Bash are real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import taskloom
+from taskloom.testing import ScriptedModel, ToolCall, Turn
+from taskloom.tools.base import generated_schema
+from taskloom.tools.skill import SkillTool
+
+STAMP = """\
+---
+name: stamp
+description: Stamp a file with today's mark. Use when the user asks to stamp.
+allowed-tools: Bash(touch:*)
+---
+# Stamp
+
+Run `touch $ARGUMENTS` and report it.
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    skill = root / ".claude" / "skills" / "stamp" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text(STAMP)
+    notes = root / ".claude" / "skills" / "notes" / "SKILL.md"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("---\ndescription: How we write notes\n---\nWrite notes in NOTES.md.\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def done(events: list[Any]) -> list[tuple[str, str, bool]]:
+    return [
+        (e.call.name, e.result.content, e.result.is_error)
+        for e in events
+        if isinstance(e, taskloom.ToolDone)
+    ]
+
+
+async def session(project: Path, turns: list[Any], **options: Any) -> tuple[list[Any], Any]:
+    model = ScriptedModel(turns)
+    async with taskloom.Harness(model=model, cwd=project, **options) as h:
+        events = [e async for e in h.run("stamp a.txt")]
+        granted = h.policy.granted
+        await h.end()
+    return events, (model, granted)
+
+
+async def test_a_skill_is_listed_loaded_and_its_allowed_tools_hold(project: Path) -> None:
+    turns = [
+        Turn(tool_calls=[ToolCall("Skill", {"skill": "stamp", "args": "a.txt"})]),
+        Turn(tool_calls=[ToolCall("Bash", {"command": "touch a.txt"})]),
+        "Stamped.",
+    ]
+    # Allowed to load the skill (it grants a tool, so it asks); Bash is not allowed otherwise.
+    events, (model, granted) = await session(project, turns, allowed_tools=["Skill(stamp)"])
+    listed = {t.name: t for t in model.requests[0].tools}["Skill"]
+    assert "- notes: How we write notes" in listed.description
+    assert "- stamp: Stamp a file with today's mark." in listed.description
+    assert "Write notes in NOTES.md" not in listed.description  # bodies load on invocation
+    (skill, bash) = done(events)
+    base = project / ".claude" / "skills" / "stamp"
+    assert skill[0] == "Skill" and not skill[2]
+    assert skill[1].startswith(f"Launching skill: stamp\n\nBase directory for this skill: {base}")
+    assert "Run `touch a.txt` and report it." in skill[1]
+    assert bash == ("Bash", bash[1], False)
+    assert (project / "a.txt").exists()
+    assert granted == ()  # ended with the turn
+
+
+async def test_without_the_skill_its_tools_still_ask(project: Path) -> None:
+    turns = [Turn(tool_calls=[ToolCall("Bash", {"command": "touch b.txt"})]), "No."]
+    events, _ = await session(project, turns)
+    ((name, text, is_error),) = done(events)
+    assert name == "Bash" and is_error and "non-interactive" in text
+    assert not (project / "b.txt").exists()
+
+
+async def test_a_skill_that_grants_tools_asks_and_a_deny_rule_refuses(project: Path) -> None:
+    turns = [
+        Turn(tool_calls=[ToolCall("Skill", {"skill": "stamp"})]),
+        Turn(tool_calls=[ToolCall("Skill", {"skill": "notes"})]),
+        Turn(tool_calls=[ToolCall("Skill", {"skill": "nope"})]),
+        "ok",
+    ]
+    events, _ = await session(project, turns, disallowed_tools=["Skill(notes)"])
+    stamp, notes, nope = done(events)
+    assert stamp[2] and 'Allow it with --allowedTools "Skill' in stamp[1]
+    assert notes[2] and "Skill(notes)" in notes[1]
+    assert nope == ("Skill", "<tool_use_error>Unknown skill: nope</tool_use_error>", True)
+
+
+async def test_a_skill_granting_nothing_runs_without_asking(project: Path) -> None:
+    turns = [Turn(tool_calls=[ToolCall("Skill", {"skill": "/notes"})]), "ok"]
+    events, _ = await session(project, turns)
+    ((name, text, is_error),) = done(events)
+    assert name == "Skill" and not is_error and text.endswith("Write notes in NOTES.md.")
+
+
+async def test_no_skill_tool_without_skills(tmp_path: Path) -> None:
+    model = ScriptedModel(["hi"])
+    async with taskloom.Harness(model=model, cwd=tmp_path) as h:
+        assert "Skill" not in [t.name for t in h.tools]
+        await h.end()
+
+
+def test_the_static_schema_is_the_generated_one() -> None:
+    assert SkillTool.static_schema is not None
+    model, schema = SkillTool.static_schema
+    assert json.dumps(schema) == json.dumps(generated_schema(model))

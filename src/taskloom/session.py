@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from taskloom.context.compaction import CompactionRefused
 from taskloom.conversation.held import fold
 from taskloom.conversation.recorder import Recorder
 from taskloom.engine import Compacted, Engine, EngineConfig, EngineEvent, Finished
-from taskloom.errors import UsageError, UserError
+from taskloom.errors import TaskloomError, UsageError, UserError
 from taskloom.messages import Message, TextBlock, ToolResultBlock
+from taskloom.models.switch import ModelSwitch
 from taskloom.quoting import quote
 from taskloom.settings import db_path
+from taskloom.skills.catalog import PromptCommand, SkillCatalog
+from taskloom.skills.expand import allow_rules, instructions, invocation, parse_slash
 from taskloom.tasks.mailbox import HELD, MESSAGES, Letter
 from taskloom.tasks.owner_wait import held_due
 from taskloom.tasks.runtime import TaskRuntime
@@ -38,10 +42,12 @@ class Session:
         messages: list[Message] | None = None,
         *,
         persist: bool = True,
+        commands: SkillCatalog | None = None,
     ) -> None:
         """Drive ``config`` on ``runtime``, continuing ``messages`` if given.
 
-        ``persist=False`` keeps no transcript: the session cannot be resumed.
+        ``persist=False`` keeps no transcript: the session cannot be resumed. ``commands``:
+        the skills and custom commands a prompt ``/name args`` runs.
         """
         self.runtime = runtime
         self.id = runtime.session_id
@@ -55,6 +61,8 @@ class Session:
         #: Cleared while a compaction replaces the conversation: a run starts after it.
         self._not_compacting = asyncio.Event()
         self._not_compacting.set()
+        #: The skills and custom commands a prompt ``/name args`` runs.
+        self.commands = commands
         path = transcript_path(self.id, runtime.home, runtime.cwd) if persist else None
         self.recorder = Recorder(self.engine, path)
         self.recorder.open()
@@ -65,10 +73,17 @@ class Session:
         return self.recorder.transcript
 
     @classmethod
-    def resume(cls, runtime: TaskRuntime, config: EngineConfig, *, persist: bool = True) -> Session:
+    def resume(
+        cls,
+        runtime: TaskRuntime,
+        config: EngineConfig,
+        *,
+        persist: bool = True,
+        commands: SkillCatalog | None = None,
+    ) -> Session:
         """Continue the conversation recorded for ``runtime.session_id``."""
         path = transcript_path(runtime.session_id, runtime.home, runtime.cwd, search=True)
-        session = cls(runtime, config, load_messages(path), persist=persist)
+        session = cls(runtime, config, load_messages(path), persist=persist, commands=commands)
         session.recorder.repair()
         return session
 
@@ -100,6 +115,11 @@ class Session:
     async def run(self, prompt: str | Message | None) -> AsyncIterator[EngineEvent]:
         """Run the engine on ``prompt``, recording each message before passing it on.
 
+        A prompt ``/name args`` naming a custom command or skill (:attr:`commands`) runs it:
+        the model is told so and given its instructions with the arguments put in; its
+        ``allowed-tools`` hold and its ``model`` answers until the turn ends. Any other
+        ``/x`` goes to the model as it is.
+
         Hooks: SessionStart (once a session, with its first prompt: ``source`` is ``startup``,
         or ``resume`` for a resumed conversation) and UserPromptSubmit see the prompt first,
         whether it is a string or a message of content blocks (exit 2 of the latter refuses
@@ -119,10 +139,15 @@ class Session:
         # A compaction replacing the conversation ends before a turn extends it.
         await self._not_compacting.wait()
         self._turns += 1
+        restore = None
         try:
+            command = self._command(text)
+            if command is not None:
+                prompt = command_prompt(*command, self.id)
             if text is not None:
                 prompt = await self._submitted(prompt, text)
             self._prompted = text is not None  # held notices go with a user's prompt
+            restore = self._run_as(command[0]) if command is not None else None
             async for event in self.recorder.run(prompt):
                 self._start_context = []  # the prompt is recorded (before its first event)
                 yield event
@@ -132,6 +157,40 @@ class Session:
             raise
         finally:
             self._turns -= 1
+            if restore is not None:
+                restore()
+
+    def _command(self, text: str | None) -> tuple[PromptCommand, str] | None:
+        """The custom command or skill a ``/name args`` prompt runs, and its arguments."""
+        slash = parse_slash(text) if text is not None and self.commands else None
+        found = self.commands.get(slash[0]) if slash and self.commands else None
+        if slash is None or found is None or not found.user_invocable:
+            return None  # not one: the prompt goes to the model as it is
+        return found, slash[1]
+
+    def _run_as(self, command: PromptCommand) -> Callable[[], None] | None:
+        """Apply ``command``'s ``allowed-tools`` and ``model`` to this turn; what undoes the model.
+
+        The rules are granted until the turn ends (the recorder ends them).
+
+        Raises:
+            UserError: Its model cannot be used.
+        """
+        config = self.engine.config
+        restore = None
+        switch = config.model
+        if command.model is not None and isinstance(switch, ModelSwitch):
+            previous = switch.current
+            try:
+                switch.choose(command.model, config.settings)
+            except TaskloomError as exc:
+                raise UserError(
+                    f"/{command.name} ({command.path}): model {command.model}: {exc}"
+                ) from None
+            restore = functools.partial(switch.use, previous)
+        if command.allowed_tools and config.permissions is not None:
+            config.permissions.grant(allow_rules(command))
+        return restore
 
     async def _submitted(self, prompt: str | Message | None, text: str) -> str | Message | None:
         """Run the prompt's hooks on it (``text``); the prompt with what they added.
@@ -199,6 +258,17 @@ def prompt_text(prompt: str | Message | None) -> str | None:
     if not prompt.content or any(isinstance(b, ToolResultBlock) for b in prompt.content):
         return None
     return "\n".join(b.text for b in prompt.content if isinstance(b, TextBlock))
+
+
+def command_prompt(command: PromptCommand, args: str, session_id: str) -> Message:
+    """The user message a ``/name args`` prompt becomes: who ran what, then its instructions."""
+    return Message(
+        role="user",
+        content=[
+            TextBlock(text=invocation(command, args)),
+            TextBlock(text=instructions(command, args, session_id)),
+        ],
+    )
 
 
 def compact_command(text: str | None) -> str | None:

@@ -296,10 +296,12 @@ def _main_thread(
         place=place, prompter=prompter, observer=base.observer, coordinator=base.coordinator,
         mcp=mcp, lead=team is not None and member is None,
     )  # fmt: skip
+    # ``/name args`` prompts run the session's custom commands and skills.
+    commands = service.builder.skills
     if base.resuming:
-        main = Session.resume(base.runtime, config, persist=opts.persist_session)
+        main = Session.resume(base.runtime, config, persist=opts.persist_session, commands=commands)
     else:
-        main = Session(base.runtime, config, persist=opts.persist_session)
+        main = Session(base.runtime, config, persist=opts.persist_session, commands=commands)
     session.set(main)
     stack.callback(main.close)
     turns = TurnPolicy(

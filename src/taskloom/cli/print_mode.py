@@ -33,6 +33,7 @@ from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.messages import Message
 from taskloom.session import COMPACT_COMMAND
+from taskloom.skills.catalog import PromptCommand
 from taskloom.tasks.runtime import Subscription, TaskRuntime
 from taskloom.untrusted import clean_text
 
@@ -200,17 +201,23 @@ def init_event(harness: Harness) -> dict[str, Any]:
         "mcp_servers": mcp_servers(harness),
         "model": harness.model_name,
         "permissionMode": str(harness.policy.mode),
-        "slash_commands": [COMPACT_COMMAND["name"]],
+        "slash_commands": [COMPACT_COMMAND["name"], *(c.name for c in typed_commands(harness))],
         "apiKeySource": api_key_source(),
         "output_style": "default",
         "agents": sorted(harness.agents.catalog.names()),
-        "skills": [],
+        "skills": [c.name for c in harness.agents.builder.skills or () if c.kind == "skill"],
         "plugins": [],
         "claude_code_version": PROTOCOL_VERSION,
         "taskloom_version": __version__,
         # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).
         **({"peer_socket": str(listening)} if listening is not None else {}),
     }
+
+
+def typed_commands(harness: Harness) -> list[PromptCommand]:
+    """The custom commands and skills a prompt ``/name args`` runs, by name."""
+    catalog = harness.agents.builder.skills
+    return catalog.typed() if catalog is not None else []
 
 
 def mcp_servers(harness: Harness) -> list[dict[str, str]]:

@@ -148,7 +148,7 @@ def _mcp_configs(request: dict[str, Any], setup: ProgramSetup) -> list[str]:
 def initialize_answer(harness: Harness, setup: ProgramSetup | None) -> dict[str, Any]:
     """The ``initialize`` answer, as Claude Code's names its fields."""
     from taskloom._version import __version__
-    from taskloom.cli.print_mode import PROTOCOL_VERSION, api_key_source
+    from taskloom.cli.print_mode import PROTOCOL_VERSION, api_key_source, typed_commands
 
     catalog = harness.agents.catalog
     agents = []
@@ -161,9 +161,19 @@ def initialize_answer(harness: Harness, setup: ProgramSetup | None) -> dict[str,
             entry["model"] = definition.model
         agents.append(entry)
     answer: dict[str, Any] = {
-        # The one slash command a prompt can be: any other prompt starting with "/" goes to
-        # the model as it is (no custom command or skill runs in this mode).
-        "commands": [COMPACT_COMMAND],
+        # The slash commands a prompt can be: /compact, the custom commands and the skills;
+        # any other prompt starting with "/" goes to the model as it is.
+        "commands": [
+            COMPACT_COMMAND,
+            *(
+                {
+                    "name": c.name,
+                    "description": c.description,
+                    "argumentHint": c.argument_hint or "",
+                }
+                for c in typed_commands(harness)
+            ),
+        ],
         "agents": agents,
         "output_style": "default",
         "available_output_styles": ["default"],

@@ -147,3 +147,52 @@ async def test_the_initialize_answer_lists_commands_and_skills(project: Path) ->
             "argumentHint": "[file] [focus]",
         },
     ]
+
+
+def test_tab_completes_custom_command_names() -> None:
+    from taskloom.repl.commands import complete
+
+    custom = ["review", "git:log", "git:diff"]
+    assert complete("/rev", custom) == ("/review ", ["review"])
+    assert complete("/git", custom) == ("/git:", ["git:log", "git:diff"])
+    assert complete("/re", custom) == ("/re", ["resume", "review"])
+
+
+class Host:
+    """The REPL's side of a command, as a test's: what it says and queues."""
+
+    def __init__(self, harness: Any) -> None:
+        self.harness = harness
+        self.busy = False
+        self.said: list[tuple[str, str]] = []
+        self.queued: list[str] = []
+
+    def say(self, text: str, style: str = "info") -> None:
+        self.said.append((text, style))
+
+    def exit(self, code: int = 0) -> None:
+        raise AssertionError("not expected")
+
+    async def switch(self, resume: str | None) -> None:
+        raise AssertionError("not expected")
+
+    def model_changed(self) -> None:
+        raise AssertionError("not expected")
+
+    def queue(self, prompt: str) -> None:
+        self.queued.append(prompt)
+
+
+async def test_the_repl_sends_a_custom_command_as_a_turn_and_lists_it(project: Path) -> None:
+    from taskloom.repl.commands import run_command
+
+    async with taskloom.Harness(model=FunctionModel(lambda r: "ok"), cwd=project) as h:
+        host = Host(h)
+        await run_command(host, "/review app.py")
+        await run_command(host, "/help")
+        await run_command(host, "/nosuch")
+        await h.end()
+    assert host.queued == ["/review app.py"]
+    (help_text, _), (unknown, style) = host.said
+    assert "/review [file] [focus] Review a file for bugs (project)" in help_text
+    assert style == "error" and "/git:log, /review" in unknown

@@ -39,7 +39,7 @@ from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
 from taskloom.repl._turns import Turns
 from taskloom.repl.asks import ARM_S, Ask, PermissionAsks, save_allow_rule
-from taskloom.repl.commands import complete, run_command
+from taskloom.repl.commands import complete, custom_names, run_command
 from taskloom.repl.keys import key_bindings
 from taskloom.repl.panel import TaskPanel, count, grace_from
 from taskloom.repl.questions import PLAN_TOOL, QUESTION_TOOL, QuestionForm
@@ -390,7 +390,7 @@ class Repl:
     def complete(self) -> None:
         """Tab: complete the command name typed; when several fit, name them."""
         text = self.buffer.text
-        done, names = complete(text)
+        done, names = complete(text, custom_names(self.harness))
         if done != text:
             self.buffer.text = done
             self.buffer.cursor_position = len(done)

@@ -4,14 +4,15 @@ Each command is an async function of the :class:`CommandHost` (the REPL) and the
 the command's name. A command answers by printing through the host; what it cannot do (an
 unknown task id, a turn still running) it says in one line and changes nothing. ``/compact``
 is the exception: it changes the conversation, so it runs as a turn of its own, in order
-with the prompts (the turns print what happened). Tab completes a command's name
-(:func:`complete`).
+with the prompts (the turns print what happened). So is a custom command or skill of the
+project or the user (``/review file.py``): the session expands it. Tab completes a command's
+name, built-in or custom (:func:`complete`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -86,8 +87,14 @@ async def run_command(host: CommandHost, line: str) -> None:
     """Run the command ``line`` holds (``/tasks b1234``); an unknown one says so."""
     name, _, rest = line.strip()[1:].partition(" ")
     command = COMMANDS.get(name.lower())
+    if command is None and name in custom_names(host.harness):
+        # A custom command or skill: a turn of its own, which the session expands.
+        if host.busy:
+            host.say("(queued: it is sent when this turn ends)", "note")
+        host.queue(line.strip())
+        return
     if command is None:
-        known = ", ".join(f"/{n}" for n in COMMANDS)
+        known = ", ".join(f"/{n}" for n in [*COMMANDS, *custom_names(host.harness)])
         host.say(f"Unknown command /{name}. Commands: {known}", "error")
         return
     try:
@@ -99,6 +106,10 @@ async def run_command(host: CommandHost, line: str) -> None:
 async def _help(host: CommandHost, rest: str) -> None:
     lines = ["Commands:"]
     lines += [f"  {c.usage:<18} {c.help}" for c in COMMANDS.values()]
+    catalog = host.harness.agents.builder.skills
+    for custom in catalog.typed() if catalog is not None else []:
+        usage = f"/{custom.name} {custom.argument_hint or ''}".rstrip()
+        lines.append(f"  {usage:<18} {custom.description} ({custom.scope})")
     lines += [
         "Keys: Enter sends · Ctrl+J (or \\ then Enter) a new line · Esc interrupts the turn ·",
         "      Ctrl+B sends a running foreground command or agent to the background ·",
@@ -317,17 +328,25 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def complete(text: str) -> tuple[str, list[str]]:
+def custom_names(harness: Harness) -> list[str]:
+    """The names of the session's custom commands and skills a user may type, sorted."""
+    catalog = harness.agents.builder.skills
+    return [c.name for c in catalog.typed()] if catalog is not None else []
+
+
+def complete(text: str, custom: Sequence[str] = ()) -> tuple[str, list[str]]:
     """Tab on the input ``text``: the text completed, and the commands it could still be.
 
-    Only a command's name is completed (``/com`` becomes ``/compact ``); ``text`` comes back
-    unchanged when it is not the start of a command name, or when several commands start with
-    it and have no longer common start (then they are the candidates).
+    Only a command's name is completed (``/com`` becomes ``/compact ``), a built-in's or one
+    of ``custom`` (the custom commands and skills); ``text`` comes back unchanged when it is
+    not the start of a command name, or when several commands start with it and have no
+    longer common start (then they are the candidates).
     """
     if not text.startswith("/") or any(c.isspace() for c in text):
         return text, []
     typed = text[1:].lower()
-    names = [n for n in COMMANDS if n.startswith(typed)]
+    known = [*COMMANDS, *(n for n in custom if n not in COMMANDS)]
+    names = [n for n in known if n.lower().startswith(typed)]
     if len(names) == 1:
         return f"/{names[0]} ", names
     common = ""
@@ -338,4 +357,4 @@ def complete(text: str) -> tuple[str, list[str]]:
     return (f"/{common}" if len(common) > len(typed) else text), names
 
 
-__all__ = ["COMMANDS", "Command", "CommandHost", "complete", "run_command"]
+__all__ = ["COMMANDS", "Command", "CommandHost", "complete", "custom_names", "run_command"]

@@ -121,3 +121,43 @@ def test_the_static_schema_is_the_generated_one() -> None:
     assert SkillTool.static_schema is not None
     model, schema = SkillTool.static_schema
     assert json.dumps(schema) == json.dumps(generated_schema(model))
+
+
+async def test_an_agent_preloads_its_definitions_skills(project: Path) -> None:
+    agent = project / ".claude" / "agents" / "scribe.md"
+    agent.parent.mkdir(parents=True)
+    agent.write_text(
+        "---\nname: scribe\ndescription: Writes notes\nskills: [notes, missing]\n---\nYou write.\n"
+    )
+    model = ScriptedModel(
+        [
+            Turn(
+                tool_calls=[
+                    ToolCall(
+                        "Agent",
+                        {"description": "d", "prompt": "Note it.", "subagent_type": "scribe"},
+                    )
+                ]
+            ),
+            "ok",
+        ],
+        subagents={"scribe": "Noted."},
+    )
+    async with taskloom.Harness(model=model, cwd=project, skip_permissions=True) as h:
+        [e async for e in h.run("go")]
+        await h.end()
+    (first,) = model.agent_requests
+    text = json.dumps(first.messages[0].wire())
+    base = project / ".claude" / "skills" / "notes"
+    assert f"Base directory for this skill: {base}" in text
+    assert text.index("Write notes in NOTES.md.") < text.index("Note it.")
+
+
+def test_the_coordinator_is_told_which_skills_its_workers_can_load() -> None:
+    from taskloom.agents.coordinator import worker_context
+
+    context = worker_context(["Bash", "Skill"], [], ["stamp", "notes"])
+    assert context.splitlines()[-1] == (
+        "Skills available to workers (the Skill tool loads them): notes, stamp"
+    )
+    assert "Skills" not in worker_context(["Bash"], [], ["stamp"])  # nothing to load them with

@@ -8,6 +8,7 @@ nobody changes the configuration once it is built.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from taskloom.instructions import ConversationInstructions, Instructions
 from taskloom.prompts import environment
 from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from taskloom.signals import emit
+from taskloom.skills.expand import instructions
 
 if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from taskloom.skills import SkillCatalog
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import Tool
+
+log = logging.getLogger(__name__)
 
 #: Permission modes from loosest to strictest.
 _STRICTNESS = {"bypassPermissions": 0, "acceptEdits": 1, "default": 2, "dontAsk": 3, "plan": 4}
@@ -114,6 +118,22 @@ class AgentBuilder:
         for model in models:
             if model is not self.model:
                 await model.aclose()
+
+    def first_prompt(self, definition: AgentDefinition, prompt: str) -> str:
+        """``prompt`` after the instructions of the skills ``definition`` preloads.
+
+        Its ``skills`` are loaded whole into the agent's first message, each as the Skill
+        tool would give it, so the agent starts knowing them; a name that is no skill of
+        the session's is left out with a warning.
+        """
+        loaded = []
+        for name in definition.skills:
+            found = self.skills.get(name) if self.skills is not None else None
+            if found is None:
+                log.warning("agent %s: no skill %r to preload", definition.agent_type, name)
+                continue
+            loaded.append(instructions(found, "", self.runtime.session_id))
+        return "\n\n".join([*loaded, prompt])
 
     def definition(self, subagent_type: str | None) -> AgentDefinition:
         """The definition for ``subagent_type`` (default :attr:`default_type`).

@@ -131,16 +131,23 @@ def coordinator_catalog(catalog: AgentCatalog) -> AgentCatalog:
     return dataclasses.replace(catalog, active=active)
 
 
-def worker_context(tool_names: Iterable[str], mcp_servers: Iterable[str]) -> str:
-    """What the coordinator is told of its workers' means: their tools and MCP servers.
+def worker_context(
+    tool_names: Iterable[str], mcp_servers: Iterable[str], skills: Iterable[str] = ()
+) -> str:
+    """What the coordinator is told of its workers' means: tools, MCP servers and skills.
 
-    (taskloom has no skills yet, so there are none to list.)
+    Skills are listed when the workers have the Skill tool to load them with.
     """
     names = list(dict.fromkeys(tool_names))
     lines = [f"Workers have access to: {', '.join(names) if names else '(no tools)'}"]
     servers = sorted(mcp_servers)
     if servers:
         lines.append(f"MCP servers available to workers: {', '.join(servers)}")
+    loadable = sorted(skills) if "Skill" in names else []
+    if loadable:
+        lines.append(
+            f"Skills available to workers (the Skill tool loads them): {', '.join(loadable)}"
+        )
     return "\n".join(lines)
 
 
@@ -155,7 +162,8 @@ def coordinator_system_prompt(
     worker = builder.config(
         WORKER_TYPE, builder.definition(WORKER_TYPE), description="", cwd=cwd, is_async=True
     )
-    context = worker_context((t.name for t in worker.tools), mcp_servers)
+    skills = [c.name for c in builder.skills.for_model()] if builder.skills is not None else []
+    context = worker_context((t.name for t in worker.tools), mcp_servers, skills)
     told = builder.instructions.text()  # the project's instructions, as the main thread's
     parts = (COORDINATOR_PROMPT, environment(cwd), context, told, append)
     return "\n\n".join(p for p in parts if p)

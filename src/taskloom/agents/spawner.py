@@ -186,7 +186,7 @@ class Spawner:
             raise taken
         self.runs[agent_id] = run
         self.runtime.attach_handle(agent_id, run)
-        driver = run.start(request.prompt)
+        driver = run.start(self.builder.first_prompt(definition, request.prompt))
         self._watch(run, driver)
         if is_async:
             return self._launched(agent_id, definition.agent_type, request)

@@ -8,7 +8,8 @@ carries (:func:`program_options`): the program's hook functions (``hooks``), age
 http, sse). ``title``, ``skills``, ``toolAliases``, ``planModeInstructions`` and
 ``appendSubagentSystemPrompt`` are accepted and have no effect (said under ``--debug``).
 
-The answer (:func:`initialize_answer`) has the field names of Claude Code's: ``commands``,
+The answer (:func:`initialize_answer`) has the field names of Claude Code's: ``commands``
+(``/compact``, the custom commands and the skills a prompt ``/name args`` runs),
 ``agents``, ``models`` (the price table's families), ``account``, ``output_style``, ``pid``,
 ``claude_code_version``, ``current_permission_mode``, and ``mcp_servers_applied`` when the
 request carried ``mcpServers``.

@@ -1,10 +1,10 @@
 """The Read tool, and the path and read-before-write helpers that Write and Edit share.
 
 Read shows a text file the way ``cat -n`` does (within the bounds of :mod:`._text`), an image
-as an image block (:mod:`._media`) and a PDF's pages as text (:mod:`._pdf`), and records the
-file's mtime in ``ctx.files.seen``; Write and Edit refuse to touch an existing file that is
-not recorded there or whose mtime has moved since, so the model never overwrites changes it
-has not seen.
+as an image block (:mod:`._media`), a PDF's pages as text (:mod:`._pdf`) and a notebook's cells
+(:mod:`._notebook`), and records the file's mtime in ``ctx.files.seen``; Write, Edit and
+NotebookEdit refuse to touch an existing file that is not recorded there or whose mtime has
+moved since, so the model never overwrites changes it has not seen.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from taskloom.tools._media import MAX_IMAGE_SIDE, image_extension, read_image, sniff_image
+from taskloom.tools._notebook import is_notebook, read_notebook
 from taskloom.tools._pdf import MAX_PAGES_PER_CALL, MAX_PAGES_WITHOUT_RANGE, is_pdf, read_pdf
 from taskloom.tools._text import (
+    CHARS_PER_TOKEN,
     DEFAULT_LIMIT,
     DEFAULT_READ_MAX_TOKENS,
     MAX_FILE_BYTES,
@@ -151,7 +153,8 @@ class Read(Tool[ReadInput]):
 
     name = "Read"
     description = (
-        "Reads a file from the local filesystem: text files, images and PDFs.\n\n"
+        "Reads a file from the local filesystem: text files, images, PDFs and Jupyter "
+        "notebooks.\n\n"
         "Usage:\n"
         "- file_path should be an absolute path; a relative path is taken from the current "
         "working directory.\n"
@@ -165,6 +168,8 @@ class Read(Tool[ReadInput]):
         "shown whole (only a line longer than the whole cap is cut).\n"
         "- Output is in `cat -n` format: the line number, a tab, then the line. The number and "
         "tab are not part of the file: never copy them into Edit's old_string or new_string.\n"
+        "- Jupyter notebooks (.ipynb) are shown whole: every cell with its outputs (text and "
+        "images).\n"
         "- Images (PNG, JPEG, GIF, WebP) are shown to you as images, up to 5 MB in base64 and "
         f"{MAX_IMAGE_SIDE} pixels a side.\n"
         '- PDFs are read as text, page by page: give pages ("3", "1-5", "2,4-6"; at most '
@@ -227,6 +232,9 @@ def _read(path: str, params: ReadInput, max_tokens: int) -> tuple[ToolResult, in
         return tool_error("pages is for PDF files only; use offset and limit for text."), None
     if image is not None:
         return read_image(path, image)
+    if not pdf and is_notebook(path):
+        # The whole notebook, cell by cell (offset and limit do not apply, as in Claude Code).
+        return read_notebook(path, max_tokens * CHARS_PER_TOKEN)
     if pdf:
         if params.offset is not None or params.limit is not None:
             return tool_error("offset and limit are for text files; give pages for a PDF."), None

@@ -32,12 +32,14 @@ def core_tools(profile: str = "claude") -> list[Tool[Any]]:
     from taskloom.tools.glob import Glob
     from taskloom.tools.grep import Grep
     from taskloom.tools.monitor import MonitorTool
+    from taskloom.tools.notebook_edit import NotebookEdit
     from taskloom.tools.read import Read
     from taskloom.tools.todo import TodoWriteTool
     from taskloom.tools.write import Write
 
     tools: list[Tool[Any]] = [BashTool(), Glob(), Grep(), Read(), Edit(), Write(), MonitorTool()]
     tools.append(TodoWriteTool())
+    tools.append(NotebookEdit())
     if profile == "jobs":
         from taskloom.tools.jobs import JobKillTool, JobListTool, JobOutputTool
 

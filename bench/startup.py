@@ -88,7 +88,8 @@ class Run:
 
 #: Imported only on the path that needs them.
 # markdownify and bs4: WebFetch's HTML to Markdown, imported only when a page is fetched.
-OPTIONAL_HEAVY = frozenset({"ray", "opentelemetry", "libtmux", "markdownify", "bs4"})
+# nbformat: Read and NotebookEdit of Jupyter notebooks, imported only when one is touched.
+OPTIONAL_HEAVY = frozenset({"ray", "opentelemetry", "libtmux", "markdownify", "bs4", "nbformat"})
 
 
 def _spawn(cmd: list[str], env: dict[str, str], cwd: str, marker: str | None) -> Run:

@@ -62,6 +62,7 @@ from taskloom.tools.base import (
     tool_error,
 )
 from taskloom.tools.confinement import outside_confinement
+from taskloom.tools.deferral import request_messages, request_tools
 from taskloom.tools.overflow import results_dir
 from taskloom.tools.todo import TodoList
 from taskloom.tools.workdir import WorkingDirectory
@@ -279,8 +280,8 @@ class Engine:
         return ModelRequest(
             model=cfg.model_name or cfg.model.name,
             system=cfg.system_prompt,
-            messages=list(self.messages),
-            tools=[t.spec() for t in cfg.tools],
+            messages=request_messages(cfg.tools, self.messages),
+            tools=request_tools(cfg.tools, self.messages),
             max_tokens=cfg.max_tokens,
             agent_id=cfg.agent_id,
             metadata=dict(cfg.metadata),

@@ -8,8 +8,9 @@ so that the composition root stays one screen per concern.
 The main thread is offered the core tools of the settings' ``toolProfile``, the web tools
 (WebFetch; WebSearch when the session can search), Agent and
 SendMessage, EnterWorktree and ExitWorktree, EnterPlanMode, ExitPlanMode and AskUserQuestion
-(which ask the user), Skill (when there are skills), a team lead's tools, StructuredOutput (with a
-``json_schema``), the MCP servers' tools and the program's own. A coordinator only
+(which ask the user), Skill (when there are skills), a team lead's tools, StructuredOutput
+(with a ``json_schema``), the MCP servers' tools and the program's own, and ToolSearch when
+those are deferred (:mod:`taskloom.tools.deferral`). A coordinator only
 orchestrates: it has Agent, SendMessage and TaskStop, its workers have the rest, and its
 prompt says what they have. ``builtin_tools`` keeps only the built-in tools it names; the
 permission policy hides the tools it denies outright.
@@ -99,8 +100,13 @@ def main_tools(
     if structured is not None:
         builtin.append(structured)
     mcp_tools = mcp.tools() if mcp is not None and not coordinator else []
-    offered = [*builtin, *mcp_tools, *extra]
-    return [t for t in offered if not policy.hides(t.name, t.kind)]
+    offered = [t for t in [*builtin, *mcp_tools, *extra] if not policy.hides(t.name, t.kind)]
+    if policy.hides("ToolSearch", "other"):
+        return offered
+    from taskloom.tools.deferral import with_tool_search
+
+    # Many MCP tools: their schemas are deferred, found with ToolSearch (tools/deferral.py).
+    return with_tool_search(offered, service.builder.model.name, service.builder.settings)
 
 
 def main_config(

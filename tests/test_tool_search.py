@@ -292,3 +292,82 @@ def test_the_written_out_schema_is_the_generated_one() -> None:
     assert model is ToolSearchTool.Input
     dumps = json.dumps  # key order included: the request body is serialised in this order
     assert dumps(schema) == dumps(generated_schema(ToolSearchTool.Input))
+
+
+async def test_a_subagent_with_the_sessions_many_mcp_tools_searches_them_too(
+    tmp_path: Path,
+) -> None:
+    from helpers import main_context
+    from taskloom.agents.service import SpawnRequest
+
+    mcp_config(tmp_path)
+    requests: list[ModelRequest] = []
+    wanted = f"mcp__many__{tool_name(42)}"
+
+    def respond(request: ModelRequest) -> Turn | str:
+        requests.append(request)
+        if len(requests) == 1:
+            return call("ToolSearch", {"query": f"select:{wanted}"})
+        if len(requests) == 2:
+            return call(wanted, {"value": "sub"})
+        return "reported"
+
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        result = await h.agents.spawn(
+            SpawnRequest(description="d", prompt="use the tools", subagent_type="general-purpose"),
+            main_context(h),
+        )
+
+    assert result.status == "completed"
+    assert all(len(r.tools) < 20 for r in requests), [len(r.tools) for r in requests]
+    assert "ToolSearch" in {t.name for t in requests[0].tools}
+    assert requests[1].tools[-1].name == wanted
+    assert results(requests[2])[0].text() == f"{tool_name(42)} got sub"
+
+
+def test_a_search_within_fewer_tools_finds_only_those() -> None:
+    narrowed = searcher().within({"Read", "mcp__slack__send_message", "NotebookEdit"})
+
+    assert narrowed.deferred == ("NotebookEdit", "mcp__slack__send_message")
+    assert narrowed.search("send message", 5) == ["mcp__slack__send_message"]
+    assert narrowed.select(["mcp__email__send_message", "Read"]) == ["Read"]
+
+
+@pytest.mark.e2e
+def test_a_print_run_finds_and_calls_a_deferred_mcp_tool(tmp_path: Path) -> None:
+    import subprocess
+
+    import yaml
+
+    from helpers import clean_env, scripted_argv
+
+    mcp_config(tmp_path)
+    wanted = f"mcp__many__{tool_name(13)}"  # drive_get_013
+    turns = [
+        {"tool_calls": [{"name": "ToolSearch", "input": {"query": "+drive get"}}]},
+        {"tool_calls": [{"name": wanted, "input": {"value": "cli"}}]},
+        {"text": "done"},
+    ]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"turns": turns}))
+    proc = subprocess.run(
+        scripted_argv(tmp_path / "s.yaml", "--allowedTools", "mcp__many"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert "ToolSearch" in events[0]["tools"] and wanted in events[0]["tools"]
+    answers = [
+        block
+        for event in events
+        if event["type"] == "user"
+        for block in event["message"]["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert wanted in defined_names(answers[0]["content"])
+    assert answers[1]["content"] == f"{tool_name(13)} got cli" and not answers[1]["is_error"]
+    assert events[-1]["result"] == "done"

@@ -23,6 +23,7 @@ from taskloom.prompts import environment
 from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from taskloom.signals import emit
 from taskloom.skills.expand import instructions
+from taskloom.tools.deferral import with_tool_search
 
 if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
@@ -191,6 +192,8 @@ class AgentBuilder:
             allow_nesting=self.allow_nesting or spawns is not None,
         )
         tools = restrict_spawns(tools, spawns) + own_tools(definition, extra_tools, offered)
+        # Many MCP tools: offered by name, found with ToolSearch (as on the main thread).
+        tools = with_tool_search(tools, model_name, self.settings)
         # A worktree's memory is its main checkout's: a note kept there outlives it.
         memory = load_memory(definition.memory, definition.agent_type, memory_project(cwd))
         if memory is not None:

@@ -146,8 +146,8 @@ def request_tools(tools: Sequence[Tool[Any]], messages: Sequence[Message]) -> li
     search = _search_tool(tools)
     if search is None:
         return [t.spec() for t in tools]
-    deferred = set(search.deferred)
     by_name = {t.name: t for t in tools}
+    deferred = set(search.deferred) & by_name.keys()  # a teammate may have fewer tools
     specs = [t.spec() for t in tools if t.name not in deferred]
     return specs + [by_name[name].spec() for name in loaded_tools(messages, deferred)]
 
@@ -161,7 +161,8 @@ def request_messages(tools: Sequence[Tool[Any]], messages: Sequence[Message]) ->
     search = _search_tool(tools)
     if search is None or not messages or messages[0].role != "user":
         return list(messages)
-    names = "\n".join(sorted(search.deferred))
+    offered = {t.name for t in tools}
+    names = "\n".join(sorted(n for n in search.deferred if n in offered))
     block = TextBlock(text=f"<available-deferred-tools>\n{names}\n</available-deferred-tools>")
     first = messages[0]
     return [first.model_copy(update={"content": [block, *first.content]}), *messages[1:]]

@@ -113,16 +113,25 @@ class ToolSearchTool(Tool[ToolSearchInput]):
         query = params.query.strip()
         if not query:
             return tool_error("query must not be empty: give select:<tool_name> or keywords.")
+        # A ToolSearch handed on with a list of tools (a teammate's, a fork's) finds only the
+        # tools of the agent calling it.
+        mine = getattr(getattr(ctx.engine, "config", None), "tools", None)
+        search = self if mine is None else self.within({t.name for t in mine})
         selected = _SELECT.match(query)
         if selected is not None:
-            matches = self.select(selected.group(1).split(","))
+            matches = search.select(selected.group(1).split(","))
         else:
-            matches = self.search(query, params.max_results)
-        total = len(self.deferred)
+            matches = search.search(query, params.max_results)
+        total = len(search.deferred)
         data = {"matches": matches, "query": params.query, "total_deferred_tools": total}
         if not matches:
             return ToolResult(NO_MATCH, data=data, response=data)
         return ToolResult(self.definitions(matches), data=data, response=data)
+
+    def within(self, names: Collection[str]) -> ToolSearchTool:
+        """The same search over only the tools named in ``names``."""
+        kept = [tool for name, tool in self.tools.items() if name in names]
+        return ToolSearchTool(kept, [name for name in self.deferred if name in names])
 
     def select(self, requested: Sequence[str]) -> list[str]:
         """The tools named in ``requested`` (exact names first, then ignoring case), once each."""

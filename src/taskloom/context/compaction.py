@@ -228,7 +228,8 @@ async def _summarize(engine: Compactable, instructions: str) -> str:
     ask = SUMMARY_INSTRUCTIONS
     if instructions:
         ask += f"\n\nAdditional instructions:\n{instructions}"
-    base, messages = engine.request(), list(engine.messages)
+    base = engine.request()  # its messages as sent (a deferred tool list added, say)
+    messages = list(base.messages)
     for attempt in range(SUMMARY_TRIES):
         request = _summary_request(base, messages, ask)
         try:

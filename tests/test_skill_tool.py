@@ -161,3 +161,20 @@ def test_the_coordinator_is_told_which_skills_its_workers_can_load() -> None:
         "Skills available to workers (the Skill tool loads them): notes, stamp"
     )
     assert "Skills" not in worker_context(["Bash"], [], ["stamp"])  # nothing to load them with
+
+
+async def test_a_skill_s_grants_are_its_agent_s_alone(project: Path) -> None:
+    turns = [
+        Turn(tool_calls=[ToolCall("Skill", {"skill": "stamp", "args": "a.txt"})]),
+        Turn(tool_calls=[ToolCall("Agent", {"description": "d", "prompt": "touch sub.txt"})]),
+        Turn(tool_calls=[ToolCall("Bash", {"command": "touch sub.txt"})]),  # the subagent's
+        "sub done",
+        Turn(tool_calls=[ToolCall("Bash", {"command": "touch main.txt"})]),  # the main thread's
+        "main done",
+    ]
+    events, _ = await session(project, turns, allowed_tools=["Skill(stamp)"])
+    # The subagent has no grant of the main thread's turn (headless: refused, not asked)...
+    assert not (project / "sub.txt").exists()
+    # ...and its end did not take the main thread's grant away.
+    assert (project / "main.txt").exists()
+    assert [name for name, _, error in done(events) if error] == []  # the Agent call ended well

@@ -271,7 +271,8 @@ class AgentBuilder:
         """
         if self.policy is None:
             return None
-        policy = self.policy.with_mode(defined) if defined else self.policy
+        # Always a copy of its own: a skill's grants for one agent's turn are not another's.
+        policy = self.policy.with_mode(defined) if defined else self.policy.with_directories(())
         if requested and _STRICTNESS.get(requested, -1) > _STRICTNESS.get(str(policy.mode), -1):
             policy = policy.with_mode(requested)
         return policy

@@ -288,3 +288,20 @@ async def test_a_compaction_keeps_the_todo_list_in_the_summary_and_the_engine(
         )
         assert h.session.engine.todos.active is not None
         await h.end()
+
+
+async def test_nobody_to_approve_a_plan_means_no_plan_mode(tmp_path: Path) -> None:
+    # Headless and allowed everything: entering plan mode would shut edits off for good.
+    events, (_, mode, _) = await run(
+        tmp_path,
+        [
+            Turn(tool_calls=[ToolCall("EnterPlanMode", {})]),
+            Turn(tool_calls=[ToolCall("Write", {"file_path": "a.txt", "content": "x"})]),
+            "ok",
+        ],
+        skip_permissions=True,
+    )
+    (_, entered, refused), (_, _, write_failed) = results(events)
+    assert refused and "nobody could approve the plan" in entered
+    assert not write_failed and (tmp_path / "a.txt").read_text() == "x"
+    assert mode == "bypassPermissions"

@@ -101,8 +101,10 @@ def test_bad_urls_are_refused_naming_why(url: str, says: str) -> None:
 
 
 def test_redirects_are_followed_on_the_same_site_only() -> None:
-    assert same_site("https://example.com/a", "https://www.example.com/b")
-    assert same_site("https://www.example.com/a", "https://example.com/b")
+    assert same_site("https://example.com/a", "https://EXAMPLE.com/b")
+    # Rules name hosts exactly: www. added or dropped is another host (told, not followed).
+    assert not same_site("https://example.com/a", "https://www.example.com/b")
+    assert not same_site("https://www.example.com/a", "https://example.com/b")
     assert not same_site("https://example.com/a", "https://docs.example.com/b")
     assert not same_site("https://example.com/a", "http://example.com/b")
     assert not same_site("https://example.com/a", "https://example.com:8443/b")

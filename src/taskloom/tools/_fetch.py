@@ -30,6 +30,9 @@ MAX_CONTENT_BYTES = 10 * 1024 * 1024
 #: Seconds one fetch may take, redirects included.
 FETCH_TIMEOUT_S = 60.0
 MAX_REDIRECTS = 10
+#: The most of an HTML page converted to Markdown: the conversion is slow (seconds a megabyte)
+#: and only the Markdown's start is read by the model anyway.
+MAX_HTML_CHARS = 500_000
 CACHE_TTL_S = 15 * 60.0
 CACHE_MAX_BYTES = 50 * 1024 * 1024
 ACCEPT = "text/markdown, text/html, */*"
@@ -112,16 +115,16 @@ def is_loopback(host: str) -> bool:
 
 
 def same_site(original: str, target: str) -> bool:
-    """Whether a redirect from ``original`` to ``target`` is followed (Claude Code's rule)."""
+    """Whether a redirect from ``original`` to ``target`` is followed: the same host only.
+
+    Claude Code also follows one that adds or drops ``www.``; taskloom does not, since the
+    permission rules name hosts exactly (``WebFetch(domain:www.example.com)``) and a redirect
+    is not checked against them: the model is told of it and fetches the new URL, asked for.
+    """
     a, b = urlsplit(original), urlsplit(target)
     if b.username or b.password or a.scheme != b.scheme or a.port != b.port:
         return False
-    return _bare(a.hostname or "") == _bare(b.hostname or "")
-
-
-def _bare(host: str) -> str:
-    host = host.lower()
-    return host.removeprefix("www.")
+    return (a.hostname or "").lower() == (b.hostname or "").lower()
 
 
 class PageCache:
@@ -216,7 +219,9 @@ async def _follow(client: httpx.AsyncClient, url: str) -> Page | Redirect:
                 code_text=response.reason_phrase,
                 bytes=len(body),
                 content_type=kind,
-                content=_readable(text, kind),
+                # Off the event loop: a big page must not freeze the session, and a cancel
+                # (the timeout, an interrupt) ends the wait for it.
+                content=await asyncio.to_thread(_readable, text, kind),
             )
     raise FetchError(f"Too many redirects (more than {MAX_REDIRECTS}) from {url}")
 
@@ -243,7 +248,7 @@ def _too_big(size: int | None) -> str:
 
 def _readable(text: str, kind: str) -> str:
     if kind in ("text/html", "application/xhtml+xml") or (not kind and "<html" in text[:1000]):
-        return to_markdown(text)
+        return to_markdown(text[:MAX_HTML_CHARS])
     if kind and not (kind.startswith(_TEXT_TYPES) or kind.endswith(_TEXT_SUFFIXES)):
         raise FetchError(f"WebFetch reads text and HTML, not {kind} content")
     return text

@@ -129,6 +129,12 @@ class EnterPlanModeTool(Tool[EnterPlanModeInput]):
         policy = _policy(ctx)
         if policy is None:
             return tool_error("EnterPlanMode has no permission mode to switch in this call")
+        if ctx.engine is not None and ctx.engine.config.prompter is None:
+            # Nobody could approve the plan (ExitPlanMode): plan mode would never end.
+            return tool_error(
+                "EnterPlanMode is not available in this non-interactive session: nobody could "
+                "approve the plan to leave plan mode. Present your plan in your answer instead."
+            )
         policy.switch_mode("plan")
         return ToolResult(f"{ENTERED}\n\n{PLAN_STEPS}", data={"message": ENTERED})
 

@@ -28,7 +28,7 @@ import shutil
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,9 +65,11 @@ class TimedScript(CoordinatorScript):
     #: Whether the coordinator gave its final answer (the run went through every step).
     finished: bool = False
 
-    def __call__(self, body: dict[str, Any]) -> Turn:
+    def __call__(self, body: dict[str, Any]) -> Turn | Awaitable[Turn]:
         """The scenario's answer to ``body``, the fast worker's first one slowed down."""
         turn = super().__call__(body)
+        if not isinstance(turn, Turn):
+            return turn  # the stop, once the slow command runs
         if turn.text == FINAL:
             self.finished = True
         if turn.text == FAST_RESULT and self.server is not None:

@@ -15,13 +15,17 @@ matter:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fake_servers import ToolCall, Turn
+from helpers import TIME_FACTOR
 
 FAST_PROMPT = "FAST: say what you found."
 SLOW_PROMPT = "SLOW: run the long command."
@@ -73,7 +77,7 @@ class CoordinatorScript:
     alive_before_stop: list[int] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __call__(self, body: dict[str, Any]) -> Turn:
+    def __call__(self, body: dict[str, Any]) -> Turn | Awaitable[Turn]:
         """The next answer to ``body``."""
         with self._lock:
             if "coordinator mode" in system_text(body):
@@ -91,7 +95,7 @@ class CoordinatorScript:
             return Turn(tool_calls=(ToolCall("Bash", {"command": SLOW_COMMAND}),))
         return Turn(text="slow finished")
 
-    def _coordinator(self, messages: list[dict[str, Any]]) -> Turn:
+    def _coordinator(self, messages: list[dict[str, Any]]) -> Turn | Awaitable[Turn]:
         ids: list[str] = []
         notes: list[tuple[str, str]] = []
         called: set[str] = set()
@@ -118,11 +122,19 @@ class CoordinatorScript:
         if (slow, "killed") in notes:
             return Turn(text=FINAL)
         if fast_done >= 2 and "TaskStop" not in called:
-            self.alive_before_stop = _running(SLOW_COMMAND)
-            return Turn(tool_calls=(ToolCall("TaskStop", {"task_id": slow}),))
+            return self._stop_once_running(slow)
         if fast_done >= 1 and "SendMessage" not in called:
             return Turn(tool_calls=(ToolCall("SendMessage", {"to": fast, "message": FOLLOW_UP}),))
         return Turn(text="Waiting for the workers.")
+
+    async def _stop_once_running(self, slow: str) -> Turn:
+        """TaskStop of the slow worker, once its command runs (a loaded machine may be late
+        starting it): the server answers the others meanwhile. Bounded: it stops anyway."""
+        deadline = time.monotonic() + 10 * TIME_FACTOR
+        while not (alive := _running(SLOW_COMMAND)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # a process has no event to wait on: polled
+        self.alive_before_stop = alive
+        return Turn(tool_calls=(ToolCall("TaskStop", {"task_id": slow}),))
 
 
 def _running(command: str) -> list[int]:

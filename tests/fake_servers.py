@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import json
 import re
@@ -37,7 +38,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Self
@@ -104,7 +105,9 @@ class ErrorReply:
 
 Reply = Turn | ErrorReply
 ToolCallLike = ToolCall | tuple[str, dict[str, Any]] | dict[str, Any]
-Responder = Callable[[dict[str, Any]], "Reply | str | dict[str, Any]"]
+Responder = Callable[
+    [dict[str, Any]], "Reply | str | dict[str, Any] | Awaitable[Reply | str | dict[str, Any]]"
+]
 
 
 @dataclass(frozen=True)
@@ -316,7 +319,7 @@ class FakeServer:
         if refusal is not None:
             await self._json(writer, refusal)
             return True
-        reply = self._next_reply(body)
+        reply = await self._next_reply(body)
         if isinstance(reply, ErrorReply) and not reply.in_stream:
             await self._json(writer, reply)
             return True
@@ -364,14 +367,17 @@ class FakeServer:
         """The error the real API answers this request with, if it refuses it (none here)."""
         return None
 
-    def _next_reply(self, body: dict[str, Any]) -> Reply:
+    async def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
         if self.responder is None:
             return ErrorReply(400, "invalid_request_error", "fake server: no scripted reply left")
         try:
-            return as_reply(self.responder(body))
+            raw = self.responder(body)
+            if inspect.isawaitable(raw):  # it waits for something, serving the others meanwhile
+                raw = await raw
+            return as_reply(raw)
         except Exception as exc:  # surfaced by close(); the client gets a clear answer now
             self.responder_errors.append(exc)
             return ErrorReply(400, "invalid_request_error", f"fake server responder: {exc!r}")

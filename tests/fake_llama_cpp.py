@@ -132,11 +132,11 @@ class FakeLlamaCppServer(FakeOpenAIServer):
     def __init__(self, responder: Responder | None = None) -> None:
         super().__init__(responder, usage=False)
 
-    def _next_reply(self, body: dict[str, Any]) -> Reply:
+    async def _next_reply(self, body: dict[str, Any]) -> Reply:
         errors = validation_errors(body)
         if errors:
             return ErrorReply(500, "internal_server_error", render(errors))
-        return super()._next_reply(body)
+        return await super()._next_reply(body)
 
 
 __all__ = ["FakeLlamaCppServer", "render", "validation_errors"]

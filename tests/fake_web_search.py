@@ -39,10 +39,10 @@ class FakeSearchingServer(FakeAnthropicServer):
         #: The server tool specs of the search requests served, in order.
         self.searches: list[dict[str, Any]] = []
 
-    def _next_reply(self, body: dict[str, Any]) -> Reply:
+    async def _next_reply(self, body: dict[str, Any]) -> Reply:
         if _server_tool(body) is not None:
             return Turn()  # answered by _stream from the results, not from the queue
-        return super()._next_reply(body)
+        return await super()._next_reply(body)
 
     def _stream(self, turn: Turn, request: dict[str, Any], n: int) -> list[bytes]:
         tool = _server_tool(request)

@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"tools", "mcp"},
     {"engine", "engine_config", "events", "gate", "telemetry", "context"},
     {"conversation"},
-    {"agents", "session", "options", "remote"},
+    {"agents", "session", "options", "remote", "plugins"},
     {"teams"},
     {"harness", "main_thread", "started"},
     {"repl"},

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from taskloom.messages import Message
     from taskloom.models.base import Model
     from taskloom.permissions import PermissionPolicy
+    from taskloom.plugins import PluginSet
     from taskloom.session import Session
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tasks.types import TaskState
@@ -119,6 +120,11 @@ class Harness:
         return self.started.model
 
     @property
+    def plugins(self) -> PluginSet:
+        """The session's plugins (``plugin_dirs``, ``enabledPlugins``) and what was skipped."""
+        return self.started.plugins
+
+    @property
     def policy(self) -> PermissionPolicy:
         """The session's permission policy."""
         return self.started.policy
@@ -176,6 +182,7 @@ class Harness:
         from taskloom.mcp.startup import session_servers
         from taskloom.models.caching import check_cache_settings
         from taskloom.permissions import PermissionPolicy
+        from taskloom.plugins import load_plugins
         from taskloom.settings import find_project_root, load_settings, max_output_tokens
 
         opts = self.options
@@ -185,6 +192,7 @@ class Harness:
             sources=opts.setting_sources,
         )  # fmt: skip
         max_tokens = max_output_tokens(settings, opts.max_output_tokens)
+        plugins = load_plugins(opts.plugin_dirs, settings)
         check_cache_settings(settings)
         coordinator = coordinator_enabled(opts.coordinator, settings)
         model = session_model(opts, settings)
@@ -208,7 +216,7 @@ class Harness:
             observer = engine_observer(opts, settings, runtime.session_id, model, self._stack)
             await self._stack.enter_async_context(runtime)
             self._claimed = True
-            mcp_config = mcp_servers_config(opts, self.cwd)
+            mcp_config = mcp_servers_config(opts, self.cwd, plugins)
             servers = session_servers(
                 mcp_config, cwd=self.cwd, program=opts.mcp_caller, store=runtime.store,
                 session_id=runtime.session_id,
@@ -218,7 +226,7 @@ class Harness:
             listener = await peer_listener(opts, settings, runtime, self._stack)
             base = Base(
                 opts, self.cwd, settings, max_tokens, coordinator, runtime, model, policy, mcp,
-                mcp_config, listener, observer, self._resuming,
+                mcp_config, listener, observer, self._resuming, plugins,
             )  # fmt: skip
             self._state = state = compose(base, self._stack, models)
             # A resumed session's detached remote agents are followed again.

@@ -79,6 +79,9 @@ class Options:
             here replaces a configured one of the same name.
         strict_mcp_config: Use only the servers of ``mcp_config``, ignoring every other MCP
             configuration (``--strict-mcp-config``).
+        plugin_dirs: Plugin directories loaded for this session (``--plugin-dir``), before
+            the installed plugins the ``enabledPlugins`` setting turns on
+            (:mod:`taskloom.plugins`).
         mcp_caller: Reaches the MCP servers of type ``sdk``, hosted by the program driving the
             session (``mcp_message`` control requests); without it they are not started.
         coordinator: The main thread only orchestrates workers (``--coordinator``): its tools
@@ -129,6 +132,7 @@ class Options:
     observer: EngineObserver | None = None
     mcp_config: Sequence[str] = ()
     strict_mcp_config: bool = False
+    plugin_dirs: Sequence[str] = ()
     mcp_caller: McpMessageCaller | None = None
     coordinator: bool | None = None
     listen: bool | None = None

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from taskloom.models.switch import ModelSwitch
     from taskloom.options import Options
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.plugins import PluginSet
     from taskloom.session import Session
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.teams.member import TeammateProcess
@@ -69,6 +70,8 @@ class Started:
     session: Session
     #: How a prompt is run to its end on the main thread (reminders, the fallback model).
     turns: TurnPolicy
+    #: The session's plugins, and what of them was skipped.
+    plugins: PluginSet
 
 
 class _Later(Generic[T]):
@@ -108,6 +111,8 @@ class Base:
     observer: EngineObserver | None
     #: The conversation the session resumes, if any.
     resuming: str | None
+    #: The session's plugins (``--plugin-dir``, ``enabledPlugins``).
+    plugins: PluginSet
 
 
 def session_model(options: Options, settings: dict[str, Any]) -> Model:
@@ -143,8 +148,12 @@ def engine_observer(
     return Tee(first, telemetry) if first is not None else telemetry
 
 
-def mcp_servers_config(options: Options, cwd: Path) -> dict[str, Any]:
-    """The session's MCP servers' configuration: ``.mcp.json``, then the flags'.
+def mcp_servers_config(
+    options: Options, cwd: Path, plugins: PluginSet | None = None
+) -> dict[str, Any]:
+    """The session's MCP servers' configuration: ``.mcp.json``, the plugins', then the flags'.
+
+    ``--strict-mcp-config`` leaves out the plugins' servers too, as every other configuration.
 
     Raises:
         UsageError: A configuration that cannot be read.
@@ -152,6 +161,8 @@ def mcp_servers_config(options: Options, cwd: Path) -> dict[str, Any]:
     from taskloom.mcp.config import load_flag_configs, load_mcp_config
 
     config = {} if options.strict_mcp_config else load_mcp_config(cwd)
+    if plugins is not None and not options.strict_mcp_config:
+        config.update(plugins.mcp_servers())
     config.update(load_flag_configs(options.mcp_config))
     return config
 
@@ -212,6 +223,8 @@ def compose(
     opts, cwd, runtime, settings = base.options, base.cwd, base.runtime, base.settings
     profile = str(settings.get("toolProfile") or "claude")
     hooks = HookConfig.from_settings(settings)
+    if settings.get("disableAllHooks") is not True:  # it turns the plugins' hooks off too
+        hooks = hooks.merged(base.plugins.hook_config())
     if opts.hooks is not None:
         hooks = hooks.merged(opts.hooks)
     agents: _Later[AgentService] = _Later("the agent service")
@@ -234,7 +247,7 @@ def compose(
         runtime, opts, settings, cwd=cwd, model=base.model, policy=base.policy, hooks=hooks,
         tools=worker_tools, max_tokens=base.max_output_tokens, prompter=prompter,
         observer=base.observer, coordinator=base.coordinator, mcp=base.mcp,
-        mcp_config=base.mcp_config, team=team,
+        mcp_config=base.mcp_config, team=team, plugins=base.plugins,
         listen_path=base.listener.path if base.listener is not None else None,
         # The session's budget ran out: the main thread makes no more requests.
         spent=lambda why: session().engine.halt(why),
@@ -311,7 +324,7 @@ def _main_thread(
         settings=base.settings, max_output_tokens=base.max_output_tokens,
         coordinator=base.coordinator, runtime=base.runtime, model=base.model, switch=switch,
         policy=policy, mcp=mcp, listener=base.listener, agents=service, team=team,
-        teammate=member, tools=offered, session=main, turns=turns,
+        teammate=member, tools=offered, session=main, turns=turns, plugins=base.plugins,
     )  # fmt: skip
 
 

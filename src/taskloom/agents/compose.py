@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from taskloom.models.base import Model
     from taskloom.options import Options
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.plugins import PluginSet
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import Tool
 
@@ -46,6 +47,7 @@ def agent_service(
     listen_path: Path | None,
     team: TeamPort | None,
     spent: Callable[[str], None],
+    plugins: PluginSet | None = None,
 ) -> AgentService:
     """The session's subagent service.
 
@@ -69,6 +71,7 @@ def agent_service(
         team: The session's team, if any.
         spent: Told why once the session's budget (``options``' flags, then the settings)
             ran out: the main thread ends its run.
+        plugins: The session's plugins: their agents, skills and commands.
     """
     from taskloom.agents.budget import session_budget
     from taskloom.agents.builder import AgentBuilder
@@ -79,7 +82,8 @@ def agent_service(
     from taskloom.models.resolve import alias_resolver
     from taskloom.skills import default_roots, load_catalog
 
-    catalog = load_agents(cwd, flag_json=options.agents)
+    plugin_agents = plugins.agents() if plugins is not None else []
+    catalog = load_agents(cwd, flag_json=options.agents, plugin_agents=plugin_agents)
     if coordinator:
         from taskloom.agents.coordinator import coordinator_catalog
 
@@ -100,7 +104,9 @@ def agent_service(
         default_type="worker" if coordinator else "general-purpose",
         # Read once: every prompt made from them this session has the same bytes.
         instructions=load_instructions(cwd, settings, options.setting_sources),
-        skills=load_catalog(default_roots(cwd)),
+        skills=load_catalog(
+            [*default_roots(cwd), *(plugins.skill_roots() if plugins is not None else [])]
+        ),
     )
     environments = Environments(runtime, hooks=hooks, mcp=mcp, mcp_config=mcp_config)
     return AgentService(

@@ -1,4 +1,4 @@
-"""The ``taskloom`` subcommands (demo, tasks, agents, teams, worktrees), on typer."""
+"""The ``taskloom`` subcommands (demo, tasks, agents, plugins, teams, worktrees), on typer."""
 
 from __future__ import annotations
 
@@ -65,6 +65,20 @@ def agents(
     from taskloom.cli.agents_cmd import list_agents
 
     raise typer.Exit(list_agents(as_json=as_json))
+
+
+@app.command()
+def plugins(
+    plugin_dirs: Annotated[
+        list[str] | None,
+        typer.Option("--plugin-dir", help="Also a plugin in this directory (repeatable)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
+) -> None:
+    """List the plugins that load here (and --plugin-dir's), what each brings, what was skipped."""
+    from taskloom.cli.plugins_cmd import list_plugins
+
+    raise typer.Exit(list_plugins(plugin_dirs or [], as_json=as_json))
 
 
 @app.command()

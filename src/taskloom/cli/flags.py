@@ -31,7 +31,7 @@ from taskloom.cli.flag_kinds import (
 )
 
 #: The subcommands, named in the epilog (``taskloom COMMAND --help``).
-SUBCOMMANDS = ("demo", "tasks", "agents", "teams", "worktrees")
+SUBCOMMANDS = ("demo", "tasks", "agents", "plugins", "teams", "worktrees")
 
 MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
 
@@ -386,6 +386,15 @@ FLAGS: tuple[Flag, ...] = (
         help="Use only the MCP servers of --mcp-config, ignoring every other MCP configuration.",
         option="strict_mcp_config",
     ),
+    Flag(
+        ("--plugin-dir",),
+        dest="plugin_dirs",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="Load the Claude Code plugin in DIR for this session (repeatable).",
+        option="plugin_dirs",
+    ),
     # None when absent, not False: then the settings decide (see Options).
     Flag(
         ("--coordinator",),
@@ -440,7 +449,6 @@ FLAGS: tuple[Flag, ...] = (
     optional("--from-pr"),
     switch("--ide"),
     inert("-n", "--name"),
-    repeated("--plugin-dir"),
     repeated("--plugin-url"),
     optional("--prompt-suggestions"),
     optional("--remote-control"),

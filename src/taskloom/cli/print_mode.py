@@ -206,7 +206,7 @@ def init_event(harness: Harness) -> dict[str, Any]:
         "output_style": "default",
         "agents": sorted(harness.agents.catalog.names()),
         "skills": [c.name for c in harness.agents.builder.skills or () if c.kind == "skill"],
-        "plugins": [],
+        "plugins": [{"name": p.name, "path": str(p.root)} for p in harness.plugins.plugins],
         "claude_code_version": PROTOCOL_VERSION,
         "taskloom_version": __version__,
         # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).

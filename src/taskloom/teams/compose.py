@@ -277,6 +277,7 @@ def member_service(
 _INHERITED = (
     "allowed_tools", "disallowed_tools", "skip_permissions", "settings", "skip_broken_settings",
     "setting_sources", "builtin_tools", "add_dirs", "mcp_config", "strict_mcp_config", "agents",
+    "plugin_dirs",
     "append_system_prompt", "fallback_model", "max_output_tokens",
 )  # fmt: skip
 #: The lead's options that live in its process (Python objects, an SDK's callbacks): a

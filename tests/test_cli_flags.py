@@ -191,11 +191,11 @@ def test_each_ignored_flag_given_gets_one_debug_line_naming_it() -> None:
     parser = print_parser()
     given = [f for f in FLAGS if f.note is not None and f.group is not None]
     assert len(given) > 40
-    ns = parser.parse_args(["--effort", "high", "--bare", "--plugin-dir", "a", "--plugin-dir", "b"])
+    ns = parser.parse_args(["--effort", "high", "--bare", "--plugin-url", "a", "--plugin-url", "b"])
     assert inert_notes(ns) == [
         "--bare: accepted for compatibility; taskloom has no such feature, no effect",
         "--effort high: accepted for compatibility; taskloom has no such feature, no effect",
-        "--plugin-dir a b: accepted for compatibility; taskloom has no such feature, no effect",
+        "--plugin-url a b: accepted for compatibility; taskloom has no such feature, no effect",
     ]
     assert inert_notes(parser.parse_args([])) == []
 

@@ -261,7 +261,7 @@ def test_sdk_options_without_effect_are_accepted_not_refused(dirs: tuple[Path, P
     with FakeAnthropicServer() as server:
         server.add_turn(text="fine")
         flags = ["--thinking", "adaptive", "--effort", "high", "--max-thinking-tokens", "100"]
-        flags += ["--betas", "x", "--plugin-dir", str(a), "--task-budget", "5"]
+        flags += ["--betas", "x", "--plugin-url", str(a), "--task-budget", "5"]
         proc = run(a, home, server, *flags)
     assert events(proc)[-1]["result"] == "fine"
 

@@ -247,7 +247,8 @@ def compose(
         runtime, opts, settings, cwd=cwd, model=base.model, policy=base.policy, hooks=hooks,
         tools=worker_tools, max_tokens=base.max_output_tokens, prompter=prompter,
         observer=base.observer, coordinator=base.coordinator, mcp=base.mcp,
-        mcp_config=base.mcp_config, team=team, plugins=base.plugins,
+        mcp_config=base.mcp_config, team=team,
+        plugin_agents=base.plugins.agents(), plugin_roots=base.plugins.skill_roots(),
         listen_path=base.listener.path if base.listener is not None else None,
         # The session's budget ran out: the main thread makes no more requests.
         spent=lambda why: session().engine.halt(why),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.service import AgentService
     from taskloom.agents.team_port import TeamPort
     from taskloom.events import EngineObserver
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from taskloom.models.base import Model
     from taskloom.options import Options
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
-    from taskloom.plugins import PluginSet
+    from taskloom.skills import SkillRoot
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import Tool
 
@@ -47,7 +48,8 @@ def agent_service(
     listen_path: Path | None,
     team: TeamPort | None,
     spent: Callable[[str], None],
-    plugins: PluginSet | None = None,
+    plugin_agents: Sequence[AgentDefinition] = (),
+    plugin_roots: Sequence[SkillRoot] = (),
 ) -> AgentService:
     """The session's subagent service.
 
@@ -71,7 +73,8 @@ def agent_service(
         team: The session's team, if any.
         spent: Told why once the session's budget (``options``' flags, then the settings)
             ran out: the main thread ends its run.
-        plugins: The session's plugins: their agents, skills and commands.
+        plugin_agents: The session's plugins' agents.
+        plugin_roots: Where the session's plugins' skills and commands are.
     """
     from taskloom.agents.budget import session_budget
     from taskloom.agents.builder import AgentBuilder
@@ -82,7 +85,6 @@ def agent_service(
     from taskloom.models.resolve import alias_resolver
     from taskloom.skills import default_roots, load_catalog
 
-    plugin_agents = plugins.agents() if plugins is not None else []
     catalog = load_agents(cwd, flag_json=options.agents, plugin_agents=plugin_agents)
     if coordinator:
         from taskloom.agents.coordinator import coordinator_catalog
@@ -104,9 +106,7 @@ def agent_service(
         default_type="worker" if coordinator else "general-purpose",
         # Read once: every prompt made from them this session has the same bytes.
         instructions=load_instructions(cwd, settings, options.setting_sources),
-        skills=load_catalog(
-            [*default_roots(cwd), *(plugins.skill_roots() if plugins is not None else [])]
-        ),
+        skills=load_catalog([*default_roots(cwd), *plugin_roots]),
     )
     environments = Environments(runtime, hooks=hooks, mcp=mcp, mcp_config=mcp_config)
     return AgentService(

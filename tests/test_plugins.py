@@ -49,10 +49,12 @@ def test_hooks_and_mcp_servers_have_the_plugin_root_put_in(monkeypatch: pytest.M
     monkeypatch.setenv("TASKLOOM_TEST_PYTHON", sys.executable)
     (plugin,) = load_plugins([OURS]).plugins
     (matcher,) = plugin.hooks["PreToolUse"]
-    assert matcher["hooks"][0]["command"] == f'sh "{OURS}/hooks/record.sh"'
+    export = f"export CLAUDE_PLUGIN_ROOT={OURS}; "
+    assert matcher["hooks"][0]["command"] == f'{export}sh "{OURS}/hooks/record.sh"'
     server = plugin.mcp_servers["plugin:loom-kit:echo"]
     assert server.command == sys.executable
     assert server.args == (f"{OURS}/../../../mcp_echo_server.py",)
+    assert server.env == {"CLAUDE_PLUGIN_ROOT": str(OURS)}
     assert Path(server.args[0]).resolve() == Path(__file__).with_name("mcp_echo_server.py")
 
 
@@ -152,7 +154,7 @@ async def test_a_session_runs_a_plugins_skill_agent_and_mcp_tool_and_its_hook(
     result = model.requests[1].messages[-1].content[0]
     assert "via plugin" in str(result)
     log = (tmp_path / "plugin-hook.log").read_text()
-    assert f"hook at {OURS}/hooks:" in log and ECHO_TOOL in log
+    assert f"hook of {OURS}: " in log and ECHO_TOOL in log
     assert "Greet Ada warmly." in str(model.requests[2].messages[-1].content)
 
 

@@ -14,8 +14,9 @@ A plugin is a directory with ``.claude-plugin/plugin.json`` (``name``, required;
 The manifest may name more: ``agents``, ``skills``, ``commands`` (a directory or a list of
 them, relative to the plugin, added to the default ones), ``hooks`` and ``mcpServers`` (a file,
 or the object inline). ``${CLAUDE_PLUGIN_ROOT}`` in hooks and MCP servers is replaced by the
-plugin's directory. As in Claude Code, a plugin's agents cannot set ``hooks``, ``mcpServers`` or
-``permissionMode`` (those fields are dropped, with a warning).
+plugin's directory; ``CLAUDE_PLUGIN_ROOT`` is in the environment of its hooks and stdio servers.
+As in Claude Code, a plugin's agents cannot set ``hooks``, ``mcpServers`` or ``permissionMode``
+(those fields are dropped, with a warning).
 
 Plugins come from ``--plugin-dir DIR`` (each one a plugin) and from the ``enabledPlugins``
 setting (``{"name@marketplace": true}``), found where Claude Code installed them
@@ -31,6 +32,7 @@ import functools
 import json
 import logging
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,8 +329,26 @@ def _hooks(root: Path, name: str, manifest: Mapping[str, Any], found: PluginSet)
             found.skip(path, 'expected {"hooks": {EVENT: [matchers…]}}')
             continue
         for event, entries in _substitute(events, root).items():
-            merged.setdefault(event, []).extend(entries)
+            merged.setdefault(event, []).extend(_exporting_root(e, root) for e in entries)
     return merged
+
+
+def _exporting_root(entry: Any, root: Path) -> Any:
+    """A matcher entry whose command hooks also have ``CLAUDE_PLUGIN_ROOT`` in their environment.
+
+    Claude Code sets it for a plugin's hooks: the scripts they run read it. Hooks run with
+    ``sh -c``, so exporting it first reaches every command of the line.
+    """
+    if not isinstance(entry, dict) or not isinstance(entry.get("hooks"), list):
+        return entry  # malformed: left for the hooks' parser to report
+    export = f"export CLAUDE_PLUGIN_ROOT={shlex.quote(str(root))}; "
+    hooks = [
+        {**h, "command": export + h["command"]}
+        if isinstance(h, dict) and h.get("type") == "command" and isinstance(h.get("command"), str)
+        else h
+        for h in entry["hooks"]
+    ]
+    return {**entry, "hooks": hooks}
 
 
 def _mcp(
@@ -347,6 +367,9 @@ def _mcp(
             continue
         for server, raw in _substitute(entries, root).items():
             full = f"plugin:{name}:{server}"
+            if isinstance(raw, dict) and isinstance(raw.get("env", {}), dict):
+                # As Claude Code does for a plugin's servers: they may read it.
+                raw = {**raw, "env": {"CLAUDE_PLUGIN_ROOT": str(root), **raw.get("env", {})}}
             try:
                 servers[full] = parse_server(full, raw, str(path))
             except McpConfigError as exc:

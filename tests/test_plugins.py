@@ -8,6 +8,7 @@ tests/fixtures/plugins/README.md); ``loom-kit`` adds what it lacks: hooks and an
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -144,7 +145,9 @@ async def test_a_session_runs_a_plugins_skill_agent_and_mcp_tool_and_its_hook(
             Turn(text="greeted"),
         ]
     )
-    async with harness(tmp_path, model, plugin_dirs=[str(REAL), str(OURS)]) as h:
+    # A relative directory is the session's working directory's (not the process's).
+    relative = os.path.relpath(OURS, tmp_path)
+    async with harness(tmp_path, model, plugin_dirs=[str(REAL), relative]) as h:
         assert [p.name for p in h.plugins.plugins] == ["accessibility-compliance", "loom-kit"]
         assert "loom-kit:echoer" in h.agents.catalog
         assert "accessibility-compliance:ui-visual-validator" in h.agents.catalog

@@ -192,7 +192,7 @@ class Harness:
             sources=opts.setting_sources,
         )  # fmt: skip
         max_tokens = max_output_tokens(settings, opts.max_output_tokens)
-        plugins = load_plugins(opts.plugin_dirs, settings)
+        plugins = load_plugins(opts.plugin_dirs, settings, cwd=self.cwd)
         check_cache_settings(settings)
         coordinator = coordinator_enabled(opts.coordinator, settings)
         model = session_model(opts, settings)

@@ -130,6 +130,7 @@ def load_plugins(
     settings: Mapping[str, Any] | None = None,
     *,
     config_dir: Path | None = None,
+    cwd: Path | None = None,
 ) -> PluginSet:
     """Load the plugins of ``--plugin-dir`` and of the ``enabledPlugins`` setting.
 
@@ -138,9 +139,11 @@ def load_plugins(
         settings: The effective settings (their ``enabledPlugins``), if any.
         config_dir: Claude Code's configuration directory (default:
             :func:`~taskloom.settings.claude_config_dir`), where installed plugins are listed.
+        cwd: What a relative ``--plugin-dir`` is relative to (default: the process's).
     """
     found = PluginSet()
-    places = [(Path(d).expanduser().absolute(), "--plugin-dir") for d in plugin_dirs]
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    places = [((base / Path(d).expanduser()).resolve(), "--plugin-dir") for d in plugin_dirs]
     places += _installed(settings or {}, config_dir or claude_config_dir(), found)
     names: dict[str, Path] = {}
     for root, source in places:

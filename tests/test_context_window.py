@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import pytest
 
 from taskloom.cli.stream_output import model_usage
-from taskloom.context import window as fullness
 from taskloom.context.window import (
     IMAGE_TOKENS,
     Fullness,
@@ -40,7 +39,6 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv(PCT_ENV, raising=False)
     monkeypatch.setattr(windows, "_WARNED", set())
-    monkeypatch.setattr(fullness, "_WARNED", set())
     yield
 
 

@@ -18,13 +18,13 @@ naming where it came from (said once a process).
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from taskloom.messages import Message, Usage
+from taskloom.models.windows import warn_once
 
 #: Characters per token of the estimate (JSON text; real tokenizers give 3 to 4.5).
 CHARS_PER_TOKEN = 4
@@ -40,10 +40,6 @@ CLEAR_PERCENT_SETTING = "contextClearPercent"
 COMPACT_PERCENT_SETTING = "autoCompactPercent"
 AUTO_COMPACT_SETTING = "autoCompact"
 COMPACT_PERCENT_ENV = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"
-
-_log = logging.getLogger(__name__)
-#: Warnings already given: thresholds are read for every engine, a warning once.
-_WARNED: set[str] = set()
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
@@ -121,7 +117,7 @@ class Thresholds:
             )
         auto = settings.get(AUTO_COMPACT_SETTING)
         if auto is not None and not isinstance(auto, bool):
-            _warn(
+            warn_once(
                 f"the setting {AUTO_COMPACT_SETTING} must be true or false, got {auto!r}: ignored"
             )
             auto = None
@@ -209,15 +205,9 @@ def _percent(raw: Any, source: str) -> float | None:
         except ValueError:
             value = None
     if value is None or not 0 < value <= 100:
-        _warn(f"{source} must be a percent above 0 and at most 100, got {raw!r}: ignored")
+        warn_once(f"{source} must be a percent above 0 and at most 100, got {raw!r}: ignored")
         return None
     return value
-
-
-def _warn(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        _log.warning("%s", message)
 
 
 __all__ = [

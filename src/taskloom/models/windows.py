@@ -81,7 +81,7 @@ def builtin_context_window(model: str) -> int:
 def _override(model: str, overrides: Any) -> int | None:
     """The window ``modelContextWindows`` gives ``model``, or None (bad entries warned of)."""
     if not isinstance(overrides, Mapping):
-        _warn(
+        warn_once(
             f"the setting {CONTEXT_WINDOWS_SETTING} must be an object of model ids to token "
             f"counts, got {overrides!r}: ignored"
         )
@@ -107,12 +107,13 @@ def _whole(raw: Any, source: str) -> int | None:
     elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
         value = int(raw.strip())
     if value is None or value < 1:
-        _warn(f"{source} must be a whole number of tokens (at least 1), got {raw!r}: ignored")
+        warn_once(f"{source} must be a whole number of tokens (at least 1), got {raw!r}: ignored")
         return None
     return value
 
 
-def _warn(message: str) -> None:
+def warn_once(message: str) -> None:
+    """Log ``message`` as a warning once a process (settings are read for every engine)."""
     if message not in _WARNED:
         _WARNED.add(message)
         _log.warning("%s", message)

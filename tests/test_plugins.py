@@ -175,6 +175,29 @@ def test_the_plugins_subcommand_lists_loaded_and_skipped(tmp_path: Path) -> None
     assert report["skipped"] == [{"file": str(missing), "reason": "not a directory"}]
 
 
+def test_the_agents_subcommand_lists_plugin_agents_and_what_a_plugin_skipped(
+    tmp_path: Path,
+) -> None:
+    from taskloom.cli.commands import app
+
+    broken = tmp_path / "broken"
+    (broken / ".claude-plugin").mkdir(parents=True)
+    (broken / ".claude-plugin" / "plugin.json").write_text('{"name": "broken"}')
+    (broken / "agents").mkdir()
+    (broken / "agents" / "bad.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    args = ["agents", "--json", "--plugin-dir", str(REAL), "--plugin-dir", str(broken)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    active = {a["name"]: a for a in report["active"]}
+    agent = active["accessibility-compliance:ui-visual-validator"]
+    assert agent["source"] == "plugin" and agent["model"] == "sonnet"
+    assert agent["file"] == str(REAL / "agents" / "ui-visual-validator.md")
+    assert [s["file"] for s in report["skipped"]] == [str(broken / "agents" / "bad.md")]
+    table = CliRunner().invoke(app, ["agents", "--plugin-dir", str(REAL)], env={"COLUMNS": "300"})
+    assert "accessibility-compliance:ui-visual-validator" in table.stdout
+
+
 @pytest.mark.e2e
 def test_print_mode_loads_plugin_dirs(tmp_path: Path) -> None:
     script = tmp_path / "s.yaml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,27 @@ def report(catalog: AgentCatalog) -> dict[str, Any]:
     }
 
 
-def list_agents(as_json: bool) -> int:
+def load_here(plugin_dirs: Sequence[str], cwd: Path) -> AgentCatalog:
+    """The agents a session started in ``cwd`` with ``--plugin-dir plugin_dirs`` would have.
+
+    The plugins are those of ``--plugin-dir`` and of the ``enabledPlugins`` setting; what a
+    plugin could not load (its manifest, an agent file) is among the catalog's skipped.
+
+    Raises:
+        SettingsError: The settings (their ``enabledPlugins``) cannot be read.
+    """
+    from taskloom.plugins import load_plugins
+    from taskloom.settings import load_settings
+
+    found = load_plugins(plugin_dirs, load_settings(cwd), cwd=cwd)
+    catalog = load_agents(cwd, plugin_agents=found.agents())
+    catalog.skipped[:0] = found.skipped
+    return catalog
+
+
+def list_agents(plugin_dirs: Sequence[str], as_json: bool) -> int:
     """Print the agents that apply in the current directory; returns the exit code."""
-    catalog = load_agents(Path.cwd())
+    catalog = load_here(plugin_dirs, Path.cwd())
     if as_json:
         # default=str: hooks and MCP configs are free-form YAML and may hold dates.
         json.dump(report(catalog), sys.stdout, indent=2, default=str)

@@ -59,12 +59,16 @@ def tasks(
 
 @app.command()
 def agents(
+    plugin_dirs: Annotated[
+        list[str] | None,
+        typer.Option("--plugin-dir", help="Also a plugin in this directory (repeatable)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
 ) -> None:
     """List the agents in effect here, where each is defined, and what shadows what."""
     from taskloom.cli.agents_cmd import list_agents
 
-    raise typer.Exit(list_agents(as_json=as_json))
+    raise typer.Exit(list_agents(plugin_dirs or [], as_json=as_json))
 
 
 @app.command()

@@ -24,6 +24,9 @@ with whatever the environment says instead.
 ``--compare SRC`` also runs the package found in ``SRC`` (e.g. a copy of an older ``src``
 directory), interleaved run by run with this tree, so both see the same machine load.
 
+With ``--compare``, the top-level modules each version's plain run imports are counted, and
+those one imports and the other does not are named.
+
 ``--mcp`` also measures, in the same rounds, a run with two stdio MCP servers from PyPI
 configured (``mcp-server-time`` and ``mcp-server-git`` on a scratch repository, given with
 ``--mcp-config``): its first request must already offer both servers' tools (as Claude Code's
@@ -251,6 +254,7 @@ def main() -> int:
                 for label, run in round_runs.items():
                     runs[label].append(run)
         imported = _imported(envs[""], workdir)
+        base_imported = _imported(envs["baseline_"], workdir) if args.compare else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"runs: {args.runs}")
@@ -279,6 +283,11 @@ def main() -> int:
     # Remote agents' Ray, only on their path (installed or not, a run without them pays nothing).
     heavy = sorted(imported & OPTIONAL_HEAVY)
     print(f"optional_heavy_imported: {', '.join(heavy) or 'none'} (of {len(imported)} modules)")
+    if base_imported is not None:
+        print(f"modules_imported: {len(imported)} (baseline {len(base_imported)})")
+        new, gone = sorted(imported - base_imported), sorted(base_imported - imported)
+        print(f"modules_new_over_baseline: {', '.join(new) or 'none'}")
+        print(f"modules_gone_from_baseline: {', '.join(gone) or 'none'}")
     _verdict(not heavy, f"a plain run imports none of {sorted(OPTIONAL_HEAVY)}")
     if args.mcp:
         _verdict(

@@ -23,7 +23,8 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"untrusted", "models", "testing"},
     {"permissions", "hooks"},
-    {"transcript", "pairing", "prompts", "instructions", "worktrees", "skills"},
+    {"transcript", "pairing", "prompts", "instructions", "worktrees", "skills"}
+    | {"instruction_imports", "instruction_rules"},
     {"tools", "mcp"},
     {"engine", "engine_config", "events", "gate", "telemetry", "context"},
     {"conversation"},

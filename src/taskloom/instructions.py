@@ -4,22 +4,28 @@ At the start of a session (:func:`load_instructions`), in this order (later file
 the work, and win where they disagree):
 
 - **user**: each name in ``$CLAUDE_CONFIG_DIR`` (:func:`~taskloom.settings.claude_config_dir`);
+- **user rules**: the Markdown files under ``$CLAUDE_CONFIG_DIR/rules`` (recursively);
 - **project**: in every directory from the repository root down to the working directory
   (without a repository: from the filesystem root), ``NAME`` then ``.claude/NAME`` for each
-  name;
+  name, then the rules files under ``.claude/rules`` (:mod:`taskloom.instruction_rules`);
 - **local**: in the same directories, after the project's, each name's local companion
   (``CLAUDE.local.md``, ``AGENTS.local.md``: the user's own, not checked in).
 
 The names are the setting ``instructionFiles`` (default ``["CLAUDE.md", "AGENTS.md"]``).
 ``--setting-sources`` leaves out the scopes it leaves out (``user``, ``project``, ``local``).
 
+A rules file whose frontmatter names ``paths`` (globs) is held back, and joins when the model
+first works on a matching file, as a nested file does.
+
 A file may import others with ``@path`` (relative to the file, ``~/``, or absolute; not inside
 code spans or blocks), up to :data:`MAX_IMPORT_DEPTH` imports deep; each imported file is an
 entry of its own after the one importing it. Every file is read once (a cycle of imports is
-cut there). A checked-in file imports only from inside its project (Claude Code asks before
-such an import; nobody may be there to ask): a clone cannot send the user's private files to
-the model. Each file is cut at :data:`MAX_FILE_CHARS` characters, all of them together at
-:data:`MAX_TOTAL_CHARS`; what was cut or skipped, and why, is kept (``/memory`` shows it).
+cut there). A project or local file imports from outside its project (``@~/.claude/mine.md``)
+only once the user has approved the project's external imports, as Claude Code asks before
+following them (:func:`external_imports_approved`): a clone cannot send the user's private
+files to the model unasked. Each file is cut at :data:`MAX_FILE_CHARS` characters, all of
+them together at :data:`MAX_TOTAL_CHARS`; what was cut or skipped, and why, is kept
+(``/memory`` shows it).
 Block-level HTML comments are left out (:func:`without_comments`), as Claude Code leaves them.
 
 Files in the directories below, met only when the model works there (a Read, Edit, Write,
@@ -30,13 +36,20 @@ Glob, Grep or NotebookEdit on a path in a directory not read yet), are loaded th
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from taskloom.errors import UsageError
+from taskloom.instruction_imports import (
+    Approval,
+    Scope,
+    imports,
+    within,
+    without_comments,
+)
+from taskloom.instruction_rules import RULES_DIR, HeldRule, rule_files, rule_globs
 from taskloom.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from taskloom.settings import claude_config_dir
 
@@ -51,7 +64,6 @@ MAX_FILE_CHARS = 40_000
 #: The most of all of a conversation's files together, in characters.
 MAX_TOTAL_CHARS = 120_000
 
-Scope = Literal["user", "project", "local"]
 
 #: What the model is told before the files (Claude Code's words).
 PREAMBLE = (
@@ -73,9 +85,6 @@ TOUCHING_TOOLS: dict[str, str] = {
     "Glob": "path",
     "Grep": "path",
 }
-_IMPORT = re.compile(r"(?:^|\s)@((?:[^\s\\]|\\ )+)")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,11 @@ class InstructionFile:
         text: What the model is shown of it (cut to the caps).
         size: Its size on disk, in bytes.
         imported_by: The file whose ``@path`` brought it in, if one did.
-        nested: Loaded when the model first worked in its directory, not at the start.
+        nested: Loaded when the model first worked in its directory (or, a conditional
+            rules file, on a file it names), not at the start.
         cut: Why it was shortened, if it was.
+        rule: A rules file (``.claude/rules``).
+        globs: A conditional rules file's ``paths``.
     """
 
     path: Path
@@ -99,6 +111,8 @@ class InstructionFile:
     imported_by: Path | None = None
     nested: bool = False
     cut: str | None = None
+    rule: bool = False
+    globs: tuple[str, ...] = ()
 
     def rendered(self) -> str:
         """The file as the session's instructions show it (its path, its scope, its text)."""
@@ -121,6 +135,7 @@ class Instructions:
             are looked for below it only.
         scanned: The directories whose files were looked for at the start.
         scopes: The scopes read (``--setting-sources``).
+        held: The conditional rules files, waiting for a file they name.
     """
 
     files: list[InstructionFile] = field(default_factory=list)
@@ -129,6 +144,7 @@ class Instructions:
     root: Path | None = None
     scanned: frozenset[Path] = frozenset()
     scopes: frozenset[str] = frozenset(("user", "project", "local"))
+    held: list[HeldRule] = field(default_factory=list)
 
     def text(self) -> str:
         """The block for a system prompt (``""`` without files: a prompt gains nothing)."""
@@ -196,13 +212,20 @@ def load_instructions(
         walk = walk[: walk.index(repo) + 1]
     walk.reverse()
     result = Instructions(names=names, root=repo or here, scanned=frozenset(walk), scopes=scopes)
-    reader = _Reader(result.skipped, MAX_TOTAL_CHARS, set())
+    project = repo or here
+    reader = _Reader(result.skipped, MAX_TOTAL_CHARS, set(), Approval(project, here))
     if "user" in scopes:
         for name in names:
             result.files += reader.load(claude_config_dir() / name, "user", None)
+        # The user's conditional rules are relative to the session's directory.
+        rules = reader.load_rules(claude_config_dir() / "rules", "user", None, here, False)
+        result.files += rules[0]
+        result.held += rules[1]
     for directory in walk:
         bound = repo or directory
-        result.files += directory_files(reader, directory, names, scopes, bound, nested=False)
+        result.files += directory_files(
+            reader, directory, names, scopes, bound, nested=False, held=result.held
+        )
     return result
 
 
@@ -214,14 +237,24 @@ def directory_files(
     bound: Path,
     *,
     nested: bool,
+    held: list[HeldRule],
 ) -> list[InstructionFile]:
-    """The files of one directory, in Claude Code's order: project ones, then local ones."""
+    """The files of one directory, in Claude Code's order: project ones, then local ones.
+
+    The project's are ``NAME``, ``.claude/NAME``, then the rules files of ``.claude/rules``;
+    the conditional ones among those are added to ``held`` instead.
+    """
     wanted = set(scopes)
     found: list[InstructionFile] = []
     if "project" in wanted:
         for name in names:
             for path in (directory / name, directory / ".claude" / name):
                 found += reader.load(path, "project", bound, nested=nested)
+        rules, waiting = reader.load_rules(
+            directory / RULES_DIR, "project", bound, directory, nested
+        )
+        found += rules
+        held += waiting
     if "local" in wanted:
         for name in names:
             found += reader.load(directory / local_name(name), "local", bound, nested=nested)
@@ -231,10 +264,42 @@ def directory_files(
 class _Reader:
     """Reads files once each, within the caps, following their imports."""
 
-    def __init__(self, skipped: list[str], budget: int, seen: set[str]) -> None:
+    def __init__(self, skipped: list[str], budget: int, seen: set[str], approval: Approval) -> None:
         self.skipped = skipped
         self.budget = budget  # characters left for all the files
         self.seen = seen  # real paths read (or refused): each file once
+        self.approval = approval
+
+    def load_rules(
+        self, directory: Path, scope: Scope, bound: Path | None, base: Path, nested: bool
+    ) -> tuple[list[InstructionFile], list[HeldRule]]:
+        """The rules files under ``directory``: those loaded, and the conditional ones held.
+
+        Args:
+            directory: The rules directory.
+            scope: ``user`` or ``project``.
+            bound: The directory their imports must stay in (None: anywhere).
+            base: The directory their ``paths`` globs are relative to.
+            nested: Found when the model first worked in a directory below.
+        """
+        loaded: list[InstructionFile] = []
+        held: list[HeldRule] = []
+        for path in rule_files(directory):
+            real = os.path.realpath(path)
+            if real in self.seen:
+                continue
+            try:
+                with open(real, encoding="utf-8", errors="replace") as handle:
+                    _, globs = rule_globs(handle.read(MAX_FILE_CHARS * 4))
+            except (OSError, ValueError) as exc:
+                self.seen.add(real)
+                self.skipped.append(f"{path}: not loaded, {getattr(exc, 'strerror', 0) or exc}")
+                continue
+            if globs:
+                held.append(HeldRule(Path(real), scope, globs, base, bound))
+                continue
+            loaded += self.load(path, scope, bound, nested=nested, rule=())
+        return loaded, held
 
     def load(
         self,
@@ -245,6 +310,7 @@ class _Reader:
         nested: bool = False,
         parent: Path | None = None,
         depth: int = 0,
+        rule: tuple[str, ...] | None = None,
     ) -> list[InstructionFile]:
         """``path`` and what it imports, in order; nothing for a missing or read file.
 
@@ -255,6 +321,7 @@ class _Reader:
             nested: Found when the model first worked in its directory.
             parent: The file importing it.
             depth: How many imports deep it is.
+            rule: For a rules file, its ``paths`` globs (its frontmatter is left out).
         """
         real = os.path.realpath(path)
         if real in self.seen:
@@ -266,7 +333,7 @@ class _Reader:
                 self.skipped.append(f"@{path} in {parent}: no such file")
             return []
         self.seen.add(real)
-        read = self._read(Path(real), scope, parent, nested)
+        read = self._read(Path(real), scope, parent, nested, rule)
         if read is None:
             return []
         loaded = [read]
@@ -277,11 +344,15 @@ class _Reader:
                 )
             return loaded
         for target in imports(read.text, read.path.parent):
-            inside = bound is None or _within(Path(os.path.realpath(target)), bound)
-            if not inside:
+            inside = bound is None or within(Path(os.path.realpath(target)), bound)
+            if not inside and (nested or not self.approval.granted()):
                 self.skipped.append(
-                    f"@{target} in {read.path}: outside the project {bound} (a {scope} file "
-                    "imports only from inside it; the user's own CLAUDE.md may import any file)"
+                    f"@{target} in {read.path}: outside the project {bound} ("
+                    + (
+                        "a file met in a directory below imports only from inside it)"
+                        if nested
+                        else self.approval.refusal(scope)
+                    )
                 )
                 continue
             loaded += self.load(
@@ -290,7 +361,12 @@ class _Reader:
         return loaded
 
     def _read(
-        self, path: Path, scope: Scope, parent: Path | None, nested: bool
+        self,
+        path: Path,
+        scope: Scope,
+        parent: Path | None,
+        nested: bool,
+        rule: tuple[str, ...] | None,
     ) -> InstructionFile | None:
         """One file, cut to the caps; None when it cannot be used (said why)."""
         try:
@@ -303,7 +379,14 @@ class _Reader:
         if b"\0" in raw[:8192]:
             self.skipped.append(f"{path}: not text")
             return None
-        text = without_comments(raw.decode("utf-8", errors="replace")).strip()
+        text = raw.decode("utf-8", errors="replace")
+        if rule is not None:
+            try:
+                text = rule_globs(text)[0]
+            except ValueError as exc:
+                self.skipped.append(f"{path}: not loaded, {exc}")
+                return None
+        text = without_comments(text).strip()
         if not text:
             return None
         cap = min(MAX_FILE_CHARS, self.budget)
@@ -321,82 +404,10 @@ class _Reader:
             text += f"\n\n[{path} is cut here ({cut}): read the file for the rest.]"
             self.skipped.append(f"{path}: {cut}")
         self.budget -= len(text)
-        return InstructionFile(path, scope, text, size, parent, nested, cut)
-
-
-def imports(text: str, base: Path) -> list[Path]:
-    """The files ``text`` imports with ``@path``, resolved from ``base``; code is left out."""
-    found: list[Path] = []
-    for line, code in _lines(text):
-        if code or line.startswith(("    ", "\t")):  # a fenced or an indented code block
-            continue
-        for match in _IMPORT.finditer(_CODE_SPAN.sub(" ", line)):
-            target = _import_path(match.group(1), base)
-            if target is not None and target not in found:
-                found.append(target)
-    return found
-
-
-def without_comments(text: str) -> str:
-    """``text`` without its block-level HTML comments, as Claude Code sends it.
-
-    A comment on lines of its own (``<!--`` starting a line, through the line holding
-    ``-->``) is a note for the file's maintainers, not for the model. One in a code block is
-    code; one never closed is kept, so a typo does not swallow the rest of the file.
-    """
-    lines = list(_lines(text))
-    kept: list[str] = []
-    i = 0
-    while i < len(lines):
-        line, code = lines[i]
-        if (
-            not code
-            and line.lstrip(" ").startswith("<!--")
-            and len(line) - len(line.lstrip(" ")) < 4
-        ):
-            end = next((j for j in range(i, len(lines)) if "-->" in lines[j][0]), None)
-            if end is not None:
-                i = end + 1
-                continue
-        kept.append(line)
-        i += 1
-    return "\n".join(kept)
-
-
-def _lines(text: str) -> Iterator[tuple[str, bool]]:
-    """Each line of ``text``, and whether it is in a fenced code block (its fences too)."""
-    fence: str | None = None
-    for line in text.splitlines():
-        opened = _FENCE.match(line)
-        if fence is not None:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = None
-            yield line, True
-        elif opened:
-            fence = opened.group(1)
-            yield line, True
-        else:
-            yield line, False
-
-
-def _import_path(raw: str, base: Path) -> Path | None:
-    """Where ``@raw`` points, or None when it names no path (``@user``-like words pass)."""
-    raw = raw.replace("\\ ", " ").split("#", 1)[0]
-    # Prose around it is not part of it: ``see @README.md.`` imports README.md.
-    raw = raw.rstrip(",;:!?)")
-    if raw.endswith(".") and not raw.endswith(".."):
-        raw = raw.rstrip(".")
-    if not raw or raw == "/" or raw.startswith("@") or not re.match(r"[~/\w.-]", raw):
-        return None
-    if raw.startswith("~/"):
-        return Path(os.path.normpath(Path.home() / raw[2:]))
-    if raw.startswith("~"):
-        return None
-    return Path(os.path.normpath(raw if raw.startswith("/") else base / raw))
-
-
-def _within(path: Path, directory: Path) -> bool:
-    return path == directory or directory in path.parents
+        globs = rule or ()
+        return InstructionFile(
+            path, scope, text, size, parent, nested, cut, rule is not None, globs
+        )
 
 
 class ConversationInstructions:
@@ -411,9 +422,12 @@ class ConversationInstructions:
         self.base = base
         self.files: list[InstructionFile] = list(base.files)
         self.skipped: list[str] = list(base.skipped)
+        self.held: list[HeldRule] = list(base.held)
         self._visited: set[Path] = set(base.scanned)
         seen = {os.path.realpath(f.path) for f in base.files}
-        self._reader = _Reader(self.skipped, MAX_TOTAL_CHARS - base.chars(), seen)
+        root = base.root or Path.cwd()
+        approval = Approval(root, root)  # never asked: files met later import from inside
+        self._reader = _Reader(self.skipped, MAX_TOTAL_CHARS - base.chars(), seen, approval)
 
     def after_tools(
         self, calls: Sequence[ToolUseBlock], results: Sequence[ToolResultBlock], cwd: Path
@@ -437,22 +451,40 @@ class ConversationInstructions:
         return [TextBlock(text=f.reminder()) for f in found]
 
     def touch(self, path: Path, cwd: Path) -> list[InstructionFile]:
-        """The new files of the directories from the project down to ``path``'s."""
+        """The new files for work on ``path``.
+
+        Those of the directories from the project down to ``path``'s not read yet, then the
+        conditional rules files whose ``paths`` match ``path``.
+        """
         root = self.base.root
         if root is None:
             return []
         target = Path(os.path.realpath(cwd / path))
         directory = target if os.path.isdir(target) else target.parent
-        if not _within(directory, root):
-            return []
-        chain = [d for d in (directory, *directory.parents) if _within(d, root)]
         new: list[InstructionFile] = []
-        for d in reversed(chain):
-            if d in self._visited:
-                continue
-            self._visited.add(d)
-            new += directory_files(
-                self._reader, d, self.base.names, self.base.scopes, root, nested=True
+        if within(directory, root):
+            chain = [d for d in (directory, *directory.parents) if within(d, root)]
+            for d in reversed(chain):
+                if d in self._visited:
+                    continue
+                self._visited.add(d)
+                new += directory_files(
+                    self._reader,
+                    d,
+                    self.base.names,
+                    self.base.scopes,
+                    root,
+                    nested=True,
+                    held=self.held,
+                )
+        for rule in [r for r in self.held if r.matches(target)]:
+            self.held.remove(rule)
+            new += self._reader.load(
+                rule.path,
+                rule.scope,
+                rule.bound,
+                nested=True,
+                rule=rule.globs,
             )
         self.files += new
         return new

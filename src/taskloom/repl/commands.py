@@ -283,9 +283,17 @@ async def _memory(host: CommandHost, rest: str) -> None:
         lines = [f"Instruction files ({len(files)}; looked for {looked}):"]
         for f in files:
             how = f"imported by {f.imported_by}" if f.imported_by else ""
-            how = ", ".join(w for w in (how, "nested" if f.nested else "", f.cut or "") if w)
+            rule = ("rule, paths: " + ", ".join(f.globs)) if f.globs else "rule" if f.rule else ""
+            parts = (how, rule, "nested" if f.nested else "", f.cut or "")
+            how = ", ".join(w for w in parts if w)
             where = _shown(f.path, harness.cwd)
             lines.append(f"  {where}  {f.scope}  {_size(f.size)}" + (f"  ({how})" if how else ""))
+    held = told.held if told is not None else harness.agents.builder.instructions.held
+    if held:
+        lines.append("Rules waiting for a file their paths match:")
+        lines += [
+            f"  {_shown(r.path, harness.cwd)}  {r.scope}  ({', '.join(r.globs)})" for r in held
+        ]
     if skipped:
         lines += ["Cut or left out:", *(f"  {line}" for line in skipped)]
     host.say("\n".join(lines))
@@ -322,7 +330,7 @@ COMMANDS: dict[str, Command] = {
             _compact,
         ),
         Command("clear", "/clear", "start a new conversation", _clear),
-        Command("memory", "/memory", "instruction files loaded (CLAUDE.md, AGENTS.md)", _memory),
+        Command("memory", "/memory", "instruction files loaded (CLAUDE.md, rules)", _memory),
         Command("exit", "/exit", "leave (running tasks are stopped)", _exit),
     )
 }

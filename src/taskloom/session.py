@@ -29,6 +29,7 @@ from taskloom.skills.expand import allow_rules, instructions, invocation, parse_
 from taskloom.tasks.mailbox import HELD, MESSAGES, Letter
 from taskloom.tasks.owner_wait import held_due
 from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tools.prompt_shell import ShellPlace, has_commands, run_prompt_commands
 from taskloom.transcript import TranscriptWriter, copy_transcript, load_messages, transcript_path
 
 
@@ -116,9 +117,10 @@ class Session:
         """Run the engine on ``prompt``, recording each message before passing it on.
 
         A prompt ``/name args`` naming a custom command or skill (:attr:`commands`) runs it:
-        the model is told so and given its instructions with the arguments put in; its
-        ``allowed-tools`` hold and its ``model`` answers until the turn ends. Any other
-        ``/x`` goes to the model as it is.
+        the model is told so and given its instructions with the arguments put in and its
+        ``!`shell command``` patterns replaced by their output; its ``allowed-tools`` hold and
+        its ``model`` answers until the turn ends. Any other ``/x`` goes to the model as it
+        is.
 
         Hooks: SessionStart (once a session, with its first prompt: ``source`` is ``startup``,
         or ``resume`` for a resumed conversation) and UserPromptSubmit see the prompt first,
@@ -128,7 +130,10 @@ class Session:
         :data:`~taskloom.conversation.recorder.MAX_STOP_CONTINUATIONS` times.
 
         Raises:
-            UserError: A UserPromptSubmit hook refused the prompt.
+            UserError: A UserPromptSubmit hook refused the prompt; a command's model cannot be
+                used.
+            PromptShellError: A command's shell command was refused or failed (nothing was
+                sent to the model).
         """
         text = prompt_text(prompt)
         instructions = compact_command(text)
@@ -143,7 +148,7 @@ class Session:
         try:
             command = self._command(text)
             if command is not None:
-                prompt = command_prompt(*command, self.id)
+                prompt = await self._command_prompt(*command)
             if text is not None:
                 prompt = await self._submitted(prompt, text)
             self._prompted = text is not None  # held notices go with a user's prompt
@@ -167,6 +172,28 @@ class Session:
         if slash is None or found is None or not found.user_invocable:
             return None  # not one: the prompt goes to the model as it is
         return found, slash[1]
+
+    async def _command_prompt(self, command: PromptCommand, args: str) -> Message:
+        """The user message ``/name args`` becomes, its shell commands run.
+
+        See :mod:`taskloom.tools.prompt_shell`.
+
+        Raises:
+            PromptShellError: One of its shell commands was refused or failed.
+        """
+        config = self.engine.config
+        text = instructions(command, args, self.id)
+        if has_commands(text):
+            place = ShellPlace(
+                runtime=self.runtime,
+                owner=config.owner or self.id,
+                cwd=config.place(),
+                rules_base=config.rules_root(),
+                policy=config.permissions,
+                settings=config.settings,
+            )
+            text = await run_prompt_commands(text, command, place)
+        return command_prompt(command, args, text)
 
     def _run_as(self, command: PromptCommand) -> Callable[[], None] | None:
         """Apply ``command``'s ``allowed-tools`` and ``model`` to this turn; what undoes the model.
@@ -260,14 +287,18 @@ def prompt_text(prompt: str | Message | None) -> str | None:
     return "\n".join(b.text for b in prompt.content if isinstance(b, TextBlock))
 
 
-def command_prompt(command: PromptCommand, args: str, session_id: str) -> Message:
-    """The user message a ``/name args`` prompt becomes: who ran what, then its instructions."""
+def command_prompt(command: PromptCommand, args: str, text: str) -> Message:
+    """The user message a ``/name args`` prompt becomes: who ran what, then its instructions.
+
+    Args:
+        command: The custom command or skill.
+        args: Its arguments as typed.
+        text: Its instructions (:func:`~taskloom.skills.expand.instructions`, shell commands
+            run).
+    """
     return Message(
         role="user",
-        content=[
-            TextBlock(text=invocation(command, args)),
-            TextBlock(text=instructions(command, args, session_id)),
-        ],
+        content=[TextBlock(text=invocation(command, args)), TextBlock(text=text)],
     )
 
 

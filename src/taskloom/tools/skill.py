@@ -3,8 +3,10 @@
 Claude Code's name and input (``skill``, optional ``args``). Its description lists what may be
 invoked, by name and description only; the body is read when invoked. The result says
 ``Launching skill: <name>``, then the instructions (a skill's start with its base directory,
-where its other files are). From then on, for the rest of the calling agent's turn, the
-skill's ``allowed-tools`` are allowed without asking (:meth:`PermissionPolicy.grant`). A skill
+where its other files are), its ``!`shell command``` patterns replaced by their output
+(:mod:`taskloom.tools.prompt_shell`; one refused or failing makes the call an error). From then
+on, for the rest of the calling agent's turn, the skill's ``allowed-tools`` are allowed without
+asking (:meth:`PermissionPolicy.grant`). A skill
 that grants tools asks first, as any tool that asks does (an allow rule ``Skill(name)`` or
 ``Skill`` answers); one that grants none runs. A deny rule ``Skill(name)`` refuses it.
 """
@@ -20,6 +22,12 @@ from taskloom.permissions.rules import Approval
 from taskloom.skills.catalog import PromptCommand, SkillCatalog
 from taskloom.skills.expand import allow_rules, instructions
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.prompt_shell import (
+    PromptShellError,
+    ShellPlace,
+    has_commands,
+    run_prompt_commands,
+)
 
 #: The longest description of one skill in the listing, in characters.
 MAX_LISTED_DESCRIPTION = 250
@@ -133,8 +141,23 @@ class SkillTool(Tool[SkillInput]):
             return tool_error(
                 f"Skill {name} cannot be used with Skill tool due to disable-model-invocation"
             )
+        config = ctx.engine.config if ctx.engine is not None else None  # None: no engine
+        policy = config.permissions if config is not None else None
         text = instructions(found, params.args or "", ctx.runtime.session_id)
-        policy = getattr(getattr(ctx.engine, "config", None), "permissions", None)
+        if has_commands(text):
+            place = ShellPlace(
+                runtime=ctx.runtime,
+                owner=ctx.owner,
+                cwd=ctx.cwd,
+                rules_base=ctx.rules_base or ctx.cwd,
+                policy=policy,
+                settings=ctx.settings,
+                agent_id=ctx.agent_id,
+            )
+            try:
+                text = await run_prompt_commands(text, found, place)
+            except PromptShellError as exc:
+                return tool_error(str(exc))
         if found.allowed_tools and policy is not None:
             policy.grant(allow_rules(found))
         data: dict[str, Any] = {"success": True, "commandName": name}

@@ -189,11 +189,15 @@ def write_skill(project: Path, model: str) -> None:
     path.write_text(SKILL.format(model=model))
 
 
-async def test_the_skill_tool_runs_its_commands(project: Path, tmp_path: Path) -> None:
+async def test_the_skill_tool_runs_its_commands_and_its_model_answers_the_turn(
+    project: Path, tmp_path: Path
+) -> None:
     subprocess.run(["git", "-C", str(project), "checkout", "-q", "-b", "topic"], check=True)
-    write_skill(project, "inherit")
+    skill_turns = tmp_path / "skill-turns.json"
+    skill_turns.write_text(json.dumps(["On topic (the skill's model)."]))
+    write_skill(project, f"scripted:{skill_turns}")
     main = ScriptedModel(
-        [Turn(tool_calls=[ToolCall("Skill", {"skill": "branch"})]), "ok", "Main model again."]
+        [Turn(tool_calls=[ToolCall("Skill", {"skill": "branch"})]), "Main model again."]
     )
     async with taskloom.Harness(model=main, cwd=project, allowed_tools=["Skill"]) as h:
         first = [e async for e in h.run("which branch?")]
@@ -202,6 +206,13 @@ async def test_the_skill_tool_runs_its_commands(project: Path, tmp_path: Path) -
     (done,) = [e for e in first if isinstance(e, taskloom.ToolDone)]
     assert not done.result.is_error
     assert done.result.content.endswith("Branch: topic")
+    assert done.result.data["model"] == f"scripted:{skill_turns}"
+    # The request after the Skill call went to the skill's model; the next turn to the main.
+    assert len(main.requests) == 2
+    assert texts(main.requests[1].messages[-1]) == ["and now?"]
+    assert [e.result for e in first if isinstance(e, taskloom.Finished)] == [
+        "On topic (the skill's model)."
+    ]
     assert [e.result for e in second if isinstance(e, taskloom.Finished)] == ["Main model again."]
 
 
@@ -225,6 +236,17 @@ async def test_a_skill_whose_command_is_refused_is_an_error_and_grants_nothing(
     assert granted == () and not (project / "marker.txt").exists()
 
 
+async def test_a_skill_whose_model_cannot_be_made_is_an_error(project: Path) -> None:
+    write_skill(project, "nosuchprovider:model")
+    main = ScriptedModel([Turn(tool_calls=[ToolCall("Skill", {"skill": "branch"})]), "ok"])
+    async with taskloom.Harness(model=main, cwd=project, allowed_tools=["Skill"]) as h:
+        events = [e async for e in h.run("go")]
+        await h.end()
+    (done,) = [e for e in events if isinstance(e, taskloom.ToolDone)]
+    assert done.result.is_error and "model nosuchprovider:model" in done.result.content
+    assert len(main.requests) == 2  # the turn went on with the main model
+
+
 @pytest.mark.e2e
 def test_print_mode_says_why_a_command_was_refused(project: Path, tmp_path: Path) -> None:
     turns = tmp_path / "turns.json"
@@ -238,3 +260,40 @@ def test_print_mode_says_why_a_command_was_refused(project: Path, tmp_path: Path
         proc.stderr
     )
     assert "never asked" not in proc.stdout and not (project / "marker.txt").exists()
+
+
+async def test_a_command_s_model_answers_its_turn_only(project: Path, tmp_path: Path) -> None:
+    turns = tmp_path / "command-turns.json"
+    turns.write_text(json.dumps(["From the command's model."]))
+    (project / ".claude" / "commands" / "other.md").write_text(
+        f"---\nmodel: scripted:{turns}\n---\nSay hello.\n"
+    )
+    main = ScriptedModel(["From the main model."])
+    async with taskloom.Harness(model=main, cwd=project) as h:
+        first = [e async for e in h.run("/other")]
+        second = [e async for e in h.run("hello")]
+        await h.end()
+    assert [e.result for e in first if isinstance(e, taskloom.Finished)] == [
+        "From the command's model."
+    ]
+    assert [e.result for e in second if isinstance(e, taskloom.Finished)] == [
+        "From the main model."
+    ]
+    assert len(main.requests) == 1
+
+
+def test_a_model_chosen_otherwise_during_the_turn_stays(tmp_path: Path) -> None:
+    from taskloom.models.switch import ModelSwitch
+
+    turns = tmp_path / "turns.json"
+    turns.write_text(json.dumps(["x"]))
+    base, other = ScriptedModel(["a"]), ScriptedModel(["b"])
+    switch = ModelSwitch(base)
+    switch.choose_for_turn(f"scripted:{turns}", {})
+    assert switch.current is not base
+    switch.end_turn()
+    assert switch.current is base
+    switch.choose_for_turn(f"scripted:{turns}", {})
+    switch.use(other)  # the program's set_model, or the fallback, during the turn
+    switch.end_turn()
+    assert switch.current is other

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from taskloom.context.compaction import CompactionRefused
@@ -144,7 +143,6 @@ class Session:
         # A compaction replacing the conversation ends before a turn extends it.
         await self._not_compacting.wait()
         self._turns += 1
-        restore = None
         try:
             command = self._command(text)
             if command is not None:
@@ -152,7 +150,8 @@ class Session:
             if text is not None:
                 prompt = await self._submitted(prompt, text)
             self._prompted = text is not None  # held notices go with a user's prompt
-            restore = self._run_as(command[0]) if command is not None else None
+            if command is not None:
+                self._run_as(command[0])
             async for event in self.recorder.run(prompt):
                 self._start_context = []  # the prompt is recorded (before its first event)
                 yield event
@@ -162,8 +161,9 @@ class Session:
             raise
         finally:
             self._turns -= 1
-            if restore is not None:
-                restore()
+            # A model a command or skill chose for the turn (/cmd, the Skill tool) ends with it.
+            if isinstance(self.engine.config.model, ModelSwitch):
+                self.engine.config.model.end_turn()
 
     def _command(self, text: str | None) -> tuple[PromptCommand, str] | None:
         """The custom command or skill a ``/name args`` prompt runs, and its arguments."""
@@ -195,29 +195,25 @@ class Session:
             text = await run_prompt_commands(text, command, place)
         return command_prompt(command, args, text)
 
-    def _run_as(self, command: PromptCommand) -> Callable[[], None] | None:
-        """Apply ``command``'s ``allowed-tools`` and ``model`` to this turn; what undoes the model.
+    def _run_as(self, command: PromptCommand) -> None:
+        """Apply ``command``'s ``allowed-tools`` and ``model`` to this turn.
 
-        The rules are granted until the turn ends (the recorder ends them).
+        Both end with the turn (the recorder ends the rules, :meth:`run` the model).
 
         Raises:
             UserError: Its model cannot be used.
         """
         config = self.engine.config
-        restore = None
         switch = config.model
         if command.model is not None and isinstance(switch, ModelSwitch):
-            previous = switch.current
             try:
-                switch.choose(command.model, config.settings)
+                switch.choose_for_turn(command.model, config.settings)
             except TaskloomError as exc:
                 raise UserError(
                     f"/{command.name} ({command.path}): model {command.model}: {exc}"
                 ) from None
-            restore = functools.partial(switch.use, previous)
         if command.allowed_tools and config.permissions is not None:
             config.permissions.grant(allow_rules(command))
-        return restore
 
     async def _submitted(self, prompt: str | Message | None, text: str) -> str | Message | None:
         """Run the prompt's hooks on it (``text``); the prompt with what they added.

@@ -25,6 +25,8 @@ class ModelSwitch:
         #: The chosen model's id.
         self.name = model.name
         self._chosen: dict[str, Model] = {}  # made for a spec, closed by close_chosen()
+        # (the model before, the one chosen) while a turn runs on a model chosen for it
+        self._turn: tuple[Model, Model] | None = None
 
     def choose(self, spec: str | None, settings: dict[str, Any]) -> str:
         """Go on with the model ``spec`` names (made once per spec); None: the session's own.
@@ -45,6 +47,31 @@ class ModelSwitch:
             self._chosen[spec] = resolve_model(spec, settings)
         self.use(self._chosen[spec])
         return self.name
+
+    def choose_for_turn(self, spec: str, settings: dict[str, Any]) -> str:
+        """:meth:`choose` ``spec`` until :meth:`end_turn` (a skill's or command's ``model``).
+
+        Returns:
+            The chosen model's id.
+
+        Raises:
+            UsageError: A malformed spec or unknown provider prefix.
+            UserError: The provider is not configured.
+        """
+        before = self._turn[0] if self._turn is not None else self.current
+        name = self.choose(spec, settings)
+        self._turn = (before, self.current)
+        return name
+
+    def end_turn(self) -> None:
+        """The turn is over: back to the model it started on, unless another was chosen since.
+
+        A model chosen otherwise in the meantime (the fallback after a failure, the program's
+        ``set_model``) stays.
+        """
+        turn, self._turn = self._turn, None
+        if turn is not None and self.current is turn[1]:
+            self.use(turn[0])
 
     def on(self, spec: str) -> bool:
         """Whether the model chosen last is the one ``spec`` named."""

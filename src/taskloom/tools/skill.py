@@ -6,7 +6,8 @@ invoked, by name and description only; the body is read when invoked. The result
 where its other files are), its ``!`shell command``` patterns replaced by their output
 (:mod:`taskloom.tools.prompt_shell`; one refused or failing makes the call an error). From then
 on, for the rest of the calling agent's turn, the skill's ``allowed-tools`` are allowed without
-asking (:meth:`PermissionPolicy.grant`). A skill
+asking (:meth:`PermissionPolicy.grant`), and its ``model``, if it names one, answers the main
+thread's next requests (:meth:`ModelSwitch.choose_for_turn`; a subagent keeps its own). A skill
 that grants tools asks first, as any tool that asks does (an allow rule ``Skill(name)`` or
 ``Skill`` answers); one that grants none runs. A deny rule ``Skill(name)`` refuses it.
 """
@@ -17,7 +18,9 @@ from typing import Any
 
 from pydantic import Field
 
+from taskloom.errors import TaskloomError
 from taskloom.models.base import ToolSpec
+from taskloom.models.switch import ModelSwitch
 from taskloom.permissions.rules import Approval
 from taskloom.skills.catalog import PromptCommand, SkillCatalog
 from taskloom.skills.expand import allow_rules, instructions
@@ -158,6 +161,12 @@ class SkillTool(Tool[SkillInput]):
                 text = await run_prompt_commands(text, found, place)
             except PromptShellError as exc:
                 return tool_error(str(exc))
+        switch = config.model if config is not None else None
+        if found.model and isinstance(switch, ModelSwitch):
+            try:  # the rest of this turn asks the skill's model
+                switch.choose_for_turn(found.model, ctx.settings)
+            except TaskloomError as exc:
+                return tool_error(f"Skill {name} ({found.path}): model {found.model}: {exc}")
         if found.allowed_tools and policy is not None:
             policy.grant(allow_rules(found))
         data: dict[str, Any] = {"success": True, "commandName": name}

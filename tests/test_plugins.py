@@ -143,6 +143,7 @@ async def test_a_session_runs_a_plugins_skill_agent_and_mcp_tool_and_its_hook(
             Turn(tool_calls=[ToolCall(ECHO_TOOL, {"text": "via plugin"})]),
             Turn(text="done"),
             Turn(text="greeted"),
+            Turn(text="ran"),
         ]
     )
     # A relative directory is the session's working directory's (not the process's).
@@ -154,11 +155,16 @@ async def test_a_session_runs_a_plugins_skill_agent_and_mcp_tool_and_its_hook(
         assert ECHO_TOOL in [t.name for t in h.tools]
         [e async for e in h.run("echo it")]
         [e async for e in h.run("/loom-kit:greet Ada")]
+        [e async for e in h.run("/loom-kit:where hi")]
     result = model.requests[1].messages[-1].content[0]
     assert "via plugin" in str(result)
     log = (tmp_path / "plugin-hook.log").read_text()
     assert f"hook of {OURS}: " in log and ECHO_TOOL in log
     assert "Greet Ada warmly." in str(model.requests[2].messages[-1].content)
+    # ${CLAUDE_PLUGIN_ROOT} is the plugin's directory in a command's text and its !`cmd`.
+    ran = str(model.requests[3].messages[-1].content)
+    assert "Script: loom-kit script says hi" in ran
+    assert f"The plugin lives in {OURS.resolve()}." in ran
 
 
 def test_the_plugins_subcommand_lists_loaded_and_skipped(tmp_path: Path) -> None:
@@ -171,7 +177,8 @@ def test_the_plugins_subcommand_lists_loaded_and_skipped(tmp_path: Path) -> None
     report = json.loads(result.stdout)
     (plugin,) = report["plugins"]
     assert plugin["name"] == "loom-kit" and plugin["mcp_servers"] == ["plugin:loom-kit:echo"]
-    assert plugin["hooks"] == ["PreToolUse"] and plugin["commands"] == ["loom-kit:hello"]
+    assert plugin["hooks"] == ["PreToolUse"]
+    assert plugin["commands"] == ["loom-kit:hello", "loom-kit:where"]
     assert report["skipped"] == [{"file": str(missing), "reason": "not a directory"}]
 
 

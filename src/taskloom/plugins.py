@@ -242,8 +242,8 @@ def _skill_roots(
 ) -> list[SkillRoot]:
     skills = _extra_dirs(root, manifest, "skills", found)
     commands = _extra_dirs(root, manifest, "commands", found)
-    return [SkillRoot(d, "skill", name, name) for d in skills] + [
-        SkillRoot(d, "command", name, name) for d in commands
+    return [SkillRoot(d, "skill", name, name, root) for d in skills] + [
+        SkillRoot(d, "command", name, name, root) for d in commands
     ]
 
 

@@ -34,12 +34,14 @@ class SkillRoot:
         scope: Where it comes from, as listings say: ``user``, ``project``, or a plugin's
             name.
         prefix: Put before each name with a colon (a plugin's name: ``plugin:skill``), if any.
+        plugin_root: The plugin's directory, for a plugin's root (``${CLAUDE_PLUGIN_ROOT}``).
     """
 
     directory: Path
     kind: Kind
     scope: str
     prefix: str | None = None
+    plugin_root: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,7 @@ class PromptCommand:
         user_invocable: It may be typed as ``/name``.
         model_invocable: The model may invoke it with the Skill tool.
         described: Its frontmatter gives a description (else one was made up).
+        plugin_root: The directory of the plugin it comes from, if it does.
     """
 
     name: str
@@ -77,6 +80,7 @@ class PromptCommand:
     user_invocable: bool = True
     model_invocable: bool = True
     described: bool = True
+    plugin_root: Path | None = None
 
 
 @dataclass

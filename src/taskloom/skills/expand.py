@@ -4,7 +4,8 @@ As Claude Code does it: a skill's text starts with ``Base directory for this ski
 ``$ARGUMENTS`` is every argument as typed, ``$ARGUMENTS[N]`` and its shorthand ``$N`` the Nth
 (from 0; shell quoting groups words), ``$name`` the argument its frontmatter's ``arguments``
 names at that place; arguments given to a text that has no placeholder are appended as
-``ARGUMENTS: …``. ``${CLAUDE_SKILL_DIR}`` and ``${CLAUDE_SESSION_ID}`` are replaced too.
+``ARGUMENTS: …``. ``${CLAUDE_SKILL_DIR}``, ``${CLAUDE_SESSION_ID}`` and a plugin's
+``${CLAUDE_PLUGIN_ROOT}`` are replaced too.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def instructions(command: PromptCommand, args: str, session_id: str) -> str:
     text = substitute_arguments(text, args, command.argument_names)
     if command.base_dir is not None:
         text = text.replace("${CLAUDE_SKILL_DIR}", str(command.base_dir))
+    if command.plugin_root is not None:
+        # A plugin's commands run its scripts as !`${CLAUDE_PLUGIN_ROOT}/scripts/…`.
+        text = text.replace("${CLAUDE_PLUGIN_ROOT}", str(command.plugin_root))
     return text.replace("${CLAUDE_SESSION_ID}", session_id)
 
 

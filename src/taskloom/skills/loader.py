@@ -170,6 +170,7 @@ def _command(
         user_invocable=_flag(meta, "user-invocable", True),
         model_invocable=not _flag(meta, "disable-model-invocation", False),
         described=description is not None,
+        plugin_root=root.plugin_root,
     )
 
 

@@ -146,6 +146,34 @@ def test_an_unquoted_colon_in_the_description_loads(repo: Path) -> None:
     assert agent.system_prompt == "Review carefully.\n\nLine two."
 
 
+def test_a_description_over_unindented_lines_that_look_like_keys_loads(repo: Path) -> None:
+    # The shape of a real plugin's agent (Claude Code's own pr-review-toolkit): a long
+    # description whose example lines (``user: "…"``) YAML reads as keys, then breaks on.
+    write_agent(
+        repo / ".claude" / "agents",
+        "simplifier.md",
+        "name: simplifier\n"
+        "description: Use after writing code.\\n\\nExamples:\\n\\n<example>\n"
+        "Context: a feature was added.\n"
+        'user: "Please add auth"\n'
+        "<function call omitted>\n"
+        "</example>\n"
+        "tools: [Read, Edit]\n"
+        "model: opus\n",
+        body="Simplify.",
+    )
+    catalog = load_agents(repo)
+    assert catalog.skipped == []
+    agent = catalog.active["simplifier"]
+    assert agent.when_to_use.startswith("Use after writing code.\n\nExamples:")
+    assert 'user: "Please add auth"\n<function call omitted>\n</example>' in agent.when_to_use
+    assert agent.tools == ("Read", "Edit") and agent.model == "opus"
+    # A file whose first line is no field at all is still refused, saying where.
+    write_agent(repo / ".claude" / "agents", "junk.md", "- [unclosed\nname: junk")
+    [(_, why)] = load_agents(repo).skipped
+    assert why.startswith("invalid YAML frontmatter at line 2: while parsing a flow sequence")
+
+
 def test_values_that_open_and_close_a_quote_or_list_before_more_text_load(repo: Path) -> None:
     agents = repo / ".claude" / "agents"
     write_agent(agents, "beta.md", "name: beta\ndescription: [Beta] Reviews code")

@@ -57,6 +57,8 @@ def parse_yaml(meta: str, yaml: ModuleType, first: int = 1) -> dict[Any, Any]:
         except yaml.YAMLError:
             data = None
         if data is None:
+            data = _by_known_keys(meta, yaml)
+        if data is None:
             raise ValueError(_yaml_problem(exc, first)) from None
     if data is None:
         return {}
@@ -137,3 +139,55 @@ def _continues(lines: list[str], i: int) -> bool:
     following: Iterator[str] = (line for line in lines[i + 1 :] if line.strip())
     nxt = next(following, "")
     return nxt[:1] in (" ", "\t")
+
+
+#: The top-level fields agent, skill and command files have (Claude Code's names, and the
+#: snake_case spellings the agents loader also reads).
+KNOWN_KEYS = frozenset(
+    {
+        "name", "description", "tools", "disallowedTools", "disallowed_tools", "model",
+        "color", "permissionMode", "permission_mode", "maxTurns", "max_turns", "background",
+        "isolation", "memory", "skills", "effort", "hooks", "mcpServers", "mcp_servers",
+        "omitClaudeMd", "omit_claude_md", "initialPrompt", "allowed-tools", "argument-hint",
+        "arguments", "user-invocable", "disable-model-invocation", "when_to_use", "version",
+        "license", "paths", "context", "agent",
+    }
+)  # fmt: skip
+
+_KNOWN_KEY_LINE = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:(?:[ \t]|$)")
+
+
+def _by_known_keys(meta: str, yaml: ModuleType) -> dict[str, Any] | None:
+    """Read frontmatter YAML refuses as fields starting at lines that name a known field.
+
+    The last resort for a long description written over several unindented lines, some of
+    them looking like keys of their own (``user: "…"`` inside an example): every line up to
+    the next known field belongs to the field before it. A field whose lines are YAML on
+    their own (``tools: [Read, Grep]``, an indented ``hooks`` mapping) keeps its YAML value;
+    any other is its text. None when the first line names no known field.
+    """
+    fields: list[tuple[str, list[str]]] = []
+    for line in meta.split("\n"):
+        match = _KNOWN_KEY_LINE.match(line)
+        if match is not None and match.group(1) in KNOWN_KEYS:
+            fields.append((match.group(1), [line]))
+        elif fields:
+            fields[-1][1].append(line)
+        elif line.strip() and not line.lstrip().startswith("#"):
+            return None
+    data: dict[str, Any] = {}
+    for key, lines in fields:
+        block = "\n".join(lines).rstrip()
+        try:
+            parsed = yaml.safe_load(block)
+        except yaml.YAMLError:
+            parsed = None
+        if isinstance(parsed, dict) and list(parsed) == [key]:
+            data[key] = parsed[key]
+            continue
+        value = block.split(":", 1)[1].strip()
+        # What opens a quote or list it never closes, or breaks an indented block, is broken.
+        if _unclosed(value) or any(line[:1] in (" ", "\t") for line in lines[1:]):
+            return None
+        data[key] = value
+    return data or None

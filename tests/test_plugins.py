@@ -83,8 +83,9 @@ def test_malformed_pieces_are_skipped_naming_the_file_and_the_rest_loads(tmp_pat
     bare = tmp_path / "bare"
     bare.mkdir()
     found = load_plugins([good, nameless, unjson, bare, OURS, FIXTURES / "loom-kit"])
-    assert [p.name for p in found.plugins] == ["mixed", "loom-kit"]
-    (mixed, _) = found.plugins
+    # A directory without a manifest is a plugin named after it (with nothing in it here).
+    assert [p.name for p in found.plugins] == ["mixed", "bare", "loom-kit"]
+    (mixed, _, _) = found.plugins
     assert [a.agent_type for a in mixed.agents] == ["mixed:fine"]
     assert not mixed.hooks and not mixed.mcp_servers
     report = describe(found)
@@ -99,9 +100,61 @@ def test_malformed_pieces_are_skipped_naming_the_file_and_the_rest_loads(tmp_pat
     assert "mixed/skills/odd/SKILL.md" in reasons
     assert "'name'" in reasons["nameless/.claude-plugin/plugin.json"]
     assert "not a JSON manifest" in reasons["unjson/.claude-plugin/plugin.json"]
-    assert "plugin.json" in reasons["bare/.claude-plugin/plugin.json"]
     # The same plugin twice: the first wins, the second is reported.
     assert any("loaded from" in s["reason"] for s in report["skipped"])
+
+
+def test_a_plugin_without_a_manifest_and_the_manifest_s_documented_forms(
+    tmp_path: Path,
+) -> None:
+    # No manifest: named after its directory, its pieces in their default places.
+    plain = tmp_path / "plain-kit"
+    (plain / "commands").mkdir(parents=True)
+    (plain / "commands" / "go.md").write_text("Go.\n")
+    (plain / "agents").mkdir()
+    (plain / "agents" / "a.md").write_text(
+        "---\nname: a\ndescription: A.\n---\nRun ${CLAUDE_PLUGIN_ROOT}/x.sh\n"
+    )
+    # Single files and one skill's own directory named by the manifest; hooks and servers
+    # as lists of files and objects; a path leaving the plugin is refused.
+    stop = {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]}
+    forms = _plugin(
+        tmp_path / "forms",
+        {
+            "name": "forms",
+            "skills": ["./extra/solo"],
+            "commands": ["./custom/special.md", "../plain-kit/commands"],
+            "agents": "./custom/one-agent.md",
+            "hooks": ["./h1.json", {"hooks": stop}],
+            "mcpServers": [{"srv": {"command": "x"}}, "./servers.json"],
+        },
+    )  # fmt: skip
+    (forms / "extra" / "solo").mkdir(parents=True)
+    (forms / "extra" / "solo" / "SKILL.md").write_text("---\ndescription: Solo.\n---\nS.\n")
+    (forms / "custom").mkdir()
+    (forms / "custom" / "special.md").write_text("---\ndescription: Special.\n---\nX.\n")
+    (forms / "custom" / "one-agent.md").write_text("---\nname: one\ndescription: One.\n---\nO.\n")
+    hook = {"hooks": [{"type": "command", "command": "true"}]}
+    (forms / "h1.json").write_text(json.dumps({"hooks": {"SessionEnd": [hook], "NoSuch": [hook]}}))
+    (forms / "servers.json").write_text(json.dumps({"mcpServers": {"two": {"command": "y"}}}))
+    found = load_plugins([plain, forms])
+    by_name = {p.name: p for p in found.plugins}
+    assert set(by_name) == {"plain-kit", "forms"}
+    (agent,) = by_name["plain-kit"].agents
+    assert agent.system_prompt == f"Run {plain.resolve()}/x.sh"
+    assert [a.agent_type for a in by_name["forms"].agents] == ["forms:one"]
+    assert list(by_name["forms"].mcp_servers) == ["plugin:forms:srv", "plugin:forms:two"]
+    report = {p["name"]: p for p in describe(found)["plugins"]}
+    assert report["plain-kit"]["commands"] == ["plain-kit:go"]
+    assert report["forms"]["skills"] == ["forms:solo"]
+    assert report["forms"]["commands"] == ["forms:special"]
+    assert report["forms"]["hooks"] == ["SessionEnd", "Stop"]
+    skipped = describe(found)["skipped"]
+    assert {"file": f"{forms} hooks 'NoSuch'", "reason": "no hook of it can run here"} in skipped
+    [outside] = [s for s in skipped if "../plain-kit" in s["reason"]]
+    assert outside["reason"] == (
+        "'commands': '../plain-kit/commands' is not a directory or .md file in the plugin"
+    )
 
 
 def test_a_plugins_agent_cannot_set_hooks_servers_or_permission_mode(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Claude Code plugins: directories of agents, skills, commands, hooks and MCP servers.
 
-A plugin is a directory with ``.claude-plugin/plugin.json`` (``name``, required; ``version``,
-``description``, ``author``… optional) and any of::
+A plugin is a directory with ``.claude-plugin/plugin.json`` (``name``; ``version``,
+``description``, ``author``… optional; without a manifest the plugin is named after its
+directory) and any of::
 
     agents/*.md                 subagent definitions, typed ``<plugin>:<name>``
     skills/<name>/SKILL.md      skills, invoked as ``<plugin>:<name>``
@@ -11,12 +12,13 @@ A plugin is a directory with ``.claude-plugin/plugin.json`` (``name``, required;
                                 ``plugin:<plugin>:<server>`` (its tools
                                 ``mcp__plugin_<plugin>_<server>__<tool>``)
 
-The manifest may name more: ``agents``, ``skills``, ``commands`` (a directory or a list of
-them, relative to the plugin, added to the default ones), ``hooks`` and ``mcpServers`` (a file,
-or the object inline). ``${CLAUDE_PLUGIN_ROOT}`` in hooks and MCP servers is replaced by the
-plugin's directory; ``CLAUDE_PLUGIN_ROOT`` is in the environment of its hooks and stdio servers.
-As in Claude Code, a plugin's agents cannot set ``hooks``, ``mcpServers`` or ``permissionMode``
-(those fields are dropped, with a warning).
+The manifest may name more, relative to the plugin and inside it, added to the default ones:
+``agents`` and ``commands`` (directories or ``.md`` files), ``skills`` (directories of skills,
+or one skill's own directory), ``hooks`` and ``mcpServers`` (files or objects inline; one or a
+list). ``${CLAUDE_PLUGIN_ROOT}`` in hooks, MCP servers, and the text of its agents, skills and
+commands is replaced by the plugin's directory; ``CLAUDE_PLUGIN_ROOT`` is in the environment of
+its hooks and stdio servers. As in Claude Code, a plugin's agents cannot set ``hooks``,
+``mcpServers`` or ``permissionMode`` (those fields are dropped, with a warning).
 
 Plugins come from ``--plugin-dir DIR`` (each one a plugin) and from the ``enabledPlugins``
 setting (``{"name@marketplace": true}``), found where Claude Code installed them
@@ -31,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -42,6 +45,7 @@ from taskloom.agents.definition import AgentDefinition
 from taskloom.frontmatter import parse_yaml, split_frontmatter
 from taskloom.settings import claude_config_dir
 from taskloom.skills.catalog import SkillRoot
+from taskloom.skills.loader import SKILL_FILE
 
 if TYPE_CHECKING:
     from taskloom.hooks import HookConfig
@@ -54,6 +58,12 @@ ROOT_VAR = "${CLAUDE_PLUGIN_ROOT}"
 #: What Claude Code allows a plugin's name to be (kebab-case).
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: Agent fields Claude Code ignores in a plugin's agents (they would widen what it may do).
+#: What each manifest key may name, for the reason a path is refused.
+_WHAT = {
+    "agents": "directory or .md file",
+    "commands": "directory or .md file",
+    "skills": "directory",
+}
 _AGENT_DROPPED = ("hooks", "mcpServers", "mcp_servers", "permissionMode", "permission_mode")
 
 
@@ -198,8 +208,9 @@ def _load_one(root: Path, source: str, found: PluginSet) -> Plugin | None:
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        found.skip(manifest_path, "missing: a plugin needs .claude-plugin/plugin.json")
-        return None
+        # The manifest is optional: the plugin is named after its directory, its pieces
+        # found in their default places (Claude Code's plugin-dev has none).
+        manifest = {"name": root.name}
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         found.skip(manifest_path, f"not a JSON manifest: {exc}")
         return None
@@ -221,27 +232,40 @@ def _load_one(root: Path, source: str, found: PluginSet) -> Plugin | None:
     )
 
 
-def _extra_dirs(root: Path, manifest: Mapping[str, Any], key: str, found: PluginSet) -> list[Path]:
-    """The default directory ``root/key`` and the ones the manifest's ``key`` adds."""
-    dirs = [root / key]
+def _places(root: Path, manifest: Mapping[str, Any], key: str, found: PluginSet) -> list[Path]:
+    """The default directory ``root/key`` and what the manifest's ``key`` adds.
+
+    The manifest may name directories, and, as Claude Code's reference does, single files:
+    an agent's or a command's ``.md``, or a skill's own directory (one with a ``SKILL.md``,
+    given as that file). A path must stay inside the plugin.
+    """
+    places = [root / key]
     value = manifest.get(key)
     listed = [value] if isinstance(value, str) else value if isinstance(value, list) else []
     if value is not None and not listed:
         found.skip(root / MANIFEST, f"{key!r} must be a path or a list of paths")
     for entry in listed:
-        path = (root / entry).resolve() if isinstance(entry, str) else None
-        if path is None or not path.is_dir():
-            found.skip(root / MANIFEST, f"{key!r}: {entry!r} is not a directory in the plugin")
-        elif path not in dirs:
-            dirs.append(path)
-    return dirs
+        path = Path(os.path.normpath(root / entry)) if isinstance(entry, str) else None
+        if path is not None and key == "skills" and (path / SKILL_FILE).is_file():
+            path = path / SKILL_FILE
+        usable = path is not None and (path.is_dir() or (path.is_file() and _names_one(key, path)))
+        if path is None or not usable or not path.is_relative_to(root):
+            found.skip(root / MANIFEST, f"{key!r}: {entry!r} is not a {_WHAT[key]} in the plugin")
+        elif path not in places:
+            places.append(path)
+    return places
+
+
+def _names_one(key: str, path: Path) -> bool:
+    """Whether the manifest's ``key`` may name the file ``path`` (one skill, agent, command)."""
+    return path.name == SKILL_FILE if key == "skills" else path.suffix == ".md"
 
 
 def _skill_roots(
     root: Path, name: str, manifest: Mapping[str, Any], found: PluginSet
 ) -> list[SkillRoot]:
-    skills = _extra_dirs(root, manifest, "skills", found)
-    commands = _extra_dirs(root, manifest, "commands", found)
+    skills = _places(root, manifest, "skills", found)
+    commands = _places(root, manifest, "commands", found)
     return [SkillRoot(d, "skill", name, name, root) for d in skills] + [
         SkillRoot(d, "command", name, name, root) for d in commands
     ]
@@ -251,10 +275,11 @@ def _agents(
     root: Path, name: str, manifest: Mapping[str, Any], found: PluginSet
 ) -> list[AgentDefinition]:
     files = sorted(
-        path
-        for directory in _extra_dirs(root, manifest, "agents", found)
-        if directory.is_dir()
-        for path in directory.rglob("*.md")
+        {
+            path
+            for place in _places(root, manifest, "agents", found)
+            for path in (place.rglob("*.md") if place.is_dir() else _if_file(place))
+        }
     )
     if not files:
         return []
@@ -272,6 +297,7 @@ def _agents(
                 if data.pop(key, None) is not None:
                     log.warning("agent definition %s: %r is ignored in a plugin's agent", path, key)
             warn = functools.partial(log.warning, "agent definition %s: %s", path)
+            body = body.replace(ROOT_VAR, str(root))  # its prompt may run the plugin's scripts
             agent = AgentDefinition.from_mapping(
                 data, source="plugin", path=str(path), body=body,
                 name=f"{name}:{own.strip()}", on_warning=warn,
@@ -281,6 +307,10 @@ def _agents(
         else:
             agents.append(agent)
     return agents
+
+
+def _if_file(path: Path) -> list[Path]:
+    return [path] if path.is_file() else []
 
 
 def _substitute(value: Any, root: Path) -> Any:
@@ -301,13 +331,17 @@ def _json_part(
     parts: list[tuple[Path, dict[str, Any]]] = []
     value = manifest.get(key)
     paths = [root / default]
-    if isinstance(value, str):
-        paths.append((root / value).resolve())
-    elif isinstance(value, dict):
-        parts.append((root / MANIFEST, value))
-    elif value is not None:
-        found.skip(root / MANIFEST, f"{key!r} must be a path or an object")
+    for entry in value if isinstance(value, list) else [] if value is None else [value]:
+        if isinstance(entry, str):
+            paths.append(Path(os.path.normpath(root / entry)))
+        elif isinstance(entry, dict):
+            parts.append((root / MANIFEST, entry))
+        else:
+            found.skip(root / MANIFEST, f"{key!r} must be paths or objects, not {entry!r}")
     for path in dict.fromkeys(paths):
+        if not path.is_relative_to(root):
+            found.skip(path, f"named by the manifest's {key!r} but outside the plugin")
+            continue
         if not path.is_file():
             if path != root / default:
                 found.skip(path, f"named by the manifest's {key!r} but not found")
@@ -385,12 +419,19 @@ def describe(found: PluginSet) -> dict[str, Any]:
 
     A plugin's skill or command file that cannot be used is listed among the skipped too.
     """
+    from taskloom.hooks import HookConfig
     from taskloom.skills import load_catalog
 
     plugins, skipped = [], [{"file": where, "reason": why} for where, why in found.skipped]
     for p in found.plugins:
         catalog = load_catalog(p.skill_roots)
         skipped += [{"file": where, "reason": why} for where, why in catalog.skipped]
+        # The events that have a hook that runs (the parser's warnings go to the log only).
+        events = sorted(str(e) for e in HookConfig.parse(p.hooks, source=f"plugin {p.name}").events)
+        skipped += [
+            {"file": f"{p.root} hooks {event!r}", "reason": "no hook of it can run here"}
+            for event in sorted(set(p.hooks) - set(events))
+        ]
         plugins.append(
             {
                 "name": p.name,
@@ -401,7 +442,7 @@ def describe(found: PluginSet) -> dict[str, Any]:
                 "agents": [a.agent_type for a in p.agents],
                 "skills": [c.name for c in catalog.skills()],
                 "commands": sorted(c.name for c in catalog if c.kind == "command"),
-                "hooks": sorted(p.hooks),
+                "hooks": events,
                 "mcp_servers": list(p.mcp_servers),
             }
         )

@@ -27,7 +27,8 @@ class SkillRoot:
 
     Attributes:
         directory: The directory (``~/.claude/skills``, ``.claude/commands``, a plugin's
-            ``skills``).
+            ``skills``), or one file a plugin's manifest names (a skill's ``SKILL.md``, a
+            command's ``.md``).
         kind: ``skill``: one ``<name>/SKILL.md`` per directory; ``command``: every ``*.md``
             below it, subdirectories naming them (``frontend/component.md`` is
             ``frontend:component``).

@@ -65,9 +65,13 @@ def load_catalog(roots: Iterable[SkillRoot]) -> SkillCatalog:
     catalog = SkillCatalog()
     seen: set[str] = set()  # a file reached through two roots (a symlink) is read once
     for root in roots:
-        if not root.directory.is_dir():
+        if root.directory.is_file():  # a plugin's manifest may name one skill or command
+            one = root.directory
+            found = [(one.parent.name if root.kind == "skill" else one.stem, one)]
+        elif root.directory.is_dir():
+            found = _skill_files(root.directory) if root.kind == "skill" else _command_files(root)
+        else:
             continue
-        found = _skill_files(root.directory) if root.kind == "skill" else _command_files(root)
         for name, path in found:
             key = os.path.realpath(path)
             if key in seen:

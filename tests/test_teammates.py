@@ -457,3 +457,15 @@ async def test_a_turn_failed_by_the_os_says_the_path_and_what_to_do(tmp_path: Pa
         why = "/srv/shared/notes: Permission denied (check the permissions of that path)"
         assert unwrap(letter, "alice")["failureReason"] == why
         assert state(rt, task_id).error == why
+
+
+def test_a_pane_teammate_inherits_the_lead_s_relative_paths_as_absolute(tmp_path: Path) -> None:
+    from taskloom.options import Options
+    from taskloom.teams.compose import inherited_options
+
+    options = Options(plugin_dirs=["kit", str(tmp_path / "abs")], add_dirs=["../shared"])
+    inherited = inherited_options(options, tmp_path / "lead")
+    # A teammate in a worktree must find them where its lead did.
+    assert inherited["plugin_dirs"] == [str(tmp_path / "lead" / "kit"), str(tmp_path / "abs")]
+    assert inherited["add_dirs"] == [str(tmp_path / "lead" / "../shared")]
+    assert inherited["allowed_tools"] == [] and inherited["settings"] is None

@@ -280,6 +280,8 @@ _INHERITED = (
     "plugin_dirs",
     "append_system_prompt", "fallback_model", "max_output_tokens",
 )  # fmt: skip
+#: Inherited paths relative to the lead's directory (a teammate may work in another).
+_PATHS_FROM_CWD = ("plugin_dirs", "add_dirs")
 #: The lead's options that live in its process (Python objects, an SDK's callbacks): a
 #: teammate in a process of its own goes without them, and the lead is told so once.
 _NOT_CARRIED = {
@@ -336,6 +338,25 @@ def session_team(
     return service, None
 
 
+def inherited_options(options: Options, cwd: Path) -> dict[str, Any]:
+    """The lead's options a teammate's process is started with, as JSON values.
+
+    Paths relative to the lead's directory ``cwd`` are made absolute: a teammate working in a
+    worktree would read them from its own directory.
+    """
+    inherited: dict[str, Any] = {}
+    for name in _INHERITED:
+        value = getattr(options, name)
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, (list, tuple)):
+            value = [str(v) for v in value]
+        if name in _PATHS_FROM_CWD and value:
+            value = [str(cwd / Path(v).expanduser()) for v in value]
+        inherited[name] = value
+    return inherited
+
+
 def _launcher(
     runtime: TaskRuntime, options: Options, cwd: Path, agents: Callable[[], AgentService]
 ) -> Launcher:
@@ -347,14 +368,7 @@ def _launcher(
     from taskloom.teams.join import JoinSpec
     from taskloom.teams.panes import PaneError
 
-    inherited: dict[str, Any] = {}
-    for name in _INHERITED:
-        value = getattr(options, name)
-        if isinstance(value, Path):
-            value = str(value)
-        elif isinstance(value, (list, tuple)):
-            value = [str(v) for v in value]
-        inherited[name] = value
+    inherited = inherited_options(options, cwd)
     me = os.getpid()
     lead_start = process_start_time(me) or 0.0
     missing = [what for name, what in _NOT_CARRIED.items() if getattr(options, name)]

@@ -204,10 +204,15 @@ async def test_the_main_thread_a_subagent_and_not_explore_get_the_instructions(
     _repo, app = project(tmp_path)
     systems: dict[str, list[str]] = {}
     requests: list[ModelRequest] = []
+    subagent: list[ModelRequest] = []
+    read_parser = Turn(tool_calls=(ToolCall("Read", {"file_path": str(app / "pkg/parse.go")}),))
 
     def respond(request: ModelRequest) -> Turn | str:
         kind = request.metadata.get("agent_type", "main")
         systems.setdefault(kind, []).append(request.system)
+        if kind == "general-purpose":
+            subagent.append(request)
+            return read_parser if len(subagent) == 1 else "report"
         if kind != "main":
             return "report"
         requests.append(request)
@@ -242,6 +247,9 @@ async def test_the_main_thread_a_subagent_and_not_explore_get_the_instructions(
     assert h.session.engine.config.instructions is not None
     shown = [(f.path, f.nested) for f in h.session.engine.config.instructions.files]
     assert shown[-1] == (pkg, True)
+    # A subagent meeting the directory is told its file too, after its own call.
+    told = [b.text for b in subagent[1].messages[-1].content if isinstance(b, TextBlock)]
+    assert f"Contents of {pkg}:\n\nPKG NESTED" in told[-1]
 
 
 async def test_a_replaced_system_prompt_keeps_the_instructions(tmp_path: Path) -> None:

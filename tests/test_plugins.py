@@ -1,8 +1,9 @@
 """Claude Code plugins: a real public plugin and one of ours load, in process and through ``-p``.
 
-``accessibility-compliance`` is copied from github.com/wshobson/agents (see
-tests/fixtures/plugins/README.md); ``loom-kit`` adds what it lacks: hooks and an MCP server
-(tests/mcp_echo_server.py). Only the model is scripted.
+``accessibility-compliance`` and ``protect-mcp`` (its hooks) are copied from
+github.com/wshobson/agents (see tests/fixtures/plugins/README.md); ``loom-kit`` adds what they
+lack: an MCP server (tests/mcp_echo_server.py), and hooks that need no network. Only the
+model is scripted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from taskloom.testing import ScriptedModel, ToolCall, Turn
 FIXTURES = Path(__file__).parent / "fixtures" / "plugins"
 REAL = FIXTURES / "accessibility-compliance"
 OURS = FIXTURES / "loom-kit"
+GUARD = FIXTURES / "protect-mcp"
 ECHO_TOOL = "mcp__plugin_loom-kit_echo__echo"
 
 
@@ -264,7 +266,14 @@ def test_print_mode_loads_plugin_dirs(tmp_path: Path) -> None:
     call = {"name": ECHO_TOOL, "input": {"text": "hello from a plugin"}}
     script.write_text(yaml.safe_dump({"turns": [{"tool_calls": [call]}, {"text": "done"}]}))
     argv = scripted_argv(script, "--plugin-dir", str(REAL), "--plugin-dir", str(OURS))
+    argv += ["--plugin-dir", str(GUARD)]
+    # The real plugin's hooks run `npx protect-mcp …`: a stand-in records them (no network).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "npx").write_text(f'#!/bin/sh\necho "$*" >> "{tmp_path}/npx.log"\n')
+    (bin_dir / "npx").chmod(0o755)
     env = clean_env(TASKLOOM_TEST_PYTHON=sys.executable)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     proc = subprocess.run(
         [*argv, "--allowedTools", "mcp__plugin_loom-kit_echo"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
@@ -275,7 +284,10 @@ def test_print_mode_loads_plugin_dirs(tmp_path: Path) -> None:
     assert init["plugins"] == [
         {"name": "accessibility-compliance", "path": str(REAL)},
         {"name": "loom-kit", "path": str(OURS)},
+        {"name": "protect-mcp", "path": str(GUARD)},
     ]
+    assert {"protect-mcp:policy-enforcer", "protect-mcp:receipt-verifier"} <= set(init["agents"])
+    assert "protect-mcp:protect-mcp-setup" in init["skills"]
     assert {"name": "plugin:loom-kit:echo", "status": "connected"} in init["mcp_servers"]
     assert {"loom-kit:echoer", "accessibility-compliance:ui-visual-validator"} <= set(
         init["agents"]
@@ -287,3 +299,9 @@ def test_print_mode_loads_plugin_dirs(tmp_path: Path) -> None:
     result = next(e for e in events if e["type"] == "user")["message"]["content"][0]
     assert result["is_error"] is False and "hello from a plugin" in result["content"]
     assert ECHO_TOOL in (tmp_path / "plugin-hook.log").read_text()
+    # The public plugin's PreToolUse and PostToolUse hooks ran around the call.
+    npx = (tmp_path / "npx.log").read_text().splitlines()
+    assert [line.split()[:2] for line in npx] == [
+        ["protect-mcp@0.7.4", "evaluate"],
+        ["protect-mcp@0.7.4", "sign"],
+    ]

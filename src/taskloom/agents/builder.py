@@ -219,6 +219,8 @@ class AgentBuilder:
             if p
         )
         policy = self._policy_for(mode, definition.permission_mode)
+        if definition.read_only:
+            policy = _read_only(policy, cwd)
         if memory is not None and policy is not None:
             policy = policy.with_directories([memory.directory])
         return EngineConfig(
@@ -276,3 +278,16 @@ class AgentBuilder:
         if requested and _STRICTNESS.get(requested, -1) > _STRICTNESS.get(str(policy.mode), -1):
             policy = policy.with_mode(requested)
         return policy
+
+
+def _read_only(policy: PermissionPolicy | None, cwd: Path) -> PermissionPolicy:
+    """A read-only agent's policy: ``policy``'s, read-only; one of its own when there is none.
+
+    A session without a policy allows everything; its read-only agents are still refused
+    what would change files.
+    """
+    if policy is not None:
+        return policy.read_only()
+    from taskloom.permissions import PermissionMode, PermissionPolicy
+
+    return PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, (), cwd).read_only()

@@ -58,6 +58,9 @@ class AgentDefinition:
         omit_claude_md: Leave CLAUDE.md out of the context (saves tokens for search agents).
         required_mcp_servers: MCP servers that must be available for the agent to be offered.
         tokens: The token budget of the agent and every agent it starts.
+        read_only: It may not change files: no edit, and no shell command that writes as far
+            as its text shows (the ``readOnly`` field, ours; see
+            :mod:`taskloom.permissions.read_only`). The ``verification`` agent is.
         allowed_agent_types: The agent types it may start: the ``allowedAgentTypes`` field
             and the types of ``Agent(a, b)`` entries in ``tools``, together; None when
             neither is given (any type, where it may start agents at all). Naming types
@@ -89,6 +92,7 @@ class AgentDefinition:
     required_mcp_servers: tuple[str, ...] = ()
     tokens: int | None = None
     allowed_agent_types: tuple[str, ...] | None = None
+    read_only: bool = False
 
     @property
     def name(self) -> str:
@@ -163,6 +167,7 @@ class AgentDefinition:
             allowed_agent_types=_agent_types(
                 _opt(fields, "allowed_agent_types", _type_names, warn), tools
             ),
+            read_only=_opt(fields, "read_only", _bool, warn) or False,
         )
 
 

@@ -78,7 +78,7 @@ def find_rule(
     if not every_part:
         # Commands hidden in substitutions run too, so a deny rule must see them; and each
         # part is also tried as the program it runs (``/bin/rm``, ``\rm``, ``env X=1 rm``).
-        everything = [whole, *_with_hidden(parts)]
+        everything = [whole, *with_hidden(parts)]
         everything += [normalize_command(p) for p in everything]
         unsure = unsure_syntax(request.target) or _has_substitution(request.target)
         for rule in candidates:
@@ -356,12 +356,12 @@ def _trim_brackets(part: str) -> str:
     return part
 
 
-def _with_hidden(parts: list[str]) -> list[str]:
+def with_hidden(parts: list[str]) -> list[str]:
     """``parts`` followed by the commands inside their substitutions, recursively."""
     out = list(parts)
     for part in parts:
         for inner in _substitutions(part):
-            out += _with_hidden(split_command(inner))
+            out += with_hidden(split_command(inner))
     return out
 
 

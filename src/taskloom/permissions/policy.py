@@ -2,8 +2,10 @@
 
 Order of evaluation, whatever order the rules came in:
 
-1. a matching **deny** rule denies (in every mode, bypassPermissions included); a tool only
-   a person can answer (``approval="person"``) asks now (dontAsk: denies);
+1. a matching **deny** rule denies (in every mode, bypassPermissions included); so does, for a
+   read-only agent's policy (:meth:`PermissionPolicy.read_only`), an edit or a shell command
+   that writes files (:mod:`taskloom.permissions.read_only`); a tool only a person can answer
+   (``approval="person"``) asks now (dontAsk: denies);
 2. **plan** mode denies edit and execute tools, even ones an allow rule names (fetch tools,
    which change nothing here, go on to ask);
 3. **bypassPermissions** allows the rest;
@@ -95,6 +97,8 @@ class PermissionPolicy:
             self.add_rule(rule)
         # This policy's own (never a copy's): allow rules that hold until its turn ends.
         self._granted: list[Rule] = []
+        #: Edits and shell commands that write files are denied (kept by every copy).
+        self.is_read_only = False
 
     @property
     def mode(self) -> PermissionMode:
@@ -157,6 +161,7 @@ class PermissionPolicy:
             mode, (), self.project_root, additional_directories=self.additional_directories
         )
         copy._rules, copy._by_behavior = self._rules, self._by_behavior
+        copy.is_read_only = self.is_read_only
         return copy
 
     def with_directories(self, directories: Iterable[Path]) -> PermissionPolicy:
@@ -173,6 +178,17 @@ class PermissionPolicy:
         )
         copy._rules, copy._by_behavior, copy._mode = self._rules, self._by_behavior, self._mode
         copy._before_plan = self._before_plan
+        copy.is_read_only = self.is_read_only
+        return copy
+
+    def read_only(self) -> PermissionPolicy:
+        """The same rules and mode, shared, for an agent that may not change files.
+
+        Its edits are denied, and so are its shell commands that write files as far as their
+        text shows (see :mod:`taskloom.permissions.read_only`), in every mode.
+        """
+        copy = self.with_directories(())
+        copy.is_read_only = True
         return copy
 
     @classmethod
@@ -263,6 +279,9 @@ class PermissionPolicy:
                 deny,
                 name,
             )
+        refused = self._written(request) if self.is_read_only else None
+        if refused is not None:
+            return Decision("deny", refused, None, name)
         if request.approval == "person":
             return self._person(name)
         if self.mode is PermissionMode.PLAN and request.kind in ("edit", "execute"):
@@ -314,6 +333,24 @@ class PermissionPolicy:
         """
         probe = PermissionRequest(tool_name, kind, None, self.project_root)
         return any(r.content is None and tool_matches(r, probe) for r in self._by_behavior["deny"])
+
+    @staticmethod
+    def _written(request: PermissionRequest) -> str | None:
+        """Why a read-only agent may not make ``request`` (it would change files), if so."""
+        from taskloom.permissions.matchers import SHELL_TOOLS
+        from taskloom.permissions.read_only import shell_writes
+
+        name = request.tool_name
+        if request.kind == "edit":
+            return f"{name} is not allowed: this agent is read-only and may not change files."
+        why = shell_writes(request) if name in SHELL_TOOLS else None
+        if why is None:
+            return None
+        return (
+            f"Permission to use {name} has been denied: this agent is read-only, and {why}. "
+            "Run commands that only read and test; a throw-away script may go under the "
+            "temporary directory (/tmp)."
+        )
 
     def _person(self, name: str) -> Decision:
         """The decision on a tool only someone asked can answer: ask, or in dontAsk deny."""

@@ -14,6 +14,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from taskloom.agents.verification import VerificationNudge
 from taskloom.context.compaction import CompactionRefused
 from taskloom.conversation.held import fold
 from taskloom.conversation.recorder import Recorder
@@ -29,6 +30,7 @@ from taskloom.tasks.mailbox import HELD, MESSAGES, Letter
 from taskloom.tasks.owner_wait import held_due
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tools.prompt_shell import ShellPlace, has_commands, run_prompt_commands
+from taskloom.tools.todo import TodoList
 from taskloom.transcript import TranscriptWriter, copy_transcript, load_messages, transcript_path
 
 
@@ -51,8 +53,14 @@ class Session:
         """
         self.runtime = runtime
         self.id = runtime.session_id
+        listed = TodoList.from_messages(messages or []).items
+        done = [t.content for t in listed if t.status == "completed"]
+        #: The verification nudge (None: off); it tells the model through the engine's meter.
+        self.nudge = VerificationNudge.for_settings(config.settings, config.meter, done)
         # Its inbox is the session's mailbox: what agents and other sessions send it.
-        self.engine = Engine(dataclasses.replace(config, inbox=self.take_inbox), runtime, messages)
+        meter = self.nudge or config.meter
+        config = dataclasses.replace(config, inbox=self.take_inbox, meter=meter)
+        self.engine = Engine(config, runtime, messages)
         self._source = "resume" if messages else "startup"
         self._hooked_start = False
         self._start_context: list[str] = []
@@ -152,8 +160,12 @@ class Session:
             self._prompted = text is not None  # held notices go with a user's prompt
             if command is not None:
                 self._run_as(command[0])
+            if self.nudge is not None:
+                self.nudge.new_turn()
             async for event in self.recorder.run(prompt):
                 self._start_context = []  # the prompt is recorded (before its first event)
+                if self.nudge is not None:
+                    self.nudge.saw(event)  # before the engine goes on to its next request
                 yield event
         except BaseException:
             # Interrupted: messages taken for a message that was never recorded go back.

@@ -1,4 +1,4 @@
-"""The built-in agents: ``general-purpose``, ``Explore`` and ``Plan``.
+"""The built-in agents: ``general-purpose``, ``Explore``, ``Plan`` and ``verification``.
 
 Their names, tool limits and models follow Claude Code so that prompts and agent files written
 for it pick the same agents here; the system prompts are our own.
@@ -6,6 +6,7 @@ for it pick the same agents here; the system prompts are our own.
 
 from __future__ import annotations
 
+from taskloom.agents.builtin_checks import VERIFICATION_AGENT
 from taskloom.agents.definition import AgentDefinition
 
 #: What the read-only agents may not use: no writing, no sub-subagents, no leaving plan mode.
@@ -126,6 +127,7 @@ BUILTIN_AGENTS: tuple[AgentDefinition, ...] = (
         model="inherit",
         omit_claude_md=True,
     ),
+    VERIFICATION_AGENT,
 )
 
 _BY_NAME = {agent.agent_type: agent for agent in BUILTIN_AGENTS}

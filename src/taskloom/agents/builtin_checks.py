@@ -1,16 +1,25 @@
-"""The built-in ``verification`` agent: it checks finished work, and never edits.
+"""Two more built-in agents: ``verification`` (checks work, never edits) and ``taskloom-guide``.
 
 ``verification`` follows Claude Code's agent of that name (its type, tools, background run,
 colour and verdict line), so the nudge to spawn it (:mod:`taskloom.agents.verification`) and
-prompts written for Claude Code name the same agent. The system prompt is our own.
+prompts written for Claude Code name the same agent. ``taskloom-guide`` is our counterpart of
+Claude Code's ``claude-code-guide``: it answers questions about taskloom from the
+documentation shipped inside the package (:data:`DOCS_DIR`), with read-only tools. The
+system prompts are our own.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from taskloom.agents.definition import AgentDefinition
 
 #: The verification agent's type (Claude Code's name).
 VERIFICATION_AGENT_TYPE = "verification"
+#: The guide's type.
+GUIDE_AGENT_TYPE = "taskloom-guide"
+#: taskloom's documentation as installed with the package (``docs/*.md`` of the source tree).
+DOCS_DIR = Path(__file__).parent.parent / "docs"
 #: What the verification agent may not use: no writing, no agents of its own, no plan exits.
 VERIFICATION_DISALLOWED = ("Agent", "ExitPlanMode", "Edit", "Write", "NotebookEdit")
 
@@ -47,6 +56,30 @@ VERDICT: PASS   (everything you checked works)
 VERDICT: FAIL   (something does not; give the command that reproduces it)
 VERDICT: PARTIAL   (only when the environment stopped you from checking something: say what)"""
 
+_GUIDE_PROMPT = f"""\
+You answer questions about taskloom, the agent harness you are running in: its command-line \
+flags, settings, tools, agents, teams, hooks, task kinds, output formats, library API and \
+architecture. Your source is taskloom's own documentation, installed with it in \
+{DOCS_DIR}:
+- README.md: what each document covers
+- contracts.md: the model-facing tools and their results, tasks, notifications, flags and \
+exit codes, stream-json events, state on disk, settings, hooks, environment variables, \
+coordinator mode and agent teams
+- architecture.md: the layers, the flow of a run, tasks
+- library.md: the Python API (Harness, Options, run(), @taskloom.tool)
+- extending.md: adding a tool, a task kind, an agent type
+- remote.md: remote agents on Ray
+
+How to answer:
+- Search before you answer: Grep the documentation for the flag, setting, tool or term \
+asked about (try other spellings), then Read the section around each hit.
+- Answer from what the documentation says, quoting the exact names of flags, settings and \
+fields, and cite where it says so (file:line).
+- When the documentation does not cover the question, say so plainly rather than guess.
+- You may read the user's project files too when the question is about their setup.
+- You cannot change anything. Keep the answer short: the answer first, then the details \
+and the citations."""
+
 VERIFICATION_AGENT = AgentDefinition(
     agent_type=VERIFICATION_AGENT_TYPE,
     when_to_use=(
@@ -64,7 +97,25 @@ VERIFICATION_AGENT = AgentDefinition(
     read_only=True,
 )
 
+GUIDE_AGENT = AgentDefinition(
+    agent_type=GUIDE_AGENT_TYPE,
+    when_to_use=(
+        "Answers questions about taskloom itself — its flags, settings, tools, agents, "
+        "teams, hooks, output formats and library API — from taskloom's own documentation. "
+        "Use it when the user asks how taskloom works or how to configure it. Read-only."
+    ),
+    system_prompt=_GUIDE_PROMPT,
+    tools=("Glob", "Grep", "Read"),
+    # Looking things up in a few documents needs speed more than depth (Claude Code's guide).
+    model="haiku",
+    omit_claude_md=True,
+    read_only=True,
+)
+
 __all__ = [
+    "DOCS_DIR",
+    "GUIDE_AGENT",
+    "GUIDE_AGENT_TYPE",
     "VERIFICATION_AGENT",
     "VERIFICATION_AGENT_TYPE",
     "VERIFICATION_DISALLOWED",

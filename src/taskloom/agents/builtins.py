@@ -1,4 +1,4 @@
-"""The built-in agents: ``general-purpose``, ``Explore``, ``Plan`` and ``verification``.
+"""The built-in agents: ``general-purpose``, ``Explore``, ``Plan``, ``verification`` and the guide.
 
 Their names, tool limits and models follow Claude Code so that prompts and agent files written
 for it pick the same agents here; the system prompts are our own.
@@ -6,7 +6,7 @@ for it pick the same agents here; the system prompts are our own.
 
 from __future__ import annotations
 
-from taskloom.agents.builtin_checks import VERIFICATION_AGENT
+from taskloom.agents.builtin_checks import GUIDE_AGENT, VERIFICATION_AGENT
 from taskloom.agents.definition import AgentDefinition
 
 #: What the read-only agents may not use: no writing, no sub-subagents, no leaving plan mode.
@@ -128,6 +128,7 @@ BUILTIN_AGENTS: tuple[AgentDefinition, ...] = (
         omit_claude_md=True,
     ),
     VERIFICATION_AGENT,
+    GUIDE_AGENT,
 )
 
 _BY_NAME = {agent.agent_type: agent for agent in BUILTIN_AGENTS}

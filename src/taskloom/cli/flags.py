@@ -412,9 +412,12 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         ("--teammate-mode",),
-        choices=("in-process", "tmux", "auto"),
+        choices=("in-process", "tmux", "iterm2", "auto"),
         default=None,
-        help="Where teammates run: in this process, each in a tmux pane, or tmux inside tmux.",
+        help=(
+            "Where teammates run: in this process, each in a tmux pane, in an iTerm2 pane "
+            "(experimental), or the terminal's own panes when inside tmux or iTerm2."
+        ),
         option="teammate_mode",
     ),
     Flag(

@@ -3,13 +3,16 @@
 Teams are on with ``--teams``, the setting ``agentTeams: true``, or ``TASKLOOM_AGENT_TEAMS=1``
 (``CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS=1`` is honoured for users of Claude Code).
 
-Teammates run in this process (``in-process``, the default) or each in a tmux pane of its own
-(``tmux``; ``auto`` is tmux inside a tmux session). Asking for tmux where it cannot run is an
-error that says why, never a quiet fallback to in-process.
+Teammates run in this process (``in-process``, the default) or each in a pane of its own: a
+tmux pane (``tmux``), an iTerm2 pane through the ``it2`` program (``iterm2``, experimental);
+``auto`` is tmux inside a tmux session, iTerm2 inside iTerm2 when ``it2`` is installed, else
+in-process. Asking for tmux or iTerm2 where it cannot run is an error that says why, never a
+quiet fallback to in-process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom.errors import UsageError
 
 if TYPE_CHECKING:
-    from taskloom.teams.panes import TmuxPanes
+    from taskloom.teams.panes import PaneServer
 
 #: The environment variables that switch teams on (ours, then Claude Code's).
 ENV_VARS = ("TASKLOOM_AGENT_TEAMS", "CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS")
@@ -38,7 +41,7 @@ def teams_enabled(
 
 
 #: Where teammates run: ``teammateMode`` (setting), ``TASKLOOM_TEAMMATE_MODE``, ``--teammate-mode``.
-TEAMMATE_MODES = ("in-process", "tmux", "auto")
+TEAMMATE_MODES = ("in-process", "tmux", "iterm2", "auto")
 #: The environment variable that chooses the teammate mode.
 MODE_ENV = "TASKLOOM_TEAMMATE_MODE"
 
@@ -67,24 +70,29 @@ def teammate_mode(
     return "in-process"
 
 
-def pane_server(mode: str, env: Mapping[str, str] | None = None) -> TmuxPanes | None:
-    """The tmux panes teammates go in, for ``mode`` (None: they run in this process).
+def pane_server(mode: str, env: Mapping[str, str] | None = None) -> PaneServer | None:
+    """The panes teammates go in, for ``mode`` (None: they run in this process).
 
-    ``auto`` is tmux inside a tmux session (``$TMUX`` set, tmux on PATH), else in-process.
+    ``auto`` is tmux inside a tmux session (``$TMUX`` set, tmux on PATH), else iTerm2 inside
+    iTerm2 (``$ITERM_SESSION_ID`` set or ``$TERM_PROGRAM`` ``iTerm.app``, ``it2`` on PATH),
+    else in-process.
 
     Raises:
-        UsageError: ``tmux`` was asked for and cannot run here, saying why.
+        UsageError: ``tmux`` or ``iterm2`` was asked for and cannot run here, saying why.
     """
     env = os.environ if env is None else env
     if mode == "in-process":
         return None
+    from taskloom.teams.iterm_panes import inside_iterm, locate_iterm
     from taskloom.teams.panes import PaneError, locate
 
-    if mode == "auto" and not env.get("TMUX"):
+    if mode == "auto":
+        for inside, find in ((bool(env.get("TMUX")), locate), (inside_iterm(env), locate_iterm)):
+            if inside:
+                with contextlib.suppress(PaneError):
+                    return find(env)
         return None
     try:
-        return locate(env)
+        return locate_iterm(env) if mode == "iterm2" else locate(env)
     except PaneError as exc:
-        if mode == "auto":
-            return None
         raise UsageError(str(exc)) from None

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.teams.executor import TeammateSpec
     from taskloom.teams.join import JoinSpec
-    from taskloom.teams.panes import Pane, TmuxPanes
+    from taskloom.teams.panes import Pane, PaneServer
     from taskloom.teams.teammate import TeammateRun
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class PaneExecutor:
     def __init__(
         self,
         runtime: TaskRuntime,
-        panes: TmuxPanes,
+        panes: PaneServer,
         launch: Launcher,
         *,
         prompter: PermissionPrompter | None = None,
@@ -105,7 +105,7 @@ class PaneExecutor:
 
         Args:
             runtime: The lead's runtime (its mailbox is the team's).
-            panes: The tmux server and window they go in.
+            panes: The tmux server and window, or the iTerm2 window, they go in.
             launch: Makes a teammate's :class:`~taskloom.teams.join.JoinSpec`.
             prompter: Who answers their permission requests (None: they decide headless).
             keep_crashed: Keep the pane of a teammate that crashed, for the user to read.
@@ -114,6 +114,7 @@ class PaneExecutor:
         """
         self.runtime = runtime
         self.panes = panes
+        self.backend = panes.backend  # what their task states say they run in
         self.launch = launch
         self.prompter = prompter
         self.keep_crashed = keep_crashed
@@ -266,7 +267,7 @@ class PaneExecutor:
                 prompt=spec.prompt,
                 model=spec.model,
                 plan_mode_required=spec.plan_mode_required,
-                backend=TMUX,
+                backend=self.backend,
                 is_idle=resume,  # it goes on waiting for mail
             )
         )

@@ -24,6 +24,7 @@ import os
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from taskloom.errors import TaskloomError, clipped
 from taskloom.process.run import ProgramError, run_program
@@ -66,6 +67,43 @@ class Pane:
     pid: int
 
 
+class PaneServer(Protocol):
+    """Where pane teammates go: tmux (:class:`TmuxPanes`) or iTerm2 (``ItermPanes``).
+
+    Attributes:
+        backend: The teammates' backend name (``tmux``, ``iterm2``).
+    """
+
+    backend: str
+
+    async def create(
+        self,
+        *,
+        team: str,
+        session_id: str,
+        title: str,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        colour: str | None = None,
+        before_start: Callable[[Pane], Awaitable[None]] | None = None,
+    ) -> Pane:
+        """Start ``argv`` in a new pane (see :meth:`TmuxPanes.create`)."""
+        ...
+
+    async def kill(self, pane_id: str) -> bool:
+        """Close the pane; whether it was there."""
+        ...
+
+    async def exit_status(self, pane_id: str, wait: float = 0.5) -> str:
+        """How the pane's command ended, if the terminal knows; '' if not."""
+        ...
+
+    async def panes(self) -> list[tuple[str, int, str, bool]]:
+        """The panes a sweep may judge: id, pid, the session it belongs to, dead."""
+        ...
+
+
 def locate(env: Mapping[str, str] | None = None) -> TmuxPanes:
     """The panes a team of this process uses (see the module docstring).
 
@@ -91,6 +129,8 @@ class TmuxPanes:
         socket: The server's socket (None: tmux's default server).
         lead_pane: The lead's own pane, when the lead runs inside that server.
     """
+
+    backend = "tmux"
 
     def __init__(self, tmux: str, *, socket: str | None = None, lead_pane: str | None = None):
         self.tmux = tmux
@@ -331,6 +371,7 @@ __all__ = [
     "TMUX_COLOURS",
     "Pane",
     "PaneError",
+    "PaneServer",
     "TmuxPanes",
     "locate",
 ]

@@ -65,7 +65,13 @@ def only(repo: Path, name: str) -> AgentDefinition:
 
 
 def test_builtins_have_the_documented_properties() -> None:
-    assert [a.agent_type for a in BUILTIN_AGENTS] == ["general-purpose", "Explore", "Plan"]
+    assert [a.agent_type for a in BUILTIN_AGENTS] == [
+        "general-purpose",
+        "Explore",
+        "Plan",
+        "verification",
+        "taskloom-guide",
+    ]
     general = builtin("general-purpose")
     assert general.all_tools and general.disallowed_tools == () and general.model is None
     assert not general.omit_claude_md
@@ -82,6 +88,11 @@ def test_builtins_have_the_documented_properties() -> None:
         assert agent.disallowed_tools == READ_ONLY_DISALLOWED
         assert agent.omit_claude_md
     assert explore.model == "haiku" and plan.model == "inherit"
+    verifier, guide = builtin("verification"), builtin("taskloom-guide")
+    assert verifier.read_only and guide.read_only and not explore.read_only
+    assert {"Edit", "Write", "NotebookEdit", "Agent"} <= set(verifier.disallowed_tools)
+    assert verifier.background and verifier.model == "inherit" and verifier.color == "red"
+    assert guide.tools == ("Glob", "Grep", "Read") and guide.model == "haiku"
     for agent in BUILTIN_AGENTS:
         assert agent.source == "built-in" and agent.path is None
         assert agent.when_to_use
@@ -92,7 +103,13 @@ def test_builtins_have_the_documented_properties() -> None:
 
 def test_builtins_are_active_with_no_files(repo: Path) -> None:
     catalog = load_agents(repo)
-    assert catalog.names() == ["Explore", "general-purpose", "Plan"]
+    assert catalog.names() == [
+        "Explore",
+        "general-purpose",
+        "Plan",
+        "taskloom-guide",
+        "verification",
+    ]
     assert catalog.shadowed == [] and catalog.skipped == [] and catalog.warnings == []
     assert "Plan" in catalog and catalog.get("missing") is None
 

@@ -137,7 +137,14 @@ def test_the_coordinators_agent_types(tmp_path: Path) -> None:
     agents.mkdir(parents=True)
     (agents / "reviewer.md").write_text("---\nname: reviewer\ndescription: Reviews.\n---\nReview.")
     catalog = coordinator_catalog(load_agents(tmp_path))
-    assert catalog.names() == ["Explore", "Plan", "reviewer", "worker"]
+    assert catalog.names() == [
+        "Explore",
+        "Plan",
+        "reviewer",
+        "taskloom-guide",
+        "verification",
+        "worker",
+    ]
     assert worker_context(["Bash", "Read"], []) == "Workers have access to: Bash, Read"
     assert "MCP servers available to workers: docs" in worker_context(["Bash"], ["docs"])
 

@@ -51,6 +51,42 @@ KILL_GRACE_S = 1.0
 _DRAIN_S = 0.5
 
 
+class FirstLine:
+    """Told a program's first line of stdout as it comes; may move the program's deadline.
+
+    A hook says on its first line whether it goes on in the background (``{"async": true}``):
+    its caller then stops waiting for it, and gives it the time it asked for.
+
+    Create it inside the running event loop.
+    """
+
+    def __init__(self) -> None:
+        """Nothing seen yet."""
+        #: The first line (without its newline), or all of stdout kept when it ended without
+        #: one.
+        self.line: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._deadline: asyncio.Timeout | None = None
+
+    def bind(self, deadline: asyncio.Timeout) -> None:
+        """The program's deadline, which :meth:`extend` moves."""
+        self._deadline = deadline
+
+    def extend(self, seconds: float) -> None:
+        """Let the program run ``seconds`` from now, instead of its first deadline."""
+        if self._deadline is not None and not self._deadline.expired():
+            self._deadline.reschedule(asyncio.get_running_loop().time() + seconds)
+
+    def seen(self, kept: bytearray, ended: bool) -> None:
+        """Stdout so far is ``kept`` (``ended``: no more comes); resolve :attr:`line` once."""
+        if self.line.done():
+            return
+        end = kept.find(b"\n")
+        if end >= 0:
+            self.line.set_result(bytes(kept[:end]))
+        elif ended:
+            self.line.set_result(bytes(kept))
+
+
 @dataclass(frozen=True, slots=True)
 class ProgramResult:
     """How a program ended and what it wrote.
@@ -151,6 +187,7 @@ async def run_program(
     tagged: bool = True,
     prefix: str | None = None,
     grace: float = KILL_GRACE_S,
+    first_line: FirstLine | None = None,
 ) -> ProgramResult:
     """Run ``argv`` to its end (see the module docstring); what it did.
 
@@ -171,6 +208,8 @@ async def run_program(
             group.
         prefix: What its tag says about it (default: the program's name).
         grace: Seconds between SIGTERM and SIGKILL when its tree is killed.
+        first_line: Told its first line of stdout, as soon as it comes; it can move the
+            deadline.
 
     Raises:
         ProgramError: It could not be started, or ran past ``timeout`` (then killed, and
@@ -179,7 +218,7 @@ async def run_program(
     if not argv:
         raise ProgramError(argv, "no program given")
     child_env = dict(os.environ if env is None else env)
-    limits = _Limits(max_stdout, max_stderr, stop_at_cap, grace)
+    limits = _Limits(max_stdout, max_stderr, stop_at_cap, grace, first_line)
     if not tagged:
         # Not even an inherited tag: what it starts must not be swept with its parent.
         child_env.pop(TASK_ENV, None)
@@ -199,6 +238,7 @@ class _Limits:
     max_stderr: int
     stop_at_cap: bool
     grace: float
+    first_line: FirstLine | None = None
 
 
 class _Capture(asyncio.SubprocessProtocol):
@@ -210,6 +250,7 @@ class _Capture(asyncio.SubprocessProtocol):
         self.dropped = {1: 0, 2: 0}
         self.caps = {1: limits.max_stdout, 2: limits.max_stderr}
         self.stop_at_cap = limits.stop_at_cap
+        self.first_line = limits.first_line
         self.exited: asyncio.Future[None] = loop.create_future()
         self.drained: asyncio.Future[None] = loop.create_future()
         #: stdout passed its cap, with ``stop_at_cap``.
@@ -220,6 +261,8 @@ class _Capture(asyncio.SubprocessProtocol):
         buf = self.kept[fd]
         room = max(self.caps[fd] - len(buf), 0)
         buf += data[:room]
+        if fd == 1 and self.first_line is not None:
+            self.first_line.seen(buf, ended=len(data) > room)
         if len(data) > room:
             self.dropped[fd] += len(data) - room
             if fd == 1 and self.stop_at_cap and not self.full.done():
@@ -227,6 +270,8 @@ class _Capture(asyncio.SubprocessProtocol):
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         self._open.discard(fd)
+        if fd == 1 and self.first_line is not None:
+            self.first_line.seen(self.kept[1], ended=True)
         if not self._open and not self.drained.done():
             self.drained.set_result(None)
 
@@ -258,7 +303,9 @@ async def _run(
             pipe.write(stdin)
             pipe.write_eof()
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as deadline:
+                if limits.first_line is not None:
+                    limits.first_line.bind(deadline)
                 await asyncio.wait([proto.exited, proto.full], return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             timed_out = True
@@ -386,6 +433,7 @@ def _note(kept: bytes, dropped: int, stopped: bool) -> str:
 __all__ = [
     "DEFAULT_CAPTURE_BYTES",
     "KILL_GRACE_S",
+    "FirstLine",
     "ProgramError",
     "ProgramResult",
     "run_program",

@@ -36,7 +36,7 @@ from taskloom.events import (
     ToolDone,
     UserTurn,
 )
-from taskloom.gate import read_denied
+from taskloom.gate import hook_call, read_denied
 from taskloom.messages import (
     ContentBlock,
     Message,
@@ -408,21 +408,6 @@ class Engine:
         if isinstance(params, ToolResult):
             return params
         raw = call.input
-        pre = await self.run_hook(
-            "PreToolUse", tool.name, tool_name=tool.name, tool_input=raw, tool_use_id=call.id
-        )
-        if pre is not None and pre.stop:
-            self.stop_reason = pre.stop_reason or "stopped by a PreToolUse hook"
-        if pre is not None:
-            if pre.blocked:
-                return tool_error(f"Blocked by a PreToolUse hook: {pre.block_reason}")
-            if pre.updated_input is not None:
-                raw = {**raw, **pre.updated_input}
-                params = tool.validate(raw)
-                if isinstance(params, ToolResult):
-                    return params
-            if pre.permission_decision == "deny":
-                return tool_error(f"Denied by a PreToolUse hook: {pre.permission_reason}")
         ctx = ToolContext(
             runtime=self.runtime,
             owner=self.config.owner,
@@ -437,6 +422,23 @@ class Engine:
             rules_base=self.config.rules_root(),
             hook_response=self._hooked("PostToolUse", tool.name),
         )
+        policy = self.config.permissions
+        pre = await self.run_hook(
+            "PreToolUse", tool.name, call=hook_call(tool, params, ctx, raw, policy),
+            tool_name=tool.name, tool_input=raw, tool_use_id=call.id,
+        )  # fmt: skip
+        if pre is not None and pre.stop:
+            self.stop_reason = pre.stop_reason or "stopped by a PreToolUse hook"
+        if pre is not None:
+            if pre.blocked:
+                return tool_error(f"Blocked by a PreToolUse hook: {pre.block_reason}")
+            if pre.updated_input is not None:
+                raw = {**raw, **pre.updated_input}
+                params = tool.validate(raw)
+                if isinstance(params, ToolResult):
+                    return params
+            if pre.permission_decision == "deny":
+                return tool_error(f"Denied by a PreToolUse hook: {pre.permission_reason}")
         saved = results_dir(self.runtime.session_id, self.runtime.home)
         outputs = tasks_dir(self.runtime.session_id, self.runtime.home)
         cfg = self.config
@@ -462,7 +464,10 @@ class Engine:
         except Exception as exc:  # a tool bug must not end the conversation
             log.exception("tool %s failed", tool.name)
             result = tool_error(f"Error: {type(exc).__name__}: {exc}")
-        return await self._after(tool, call, raw, result, round((time.monotonic() - began) * 1000))
+        took = round((time.monotonic() - began) * 1000)
+        return await self._after(
+            tool, call, raw, result, took, hook_call(tool, params, ctx, raw, policy)
+        )
 
     async def _after(
         self,
@@ -471,13 +476,15 @@ class Engine:
         raw: dict[str, Any],
         result: ToolResult,
         duration_ms: int,
+        on: Any = None,
     ) -> ToolResult:
-        """The call's end: its hooks see the whole result, the model a bounded one."""
+        """The call's end: its hooks (``if`` rules tested ``on`` it) see the whole result."""
         common = {"tool_name": tool.name, "tool_input": raw, "tool_use_id": call.id}
         if result.is_error:
             post = await self.run_hook(
                 "PostToolUseFailure",
                 tool.name,
+                call=on,
                 **common,
                 error=result.content,
                 is_interrupt=False,
@@ -489,6 +496,7 @@ class Engine:
             post = await self.run_hook(
                 "PostToolUse",
                 tool.name,
+                call=on,
                 **common,
                 tool_response=response if response is not None else result.content,
                 duration_ms=duration_ms,
@@ -516,28 +524,13 @@ class Engine:
         hooks = self.config.hooks
         return bool(hooks and hooks.matching(event, target))
 
-    async def run_hook(self, event: str, target: str | None, **payload: Any) -> HookOutcome | None:
-        """Run the hooks of ``event`` (None when none is configured for it)."""
-        hooks = self.config.hooks
-        if not hooks or not hooks.matching(event, target):
-            return None
-        from taskloom.hooks import run_hooks
+    async def run_hook(
+        self, event: str, target: str | None, *, call: Any = None, **payload: Any
+    ) -> HookOutcome | None:
+        """Run the hooks of ``event`` (None when none runs); see :func:`taskloom.gate.fire`."""
+        from taskloom.gate import fire
 
-        if self.config.agent_id is not None:  # the main thread's payloads name no agent
-            payload.setdefault("agent_id", self.config.agent_id)
-            payload.setdefault("agent_type", self.config.metadata.get("agent_type"))
-        policy = self.config.permissions
-        return await run_hooks(
-            hooks,
-            event,
-            payload,
-            target=target,
-            cwd=self.config.cwd,
-            session_id=self.config.session_id,
-            transcript_path=self.config.transcript_path,
-            permission_mode=str(policy.mode) if policy is not None else "default",
-            listener=self.config.observer,
-        )
+        return await fire(self.config, self.runtime, event, target, call, payload)
 
     async def _permit(
         self, tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any]

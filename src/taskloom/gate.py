@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
-    from taskloom.hooks import HookOutcome
-    from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.engine_config import EngineConfig
+    from taskloom.hooks import HookOutcome, ToolCall
+    from taskloom.permissions import PermissionPolicy, PermissionPrompter, PermissionRequest
     from taskloom.tasks.runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -71,21 +72,16 @@ async def permit(
     """Decide one call (see the module docstring)."""
     if policy is None:
         return Verdict(params=params, raw=raw)
-    from taskloom.permissions import PermissionRequest, PromptError
+    from taskloom.permissions import PromptError
 
-    request = PermissionRequest(
-        tool_name=tool.name,
-        kind=tool.kind,
-        target=tool.permission_target(params, ctx),
-        cwd=ctx.rules_base or ctx.cwd,  # a `cd` does not move the rules
-        input=raw,
-        approval=tool.call_approval(params),
-    )
+    request = _request(tool, params, ctx, raw)
     decision = policy.decide(request)
     if decision.behavior == "ask":
+        from taskloom.hooks import ToolCall
+
         hooked = await run_hook(
-            "PermissionRequest", tool.name, tool_name=tool.name, tool_input=raw,
-            permission_suggestions=[],
+            "PermissionRequest", tool.name, call=ToolCall(request, policy.project_root),
+            tool_name=tool.name, tool_input=raw, permission_suggestions=[],
         )  # fmt: skip
         if hooked is not None and (hooked.blocked or hooked.permission_decision == "deny"):
             why = hooked.permission_reason or hooked.block_reason.strip()
@@ -121,6 +117,74 @@ async def permit(
     if decision.behavior == "allow":
         return Verdict(params=params, raw=raw)
     return Verdict(tool_error(tool.denied_message(params, decision.reason, decision.rule)))
+
+
+def _request(
+    tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any]
+) -> PermissionRequest:
+    """The call as the permission rules see it."""
+    from taskloom.permissions import PermissionRequest
+
+    return PermissionRequest(
+        tool_name=tool.name,
+        kind=tool.kind,
+        target=tool.permission_target(params, ctx),
+        cwd=ctx.rules_base or ctx.cwd,  # a `cd` does not move the rules
+        input=raw,
+        approval=tool.call_approval(params),
+    )
+
+
+async def fire(
+    config: EngineConfig,
+    runtime: TaskRuntime,
+    event: str,
+    target: str | None,
+    call: ToolCall | None,
+    payload: dict[str, Any],
+) -> HookOutcome | None:
+    """Run an engine's hooks of ``event`` (None when none is configured for it).
+
+    ``call`` is the tool call of a tool event, which hooks' ``if`` rules must match. Hooks
+    that run in the background go on in the session's :class:`~taskloom.hooks.BackgroundHooks`;
+    what they say is for the engine's owner.
+    """
+    hooks = config.hooks
+    if not hooks or not hooks.matching(event, target, call):
+        return None
+    from taskloom.hooks import Background, background_hooks, run_hooks
+
+    if config.agent_id is not None:  # the main thread's payloads name no agent
+        payload.setdefault("agent_id", config.agent_id)
+        payload.setdefault("agent_type", config.metadata.get("agent_type"))
+    policy = config.permissions
+    return await run_hooks(
+        hooks,
+        event,
+        payload,
+        target=target,
+        cwd=config.cwd,
+        session_id=config.session_id,
+        transcript_path=config.transcript_path,
+        permission_mode=str(policy.mode) if policy is not None else "default",
+        listener=config.observer,
+        call=call,
+        background=Background(background_hooks(runtime), config.owner),
+    )
+
+
+def hook_call(
+    tool: Tool[Any],
+    params: Any,
+    ctx: ToolContext,
+    raw: dict[str, Any],
+    policy: PermissionPolicy | None,
+) -> ToolCall:
+    """The call as hooks' ``if`` rules see it: as the permission rules do."""
+    from taskloom.hooks import ToolCall
+
+    request = _request(tool, params, ctx, raw)
+    return ToolCall(request, policy.project_root if policy is not None else request.cwd)
 
 
 class _Notices:

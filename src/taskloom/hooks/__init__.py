@@ -1,5 +1,6 @@
 """Hooks in Claude Code's settings format: configuration and the runner."""
 
+from taskloom.hooks.background import Background, BackgroundHooks, background_hooks
 from taskloom.hooks.config import (
     AGENT_EVENTS,
     DEFAULT_TIMEOUT_S,
@@ -11,6 +12,7 @@ from taskloom.hooks.config import (
     HookConfig,
     HookEvent,
     HookMatcher,
+    ToolCall,
     compile_matcher,
 )
 from taskloom.hooks.runner import (
@@ -29,6 +31,8 @@ __all__ = [
     "KILL_GRACE_S",
     "MAX_CAPTURE_BYTES",
     "TOOL_EVENTS",
+    "Background",
+    "BackgroundHooks",
     "CallbackHook",
     "CallerGone",
     "CommandHook",
@@ -40,6 +44,8 @@ __all__ = [
     "HookOutcome",
     "HookResult",
     "PermissionDecision",
+    "ToolCall",
+    "background_hooks",
     "compile_matcher",
     "run_hooks",
 ]

@@ -18,10 +18,13 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from taskloom.errors import SettingsError, TaskloomError
+from taskloom.errors import SettingsError, TaskloomError, UsageError
+from taskloom.permissions.matchers import find_rule
+from taskloom.permissions.rules import PermissionRequest, Rule, parse_rule
 
 _log = logging.getLogger("taskloom.hooks")
 
@@ -81,15 +84,48 @@ class CommandHook:
     Attributes:
         command: The command line, run with ``sh -c``.
         timeout: Seconds before its process tree is killed.
+        background: ``async``: it runs in the background; nothing waits for it, and its
+            ``systemMessage`` and ``additionalContext`` reach the model with its next turn.
+        rewake: ``asyncRewake`` (implies ``background``): its exit 2 wakes the model with
+            its stderr (its stdout when stderr is empty).
+        rewake_message: ``rewakeMessage``: what the model reads before that output.
+        rewake_summary: ``rewakeSummary``: the one line the user is shown for the wake.
+        condition: ``if``: a permission rule (``Bash(git commit:*)``) the tool call must
+            match for it to run; on events other than tool events it never runs.
     """
 
     command: str
     timeout: float = DEFAULT_TIMEOUT_S
+    background: bool = False
+    rewake: bool = False
+    rewake_message: str = ""
+    rewake_summary: str = ""
+    condition: Rule | None = None
 
     @property
     def key(self) -> str:
-        """What makes two hooks the same one (run once when several entries match)."""
-        return self.command
+        """What makes two hooks the same one (run once when several entries match).
+
+        The same command under two ``if`` rules is two hooks: each runs when its rule holds.
+        """
+        return self.command if self.condition is None else f"{self.command}\0if {self.condition}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The tool call a tool event is about, for the hooks' ``if`` rules.
+
+    Attributes:
+        request: The call as the permission rules see it.
+        project_root: What rules' ``/path`` patterns are relative to.
+    """
+
+    request: PermissionRequest
+    project_root: Path
+
+    def matches(self, rule: Rule) -> bool:
+        """Whether ``rule`` matches the call, as a deny rule would (any part of a command)."""
+        return find_rule([rule], self.request, self.project_root, every_part=False) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +334,9 @@ class HookConfig:
             events[event] = events.get(event, ()) + entries
         return HookConfig(MappingProxyType(events), self.caller or other.caller)
 
-    def matching(self, event: HookEvent | str, target: str | None = None) -> list[Hook]:
+    def matching(
+        self, event: HookEvent | str, target: str | None = None, call: ToolCall | None = None
+    ) -> list[Hook]:
         """Return the hooks to run for ``event``, in order, identical commands once.
 
         Args:
@@ -307,6 +345,8 @@ class HookConfig:
                 notification type (Notification) or trigger (PreCompact, PostCompact,
                 SessionStart: see :data:`TRIGGER_EVENTS`); ignored by other events, whose
                 matchers are not consulted.
+            call: The tool call of a tool event, which a hook's ``if`` rule must match;
+                None keeps every hook with one (the question is then whether any may run).
         """
         try:
             key = HookEvent(event)
@@ -319,6 +359,8 @@ class HookConfig:
             if use_matcher and not entry.matches(target):
                 continue
             for hook in entry.hooks:
+                if not _applies(hook, key, call):
+                    continue
                 # Claude Code runs an identical command once even if several entries match.
                 found.setdefault(hook.key, hook)
         return list(found.values())
@@ -326,6 +368,15 @@ class HookConfig:
     def __bool__(self) -> bool:
         """True when at least one hook is configured."""
         return any(self.events.values())
+
+
+def _applies(hook: Hook, event: HookEvent, call: ToolCall | None) -> bool:
+    """Whether ``hook``'s ``if`` rule (if any) lets it run for this event and call."""
+    if not isinstance(hook, CommandHook) or hook.condition is None:
+        return True
+    if event not in TOOL_EVENTS:
+        return False  # Claude Code: on other events a hook with `if` never runs
+    return call is None or call.matches(hook.condition)
 
 
 #: Claude Code events that taskloom does not run: their hooks are skipped, never "misspelt".
@@ -379,6 +430,14 @@ def _parse_hook(raw: Any, where: str) -> CommandHook | None:
         _log.warning("%s: hook is not an object, skipped", where)
         return None
     kind = raw.get("type")
+    if kind in _UNBUILT_TYPES:
+        prompt = raw.get("prompt")
+        what = prompt if isinstance(prompt, str) else ""
+        _log.warning(
+            "%s: %r hooks are not run by taskloom (only 'command' hooks are); skipped: %s",
+            where, kind, what[:80] or "(no prompt)",
+        )  # fmt: skip
+        return None
     if kind != "command":
         _log.warning("%s: unsupported hook type %r, skipped", where, kind)
         return None
@@ -391,4 +450,42 @@ def _parse_hook(raw: Any, where: str) -> CommandHook | None:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         _log.warning("%s: 'timeout' must be a positive number of seconds, skipped", where)
         return None
-    return CommandHook(command, float(timeout))
+    flags = {name: raw.get(name, False) for name in ("async", "asyncRewake")}
+    texts = {name: raw.get(name, "") for name in ("rewakeMessage", "rewakeSummary")}
+    wrong = [n for n, v in flags.items() if not isinstance(v, bool)]
+    wrong += [n for n, v in texts.items() if not isinstance(v, str)]
+    if wrong:
+        # A guard meant to run in the background must not block the session, nor the reverse.
+        _log.warning("%s: %s of the wrong type, skipped: %s", where, ", ".join(wrong), command)
+        return None
+    valid, condition = _condition(raw.get("if"), where)
+    if not valid:
+        return None
+    return CommandHook(
+        command,
+        float(timeout),
+        background=flags["async"] or flags["asyncRewake"],
+        rewake=flags["asyncRewake"],
+        rewake_message=texts["rewakeMessage"],
+        rewake_summary=texts["rewakeSummary"],
+        condition=condition,
+    )
+
+
+#: Hook types Claude Code runs that taskloom does not: their hooks are skipped, said so.
+_UNBUILT_TYPES = frozenset({"prompt", "agent", "http"})
+
+
+def _condition(value: Any, where: str) -> tuple[bool, Rule | None]:
+    """(valid, a hook's ``if`` rule or None when it has none); a malformed one is warned of."""
+    if value is None:
+        return True, None
+    if not isinstance(value, str) or not value.strip():
+        _log.warning("%s: 'if' must be a permission rule such as 'Bash(git *)', skipped", where)
+        return False, None
+    try:
+        return True, parse_rule(value, "allow", f"{where}.if")
+    except UsageError as exc:
+        # Run unconditionally it would do what its author said it must not: skip it.
+        _log.warning("%s: %s; the hook is skipped", where, exc)
+        return False, None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from taskloom.errors import TaskloomError
+from taskloom.hooks.background import Background, async_request
 from taskloom.hooks.config import (
     CallbackHook,
     CallerGone,
@@ -33,8 +34,9 @@ from taskloom.hooks.config import (
     HookCaller,
     HookConfig,
     HookEvent,
+    ToolCall,
 )
-from taskloom.process.run import ProgramError, run_program
+from taskloom.process.run import FirstLine, ProgramError, run_program
 
 _log = logging.getLogger("taskloom.hooks")
 
@@ -74,6 +76,8 @@ class HookResult:
         timed_out: Whether it was killed at its timeout.
         duration: Seconds from start to the end of its process tree.
         cut: What of its output was left out past the cap ('' when nothing was).
+        backgrounded: It went on in the background (its first stdout line said
+            ``{"async": true}``): it answers nothing here.
     """
 
     command: str
@@ -83,6 +87,7 @@ class HookResult:
     timed_out: bool
     duration: float
     cut: str = ""
+    backgrounded: bool = False
 
 
 @dataclass(slots=True)
@@ -143,6 +148,8 @@ async def run_hooks(
     transcript_path: str | None,
     permission_mode: str | None = None,
     listener: HookListener | None = None,
+    call: ToolCall | None = None,
+    background: Background | None = None,
 ) -> HookOutcome:
     """Run every hook matching ``event`` and ``target`` in parallel and combine their answers.
 
@@ -159,17 +166,26 @@ async def run_hooks(
         permission_mode: The mode in effect, passed in the stdin JSON of the events that have
             it in Claude Code (all but SessionStart, SessionEnd and SubagentStart).
         listener: Told of each hook as it starts and ends.
+        call: The tool call of a tool event, which hooks' ``if`` rules must match.
+        background: Where ``async`` hooks, and hooks that say so on their first line, go
+            on (see :mod:`taskloom.hooks.background`); without it they run to their end.
 
     Returns:
         The combined outcome; an empty one, with nothing spawned, when no hook matches.
     """
-    hooks = config.matching(event, target)
+    hooks = config.matching(event, target, call)
     if not hooks:
         return HookOutcome()
     name = HookEvent(event)
     fields = hook_input(name, payload, session_id, transcript_path, cwd, permission_mode)
     data = json.dumps(fields).encode()
     env = {**os.environ, "TASKLOOM_PROJECT_DIR": str(cwd), "CLAUDE_PROJECT_DIR": str(cwd)}
+    if background is not None:
+        for h in hooks:
+            if isinstance(h, CommandHook) and h.background:
+                run = asyncio.ensure_future(_run_one(h.command, h.timeout, data, cwd, env))
+                background.hooks.adopt(run, h, name, background.owner)
+        hooks = [h for h in hooks if not (isinstance(h, CommandHook) and h.background)]
     async with asyncio.TaskGroup() as group:
         tasks = [
             group.create_task(
@@ -177,14 +193,14 @@ async def run_hooks(
                     listener,
                     str(name),
                     f"{name}:{target}" if target else str(name),
-                    _run_one(h.command, h.timeout, data, cwd, env)
+                    _run_sync(h, name, data, cwd, env, background)
                     if isinstance(h, CommandHook)
                     else _call_one(config.caller, h, json.loads(data)),  # a copy each
                 )
             )
             for h in hooks
         ]
-    return _aggregate(name, [t.result() for t in tasks])
+    return _aggregate(name, [t.result() for t in tasks if not t.result().backgrounded])
 
 
 def hook_input(
@@ -267,8 +283,42 @@ async def _call_one(
     return HookResult(name, 0, json.dumps(output), "", False, time.monotonic() - started)
 
 
+async def _run_sync(
+    hook: CommandHook,
+    event: HookEvent,
+    data: bytes,
+    cwd: Path,
+    env: Mapping[str, str],
+    background: Background | None,
+) -> HookResult:
+    """Run a command hook, waiting for it unless its first line sends it to the background."""
+    if background is None:
+        return await _run_one(hook.command, hook.timeout, data, cwd, env)
+    watch = FirstLine()
+    run = asyncio.ensure_future(_run_one(hook.command, hook.timeout, data, cwd, env, watch))
+    try:
+        waits: list[asyncio.Future[Any]] = [run, watch.line]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        run.cancel()
+        await asyncio.wait([run])  # its tree killed (run_program) before the caller goes on
+        raise
+    seconds = None if run.done() else async_request(watch.line.result())
+    if seconds is None:
+        return await run
+    if seconds:
+        watch.extend(seconds)
+    background.hooks.adopt(run, hook, event, background.owner)
+    return HookResult(hook.command, None, "", "", False, 0.0, backgrounded=True)
+
+
 async def _run_one(
-    command: str, timeout: float, data: bytes, cwd: Path, env: Mapping[str, str]
+    command: str,
+    timeout: float,
+    data: bytes,
+    cwd: Path,
+    env: Mapping[str, str],
+    first_line: FirstLine | None = None,
 ) -> HookResult:
     """Run one command hook to its end (or its timeout); what it did."""
     timed_out = False
@@ -283,6 +333,7 @@ async def _run_one(
             max_stderr=MAX_CAPTURE_BYTES,
             prefix="hook",
             grace=KILL_GRACE_S,
+            first_line=first_line,
         )
     except ProgramError as exc:
         if exc.result is None:
@@ -330,8 +381,15 @@ def _error(out: HookOutcome, result: HookResult, message: str) -> None:
 
 
 def _apply_output(out: HookOutcome, event: HookEvent, r: HookResult, reasons: list[str]) -> None:
-    """Fold a successful hook's stdout into ``out``: JSON when it starts with ``{``."""
+    """Fold a successful hook's stdout into ``out``: JSON when it starts with ``{``.
+
+    A first line ``{"async": true}`` (a hook that would have gone on in the background, run to
+    its end where nothing holds it there) is not its answer: the JSON after it is.
+    """
     text = r.stdout.strip()
+    first, newline, rest = text.partition("\n")
+    if newline and async_request(first.encode()) is not None:
+        text = rest.strip()
     if not text.startswith("{"):
         if text and event in _STDOUT_IS_CONTEXT:
             out.additional_context.append(text)

@@ -29,20 +29,49 @@ import json
 import logging
 import secrets
 import weakref
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taskloom.quoting import quote
 
 if TYPE_CHECKING:
     from taskloom.hooks.config import CommandHook, HookEvent
-    from taskloom.hooks.runner import HookResult
     from taskloom.tasks.runtime import TaskRuntime
 
 _log = logging.getLogger("taskloom.hooks")
 
 #: Longest ``rewakeSummary`` a hook's output may set (Claude Code cuts it there).
 REWAKE_SUMMARY_CAP = 300
+
+
+class HookResult(Protocol):
+    """What a hook's program did (a :class:`taskloom.hooks.runner.HookResult`)."""
+
+    @property
+    def exit_code(self) -> int | None:
+        """Its exit status; None if it did not run to an exit."""
+        ...
+
+    @property
+    def stdout(self) -> str:
+        """Its standard output."""
+        ...
+
+    @property
+    def stderr(self) -> str:
+        """Its standard error, or why it did not run."""
+        ...
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether it was killed at its timeout."""
+        ...
+
+    @property
+    def duration(self) -> float:
+        """Seconds it ran."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +107,7 @@ class BackgroundHooks:
 
     def adopt(
         self,
-        run: asyncio.Future[HookResult],
+        run: Awaitable[HookResult],
         hook: CommandHook,
         event: HookEvent,
         owner: str,
@@ -91,7 +120,7 @@ class BackgroundHooks:
         task.add_done_callback(self._running.discard)
 
     async def _finish(
-        self, run: asyncio.Future[HookResult], hook: CommandHook, event: HookEvent, owner: str
+        self, run: Awaitable[HookResult], hook: CommandHook, event: HookEvent, owner: str
     ) -> None:
         # Cancelled (the session ends), the await cancels the run: its tree is killed.
         result = await run

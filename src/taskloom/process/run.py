@@ -66,15 +66,21 @@ class FirstLine:
         #: one.
         self.line: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._deadline: asyncio.Timeout | None = None
+        self._moved_to: float | None = None
 
     def bind(self, deadline: asyncio.Timeout) -> None:
-        """The program's deadline, which :meth:`extend` moves."""
+        """The program's deadline, which :meth:`extend` moves (also if it was asked before)."""
         self._deadline = deadline
+        if self._moved_to is not None:
+            deadline.reschedule(self._moved_to)
 
     def extend(self, seconds: float) -> None:
         """Let the program run ``seconds`` from now, instead of its first deadline."""
+        # The first line can come while the program is still being started, before its
+        # deadline is set: the move is then kept for it.
+        self._moved_to = asyncio.get_running_loop().time() + seconds
         if self._deadline is not None and not self._deadline.expired():
-            self._deadline.reschedule(asyncio.get_running_loop().time() + seconds)
+            self._deadline.reschedule(self._moved_to)
 
     def seen(self, kept: bytearray, ended: bool) -> None:
         """Stdout so far is ``kept`` (``ended``: no more comes); resolve :attr:`line` once."""

@@ -40,13 +40,14 @@ def _offered_tool_classes() -> list[type[Tool[Any]]]:
     worktrees, the web tools)."""
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import SendMessageTool
+    from taskloom.agents.workflow_tool import WorkflowTool
     from taskloom.tools.web_fetch import WebFetch
     from taskloom.tools.web_search import WebSearch
     from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
 
     core = [type(t) for t in [*core_tools(), *core_tools("jobs")]]
     worktrees = [EnterWorktreeTool, ExitWorktreeTool]
-    return [*core, AgentTool, SendMessageTool, *worktrees, WebFetch, WebSearch]
+    return [*core, AgentTool, WorkflowTool, SendMessageTool, *worktrees, WebFetch, WebSearch]
 
 
 def test_static_schemas_are_the_generated_ones_byte_for_byte() -> None:

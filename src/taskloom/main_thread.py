@@ -69,6 +69,7 @@ def main_tools(
     """
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import LeadSendMessageTool, SendMessageTool
+    from taskloom.agents.workflow_tool import WorkflowTool
     from taskloom.tools.registry import core_tools, interactive_tools, skill_tools, web_tools
     from taskloom.tools.worktree_tools import EnterWorktreeTool, ExitWorktreeTool
 
@@ -85,6 +86,7 @@ def main_tools(
             *core_tools(profile),
             *web_tools(service.builder.model, service.builder.settings),
             AgentTool(service),
+            WorkflowTool(service),
             send,
             EnterWorktreeTool(place, hooks),
             ExitWorktreeTool(place, hooks),

@@ -132,6 +132,7 @@ def subagent_tools(service: AgentService, mcp: McpManager | None, profile: str) 
     """
     from taskloom.agents.agent_tool import AgentTool
     from taskloom.agents.send_message import SendMessageTool
+    from taskloom.agents.workflow_tool import WorkflowTool
     from taskloom.tools.registry import core_tools, skill_tools, web_tools
 
     session_mcp = mcp.tools() if mcp is not None else []
@@ -141,6 +142,7 @@ def subagent_tools(service: AgentService, mcp: McpManager | None, profile: str) 
         *skill_tools(service.builder.skills),
         SendMessageTool(service),
         AgentTool(service),
+        WorkflowTool(service),
         *session_mcp,
     ]
 

@@ -2,8 +2,8 @@
 
 1. MCP tools (``mcp__…``) pass the next two layers.
 2. A deny list for every agent: TaskOutput, ExitPlanMode, EnterPlanMode, AskUserQuestion,
-   TaskStop — and Agent, unless nesting is enabled — so a subagent neither recurses nor waits
-   on a person.
+   TaskStop — and Agent and Workflow, unless nesting is enabled — so a subagent neither
+   recurses nor waits on a person.
 3. Background agents get an allow-list: a tool added later is not theirs until listed here.
 
 Then the definition: ``tools`` (None or ``*``: everything left; the session's MCP tools too
@@ -24,8 +24,18 @@ from taskloom.agents.definition import AgentDefinition
 from taskloom.tools.base import Tool
 
 ALL_AGENT_DISALLOWED = frozenset(
-    {"TaskOutput", "ExitPlanMode", "EnterPlanMode", "AskUserQuestion", "TaskStop", "Agent"}
+    {
+        "TaskOutput",
+        "ExitPlanMode",
+        "EnterPlanMode",
+        "AskUserQuestion",
+        "TaskStop",
+        "Agent",
+        "Workflow",
+    }
 )
+#: The tools that start agents: a subagent has them only when nesting is enabled.
+SPAWNING = frozenset({"Agent", "Workflow"})
 ASYNC_AGENT_ALLOWED = frozenset(
     {
         "Read",
@@ -93,9 +103,9 @@ def filter_tools(
     for tool in by_definition(tools, allowed=allowed, disallowed=disallowed):
         name = tool.name
         if not name.startswith("mcp__"):
-            if name in ALL_AGENT_DISALLOWED and not (name == "Agent" and allow_nesting):
+            if name in ALL_AGENT_DISALLOWED and not (name in SPAWNING and allow_nesting):
                 continue
-            if is_async and name not in ASYNC_AGENT_ALLOWED and name != "Agent":
+            if is_async and name not in ASYNC_AGENT_ALLOWED and name not in SPAWNING:
                 continue
         out.append(tool)
     return out

@@ -126,15 +126,24 @@ class SpawnLimits:
         return self.pending + sum(1 for s in states if kind_of(s).is_agent and not s.terminal)
 
     def depth(self, owner: str) -> int:
-        """How deep ``owner`` (a caller's task id, or the session's for the main thread) is."""
+        """How deep ``owner`` (a caller's task id, or the session's for the main thread) is.
+
+        A workflow counts as the agent (or main thread) that started it.
+        """
         depth, seen = 0, set()
         current: str | None = owner
         while current is not None and current not in seen:
             seen.add(current)
             state = self.runtime.get(current)
-            if state is None or not kind_of(state).is_agent:
+            if state is None:
                 break
-            depth += 1
+            kind = kind_of(state)
+            if kind.is_agent:
+                depth += 1
+            elif not kind.owns_tasks:
+                break
+            # A task that owns tasks without being an agent (a workflow) adds no level: its
+            # agents are as deep as its caller's would be.
             current = state.owner
         return depth
 

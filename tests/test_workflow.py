@@ -1,0 +1,139 @@
+"""Workflows (``local_workflow``): many subagents as one task, in process.
+
+The acceptance runs through ``taskloom -p`` are in ``test_workflow_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import TIME_FACTOR, harness, main_context
+from taskloom.agents.workflow_tool import WorkflowInput, WorkflowTool, plan, render_prompts
+from taskloom.errors import ToolError
+from taskloom.models.base import ModelRequest
+from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.types import TaskStatus, TaskType
+from taskloom.testing import FunctionModel, ScriptedModel, Turn
+from taskloom.tools.base import ToolResult
+
+
+def _tool(h: Any) -> WorkflowTool:
+    return next(t for t in h.tools if t.name == "Workflow")
+
+
+async def _launch(h: Any, **params: Any) -> ToolResult:
+    tool = _tool(h)
+    parsed = tool.validate(params)
+    assert isinstance(parsed, WorkflowInput), parsed
+    return await tool.call(parsed, main_context(h))
+
+
+def _echo(request: ModelRequest) -> Turn:
+    """Each agent answers with the last line of its prompt; the item ``fail`` fails."""
+    prompt = request.messages[0].text() if request.messages else ""
+    line = prompt.strip().splitlines()[-1]
+    if "fail" in line:
+        raise RuntimeError("this item fails")
+    return Turn(text=f"answer to {line}")
+
+
+async def test_a_workflow_runs_every_item_and_notifies_once(tmp_path: Path) -> None:
+    async with harness(tmp_path, FunctionModel(lambda r: _echo(r))) as h:
+        result = await _launch(
+            h,
+            description="echo items",
+            items=["a", {"name": "b"}, 3],
+            prompt="Item {index} of {total}:\n{item}",
+            concurrency=2,
+        )
+        assert not result.is_error, result.content
+        task_id = result.data["taskId"]
+        assert task_id.startswith("w")
+        state = await h.runtime.wait(task_id, 30 * TIME_FACTOR)
+        assert state.status == TaskStatus.COMPLETED
+        assert kind_of(state).status_note(state) == " 3/3"
+        text = kind_of(state).result(state) or ""
+        assert "3 of 3 items ran, 3 completed, 0 failed" in text
+        assert 'answer to {"name": "b"}' in text and "answer to 3" in text
+        # Its agents were its own tasks, and each one's output file is named.
+        agents = [s for s in h.runtime.list(include_evicted=True) if s.owner == task_id]
+        assert len(agents) == 3
+        for agent in agents:
+            assert agent.output_file in text
+        # One notification, to the caller; none left for the workflow itself.
+        notes = h.runtime.drain()
+        assert [n.task_id for n in notes] == [task_id]
+        assert "<status>completed</status>" in notes[0].text
+        lines = Path(state.output_file).read_text().splitlines()
+        outcomes = [json.loads(line) for line in lines if line.startswith("{")]
+        assert sorted(o["index"] for o in outcomes) == [0, 1, 2]
+        await h.end()
+
+
+async def test_failures_are_collected_not_fatal(tmp_path: Path) -> None:
+    async with harness(tmp_path, FunctionModel(lambda r: _echo(r))) as h:
+        result = await _launch(
+            h, description="some fail", items=["ok 1", "fail 2", "ok 3"], prompt="{item}"
+        )
+        state = await h.runtime.wait(result.data["taskId"], 30 * TIME_FACTOR)
+        assert state.status == TaskStatus.COMPLETED
+        text = kind_of(state).result(state) or ""
+        assert "2 completed, 1 failed" in text
+        assert "answer to ok 1" in text and "answer to ok 3" in text
+        assert "(3/3 done, 1 failed)" in kind_of(state).summary(state)
+        await h.end()
+
+
+async def test_a_reduce_agent_is_given_every_result(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn:
+        prompt = request.messages[0].text()
+        if prompt.startswith("Combine"):
+            seen.append(prompt)
+            return Turn(text="combined: all good")
+        return _echo(request)
+
+    async with harness(tmp_path, FunctionModel(respond)) as h:
+        result = await _launch(
+            h, description="map reduce", items=["x", "y"], prompt="{item}", reduce="Combine them."
+        )
+        assert result.data["agents"] == 3
+        state = await h.runtime.wait(result.data["taskId"], 30 * TIME_FACTOR)
+        assert state.status == TaskStatus.COMPLETED
+        assert len(seen) == 1 and "answer to x" in seen[0] and "answer to y" in seen[0]
+        assert "combined: all good" in (kind_of(state).result(state) or "")
+        await h.end()
+
+
+def test_limits_and_templates_are_checked_before_anything_starts() -> None:
+    big = WorkflowInput(description="d", items=list(range(2000)), prompt="{item}")
+    with pytest.raises(ToolError, match=r"2000 agents.*1000 one workflow.*workflowMaxAgents"):
+        plan(big, {})
+    assert plan(big, {"workflowMaxAgents": 2000}).total == 2000
+    fast = WorkflowInput(description="d", items=[1], prompt="{item}", concurrency=17)
+    with pytest.raises(ToolError, match=r"concurrency 17 .* 16 .*workflowMaxConcurrency"):
+        plan(fast, {})
+    assert plan(fast, {"workflowMaxConcurrency": 256}).concurrency == 17
+    with pytest.raises(ToolError, match=r"workflowMaxConcurrency must be a whole number"):
+        plan(fast, {"workflowMaxConcurrency": 257})
+    assert plan(WorkflowInput(description="d", items=[1], prompt="x"), {}).concurrency == 16
+    with pytest.raises(ToolError, match=r"item 2 \(\{\"a\": 1\}\): KeyError: 'b'"):
+        render_prompts("{item[b]}", [{"b": 0}, {"a": 1}])
+    with pytest.raises(ToolError, match="does not fit item 1"):
+        render_prompts("{nope}", ["x"])
+    assert render_prompts("{{literal}} {item}", ["x"]) == ("{literal} x",)
+
+
+async def test_a_refused_workflow_starts_nothing(tmp_path: Path) -> None:
+    async with harness(tmp_path, ScriptedModel([])) as h:
+        result = await _launch(h, description="d", items=list(range(2000)), prompt="{item}")
+        assert result.is_error and "workflowMaxAgents" in result.content
+        result = await _launch(h, description="d", items=[1], prompt="{item}", subagent_type="nope")
+        assert result.is_error and "nope" in result.content
+        assert h.runtime.list(types=[TaskType.LOCAL_WORKFLOW]) == []
+        await h.end()

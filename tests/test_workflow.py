@@ -59,11 +59,12 @@ async def test_a_workflow_runs_every_item_and_notifies_once(tmp_path: Path) -> N
         text = kind_of(state).result(state) or ""
         assert "3 of 3 items ran, 3 completed, 0 failed" in text
         assert 'answer to {"name": "b"}' in text and "answer to 3" in text
-        # Its agents were its own tasks, and each one's output file is named.
+        # Its agents were its own tasks, and where each one's output is is said.
         agents = [s for s in h.runtime.list(include_evicted=True) if s.owner == task_id]
         assert len(agents) == 3
         for agent in agents:
-            assert agent.output_file in text
+            assert f"{agent.id}: answer to" in text
+            assert f"{Path(agent.output_file).parent}/ID.output, ID its agent id below" in text
         # One notification, to the caller; none left for the workflow itself.
         notes = h.runtime.drain()
         assert [n.task_id for n in notes] == [task_id]

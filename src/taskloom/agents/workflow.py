@@ -28,6 +28,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
@@ -332,21 +333,29 @@ def aggregate(
     reduced: Outcome | None,
     output_file: str,
 ) -> str:
-    """The workflow's result: its counts, the reduce step's answer, then each agent's outcome."""
+    """The workflow's result: its counts, the reduce step's answer, then each agent's outcome.
+
+    One line or so per agent (its answer cut at :data:`ANSWER_CHARS`), so that a notification
+    holds many; where each agent's output is is said once, for the directory all share.
+    """
     ok = sum(1 for o in outcomes if o.ok)
+    where = str(Path(output_file).parent)
     lines = [
         f"Workflow {task_id}: {len(outcomes)} of {len(spec.prompts)} items ran, {ok} completed, "
         f"{len(outcomes) - ok} failed (concurrency {spec.concurrency}).",
-        f"Every agent's outcome, one JSON object a line, is in {output_file}.",
+        f"Each agent's output file is {where}/ID.output, ID its agent id below; every "
+        f"outcome, one JSON object a line, is in {output_file}.",
     ]
     if reduced is not None:
         lines += ["", f"Reduce ({reduced.agent_id or 'not started'}, {reduced.status}):"]
-        lines += [reduced.answer.strip(), f"output: {reduced.output_file or '-'}"]
-    lines += ["", "Items:"]
+        lines += [reduced.answer.strip(), ""]
+    lines.append("Items (number · item · status · agent id: answer):")
     for o in outcomes:
-        lines.append(f"[{o.index + 1}] {_clip(o.item, 80)} · {o.status} · {o.agent_id or '-'}")
-        lines.append(f"    output: {o.output_file or '-'}")
-        lines.append(f"    {_clip(o.answer, ANSWER_CHARS)}".replace("\n", "\n    "))
+        answer = _clip(o.answer, ANSWER_CHARS).replace("\n", "\n    ")
+        line = f"[{o.index + 1}] {_clip(o.item, 80)} · {o.status} · {o.agent_id or '-'}: {answer}"
+        if o.output_file and str(Path(o.output_file).parent) != where:
+            line += f" (output: {o.output_file})"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -16,7 +16,8 @@ from taskloom.agents.workflow_tool import WorkflowInput, WorkflowTool, plan, ren
 from taskloom.errors import ToolError
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.types import TaskStatus, TaskType
+from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
+from taskloom.tasks.workflow import WorkflowTaskState
 from taskloom.testing import FunctionModel, ScriptedModel, Turn
 from taskloom.tools.base import ToolResult
 
@@ -137,4 +138,51 @@ async def test_a_refused_workflow_starts_nothing(tmp_path: Path) -> None:
         result = await _launch(h, description="d", items=[1], prompt="{item}", subagent_type="nope")
         assert result.is_error and "nope" in result.content
         assert h.runtime.list(types=[TaskType.LOCAL_WORKFLOW]) == []
+        await h.end()
+
+
+async def test_the_session_limit_on_agents_makes_the_workflow_wait_not_fail(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(json.dumps({"maxConcurrentAgents": 2}))
+    model = FunctionModel(lambda r: Turn(text="done", delay=0.02))
+    async with harness(tmp_path, model) as h:
+        result = await _launch(
+            h, description="squeezed", items=list(range(6)), prompt="{item}", concurrency=4
+        )
+        flow = result.data["taskId"]
+        state = await h.runtime.wait(flow, 30 * TIME_FACTOR)
+        assert state.status == TaskStatus.COMPLETED
+        assert "6 completed, 0 failed" in (kind_of(state).result(state) or "")
+        agents = [s for s in h.runtime.list(include_evicted=True) if s.owner == flow]
+        spans = sorted(
+            [(s.start_time, 1) for s in agents] + [(s.end_time or 0, -1) for s in agents]
+        )
+        running = most = 0
+        for _, step in sorted(spans, key=lambda m: (m[0], m[1])):
+            running += step
+            most = max(most, running)
+        assert len(agents) == 6 and most <= 2
+        await h.end()
+
+
+async def test_a_workflow_adds_no_level_of_depth(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(json.dumps({"maxAgentDepth": 1}))
+    async with harness(tmp_path, ScriptedModel([])) as h:
+        rt, limits = h.runtime, h.agents.spawner.limits
+        agent = rt.new_id(TaskType.LOCAL_AGENT)
+        rt.register(AgentTaskState(id=agent, owner=h.session_id, status=TaskStatus.RUNNING))
+        by_main, by_agent = rt.new_id(TaskType.LOCAL_WORKFLOW), rt.new_id(TaskType.LOCAL_WORKFLOW)
+        rt.register(WorkflowTaskState(id=by_main, owner=h.session_id, status=TaskStatus.RUNNING))
+        rt.register(WorkflowTaskState(id=by_agent, owner=agent, status=TaskStatus.RUNNING))
+        # Its agents are as deep as its caller's would be.
+        assert limits.depth(by_main) == limits.depth(h.session_id) == 0
+        assert limits.depth(by_agent) == limits.depth(agent) == 1
+        limits.admit(by_main).release()  # from the main thread: depth 1, allowed
+        with pytest.raises(ToolError, match="at most 1 deep"):
+            limits.admit(by_agent)
+        for task in (agent, by_main, by_agent):
+            rt.update(task, lambda s: s.replace(status=TaskStatus.KILLED))
         await h.end()

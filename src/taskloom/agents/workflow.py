@@ -206,13 +206,16 @@ class WorkflowRun:
             subagent_type=self.spec.agent_type or self.spawner.builder.default_type,
             run_in_background=True,
         )
-        try:
-            await self._room()
-            launched = await self.spawner.spawn(request, self._child_ctx)
-        except (ToolError, TaskloomError) as exc:
-            outcome = Outcome(index, item, "", TaskStatus.FAILED.value, str(exc), "")
-            self._count(outcome, started=False)
-            return outcome
+        while True:
+            try:
+                launched = await self.spawner.spawn(request, self._child_ctx)
+                break
+            except (ToolError, TaskloomError) as exc:
+                if await self._room():
+                    continue  # refused for room: there is some now
+                outcome = Outcome(index, item, "", TaskStatus.FAILED.value, str(exc), "")
+                self._count(outcome, started=False)
+                return outcome
         self.runtime.update(self.task_id, lambda s: _add(s, running=1))
         state = self.runtime.get(launched.agent_id)
         while state is not None and not state.terminal:
@@ -221,15 +224,22 @@ class WorkflowRun:
         self._count(outcome, started=True)
         return outcome
 
-    async def _room(self) -> None:
-        """Wait until the session may run one more agent (``maxConcurrentAgents``).
+    async def _room(self) -> bool:
+        """After a refused spawn: wait for room if the session was full; whether it was.
 
-        Raises:
-            ToolError: The setting is not a whole number of agents.
+        Counting the session's agents costs a look at every task, so it is done only when a
+        spawn was refused: under ``maxConcurrentAgents`` the workflow waits for room rather
+        than failing its item.
         """
-        most = limit(self.spawner.settings, MAX_CONCURRENT)
+        try:
+            most = limit(self.spawner.settings, MAX_CONCURRENT)
+        except ToolError:
+            return False  # the setting is wrong: the refusal says so
+        if self.spawner.limits.live() < most:
+            return False
         while self.spawner.limits.live() >= most:
             await self.runtime.wait_for_task_end(ROOM_WAIT_S)
+        return True
 
     def _count(self, outcome: Outcome, *, started: bool) -> None:
         """An agent ended (or did not start): count it, and say so in the output file."""

@@ -186,3 +186,20 @@ async def test_a_workflow_adds_no_level_of_depth(tmp_path: Path) -> None:
         for task in (agent, by_main, by_agent):
             rt.update(task, lambda s: s.replace(status=TaskStatus.KILLED))
         await h.end()
+
+
+async def test_a_subagent_has_workflow_only_where_it_could_nest_agents(tmp_path: Path) -> None:
+    from taskloom.agents.filter import filter_tools, restrict_spawns
+
+    async with harness(tmp_path, ScriptedModel([])) as h:
+        tools = h.tools
+
+        def names(**kw: Any) -> set[str]:
+            return {t.name for t in filter_tools(tools, allowed=None, **kw)}
+
+        assert "Workflow" not in names(is_async=True)
+        assert "Workflow" in names(is_async=True, allow_nesting=True)
+        limited = {t.name for t in restrict_spawns(tools, ("Explore",))}
+        assert "Agent" in limited and "Workflow" not in limited
+        assert "Workflow" in {t.name for t in restrict_spawns(tools, None)}
+        await h.end()

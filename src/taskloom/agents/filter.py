@@ -67,12 +67,14 @@ def restrict_spawns(tools: Sequence[Tool[Any]], types: tuple[str, ...] | None) -
     """``tools`` with the Agent tool limited to ``types`` (None: as it is; empty: removed).
 
     The Agent tool limits itself (its ``restricted``); one that cannot is left out rather
-    than offered unlimited.
+    than offered unlimited, and so is Workflow.
     """
     if types is None:
         return list(tools)
     out: list[Tool[Any]] = []
     for tool in tools:
+        if tool.name == "Workflow":
+            continue  # it cannot limit its types: left out rather than offered unlimited
         if tool.name == "Agent":
             restricted = getattr(tool, "restricted", None)
             if not types or restricted is None:

@@ -23,6 +23,7 @@ from taskloom.tasks.types import (
     can_transition,
     check_transition,
     is_terminal,
+    state_class,
     state_from_dict,
 )
 
@@ -244,7 +245,6 @@ OTHER_STATES: list[TaskState] = [
 
 #: Types whose names and id prefixes are taken, but that nothing runs yet: no state class.
 RESERVED = {
-    TaskType.LOCAL_WORKFLOW,
     TaskType.MONITOR_MCP,
     TaskType.DREAM,
 }
@@ -252,8 +252,12 @@ RESERVED = {
 
 def test_every_type_that_runs_has_a_state_class_and_the_others_are_reserved() -> None:
     assert set(STATE_CLASSES) == {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT}
-    # The teammate's state class comes with its kind (taskloom.tasks.teammate).
-    brought = {TaskType.IN_PROCESS_TEAMMATE, TaskType.REMOTE_AGENT}
+    # The teammate's state class comes with its kind (taskloom.tasks.teammate), and so do the
+    # remote agent's and the workflow's.
+    brought = {TaskType.IN_PROCESS_TEAMMATE, TaskType.REMOTE_AGENT, TaskType.LOCAL_WORKFLOW}
+    assert not brought & RESERVED
+    for task_type in brought:
+        assert state_class(task_type) is not None
     assert set(STATE_CLASSES) | brought | RESERVED == set(TaskType)
     assert {type(s) for s in OTHER_STATES} == set(STATE_CLASSES.values())
     for task_type, cls in STATE_CLASSES.items():

@@ -129,6 +129,13 @@ def test_limits_and_templates_are_checked_before_anything_starts() -> None:
     with pytest.raises(ToolError, match="does not fit item 1"):
         render_prompts("{nope}", ["x"])
     assert render_prompts("{{literal}} {item}", ["x"]) == ("{literal} x",)
+    # No attribute is followed into Python objects, directly or after an index.
+    for reading in ("{item.__init__.__globals__}", "{item[a].__class__}"):
+        with pytest.raises(ToolError, match="reads an attribute"):
+            render_prompts(reading, [{"a": "x"}])
+    with pytest.raises(ToolError, match="malformed"):
+        render_prompts("{item", ["x"])
+    assert render_prompts("{item[a.b]}", [{"a.b": 1}]) == ("1",)
 
 
 async def test_a_refused_workflow_starts_nothing(tmp_path: Path) -> None:

@@ -148,6 +148,19 @@ def render_prompts(template: str, items: list[Any]) -> tuple[str, ...]:
         ToolError: The template does not fit an item (an unknown name, a missing field, a
             lone brace); the error names the item.
     """
+    import string
+
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    except ValueError as exc:
+        raise ToolError(f"Not started: the prompt template is malformed: {exc}.") from exc
+    dotted = next((f for f in fields if "." in f.split("[", 1)[0] or "]." in f), None)
+    if dotted is not None:
+        # str.format would follow attributes into Python objects (``{item.__init__}``).
+        raise ToolError(
+            f"Not started: the prompt template's {{{dotted}}} reads an attribute; use "
+            f"{{item}}, {{index}}, {{total}} or {{item[key]}}."
+        )
     total = len(items)
     prompts = []
     for index, item in enumerate(items, 1):

@@ -15,7 +15,7 @@ import inspect
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -58,17 +58,19 @@ async def open_transport(
     cwd: Path | None,
     errlog: TextIO | None,
     process: Any = None,
+    on_end: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[Any, Any]:
     """Enter the transport of ``cfg`` on ``stack`` and return its read and write streams.
 
     ``extra_env`` and ``cwd`` apply to stdio servers, whose stderr goes to ``errlog``;
-    ``process`` is the server's, spawned already by :func:`spawn_stdio`.
+    ``process`` is the server's, spawned already by :func:`spawn_stdio`; ``on_end`` is
+    awaited when a stdio server's output ends by itself (see :func:`open_stdio_transport`).
     """
     streams: tuple[Any, ...]
     if cfg.type == "stdio":
         if process is None:
             process = await spawn_stdio(cfg, extra_env=extra_env, cwd=cwd, errlog=errlog)
-        return await open_stdio_transport(process, message_parser(), stack)
+        return await open_stdio_transport(process, message_parser(), stack, on_end)
     if cfg.type == "sse":
         from mcp.client.sse import sse_client
 

@@ -25,8 +25,10 @@ import fnmatch
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from inspect import signature
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -36,6 +38,7 @@ from taskloom._aio import finish_despite_cancel
 from taskloom._version import __version__
 from taskloom.mcp._sdk import (
     describe,
+    field_of,
     is_disconnect,
     list_tools,
     load_sdk,
@@ -47,6 +50,7 @@ from taskloom.mcp.config import McpServerConfig
 from taskloom.mcp.program import McpMessageCaller, open_program_transport
 from taskloom.mcp.stdio import spawn_stdio
 from taskloom.mcp.tool import McpTool, McpToolInfo
+from taskloom.mcp.watch import McpWatcher, event_of
 from taskloom.process.kill import find_tree, kill_tree
 from taskloom.process.spawn import TASK_ENV
 from taskloom.tools.base import Tool, ToolResult, tool_error
@@ -63,9 +67,10 @@ _State = Literal["pending", "connecting", "connected", "failed"]
 
 @dataclass(slots=True)
 class _Call:
-    tool: str
+    tool: str  # what the call is named in its errors (a tool, or a request such as a subscribe)
     arguments: dict[str, Any]
     future: asyncio.Future[ToolResult]
+    run: Callable[[ClientSession], Awaitable[ToolResult]] | None = None  # None: call the tool
 
 
 @dataclass(slots=True)
@@ -80,6 +85,9 @@ class _Server:
     scope: anyio.CancelScope | None = None
     stop_reason: str = "closed"
     stderr: StderrTail | None = None
+    watchers: list[McpWatcher] = field(default_factory=list)
+    subscribable: bool = False  # it serves resources/subscribe (its capabilities say)
+    process: Any = None  # a stdio server's process
 
 
 class McpManager:
@@ -202,29 +210,126 @@ class McpManager:
 
         A server not started yet is started first.
         """
+        return await self._submit(server, _Call(tool, dict(arguments), self._future()))
+
+    async def subscribe(self, server: str, uri: str) -> ToolResult:
+        """Ask ``server`` to tell of changes to ``uri`` (``notifications/resources/updated``).
+
+        A server whose capabilities do not offer subscriptions is refused without asking it.
+        """
+        srv = self._servers.get(server)
+        if srv is not None and srv.state in ("pending", "connecting"):
+            await self.start([server])
+        if srv is not None and srv.state == "connected" and not srv.subscribable:
+            return tool_error(f"MCP server {server!r} does not offer resource subscriptions")
+
+        async def run(session: ClientSession) -> ToolResult:
+            with _sdk_deprecation_quiet():
+                await session.subscribe_resource(uri)
+            return ToolResult(f"subscribed to {uri}")
+
+        return await self._submit(server, _Call("resources/subscribe", {}, self._future(), run))
+
+    async def unsubscribe(self, server: str, uri: str, timeout: float = 5.0) -> ToolResult:
+        """End the subscription to ``uri``; at most ``timeout`` s (a server that hangs is left)."""
+
+        async def run(session: ClientSession) -> ToolResult:
+            with _sdk_deprecation_quiet():
+                await session.unsubscribe_resource(uri)
+            return ToolResult(f"unsubscribed from {uri}")
+
+        call = _Call("resources/unsubscribe", {}, self._future(), run)
+        return await self._submit(server, call, timeout=timeout, start=False)
+
+    async def read_resource(self, server: str, uri: str) -> ToolResult:
+        """The contents of ``uri`` on ``server``: its text parts, joined (others are named)."""
+
+        async def run(session: ClientSession) -> ToolResult:
+            result = await session.read_resource(cast(Any, uri))
+            parts = []
+            for item in result.contents:
+                text = getattr(item, "text", None)
+                mime = field_of(item, "mime_type", "mimeType") or "binary"
+                parts.append(text if isinstance(text, str) else f"[{mime} content]")
+            return ToolResult("\n".join(parts))
+
+        return await self._submit(server, _Call("resources/read", {}, self._future(), run))
+
+    async def set_log_level(self, server: str, level: str) -> ToolResult:
+        """Ask ``server`` to send its log messages of ``level`` and above (``logging/setLevel``)."""
+
+        async def run(session: ClientSession) -> ToolResult:
+            with _sdk_deprecation_quiet():
+                await session.set_logging_level(cast(Any, level))
+            return ToolResult(f"log level {level}")
+
+        return await self._submit(server, _Call("logging/setLevel", {}, self._future(), run))
+
+    def watch(self, server: str, watcher: McpWatcher) -> Callable[[], None]:
+        """Hand ``server``'s notifications to ``watcher`` until the returned function is called.
+
+        Raises:
+            KeyError: No such server is configured.
+        """
+        watchers = self._servers[server].watchers
+        watchers.append(watcher)
+
+        def unwatch() -> None:
+            with contextlib.suppress(ValueError):
+                watchers.remove(watcher)
+
+        return unwatch
+
+    def connected(self, server: str) -> bool:
+        """Whether ``server`` is connected now."""
+        srv = self._servers.get(server)
+        return srv is not None and srv.state == "connected"
+
+    def _future(self) -> asyncio.Future[ToolResult]:
+        return asyncio.get_running_loop().create_future()
+
+    async def _submit(
+        self, server: str, call: _Call, *, timeout: float | None = None, start: bool = True
+    ) -> ToolResult:
         srv = self._servers.get(server)
         if srv is None:
             return tool_error(f"MCP server {server!r} is not configured")
-        if srv.state in ("pending", "connecting"):
+        if start and srv.state in ("pending", "connecting"):
             await self.start([server])
         if srv.state != "connected":
             why = srv.error or "not started"
             return tool_error(f"MCP server {server!r} is not connected ({why})")
-        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
         # No await between the state check and the put: the runner drains the queue in the same
         # step that leaves "connected", so a queued call is always answered.
-        srv.queue.put_nowait(_Call(tool, dict(arguments), future))
+        srv.queue.put_nowait(call)
+        limit = self.call_timeout if timeout is None else timeout
         try:
-            return await asyncio.wait_for(future, self.call_timeout)
+            return await asyncio.wait_for(call.future, limit)
         except TimeoutError:
             return tool_error(
-                f"MCP server {server!r}: {tool} did not answer within {self.call_timeout:g} s"
+                f"MCP server {server!r}: {call.tool} did not answer within {limit:g} s"
             )
 
     async def aclose(self) -> None:
-        """Close every session and stop every server process, then verify none is left."""
+        """Close every session and stop every server process, then verify none is left.
+
+        Its watchers let go first, while their servers still answer (a monitor unsubscribes).
+        """
         self._closed = True
+        await finish_despite_cancel(self._release_watchers())
         await finish_despite_cancel(self._shutdown())
+
+    async def _release_watchers(self) -> None:
+        watchers = [w for srv in self._servers.values() for w in srv.watchers]
+        if not watchers:
+            return
+        jobs = [asyncio.ensure_future(w.closing()) for w in watchers]
+        _, late = await asyncio.wait(jobs, timeout=self.close_timeout)
+        for job in late:
+            job.cancel()
+        for job in jobs:
+            if job.done() and not job.cancelled() and job.exception() is not None:
+                log.warning("an MCP watcher failed to let go: %s", job.exception())
 
     # --- the runner task of one server -----------------------------------------------------
 
@@ -260,7 +365,7 @@ class McpManager:
             srv.stderr = StderrTail()
             # Spawned first: the server boots while the SDK loads, on a thread (the loop goes
             # on: the other servers spawn, and the session is driven meanwhile).
-            process = await spawn_stdio(
+            process = srv.process = await spawn_stdio(
                 srv.config, extra_env={TASK_ENV: srv.tag}, cwd=self._cwd, errlog=srv.stderr.writer
             )
         await anyio.to_thread.run_sync(load_sdk)
@@ -282,14 +387,21 @@ class McpManager:
                 cwd=self._cwd,
                 errlog=srv.stderr.writer if srv.stderr else None,
                 process=process,
+                on_end=lambda: self._output_ended(srv),
             )
         if srv.stderr is not None:
             srv.stderr.release_writer()  # the child holds its copy; EOF must follow its exit
         info = Implementation(name="taskloom", version=__version__)
-        session = await stack.enter_async_context(ClientSession(read, write, client_info=info))
+        session = await stack.enter_async_context(
+            ClientSession(
+                read, write, client_info=info, message_handler=cast(Any, self._handler(srv))
+            )
+        )
         try:
             with anyio.fail_after(self.connect_timeout):
-                await session.initialize()
+                initialized = await session.initialize()
+                resources = getattr(initialized.capabilities, "resources", None)
+                srv.subscribable = bool(getattr(resources, "subscribe", False))
                 tools = await list_tools(session)
         except TimeoutError:
             raise TimeoutError(f"no answer within {self.connect_timeout:g} s") from None
@@ -321,8 +433,17 @@ class McpManager:
 
                 future.add_done_callback(abandon)
                 try:
-                    result = await session.call_tool(call.tool, call.arguments)
-                    answer = to_result(call.tool, result)
+                    if call.run is not None:
+                        answer = await call.run(session)
+                    else:
+                        # Watched: the call asks for progress, which its watchers are told.
+                        wants = {"progress_callback": _no_progress} if srv.watchers else {}
+                        if "progress_callback" not in signature(session.call_tool).parameters:
+                            wants = {}  # an early mcp 1.x
+                        result = await cast(Any, session).call_tool(
+                            call.tool, call.arguments, **wants
+                        )
+                        answer = to_result(call.tool, result)
                 except Exception as exc:
                     answer = self._call_failed(srv, call.tool, exc)
                 future.remove_done_callback(abandon)
@@ -345,14 +466,49 @@ class McpManager:
                 srv.scope.cancel()
         return tool_error(f"MCP server {name!r} disconnected while running {tool}: {desc}")
 
+    def _handler(self, srv: _Server) -> Callable[[Any], Awaitable[None]]:
+        """The session's ``message_handler``: a server's events, to the watchers of it."""
+
+        async def handle(message: Any) -> None:
+            event = event_of(message)
+            if event is not None:
+                for watcher in list(srv.watchers):
+                    watcher.event(event)
+
+        return handle
+
+    async def _output_ended(self, srv: _Server) -> None:
+        """A stdio server's output ended by itself: it is gone, say how, and unwind it."""
+        if srv.state != "connected":
+            return  # closing already
+        with anyio.move_on_after(1.0):  # its exit follows the end of its output closely
+            while srv.process is not None and srv.process.returncode is None:
+                await anyio.sleep(0.01)
+        code = srv.process.returncode if srv.process is not None else None
+        if code is None:
+            how = "closed its output"
+        elif code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        if srv.state == "connected":
+            srv.stop_reason = self._reason(srv, f"the server {how}")
+            self._set(srv, "failed", srv.stop_reason)
+            if srv.scope is not None:  # let the runner unwind and reap what is left
+                srv.scope.cancel()
+
     def _reason(self, srv: _Server, desc: str) -> str:
         tail = srv.stderr.text(400) if srv.stderr is not None else ""
         return f"{desc} (stderr: {tail})" if tail else desc
 
     def _set(self, srv: _Server, state: _State, error: str = "") -> None:
+        was = srv.state
         srv.state, srv.error = state, error
         if state == "failed" and error != "closed":
             log.warning("MCP server %r failed: %s", srv.config.name, error)
+        if state == "failed" and was == "connected":
+            for watcher in list(srv.watchers):
+                watcher.ended(error)
         # Wake every waiter; each one re-reads the states it cares about.
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
@@ -400,6 +556,22 @@ class McpManager:
                 if s.task is not None and s.config.type == "stdio"
             ]
         )
+
+
+@contextlib.contextmanager
+def _sdk_deprecation_quiet() -> Iterator[None]:
+    """Quiet mcp 2.x's notes that the newest protocol drops these requests.
+
+    The servers it negotiates with here (the 2025 handshake) serve them.
+    """
+    with warnings.catch_warnings():
+        # MCPDeprecationWarning is a UserWarning: matched by what it says.
+        warnings.filterwarnings("ignore", message=r".* (is removed|is deprecated) as of ")
+        yield
+
+
+async def _no_progress(progress: float, total: float | None, message: str | None) -> None:
+    """A call's progress callback: the notifications reach the watchers through the handler."""
 
 
 async def _reap(tags: list[str]) -> None:

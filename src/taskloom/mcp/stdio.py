@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -49,12 +49,18 @@ async def spawn_stdio(
 
 
 async def open_stdio_transport(
-    process: Any, parse: Any, stack: contextlib.AsyncExitStack
+    process: Any,
+    parse: Any,
+    stack: contextlib.AsyncExitStack,
+    on_end: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[Any, Any]:
     """Enter a transport over ``process``'s pipes on ``stack``; its read and write streams.
 
     ``parse`` turns a JSON-RPC object into the SDK's message type. A line that is not a
     message reaches the session as the error it raised, as in the SDK's own transport.
+    ``on_end`` is awaited when the server's output ends by itself (it exited, or closed its
+    stdout), not when the transport is shut down: a session waiting for nothing in particular
+    learns at once that its server is gone.
     """
     from mcp.shared.message import SessionMessage
 
@@ -85,6 +91,8 @@ async def open_stdio_transport(
         # Shutdown closes the pipe under the read, or the session its end of the stream.
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await receive()
+        if on_end is not None:  # cancelled at shutdown: this is reached only at the output's end
+            await on_end()
 
     async def send() -> None:
         try:

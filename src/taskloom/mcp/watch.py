@@ -1,0 +1,93 @@
+"""What an MCP server tells its client unasked, as events a watcher of that server receives.
+
+A server sends notifications between requests: ``notifications/resources/updated`` for a
+resource the client subscribed to (``resources/subscribe``), ``notifications/message`` for
+its log, ``notifications/progress`` for a request that asked for progress. The manager
+(:mod:`taskloom.mcp.manager`) hands each one, as an :class:`McpEvent`, to every
+:class:`McpWatcher` of its server, and tells them when the server is gone. The Monitor of an
+MCP server (:mod:`taskloom.mcp.monitor`) is such a watcher.
+
+Only plain attributes of the SDK's objects are read here (``method`` and ``params``, in
+either spelling of the SDK's major versions), so this module imports nothing of the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+EventKind = Literal["resource", "log", "progress"]
+
+#: The log levels of MCP's ``logging/setLevel``, least severe first.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+@dataclass(frozen=True, slots=True)
+class McpEvent:
+    """One notification of a server.
+
+    Attributes:
+        kind: ``resource`` (a subscribed resource changed), ``log`` or ``progress``.
+        text: One line saying it (what a monitor's owner is told).
+        uri: The resource that changed (``resource`` events).
+    """
+
+    kind: EventKind
+    text: str
+    uri: str = ""
+
+
+class McpWatcher(Protocol):
+    """What watches one server's notifications (see :meth:`McpManager.watch`)."""
+
+    def event(self, event: McpEvent) -> None:
+        """A notification arrived (called on the event loop; must not block)."""
+        ...
+
+    def ended(self, reason: str) -> None:
+        """The server is gone (it exited, its connection broke, or the session closed it)."""
+        ...
+
+    async def closing(self) -> None:
+        """The session is about to close the server: let go of it while it still answers."""
+        ...
+
+
+def event_of(message: Any) -> McpEvent | None:
+    """The event a message of the SDK's ``message_handler`` stands for (None: not one).
+
+    Transport errors, and notifications that are not events (a changed tool list), are None.
+    """
+    message = getattr(message, "root", message)  # mcp 1.x wraps notifications in a root model
+    method = getattr(message, "method", None)
+    params = getattr(message, "params", None)
+    if not isinstance(method, str) or params is None:
+        return None
+    if method == "notifications/resources/updated":
+        uri = str(getattr(params, "uri", ""))
+        return McpEvent("resource", f"updated: {uri}", uri)
+    if method == "notifications/message":
+        return McpEvent("log", _log_line(params))
+    if method == "notifications/progress":
+        return McpEvent("progress", _progress_line(params))
+    return None
+
+
+def _log_line(params: Any) -> str:
+    level = str(getattr(params, "level", "info"))
+    logger = getattr(params, "logger", None)
+    data = getattr(params, "data", None)
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+    return f"[{level}] {logger}: {text}" if logger else f"[{level}] {text}"
+
+
+def _progress_line(params: Any) -> str:
+    progress = getattr(params, "progress", 0)
+    total = getattr(params, "total", None)
+    message = getattr(params, "message", None)
+    done = f"{progress:g}/{total:g}" if isinstance(total, int | float) else f"{progress:g}"
+    return f"progress {done}" + (f": {message}" if message else "")
+
+
+__all__ = ["LOG_LEVELS", "EventKind", "McpEvent", "McpWatcher", "event_of"]

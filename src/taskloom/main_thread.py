@@ -101,7 +101,11 @@ def main_tools(
         builtin = [t for t in builtin if t.name in only]
     if structured is not None:
         builtin.append(structured)
-    mcp_tools = mcp.tools() if mcp is not None and not coordinator else []
+    mcp_tools: list[Tool[Any]] = []
+    if mcp is not None and not coordinator:
+        from taskloom.mcp.monitor import MonitorMcpTool
+
+        mcp_tools = [*mcp.tools(), MonitorMcpTool(mcp)]
     offered = [t for t in [*builtin, *mcp_tools, *extra] if not policy.hides(t.name, t.kind)]
     if policy.hides("ToolSearch", "other"):
         return offered

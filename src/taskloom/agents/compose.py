@@ -135,7 +135,11 @@ def subagent_tools(service: AgentService, mcp: McpManager | None, profile: str) 
     from taskloom.agents.workflow_tool import WorkflowTool
     from taskloom.tools.registry import core_tools, skill_tools, web_tools
 
-    session_mcp = mcp.tools() if mcp is not None else []
+    session_mcp: list[Tool[Any]] = []
+    if mcp is not None:
+        from taskloom.mcp.monitor import MonitorMcpTool
+
+        session_mcp = [*mcp.tools(), MonitorMcpTool(mcp)]
     return [
         *core_tools(profile),
         *web_tools(service.builder.model, service.builder.settings),

@@ -1,0 +1,113 @@
+"""An MCP server with a resource that changes and a log, for the MCP monitor tests.
+
+Written with the official SDK's low-level server (mcp 2.x), which serves
+``resources/subscribe`` and ``resources/unsubscribe``. Resource ``watch://counter`` holds a
+number. Tools: ``bump(times)`` adds one to it ``times`` times, telling each change to the
+client if it subscribed; ``log(message, count)`` sends log messages; ``work(steps)`` reports
+progress to a call that asked for it; ``crash()`` exits at once. With ``--record PATH`` it
+writes a line to PATH for its start (``pid N``) and for each subscribe and unsubscribe.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+URI = "watch://counter"
+counter = 0
+subscribed: set[str] = set()
+record = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
+
+
+def _record(line: str) -> None:
+    if record is not None:
+        with open(record, "a") as f:
+            f.write(line + "\n")
+
+
+async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+    return types.ListResourcesResult(resources=[types.Resource(uri=URI, name="counter")])
+
+
+async def read_resource(
+    ctx: Any, params: types.ReadResourceRequestParams
+) -> types.ReadResourceResult:
+    text = f"counter = {counter}"
+    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=URI, text=text)])
+
+
+async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    subscribed.add(str(params.uri))
+    _record(f"subscribe {params.uri}")
+    return types.EmptyResult()
+
+
+async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    subscribed.discard(str(params.uri))
+    _record(f"unsubscribe {params.uri}")
+    return types.EmptyResult()
+
+
+def _tool(name: str, **props: str) -> types.Tool:
+    schema = {"type": "object", "properties": {k: {"type": v} for k, v in props.items()}}
+    return types.Tool(name=name, description=name, input_schema=schema)
+
+
+async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    tools = [
+        _tool("bump", times="integer"),
+        _tool("log", message="string", count="integer"),
+        _tool("work", steps="integer"),
+        _tool("crash"),
+    ]
+    return types.ListToolsResult(tools=tools)
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    global counter
+    args = params.arguments or {}
+    if params.name == "bump":
+        for _ in range(int(args.get("times", 1))):
+            counter += 1
+            if URI in subscribed:
+                await ctx.session.send_resource_updated(URI)
+    elif params.name == "log":
+        for i in range(int(args.get("count", 1))):
+            await ctx.session.send_log_message("info", f"{args.get('message', '')} {i + 1}", "app")
+    elif params.name == "work":
+        token = (ctx.meta or {}).get("progress_token")
+        steps = int(args.get("steps", 1))
+        for step in range(1, steps + 1):
+            if token is not None:
+                await ctx.session.send_progress_notification(token, step, steps, f"step {step}")
+    elif params.name == "crash":
+        os._exit(3)
+    text = types.TextContent(type="text", text=f"{params.name} done; counter = {counter}")
+    return types.CallToolResult(content=[text])
+
+
+server = Server(
+    "watch",
+    on_list_resources=list_resources,
+    on_read_resource=read_resource,
+    on_subscribe_resource=subscribe,
+    on_unsubscribe_resource=unsubscribe,
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+)
+
+
+async def main() -> None:
+    _record(f"pid {os.getpid()}")
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)

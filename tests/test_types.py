@@ -245,7 +245,6 @@ OTHER_STATES: list[TaskState] = [
 
 #: Types whose names and id prefixes are taken, but that nothing runs yet: no state class.
 RESERVED = {
-    TaskType.MONITOR_MCP,
     TaskType.DREAM,
 }
 
@@ -253,8 +252,13 @@ RESERVED = {
 def test_every_type_that_runs_has_a_state_class_and_the_others_are_reserved() -> None:
     assert set(STATE_CLASSES) == {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT}
     # The teammate's state class comes with its kind (taskloom.tasks.teammate), and so do the
-    # remote agent's and the workflow's.
-    brought = {TaskType.IN_PROCESS_TEAMMATE, TaskType.REMOTE_AGENT, TaskType.LOCAL_WORKFLOW}
+    # remote agent's, the workflow's and the MCP monitor's.
+    brought = {
+        TaskType.IN_PROCESS_TEAMMATE,
+        TaskType.REMOTE_AGENT,
+        TaskType.LOCAL_WORKFLOW,
+        TaskType.MONITOR_MCP,
+    }
     assert not brought & RESERVED
     for task_type in brought:
         assert state_class(task_type) is not None

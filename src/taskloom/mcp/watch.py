@@ -83,9 +83,10 @@ def _log_line(params: Any) -> str:
 
 
 def _progress_line(params: Any) -> str:
-    progress = getattr(params, "progress", 0)
-    total = getattr(params, "total", None)
-    message = getattr(params, "message", None)
+    # The SDK's params are pydantic models: their fields as a mapping, whatever the version.
+    fields = params.model_dump() if hasattr(params, "model_dump") else {}
+    progress = fields.get("progress") or 0
+    total, message = fields.get("total"), fields.get("message")
     done = f"{progress:g}/{total:g}" if isinstance(total, int | float) else f"{progress:g}"
     return f"progress {done}" + (f": {message}" if message else "")
 

@@ -285,7 +285,7 @@ class AgentTaskState(TaskState):
 #: The state class of each type built in. A task kind may bring the class of its own type
 #: (see :func:`use_state_class`: ``in_process_teammate``'s, ``local_workflow``'s and
 #: ``monitor_mcp``'s come with their kinds); the type with neither (``dream``) is reserved: its
-#: names and id prefixes are taken, but nothing runs such a task, so there is no state to record.
+#: name and id prefix are taken, but nothing runs such a task, so there is no state to record.
 STATE_CLASSES: dict[TaskType, type[TaskState]] = {
     cls.TYPE: cls for cls in (ShellTaskState, AgentTaskState)
 }

@@ -244,20 +244,19 @@ OTHER_STATES: list[TaskState] = [
 ]
 
 #: Types whose names and id prefixes are taken, but that nothing runs yet: no state class.
-RESERVED = {
-    TaskType.DREAM,
-}
+RESERVED: set[TaskType] = set()
 
 
 def test_every_type_that_runs_has_a_state_class_and_the_others_are_reserved() -> None:
     assert set(STATE_CLASSES) == {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT}
     # The teammate's state class comes with its kind (taskloom.tasks.teammate), and so do the
-    # remote agent's, the workflow's and the MCP monitor's.
+    # remote agent's, the workflow's, the MCP monitor's and the dream's.
     brought = {
         TaskType.IN_PROCESS_TEAMMATE,
         TaskType.REMOTE_AGENT,
         TaskType.LOCAL_WORKFLOW,
         TaskType.MONITOR_MCP,
+        TaskType.DREAM,
     }
     assert not brought & RESERVED
     for task_type in brought:

@@ -4,6 +4,6 @@ Importing the package registers the built-in task kinds, so that every state, ho
 obtained (run here, or read back from the store), finds its kind.
 """
 
-from taskloom.tasks import agent, mcp_monitor, remote, shell_kind, teammate, workflow
+from taskloom.tasks import agent, dream, mcp_monitor, remote, shell_kind, teammate, workflow
 
-__all__ = ["agent", "mcp_monitor", "remote", "shell_kind", "teammate", "workflow"]
+__all__ = ["agent", "dream", "mcp_monitor", "remote", "shell_kind", "teammate", "workflow"]

@@ -42,8 +42,9 @@ _KINDS = {
     TaskType.MONITOR_MCP: "monitor",
     TaskType.LOCAL_WORKFLOW: "workflow",
 }
-#: Not tasks of their owner's, for the model: members of its team.
-_NOT_LISTED = frozenset({TaskType.IN_PROCESS_TEAMMATE})
+#: Not tasks of their owner's, for the model: members of its team, and the session's dreams
+#: (its housekeeping, whose end the model is not told of).
+_NOT_LISTED = frozenset({TaskType.IN_PROCESS_TEAMMATE, TaskType.DREAM})
 #: The longest description shown (a prompt given as a description must not cost much).
 _DESCRIPTION_CHARS = 120
 

@@ -25,6 +25,7 @@ print mode's, and a teammate's process is served by :mod:`taskloom.teams.serve`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -44,6 +45,7 @@ from taskloom.started import (
 )
 
 if TYPE_CHECKING:
+    from taskloom.agents.dream import Dreamer
     from taskloom.agents.service import AgentService
     from taskloom.engine import Compacted, EngineEvent
     from taskloom.messages import Message
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
     from taskloom.tasks.types import TaskState
     from taskloom.teams.service import TeamService
     from taskloom.tools.base import Tool
+
+log = logging.getLogger(__name__)
 
 
 class Harness:
@@ -83,6 +87,8 @@ class Harness:
         self._state: Started | None = None
         self._claimed = False
         self._ended = False
+        self._dreamer: Dreamer | None = None
+        self._dream_warned = False
 
     @property
     def session_id(self) -> str:
@@ -318,6 +324,49 @@ class Harness:
         """Stop a task and everything it started (the kill is verified); returns its state."""
         return await self.runtime.kill(task_id)
 
+    @property
+    def dreamer(self) -> Dreamer:
+        """The session's dreams (made, and its module imported, when first asked for)."""
+        if self._dreamer is None:
+            from taskloom.agents.dream import Dreamer
+            from taskloom.agents.memory import memory_project
+
+            agents = self.agents
+            self._dreamer = Dreamer(
+                self.runtime, agents.builder, agents.spawner.budgets, memory_project(self.cwd)
+            )
+        return self._dreamer
+
+    def dream(self) -> str:
+        """Start a dream now (``/dream``, a ``dream`` request); its task id.
+
+        Raises:
+            UsageError: One is already at work, no agent memory to tidy, or a dream setting
+                is invalid.
+        """
+        return self.dreamer.start("manual")
+
+    def session_idle(self, idle: bool) -> None:
+        """A front end says the session went idle (True) or a turn starts (False).
+
+        With ``autoDream`` on, a dream starts once the session has stayed idle for
+        ``dreamIdleSeconds``; otherwise nothing is armed (nor imported). An invalid dream
+        setting is warned of once, and no dream starts by itself.
+        """
+        if self._dreamer is None and not self.settings.get("autoDream"):
+            return
+        from taskloom.errors import UsageError
+
+        try:
+            if idle:
+                self.dreamer.idle()
+            else:
+                self.dreamer.active(turn=True)
+        except UsageError as exc:
+            if not self._dream_warned:
+                self._dream_warned = True
+                log.warning("no dream starts by itself: %s", exc)
+
     async def send_message(self, to: str, message: str) -> str:
         """Send ``message`` to an agent (by id or name) as the main thread; returns the reply.
 
@@ -345,6 +394,8 @@ class Harness:
         their exit policy).
         """
         await self.end()
+        if self._dreamer is not None:
+            self._dreamer.close()  # nothing starts now; a dream at work ends with the tasks
         await finish_despite_cancel(self._stack.aclose())
 
 

@@ -318,8 +318,8 @@ def test_unknown_commands_are_named_with_the_known_ones(
     enter(pane, "/frobnicate")
     screen = pane.wait_for("Unknown command /frobnicate.")
     assert (
-        "/help, /tasks, /stop, /agents, /team, /resume, /model, /compact, /clear, /memory, /exit"
-        in screen
+        "/help, /tasks, /stop, /agents, /team, /resume, /model, /compact, /clear, /memory, /dream, "
+        "/exit" in screen
     )
     enter(pane, "/help")
     pane.wait_for("/stop ID")

@@ -8,7 +8,8 @@ stdin carries one JSON object a line for the life of the process:
   with ``{"type": "control_response", "response": {"subtype": "success" | "error",
   "request_id": ID, ...}}``: ``initialize`` (what it brings builds the session, see
   :mod:`taskloom.cli.stream_init`), ``interrupt``, ``set_permission_mode``, ``set_model``,
-  ``mcp_status`` and ``stop_task``; any other subtype is an error response;
+  ``mcp_status``, ``stop_task``, ``compact`` and ``dream`` (tidy the agents' memory now: the
+  answer is the dream's ``task_id``); any other subtype is an error response;
 - ``control_response`` lines answer requests this side sent (see :mod:`taskloom.cli.control`):
   ``can_use_tool`` when ``--permission-prompt-tool stdio`` is given, ``hook_callback``, and
   ``mcp_message`` for the program's own MCP servers (``"type": "sdk"`` in ``--mcp-config``).
@@ -238,6 +239,7 @@ class StreamSession:
             if not self._may_start(number, prompt):
                 continue
             started = time.monotonic()
+            self.harness.session_idle(False)
             self._say_state("running")
             self.emitter.line(init_event(self.harness))
             turn = run_turn(
@@ -277,6 +279,7 @@ class StreamSession:
         self.emitter.line(result)
         if not self._owed():
             self._say_state("idle")
+            self.harness.session_idle(True)  # with autoDream on, a dream starts if it stays so
 
     def _owed(self) -> bool:
         """Whether a turn is owed now.
@@ -373,6 +376,9 @@ class StreamSession:
         self.emitter.line(compact_boundary(event))
         return {"pre_tokens": event.pre_tokens}
 
+    async def _dream(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"task_id": self.harness.dream()}
+
     async def _stop_task(self, request: dict[str, Any]) -> dict[str, Any]:
         state = await self.harness.stop_task(_string(request, "task_id"))
         return {"task_id": state.id, "status": notified_status(state.status.value)}
@@ -386,6 +392,7 @@ _HANDLERS = {
     "mcp_status": StreamSession._mcp_status,
     "stop_task": StreamSession._stop_task,
     "compact": StreamSession._compact,
+    "dream": StreamSession._dream,
 }
 
 

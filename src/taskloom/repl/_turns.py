@@ -121,10 +121,12 @@ class Turns:
             Held(harness.runtime, me),
         )
         while True:
+            harness.session_idle(True)  # with autoDream on, a dream starts if it stays so
             prompt = await next_input(
                 inputs, self.prompts, lambda text: self.view.note(text, "error")
             )
             assert prompt is not None  # typed prompts never end: the session is closed
+            harness.session_idle(False)
             await self.driver.run(self._turn(harness, prompt), self._ended)
 
     def _ended(self, end: TurnEnd[None]) -> None:

@@ -1,4 +1,4 @@
-"""The REPL's slash commands: ``/help``, ``/tasks``, ``/stop``, ``/resume``, ``/memory`` and more.
+"""The REPL's slash commands: ``/help``, ``/tasks``, ``/stop``, ``/resume``, ``/dream`` and more.
 
 Each command is an async function of the :class:`CommandHost` (the REPL) and the text after
 the command's name. A command answers by printing through the host; what it cannot do (an
@@ -309,6 +309,11 @@ def _size(size: int) -> str:
     return f"{size} B" if size < 1024 else f"{size / 1024:.1f} KB"
 
 
+async def _dream(host: CommandHost, rest: str) -> None:
+    task_id = host.harness.dream()  # refused (one at work, no memory): said as an error
+    host.say(f"Dreaming in the background ({task_id}): /tasks {task_id} shows what it changed")
+
+
 async def _exit(host: CommandHost, rest: str) -> None:
     host.exit(0)
 
@@ -331,6 +336,7 @@ COMMANDS: dict[str, Command] = {
         ),
         Command("clear", "/clear", "start a new conversation", _clear),
         Command("memory", "/memory", "instruction files loaded (CLAUDE.md, rules)", _memory),
+        Command("dream", "/dream", "tidy the agents' memory now, in the background", _dream),
         Command("exit", "/exit", "leave (running tasks are stopped)", _exit),
     )
 }

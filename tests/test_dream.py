@@ -299,3 +299,39 @@ def test_a_killed_process_s_temporary_files_are_swept(tmp_path: Path) -> None:
     left.write_text("half")
     assert sweep_leftovers([where]) == [left] and not left.exists()
     assert memory_targets is not None  # the module's public names import without a session
+
+
+class _Host:
+    """The REPL's side of a command, as a test's: what it says."""
+
+    def __init__(self, harness: Any) -> None:
+        self.harness = harness
+        self.busy = False
+        self.said: list[tuple[str, str]] = []
+
+    def say(self, text: str, style: str = "info") -> None:
+        self.said.append((text, style))
+
+
+async def test_the_repl_s_dream_command_starts_one_or_says_why_not(tmp_path: Path) -> None:
+    from taskloom.repl.commands import run_command
+
+    gate = asyncio.Event()
+
+    async def hold() -> Turn:
+        await gate.wait()
+        return Turn(text="done")
+
+    _memory(tmp_path)
+    async with harness(tmp_path, _scripted([hold]), agents=AGENTS) as h:
+        host = _Host(h)
+        await run_command(host, "/dream")  # type: ignore[arg-type]
+        await run_command(host, "/dream")  # type: ignore[arg-type]
+        (started, style), (refused, error) = host.said
+        task_id = started.split("(")[1].split(")")[0]
+        assert style == "info" and started.startswith("Dreaming in the background (d")
+        assert error == "error" and f"/dream: A dream is already at work ({task_id})" in refused
+        gate.set()
+        state = await h.runtime.wait(task_id, 30 * TIME_FACTOR)
+        assert state.status == TaskStatus.COMPLETED
+        await h.end()

@@ -501,7 +501,7 @@ def test_tab_completes_a_command_name_or_names_the_candidates() -> None:
     assert complete("/c") == ("/c", ["compact", "clear"])
     assert complete("/re") == ("/resume ", ["resume"])
     assert complete("/") == ("/", ["help", "tasks", "stop", "agents", "team", "resume", "model",
-                                   "compact", "clear", "memory", "exit"])  # fmt: skip
+                                   "compact", "clear", "memory", "dream", "exit"])  # fmt: skip
     # Not a command's name being typed: left as it is.
     assert complete("/compact now") == ("/compact now", [])
     assert complete("hello") == ("hello", [])

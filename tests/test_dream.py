@@ -75,6 +75,8 @@ def _consolidation(where: Path) -> list[Turn]:
         ),
         Turn(
             tool_calls=(
+                ToolCall("MemoryRead", {"file_path": str(where / "build-again.md")}),
+                ToolCall("MemoryRead", {"file_path": str(where / "freeze.md")}),
                 ToolCall(
                     "MemoryDelete",
                     {"file_path": str(where / "build-again.md"), "reason": "same as build.md"},
@@ -281,6 +283,7 @@ async def test_the_index_stays_within_its_caps_and_indexed_notes_stay(tmp_path: 
     )
     assert result.is_error and f"at most {MAX_LINES} lines" in result.content
     assert (where / "MEMORY.md").read_bytes() == before
+    await MemoryRead(scope).call(MemoryReadInput(file_path=str(where / "build.md")), ctx)
     for path, why in ((index, "never removed"), (str(where / "build.md"), "still names it")):
         result = await MemoryDelete(scope).call(
             MemoryDeleteInput(file_path=path, reason="tidy"), ctx
@@ -335,3 +338,27 @@ async def test_the_repl_s_dream_command_starts_one_or_says_why_not(tmp_path: Pat
         state = await h.runtime.wait(task_id, 30 * TIME_FACTOR)
         assert state.status == TaskStatus.COMPLETED
         await h.end()
+
+
+async def test_a_file_is_changed_only_as_the_dream_read_it(tmp_path: Path) -> None:
+    scope, changes, where = _scope(tmp_path)
+    ctx, note = _ctx(tmp_path), where / "freeze.md"
+    write, delete = MemoryWrite(scope), MemoryDelete(scope)
+    unread = await write.call(
+        MemoryWriteInput(file_path=str(note), content="merged", reason="merge"), ctx
+    )
+    assert unread.is_error and "read it first (MemoryRead)" in unread.content
+    await MemoryRead(scope).call(MemoryReadInput(file_path=str(note)), ctx)
+    note.write_text(OLD + "An agent added this meanwhile.\n")  # after the dream read it
+    for result in (
+        await write.call(MemoryWriteInput(file_path=str(note), content="x", reason="r"), ctx),
+        await delete.call(MemoryDeleteInput(file_path=str(note), reason="stale"), ctx),
+    ):
+        assert result.is_error and "changed since it was read" in result.content
+    assert "added this meanwhile" in note.read_text() and changes == []
+    # A new file needs no read; once written, the dream may rewrite it.
+    new = str(where / "merged.md")
+    for content in ("one", "two"):
+        done = await write.call(MemoryWriteInput(file_path=new, content=content, reason="r"), ctx)
+        assert not done.is_error, done.content
+    assert [c.action for c in changes] == ["created", "rewrote"]

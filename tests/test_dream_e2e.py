@@ -111,7 +111,12 @@ def _dream_script(where: Path) -> list[dict[str, Any]]:
     index = str(where / "MEMORY.md")
     write = {"file_path": index, "content": "- build.md: GO=1\n", "reason": "duplicates"}
     delete = {"file_path": str(where / "build-again.md"), "reason": "same as build.md"}
+    reads = [
+        {"name": "MemoryRead", "input": {"file_path": index}},
+        {"name": "MemoryRead", "input": {"file_path": delete["file_path"]}},
+    ]
     return [
+        {"tool_calls": reads},
         {"tool_calls": [{"name": "MemoryWrite", "input": write}]},
         {"tool_calls": [{"name": "MemoryDelete", "input": delete}]},
         {"text": "Merged the two build notes."},

@@ -17,6 +17,8 @@ tools', not the model's:
 - MemoryDelete needs a reason, never removes an index, and refuses a note its directory's
   index still names: an index must not point at nothing, and what a dream removes it must
   have justified;
+- an existing file is rewritten or removed only once the dream has read it (MemoryRead) and
+  while it is unchanged since: a dream never undoes a note an agent wrote meanwhile;
 - every change is reported to the dream (:class:`MemoryScope`'s ``on_change``), which keeps
   the change list in its output — a removed note's text with it, so nothing is lost.
 """
@@ -132,6 +134,32 @@ class MemoryScope:
         """Allow ``directories`` (resolved now); tell ``on_change`` of each change made."""
         self.directories = tuple(d.resolve() for d in directories)
         self.on_change = on_change
+        #: Each file as the dream last read or wrote it: its size and mtime (ns).
+        self._seen: dict[Path, tuple[int, int]] = {}
+
+    def saw(self, path: Path) -> None:
+        """The dream read ``path`` (or wrote it) just now: it may change it until it changes."""
+        stat = path.stat()
+        self._seen[path] = (stat.st_size, stat.st_mtime_ns)
+
+    def unseen(self, path: Path) -> str | None:
+        """Why the dream may not replace or remove ``path`` now (None: it may).
+
+        An existing file must have been read by the dream and be unchanged since: what it
+        removes or rewrites, it has read (an agent that wrote a note meanwhile is not undone).
+        """
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"it cannot be looked at: {exc.strerror or exc}"
+        seen = self._seen.get(path)
+        if seen is None:
+            return "read it first (MemoryRead)"
+        if seen != (stat.st_size, stat.st_mtime_ns):
+            return "it changed since it was read; read it again"
+        return None
 
     def resolve(self, raw: str) -> Path:
         """The file ``raw`` names, inside one of the directories.
@@ -229,6 +257,7 @@ class MemoryRead(Tool[MemoryReadInput]):
             path = self.scope.resolve(params.file_path)
             if path.stat().st_size > MAX_FILE_BYTES:
                 return tool_error(f"{path} is over {MAX_FILE_BYTES} bytes; leave it as it is.")
+            self.scope.saw(path)  # before reading: a change after this is seen as one
             text = path.read_bytes().decode("utf-8", errors="replace")
         except ValueError as exc:
             return tool_error(str(exc))
@@ -278,6 +307,7 @@ class MemoryWrite(Tool[MemoryWriteInput]):
             problem = "give the reason for the change"
         elif len(data) > MAX_FILE_BYTES:
             problem = f"a memory file may have at most {MAX_FILE_BYTES} bytes"
+        problem = problem or self.scope.unseen(path)
         if problem is not None:
             return tool_error(f"{path} was not written: {problem}.")
         try:
@@ -286,6 +316,7 @@ class MemoryWrite(Tool[MemoryWriteInput]):
                 return ToolResult(f"{path} already holds that content: nothing changed.")
             path.parent.mkdir(parents=True, exist_ok=True)
             replace_file(path, data)
+            self.scope.saw(path)
         except OSError as exc:
             return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
         action = "created" if before is None else "rewrote"
@@ -344,6 +375,9 @@ class MemoryDelete(Tool[MemoryDeleteInput]):
             return "give the reason it may go"
         if self.scope.is_index(path):
             return "an index is never removed (rewrite it instead)"
+        unseen = self.scope.unseen(path)
+        if unseen is not None:
+            return unseen
         index = self.scope.root_of(path) / INDEX
         try:
             listed = index.read_text(encoding="utf-8", errors="replace")

@@ -31,7 +31,7 @@ from taskloom.agents.memory import MAX_CHARS, MAX_LINES, memory_dir
 from taskloom.errors import UsageError
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.kinds import kind_of
-from taskloom.tasks.types import TaskStatus, TaskType
+from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 from taskloom.testing import FunctionModel, ToolCall, Turn
 from taskloom.tools.base import ToolContext
 
@@ -223,6 +223,30 @@ async def test_an_idle_session_dreams_once_with_auto_dream_on(tmp_path: Path) ->
         h.session_idle(False)  # a turn starts and is interrupted at once: none either
         await asyncio.sleep(0)
         assert len(dreams()) == 1
+        await h.end()
+
+
+async def test_an_idle_dream_waits_while_an_agent_works(tmp_path: Path) -> None:
+    _memory(tmp_path)
+    settings = json.dumps({"autoDream": True, "dreamIdleSeconds": 0.05})
+    async with harness(
+        tmp_path, _scripted([Turn(text="tidy")]), agents=AGENTS, settings=settings
+    ) as h:
+        agent = AgentTaskState(id=h.runtime.new_id(TaskType.LOCAL_AGENT), status=TaskStatus.RUNNING)
+        h.runtime.register(agent.replace(owner=h.session_id))
+        h.session_idle(True)
+
+        def dreams() -> list[Any]:
+            return h.runtime.list(types=[TaskType.DREAM], include_evicted=True)
+
+        # Put off at least twice while the agent works: the timer is armed again each time.
+        await wait_until(lambda: h.dreamer._timer is not None, 10 * TIME_FACTOR, "armed")
+        first = h.dreamer._timer
+        await wait_until(lambda: h.dreamer._timer is not first, 10 * TIME_FACTOR, "re-armed")
+        assert dreams() == []
+        h.runtime.update(agent.id, lambda s: s.replace(status=TaskStatus.COMPLETED))
+        await wait_until(lambda: len(dreams()) == 1, 10 * TIME_FACTOR, "a dream once it ended")
+        await h.runtime.wait(dreams()[0].id, 30 * TIME_FACTOR)
         await h.end()
 
 

@@ -1,7 +1,8 @@
 """Dreaming: a low-priority agent that tidies the session's agent memory (``dream`` tasks).
 
 A :class:`Dreamer` (one per session, made when first needed) starts a :class:`DreamRun` when
-the session has been idle for ``dreamIdleSeconds`` with ``autoDream`` on, or when asked (the
+the session has been idle for ``dreamIdleSeconds`` with ``autoDream`` on and no agent of it is
+at work (one that is puts the dream off by another wait), or when asked (the
 REPL's ``/dream``, a stream-json ``dream`` control request). A dream works on the memories in
 use (:func:`memory_targets`: each agent type of the session's catalog whose definition names a
 ``memory`` scope, where that directory holds files): it merges duplicate notes, drops stale
@@ -39,6 +40,7 @@ from taskloom.engine import Engine, EngineConfig, Finished, ToolDone, UserTurn
 from taskloom.errors import UsageError, reason
 from taskloom.events import AssistantTurn
 from taskloom.tasks.dream import DreamTaskState
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.types import TaskStatus, TaskType
 
 if TYPE_CHECKING:
@@ -204,8 +206,11 @@ class Dreamer:
 
     def _idle_enough(self) -> None:
         self._timer = None
+        if any(kind_of(s).is_agent and not s.terminal for s in self.runtime.list()):
+            self.idle()  # low priority: while an agent works, look again after another wait
+            return
         self._dreamt = True  # tried once this idle spell, whatever came of it
-        with contextlib.suppress(UsageError):  # at work already, nothing to tidy: not now
+        with contextlib.suppress(UsageError):  # a setting went bad, nothing to tidy: not now
             self.start("idle")
 
 

@@ -182,17 +182,40 @@ def test_auto_dream_starts_once_the_session_stays_idle(
 
 
 WRITER = """
-import sys
+import os, sys, time
 from pathlib import Path
 from taskloom.agents.dream_tools import replace_file
 path, size = Path(sys.argv[1]), int(sys.argv[2])
+if sys.argv[3] == "pause":  # stop between the temporary file's write and its rename
+    def paused(*args):
+        print("paused", flush=True)
+        time.sleep(3600)
+    os.replace = paused
 n = 0
 while True:
     replace_file(path, (b"a" if n % 2 else b"b") * size)
     n += 1
-    if n == 3:
-        print("writing", flush=True)
+    print(n, flush=True)
 """
+
+
+def test_an_atomic_replace_killed_before_its_rename_leaves_the_old_file(tmp_path: Path) -> None:
+    size = 1024 * 1024
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"a" * size)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), str(size), "pause"],
+        stdout=subprocess.PIPE, env=clean_env(), text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "paused\n"  # the new content is written, not renamed
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30 * TIME_FACTOR)
+    proc.stdout.close()
+    assert path.read_bytes() == b"a" * size  # as it was
+    (left,) = tmp_path.glob(f".*{TEMP_SUFFIX}")
+    assert left.read_bytes() == b"b" * size
+    assert sweep_leftovers([tmp_path]) == [left]
 
 
 def test_an_atomic_replace_killed_mid_write_leaves_a_whole_file(tmp_path: Path) -> None:
@@ -201,12 +224,12 @@ def test_an_atomic_replace_killed_mid_write_leaves_a_whole_file(tmp_path: Path) 
     path.write_bytes(b"a" * size)
     for attempt in range(5):
         proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), str(size)],
+            [sys.executable, "-c", WRITER, str(path), str(size), "loop"],
             stdout=subprocess.PIPE, env=clean_env(), text=True,
         )  # fmt: skip
         assert proc.stdout is not None
-        assert proc.stdout.readline() == "writing\n"
-        time.sleep(0.01 * attempt)  # a different point of its loop each time
+        while int(proc.stdout.readline()) < 2 + attempt:  # killed in its next write
+            pass
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30 * TIME_FACTOR)
         proc.stdout.close()

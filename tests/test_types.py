@@ -243,35 +243,24 @@ OTHER_STATES: list[TaskState] = [
     AgentTaskState(id="a00000003", status=C, result="done", notified=True, output_offset=17),
 ]
 
-#: Types whose names and id prefixes are taken, but that nothing runs yet: no state class.
-RESERVED: set[TaskType] = set()
 
-
-def test_every_type_that_runs_has_a_state_class_and_the_others_are_reserved() -> None:
+def test_every_type_has_a_state_class_built_in_or_brought_by_its_kind() -> None:
     assert set(STATE_CLASSES) == {TaskType.LOCAL_BASH, TaskType.LOCAL_AGENT}
-    # The teammate's state class comes with its kind (taskloom.tasks.teammate), and so do the
-    # remote agent's, the workflow's, the MCP monitor's and the dream's.
-    brought = {
+    brought = set(TaskType) - set(STATE_CLASSES)
+    assert brought == {
         TaskType.IN_PROCESS_TEAMMATE,
         TaskType.REMOTE_AGENT,
         TaskType.LOCAL_WORKFLOW,
         TaskType.MONITOR_MCP,
         TaskType.DREAM,
     }
-    assert not brought & RESERVED
     for task_type in brought:
-        assert state_class(task_type) is not None
-    assert set(STATE_CLASSES) | brought | RESERVED == set(TaskType)
+        cls = state_class(task_type)
+        assert cls is not None and cls.TYPE is task_type
     assert {type(s) for s in OTHER_STATES} == set(STATE_CLASSES.values())
     for task_type, cls in STATE_CLASSES.items():
         assert cls.TYPE is task_type
         assert cls(id="x").type is task_type
-
-
-@pytest.mark.parametrize("task_type", sorted(RESERVED), ids=str)
-def test_a_record_of_a_reserved_type_is_refused_by_name(task_type: TaskType) -> None:
-    with pytest.raises(ValueError, match=f"'{task_type.value}' is reserved"):
-        state_from_dict({"id": "x00000000", "type": task_type.value})
 
 
 def test_an_unknown_type_is_refused() -> None:

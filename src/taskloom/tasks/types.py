@@ -21,7 +21,7 @@ _log = logging.getLogger(__name__)
 
 
 class TaskType(enum.StrEnum):
-    """What a task runs; the types without a state class are reserved (see STATE_CLASSES)."""
+    """What a task runs; each type's state class is built in or comes with its kind."""
 
     LOCAL_BASH = "local_bash"
     LOCAL_AGENT = "local_agent"
@@ -282,10 +282,10 @@ class AgentTaskState(TaskState):
     partial: bool = False
 
 
-#: The state class of each type built in. A task kind may bring the class of its own type
-#: (see :func:`use_state_class`: ``in_process_teammate``'s, ``local_workflow``'s and
-#: ``monitor_mcp``'s come with their kinds); the type with neither (``dream``) is reserved: its
-#: name and id prefix are taken, but nothing runs such a task, so there is no state to record.
+#: The state class of each type built in. The other types' classes come with their kinds
+#: (see :func:`use_state_class`: ``remote_agent``, ``in_process_teammate``,
+#: ``local_workflow``, ``monitor_mcp`` and ``dream``), registered when
+#: :mod:`taskloom.tasks` is imported.
 STATE_CLASSES: dict[TaskType, type[TaskState]] = {
     cls.TYPE: cls for cls in (ShellTaskState, AgentTaskState)
 }
@@ -315,7 +315,7 @@ def use_state_class(task_type: TaskType, cls: type[TaskState] | None) -> None:
 
 
 def state_class(task_type: TaskType) -> type[TaskState] | None:
-    """The class records of ``task_type`` are read back as (None: a reserved type)."""
+    """The class records of ``task_type`` are read back as (None: its kind is not loaded)."""
     return _BROUGHT.get(task_type) or STATE_CLASSES.get(task_type)
 
 
@@ -326,12 +326,12 @@ def state_from_dict(data: dict[str, Any]) -> TaskState:
     list becomes a tuple again; what it holds stays JSON data (lists, dicts).
 
     Raises:
-        ValueError: The type is unknown, or reserved (no state class: nothing records one).
+        ValueError: The type is unknown, or has no state class (its kind is not loaded).
     """
     task_type = TaskType(data["type"])
     cls = state_class(task_type)
     if cls is None:
-        raise ValueError(f"task type {task_type.value!r} is reserved: it has no state class")
+        raise ValueError(f"task type {task_type.value!r} has no state class: no kind loaded")
     names = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

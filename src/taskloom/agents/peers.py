@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from taskloom.errors import StoreError, ToolError, UserError, describe_os_error
-from taskloom.settings import ensure_private_dir, session_dir
+from taskloom.settings import ensure_private_dir, session_dir, taskloom_home
 from taskloom.tasks.mailbox import Mailbox
 from taskloom.tasks.wakeup import unix_address
 
@@ -61,8 +61,11 @@ def _is_socket(path: Path) -> bool:
         return False
 
 
-def _check_request(request: Any) -> str | None:
-    """What is wrong with a decoded request, or None when it is a valid message."""
+def check_request(request: Any, *, reply_to_session: bool = False) -> str | None:
+    """What is wrong with a decoded request, or None when it is a valid message.
+
+    ``reply_to_session``: ``reply_to`` is a session id (a ``bridge:`` sender's), not a path.
+    """
     if not isinstance(request, dict):
         return "the request must be a JSON object"
     if request.get("type") != "message":
@@ -84,7 +87,10 @@ def _check_request(request: Any) -> str | None:
     if len(sender) > 256 or not _shown_as_is(sender):
         return "field 'from' must be a session id: printable, without quotes, at most 256 long"
     reply_to = request.get("reply_to")
-    if reply_to is not None and not _plain_path(reply_to):
+    if reply_to is not None and reply_to_session:
+        if len(reply_to) > 256 or not _shown_as_is(reply_to):
+            return "field 'reply_to' must be a session id: printable, without quotes"
+    elif reply_to is not None and not _plain_path(reply_to):
         return "field 'reply_to' must be an absolute socket path, without quotes or controls"
     return None
 
@@ -242,7 +248,7 @@ class PeerListener:
             request = json.loads(line)
         except (ValueError, RecursionError) as exc:
             return {"ok": False, "error": f"the request is not JSON: {exc}"}
-        problem = _check_request(request)
+        problem = check_request(request)
         if problem is not None:
             return {"ok": False, "error": problem}
         reply_to, sender = request.get("reply_to"), request["from"]
@@ -294,6 +300,27 @@ class PeerListener:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def listening_sessions(home: Path | None = None) -> list[tuple[str, Path]]:
+    """The sessions of this machine that answer on their socket: (session id, socket path).
+
+    A socket file nobody answers on (its session died) is left out; each is probed at once,
+    each for at most half a second.
+    """
+    sockets = sorted((home or taskloom_home()).glob(f"sessions/*/{SOCKET_NAME}"))
+
+    async def answers(path: Path) -> bool:
+        try:
+            async with asyncio.timeout(_PROBE_TIMEOUT):
+                _, writer = await _open(path)
+        except (OSError, TimeoutError):
+            return False
+        writer.transport.abort()  # an empty request: the listener takes it for a probe
+        return True
+
+    alive = await asyncio.gather(*(answers(path) for path in sockets))
+    return [(path.parent.name, path) for path, ok in zip(sockets, alive, strict=True) if ok]
 
 
 async def send_to_peer(

@@ -33,7 +33,10 @@ def framed(who: str, text: str, what: str = "a message") -> str:
     )
 
 
-PEER_HINT = '"uds:<socket path>" (another taskloom session on this machine).'
+PEER_HINT = (
+    '"uds:<socket path>" (another taskloom session on this machine), or '
+    '"bridge:<session id>" (one on the Ray cluster).'
+)
 
 
 def gate_command(gate: Path) -> str:

@@ -36,6 +36,7 @@ from taskloom.options import Options as Options  # its home; re-exported for cal
 from taskloom.started import (
     Base,
     Started,
+    bridge_listener,
     compose,
     engine_observer,
     mcp_servers_config,
@@ -167,6 +168,12 @@ class Harness:
         return listener.path if listener is not None else None
 
     @property
+    def bridge_address(self) -> str | None:
+        """Where sessions on the Ray cluster reach this one (``bridge:<id>``), if listening."""
+        bridge = self.started.bridge
+        return bridge.address if bridge is not None else None
+
+    @property
     def model_name(self) -> str:
         """The id of the model the main thread asks now (:meth:`set_model` changes it)."""
         return self.session.engine.config.model_name or self.started.switch.name
@@ -230,9 +237,10 @@ class Harness:
             mcp = await self._stack.enter_async_context(servers)
             # Before the session: what arrives meanwhile waits in the mailbox.
             listener = await peer_listener(opts, settings, runtime, self._stack)
+            bridge = await bridge_listener(opts, settings, runtime, self._stack)
             base = Base(
                 opts, self.cwd, settings, max_tokens, coordinator, runtime, model, policy, mcp,
-                mcp_config, listener, observer, self._resuming, plugins,
+                mcp_config, listener, observer, self._resuming, plugins, bridge,
             )  # fmt: skip
             self._state = state = compose(base, self._stack, models)
             # A resumed session's detached remote agents are followed again.

@@ -342,7 +342,7 @@ def lead_batch(bodies: list[str]) -> str:
 
 def _from_member(sender: str) -> bool:
     """Whether a row comes from a member of the session's team (``name@team``)."""
-    return "@" in sender and not sender.startswith(("uds:", "session:"))
+    return "@" in sender and not sender.startswith(("uds:", "bridge:", "session:"))
 
 
 #: The most of another session's message the main thread is shown.
@@ -353,13 +353,14 @@ def _inbox_text(letter: Letter) -> str:
     """What the main thread is shown of a message: another session's says who sent it.
 
     An agent's message comes framed already (its sender knows who it is); a row from another
-    process (``uds:<its socket>`` or ``session:<its id>``) is framed here, with how to reply,
-    its text quoted inside a ``<session-message>`` element (see :mod:`taskloom.quoting`).
+    process (``uds:<its socket>``, ``bridge:<its id>``, ``session:<its id>``) is framed here,
+    with how to reply, its text quoted inside a ``<session-message>`` element (see
+    :mod:`taskloom.quoting`).
     """
     sender, body = letter.sender, letter.body
     if len(body) > PEER_TEXT_CAP:  # another process's text: it does not get the whole context
         body = f"{body[:PEER_TEXT_CAP]}\n[{len(body) - PEER_TEXT_CAP} more characters not shown]"
-    if sender.startswith("uds:"):
+    if sender.startswith(("uds:", "bridge:")):
         reply = f'; reply with SendMessage to "{sender}"'
     elif sender.startswith("session:"):
         reply = " (it does not listen: it cannot be answered)"

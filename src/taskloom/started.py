@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from taskloom.agents.bridge import BridgeListener
     from taskloom.agents.peers import PeerListener
     from taskloom.agents.service import AgentService
     from taskloom.conversation.policy import TurnPolicy
@@ -72,6 +73,8 @@ class Started:
     turns: TurnPolicy
     #: The session's plugins, and what of them was skipped.
     plugins: PluginSet
+    #: Where sessions on the Ray cluster reach this one (``bridge:``), when it listens there.
+    bridge: BridgeListener | None = None
 
 
 class _Later(Generic[T]):
@@ -113,6 +116,8 @@ class Base:
     resuming: str | None
     #: The session's plugins (``--plugin-dir``, ``enabledPlugins``).
     plugins: PluginSet
+    #: Its ``bridge:`` listener on the Ray cluster, if any.
+    bridge: BridgeListener | None = None
 
 
 def session_model(options: Options, settings: dict[str, Any]) -> Model:
@@ -203,6 +208,46 @@ async def peer_listener(
     return await stack.enter_async_context(listener)
 
 
+async def bridge_listener(
+    options: Options,
+    settings: dict[str, Any],
+    runtime: TaskRuntime,
+    stack: contextlib.AsyncExitStack,
+) -> BridgeListener | None:
+    """What sessions on the Ray cluster message this one through, if any.
+
+    Only a listening session (as for :func:`peer_listener`) with a cluster configured
+    (``RAY_ADDRESS``, the setting ``remote.address``): Ray is loaded on this path alone.
+
+    Raises:
+        UserError: The cluster cannot be reached, or another session holds the address.
+    """
+    listen = options.listen
+    if not (listen if listen is not None else settings.get("listen") is True):
+        return None
+    import os
+
+    from taskloom.remote.cluster import Cluster, configured_address
+
+    if configured_address(settings, os.environ) is None:
+        return None
+    from taskloom.agents.bridge import BridgeListener
+    from taskloom.settings import session_dir
+
+    cluster = Cluster(
+        settings,
+        recorder=runtime.recorder,
+        log_path=session_dir(runtime.session_id, runtime.home) / "ray.log",
+    )
+    cwd = runtime.cwd or os.getcwd()
+    bridge = BridgeListener(runtime.mailbox, runtime.session_id, cwd, cluster)
+    try:
+        return await stack.enter_async_context(bridge)
+    except BaseException:
+        await cluster.close()  # what it reached, or started, goes with it
+        raise
+
+
 def compose(
     base: Base, stack: contextlib.AsyncExitStack, models: contextlib.AsyncExitStack
 ) -> Started:
@@ -254,6 +299,10 @@ def compose(
         spent=lambda why: session().engine.halt(why),
     )  # fmt: skip
     agents.set(service)
+    if base.bridge is not None:
+        service.messenger.bridge_address = base.bridge.address
+        # One connection to Ray per process: the remote agents take the listener's over.
+        base.bridge.shared = service.spawner.remote.share(base.bridge.cluster)
     models.push_async_callback(service.builder.aclose)
     # Once the runtime has stopped every task: the Ray cluster of remote agents, while the
     # store still records what it stops.
@@ -326,12 +375,14 @@ def _main_thread(
         coordinator=base.coordinator, runtime=base.runtime, model=base.model, switch=switch,
         policy=policy, mcp=mcp, listener=base.listener, agents=service, team=team,
         teammate=member, tools=offered, session=main, turns=turns, plugins=base.plugins,
+        bridge=base.bridge,
     )  # fmt: skip
 
 
 __all__ = [
     "Base",
     "Started",
+    "bridge_listener",
     "compose",
     "engine_observer",
     "mcp_servers_config",

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from taskloom.agents.budget import Budgets
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
+    from taskloom.remote.cluster import Cluster
     from taskloom.remote.service import RemoteAgents
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
@@ -70,12 +71,24 @@ class RemoteSpawner:
         #: The session's remote agents, made on the first (Ray is imported only then).
         self.agents: RemoteAgents | None = None
 
-    def _service(self) -> RemoteAgents:
+    def _service(self, cluster: Cluster | None = None) -> RemoteAgents:
         from taskloom.remote.service import RemoteAgents
 
         if self.agents is None:
-            self.agents = RemoteAgents(self.runtime, self.builder.settings)
+            self.agents = RemoteAgents(self.runtime, self.builder.settings, cluster)
         return self.agents
+
+    def cluster(self) -> Cluster:
+        """The session's Ray cluster (one connection per process: ``bridge:`` uses it too)."""
+        return self._service().cluster
+
+    def share(self, cluster: Cluster) -> bool:
+        """Use ``cluster``, already made (the ``bridge:`` listener's), and close it at the end.
+
+        Returns:
+            Whether it was taken (False: the session made its own already).
+        """
+        return self._service(cluster).cluster is cluster
 
     async def spawn(
         self,

@@ -5,8 +5,9 @@ the message to the runtime's mailbox, and resumes a stopped agent on it: the run
 started, or one rebuilt from its transcript (an agent of an earlier process).
 
 Besides one agent, a message may go to every running agent the sender may address (``*``),
-to the main session (its session id, from an agent), or to another taskloom process on this
-machine (``uds:<socket path>``, see :mod:`taskloom.agents.peers`). A message is text, or a
+to the main session (its session id, from an agent), or to another taskloom session: on this
+machine (``uds:<socket path>``) or on the Ray cluster (``bridge:<session id>``), see
+:mod:`taskloom.agents.cross_session`. A message is text, or a
 structured object (see :mod:`taskloom.agents.structured_messages`), checked before anything
 is posted: a structured one is a ``protocol`` row (with the object as its payload), text a
 ``message`` row, even text that is JSON. A running recipient sees it framed with who sent it,
@@ -39,17 +40,22 @@ from taskloom.transcript import load_messages
 
 if TYPE_CHECKING:
     from taskloom.agents.builder import AgentBuilder
+    from taskloom.agents.cross_session import OwnAddresses
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
     from taskloom.agents.limits import Slot, SpawnLimits
     from taskloom.agents.team_port import TeamPort
+    from taskloom.remote.cluster import Cluster
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
 
 #: The address of every running agent the sender may message.
 BROADCAST = "*"
-#: The prefix of another taskloom process's address: ``uds:<socket path>``.
+#: The prefixes of another session's address: on this machine, and on the Ray cluster (what
+#: they mean, and the sending, in taskloom.agents.cross_session, loaded only to send).
 PEER_PREFIX = "uds:"
+BRIDGE_PREFIX = "bridge:"
+_ELSEWHERE = (PEER_PREFIX, BRIDGE_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,8 @@ class Messenger:
         budgets: Budgets | None = None,
         on_resumed: Callable[[AgentRun, asyncio.Task[None]], None] | None = None,
         limits: SpawnLimits | None = None,
+        bridge_address: str | None = None,
+        bridge_cluster: Callable[[], Cluster] | None = None,
     ) -> None:
         """Deliver on ``runtime`` to the agents of ``runs`` (shared with the spawner).
 
@@ -111,6 +119,8 @@ class Messenger:
                 it watches a spawned one).
             limits: The session's spawning limits: a resume is admitted under
                 ``maxConcurrentAgents`` as a spawn is (None: unbounded).
+            bridge_address: This session's ``bridge:`` address, if it listens on the cluster.
+            bridge_cluster: The session's Ray cluster, for ``bridge:`` messages.
         """
         self.runtime = runtime
         self.builder = builder
@@ -124,6 +134,8 @@ class Messenger:
         self.budgets = budgets
         self.on_resumed = on_resumed
         self.limits = limits
+        self.bridge_address = bridge_address
+        self.bridge_cluster = bridge_cluster
 
     # -- addresses ----------------------------------------------------------------------------
 
@@ -146,7 +158,8 @@ class Messenger:
         listed = ", ".join(choices)
         raise ToolError(
             f"No agent named or with id {to!r}. You can address: {listed}, or "
-            f'"{PEER_PREFIX}<socket path>" (another taskloom session on this machine).'
+            f'"{PEER_PREFIX}<socket path>" (another taskloom session on this machine), or '
+            f'"{BRIDGE_PREFIX}<session id>" (one on the Ray cluster).'
         )
 
     def addressable(self, sender: str | None) -> tuple[list[str], list[str]]:
@@ -212,7 +225,7 @@ class Messenger:
         """
         letter = _checked(message, summary)
         teams = self.teams
-        if teams is not None and not to.startswith(PEER_PREFIX) and teams.handles(to, ctx):
+        if teams is not None and not to.startswith(_ELSEWHERE) and teams.handles(to, ctx):
             # Validated above; the team gets the message as written (its protocol reads it).
             text, data = await teams.send(
                 to, message, ctx, summary, notify_when_idle=notify_when_idle
@@ -222,7 +235,7 @@ class Messenger:
             raise ToolError(
                 f"SendMessage: notify_when_idle is for messages to teammates; {to!r} is not one."
             )
-        if to.startswith(PEER_PREFIX):
+        if to.startswith(_ELSEWHERE):
             return await self._to_peer(to, letter, ctx)
         if to == BROADCAST:
             delivery = await self._broadcast(letter, ctx)
@@ -377,40 +390,20 @@ class Messenger:
         )
 
     async def _to_peer(self, to: str, letter: _Letter, ctx: ToolContext) -> Delivery:
-        """Hand ``letter`` to the taskloom process listening at the socket ``to`` names."""
-        path = to[len(PEER_PREFIX) :]
-        if not path.strip():
-            raise ToolError(f"SendMessage: to: {to!r} has no socket path; write uds:<socket path>.")
-        if ctx.owner != self.runtime.session_id:
-            # Another session may act on what it is told (even unattended): only the main
-            # thread speaks for this one; an agent reports to it instead.
-            raise ToolError(
-                f"SendMessage: to: only the main session may message another session ({to}); "
-                f"send it to the main session ({self.runtime.session_id}) instead."
-            )
-        if self.listen_path is not None and _same_file(path, self.listen_path):
-            raise ToolError(f"SendMessage: to: {to} is this session's own socket.")
-        if letter.type is not None:
-            raise ToolError(
-                f"SendMessage: structured messages cannot be sent to another process ({to}); "
-                "send text"
-            )
-        if not letter.body.strip():
-            raise ToolError("SendMessage: message: must not be empty")
-        from taskloom.agents import peers  # loaded only by a message to another process
+        """Hand ``letter`` to the session ``to`` names (``uds:`` or ``bridge:``)."""
+        from taskloom.agents.cross_session import send_to_session
 
-        own = self.listen_path
-        row = await peers.send_to_peer(
-            path,
-            sender=self.runtime.session_id,
-            text=letter.body,
-            summary=letter.summary or None,
-            reply_to=str(own) if own is not None else None,
+        text, row = await send_to_session(
+            to, letter.body, letter.summary, letter.type, ctx.owner, self.own_addresses()
         )
-        return Delivery(
-            f"Message delivered to the session listening at {path}; it will see it at its next "
-            "delivery point.",
-            {"to": to, "id": row},
+        return Delivery(text, {"to": to, "id": row})
+
+    def own_addresses(self) -> OwnAddresses:
+        """Where this session is reached, and its cluster, for a message to another one."""
+        from taskloom.agents.cross_session import OwnAddresses
+
+        return OwnAddresses(
+            self.runtime.session_id, self.listen_path, self.bridge_address, self.bridge_cluster
         )
 
     def _definition(self, agent_type: str) -> AgentDefinition:
@@ -529,10 +522,3 @@ def _known_elsewhere(agent_type: str) -> AgentDefinition | None:
         return builtin(agent_type)
     except KeyError:
         return None
-
-
-def _same_file(path: str, other: Path) -> bool:
-    try:
-        return Path(path).samefile(other)
-    except OSError:
-        return False

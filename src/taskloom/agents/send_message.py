@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 TO_DESCRIPTION = (
     'The recipient: an agent\'s id or the name it was given; "*" for every running agent '
     "you may message; the session id, for the main session (from an agent); or "
-    '"uds:<socket path>" for another taskloom session on this machine (text only).'
+    '"uds:<socket path>" for another taskloom session on this machine, or '
+    '"bridge:<session id>" for one on the Ray cluster (text only; see ListPeers).'
 )
 #: What ``message`` may be.
 MESSAGE_DESCRIPTION = (
@@ -91,7 +92,8 @@ class SendMessageTool(Tool[SendMessageInput]):
         'it, keeping its context, and you are notified again when it finishes. to="*" '
         "reaches every running agent you may message; an agent can write to the main session "
         'by its session id; to="uds:<socket path>" hands text to another taskloom session on '
-        "this machine. message is text, or a structured object (shutdown_request, "
+        'this machine, to="bridge:<session id>" to one on the Ray cluster (main session only). '
+        "message is text, or a structured object (shutdown_request, "
         "shutdown_response, plan_approval_response); a shutdown_request gets a request_id, "
         "which the result tells you."
     )

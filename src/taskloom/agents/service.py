@@ -49,6 +49,7 @@ class AgentService:
         cwd: Path,
         coordinator: bool = False,
         listen_path: Path | None = None,
+        bridge_address: str | None = None,
         teams: TeamPort | None = None,
         session_budget: Budget | None = None,
         on_session_spent: Callable[[str], None] | None = None,
@@ -64,6 +65,7 @@ class AgentService:
             coordinator: The main thread coordinates the agents (its messages to them are
                 signed ``coordinator``).
             listen_path: This session's socket for other sessions (``--listen``), if any.
+            bridge_address: Its ``bridge:`` address on the Ray cluster, if it listens there.
             teams: The session's team, when teams are on: Agent with a name spawns a
                 teammate, and messages between members go through it.
             session_budget: The whole session's budget, if it has one.
@@ -96,6 +98,9 @@ class AgentService:
             budgets=self.spawner.budgets,
             on_resumed=self.spawner.resumed,
             limits=self.spawner.limits,
+            bridge_address=bridge_address,
+            # One connection to Ray per process: the remote agents' (see RemoteSpawner.share).
+            bridge_cluster=self.spawner.remote.cluster,
         )
 
     @property
@@ -156,7 +161,8 @@ class AgentService:
 
         ``to`` is an agent's id or name, ``*`` (every running agent ``ctx.owner`` may
         message), the session id (the main thread, from an agent) or ``uds:<socket path>``
-        (another taskloom process on this machine). ``notify_when_idle`` (a team lead's, to
+        (another taskloom process on this machine) or ``bridge:<session id>`` (one on the Ray
+        cluster). ``notify_when_idle`` (a team lead's, to
         teammates): their next idle notices wake the lead.
 
         Raises:

@@ -211,6 +211,8 @@ def init_event(harness: Harness) -> dict[str, Any]:
         "taskloom_version": __version__,
         # Ours: where other sessions reach this one (``SendMessage`` to ``uds:<path>``).
         **({"peer_socket": str(listening)} if listening is not None else {}),
+        # And on the Ray cluster (``SendMessage`` to ``bridge:<session id>``).
+        **({"peer_bridge": harness.bridge_address} if harness.bridge_address else {}),
     }
 
 

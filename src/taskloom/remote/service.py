@@ -43,10 +43,16 @@ _CLEANUP_WAIT_S = 15.0
 class RemoteAgents:
     """A session's remote agents and its cluster (see the module docstring)."""
 
-    def __init__(self, runtime: TaskRuntime, settings: Mapping[str, Any]) -> None:
-        """Run remote agents for ``runtime``'s session, on the cluster ``settings`` name."""
+    def __init__(
+        self, runtime: TaskRuntime, settings: Mapping[str, Any], cluster: Cluster | None = None
+    ) -> None:
+        """Run remote agents for ``runtime``'s session, on the cluster ``settings`` name.
+
+        ``cluster``: the session's connection made already (its ``bridge:`` listener's); it
+        is closed here, at the end, as one made here would be.
+        """
         self.runtime = runtime
-        self.cluster = Cluster(
+        self.cluster = cluster or Cluster(
             settings,
             recorder=runtime.recorder,
             log_path=session_dir(runtime.session_id, runtime.home) / "ray.log",

@@ -1,0 +1,313 @@
+"""Messages between sessions on different machines: ``bridge:<session id>``, over Ray.
+
+A session that runs with ``--listen`` while a Ray cluster is configured (``RAY_ADDRESS`` or
+the setting ``remote.address``) is reached at ``bridge:<its session id>`` by any session on
+that cluster: :class:`BridgeListener` makes its named actor (:mod:`taskloom.remote.inbox`) and
+takes what senders give it into the session's mailbox; :func:`send_to_bridge` hands a message
+to it. The semantics are those of ``uds:`` (:mod:`taskloom.agents.peers`): the sender is told
+the message was delivered only once it is a committed row of the recipient's mailbox, and a
+retried send (the same message id) is never posted twice. A session without ``--listen`` has
+no actor: a sender is told nobody listens at that address.
+
+Ray is imported here only inside functions: this module is loaded on this path alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from taskloom.agents.peers import check_request
+from taskloom.errors import StoreError, ToolError, UserError
+from taskloom.remote.cluster import Cluster, ClusterError
+from taskloom.tasks.mailbox import Mailbox
+
+_log = logging.getLogger(__name__)
+
+#: How the recipient's actor says its session did not take a message in time (its words:
+#: :mod:`taskloom.remote.inbox` imports Ray, which this module does not at import).
+_NOT_TAKEN = "the session did not take it"
+#: The prefix of a session's address on the cluster.
+BRIDGE_PREFIX = "bridge:"
+#: How long a sender's message may wait for the recipient to commit it.
+DELIVER_WAIT_S = 10.0
+#: Longest wait for one of the session's own calls to its actor (made, told, asked).
+_CALL_S = 30.0
+#: How long the session's call for its next message waits before it asks again.
+_TAKE_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class BridgePeer:
+    """A session listening on the cluster.
+
+    Attributes:
+        session_id: Its session id (its address is ``bridge:<session_id>``).
+        host: The machine it runs on.
+        cwd: Its working directory.
+    """
+
+    session_id: str
+    host: str = ""
+    cwd: str = ""
+
+    @property
+    def address(self) -> str:
+        """What SendMessage's ``to`` is for it."""
+        return f"{BRIDGE_PREFIX}{self.session_id}"
+
+
+def _no_cluster(what: str) -> ToolError:
+    return ToolError(
+        f"{what}: bridge: messages travel over a Ray cluster and none is configured: set "
+        "RAY_ADDRESS or the setting remote.address to the recipient's cluster"
+    )
+
+
+class BridgeListener:
+    """A session's actor on the cluster, and the loop that commits what it is given."""
+
+    def __init__(self, mailbox: Mailbox, session_id: str, cwd: str, cluster: Cluster) -> None:
+        """Prepare to listen for ``session_id``; nothing happens before :meth:`start`."""
+        self._mailbox = mailbox
+        self._session_id = session_id
+        self._cwd = cwd
+        self.cluster = cluster
+        #: Whether the session's remote agents took the cluster over (they close it then).
+        self.shared = False
+        self._actor: Any = None
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> str:
+        """Where other sessions reach this one: ``bridge:<session id>``."""
+        return f"{BRIDGE_PREFIX}{self._session_id}"
+
+    async def start(self) -> None:
+        """Reach the cluster, make the session's named actor, start taking messages.
+
+        Raises:
+            UserError: The cluster cannot be reached, or another live session holds the name.
+        """
+        try:
+            await self.cluster.connect()
+        except ClusterError as exc:
+            raise UserError(f"cannot listen at {self.address}: {exc}") from None
+        from taskloom.remote.inbox import NAMESPACE, InboxActor
+
+        def make() -> Any:
+            options = {"name": self._session_id, "namespace": NAMESPACE}
+            return InboxActor.options(**options).remote(self._session_id, self._cwd)
+
+        loop = asyncio.get_running_loop()
+        try:
+            actor = await loop.run_in_executor(None, make)
+        except ValueError as exc:  # the name is taken (Ray's words follow)
+            raise UserError(f"another session listens at {self.address}: {exc}") from None
+        try:
+            await asyncio.wait_for(actor.describe.remote(), _CALL_S)
+        except Exception as exc:
+            _kill(actor)
+            raise UserError(f"cannot listen at {self.address}: {exc}") from None
+        self._actor = actor
+        self._pump = loop.create_task(self._take_all(actor))
+
+    async def _take_all(self, actor: Any) -> None:
+        """Commit each message the actor is given, then tell it (and so its sender)."""
+        while True:
+            try:
+                item = await asyncio.wait_for(actor.take.remote(_TAKE_WAIT_S), _CALL_S)
+                if item is None:
+                    continue
+                message_id, request = item
+                reply = self._post(request)
+                await asyncio.wait_for(actor.settle.remote(message_id, reply), _CALL_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the actor or the cluster is gone: nothing to take
+                _log.warning("%s stopped listening: %s", self.address, exc)
+                return
+
+    def _post(self, request: Any) -> dict[str, Any]:
+        """Commit ``request`` to the mailbox: what its sender is told."""
+        problem = check_request(request, reply_to_session=True)
+        if problem is not None:
+            return {"ok": False, "error": problem}
+        reply_to, sender = request.get("reply_to"), request["from"]
+        try:
+            letter = self._mailbox.post(
+                recipient=self._session_id,
+                sender=f"{BRIDGE_PREFIX}{reply_to}" if reply_to else f"session:{sender}",
+                kind="message",
+                body=request["text"],
+                priority="next",
+                summary=request.get("summary") or "",
+                commit=True,
+            )
+        except StoreError as exc:
+            return {"ok": False, "error": f"the message could not be stored: {exc}"}
+        return {"ok": True, "id": letter.id}
+
+    async def aclose(self) -> None:
+        """Stop taking messages and end the actor; the cluster too, unless it was shared."""
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            pump.cancel()
+            await asyncio.wait([pump])
+        actor, self._actor = self._actor, None
+        if actor is not None:
+            await asyncio.get_running_loop().run_in_executor(None, _kill, actor)
+        if not self.shared:
+            await self.cluster.close()
+
+    async def __aenter__(self) -> BridgeListener:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _kill(actor: Any) -> None:
+    import ray
+
+    with contextlib.suppress(Exception):  # dead already, or the cluster gone
+        ray.kill(actor, no_restart=True)
+
+
+async def send_to_bridge(
+    cluster: Cluster,
+    session_id: str,
+    *,
+    sender: str,
+    text: str,
+    summary: str | None = None,
+    reply_to: str | None = None,
+    wait: float = DELIVER_WAIT_S,
+) -> str:
+    """Deliver ``text`` to the session listening at ``bridge:<session_id>``.
+
+    The message gets an id of its own; a try that is not answered is made once more with it
+    (the recipient posts it once whatever happens).
+
+    Args:
+        cluster: The sending session's cluster (reached here if it was not yet).
+        session_id: The recipient's session id.
+        sender: The sending session's id.
+        text: The message (non-empty text; callers validate).
+        summary: A short preview for the recipient.
+        reply_to: The sender's own session id, when it listens on the cluster too.
+        wait: Seconds the recipient has to commit it.
+
+    Returns:
+        The id of the mailbox row the message became.
+
+    Raises:
+        ToolError: It was not delivered; the message says why and names the address.
+    """
+    address = f"{BRIDGE_PREFIX}{session_id}"
+    actor = await _actor_of(cluster, session_id, address)
+    request: dict[str, Any] = {"type": "message", "from": sender, "reply_to": reply_to}
+    request["text"] = text
+    if summary is not None:
+        request["summary"] = summary
+    message_id = secrets.token_hex(12)
+    reply: Any = None
+    for _ in range(2):  # a try not answered in time is made once more, with the same id
+        try:
+            reply = await asyncio.wait_for(
+                actor.deliver.remote(message_id, request, wait), wait + _TAKE_WAIT_S
+            )
+        except TimeoutError:
+            continue
+        except Exception as exc:  # its actor died (the session ended) or the cluster is gone
+            raise ToolError(f"the session at {address} could not be reached: {exc}") from None
+        if not (isinstance(reply, dict) and str(reply.get("error", "")).startswith(_NOT_TAKEN)):
+            break
+    return _delivered(address, reply)
+
+
+async def _actor_of(cluster: Cluster, session_id: str, address: str) -> Any:
+    """The recipient's actor.
+
+    Raises:
+        ToolError: No cluster is configured or reachable, or nobody listens at ``address``.
+    """
+    if cluster.address is None:
+        raise _no_cluster(f"SendMessage: to: {address}")
+    try:
+        await cluster.connect()
+    except ClusterError as exc:
+        raise ToolError(f"cannot reach {address}: {exc}") from None
+    import ray
+
+    from taskloom.remote.inbox import NAMESPACE
+
+    def find() -> Any:
+        return ray.get_actor(session_id, namespace=NAMESPACE)
+
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, find)
+    except ValueError:
+        raise ToolError(
+            f"no taskloom session listens at {address} on the cluster at {cluster.address} "
+            "(a session is reached there only while it runs with --listen)"
+        ) from None
+
+
+def _delivered(address: str, reply: Any) -> str:
+    """The row id from the recipient's answer, or the ToolError it stands for."""
+    if isinstance(reply, dict) and reply.get("ok") is True and isinstance(reply.get("id"), str):
+        return str(reply["id"])
+    if isinstance(reply, dict) and reply.get("ok") is False:
+        error = reply.get("error") or "no reason given"
+        raise ToolError(f"the session at {address} refused the message: {error}")
+    if reply is None:
+        raise ToolError(f"the session at {address} did not answer within {DELIVER_WAIT_S:g} s")
+    raise ToolError(f"the session at {address} sent a malformed reply: {str(reply)[:200]!r}")
+
+
+async def bridge_peers(cluster: Cluster) -> list[BridgePeer]:
+    """The sessions listening on ``cluster`` (reached here if it was not yet), by session id.
+
+    Raises:
+        ToolError: No cluster is configured, or it cannot be reached.
+    """
+    if cluster.address is None:
+        raise _no_cluster("ListPeers")
+    try:
+        await cluster.connect()
+    except ClusterError as exc:
+        raise ToolError(f"cannot list the bridge: peers: {exc}") from None
+    import ray
+
+    from taskloom.remote.inbox import NAMESPACE
+
+    def names() -> list[str]:
+        found = ray.util.list_named_actors(all_namespaces=True)
+        return sorted(a["name"] for a in found if a.get("namespace") == NAMESPACE)
+
+    loop = asyncio.get_running_loop()
+    peers: list[BridgePeer] = []
+    for name in await loop.run_in_executor(None, names):
+        try:
+            actor = await loop.run_in_executor(None, ray.get_actor, name, NAMESPACE)
+            about: dict[str, Any] = await asyncio.wait_for(actor.describe.remote(), _TAKE_WAIT_S)
+        except Exception:  # ended meanwhile: not a peer any more
+            continue
+        peers.append(BridgePeer(name, str(about.get("host", "")), str(about.get("cwd", ""))))
+    return peers
+
+
+__all__ = [
+    "BRIDGE_PREFIX",
+    "DELIVER_WAIT_S",
+    "BridgeListener",
+    "BridgePeer",
+    "bridge_peers",
+    "send_to_bridge",
+]

@@ -93,6 +93,13 @@ def main_tools(
             *interactive_tools(),
             *skill_tools(service.builder.skills),
         ]
+    messenger = service.messenger
+    if messenger.listen_path is not None or messenger.bridge_address is not None:
+        from taskloom.agents.list_peers import ListPeersTool
+
+        # A session that listens takes part in messages between sessions: it may look for
+        # its peers (one that does not keeps its offered tools, and their bytes, as they were).
+        builtin.append(ListPeersTool(service))
     if lead is not None:
         from taskloom.teams.compose import lead_tools
 

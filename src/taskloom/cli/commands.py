@@ -1,4 +1,4 @@
-"""The ``taskloom`` subcommands (demo, tasks, agents, plugins, teams, worktrees), on typer."""
+"""The ``taskloom`` subcommands (demo, tasks, agents, plugins, peers, teams, worktrees)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,16 @@ def plugins(
     from taskloom.cli.plugins_cmd import list_plugins
 
     raise typer.Exit(list_plugins(plugin_dirs or [], as_json=as_json))
+
+
+@app.command()
+def peers(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
+) -> None:
+    """List the sessions SendMessage can reach: uds: here, bridge: on the Ray cluster."""
+    from taskloom.cli.peers_cmd import list_peers
+
+    raise typer.Exit(list_peers(as_json=as_json))
 
 
 @app.command()

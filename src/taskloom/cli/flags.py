@@ -31,7 +31,7 @@ from taskloom.cli.flag_kinds import (
 )
 
 #: The subcommands, named in the epilog (``taskloom COMMAND --help``).
-SUBCOMMANDS = ("demo", "tasks", "agents", "plugins", "teams", "worktrees")
+SUBCOMMANDS = ("demo", "tasks", "agents", "plugins", "peers", "teams", "worktrees")
 
 MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
 

@@ -179,10 +179,15 @@ def test_two_sessions_exchange_a_bridge_message_once_each_way(
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(timeout=10)
-    requests = {
-        who: [r.body for r in server.requests if f"{who}:" in json.dumps(r.body["messages"][0])]
+    made = {
+        who: [r for r in server.requests if f"{who}:" in json.dumps(r.body["messages"][0])]
         for who in "AB"
     }
+    requests = {who: [r.body for r in rs] for who, rs in made.items()}
+    # B's two sends (one to nobody, one delivered and committed) took one short pause.
+    sends = made["B"][1].received - made["B"][0].received
+    assert sends < 5.0 * TIME_FACTOR, sends
+    print(f"bridge: B's two sends took {sends:.2f} s")
     # A was shown B's message, and the one given twice, once each, and how to answer B.
     shown_a = json.dumps(requests["A"][1]["messages"][-1])
     assert shown_a.count("hello A") == 1 and shown_a.count("said twice") == 1

@@ -45,7 +45,6 @@ class _Inbox:
             self._queue = asyncio.Queue()
         return self._queue
 
-    @ray.method(concurrency_group="session")
     async def describe(self) -> dict[str, str]:
         """Who listens here: its session id, host and working directory."""
         return {"session_id": self.session_id, "host": self.host, "cwd": self.cwd}
@@ -70,7 +69,6 @@ class _Inbox:
             # It may still be taken later: a retry with the same id learns how it went.
             return {"ok": False, "error": f"{NOT_TAKEN} within {wait:g} s"}
 
-    @ray.method(concurrency_group="session")
     async def take(self, wait: float) -> tuple[str, dict[str, Any]] | None:
         """The next message for the session, or None if none came within ``wait`` seconds."""
         try:
@@ -78,7 +76,6 @@ class _Inbox:
         except TimeoutError:
             return None
 
-    @ray.method(concurrency_group="session")
     async def settle(self, message_id: str, reply: dict[str, Any]) -> None:
         """The session's answer for ``message_id``: given to its sender (and to any retry)."""
         if reply.get("ok") is True:
@@ -91,9 +88,10 @@ class _Inbox:
             future.set_result(reply)
 
 
-#: The actor class: no CPU of its own; the session's calls apart from any number of senders'.
-InboxActor: Any = ray.remote(
-    num_cpus=0, max_concurrency=64, max_restarts=0, concurrency_groups={"session": 4}
-)(_Inbox)  # type: ignore[call-overload]
+#: The actor class: no CPU of its own. One event loop for every call (Ray gives each
+#: concurrency group a loop of its own, and a queue or future of one loop cannot be woken
+#: from another): as many senders wait at once as it takes calls, less the session's one.
+_ACTOR = ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=0)  # type: ignore[call-overload]
+InboxActor: Any = _ACTOR(_Inbox)
 
 __all__ = ["NAMESPACE", "InboxActor"]

@@ -88,7 +88,9 @@ class Options:
             are Agent, SendMessage and TaskStop, and every agent runs in the background.
             None: the setting ``coordinatorMode`` or the environment decides.
         listen: Receive messages from other taskloom sessions of this machine on a Unix
-            socket in the session directory (``--listen``); None: the setting ``listen``.
+            socket in the session directory (``--listen``), and from sessions on the Ray
+            cluster at ``bridge:<session id>`` when one is configured; None: the setting
+            ``listen``.
         teams: The session may lead a team of teammates (``--teams``); None: the setting
             ``agentTeams`` or the environment decides.
         teammate_mode: Where teammates run: ``in-process``, ``tmux`` (each in a tmux pane

@@ -424,7 +424,10 @@ FLAGS: tuple[Flag, ...] = (
         ("--listen",),
         action="store_true",
         default=None,
-        help="Receive messages from other sessions on a Unix socket in the session directory.",
+        help=(
+            "Receive messages from other sessions: on a Unix socket in the session directory "
+            "(uds:) and, with a Ray cluster configured, at bridge:<session id>."
+        ),
         option="listen",
     ),
     Flag(("-v", "--version"), action="store_true", help="Print the version and exit."),

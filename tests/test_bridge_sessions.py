@@ -79,68 +79,108 @@ def _tool_results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+class Exchange:
+    """A waits at its gate, then answers B's message; B messages C (which does not listen)
+    and A, then waits at its gate; C only waits. Each is told apart by its first prompt."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.gates = {name: tmp_path / f"gate-{name}" for name in ("a", "b", "c")}
+        self.ids: dict[str, str] = {}
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        messages = body["messages"]
+        who = " ".join(texts(messages[0]["content"])).split(":")[0]
+        turn = (len(messages) + 1) // 2
+        if turn == 1 and who in ("A", "C"):
+            return Turn(tool_calls=(_gate(self.gates[who.lower()]),))
+        if who == "A" and turn == 2:
+            seen = " ".join(texts(messages[-1]["content"]))
+            (sender,) = set(re.findall(r"bridge:[\w-]+", seen))
+            return Turn(tool_calls=(ToolCall("SendMessage", {"to": sender, "message": "hello B"}),))
+        if who == "B" and turn == 1:
+            ids = self.ids
+            return Turn(tool_calls=(
+                ToolCall("SendMessage", {"to": f"bridge:{ids['c']}", "message": "lost?"}),
+                ToolCall("SendMessage", {"to": f"bridge:{ids['a']}", "message": "hello A"}),
+            ))  # fmt: skip
+        if who == "B" and turn == 2:
+            return Turn(tool_calls=(_gate(self.gates["b"]),))
+        return Turn(text=f"{who} done")
+
+
+class Sessions:
+    """The test's taskloom processes, on one fake server and one cluster; killed at the end."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.cwd, self.env = cwd, env
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, prompt: str, *listen: str) -> tuple[subprocess.Popen[str], _Lines]:
+        proc = subprocess.Popen(
+            [*_TASKLOOM, "--model", "claude-sonnet-4-5", "-p", prompt, *listen,
+             "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"],
+            stdout=subprocess.PIPE, text=True, cwd=self.cwd, env=self.env,
+        )  # fmt: skip
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        return proc, _Lines(proc.stdout)
+
+    def peers(self) -> set[str]:
+        """The addresses ``taskloom peers`` lists."""
+        listed = subprocess.run(
+            [*_TASKLOOM, "peers", "--json"], capture_output=True, text=True, cwd=self.cwd,
+            env=self.env, timeout=60,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        return {p["address"] for p in json.loads(listed.stdout)["peers"]}
+
+    def give_twice(self, address: str, session_id: str, text: str) -> list[dict[str, Any]]:
+        """Give ``text`` to the session twice with one id, from a driver of the test's own."""
+        twice = subprocess.run(
+            [sys.executable, "-c", _TWICE, address, session_id, text],
+            capture_output=True, text=True, env=self.env, timeout=60,
+        )  # fmt: skip
+        assert twice.returncode == 0, twice.stderr[-2000:]
+        return list(json.loads(twice.stdout.splitlines()[-1]))
+
+    def end(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+_TASKLOOM = [sys.executable, "-m", "taskloom"]
+
+
+def _finish(proc: subprocess.Popen[str], out: _Lines, gate: Path) -> None:
+    gate.touch()
+    out.until(lambda e: e.get("type") == "result")
+    assert proc.wait(timeout=30 * TIME_FACTOR) == 0
+
+
 def test_two_sessions_exchange_a_bridge_message_once_each_way(
     tmp_path: Path,
     ray_head: tuple[str, dict[str, str]],  # noqa: F811
 ) -> None:
     address, auth = ray_head
-    gates = {name: tmp_path / f"gate-{name}" for name in ("a", "b", "c")}
-    ids: dict[str, str] = {}
-
-    def respond(body: dict[str, Any]) -> Turn:
-        messages = body["messages"]
-        first = " ".join(texts(messages[0]["content"]))
-        who = first.split(":")[0]
-        turn = (len(messages) + 1) // 2
-        if who == "A":
-            if turn == 1:
-                return Turn(tool_calls=(_gate(gates["a"]),))
-            if turn == 2:
-                seen = " ".join(texts(messages[-1]["content"]))
-                (sender,) = set(re.findall(r"bridge:[\w-]+", seen))
-                reply = ToolCall("SendMessage", {"to": sender, "message": "hello B"})
-                return Turn(tool_calls=(reply,))
-            return Turn(text="A done")
-        if who == "B":
-            if turn == 1:
-                return Turn(tool_calls=(
-                    ToolCall("SendMessage", {"to": f"bridge:{ids['c']}", "message": "lost?"}),
-                    ToolCall("SendMessage", {"to": f"bridge:{ids['a']}", "message": "hello A"}),
-                ))  # fmt: skip
-            if turn == 2:
-                return Turn(tool_calls=(_gate(gates["b"]),))
-            return Turn(text="B done")
-        if turn == 1:
-            return Turn(tool_calls=(_gate(gates["c"]),))
-        return Turn(text="C done")
-
-    procs: list[subprocess.Popen[str]] = []
-    with FakeAnthropicServer(responder=respond) as server:
+    script = Exchange(tmp_path)
+    ids, gates = script.ids, script.gates
+    with FakeAnthropicServer(responder=script) as server:
         env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
         env.update(auth, TASKLOOM_HOME=str(tmp_path / "home"), RAY_ADDRESS=address)
-        base = [sys.executable, "-m", "taskloom", "--model", "claude-sonnet-4-5"]
-        flags = ["--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"]
-
-        def start(prompt: str, *listen: str) -> tuple[subprocess.Popen[str], _Lines]:
-            proc = subprocess.Popen(
-                [*base, "-p", prompt, *listen, *flags],
-                stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
-            )  # fmt: skip
-            procs.append(proc)
-            assert proc.stdout is not None
-            return proc, _Lines(proc.stdout)
-
+        sessions = Sessions(tmp_path, env)
         try:
-            a, a_out = start("A: wait for a message", "--listen")
+            a, a_out = sessions.start("A: wait for a message", "--listen")
             init_a = a_out.until(lambda e: e.get("subtype") == "init")
             ids["a"] = init_a["session_id"]
             assert init_a["peer_bridge"] == f"bridge:{ids['a']}"
             assert "ListPeers" in init_a["tools"]
-            c, c_out = start("C: does not listen")
+            c, c_out = sessions.start("C: does not listen")
             init_c = c_out.until(lambda e: e.get("subtype") == "init")
             ids["c"] = init_c["session_id"]
             assert "peer_bridge" not in init_c and "ListPeers" not in init_c["tools"]
-            b, b_out = start("B: tell A", "--listen")
+            b, b_out = sessions.start("B: tell A", "--listen")
             ids["b"] = b_out.until(lambda e: e.get("subtype") == "init")["session_id"]
             b_out.until(lambda e: len(_tool_results(b_out.events)) >= 2)
             lost, delivered = _tool_results(b_out.events)
@@ -149,61 +189,35 @@ def test_two_sessions_exchange_a_bridge_message_once_each_way(
             assert not delivered.get("is_error"), delivered
             assert f"delivered to the session at bridge:{ids['a']}" in json.dumps(delivered)
             # Both listening sessions are listed, with their addresses, by `taskloom peers`.
-            listed = subprocess.run(
-                [*base[:3], "peers", "--json"], capture_output=True, text=True, cwd=tmp_path,
-                env=env, timeout=60,
-            )  # fmt: skip
-            assert listed.returncode == 0, listed.stderr
-            addresses = {p["address"] for p in json.loads(listed.stdout)["peers"]}
+            addresses = sessions.peers()
             assert {f"bridge:{ids['a']}", f"bridge:{ids['b']}"} <= addresses
             assert f"bridge:{ids['c']}" not in addresses
             # One message given twice with one id: the same row both times.
-            twice = subprocess.run(
-                [sys.executable, "-c", _TWICE, address, ids["a"], "said twice"],
-                capture_output=True, text=True, env=env, timeout=60,
-            )  # fmt: skip
-            assert twice.returncode == 0, twice.stderr[-2000:]
-            first, again = json.loads(twice.stdout.splitlines()[-1])
+            first, again = sessions.give_twice(address, ids["a"], "said twice")
             assert first["ok"] and first == again
-            gates["a"].touch()
-            a_out.until(lambda e: e.get("type") == "result")
-            assert a.wait(timeout=30 * TIME_FACTOR) == 0
-            gates["b"].touch()
-            b_out.until(lambda e: e.get("type") == "result")
-            assert b.wait(timeout=30 * TIME_FACTOR) == 0
-            gates["c"].touch()
-            c_out.until(lambda e: e.get("type") == "result")
-            assert c.wait(timeout=30 * TIME_FACTOR) == 0
+            _finish(a, a_out, gates["a"])
+            _finish(b, b_out, gates["b"])
+            _finish(c, c_out, gates["c"])
         finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=10)
+            sessions.end()
     made = {
         who: [r for r in server.requests if f"{who}:" in json.dumps(r.body["messages"][0])]
         for who in "AB"
     }
-    requests = {who: [r.body for r in rs] for who, rs in made.items()}
     # B's two sends (one to nobody, one delivered and committed) took one short pause.
     sends = made["B"][1].received - made["B"][0].received
     assert sends < 5.0 * TIME_FACTOR, sends
     print(f"bridge: B's two sends took {sends:.2f} s")
     # A was shown B's message, and the one given twice, once each, and how to answer B.
-    shown_a = json.dumps(requests["A"][1]["messages"][-1])
+    shown_a = json.dumps(made["A"][1].body["messages"][-1])
     assert shown_a.count("hello A") == 1 and shown_a.count("said twice") == 1
     assert f"bridge:{ids['b']}" in shown_a
     # B was shown A's answer once, from A's address.
-    shown_b = json.dumps(requests["B"][-1]["messages"])
+    shown_b = json.dumps(made["B"][-1].body["messages"])
     assert shown_b.count("hello B") == 1 and f"bridge:{ids['a']}" in shown_b
-    assert "lost?" not in json.dumps(requests["A"])
+    assert "lost?" not in json.dumps([r.body for r in made["A"]])
     # Nothing listens once the sessions are gone: their actors ended with them.
     deadline = time.monotonic() + 30 * TIME_FACTOR
-    while True:
-        left = subprocess.run(
-            [*base[:3], "peers", "--json"], capture_output=True, text=True, cwd=tmp_path,
-            env=env, timeout=60,
-        )  # fmt: skip
-        if not json.loads(left.stdout)["peers"]:
-            break
-        assert time.monotonic() < deadline, left.stdout
+    while sessions.peers():
+        assert time.monotonic() < deadline, sessions.peers()
         time.sleep(0.5)

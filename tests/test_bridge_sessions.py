@@ -36,6 +36,8 @@ ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
 actor = ray.get_actor(sys.argv[2], namespace=NAMESPACE)
 request = {"type": "message", "from": "tester", "reply_to": None, "text": sys.argv[3]}
 replies = [ray.get(actor.deliver.remote("one-id", request, 10.0)) for _ in range(2)]
+empty = {**request, "text": ""}
+replies.append(ray.get(actor.deliver.remote("other-id", empty, 10.0)))
 print(json.dumps(replies))
 ray.shutdown()
 """
@@ -135,7 +137,8 @@ class Sessions:
         return {p["address"] for p in json.loads(listed.stdout)["peers"]}
 
     def give_twice(self, address: str, session_id: str, text: str) -> list[dict[str, Any]]:
-        """Give ``text`` to the session twice with one id, from a driver of the test's own."""
+        """Give ``text`` to the session twice with one id, then no text, from a driver of the
+        test's own; its three answers."""
         twice = subprocess.run(
             [sys.executable, "-c", _TWICE, address, session_id, text],
             capture_output=True, text=True, env=self.env, timeout=60,
@@ -193,8 +196,10 @@ def test_two_sessions_exchange_a_bridge_message_once_each_way(
             assert {f"bridge:{ids['a']}", f"bridge:{ids['b']}"} <= addresses
             assert f"bridge:{ids['c']}" not in addresses
             # One message given twice with one id: the same row both times.
-            first, again = sessions.give_twice(address, ids["a"], "said twice")
+            first, again, empty = sessions.give_twice(address, ids["a"], "said twice")
             assert first["ok"] and first == again
+            # What the uds: listener refuses, this one does too, naming the field.
+            assert empty == {"ok": False, "error": "field 'text' must be a non-empty string"}
             _finish(a, a_out, gates["a"])
             _finish(b, b_out, gates["b"])
             _finish(c, c_out, gates["c"])

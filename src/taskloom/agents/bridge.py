@@ -96,7 +96,7 @@ class BridgeListener:
         try:
             await self.cluster.connect()
         except ClusterError as exc:
-            raise UserError(f"cannot listen at {self.address}: {exc}") from None
+            raise UserError(f"cannot listen at {self.address}: {_why(exc)}") from None
         from taskloom.remote.inbox import NAMESPACE, InboxActor
 
         def make() -> Any:
@@ -172,6 +172,11 @@ class BridgeListener:
         await self.aclose()
 
 
+def _why(exc: ClusterError) -> str:
+    # The cluster's errors speak of remote agents, its first users: here it is messages.
+    return str(exc).removeprefix("remote agents: ")
+
+
 def _kill(actor: Any) -> None:
     import ray
 
@@ -242,7 +247,7 @@ async def _actor_of(cluster: Cluster, session_id: str, address: str) -> Any:
     try:
         await cluster.connect()
     except ClusterError as exc:
-        raise ToolError(f"cannot reach {address}: {exc}") from None
+        raise ToolError(f"cannot reach {address}: {_why(exc)}") from None
     import ray
 
     from taskloom.remote.inbox import NAMESPACE
@@ -282,7 +287,7 @@ async def bridge_peers(cluster: Cluster) -> list[BridgePeer]:
     try:
         await cluster.connect()
     except ClusterError as exc:
-        raise ToolError(f"cannot list the bridge: peers: {exc}") from None
+        raise ToolError(f"cannot list the bridge: peers: {_why(exc)}") from None
     import ray
 
     from taskloom.remote.inbox import NAMESPACE

@@ -453,40 +453,48 @@ async def test_a_failed_read_of_the_next_input_is_tried_again_soon_without_a_pro
     assert said == ["Error: database is locked"]  # said once, not at every try
 
 
-def _typed_while_printing(keep: bool) -> tuple[bytes, bytes]:
-    """What a line typed into a cooked terminal reads as, and what the terminal echoed."""
-    import contextlib
+def _typed_while_printing(stdin: Any, master: int, make: Any) -> tuple[bytes, bytes]:
+    """A line typed on ``master`` while lines print above the live area of input ``make()``
+    (the terminal as ``run_in_terminal`` leaves it then): what the input reads, what was echoed.
+    """
+    import os
+    import select
+
+    terminal = make()
+    with terminal.raw_mode():  # the running application's
+        with terminal.cooked_mode():  # run_in_terminal's, around the print
+            os.write(master, b"/exit\r")
+            # The kernel takes typed bytes in as they arrive, asynchronously: wait for them.
+            assert select.select([stdin], [], [], 5 * TIME_FACTOR)[0]
+        typed = os.read(stdin.fileno(), 100)  # raw again, as the application reads
+    echoed = os.read(master, 100) if select.select([master], [], [], 0.2)[0] else b""
+    return typed, echoed
+
+
+def test_a_line_typed_while_lines_are_printed_keeps_its_enter_and_is_not_echoed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import os
     import pty
-    import select
-    import termios
+    import sys
 
-    from taskloom.repl.screen import keys_kept
+    from prompt_toolkit.input.vt100 import Vt100Input
+
+    from taskloom.repl.screen import terminal_input
 
     master, slave = pty.openpty()
     try:
-        with keys_kept(slave) if keep else contextlib.nullcontext():
-            os.write(master, b"/exit\r")
-            # The kernel takes typed bytes in as they arrive, asynchronously: wait for them.
-            assert select.select([slave], [], [], 5 * TIME_FACTOR)[0]
-        attrs = termios.tcgetattr(slave)
-        attrs[3] &= ~termios.ICANON  # read what is there, as the REPL's raw input does
-        termios.tcsetattr(slave, termios.TCSANOW, attrs)
-        typed = os.read(slave, 100)
-        echoed = os.read(master, 100) if select.select([master], [], [], 0.2)[0] else b""
-        return typed, echoed
+        with open(slave, closefd=False) as stdin:
+            # prompt_toolkit's own input: the Enter became Ctrl+J, the line stayed unsent.
+            typed, echoed = _typed_while_printing(stdin, master, lambda: Vt100Input(stdin))
+            assert typed == b"/exit\n" and b"/exit" in echoed
+            monkeypatch.setattr(sys, "stdin", stdin)
+            typed, echoed = _typed_while_printing(stdin, master, terminal_input)
+            assert typed == b"/exit\r"
+            assert echoed == b""
     finally:
         os.close(master)
         os.close(slave)
-
-
-def test_a_line_typed_while_lines_are_printed_keeps_its_enter_and_is_not_echoed() -> None:
-    typed, echoed = _typed_while_printing(keep=False)
-    assert typed == b"/exit\n"  # what the REPL read before: a Ctrl+J, the line left unsent
-    assert b"/exit" in echoed
-    typed, echoed = _typed_while_printing(keep=True)
-    assert typed == b"/exit\r"
-    assert echoed == b""
 
 
 # -- completing a command's name ------------------------------------------------------------------

@@ -92,8 +92,8 @@ def key_bindings(actions: KeyActions) -> KeyBindings:
     def _(event: KeyPressEvent) -> None:
         actions.to_background()
 
-    # SIGINT too: a Ctrl+C typed while lines are printed (the terminal is not raw for that
-    # moment) reaches the process as a signal, which prompt_toolkit ignores by default.
+    # SIGINT too: one sent to the process (``kill -INT``; the terminal itself stays raw, see
+    # screen.RawWhilePrinting) is otherwise ignored by prompt_toolkit.
     @keys.add("c-c")
     @keys.add("<sigint>")
     def _(event: KeyPressEvent) -> None:

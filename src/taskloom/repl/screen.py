@@ -10,9 +10,9 @@ for the scrollback are written with :func:`write_lines`.
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
-import termios
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from prompt_toolkit.application import Application
@@ -20,6 +20,8 @@ from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.data_structures import Size
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.formatted_text import FormattedText, StyleAndTextTuples
+from prompt_toolkit.input import Input, create_input
+from prompt_toolkit.input.vt100 import Vt100Input
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
@@ -85,43 +87,38 @@ class ScreenSource(Protocol):
 
 
 def write_lines(lines: list[Line]) -> None:
-    """Print ``(style, text)`` lines to the terminal (inside ``run_in_terminal`` if live)."""
+    """Print ``(style, text)`` lines to the terminal (above the live area if it runs)."""
     fragments = [(f"class:{style}", text + "\n") for style, text in lines]
-    try:
-        fd = sys.stdin.fileno()
-    except (AttributeError, ValueError, OSError):  # no stdin, or not a file's
-        fd = -1
-    with keys_kept(fd):
-        print_formatted_text(FormattedText(fragments), style=STYLE, end="")
+    print_formatted_text(FormattedText(fragments), style=STYLE, end="")
 
 
-@contextlib.contextmanager
-def keys_kept(fd: int) -> Iterator[None]:
-    """While lines are printed, keep the keys typed on terminal ``fd`` as they were typed.
+class RawWhilePrinting(Vt100Input):
+    """The terminal's input, left raw while lines are printed above the live area.
 
-    ``run_in_terminal`` prints with the terminal in cooked mode. There the line discipline
-    echoes a key typed in that moment among the lines and turns an Enter into a newline
-    (ICRNL), which the input takes for Ctrl+J: a line typed as output arrived stayed in the
-    input, unsent (seen under load after ``/clear``). The kernel translates input as it
-    arrives, so turning echo, line editing and the translation off for the print keeps the
-    bytes raw for the REPL to read once its screen is back. Not a terminal: nothing to keep.
+    prompt_toolkit prints above a running application (``run_in_terminal``, and
+    ``print_formatted_text``, which schedules one of those) in cooked mode, and the lines show
+    before it turns raw again. A line typed in that moment (the user, or a test, answering what
+    it sees) is echoed among the output by the line discipline, and its Enter turned into a
+    newline (ICRNL), which the input takes for Ctrl+J: the line stays in the input, unsent.
+    Under load the moment is long enough to be hit. Nothing of ours reads in cooked mode, so
+    the terminal stays raw: what is typed is read, as typed, once the live area is back.
+    """
+
+    def cooked_mode(self) -> contextlib.AbstractContextManager[None]:
+        """No change: the terminal stays raw (see the class docstring)."""
+        return contextlib.nullcontext()
+
+
+def terminal_input() -> Input:
+    """The live area's input: stdin, kept raw while lines print (:class:`RawWhilePrinting`).
+
+    A stdin that is no file (replaced in tests) gets what prompt_toolkit gives it.
     """
     try:
-        before = termios.tcgetattr(fd)
-    except (termios.error, OSError, ValueError):  # not a terminal, or -1
-        yield
-        return
-    iflag, lflag = before[0], before[3]
-    assert isinstance(iflag, int) and isinstance(lflag, int)
-    quiet = list(before)
-    quiet[0] = iflag & ~(termios.ICRNL | termios.INLCR | termios.IGNCR)
-    quiet[3] = lflag & ~(termios.ECHO | termios.ICANON | termios.IEXTEN)
-    # TCSANOW, not TCSAFLUSH: what was typed before stays to be read.
-    termios.tcsetattr(fd, termios.TCSANOW, quiet)
-    try:
-        yield
-    finally:
-        termios.tcsetattr(fd, termios.TCSANOW, before)
+        sys.stdin.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return create_input()
+    return RawWhilePrinting(sys.stdin)
 
 
 def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -> Application[int]:
@@ -131,6 +128,7 @@ def build_application(source: ScreenSource, buffer: Buffer, keys: KeyBindings) -
     area = _LiveArea(source, lambda: app.output.get_size())
     app = Application(
         layout=area.layout(buffer),
+        input=terminal_input(),
         key_bindings=keys,
         style=STYLE,
         full_screen=False,
@@ -284,4 +282,11 @@ def _framed(
     return ConditionalContainer(window, filter=shown)
 
 
-__all__ = ["STYLE", "ScreenSource", "build_application", "keys_kept", "write_lines"]
+__all__ = [
+    "STYLE",
+    "RawWhilePrinting",
+    "ScreenSource",
+    "build_application",
+    "terminal_input",
+    "write_lines",
+]

@@ -19,7 +19,7 @@ import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from taskloom.errors import ProcessError, quoted
@@ -111,6 +111,7 @@ def spawn_shell(
     shell: str | None = None,
     error_fd: int | None = None,
     prelude: str = "",
+    pass_fds: Collection[int] = (),
 ) -> Child:
     """Start ``command`` under a shell in a new session with output bound to ``output_fd``.
 
@@ -126,6 +127,8 @@ def spawn_shell(
             description of the same file (``O_APPEND``) keeps the output in order, and its
             offset tells whether anything was written to stderr.
         prelude: Shell code run before ``command``, on its first line (not named in errors).
+        pass_fds: Descriptors the child inherits, at the same numbers (a workflow script's
+            pipes to its session); every other one is closed in it.
 
     Raises:
         ProcessError: The shell could not be started.
@@ -144,6 +147,7 @@ def spawn_shell(
             env=child_env,
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
     except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
         raise ProcessError(f"cannot start shell for {quoted(command)}: {exc}") from exc

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -324,6 +324,7 @@ async def run_shell(
     watch: WatchSettings | None = None,
     kind: Literal["bash", "monitor"] = "bash",
     track_cwd: bool = False,
+    pass_fds: Collection[int] = (),
 ) -> ShellOutcome:
     """Run ``command`` as a shell task and return when it ends or goes to the background.
 
@@ -344,6 +345,7 @@ async def run_shell(
         kind: ``monitor``: each new line of its output is told to its owner as it comes
             (:mod:`taskloom.tasks.monitor`; run it in the background).
         track_cwd: Learn the directory the shell ends in (:attr:`ShellOutcome.cwd`).
+        pass_fds: Descriptors the command inherits (see :func:`~taskloom.process.spawn_shell`).
 
     Raises:
         TaskloomError: The output file or the process could not be created (the task is then
@@ -373,7 +375,9 @@ async def run_shell(
         # On the same line as the command, so the line numbers its errors name stay its own.
         record = f"pwd -P >| {shlex.quote(str(cwd_file))} 2>/dev/null"
         prelude = f"trap {shlex.quote(record)} EXIT; "
-    child = _spawn_recorded(runtime, task_id, command, output, error_fd, cwd, env, prelude)
+    child = _spawn_recorded(
+        runtime, task_id, command, output, error_fd, cwd, env, prelude, pass_fds
+    )
     handle = ShellHandle(
         runtime,
         task_id,
@@ -423,6 +427,7 @@ def _spawn_recorded(
     cwd: Path | str | None,
     env: Mapping[str, str] | None,
     prelude: str,
+    pass_fds: Collection[int] = (),
 ) -> Child:
     """Start the command's shell, recorded so that no crash of ours can orphan it."""
     # Recorded by its tag before it can run, then by its pid: a SIGKILL of ours at any point
@@ -438,6 +443,7 @@ def _spawn_recorded(
                 env=env,
                 error_fd=error_fd,
                 prelude=prelude,
+                pass_fds=pass_fds,
             )
         except BaseException:
             output.close()

@@ -125,9 +125,10 @@ def _request(
     """The call as the permission rules see it."""
     from taskloom.permissions import PermissionRequest
 
+    tool_name, kind = tool.permission_tool(params)
     return PermissionRequest(
-        tool_name=tool.name,
-        kind=tool.kind,
+        tool_name=tool_name,
+        kind=kind,
         target=tool.permission_target(params, ctx),
         cwd=ctx.rules_base or ctx.cwd,  # a `cd` does not move the rules
         input=raw,

@@ -221,6 +221,14 @@ class Tool(ABC, Generic[InputT]):
         """What permission rules match against (a command, a path); None for nothing."""
         return None
 
+    def permission_tool(self, params: InputT) -> tuple[str, ToolKind]:
+        """The tool name and kind permission rules take this call for (default: its own).
+
+        A call that runs code the model wrote (a workflow script) is decided as that code's
+        Bash command would be.
+        """
+        return self.name, self.kind
+
     def denied_message(self, params: InputT, reason: str, rule: Any) -> str:
         """What the model is told when the permission policy refuses a call."""
         return reason

@@ -66,6 +66,8 @@ class WorkflowSpec:
         agent_type: The agent type of its agents (None: the session's default type).
         concurrency: The most agents it runs at once.
         reduce: The reduce agent's prompt (all results are appended to it), if any.
+        script: A Python script that runs the agents itself (then there are no prompts):
+            see :mod:`taskloom.agents.workflow_script`.
     """
 
     description: str
@@ -74,6 +76,7 @@ class WorkflowSpec:
     agent_type: str | None
     concurrency: int
     reduce: str | None = None
+    script: str | None = None
 
     @property
     def total(self) -> int:
@@ -198,12 +201,14 @@ class WorkflowRun:
                 index, self.spec.items[index], self.spec.prompts[index]
             )
 
-    async def _agent(self, index: int, item: str, prompt: str) -> Outcome:
+    async def _agent(
+        self, index: int, item: str, prompt: str, agent_type: str | None = None
+    ) -> Outcome:
         """Spawn one agent, wait for its end, count it; a failure is its outcome."""
         request = SpawnRequest(
             description=f"{self.spec.description} #{index + 1}",
             prompt=prompt,
-            subagent_type=self.spec.agent_type or self.spawner.builder.default_type,
+            subagent_type=agent_type or self.spec.agent_type or self.spawner.builder.default_type,
             run_in_background=True,
         )
         while True:
@@ -216,6 +221,7 @@ class WorkflowRun:
                 outcome = Outcome(index, item, "", TaskStatus.FAILED.value, str(exc), "")
                 self._count(outcome, started=False)
                 return outcome
+        self._launched(index, launched.agent_id)
         self.runtime.update(self.task_id, lambda s: _add(s, running=1))
         state = self.runtime.get(launched.agent_id)
         while state is not None and not state.terminal:
@@ -223,6 +229,9 @@ class WorkflowRun:
         outcome = _outcome(index, item, launched.agent_id, launched.output_file, state)
         self._count(outcome, started=True)
         return outcome
+
+    def _launched(self, index: int, agent_id: str) -> None:
+        """Agent ``index`` started as ``agent_id`` (a script may message it from now on)."""
 
     async def _room(self) -> bool:
         """After a refused spawn: wait for room if the session was full; whether it was.

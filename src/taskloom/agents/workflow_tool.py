@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from taskloom.errors import ToolError
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolKind, ToolResult, tool_error
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
     from taskloom.agents.workflow import WorkflowSpec
 
 MAX_CONCURRENCY = "workflowMaxConcurrency"
+#: The command line Bash permission rules see for a workflow script (``Bash(python:*)``).
+SCRIPT_COMMAND = "python workflow-script.py"
 MAX_AGENTS = "workflowMaxAgents"
 #: Each setting's default, and the highest value it may be given (None: no ceiling).
 DEFAULTS: dict[str, tuple[int, int | None]] = {MAX_CONCURRENCY: (16, 256), MAX_AGENTS: (1000, None)}
@@ -43,6 +45,12 @@ each item is independent; for a few different tasks use Agent.
   literal braces. Each agent sees nothing else: say exactly what to return.
 - `subagent_type`, `concurrency` (the most agents at once, default 16), and `reduce`: the
   prompt of one last agent, given every result, to combine them.
+- Or `script` instead of `items`/`prompt`/`reduce`: a Python script, run as a command (it
+  needs the permission `python` would), that drives the agents itself with
+  `from taskloom.workflow_client import spawn, wait, gather, send`: spawn(prompt,
+  subagent_type=None) -> handle; wait(handle) -> answer (raises AgentFailed); gather(*handles)
+  -> answers; send(handle, text). What it prints is in the notification; exiting non-zero
+  fails the workflow with its stderr.
 - You get the workflow's task id at once, and ONE notification when every agent has ended,
   with each one's answer and output file. TaskOutput shows its progress (done/total);
   TaskStop stops it and all its agents. A failed agent is reported, not fatal."""
@@ -52,10 +60,18 @@ class WorkflowInput(ToolInput):
     """Input of :class:`WorkflowTool`."""
 
     description: str = Field(description="A short (3-5 word) description of the workflow.")
-    items: list[Any] = Field(
-        min_length=1, description="The work items, one agent each (strings, numbers, objects)."
+    items: list[Any] | None = Field(
+        default=None,
+        min_length=1,
+        description="The work items, one agent each (strings, numbers, objects).",
     )
-    prompt: str = Field(description="Each agent's prompt: a template with {item}, {index}.")
+    prompt: str | None = Field(
+        default=None, description="Each agent's prompt: a template with {item}, {index}."
+    )
+    script: str | None = Field(
+        default=None,
+        description="Instead of items and prompt: a Python script that runs the agents.",
+    )
     subagent_type: str | None = Field(default=None, description="The agents' type.")
     concurrency: int | None = Field(
         default=None, ge=1, description="The most agents running at once (default 16)."
@@ -76,14 +92,18 @@ INPUT_SCHEMA: dict[str, Any] = {
             "type": "string",
         },
         "items": {
-            "description": "The work items, one agent each (strings, numbers, objects).",
             "items": {},
             "minItems": 1,
             "type": "array",
+            "description": "The work items, one agent each (strings, numbers, objects).",
         },
         "prompt": {
-            "description": "Each agent's prompt: a template with {item}, {index}.",
             "type": "string",
+            "description": "Each agent's prompt: a template with {item}, {index}.",
+        },
+        "script": {
+            "type": "string",
+            "description": "Instead of items and prompt: a Python script that runs the agents.",
         },
         "subagent_type": {"type": "string", "description": "The agents' type."},
         "concurrency": {
@@ -96,7 +116,7 @@ INPUT_SCHEMA: dict[str, Any] = {
             "description": "The prompt of a last agent given every result to combine.",
         },
     },
-    "required": ["description", "items", "prompt"],
+    "required": ["description"],
     "type": "object",
 }
 
@@ -186,7 +206,8 @@ def plan(params: WorkflowInput, settings: Mapping[str, Any]) -> WorkflowSpec:
 
     most_agents = setting(settings, MAX_AGENTS)
     most_at_once = setting(settings, MAX_CONCURRENCY)
-    agents = len(params.items) + (1 if params.reduce is not None else 0)
+    items, template = _form(params)
+    agents = len(items) + (1 if params.reduce is not None else 0)
     if agents > most_agents:
         raise ToolError(
             f"Not started: this workflow would run {agents} agents, more than the "
@@ -203,12 +224,32 @@ def plan(params: WorkflowInput, settings: Mapping[str, Any]) -> WorkflowSpec:
         )
     return WorkflowSpec(
         description=params.description,
-        prompts=render_prompts(params.prompt, params.items),
-        items=tuple(shown(i) for i in params.items),
+        prompts=render_prompts(template, items) if items else (),
+        items=tuple(shown(i) for i in items),
         agent_type=params.subagent_type,
         concurrency=concurrency,
         reduce=params.reduce,
+        script=params.script,
     )
+
+
+def _form(params: WorkflowInput) -> tuple[list[Any], str]:
+    """The items and template of a list workflow (none for a script one).
+
+    Raises:
+        ToolError: Neither form is given whole, or both are.
+    """
+    if params.script is not None:
+        if params.items is not None or params.prompt is not None or params.reduce is not None:
+            raise ToolError(
+                "Not started: give either `script`, or `items` and `prompt` (and `reduce`), "
+                "not both: a script runs its agents itself."
+            )
+        return [], ""
+    if params.items is None or params.prompt is None:
+        missing = " and ".join(n for n in ("items", "prompt") if getattr(params, n) is None)
+        raise ToolError(f"Not started: {missing} missing: give `items` and `prompt`, or `script`.")
+    return params.items, params.prompt
 
 
 class WorkflowTool(Tool[WorkflowInput]):
@@ -225,8 +266,19 @@ class WorkflowTool(Tool[WorkflowInput]):
         """Spawn through ``service``'s spawner."""
         self.service = service
 
+    def permission_tool(self, params: WorkflowInput) -> tuple[str, ToolKind]:
+        """A script is code the model wrote: it is decided as its Bash command would be."""
+        if params.script is not None:
+            return "Bash", "execute"
+        return self.name, self.kind
+
     def permission_target(self, params: WorkflowInput, ctx: ToolContext) -> str | None:
-        """``Workflow(Explore)`` rules match the agent type, as ``Agent(Explore)`` ones do."""
+        """``Workflow(Explore)`` rules match the agent type, as ``Agent(Explore)`` ones do.
+
+        A script's call is matched by Bash rules as :data:`SCRIPT_COMMAND`.
+        """
+        if params.script is not None:
+            return SCRIPT_COMMAND
         return params.subagent_type or self.service.builder.default_type
 
     async def call(self, params: WorkflowInput, ctx: ToolContext) -> ToolResult:
@@ -238,12 +290,23 @@ class WorkflowTool(Tool[WorkflowInput]):
             self.service.definition(spec.agent_type)  # an unknown type: refused now
         except ToolError as exc:
             return tool_error(str(exc))
-        run = WorkflowRun(self.service.spawner, spec, ctx)
+        if spec.script is not None:
+            from taskloom.agents.workflow_script import ScriptRun
+
+            most = setting(self.service.settings, MAX_AGENTS)
+            run: WorkflowRun = ScriptRun(self.service, spec, ctx, most)
+        else:
+            run = WorkflowRun(self.service.spawner, spec, ctx)
         task_id = run.start()
         agent_type = spec.agent_type or self.service.builder.default_type
+        what = (
+            f"its script runs (its agents: {agent_type} unless it names a type, at most "
+            f"{most} in all)"
+            if spec.script is not None
+            else f"{spec.total} agents ({agent_type})"
+        )
         text = (
-            f"Workflow launched: {spec.total} agents ({agent_type}), at most "
-            f"{spec.concurrency} at once.\n"
+            f"Workflow launched: {what}, at most {spec.concurrency} at once.\n"
             f"task_id: {task_id} (TaskOutput shows its progress, done/total; TaskStop stops it "
             "and all its agents)\n"
             "You will be notified once, when every agent has ended, with each one's answer and "
@@ -265,6 +328,7 @@ __all__ = [
     "DEFAULTS",
     "MAX_AGENTS",
     "MAX_CONCURRENCY",
+    "SCRIPT_COMMAND",
     "WorkflowInput",
     "WorkflowTool",
     "plan",

@@ -1,0 +1,101 @@
+"""A workflow's script form, in process: its permission is a Bash command's, its input checked.
+
+The runs through ``taskloom -p`` (agents, failure, TaskStop) are in
+``test_workflow_script_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import harness, main_context
+from taskloom.agents.workflow_tool import WorkflowInput, plan
+from taskloom.errors import ToolError
+from taskloom.gate import permit
+from taskloom.permissions import PermissionPolicy
+from taskloom.permissions.rules import parse_rule
+from taskloom.testing import ScriptedModel
+
+SCRIPT = "print('hi')\n"
+
+
+async def _no_hooks(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+async def _decide(tmp_path: Path, mode: str, rules: list[tuple[str, str]], **call: Any) -> str:
+    """What the gate makes of a Workflow call under ``mode`` and ``rules``: allow or why not."""
+    policy = PermissionPolicy(
+        mode, [parse_rule(text, how, "test") for text, how in rules], tmp_path
+    )
+    async with harness(tmp_path, ScriptedModel([])) as h:
+        tool = next(t for t in h.tools if t.name == "Workflow")
+        params = tool.validate(call)
+        assert isinstance(params, WorkflowInput), params
+        verdict = await permit(
+            tool,
+            params,
+            main_context(h),
+            call,
+            policy=policy,
+            prompter=None,
+            headless=True,
+            run_hook=_no_hooks,
+            agent_id=None,
+        )
+    if verdict.params is not None:
+        return "allow"
+    assert verdict.result is not None
+    return str(verdict.result.content)
+
+
+async def test_a_script_needs_what_a_bash_command_needs(tmp_path: Path) -> None:
+    script = {"description": "d", "script": SCRIPT}
+    listed = {"description": "d", "items": [1], "prompt": "{item}"}
+    # Nobody to ask and no rule: refused as Bash would be; the list form needs nothing.
+    refused = await _decide(tmp_path, "default", [], **script)
+    assert refused != "allow" and "Bash" in refused
+    assert await _decide(tmp_path, "default", [], **listed) == "allow"
+    # Bash rules decide it: python allowed, Bash denied, plan mode runs no command.
+    assert await _decide(tmp_path, "default", [("Bash(python:*)", "allow")], **script) == "allow"
+    denied = await _decide(tmp_path, "bypassPermissions", [("Bash", "deny")], **script)
+    assert "denied" in denied
+    assert "plan mode" in await _decide(tmp_path, "plan", [], **script)
+    # A Workflow rule does not let a script through.
+    assert await _decide(tmp_path, "default", [("Workflow", "allow")], **script) != "allow"
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        ({"script": SCRIPT, "items": [1], "prompt": "{item}"}, "either `script`"),
+        ({"script": SCRIPT, "reduce": "combine"}, "either `script`"),
+        ({"items": [1]}, "prompt missing"),
+        ({}, "items and prompt missing"),
+    ],
+)
+def test_the_two_forms_do_not_mix(call: dict[str, Any], says: str) -> None:
+    params = WorkflowInput.model_validate({"description": "d", **call})
+    with pytest.raises(ToolError, match=says):
+        plan(params, {})
+
+
+def test_the_client_imports_nothing_of_taskloom() -> None:
+    code = (
+        "import sys, taskloom.workflow_client as c; "
+        "print(sorted(m for m in sys.modules if m.startswith('taskloom')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['taskloom', 'taskloom._version', 'taskloom.workflow_client']"
+
+
+def test_the_client_outside_a_workflow_says_so() -> None:
+    code = "from taskloom.workflow_client import spawn; spawn('x')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "not run as a workflow script (TASKLOOM_WORKFLOW_FDS=''" in out.stderr

@@ -2,9 +2,10 @@
 
 The model gives a list of items, a prompt template, an agent type, a concurrency and an
 optional reduce step; the workflow runs in the background as one ``local_workflow`` task
-(:mod:`taskloom.agents.workflow`), and its owner is notified once, when every agent has ended. Or the model gives a Python script
-that runs the agents itself (:mod:`taskloom.agents.workflow_script`): the call is then decided
-by the permission rules as a Bash command (:data:`SCRIPT_COMMAND`).
+(:mod:`taskloom.agents.workflow`), and its owner is notified once, when every agent has ended.
+Or the model gives a Python script that runs the agents itself
+(:mod:`taskloom.agents.workflow_script`): the call is then decided by the permission rules as a
+Bash command (:data:`SCRIPT_COMMAND`).
 
 Two settings bound it (each a whole number; anything else makes the call a tool error naming
 the setting):

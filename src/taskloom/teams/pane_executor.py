@@ -513,8 +513,11 @@ class PaneExecutor:
                 self.spending.count(member.agent_id, totals)
             crashed = not member.approved and not member.killing
             if not crashed or not self.keep_crashed:
-                with contextlib.suppress(OSError):
+                try:
                     await self.panes.kill(pane.id)
+                except (OSError, PaneError) as exc:
+                    # A slow or gone tmux must not skip the sweep below of what it left.
+                    log.warning("teammate %s: closing its pane failed: %s", member.agent_id, exc)
         finally:
             if member.approved:
                 runtime.update(member.task_id, lambda s: ended(s))

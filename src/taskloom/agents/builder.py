@@ -188,8 +188,9 @@ class AgentBuilder:
             allowed=definition.tools,
             disallowed=definition.disallowed_tools,
             is_async=is_async,
-            # Types named in its definition are the user's word that it may start agents.
-            allow_nesting=self.allow_nesting or spawns is not None,
+            # Types named in its definition are the user's word that it may start agents;
+            # a read-only agent may not (its agents would run under the session's policy).
+            allow_nesting=(self.allow_nesting or spawns is not None) and not definition.read_only,
         )
         tools = restrict_spawns(tools, spawns) + own_tools(definition, extra_tools, offered)
         # Many MCP tools: offered by name, found with ToolSearch (as on the main thread).

@@ -447,15 +447,13 @@ class Engine:
         outside = outside_confinement(tool, params, ctx, cfg.confine_to, cfg.confine_also, readable)
         if outside is not None:
             return outside
+        # A hook's "allow" skips the rules and the prompt, not a read-only agent's refusal.
         hook_allows = pre is not None and pre.permission_decision == "allow"
-        if not hook_allows:
-            verdict = await self._permit(tool, params, ctx, raw)
-            if isinstance(verdict, ToolResult):
-                self.denials.append(
-                    {"tool_name": call.name, "tool_use_id": call.id, "tool_input": raw}
-                )
-                return verdict
-            params, raw = verdict
+        verdict = await self._permit(tool, params, ctx, raw, hook_allows)
+        if isinstance(verdict, ToolResult):
+            self.denials.append({"tool_name": call.name, "tool_use_id": call.id, "tool_input": raw})
+            return verdict
+        params, raw = verdict
         began = time.monotonic()
         try:
             result = await tool.call(params, ctx)
@@ -533,7 +531,7 @@ class Engine:
         return await fire(self.config, self.runtime, event, target, call, payload)
 
     async def _permit(
-        self, tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any]
+        self, tool: Tool[Any], params: Any, ctx: ToolContext, raw: dict[str, Any], hooked: bool
     ) -> ToolResult | tuple[Any, dict[str, Any]]:
         """The call's input if it may run (an approver may change it), else the denial."""
         from taskloom.gate import permit
@@ -542,6 +540,7 @@ class Engine:
         verdict = await permit(
             tool, params, ctx, raw, policy=cfg.permissions, prompter=cfg.prompter,
             headless=cfg.headless, run_hook=self.run_hook, agent_id=cfg.agent_id,
+            hook_allowed=hooked,
         )  # fmt: skip
         if verdict.interrupt:
             self.stop_reason = "interrupted by the permission prompt"

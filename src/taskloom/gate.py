@@ -68,13 +68,21 @@ async def permit(
     headless: bool,
     run_hook: HookRunner,
     agent_id: str | None,
+    hook_allowed: bool = False,
 ) -> Verdict:
-    """Decide one call (see the module docstring)."""
+    """Decide one call (see the module docstring).
+
+    ``hook_allowed``: a PreToolUse hook allowed it; the rules and the prompt are skipped, but
+    a read-only agent's refusal of what would change files still holds.
+    """
     if policy is None:
         return Verdict(params=params, raw=raw)
     from taskloom.permissions import PromptError
 
     request = _request(tool, params, ctx, raw)
+    if hook_allowed:
+        refused = policy.read_only_refusal(request)
+        return Verdict(tool_error(refused)) if refused else Verdict(params=params, raw=raw)
     decision = policy.decide(request)
     if decision.behavior == "ask":
         from taskloom.hooks import ToolCall

@@ -279,7 +279,7 @@ class PermissionPolicy:
                 deny,
                 name,
             )
-        refused = self._written(request) if self.is_read_only else None
+        refused = self.read_only_refusal(request)
         if refused is not None:
             return Decision("deny", refused, None, name)
         if request.approval == "person":
@@ -333,6 +333,13 @@ class PermissionPolicy:
         """
         probe = PermissionRequest(tool_name, kind, None, self.project_root)
         return any(r.content is None and tool_matches(r, probe) for r in self._by_behavior["deny"])
+
+    def read_only_refusal(self, request: PermissionRequest) -> str | None:
+        """Why a read-only agent may not make ``request``; None if it may, or is not read-only.
+
+        This holds whatever else says yes: a rule, the mode, a PreToolUse hook's "allow".
+        """
+        return self._written(request) if self.is_read_only else None
 
     @staticmethod
     def _written(request: PermissionRequest) -> str | None:

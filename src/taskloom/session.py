@@ -14,7 +14,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from taskloom.agents.verification import VerificationNudge
+from taskloom.agents.verification import VerificationNudge, can_spawn_verifier
 from taskloom.context.compaction import CompactionRefused
 from taskloom.conversation.held import fold
 from taskloom.conversation.recorder import Recorder
@@ -56,7 +56,10 @@ class Session:
         listed = TodoList.from_messages(messages or []).items
         done = [t.content for t in listed if t.status == "completed"]
         #: The verification nudge (None: off); it tells the model through the engine's meter.
-        self.nudge = VerificationNudge.for_settings(config.settings, config.meter, done)
+        verifiable = can_spawn_verifier(config.tools, config.permissions, config.cwd)
+        self.nudge = VerificationNudge.for_settings(
+            config.settings, config.meter, done, can_verify=verifiable
+        )
         # Its inbox is the session's mailbox: what agents and other sessions send it.
         meter = self.nudge or config.meter
         config = dataclasses.replace(config, inbox=self.take_inbox, meter=meter)

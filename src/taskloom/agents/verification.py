@@ -13,20 +13,27 @@ more tasks in one turn with no verification step, its next request carries a
   agent.
 
 The reminder is given once a turn, in the request right after the tool call that completed
-the third task. Only the main thread is nudged (as Claude Code: a subagent reports to it).
-The setting ``verificationNudge: false`` turns it off.
+the third task. Only the main thread is nudged (as Claude Code: a subagent reports to it),
+and only when it can start the verifier (:func:`can_spawn_verifier`: it has the Agent tool,
+may start that type, and no rule denies ``Agent(verification)``) -- else the reminder would
+ask for what it cannot do. The setting ``verificationNudge: false`` turns it off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom.agents.agent_tool import AgentTool
 from taskloom.agents.builtin_checks import VERIFICATION_AGENT_TYPE
 from taskloom.events import ToolDone
+from taskloom.permissions import PermissionRequest
 
 if TYPE_CHECKING:
     from taskloom.events import EngineEvent, Meter
+    from taskloom.permissions import PermissionPolicy
+    from taskloom.tools.base import Tool
 
 #: Completed tasks in a turn that call for a verifier.
 NUDGE_AFTER = 3
@@ -62,10 +69,19 @@ class VerificationNudge:
 
     @classmethod
     def for_settings(
-        cls, settings: Mapping[str, Any], meter: Meter | None, done: Iterable[str] = ()
+        cls,
+        settings: Mapping[str, Any],
+        meter: Meter | None,
+        done: Iterable[str] = (),
+        *,
+        can_verify: bool = True,
     ) -> VerificationNudge | None:
-        """The nudge over ``meter``; None when the setting ``verificationNudge`` is false."""
-        if settings.get("verificationNudge") is False:
+        """The nudge over ``meter``.
+
+        None when the setting ``verificationNudge`` is false, or when the thread cannot start
+        the verifier (``can_verify``, see :func:`can_spawn_verifier`).
+        """
+        if settings.get("verificationNudge") is False or not can_verify:
             return None
         return cls(meter, done)
 
@@ -118,4 +134,25 @@ class VerificationNudge:
         return said
 
 
-__all__ = ["NUDGE", "NUDGE_AFTER", "VerificationNudge"]
+def can_spawn_verifier(
+    tools: Iterable[Tool[Any]], policy: PermissionPolicy | None, cwd: Path
+) -> bool:
+    """Whether a thread with ``tools`` and ``policy`` can start the ``verification`` agent.
+
+    It needs the Agent tool, one that may start that type (not limited to others), with the
+    type known to it, and no deny rule for ``Agent`` or ``Agent(verification)``.
+    """
+    agent = next((t for t in tools if isinstance(t, AgentTool)), None)
+    if agent is None:
+        return False
+    if agent.allowed_types is not None and VERIFICATION_AGENT_TYPE not in agent.allowed_types:
+        return False
+    if agent.service.builder.catalog.get(VERIFICATION_AGENT_TYPE) is None:
+        return False
+    if policy is None:
+        return True
+    request = PermissionRequest("Agent", "other", VERIFICATION_AGENT_TYPE, cwd)
+    return policy.decide(request).behavior != "deny"
+
+
+__all__ = ["NUDGE", "NUDGE_AFTER", "VerificationNudge", "can_spawn_verifier"]

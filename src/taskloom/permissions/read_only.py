@@ -99,6 +99,7 @@ _WRAPPERS: dict[str, frozenset[str]] = {
 #: ``uv run python ...``: runners whose ``run`` subcommand runs the rest.
 _RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*(\[[^]]*\])?\+?=.*", re.S)
+_REDIRECTION = re.compile(r"(\d*|&)(<<<|<<-?|<>|<&|<|>>|>&|>\||>)")
 _CASE_PATTERN = re.compile(r"\(?[^()\s]*\)")
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "csh", "tcsh"})
 
@@ -135,7 +136,23 @@ def _argv(part: str) -> tuple[list[str], bool]:
         words = shlex.split(text)
     except ValueError:  # unbalanced quotes: the shell would refuse it; judge the words
         words = text.split()
-    return _unwrapped(words)
+    return _unwrapped(_without_redirections(words))
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """``words`` without redirections (judged apart): ``bash <<EOF`` runs no script."""
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        found = _REDIRECTION.match(word)
+        if found is None:
+            kept.append(word)
+        else:
+            skip = found.end() == len(word)  # the bare operator: its word follows
+    return kept
 
 
 def _unwrapped(words: list[str]) -> tuple[list[str], bool]:

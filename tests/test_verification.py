@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import taskloom
 from taskloom.agents.builtins import builtin
-from taskloom.agents.verification import NUDGE
+from taskloom.agents.filter import SPAWNING
+from taskloom.agents.verification import NUDGE, can_spawn_verifier
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
 from taskloom.permissions import PermissionPolicy, PermissionRequest
@@ -188,3 +191,221 @@ def test_the_read_only_policy_refuses_writes_in_every_mode_and_lets_reads_throug
     # The built-in is the one that is read-only (and runs in the background, in red).
     agent = builtin("verification")
     assert agent.read_only and agent.background and agent.color == "red"
+
+
+#: Commands that write files and only show it once the shell's own syntax is seen through.
+WRITES = [
+    "(rm x)",
+    "! rm x",
+    "{ rm x; }",
+    "if true; then rm x; fi",
+    "if false; then :; else rm x; fi",
+    "for f in a; do rm $f; done",
+    "while true; do rm x; break; done",
+    "until false; do rm x; done",
+    "case a in a) rm x;; esac",
+    "f() { rm x; }",
+    "echo 'rm -rf x' | sh",
+    "echo x | bash",
+    "bash <<'EOF'\nrm x\nEOF",
+    "eval 'echo hi > f'",
+    "env -C d rm x",
+    "env -S 'rm x'",
+    "nice -n 5 rm x",
+    "timeout 10 rm x",
+    "sudo -u someone rm x",
+    "xargs rm",
+    "xargs -0 rm -f",
+    "find . -name '*.pyc' | xargs -I{} mv {} old/",
+    "git -C d commit -m x",
+    "git -C . add .",
+    "git --git-dir=d/.git commit -m x",
+    "git --git-dir d/.git --work-tree . commit -m x",
+    "git -c core.x=y commit -m x",
+    "git --work-tree=. checkout -- f",
+    "git --no-pager stash",
+    "find . -delete",
+    "find . -fprint out",
+    "find . -fprintf out '%p'",
+    "find . -exec rm {} +",
+    "find . -exec sh -c 'touch made' \\;",
+    "tar xf a.tar",
+    "tar -xzf a.tgz",
+    "tar czf out.tgz src",
+    "tar --extract -f a.tar",
+    "unzip a.zip",
+    "curl -o out http://x",
+    "curl -sSLo out http://x",
+    "curl -O http://x/f",
+    "curl --output=out http://x",
+    "wget http://x",
+    "wget -O out http://x",
+    "python -c \"open('x','w').write('1')\"",
+    "python3 -c 'print(1)'",
+    "python3.11 -Ic 'print(1)'",
+    "python - <<'EOF'\nopen('x','w')\nEOF",
+    "uv run python -c 'print(1)'",
+    'node -e \'require("fs").writeFileSync("x", "")\'',
+    "perl -e 'open F, \">x\"'",
+    "perl -ne 'print' f",
+    'ruby -e \'File.write("x", "")\'',
+    "cp a b",
+    "cp a /tmp/../etc/x",
+    "mv /tmp/a here",
+    "echo x | tee out",
+]
+
+#: Commands that only read or test, or write only under the temporary directory.
+READS = [
+    "ls -la && git status",
+    "git -C d log --oneline -3",
+    "git --no-pager diff",
+    "git -c color.ui=never show HEAD",
+    "python -m pytest -q",
+    "timeout 60 python -m pytest -x",
+    "env PYTHONPATH=src python -m pytest",
+    "python tests/check.py",
+    "python /tmp/check.py",
+    "bash /tmp/check.sh",
+    "python --version && node --version",
+    "cd sub && pytest -q",
+    "for f in *.py; do wc -l $f; done",
+    "if [ -f x ]; then cat x; fi",
+    "(cd sub && git status)",
+    "grep -r 'rm -rf' . | head",
+    "echo 'git commit' | grep commit",
+    "find . -name '*.py' -exec grep -l todo {} +",
+    "echo a b | xargs -n 1 echo",
+    "cat f | sh -c 'grep x'",
+    "tar tf a.tar",
+    "tar -tzf a.tgz",
+    "unzip -l a.zip",
+    "curl -s http://x",
+    "curl -sSL -o /tmp/page.html http://x",
+    "wget -qO- http://x",
+    "cp a /tmp/a.bak",
+    "cp -r src tests /tmp/copy/",
+    "mkdir -p /tmp/verify && cp a /tmp/verify/",
+    "rm -f /tmp/check.py",
+    "echo x | tee /tmp/log",
+]
+
+
+def _decision(tmp_path: Path, command: str) -> tuple[str, str]:
+    policy = PermissionPolicy("bypassPermissions", (), tmp_path).read_only()
+    decision = policy.decide(PermissionRequest("Bash", "execute", command, tmp_path))
+    return decision.behavior, decision.reason
+
+
+@pytest.mark.parametrize("command", WRITES)
+def test_the_read_only_policy_sees_writes_through_the_shells_syntax(
+    tmp_path: Path, command: str
+) -> None:
+    behavior, reason = _decision(tmp_path, command)
+    assert behavior == "deny", reason
+    assert "read-only" in reason
+
+
+@pytest.mark.parametrize("command", READS)
+def test_the_read_only_policy_lets_reads_tests_and_temp_writes_through(
+    tmp_path: Path, command: str
+) -> None:
+    behavior, reason = _decision(tmp_path, command)
+    assert behavior == "allow", reason
+
+
+def test_inline_interpreter_code_is_refused_with_what_to_do_instead(tmp_path: Path) -> None:
+    _, reason = _decision(tmp_path, "python -c 'print(1)'")
+    assert "inline python code (-c)" in reason
+    assert "python -m pytest" in reason and "by its path" in reason
+    _, reason = _decision(tmp_path, "git -C d commit -m x")
+    assert "'git commit -m x'" in reason
+    _, reason = _decision(tmp_path, "echo 'rm x' | sh")
+    assert "on its input" in reason
+
+
+def _spawn_verifier() -> Turn:
+    spawn = {"description": "Verify", "prompt": "Try", "subagent_type": "verification"}
+    return Turn(tool_calls=[ToolCall("Agent", spawn)])
+
+
+async def test_a_read_only_agent_is_offered_no_spawning_tool_even_with_nesting_allowed(
+    tmp_path: Path,
+) -> None:
+    model = await run(
+        tmp_path,
+        [_spawn_verifier(), "Started the verifier.", "Got its verdict."],
+        settings=json.dumps({"allowNestedAgents": True, "workflows": True}),
+        subagents={"verification": ["VERDICT: PASS"]},
+    )
+    offered = {t.name for t in model.agent_requests[0].tools}
+    assert "Bash" in offered
+    assert not offered & SPAWNING
+    # The main thread (not read-only) keeps its Agent tool.
+    assert "Agent" in {t.name for t in model.requests[0].tools}
+
+
+async def test_a_hook_allowing_a_write_does_not_lift_the_read_only_refusal(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "keep.txt").write_text("original\n")
+    allow = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}}
+    hook = tmp_path / "allow.sh"
+    hook.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{json.dumps(allow)}'\n")
+    hook.chmod(0o755)
+    hooks = {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": str(hook)}]}]
+    }
+    attempts = [
+        ToolCall("Bash", {"command": "rm keep.txt"}),
+        ToolCall("Bash", {"command": "cat keep.txt"}),
+    ]
+    model = await run(
+        tmp_path,
+        [_spawn_verifier(), "Started the verifier.", "Got its verdict."],
+        settings=json.dumps({"hooks": hooks}),
+        subagents={"verification": [Turn(tool_calls=[a]) for a in attempts] + ["VERDICT: FAIL"]},
+    )
+    assert (tmp_path / "keep.txt").read_text() == "original\n"
+    results = [
+        block
+        for r in model.agent_requests[1:]
+        for block in r.messages[-1].content
+        if isinstance(block, ToolResultBlock)
+    ]
+    assert len(results) == 2
+    assert results[0].is_error and "read-only" in str(results[0].content)
+    # The hook's allow still skips the prompt for what only reads (default mode would ask).
+    assert not results[1].is_error and "original" in str(results[1].content)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"permissions": {"deny": ["Agent(verification)"]}},
+        {"permissions": {"deny": ["Agent"]}},
+    ],
+)
+async def test_no_nudge_when_the_verifier_cannot_be_spawned(
+    tmp_path: Path, settings: dict[str, Any]
+) -> None:
+    model = await run(
+        tmp_path,
+        [Turn(tool_calls=[todos("completed", "completed", "completed")]), "Done."],
+        settings=json.dumps(settings),
+    )
+    assert [nudged(r) for r in model.requests] == [0, 0]
+
+
+async def test_no_nudge_without_the_agent_tool(tmp_path: Path) -> None:
+    model = await run(
+        tmp_path,
+        [Turn(tool_calls=[todos("completed", "completed", "completed")]), "Done."],
+        disallowed_tools=["Agent"],
+    )
+    assert "Agent" not in {t.name for t in model.requests[0].tools}
+    assert [nudged(r) for r in model.requests] == [0, 0]
+
+
+def test_can_spawn_verifier_needs_an_agent_tool(tmp_path: Path) -> None:
+    assert not can_spawn_verifier([], None, tmp_path)

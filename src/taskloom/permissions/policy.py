@@ -4,7 +4,8 @@ Order of evaluation, whatever order the rules came in:
 
 1. a matching **deny** rule denies (in every mode, bypassPermissions included); so does, for a
    read-only agent's policy (:meth:`PermissionPolicy.read_only`), an edit or a shell command
-   that writes files (:mod:`taskloom.permissions.read_only`); a tool only a person can answer
+   whose text shows it writes files (:mod:`taskloom.permissions.read_only`; this holds even
+   when a PreToolUse hook allowed the call); a tool only a person can answer
    (``approval="person"``) asks now (dontAsk: denies);
 2. **plan** mode denies edit and execute tools, even ones an allow rule names (fetch tools,
    which change nothing here, go on to ask);
@@ -185,7 +186,8 @@ class PermissionPolicy:
         """The same rules and mode, shared, for an agent that may not change files.
 
         Its edits are denied, and so are its shell commands that write files as far as their
-        text shows (see :mod:`taskloom.permissions.read_only`), in every mode.
+        text shows (see :mod:`taskloom.permissions.read_only`, also for what is not caught),
+        in every mode and whatever a PreToolUse hook answers (:meth:`read_only_refusal`).
         """
         copy = self.with_directories(())
         copy.is_read_only = True

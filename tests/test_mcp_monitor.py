@@ -227,6 +227,48 @@ async def test_the_session_s_end_unsubscribes_a_live_monitor(tmp_path: Path) -> 
     assert record.read_text().splitlines()[-1] == f"unsubscribe {URI}"
 
 
+async def _start_monitors(
+    tmp_path: Path, rt: TaskRuntime, manager: McpManager, *calls: dict[str, Any]
+) -> list[str]:
+    """Start a MonitorMcp for each of ``calls``; their task ids."""
+    tool = MonitorMcpTool(manager)
+    ctx = main_context(_Holder(rt, tmp_path), tmp_path)
+    ids = []
+    for params in calls:
+        checked = tool.validate(params)
+        result = await tool.call(checked, ctx)  # type: ignore[arg-type]
+        assert not result.is_error, result.content
+        ids.extend(STARTED.findall(result.content))
+    return ids
+
+
+def _watch_manager(record: Path) -> McpManager:
+    args = (SERVER, "--record", str(record))
+    return McpManager({"watch": McpServerConfig("watch", command=sys.executable, args=args)})
+
+
+async def test_two_monitors_of_one_resource_share_its_subscription(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    watch = {"server": "watch", "resource": URI}
+    async with TaskRuntime(home=tmp_path / "home") as rt:
+        manager = _watch_manager(record)
+        try:
+            first, second = await _start_monitors(tmp_path, rt, manager, watch, watch)
+            await rt.kill(first)  # the other still holds the subscription
+            await manager.call("watch", "bump", {"times": 3})
+            out = Path(rt.output_path(second))
+            await wait_until(
+                lambda: out.read_text().count(f"updated: {URI}") == 3, what="three updates"
+            )
+            assert record.read_text().splitlines().count(f"unsubscribe {URI}") == 0
+            await rt.kill(second)  # the last holder ends it
+            lines = record.read_text().splitlines()
+        finally:
+            await manager.aclose()
+    assert lines.count(f"subscribe {URI}") == 1
+    assert lines.count(f"unsubscribe {URI}") == 1 and lines[-1] == f"unsubscribe {URI}"
+
+
 class _Holder:
     """What ``main_context`` reads of a harness: its runtime, session and directory."""
 

@@ -50,7 +50,7 @@ from taskloom.mcp.config import McpServerConfig
 from taskloom.mcp.program import McpMessageCaller, open_program_transport
 from taskloom.mcp.stdio import spawn_stdio
 from taskloom.mcp.tool import McpTool, McpToolInfo
-from taskloom.mcp.watch import McpWatcher, event_of
+from taskloom.mcp.watch import McpWatcher, Subscriptions, event_of
 from taskloom.process.kill import find_tree, kill_tree
 from taskloom.process.spawn import TASK_ENV
 from taskloom.tools.base import Tool, ToolResult, tool_error
@@ -124,6 +124,7 @@ class McpManager:
         self.close_timeout = close_timeout
         self._changed = asyncio.Event()
         self._closed = False
+        self._subs = Subscriptions()
 
     async def __aenter__(self) -> McpManager:
         return self
@@ -215,31 +216,47 @@ class McpManager:
     async def subscribe(self, server: str, uri: str) -> ToolResult:
         """Ask ``server`` to tell of changes to ``uri`` (``notifications/resources/updated``).
 
-        A server whose capabilities do not offer subscriptions is refused without asking it.
+        Callers of one resource share its subscription: only the first asks the server, and
+        only the last :meth:`unsubscribe` ends it. A server whose capabilities do not offer
+        subscriptions is refused without asking it.
         """
         srv = self._servers.get(server)
         if srv is not None and srv.state in ("pending", "connecting"):
             await self.start([server])
         if srv is not None and srv.state == "connected" and not srv.subscribable:
             return tool_error(f"MCP server {server!r} does not offer resource subscriptions")
+        result = ToolResult(f"subscribed to {uri}")
 
         async def run(session: ClientSession) -> ToolResult:
             with _sdk_deprecation_quiet():
                 await session.subscribe_resource(uri)
-            return ToolResult(f"subscribed to {uri}")
+            return result
 
-        return await self._submit(server, _Call("resources/subscribe", {}, self._future(), run))
+        async def ask() -> bool:
+            nonlocal result
+            call = _Call("resources/subscribe", {}, self._future(), run)
+            result = await self._submit(server, call)
+            return not result.is_error
+
+        await self._subs.acquire(server, uri, ask)
+        return result
 
     async def unsubscribe(self, server: str, uri: str, timeout: float = 5.0) -> ToolResult:
-        """End the subscription to ``uri``; at most ``timeout`` s (a server that hangs is left)."""
+        """Let go of ``uri``; the last holder ends it, waiting at most ``timeout`` s for that."""
+        result = ToolResult(f"unsubscribed from {uri}")
 
         async def run(session: ClientSession) -> ToolResult:
             with _sdk_deprecation_quiet():
                 await session.unsubscribe_resource(uri)
-            return ToolResult(f"unsubscribed from {uri}")
+            return result
 
-        call = _Call("resources/unsubscribe", {}, self._future(), run)
-        return await self._submit(server, call, timeout=timeout, start=False)
+        async def ask() -> None:
+            nonlocal result
+            call = _Call("resources/unsubscribe", {}, self._future(), run)
+            result = await self._submit(server, call, timeout=timeout, start=False)
+
+        await self._subs.release(server, uri, ask)
+        return result
 
     async def read_resource(self, server: str, uri: str) -> ToolResult:
         """The contents of ``uri`` on ``server``: its text parts, joined (others are named)."""
@@ -507,6 +524,7 @@ class McpManager:
         if state == "failed" and error != "closed":
             log.warning("MCP server %r failed: %s", srv.config.name, error)
         if state == "failed" and was == "connected":
+            self._subs.forget(srv.config.name)  # its subscriptions ended with it
             for watcher in list(srv.watchers):
                 watcher.ended(error)
         # Wake every waiter; each one re-reads the states it cares about.
@@ -549,21 +567,13 @@ class McpManager:
             if srv.state != "failed":
                 self._set(srv, "failed", "closed")
         # The runners reap their own servers; this catches those whose runner was cut short.
-        await _reap(
-            [
-                s.tag
-                for s in self._servers.values()
-                if s.task is not None and s.config.type == "stdio"
-            ]
-        )
+        ran = [s for s in self._servers.values() if s.task is not None]
+        await _reap([s.tag for s in ran if s.config.type == "stdio"])
 
 
 @contextlib.contextmanager
 def _sdk_deprecation_quiet() -> Iterator[None]:
-    """Quiet mcp 2.x's notes that the newest protocol drops these requests.
-
-    The servers it negotiates with here (the 2025 handshake) serve them.
-    """
+    """Quiet mcp 2.x's notes that the newest protocol drops these requests (ours serve them)."""
     with warnings.catch_warnings():
         # MCPDeprecationWarning is a UserWarning: matched by what it says.
         warnings.filterwarnings("ignore", message=r".* (is removed|is deprecated) as of ")

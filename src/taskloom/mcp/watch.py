@@ -13,7 +13,9 @@ either spelling of the SDK's major versions), so this module imports nothing of 
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -54,6 +56,53 @@ class McpWatcher(Protocol):
         ...
 
 
+class Subscriptions:
+    """How many watchers of each server hold a subscription to each resource.
+
+    A server keeps one subscription per URI, so two monitors of one resource share it: it is
+    asked for by the first and ended by the last. Each (server, URI) has a lock, so a second
+    subscriber waits for the first's answer rather than counting on a subscription that may fail.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def acquire(
+        self, server: str, uri: str, subscribe: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        """Hold the subscription, calling ``subscribe`` (True: it took) only for the first.
+
+        Returns:
+            Whether it is held (False: ``subscribe`` failed and nothing is counted).
+        """
+        key = (server, uri)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if self._counts.get(key, 0) == 0 and not await subscribe():
+                return False
+            self._counts[key] = self._counts.get(key, 0) + 1
+            return True
+
+    async def release(
+        self, server: str, uri: str, unsubscribe: Callable[[], Awaitable[object]]
+    ) -> None:
+        """Let go of it, calling ``unsubscribe`` only for the last holder."""
+        key = (server, uri)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            left = self._counts.get(key, 0) - 1
+            if left > 0:
+                self._counts[key] = left
+                return
+            self._counts.pop(key, None)
+            if left == 0:  # a release without a hold (the server restarted) asks nothing
+                await unsubscribe()
+
+    def forget(self, server: str) -> None:
+        """``server`` is gone and its subscriptions with it: nothing of it is held any more."""
+        for key in [k for k in self._counts if k[0] == server]:
+            del self._counts[key]
+
+
 def event_of(message: Any) -> McpEvent | None:
     """The event a message of the SDK's ``message_handler`` stands for (None: not one).
 
@@ -91,4 +140,11 @@ def _progress_line(params: Any) -> str:
     return f"progress {done}" + (f": {message}" if message else "")
 
 
-__all__ = ["LOG_LEVELS", "EventKind", "McpEvent", "McpWatcher", "event_of"]
+__all__ = [
+    "LOG_LEVELS",
+    "EventKind",
+    "McpEvent",
+    "McpWatcher",
+    "Subscriptions",
+    "event_of",
+]

@@ -269,6 +269,26 @@ async def test_two_monitors_of_one_resource_share_its_subscription(tmp_path: Pat
     assert lines.count(f"unsubscribe {URI}") == 1 and lines[-1] == f"unsubscribe {URI}"
 
 
+async def test_a_monitor_of_a_dead_server_stops_watching_it(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    async with TaskRuntime(home=tmp_path / "home") as rt:
+        manager = _watch_manager(record)
+        try:
+            (task_id,) = await _start_monitors(tmp_path, rt, manager, {"server": "watch"})
+            assert len(manager._servers["watch"].watchers) == 1
+            await manager.call("watch", "crash", {})
+
+            def failed() -> bool:
+                state = rt.get(task_id)
+                return state is not None and state.status == TaskStatus.FAILED
+
+            await wait_until(failed, what="the monitor failed")
+            # Its watcher is let go with it: nothing keeps a dead monitor listening.
+            assert manager._servers["watch"].watchers == []
+        finally:
+            await manager.aclose()
+
+
 class _Holder:
     """What ``main_context`` reads of a harness: its runtime, session and directory."""
 

@@ -13,6 +13,7 @@ permission rules are a command line's, and this one is offered only when there a
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -24,8 +25,6 @@ from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from taskloom.mcp.manager import McpManager
     from taskloom.tasks.runtime import TaskRuntime
 
@@ -64,6 +63,7 @@ class _Watcher:
 
     def __init__(self, resource: str | None) -> None:
         self.resource = resource
+        self.unwatch: Callable[[], None] = lambda: None
         self.run: McpMonitorRun | None = None
         self.early: list[str] = []
         self.gone: str | None = None
@@ -82,6 +82,7 @@ class _Watcher:
             self.run.push(event.text)
 
     def ended(self, reason: str) -> None:
+        self.unwatch()  # its server is gone: nothing more will come
         if self.run is None:
             self.gone = reason
         else:
@@ -136,7 +137,7 @@ class MonitorMcpTool(Tool[MonitorMcpInput]):
         if params.resource is not None and params.level is not None:
             return tool_error("`level` is for a server's log; a resource monitor takes none")
         watcher = _Watcher(params.resource)
-        unwatch = self.manager.watch(params.server, watcher)
+        unwatch = watcher.unwatch = self.manager.watch(params.server, watcher)
         started = await self._start(params)
         if started.is_error:
             unwatch()

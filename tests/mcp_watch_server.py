@@ -1,17 +1,20 @@
 """An MCP server with a resource that changes and a log, for the MCP monitor tests.
 
 Written with the official SDK's low-level server (mcp 2.x), which serves
-``resources/subscribe`` and ``resources/unsubscribe``. Resource ``watch://counter`` holds a
-number. Tools: ``bump(times)`` adds one to it ``times`` times, telling each change to the
-client if it subscribed; ``log(message, count)`` sends log messages; ``work(steps)`` reports
-progress to a call that asked for it; ``crash()`` exits at once. With ``--record PATH`` it
-writes a line to PATH for its start (``pid N``) and for each subscribe and unsubscribe.
+``resources/subscribe``, ``resources/unsubscribe`` and ``logging/setLevel``. Resource
+``watch://counter`` holds a number. Tools: ``bump(times)`` adds one to it ``times`` times,
+telling each change to the client if it subscribed; ``log(message, count)`` sends log
+messages (``info``), or with ``levels`` (comma-separated) one message per level, leaving out
+those less severe than the level the client set; ``work(steps)`` reports progress to a call
+that asked for it; ``crash()`` exits at once. With ``--record PATH`` it writes a line to PATH
+for its start (``pid N``), each subscribe and unsubscribe, and each level set (``level L``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 import anyio
@@ -20,7 +23,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 URI = "watch://counter"
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 counter = 0
+level = "debug"
 subscribed: set[str] = set()
 record = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
 
@@ -54,6 +59,13 @@ async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types
     return types.EmptyResult()
 
 
+async def set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    global level
+    level = str(params.level)
+    _record(f"level {level}")
+    return types.EmptyResult()
+
+
 def _tool(name: str, **props: str) -> types.Tool:
     schema = {"type": "object", "properties": {k: {"type": v} for k, v in props.items()}}
     return types.Tool(name=name, description=name, input_schema=schema)
@@ -62,7 +74,7 @@ def _tool(name: str, **props: str) -> types.Tool:
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     tools = [
         _tool("bump", times="integer"),
-        _tool("log", message="string", count="integer"),
+        _tool("log", message="string", count="integer", levels="string"),
         _tool("work", steps="integer"),
         _tool("crash"),
     ]
@@ -77,6 +89,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             counter += 1
             if URI in subscribed:
                 await ctx.session.send_resource_updated(URI)
+    elif params.name == "log" and args.get("levels"):
+        for name in str(args["levels"]).split(","):
+            if LEVELS.index(name) >= LEVELS.index(level):
+                await ctx.session.send_log_message(name, f"{args.get('message', '')} {name}", "app")
     elif params.name == "log":
         for i in range(int(args.get("count", 1))):
             await ctx.session.send_log_message("info", f"{args.get('message', '')} {i + 1}", "app")
@@ -92,6 +108,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     return types.CallToolResult(content=[text])
 
 
+# mcp 2.x notes that the newest protocol drops logging; the 2025 handshake used here serves it.
+warnings.filterwarnings("ignore", message=r".* is deprecated as of ")
 server = Server(
     "watch",
     on_list_resources=list_resources,
@@ -100,6 +118,7 @@ server = Server(
     on_unsubscribe_resource=unsubscribe,
     on_list_tools=list_tools,
     on_call_tool=call_tool,
+    on_set_logging_level=set_level,
 )
 
 

@@ -269,6 +269,41 @@ async def test_two_monitors_of_one_resource_share_its_subscription(tmp_path: Pat
     assert lines.count(f"unsubscribe {URI}") == 1 and lines[-1] == f"unsubscribe {URI}"
 
 
+async def test_each_log_monitor_is_told_its_own_levels(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    levels = "debug,info,warning,error"
+    async with TaskRuntime(home=tmp_path / "home") as rt:
+        manager = _watch_manager(record)
+        try:
+            high, low = await _start_monitors(
+                tmp_path,
+                rt,
+                manager,
+                {"server": "watch", "level": "warning"},
+                {"server": "watch", "level": "debug"},
+            )
+            # The server is set to the lowest level asked for; each monitor filters its own.
+            await manager.call("watch", "log", {"message": "m", "levels": levels})
+            out_high, out_low = Path(rt.output_path(high)), Path(rt.output_path(low))
+            await wait_until(lambda: "m error" in out_low.read_text(), what="the low log")
+            await wait_until(lambda: "m error" in out_high.read_text(), what="the high log")
+            assert [line.split("]")[0] for line in out_high.read_text().splitlines()] == [
+                "[warning",
+                "[error",
+            ]
+            assert out_low.read_text().count("[") == 4
+            # The debug monitor gone, the server's level rises to what is left.
+            await rt.kill(low)
+            lines = record.read_text().splitlines()
+        finally:
+            await manager.aclose()
+    assert [line for line in lines if line.startswith("level")] == [
+        "level warning",
+        "level debug",
+        "level warning",
+    ]
+
+
 async def test_a_monitor_of_a_dead_server_stops_watching_it(tmp_path: Path) -> None:
     record = tmp_path / "record"
     async with TaskRuntime(home=tmp_path / "home") as rt:

@@ -50,7 +50,7 @@ from taskloom.mcp.config import McpServerConfig
 from taskloom.mcp.program import McpMessageCaller, open_program_transport
 from taskloom.mcp.stdio import spawn_stdio
 from taskloom.mcp.tool import McpTool, McpToolInfo
-from taskloom.mcp.watch import McpWatcher, Subscriptions, event_of
+from taskloom.mcp.watch import LogLevels, McpWatcher, Subscriptions, event_of
 from taskloom.process.kill import find_tree, kill_tree
 from taskloom.process.spawn import TASK_ENV
 from taskloom.tools.base import Tool, ToolResult, tool_error
@@ -102,6 +102,9 @@ class McpManager:
         close_timeout: Seconds :meth:`aclose` waits for the servers to shut down gracefully.
         program: Reaches the servers of type ``sdk``, hosted by the program driving the
             session; without it they fail to start (their status says why).
+
+    Attributes:
+        log_levels: The log levels its servers' watchers asked for (a monitor's ``level``).
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class McpManager:
         self._changed = asyncio.Event()
         self._closed = False
         self._subs = Subscriptions()
+        self.log_levels = LogLevels()
 
     async def __aenter__(self) -> McpManager:
         return self
@@ -525,6 +529,7 @@ class McpManager:
             log.warning("MCP server %r failed: %s", srv.config.name, error)
         if state == "failed" and was == "connected":
             self._subs.forget(srv.config.name)  # its subscriptions ended with it
+            self.log_levels.forget(srv.config.name)
             for watcher in list(srv.watchers):
                 watcher.ended(error)
         # Wake every waiter; each one re-reads the states it cares about.

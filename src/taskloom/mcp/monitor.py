@@ -35,7 +35,7 @@ DESCRIPTION = f"""Watch an MCP server of this session and be told of its events.
 
 - With `resource` (a URI the server lists): subscribes to it; each change comes to you with the
   resource's contents. Without it: the server's log messages and progress notifications
-  (`level` asks the server for that level and above).
+  (`level`: only that level and above).
 - It runs in the background; the events of each {int(BATCH_S * 1000)} ms come to you as one
   notification at your next turn boundary, until you stop it with TaskStop (its task id is in
   the result) or the server goes away (then it fails, saying why). Every event is also written
@@ -59,10 +59,14 @@ class MonitorMcpInput(ToolInput):
 
 
 class _Watcher:
-    """Feeds one monitor's events to its run; holds them until the run exists."""
+    """Feeds one monitor's events to its run; holds them until the run exists.
 
-    def __init__(self, resource: str | None) -> None:
-        self.resource = resource
+    Its server's log level is shared by every watcher of it (the lowest asked for), so a log
+    message below this monitor's own ``level`` is dropped here.
+    """
+
+    def __init__(self, resource: str | None, level: str | None = None) -> None:
+        self.resource, self.level = resource, level
         self.unwatch: Callable[[], None] = lambda: None
         self.run: McpMonitorRun | None = None
         self.early: list[str] = []
@@ -71,7 +75,7 @@ class _Watcher:
 
     def event(self, event: McpEvent) -> None:
         if self.resource is None:
-            wanted = event.kind != "resource"
+            wanted = event.kind != "resource" and not (self.level and event.below(self.level))
         else:
             wanted = event.kind == "resource" and event.uri == self.resource
         if not wanted:
@@ -136,20 +140,28 @@ class MonitorMcpTool(Tool[MonitorMcpInput]):
             return tool_error(f"No MCP server named {params.server!r} (configured: {known})")
         if params.resource is not None and params.level is not None:
             return tool_error("`level` is for a server's log; a resource monitor takes none")
-        watcher = _Watcher(params.resource)
+        watcher = _Watcher(params.resource, params.level)
         unwatch = watcher.unwatch = self.manager.watch(params.server, watcher)
-        started = await self._start(params)
+        started = await self._start(params, watcher)
         if started.is_error:
             unwatch()
             return started
         return self._register(params, ctx, watcher, unwatch)
 
-    async def _start(self, params: MonitorMcpInput) -> ToolResult:
+    async def _start(self, params: MonitorMcpInput, watcher: _Watcher) -> ToolResult:
         """Subscribe, or ask for the log level; or just make sure the server is connected."""
         if params.resource is not None:
             return await self.manager.subscribe(params.server, params.resource)
         if params.level is not None:
-            return await self.manager.set_log_level(params.server, params.level)
+            told = ToolResult(f"log level {params.level}")
+
+            async def send(level: str) -> bool:
+                nonlocal told
+                told = await self.manager.set_log_level(params.server, level)
+                return not told.is_error
+
+            await self.manager.log_levels.ask(params.server, watcher, params.level, send)
+            return told
         await self.manager.start([params.server])
         if not self.manager.connected(params.server):
             why = self.manager.status().get(params.server, "")
@@ -182,9 +194,16 @@ class MonitorMcpTool(Tool[MonitorMcpInput]):
 
         async def stop() -> None:
             unwatch()
-            if uri is not None and self.manager.connected(server):
-                with contextlib.suppress(Exception):  # a server that fails it: nothing to undo
+            if not self.manager.connected(server):
+                return
+            with contextlib.suppress(Exception):  # a server that fails it: nothing to undo
+                if uri is not None:
                     await self.manager.unsubscribe(server, uri)
+                else:  # its level may have been the lowest: the server's may rise
+                    await self.manager.log_levels.drop(server, watcher, send_level)
+
+        async def send_level(level: str) -> bool:
+            return not (await self.manager.set_log_level(server, level)).is_error
 
         after = None if uri is None else (lambda: self._contents(server, uri))
         run = McpMonitorRun(runtime, task_id, output, stop, after)

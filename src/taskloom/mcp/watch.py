@@ -33,11 +33,19 @@ class McpEvent:
         kind: ``resource`` (a subscribed resource changed), ``log`` or ``progress``.
         text: One line saying it (what a monitor's owner is told).
         uri: The resource that changed (``resource`` events).
+        level: Its severity, one of :data:`LOG_LEVELS` as the server said it (``log`` events).
     """
 
     kind: EventKind
     text: str
     uri: str = ""
+    level: str = ""
+
+    def below(self, level: str) -> bool:
+        """Whether it is a log message less severe than ``level`` (unknown levels are not)."""
+        if self.kind != "log" or self.level not in LOG_LEVELS or level not in LOG_LEVELS:
+            return False
+        return LOG_LEVELS.index(self.level) < LOG_LEVELS.index(level)
 
 
 class McpWatcher(Protocol):
@@ -103,6 +111,58 @@ class Subscriptions:
             del self._counts[key]
 
 
+class LogLevels:
+    """The log level each watcher of a server asked for; the server is set to the lowest.
+
+    ``logging/setLevel`` is one setting per server, so it is the least severe level any live
+    watcher asked for, and each watcher drops what is below its own (:meth:`McpEvent.below`).
+    """
+
+    def __init__(self) -> None:
+        self._asked: dict[str, dict[object, str]] = {}
+        self._sent: dict[str, str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lowest(self, server: str) -> str | None:
+        """The least severe level asked of ``server`` by a live watcher (None: none asked)."""
+        asked = self._asked.get(server, {}).values()
+        return min(asked, key=LOG_LEVELS.index, default=None)
+
+    async def ask(
+        self, server: str, who: object, level: str, send: Callable[[str], Awaitable[bool]]
+    ) -> bool:
+        """``who`` wants ``level`` and above; ``send`` (True: it took) sets a new lowest.
+
+        Returns:
+            Whether it is recorded (False: ``send`` failed, and ``who`` asked nothing).
+        """
+        async with self._locks.setdefault(server, asyncio.Lock()):
+            asked = self._asked.setdefault(server, {})
+            asked[who] = level
+            lowest = self.lowest(server)
+            if lowest is not None and lowest != self._sent.get(server):
+                if not await send(lowest):
+                    del asked[who]
+                    return False
+                self._sent[server] = lowest
+            return True
+
+    async def drop(self, server: str, who: object, send: Callable[[str], Awaitable[bool]]) -> None:
+        """``who`` is gone: the server is set to the lowest level of those left, if that rose."""
+        async with self._locks.setdefault(server, asyncio.Lock()):
+            if self._asked.get(server, {}).pop(who, None) is None:
+                return
+            lowest = self.lowest(server)
+            # With none left the server keeps its level: there is no "unset" in MCP.
+            if lowest is not None and lowest != self._sent.get(server) and await send(lowest):
+                self._sent[server] = lowest
+
+    def forget(self, server: str) -> None:
+        """``server`` is gone: what it was set to, and who asked, went with it."""
+        self._asked.pop(server, None)
+        self._sent.pop(server, None)
+
+
 def event_of(message: Any) -> McpEvent | None:
     """The event a message of the SDK's ``message_handler`` stands for (None: not one).
 
@@ -117,7 +177,7 @@ def event_of(message: Any) -> McpEvent | None:
         uri = str(getattr(params, "uri", ""))
         return McpEvent("resource", f"updated: {uri}", uri)
     if method == "notifications/message":
-        return McpEvent("log", _log_line(params))
+        return McpEvent("log", _log_line(params), level=str(getattr(params, "level", "info")))
     if method == "notifications/progress":
         return McpEvent("progress", _progress_line(params))
     return None
@@ -143,6 +203,7 @@ def _progress_line(params: Any) -> str:
 __all__ = [
     "LOG_LEVELS",
     "EventKind",
+    "LogLevels",
     "McpEvent",
     "McpWatcher",
     "Subscriptions",

@@ -18,8 +18,9 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from taskloom.agents.peers import check_request
 from taskloom.errors import StoreError, ToolError, UserError
@@ -39,6 +40,8 @@ DELIVER_WAIT_S = 10.0
 _CALL_S = 30.0
 #: How long the session's call for its next message waits before it asks again.
 _TAKE_WAIT_S = 5.0
+#: The first and the longest pause before a failed call to the actor is made again.
+_RETRY_S = (0.1, 5.0)
 
 
 @dataclass(frozen=True)
@@ -118,21 +121,9 @@ class BridgeListener:
 
     async def _take_all(self, actor: Any) -> None:
         """Commit each message the actor is given, then tell it (and so its sender)."""
-        while True:
-            try:
-                item = await asyncio.wait_for(actor.take.remote(_TAKE_WAIT_S), _CALL_S)
-                if item is None:
-                    continue
-                message_id, request = item
-                reply = self._post(request)
-                await asyncio.wait_for(actor.settle.remote(message_id, reply), _CALL_S)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the actor or the cluster is gone: nothing to take
-                _log.warning("%s stopped listening: %s", self.address, exc)
-                return
+        await pump_inbox(_ActorCalls(actor), self.commit, _actor_dead, self.address)
 
-    def _post(self, request: Any) -> dict[str, Any]:
+    def commit(self, request: Any) -> dict[str, Any]:
         """Commit ``request`` to the mailbox: what its sender is told."""
         problem = check_request(request, reply_to_session=True)
         if problem is not None:
@@ -170,6 +161,122 @@ class BridgeListener:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class InboxCalls(Protocol):
+    """What the listening loop calls on a session's inbox (:mod:`taskloom.remote.inbox`)."""
+
+    def take(self, wait: float) -> Awaitable[tuple[str, dict[str, Any]] | None]:
+        """The next message, or None if none came within ``wait`` seconds."""
+        ...
+
+    def settle(self, message_id: str, reply: dict[str, Any]) -> Awaitable[None]:
+        """The session's answer for ``message_id`` (the same answer again is harmless)."""
+        ...
+
+
+class _ActorCalls:
+    """The inbox's calls on its Ray actor."""
+
+    def __init__(self, actor: Any) -> None:
+        self._actor = actor
+
+    def take(self, wait: float) -> Awaitable[tuple[str, dict[str, Any]] | None]:
+        return self._actor.take.remote(wait)  # type: ignore[no-any-return]
+
+    def settle(self, message_id: str, reply: dict[str, Any]) -> Awaitable[None]:
+        return self._actor.settle.remote(message_id, reply)  # type: ignore[no-any-return]
+
+
+def _actor_dead(exc: BaseException) -> bool:
+    """Whether ``exc`` says the actor is gone for good (it is never restarted)."""
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    return isinstance(exc, RayActorError) and not isinstance(exc, ActorUnavailableError)
+
+
+async def pump_inbox(
+    inbox: InboxCalls,
+    post: Callable[[Any], dict[str, Any]],
+    dead: Callable[[BaseException], bool],
+    address: str,
+    *,
+    call_s: float = _CALL_S,
+    retry_s: tuple[float, float] = _RETRY_S,
+) -> None:
+    """Take each message of ``inbox``, ``post`` it, settle it with the answer; until ``dead``.
+
+    A call that fails or is slow (a busy cluster) is made again after a pause that doubles up
+    to ``retry_s[1]``: the listener stops only once its actor is gone, never while the actor
+    still takes messages for it. A take that is slow is waited for again rather than asked
+    anew (a second take could strand the message the first one returns), and a failed settle
+    is made again with the same message id and answer: the message is posted once.
+
+    Args:
+        inbox: The session's inbox.
+        post: Commits a request to the mailbox; the answer its sender is told.
+        dead: Whether an error of a call says the inbox is gone for good.
+        address: The session's address (for the log).
+        call_s: How long one call may take before it counts as failed.
+        retry_s: The first and the longest pause before a failed call is made again.
+    """
+    taking: asyncio.Future[Any] | None = None
+    pause = retry_s[0]
+    try:
+        while True:
+            try:
+                if taking is None:
+                    taking = asyncio.ensure_future(inbox.take(_TAKE_WAIT_S))
+                await asyncio.wait([taking], timeout=call_s)
+                if not taking.done():
+                    raise TimeoutError(f"no message taken within {call_s:g} s")
+                done, taking = taking, None
+                item = done.result()
+                if item is not None:
+                    message_id, request = item
+                    reply = post(request)
+                    await _settle(inbox, (message_id, reply), dead, address, call_s, retry_s)
+                pause = retry_s[0]
+            except Exception as exc:
+                if dead(exc):
+                    _log.warning("%s stopped listening: its actor is gone: %s", address, exc)
+                    return
+                # Said once per run of failures; a cluster that stays away is not logged per try.
+                say = _log.warning if pause == retry_s[0] else _log.debug
+                say("%s: taking a message failed, trying again: %s", address, exc)
+                await asyncio.sleep(pause)  # not a sync: a pause before asking again
+                pause = min(pause * 2, retry_s[1])
+    finally:
+        if taking is not None:
+            taking.cancel()
+
+
+async def _settle(
+    inbox: InboxCalls,
+    answer: tuple[str, dict[str, Any]],
+    dead: Callable[[BaseException], bool],
+    address: str,
+    call_s: float,
+    retry_s: tuple[float, float],
+) -> None:
+    """Tell ``inbox`` the answer (message id, reply), trying until it is told or gone.
+
+    Raises:
+        Exception: The error of a call that says the inbox is gone (``dead``).
+    """
+    message_id, reply = answer
+    pause = retry_s[0]
+    while True:
+        try:
+            await asyncio.wait_for(inbox.settle(message_id, reply), call_s)
+            return
+        except Exception as exc:
+            if dead(exc):
+                raise
+            say = _log.warning if pause == retry_s[0] else _log.debug
+            say("%s: settling message %s failed, trying again: %s", address, message_id, exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, retry_s[1])
 
 
 def _why(exc: ClusterError) -> str:
@@ -313,6 +420,8 @@ __all__ = [
     "DELIVER_WAIT_S",
     "BridgeListener",
     "BridgePeer",
+    "InboxCalls",
     "bridge_peers",
+    "pump_inbox",
     "send_to_bridge",
 ]

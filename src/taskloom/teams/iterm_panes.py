@@ -35,8 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from taskloom.errors import clipped
-from taskloom.process.run import ProgramError, run_program
-from taskloom.teams.panes import Pane, PaneError
+from taskloom.teams.panes import Pane, PaneError, run_client
 
 #: The program driving iTerm2.
 IT2 = "it2"
@@ -104,18 +103,8 @@ class ItermPanes:
         Raises:
             PaneError: It failed (its error output says why) or took too long.
         """
-        try:
-            ran = await run_program([self.it2, *args], timeout=_CALL_TIMEOUT_S, prefix="it2")
-        except ProgramError as exc:
-            if exc.timed_out:
-                raise PaneError(
-                    f"it2 {' '.join(args[:2])} took over {_CALL_TIMEOUT_S:g} s"
-                ) from None
-            raise PaneError(f"it2 {' '.join(args[:2])}: {exc.reason}") from exc
-        if ran.exit_code != 0:
-            why = ran.err_text().strip() or ran.out_text().strip() or f"exit code {ran.exit_code}"
-            raise PaneError(f"it2 {' '.join(args[:2])}: {clipped(why)}")
-        return ran.out_text()
+        what = f"it2 {' '.join(args[:2])}"
+        return await run_client([self.it2, *args], what, timeout=_CALL_TIMEOUT_S)
 
     async def create(
         self,

@@ -24,6 +24,7 @@ import os
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from taskloom.errors import TaskloomError, clipped
@@ -121,6 +122,38 @@ def locate(env: Mapping[str, str] | None = None) -> TmuxPanes:
     return TmuxPanes(tmux)
 
 
+async def run_client(
+    argv: Sequence[str], what: str, *, tagged: bool = True, timeout: float | None = None
+) -> str:
+    """Run one command of a pane backend's client (tmux, it2); its output.
+
+    The client is a short-lived program (:func:`~taskloom.process.run.run_program`):
+    recorded for the orphan sweep, in a group of its own, killed past ``timeout`` or when the
+    caller is cancelled.
+
+    Args:
+        argv: The client and its arguments.
+        what: Names the command in errors (``tmux new-window``).
+        tagged: Whether the client carries the session's tag (see :meth:`TmuxPanes.run`).
+        timeout: Seconds it may take (default :data:`_CALL_TIMEOUT_S`).
+
+    Raises:
+        PaneError: It failed (its error output, else its output, says why) or took too long.
+    """
+    prefix = Path(argv[0]).name
+    timeout = _CALL_TIMEOUT_S if timeout is None else timeout
+    try:
+        ran = await run_program(argv, timeout=timeout, tagged=tagged, prefix=prefix)
+    except ProgramError as exc:
+        if exc.timed_out:
+            raise PaneError(f"{what} took over {timeout:g} s") from None
+        raise PaneError(f"{what}: {exc.reason}") from exc
+    if ran.exit_code != 0:
+        why = ran.err_text().strip() or ran.out_text().strip() or f"exit code {ran.exit_code}"
+        raise PaneError(f"{what}: {clipped(why)}")
+    return ran.out_text()
+
+
 class TmuxPanes:
     """The panes of one tmux server.
 
@@ -153,16 +186,7 @@ class TmuxPanes:
             PaneError: It failed (its error output says why) or took too long.
         """
         argv = [self.tmux, *(("-S", self.socket) if self.socket else ()), *args]
-        try:
-            ran = await run_program(argv, timeout=_CALL_TIMEOUT_S, tagged=tagged, prefix="tmux")
-        except ProgramError as exc:
-            if exc.timed_out:
-                raise PaneError(f"tmux {args[0]} took over {_CALL_TIMEOUT_S:g} s") from None
-            raise PaneError(f"tmux {args[0]}: {exc.reason}") from exc
-        if ran.exit_code != 0:
-            why = ran.err_text().strip() or f"exit code {ran.exit_code}"
-            raise PaneError(f"tmux {args[0]}: {clipped(why)}")
-        return ran.out_text()
+        return await run_client(argv, f"tmux {args[0]}", tagged=tagged)
 
     async def create(
         self,

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from taskloom.agents.peers import check_request
-from taskloom.errors import StoreError, ToolError, UserError
+from taskloom.agents.peers import commit_request
+from taskloom.errors import ToolError, UserError
 from taskloom.remote.cluster import Cluster, ClusterError
 from taskloom.tasks.mailbox import Mailbox
 
@@ -125,23 +125,9 @@ class BridgeListener:
 
     def commit(self, request: Any) -> dict[str, Any]:
         """Commit ``request`` to the mailbox: what its sender is told."""
-        problem = check_request(request, reply_to_session=True)
-        if problem is not None:
-            return {"ok": False, "error": problem}
-        reply_to, sender = request.get("reply_to"), request["from"]
-        try:
-            letter = self._mailbox.post(
-                recipient=self._session_id,
-                sender=f"{BRIDGE_PREFIX}{reply_to}" if reply_to else f"session:{sender}",
-                kind="message",
-                body=request["text"],
-                priority="next",
-                summary=request.get("summary") or "",
-                commit=True,
-            )
-        except StoreError as exc:
-            return {"ok": False, "error": f"the message could not be stored: {exc}"}
-        return {"ok": True, "id": letter.id}
+        return commit_request(
+            self._mailbox, self._session_id, request, BRIDGE_PREFIX, reply_to_session=True
+        )
 
     async def aclose(self) -> None:
         """Stop taking messages and end the actor; the cluster too, unless it was shared."""

@@ -113,6 +113,41 @@ def _shown_as_is(text: str) -> bool:
     return not any(ch in text for ch in "\"'`") and all(ch.isprintable() for ch in text)
 
 
+def commit_request(
+    mailbox: Mailbox, session_id: str, request: Any, prefix: str, *, reply_to_session: bool = False
+) -> dict[str, Any]:
+    """Check a peer's request and commit its message to the session's mailbox.
+
+    Args:
+        mailbox: The receiving session's mailbox.
+        session_id: The receiving session.
+        request: The decoded request.
+        prefix: The sender's address scheme (``uds:``, ``bridge:``), before its ``reply_to``.
+        reply_to_session: ``reply_to`` is a session id, not a socket path.
+
+    Returns:
+        The answer its sender is told: ``ok`` and the letter's id only once the row is
+        committed, else the problem.
+    """
+    problem = check_request(request, reply_to_session=reply_to_session)
+    if problem is not None:
+        return {"ok": False, "error": problem}
+    reply_to, sender = request.get("reply_to"), request["from"]
+    try:
+        letter = mailbox.post(
+            recipient=session_id,
+            sender=f"{prefix}{reply_to}" if reply_to else f"session:{sender}",
+            kind="message",
+            body=request["text"],
+            priority="next",
+            summary=request.get("summary") or "",
+            commit=True,
+        )
+    except StoreError as exc:
+        return {"ok": False, "error": f"the message could not be stored: {exc}"}
+    return {"ok": True, "id": letter.id}
+
+
 class PeerListener:
     """Accepts messages for one session on its Unix socket and posts them to its mailbox."""
 
@@ -248,23 +283,7 @@ class PeerListener:
             request = json.loads(line)
         except (ValueError, RecursionError) as exc:
             return {"ok": False, "error": f"the request is not JSON: {exc}"}
-        problem = check_request(request)
-        if problem is not None:
-            return {"ok": False, "error": problem}
-        reply_to, sender = request.get("reply_to"), request["from"]
-        try:
-            letter = self._mailbox.post(
-                recipient=self._session_id,
-                sender=f"uds:{reply_to}" if reply_to else f"session:{sender}",
-                kind="message",
-                body=request["text"],
-                priority="next",
-                summary=request.get("summary") or "",
-                commit=True,
-            )
-        except StoreError as exc:
-            return {"ok": False, "error": f"the message could not be stored: {exc}"}
-        return {"ok": True, "id": letter.id}
+        return commit_request(self._mailbox, self._session_id, request, "uds:")
 
     async def aclose(self) -> None:
         """Stop listening, remove the socket file if it is still ours, finish or cancel handlers.

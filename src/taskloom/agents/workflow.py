@@ -16,7 +16,11 @@ that nothing more starts, then every agent it started, verified as any kill is.
 
 Limits: the session's ``maxConcurrentAgents`` (the run waits for room rather than failing), its
 ``maxAgentDepth`` (the workflow's agents are one level below its caller) and its budgets (the
-agents' spending counts against the caller's subtree) apply as to any spawn; the workflow's own
+agents' spending counts against the caller's subtree) apply as to any spawn. Once a budget
+above it has run out (the session's: ``--max-budget-usd``, ``--max-budget-tokens``,
+``sessionBudget``; or its caller's), the workflow starts no more agents: it stops those still
+running (verified) and ends ``killed``, its one notification saying which budget ended it,
+with ``done/total`` so far and the outcomes it has. The workflow's own
 limits, ``workflowMaxConcurrency`` and ``workflowMaxAgents``, are checked by the Workflow tool
 (:mod:`taskloom.agents.workflow_tool`).
 """
@@ -129,6 +133,13 @@ class WorkflowRun:
         )
         self._owner = ctx.owner
         self._tool_use_id = ctx.tool_use_id
+        #: Whose budgets its agents spend (they are opened under the workflow's caller).
+        self._payer = ctx.agent_id or ctx.owner
+        #: The stop a budget that ran out started (one), and whether its end was recorded.
+        self._budget_stop: asyncio.Task[object] | None = None
+        self._budget_recorded = False
+        #: The agents started and not yet counted: their item, agent id and output file.
+        self._in_flight: dict[int, tuple[str, str, str]] = {}
         self.outcomes: list[Outcome | None] = [None] * len(spec.prompts)
         self.reduced: Outcome | None = None
         self.driver: asyncio.Task[None] | None = None
@@ -168,7 +179,11 @@ class WorkflowRun:
             driver.cancel()
             await asyncio.wait([driver])
         await self.runtime.kill_owned(self.task_id)
+        self._count_stopped()
         self._forget_mail()
+        why = self.spawner.budgets.exhausted(self._payer)
+        if why is not None:  # a budget ended it (whoever stops it now): its end says so
+            self._record_budget_end(why)
         self._close_output()
 
     async def detach(self) -> None:
@@ -188,6 +203,8 @@ class WorkflowRun:
         pending = iter(range(len(self.spec.prompts)))
         width = max(1, min(self.spec.concurrency, len(self.spec.prompts)))
         await asyncio.gather(*(self._worker(pending) for _ in range(width)))
+        if any(o is not None and o.status == TaskStatus.KILLED.value for o in self.outcomes):
+            await self._stop_if_spent()  # its agents were stopped by a budget: it says so
         if self.spec.reduce is not None:
             index = len(self.spec.prompts)
             prompt = reduce_prompt(self.spec.reduce, self.finished(), self.output_file)
@@ -212,6 +229,7 @@ class WorkflowRun:
             run_in_background=True,
         )
         while True:
+            await self._stop_if_spent()
             try:
                 launched = await self.spawner.spawn(request, self._child_ctx)
                 break
@@ -223,12 +241,58 @@ class WorkflowRun:
                 return outcome
         self._launched(index, launched.agent_id)
         self.runtime.update(self.task_id, lambda s: _add(s, running=1))
+        self._in_flight[index] = (item, launched.agent_id, launched.output_file)
         state = self.runtime.get(launched.agent_id)
         while state is not None and not state.terminal:
             state = await self.runtime.wait(launched.agent_id, END_WAIT_S)
+        del self._in_flight[index]
         outcome = _outcome(index, item, launched.agent_id, launched.output_file, state)
         self._count(outcome, started=True)
         return outcome
+
+    def _count_stopped(self) -> None:
+        """Once its agents are stopped: count those whose waits the stop cancelled."""
+        for index, (item, agent_id, output_file) in sorted(self._in_flight.items()):
+            state = self.runtime.get(agent_id)
+            outcome = _outcome(index, item, agent_id, output_file, state)
+            if index < len(self.outcomes):
+                self.outcomes[index] = outcome
+            else:  # the reduce agent
+                self.reduced = outcome
+            self._count(outcome, started=True)
+        self._in_flight.clear()
+
+    async def _stop_if_spent(self) -> None:
+        """If a budget above the workflow ran out: stop it (it never returns then).
+
+        The stop is a task of its own (the runtime's kill, which cancels this driver first),
+        so that the driver is not cancelling itself; the first to find the budget spent
+        starts it, the others wait for it too.
+        """
+        if self.spawner.budgets.exhausted(self._payer) is None:
+            return
+        if self._budget_stop is None:
+            loop = asyncio.get_running_loop()
+            self._budget_stop = loop.create_task(self.runtime.kill(self.task_id))
+        await asyncio.shield(self._budget_stop)
+        raise asyncio.CancelledError  # the kill has cancelled this driver by now
+
+    def _record_budget_end(self, why: str) -> None:
+        """Record, once, that the budget ended it: why, and what its agents came to so far."""
+        if self._budget_recorded:
+            return
+        self._budget_recorded = True
+        reason = f"{why}; it started no more agents"
+        text = f"Stopped: {reason}.\n" + self._aggregate_so_far()
+        self._write("\n" + text + "\n")
+        self.runtime.update(
+            self.task_id,
+            lambda s: s if s.terminal else s.replace(stopped_reason=reason, result=text),
+        )
+
+    def _aggregate_so_far(self) -> str:
+        """The aggregated result of the agents that ended so far."""
+        return aggregate(self.task_id, self.spec, self.finished(), self.reduced, self.output_file)
 
     def _launched(self, index: int, agent_id: str) -> None:
         """Agent ``index`` started as ``agent_id`` (a script may message it from now on)."""

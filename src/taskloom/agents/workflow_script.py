@@ -220,6 +220,8 @@ class ScriptRun(WorkflowRun):
         code = shell.exit_code if shell is not None else None
         if code == 0:
             await asyncio.gather(*(asyncio.shield(a) for a in self._agents))
+            if any(o is not None and o.status == TaskStatus.KILLED.value for o in self.outcomes):
+                await self._stop_if_spent()  # a budget stopped its agents: it says so
         else:  # nothing waits for them any more: stop them, and start no more
             self._cancel_all()
             if self._agents:
@@ -255,6 +257,13 @@ class ScriptRun(WorkflowRun):
                 f"{TAIL_CHARS} characters; all of it is in {self.stderr_path}):"
             )
             tail = _tail(self.stderr_path)
+        return f"{head}\n{tail}\n\n{self._agents_aggregate(outcomes)}"
+
+    def _aggregate_so_far(self) -> str:
+        return self._agents_aggregate(self.finished())
+
+    def _agents_aggregate(self, outcomes: list[Outcome]) -> str:
+        """Every agent's outcome (the script's agents are its items)."""
         spec = WorkflowSpec(
             description=self.spec.description,
             prompts=tuple(o.item for o in outcomes),
@@ -262,8 +271,7 @@ class ScriptRun(WorkflowRun):
             agent_type=self.spec.agent_type,
             concurrency=self.spec.concurrency,
         )
-        agents = aggregate(self.task_id, spec, outcomes, None, self.output_file)
-        return f"{head}\n{tail}\n\n{agents}"
+        return aggregate(self.task_id, spec, outcomes, None, self.output_file)
 
 
 class _Failed(Exception):

@@ -81,10 +81,16 @@ class WorkflowKind(TaskKind):
         return f"{line} ({progress_line(flow.replace(running=0))})"
 
     def result(self, state: TaskState) -> str | None:
-        """The aggregated result, else why it failed (a stopped workflow has none)."""
+        """The aggregated result, else why it failed.
+
+        A workflow stopped by TaskStop has none; one a budget stopped has what its agents
+        came to until then.
+        """
         flow = _workflow(state)
-        if flow is None or state.status == TaskStatus.KILLED:
+        if flow is None:
             return None
+        if state.status == TaskStatus.KILLED:
+            return flow.result
         return flow.result if flow.result is not None else flow.error
 
     def usage(self, state: TaskState) -> dict[str, int] | None:

@@ -426,3 +426,18 @@ def test_an_agent_row_shows_its_agents_work_too(clock: Clock) -> None:
     assert "$" not in texts(panel)[0]  # nothing priced: no cost shown
     panel.update(agent.replace(subtree_cost_usd=0.1234))
     assert "$0.12" in texts(panel)[0]  # what it and its agents have cost so far
+
+
+def test_a_workflow_s_row_shows_its_agents_done_of_all(clock: Clock) -> None:
+    from taskloom.tasks.workflow import WorkflowTaskState
+
+    panel = make_panel(clock)
+    flow = WorkflowTaskState(
+        id="w1", status=TaskStatus.RUNNING, description="fan out", owner=SESSION,
+        start_time=clock.time(), total=50, done=12, failed=1, running=8,
+    )  # fmt: skip
+    panel.update(flow)
+    ((style, text),) = panel.lines(200)
+    assert style == "running" and "12/50 done, 1 failed, 8 running" in text
+    panel.update(flow.replace(done=13, running=7))  # each change is asked of its kind again
+    assert "13/50 done, 1 failed, 7 running" in texts(panel)[0]

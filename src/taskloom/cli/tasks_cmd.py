@@ -31,6 +31,17 @@ def _human(n: int | None) -> str:
     return f"{n}B"
 
 
+def _note(record: dict[str, Any]) -> str | None:
+    """What the task's kind adds after its status (a workflow's ``12/50``), if anything."""
+    from taskloom.tasks.kinds import kind_of  # importing the package registers every kind
+    from taskloom.tasks.types import readable_state
+
+    state = readable_state(dict(record))
+    if state is None:  # a record of a newer taskloom: its status alone
+        return None
+    return kind_of(state).status_note(state).strip() or None
+
+
 def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[dict[str, Any]]]:
     """Return the chosen session id and its task rows (every session's with ``all_sessions``)."""
     store = Store(db_path())
@@ -55,6 +66,7 @@ def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[d
                 "id": rec["id"],
                 "type": rec["type"],
                 "status": rec["status"],
+                "status_note": _note(rec),
                 "description": rec.get("description", ""),
                 "session_id": rec.get("session_id"),
                 "owner": rec.get("owner"),
@@ -97,7 +109,7 @@ def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int
         table.add_row(
             row["id"],
             row["type"],
-            row["status"],
+            f"{row['status']} {row['status_note']}" if row["status_note"] else row["status"],
             row["description"],
             span(row["age_s"]),
             _usage(row),

@@ -6,6 +6,7 @@ The runs through ``taskloom -p`` (agents, failure, TaskStop) are in
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,62 @@ def test_the_client_outside_a_workflow_says_so() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 1
     assert "not run as a workflow script (TASKLOOM_WORKFLOW_FDS=''" in out.stderr
+
+
+REFUSED_TYPES = """
+from taskloom.workflow_client import WorkflowError, spawn, wait
+
+for kind in ("Explore", "Plan", "no-such-type"):
+    try:
+        spawn("look", subagent_type=kind)
+    except WorkflowError as exc:
+        print(f"{kind} refused: {exc}")
+    else:
+        print(f"{kind} started")
+print("allowed:", wait(spawn("look")))
+"""
+
+
+async def test_a_script_may_not_spawn_a_type_the_rules_deny_nor_an_unknown_one(
+    tmp_path: Path,
+) -> None:
+    from helpers import TIME_FACTOR
+    from taskloom.tasks.kinds import kind_of
+    from taskloom.tasks.types import TaskStatus
+    from taskloom.testing import FunctionModel, Turn
+
+    (tmp_path / ".claude").mkdir()
+    settings = {"permissions": {"deny": ["Agent(Explore)"]}}
+    (tmp_path / ".claude" / "settings.json").write_text(json.dumps(settings))
+    model = FunctionModel(lambda r: Turn(text="looked"))
+    async with harness(tmp_path, model, disallowed_tools=["Agent(Plan)"]) as h:
+        tool = next(t for t in h.tools if t.name == "Workflow")
+        params = tool.validate({"description": "types", "script": REFUSED_TYPES})
+        assert isinstance(params, WorkflowInput), params
+        result = await tool.call(params, main_context(h))
+        assert not result.is_error, result.content
+        flow = result.data["taskId"]
+        state = await h.runtime.wait(flow, 30 * TIME_FACTOR)
+        assert state.status == TaskStatus.COMPLETED, state
+        text = kind_of(state).result(state) or ""
+        assert (
+            "Explore refused: ToolError: spawn refused: Agent type 'Explore' has been denied by "
+            "permission rule 'Agent(Explore)'"
+        ) in text
+        assert "Plan refused: ToolError: spawn refused: Agent type 'Plan' has been denied" in text
+        assert "(--disallowedTools)" in text
+        assert "no-such-type refused: ToolError: Agent type 'no-such-type' not found" in text
+        assert "allowed: looked" in text
+        # Only the allowed one ran: the refused ones started nothing.
+        agents = [s for s in h.runtime.list(include_evicted=True) if s.owner == flow]
+        assert [kind_of(a).noun for a in agents].count("Agent") == 1
+        # The list form is decided alike, before anything starts.
+        listed = tool.validate(
+            {"description": "d", "items": [1], "prompt": "{item}", "subagent_type": "Explore"}
+        )
+        assert isinstance(listed, WorkflowInput)
+        refused = await tool.call(listed, main_context(h))
+        assert refused.is_error and "Not started: Agent type 'Explore' has been denied" in (
+            refused.content
+        )
+        await h.end()

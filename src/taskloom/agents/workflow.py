@@ -44,7 +44,9 @@ from taskloom.tasks.types import TaskStatus, TaskType
 from taskloom.tasks.workflow import WorkflowTaskState
 
 if TYPE_CHECKING:
+    from taskloom.agents.service import AgentService
     from taskloom.agents.spawner import Spawner
+    from taskloom.permissions import PermissionPolicy
     from taskloom.tasks.output import DiskTaskOutput
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
@@ -376,6 +378,44 @@ class WorkflowRun:
             self._output = None
 
 
+def refused_agent_type(policy: PermissionPolicy | None, agent_type: str, cwd: Path) -> str | None:
+    """Why a workflow may not start ``agent_type``, as the Agent tool's rules would say.
+
+    A workflow's agents are decided as an Agent call for their type would be (``Agent(X)``
+    deny rules, ``--disallowedTools``): denied, refused. One that would need approval is
+    refused too, saying so: nobody is asked once per agent of a workflow.
+    """
+    if policy is None:
+        return None
+    from taskloom.permissions import PermissionRequest
+
+    request = PermissionRequest("Agent", "other", agent_type, cwd, {"subagent_type": agent_type})
+    decision = policy.decide(request)
+    if decision.behavior == "allow":
+        return None
+    rule = decision.rule
+    if decision.behavior == "deny":
+        if rule is None or rule.content is None:
+            return decision.reason
+        return (
+            f"Agent type '{agent_type}' has been denied by permission rule "
+            f"'Agent({rule.content})' ({rule.source})."
+        )
+    return (
+        f"Agent type '{agent_type}' needs approval ({decision.reason}), and a workflow's "
+        f"agents are not asked for one by one: allow it (an Agent({agent_type}) rule) or "
+        "start it with the Agent tool."
+    )
+
+
+def caller_policy(service: AgentService, ctx: ToolContext) -> PermissionPolicy | None:
+    """The permission policy the caller's own Agent calls are decided by."""
+    if ctx.engine is not None:
+        policy: PermissionPolicy | None = ctx.engine.config.permissions
+        return policy
+    return service.builder.policy
+
+
 def _add(state: WorkflowTaskState, **deltas: int) -> WorkflowTaskState:
     """``state`` with each named count grown by its delta (a workflow that ended is kept)."""
     if state.terminal:
@@ -457,4 +497,12 @@ def reduce_prompt(prompt: str, outcomes: Sequence[Outcome], output_file: str) ->
     return "\n".join(parts)
 
 
-__all__ = ["Outcome", "WorkflowRun", "WorkflowSpec", "aggregate", "reduce_prompt"]
+__all__ = [
+    "Outcome",
+    "WorkflowRun",
+    "WorkflowSpec",
+    "aggregate",
+    "caller_policy",
+    "reduce_prompt",
+    "refused_agent_type",
+]

@@ -24,7 +24,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.agents.workflow import END_WAIT_S, Outcome, WorkflowRun, WorkflowSpec, aggregate
+from taskloom.agents.workflow import (
+    END_WAIT_S,
+    Outcome,
+    WorkflowRun,
+    WorkflowSpec,
+    aggregate,
+    caller_policy,
+    refused_agent_type,
+)
 from taskloom.errors import TaskloomError, ToolError
 from taskloom.tasks.narrow import as_shell
 from taskloom.tasks.types import TaskStatus
@@ -51,6 +59,8 @@ class ScriptRun(WorkflowRun):
         self.most_agents = most_agents
         self._cwd = ctx.cwd
         self._caller = ctx.agent_id
+        #: What the caller's own Agent calls are decided by: its script's spawns are too.
+        self._policy = caller_policy(service, ctx)
         self._slots: asyncio.Semaphore | None = None
         self._agents: list[asyncio.Task[Outcome]] = []
         self._ids: list[asyncio.Future[str]] = []
@@ -167,6 +177,10 @@ class ScriptRun(WorkflowRun):
         """Start one agent (it waits for a slot); its handle, numbered from 1."""
         if agent_type is not None:
             self.service.definition(str(agent_type))  # an unknown type: refused now
+        kind = str(agent_type) if agent_type is not None else self.service.builder.default_type
+        refused = refused_agent_type(self._policy, kind, self._cwd)
+        if refused is not None:
+            raise ToolError(f"spawn refused: {refused}")
         if len(self._agents) >= self.most_agents:
             raise ToolError(
                 f"spawn refused: this workflow has run its {self.most_agents} agents (setting "

@@ -286,13 +286,17 @@ class WorkflowTool(Tool[WorkflowInput]):
 
     async def call(self, params: WorkflowInput, ctx: ToolContext) -> ToolResult:
         """Check the workflow, start it in the background and say where it is."""
-        from taskloom.agents.workflow import WorkflowRun
+        from taskloom.agents.workflow import WorkflowRun, caller_policy, refused_agent_type
 
         try:
             spec = plan(params, self.service.settings)
             self.service.definition(spec.agent_type)  # an unknown type: refused now
         except ToolError as exc:
             return tool_error(str(exc))
+        agent_type = spec.agent_type or self.service.builder.default_type
+        refused = refused_agent_type(caller_policy(self.service, ctx), agent_type, ctx.cwd)
+        if refused is not None and spec.script is None:  # a script's types: at each spawn
+            return tool_error(f"Not started: {refused}")
         if spec.script is not None:
             from taskloom.agents.workflow_script import ScriptRun
 
@@ -301,7 +305,6 @@ class WorkflowTool(Tool[WorkflowInput]):
         else:
             run = WorkflowRun(self.service.spawner, spec, ctx)
         task_id = run.start()
-        agent_type = spec.agent_type or self.service.builder.default_type
         what = (
             f"its script runs (its agents: {agent_type} unless it names a type, at most "
             f"{most} in all)"

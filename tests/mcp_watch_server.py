@@ -8,6 +8,7 @@ messages (``info``), or with ``levels`` (comma-separated) one message per level,
 those less severe than the level the client set; ``work(steps)`` reports progress to a call
 that asked for it; ``crash()`` exits at once. With ``--record PATH`` it writes a line to PATH
 for its start (``pid N``), each subscribe and unsubscribe, and each level set (``level L``).
+With ``--level L`` its log starts at ``L`` (default ``debug``), as a server's own default.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mcp.server.stdio import stdio_server
 URI = "watch://counter"
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 counter = 0
-level = "debug"
+level = sys.argv[sys.argv.index("--level") + 1] if "--level" in sys.argv else "debug"
 subscribed: set[str] = set()
 record = sys.argv[sys.argv.index("--record") + 1] if "--record" in sys.argv else None
 

@@ -329,3 +329,28 @@ class _Holder:
 
     def __init__(self, runtime: TaskRuntime, cwd: Path) -> None:
         self.runtime, self.session_id, self.cwd = runtime, runtime.session_id, cwd
+
+
+async def test_a_monitor_without_a_level_is_told_the_server_s_log_at_whatever_level_it_is(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "record"
+    args = (SERVER, "--record", str(record), "--level", "warning")  # the server's own default
+    manager = McpManager({"watch": McpServerConfig("watch", command=sys.executable, args=args)})
+    async with TaskRuntime(home=tmp_path / "home") as rt:
+        try:
+            (plain,) = await _start_monitors(tmp_path, rt, manager, {"server": "watch"})
+            out = Path(rt.output_path(plain))
+            # It sets no level: the server sends what its own level lets through.
+            await manager.call("watch", "log", {"message": "a", "levels": "debug,info,warning"})
+            await wait_until(lambda: "a warning" in out.read_text(), what="the first log")
+            assert "a debug" not in out.read_text() and "a info" not in out.read_text()
+            # Another watcher sets the server to debug: the plain monitor filters nothing.
+            await _start_monitors(tmp_path, rt, manager, {"server": "watch", "level": "debug"})
+            await manager.call("watch", "log", {"message": "b", "levels": "debug,error"})
+            await wait_until(lambda: "b error" in out.read_text(), what="the second log")
+            assert "[debug] app: b debug" in out.read_text()
+            lines = record.read_text().splitlines()
+        finally:
+            await manager.aclose()
+    assert [line for line in lines if line.startswith("level")] == ["level debug"]

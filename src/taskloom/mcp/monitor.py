@@ -35,7 +35,7 @@ DESCRIPTION = f"""Watch an MCP server of this session and be told of its events.
 
 - With `resource` (a URI the server lists): subscribes to it; each change comes to you with the
   resource's contents. Without it: the server's log messages and progress notifications
-  (`level`: only that level and above).
+  (`level`: only that level and above; without it, all the server sends at its own level).
 - It runs in the background; the events of each {int(BATCH_S * 1000)} ms come to you as one
   notification at your next turn boundary, until you stop it with TaskStop (its task id is in
   the result) or the server goes away (then it fails, saying why). Every event is also written

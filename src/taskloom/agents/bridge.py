@@ -315,6 +315,9 @@ async def send_to_bridge(
         request["summary"] = summary
     message_id = secrets.token_hex(12)
     reply: Any = None
+    # The retry goes to this same actor handle, never to a name looked up again: a session
+    # restarted meanwhile has a new actor that never saw this id (its ids are kept in memory,
+    # see taskloom.remote.inbox), and must not be offered it. Against the dead one it fails.
     for _ in range(2):  # a try not answered in time is made once more, with the same id
         try:
             reply = await asyncio.wait_for(

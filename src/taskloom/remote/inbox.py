@@ -37,6 +37,12 @@ class _Inbox:
         self.host = socket.gethostname()
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # In memory only, and that is enough: a session restarted (resumed under the same id)
+        # has a new actor, never this one (this one ends with the process that made it, and
+        # is never restarted), and a sender's retry of a message id goes to the very actor
+        # handle its first try went to (send_to_bridge looks the name up once per message):
+        # against a dead actor it fails rather than reaching the new one. So no id is ever
+        # offered to two actors, and no restarted session can take a message twice.
         self._settled: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     def _taken(self) -> asyncio.Queue[tuple[str, dict[str, Any]]]:

@@ -1,0 +1,207 @@
+"""What one program's arguments show: the checks of :mod:`taskloom.permissions.read_only`.
+
+Each check reads one program's arguments the way the program parses them and says why the
+command writes files, "" when it surely does not, or None when it has no opinion (the
+read-only policy's list of writing commands decides).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from taskloom.permissions._shell_text import outside_temp
+
+#: A check of one program's arguments: why it writes; "" when it surely does not; None when
+#: it has no opinion. Its arguments: the program's arguments, whether more come from
+#: elsewhere (``xargs``), and the temporary directories.
+Check = Callable[[list[str], bool, tuple[str, ...]], "str | None"]
+
+
+def fed_code(what: str) -> str:
+    return (
+        f"it feeds {what} the commands or code to run on its input, which cannot be judged "
+        "from the command's text; run a script by its path"
+    )
+
+
+#: Interpreters: the options of inline code (letters, long names), letters taking a value,
+#: and letters after which the rest names what runs (``python -m``).
+_INTERPRETERS: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "python": ("c", (), "WXQ", "m"),
+    "pypy": ("c", (), "WXQ", "m"),
+    "node": ("ep", ("--eval", "--print"), "r", ""),
+    "nodejs": ("ep", ("--eval", "--print"), "r", ""),
+    "perl": ("eE", (), "IMmx", ""),
+    "ruby": ("e", (), "IrCx", ""),
+    "php": ("rRBE", (), "cdfz", ""),
+    "lua": ("e", (), "l", ""),
+    "Rscript": ("e", ("--expr",), "", ""),
+    "osascript": ("e", (), "l", ""),
+}
+_INFO = frozenset({"-V", "-VV", "-v", "--version", "-h", "--help"})
+
+
+def interpreter_check(program: str) -> Check | None:
+    """The check of an interpreter's inline code, if ``program`` is one."""
+    name = re.sub(r"[\d.]+$", "", program)  # python3.11 is python
+    if name not in _INTERPRETERS:
+        return None
+    inline, longs, takes, stops = _INTERPRETERS[name]
+
+    def check(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg in longs or arg.startswith(tuple(f"{o}=" for o in longs)):
+                return _inline(program, arg)
+            if arg == "-":
+                return fed_code(program)
+            if not arg.startswith("-"):
+                return None  # a script by its path
+            for j, letter in enumerate(arg[1:] if not arg.startswith("--") else ""):
+                if letter in inline:
+                    return _inline(program, f"-{letter}")
+                if letter in stops:
+                    return None
+                if letter in takes:
+                    i += 1 if j == len(arg) - 2 else 0
+                    break
+            i += 1
+        if fed or (args and all(a in _INFO for a in args)):
+            return None
+        return fed_code(program)
+
+    return check
+
+
+def _inline(program: str, option: str) -> str:
+    return (
+        f"it runs inline {program} code ({option}), which a read-only agent may not run: what "
+        "code does cannot be judged from its text. Run tests as `python -m pytest ...`, and "
+        "code as a script by its path (one may be written under the temporary directory)"
+    )
+
+
+def temp_writer(dest_only: bool, takes: frozenset[str]) -> Check:
+    """A writer allowed when all it writes is under the temporary directory.
+
+    Args:
+        dest_only: Only its last operand (or ``-t``'s) is written (``cp``); else all are.
+        takes: Its options that take a value.
+    """
+
+    def check(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+        operands: list[str] = []
+        target: str | None = None
+        options = True
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if options and arg == "--":
+                options = False
+            elif options and arg in ("-t", "--target-directory") and "-t" in takes:
+                target = args[i + 1] if i + 1 < len(args) else ""
+                i += 1
+            elif options and arg.startswith("--target-directory="):
+                target = arg.split("=", 1)[1]
+            elif options and arg in takes:
+                i += 1
+            elif not (options and arg.startswith("-") and arg != "-"):
+                operands.append(arg)
+            i += 1
+        if dest_only:
+            written = [target] if target is not None else operands[-1:] if len(operands) > 1 else []
+        else:
+            written = [*operands, *([target] if target is not None else [])]
+        if fed or not written:
+            return None
+        return "" if not any(outside_temp(w, allowed) for w in written) else None
+
+    return check
+
+
+def tar(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``tar``: listing is reading; extracting, creating or updating an archive writes."""
+    letters = ""
+    for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            if arg.split("=")[0] in ("--extract", "--get", "--create", "--append", "--update",
+                                     "--delete", "--concatenate", "--catenate"):  # fmt: skip
+                return f"it runs tar {arg}, which writes files"
+        elif arg.startswith("-") or (i == 0 and arg.isalpha()):
+            letters += arg.lstrip("-").split("f")[0]
+    if set(letters) & set("xcruA"):
+        return "it runs tar to extract or create an archive, which writes files"
+    return ""
+
+
+def unpack(stdout_letters: str, longs: tuple[str, ...]) -> Check:
+    """An archiver or compressor, reading when one of these options says it only shows."""
+
+    def check(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+        for arg in args:
+            if arg in longs or (
+                arg.startswith("-")
+                and not arg.startswith("--")
+                and set(arg[1:]) & set(stdout_letters)
+            ):
+                return ""
+        return "it unpacks or packs files, which writes them"
+
+    return check
+
+
+def _saves(
+    args: list[str], takes: str, wanted: str, longs: tuple[str, ...]
+) -> tuple[list[str], set[str]]:
+    """The values of ``wanted`` options (short letters or long names), and every option seen."""
+    values: list[str] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--"):
+            name, _, value = arg.partition("=")
+            seen.add(name)
+            if name in longs:
+                if not value and i + 1 < len(args):
+                    i += 1
+                    value = args[i]
+                values.append(value)
+        elif arg.startswith("-") and arg != "-":
+            for j, letter in enumerate(arg[1:], start=1):
+                seen.add(letter)
+                if letter in takes:
+                    value = arg[j + 1 :]
+                    if not value and i + 1 < len(args):
+                        i += 1
+                        value = args[i]
+                    if letter in wanted:
+                        values.append(value)
+                    break
+        i += 1
+    return values, seen
+
+
+def curl(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``curl``: ``-o``, ``-O`` and the options that save to a file."""
+    files, seen = _saves(
+        args, "AbCcDdEeFHKmoPQrTtUuwXxYyz", "oDc",
+        ("--output", "--dump-header", "--cookie-jar", "--trace", "--trace-ascii", "--libcurl",
+         "--stderr", "--etag-save", "--hsts", "--alt-svc"),
+    )  # fmt: skip
+    if seen & {"O", "J", "--remote-name", "--remote-name-all", "--remote-header-name"}:
+        return "it runs curl -O, which saves what it downloads in the working directory"
+    outside = [f for f in files if f != "-" and outside_temp(f, allowed)]
+    return f"it runs curl saving to {outside[0]}" if outside else ""
+
+
+def wget(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``wget``: it saves what it downloads, unless to standard output or the temp dirs."""
+    docs, seen = _saves(args, "OoaPeiBtTwQUlARDIX", "O", ("--output-document",))
+    logs, _ = _saves(args, "OoaPeiBtTwQUlARDIX", "oa", ("--output-file", "--append-output"))
+    if not docs and "--spider" not in seen:
+        return "it runs wget, which saves what it downloads"
+    outside = [f for f in [*docs, *logs] if f != "-" and outside_temp(f, allowed)]
+    return f"it runs wget saving to {outside[0]}" if outside else ""

@@ -1,0 +1,69 @@
+"""The read-only policy's reading of shell text: heredocs, comments, sed and cp options.
+
+Each command is decided by a real read-only policy; none is run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from taskloom.permissions import PermissionPolicy, PermissionRequest
+
+#: Writes hidden behind a heredoc, a quote or a comment as a careless scanner reads them.
+HEREDOC_WRITES = [
+    "cat <<\\EOF >/tmp/x\nhi\nEOF\nrm -rf src",
+    "cat <<\\EOF\nhi\nEOF\necho x > README.md",
+    'echo "<<EOF"\nrm -rf src\nEOF',
+    "grep -n '<<EOF' f\ngit checkout -- src\nEOF",
+    "# <<EOF\nrm -rf src",
+    "ls # <<EOF\nrm -rf src\nEOF",
+    'cat <<"EOF"\nhi\nEOF\nrm x',
+    "cat <<E'O'F\nhi\nEOF\nrm x",
+    "cat <<-EOF\n\thi\n\tEOF\nrm x",
+    "cat <<A <<B\na\nA\nb\nB\nrm x",
+    # Never closed (a trailing space is not the delimiter): the rest is judged as commands.
+    "cat <<EOF\nhi\nEOF \nrm -rf src",
+    "cat <<EOF\nrm -rf src",
+    # A substitution's redirection, even inside double quotes.
+    'echo "$(echo x > README.md)"',
+]
+
+#: Heredoc bodies are data; comments are nothing.
+HEREDOC_READS = [
+    "cat > /tmp/check.py <<'EOF'\nrm -rf src\necho x > README.md\nEOF",
+    "cat <<\\EOF > /tmp/x\nrm -rf src\nEOF\ncat /tmp/x",
+    "cat <<-EOF >/tmp/x\n\trm x > f\n\tEOF\nwc -l /tmp/x",
+    "cat <<A >/tmp/a <<B\nrm x\nA\nrm y\nB",
+    "grep -c '<<EOF' f",
+    "ls # > README.md; rm x",
+    "git log --oneline  # don't > worry",
+]
+
+
+def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
+    policy = PermissionPolicy("bypassPermissions", (), tmp_path).read_only()
+    decision = policy.decide(PermissionRequest("Bash", "execute", command, tmp_path))
+    return decision.behavior, decision.reason
+
+
+@pytest.mark.parametrize("command", HEREDOC_WRITES)
+def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
+    tmp_path: Path, command: str
+) -> None:
+    behavior, reason = _decide(tmp_path, command)
+    assert behavior == "deny", reason
+    assert "read-only" in reason
+
+
+@pytest.mark.parametrize("command", HEREDOC_READS)
+def test_heredoc_bodies_comments_and_scripts_are_not_taken_for_commands(
+    tmp_path: Path, command: str
+) -> None:
+    behavior, reason = _decide(tmp_path, command)
+    assert behavior == "allow", reason
+
+
+def test_the_refusals_say_what_was_seen(tmp_path: Path) -> None:
+    assert "rm -rf src" in _decide(tmp_path, "cat <<\\EOF\nhi\nEOF\nrm -rf src")[1]

@@ -41,6 +41,47 @@ HEREDOC_READS = [
     "git log --oneline  # don't > worry",
 ]
 
+SED_WRITES = [
+    "sed -i s/a/b/ f",
+    "sed -ri s/a/b/ f",
+    "sed -Ei s/a/b/ f",
+    "sed -ni p f",
+    "sed -zi s/a/b/ f",
+    "sed --in-place s/a/b/ f",
+    "sed --in-place=.bak s/a/b/ f",
+    "sed --in-pl s/a/b/ f",
+    "sed -i.bak s/a/b/ f",
+    "sed -s -i s/a/b/ f",
+    "sed s/a/b/ -i f",
+    "sed -e s/a/b/ -i f",
+]
+
+SED_READS = [
+    "sed -n '/-i/p' f",
+    "sed -e '/-i/d' f",
+    "sed -n 's/x/ -i/p' f",
+    "sed -e -i f",  # -e's value is the script "-i"
+    "sed -n 5p f -- -i",
+]
+
+CP_LINKS = [
+    "cp -s /repo/README.md /tmp/lnk; echo x >> /tmp/lnk",
+    "cp -rs $PWD/src /tmp/m && echo x >> /tmp/m/x.py",
+    "cp -l README.md /tmp/hard && echo x >> /tmp/hard",
+    "cp -al src /tmp/q/",
+    "cp --symbolic-link a /tmp/b",
+    "cp --link a /tmp/b",
+    "cp --sym a /tmp/b",
+    "cp -t /tmp -s a",
+]
+
+CP_COPIES = [
+    "cp a /tmp/a.bak",
+    "cp -r src /tmp/copy/",
+    "cp -a src /tmp/copy/",
+    "cp -S s a /tmp/b",  # -S's value is the suffix "s"
+]
+
 
 def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     policy = PermissionPolicy("bypassPermissions", (), tmp_path).read_only()
@@ -48,7 +89,7 @@ def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     return decision.behavior, decision.reason
 
 
-@pytest.mark.parametrize("command", HEREDOC_WRITES)
+@pytest.mark.parametrize("command", HEREDOC_WRITES + SED_WRITES + CP_LINKS)
 def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     tmp_path: Path, command: str
 ) -> None:
@@ -57,7 +98,7 @@ def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     assert "read-only" in reason
 
 
-@pytest.mark.parametrize("command", HEREDOC_READS)
+@pytest.mark.parametrize("command", HEREDOC_READS + SED_READS + CP_COPIES)
 def test_heredoc_bodies_comments_and_scripts_are_not_taken_for_commands(
     tmp_path: Path, command: str
 ) -> None:
@@ -67,3 +108,5 @@ def test_heredoc_bodies_comments_and_scripts_are_not_taken_for_commands(
 
 def test_the_refusals_say_what_was_seen(tmp_path: Path) -> None:
     assert "rm -rf src" in _decide(tmp_path, "cat <<\\EOF\nhi\nEOF\nrm -rf src")[1]
+    assert "sed -i" in _decide(tmp_path, "sed -ri s/a/b/ f")[1]
+    assert "cp making links" in _decide(tmp_path, "cp -al src /tmp/q/")[1]

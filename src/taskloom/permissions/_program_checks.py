@@ -205,3 +205,70 @@ def wget(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
         return "it runs wget, which saves what it downloads"
     outside = [f for f in [*docs, *logs] if f != "-" and outside_temp(f, allowed)]
     return f"it runs wget saving to {outside[0]}" if outside else ""
+
+
+def options_seen(
+    args: list[str], takes: str = "", long_takes: tuple[str, ...] = (), rest: str = ""
+) -> set[str]:
+    """The options of ``args`` as getopt reads them: ``-x`` per letter, and long names.
+
+    Args:
+        args: The program's arguments (options may follow operands, as GNU tools allow).
+        takes: Letters that take a value (the rest of the cluster, or the next word).
+        long_takes: Long options that take a value (or an unambiguous prefix of one).
+        rest: Letters whose optional value is the rest of the cluster (``sed -i.bak``).
+    """
+    seen: set[str] = set()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            name, equals, _ = arg.partition("=")
+            seen.add(name)
+            if not equals and len(name) > 2 and any(t.startswith(name) for t in long_takes):
+                i += 1
+        elif arg.startswith("-") and arg != "-":
+            for j, letter in enumerate(arg[1:], start=1):
+                seen.add(f"-{letter}")
+                if letter in takes:
+                    i += 1 if j == len(arg) - 1 else 0
+                    break
+                if letter in rest:
+                    break
+        i += 1
+    return seen
+
+
+def _has_long(seen: set[str], option: str, shortest: int) -> bool:
+    """Whether ``seen`` holds ``option`` or a prefix of it getopt takes for it."""
+    return any(len(s) >= shortest and option.startswith(s) for s in seen if s.startswith("--"))
+
+
+def sed(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``sed``: ``-i`` (in a cluster too: ``-ni``, ``-i.bak``) or ``--in-place`` edits files.
+
+    Its options are read as options (anywhere before ``--``), so ``-i`` inside the script
+    (``sed -n '/-i/p'``) is not one.
+    """
+    seen = options_seen(args, "efl", ("--expression", "--file", "--line-length"), rest="i")
+    if "-i" in seen or _has_long(seen, "--in-place", 3):
+        return "it runs sed -i, which edits files in place"
+    return None
+
+
+_CP_WRITES = temp_writer(True, frozenset({"-t", "-S", "--suffix"}))
+
+
+def cp(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``cp``: a link made (``-s``, ``-l``) is refused like ``ln``; a copy as a temp writer.
+
+    Writing through a link made in the temporary directory writes the file it points to,
+    which the temporary directory's test cannot see before the command runs.
+    """
+    longs = ("--suffix", "--target-directory", "--sparse", "--no-preserve")
+    seen = options_seen(args, "St", longs)
+    if seen & {"-s", "-l"} or _has_long(seen, "--symbolic-link", 4) or _has_long(seen, "--link", 3):
+        return "it runs cp making links (-s, -l), which like ln may let a file be written"
+    return _CP_WRITES(args, fed, allowed)

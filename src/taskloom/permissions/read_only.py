@@ -50,7 +50,7 @@ WRITING_COMMANDS: tuple[str, ...] = (
     *(f"{p}:*" for p in ("rm", "rmdir", "mv", "cp", "touch", "mkdir", "ln", "chmod", "chown",
                          "chgrp", "truncate", "dd", "tee", "install", "patch", "shred",
                          "unlink", "rsync", "mkfifo", "zip")),
-    "sed -i*", "sed *-i*", "sed --in-place*", "perl -i*", "perl *-pi*",
+    "perl -i*", "perl *-pi*",
     *(f"git {s}:*" for s in ("add", "commit", "push", "checkout", "switch", "reset", "restore",
                              "rm", "mv", "stash", "apply", "am", "clean", "merge", "rebase",
                              "cherry-pick", "revert", "tag", "pull", "fetch", "init",
@@ -259,7 +259,8 @@ def _find(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
 _CHECKS: dict[str, checks.Check] = {
     **dict.fromkeys(_SHELLS, _shell),
     "eval": _eval,
-    "cp": checks.temp_writer(True, frozenset({"-t", "-S", "--suffix"})),
+    "cp": checks.cp,
+    "sed": checks.sed,
     "mv": checks.temp_writer(False, frozenset({"-t", "-S", "--suffix"})),
     **dict.fromkeys(("rm", "rmdir", "tee"), checks.temp_writer(False, frozenset())),
     "mkdir": checks.temp_writer(False, frozenset({"-m", "--mode"})),

@@ -1,8 +1,9 @@
 """A tiny MCP server for the tests, written with the official SDK.
 
-Tools: ``echo(text)``, ``add(a, b)``, ``fail(message)`` (a tool-level error), ``getenv(name)``,
-``cwd()``, ``sleep(seconds)`` and ``crash()`` (the process exits at once, as a crashing server
-would). Serves stdio by default; ``--http PORT`` or ``--sse PORT`` serve on 127.0.0.1 instead.
+Tools: ``echo(text)`` (annotated ``readOnlyHint: true``), ``add(a, b)``, ``fail(message)`` (a
+tool-level error), ``getenv(name)``, ``cwd()``, ``sleep(seconds)`` and ``crash()`` (the process
+exits at once, as a crashing server would). Serves stdio by default; ``--http PORT`` or
+``--sse PORT`` serve on 127.0.0.1 instead.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ try:  # mcp 2.x renamed FastMCP to MCPServer; 1.x only has FastMCP.
 except ImportError:  # pragma: no cover - depends on the installed SDK
     from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef]
 
+try:  # the types moved to their own package in mcp 2.x
+    from mcp_types import ToolAnnotations
+except ImportError:  # pragma: no cover - depends on the installed SDK
+    from mcp.types import ToolAnnotations  # type: ignore[no-redef]
+
 server = Server("echo")
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def echo(text: str) -> str:
     """Return the text unchanged."""
     return text

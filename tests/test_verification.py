@@ -185,7 +185,7 @@ def test_the_read_only_policy_refuses_writes_in_every_mode_and_lets_reads_throug
     assert decide("Bash", "execute", "echo x >> notes.md") == "deny"
     assert decide("Bash", "execute", "git commit -am wip") == "deny"
     assert decide("Bash", "execute", "x=$(sed -i s/a/b/ f)") == "deny"
-    assert decide("mcp__fs__write", "edit", "/x") == "deny"
+    assert decide("mcp__fs__write", "execute", None) == "deny"  # not declared read-only
     # A copy made from it (an agent's memory directory) stays read-only.
     assert policy.with_directories([tmp_path]).is_read_only
     # The built-in is the one that is read-only (and runs in the background, in red).

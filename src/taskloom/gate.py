@@ -141,6 +141,7 @@ def _request(
         cwd=ctx.rules_base or ctx.cwd,  # a `cd` does not move the rules
         input=raw,
         approval=tool.call_approval(params),
+        declared_read_only=tool.declared_read_only,
     )
 
 

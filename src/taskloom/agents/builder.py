@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.agents.filter import filter_tools, own_tools, restrict_spawns
+from taskloom.agents.filter import filter_tools, own_tools, read_only_offer, restrict_spawns
 from taskloom.agents.memory import load_memory, memory_project
 from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
@@ -193,6 +193,8 @@ class AgentBuilder:
             allow_nesting=(self.allow_nesting or spawns is not None) and not definition.read_only,
         )
         tools = restrict_spawns(tools, spawns) + own_tools(definition, extra_tools, offered)
+        if definition.read_only:
+            tools = read_only_offer(tools)
         # Many MCP tools: offered by name, found with ToolSearch (as on the main thread).
         tools = with_tool_search(tools, model_name, self.settings)
         # A worktree's memory is its main checkout's: a note kept there outlives it.

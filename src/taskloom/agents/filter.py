@@ -113,6 +113,15 @@ def filter_tools(
     return out
 
 
+def read_only_offer(tools: Sequence[Tool[Any]]) -> list[Tool[Any]]:
+    """The tools a read-only agent is offered: MCP tools only where declared read-only.
+
+    An MCP tool is kept when its server's annotations say ``readOnlyHint: true``; the agent's
+    permissions refuse the others if it calls them anyway.
+    """
+    return [t for t in tools if not t.name.startswith("mcp__") or t.declared_read_only]
+
+
 def by_definition(
     tools: Sequence[Tool[Any]], *, allowed: Iterable[str] | None, disallowed: Iterable[str] = ()
 ) -> list[Tool[Any]]:

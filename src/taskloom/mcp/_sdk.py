@@ -113,7 +113,9 @@ async def list_tools(session: ClientSession) -> list[McpToolInfo]:
             schema = field_of(tool, "input_schema", "inputSchema")
             if not isinstance(schema, dict):
                 schema = {"type": "object", "properties": {}}
-            infos.append(McpToolInfo(tool.name, tool.description or "", schema))
+            hints = field_of(tool, "annotations")
+            read_only = field_of(hints, "read_only_hint", "readOnlyHint") is True
+            infos.append(McpToolInfo(tool.name, tool.description or "", schema, read_only))
         cursor = field_of(result, "next_cursor", "nextCursor")
         if not cursor:
             break

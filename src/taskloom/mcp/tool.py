@@ -36,11 +36,14 @@ class McpToolInfo:
         name: The tool's name on the server.
         description: The server's description.
         input_schema: The server's JSON schema of the arguments.
+        read_only: The server's annotations say ``readOnlyHint: true`` (a hint, which only
+            narrows what a read-only agent is offered; it never lets a call skip a question).
     """
 
     name: str
     description: str
     input_schema: dict[str, Any]
+    read_only: bool = False
 
 
 def mcp_tool_name(server: str, tool: str) -> str:
@@ -80,7 +83,8 @@ class McpTool(Tool[McpArguments]):
         """Build the tool for ``info`` listed by ``server``."""
         name = mcp_tool_name(server, info.name)
         description = info.description or f"Tool {info.name} of the MCP server {server}."
-        sub = type(f"McpTool[{name}]", (cls,), {"name": name, "description": description})
+        fields = {"name": name, "description": description, "declared_read_only": info.read_only}
+        sub = type(f"McpTool[{name}]", (cls,), fields)
         return cast("type[McpTool]", sub)(manager, server, info)
 
     def input_schema(self) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 Order of evaluation, whatever order the rules came in:
 
 1. a matching **deny** rule denies (in every mode, bypassPermissions included); so does, for a
-   read-only agent's policy (:meth:`PermissionPolicy.read_only`), an edit or a shell command
-   whose text shows it writes files (:mod:`taskloom.permissions.read_only`; this holds even
+   read-only agent's policy (:meth:`PermissionPolicy.read_only`), an edit, an MCP tool not
+   declared read-only, or a shell command whose text shows it writes files
+   (:mod:`taskloom.permissions.read_only`; this holds even
    when a PreToolUse hook allowed the call); a tool only a person can answer
    (``approval="person"``) asks now (dontAsk: denies);
 2. **plan** mode denies edit and execute tools, even ones an allow rule names (fetch tools,
@@ -352,6 +353,11 @@ class PermissionPolicy:
         name = request.tool_name
         if request.kind == "edit":
             return f"{name} is not allowed: this agent is read-only and may not change files."
+        if name.startswith("mcp__") and not request.declared_read_only:
+            return (
+                f"{name} is not allowed: this agent is read-only, and the tool's MCP server "
+                "does not declare it read-only (readOnlyHint)."
+            )
         why = shell_writes(request) if name in SHELL_TOOLS else None
         if why is None:
             return None

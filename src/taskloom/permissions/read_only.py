@@ -5,7 +5,8 @@ NotebookEdit tool, nor any tool that starts agents; its permission policy
 (:meth:`PermissionPolicy.read_only <taskloom.permissions.policy.PermissionPolicy.read_only>`)
 also denies, in every mode and whatever a PreToolUse hook answers:
 
-- every edit-kind tool (an MCP server's, say);
+- every edit-kind tool, and every MCP tool its server does not declare read-only (the
+  annotation ``readOnlyHint: true``; only those are offered to a read-only agent);
 - a shell command that writes a file as far as **the command's text** shows
   (:func:`shell_writes`). Each simple command is read after the shell's own words (``(``,
   ``{``, ``!``, ``if``/``then``/``do``/``case ... in`` and the like), variable assignments and

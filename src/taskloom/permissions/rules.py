@@ -69,6 +69,8 @@ class PermissionRequest:
         cwd: The working directory of the calling agent.
         input: The validated tool input, for details a rule may need.
         approval: Who may approve the call beyond its kind (see :data:`Approval`).
+        declared_read_only: The tool's maker declares it changes nothing (an MCP server's
+            ``readOnlyHint``); a read-only agent may call an MCP tool only then.
     """
 
     tool_name: str
@@ -77,6 +79,7 @@ class PermissionRequest:
     cwd: Path
     input: dict[str, Any] = field(default_factory=dict)
     approval: Approval = "rules"
+    declared_read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.builder import DEFAULT_TYPE
-from taskloom.agents.filter import SPAWNING, by_definition, own_tools, restrict_spawns
+from taskloom.agents.filter import (
+    SPAWNING,
+    by_definition,
+    own_tools,
+    read_only_offer,
+    restrict_spawns,
+)
 from taskloom.teams.executor import ConfigMaker, Executors, InProcessExecutor, TeammateSpec
 from taskloom.teams.placement import Placement, Placer, place
 from taskloom.teams.prompts import teammate_section
@@ -114,7 +120,7 @@ def _config_maker(
         allowed += own_tools(definition, extra_tools, {t.name for t in session})
         offered = [*own, *(t for t in allowed if t.name not in TEAMMATE_DENIED | mine)]
         if definition.read_only:  # its agents would run under the session's policy
-            offered = [t for t in offered if t.name not in SPAWNING]
+            offered = read_only_offer([t for t in offered if t.name not in SPAWNING])
         return dataclasses.replace(
             config,
             permissions=permissions,

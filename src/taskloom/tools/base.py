@@ -168,6 +168,9 @@ class Tool(ABC, Generic[InputT]):
     approval: ClassVar[Approval] = "rules"
     #: Older names models still call it by (``Task`` for Agent); never offered.
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: Its maker declares that it changes nothing (an MCP server's ``readOnlyHint``): a
+    #: read-only agent is offered, and may call, an MCP tool only when this is true.
+    declared_read_only: ClassVar[bool] = False
     #: Safe to run at the same time as other concurrency-safe calls of the same message.
     concurrency_safe: ClassVar[bool] = False
     #: Longest text result shown inline (characters); a longer one is saved to a file and

@@ -305,7 +305,8 @@ async def send_to_bridge(
         The id of the mailbox row the message became.
 
     Raises:
-        ToolError: It was not delivered; the message says why and names the address.
+        ToolError: It was not delivered, or may not have been (see :func:`deliver_to`); the
+            message says which, why, and names the address.
     """
     address = f"{BRIDGE_PREFIX}{session_id}"
     actor = await _actor_of(cluster, session_id, address)
@@ -313,6 +314,42 @@ async def send_to_bridge(
     request["text"] = text
     if summary is not None:
         request["summary"] = summary
+    return await deliver_to(actor.deliver.remote, address, request, wait)
+
+
+#: What a sender is told when the recipient may have committed its message all the same.
+MAY_HAVE_BEEN_DELIVERED = (
+    "the message may have been delivered all the same (the session may have committed it "
+    "before failing to answer): do not send it again blindly; wait for a reply, or ask "
+    "whether it arrived"
+)
+
+
+async def deliver_to(
+    deliver: Callable[[str, dict[str, Any], float], Awaitable[Any]],
+    address: str,
+    request: dict[str, Any],
+    wait: float,
+    grace: float = _TAKE_WAIT_S,
+) -> str:
+    """Hand ``request`` to a recipient's inbox (its actor's ``deliver``), posted once.
+
+    The message gets an id of its own; a try that is not answered is made once more with it
+    (the recipient posts it once whatever happens).
+
+    Args:
+        deliver: The inbox's ``deliver(message_id, request, wait)``.
+        address: The recipient's address, for the errors.
+        request: The message request.
+        wait: Seconds the recipient has to commit it.
+        grace: Seconds a try may take beyond ``wait`` before it counts as unanswered.
+
+    Returns:
+        The id of the mailbox row the message became.
+
+    Raises:
+        ToolError: It was not delivered, or may not have been (the message says which).
+    """
     message_id = secrets.token_hex(12)
     reply: Any = None
     # The retry goes to this same actor handle, never to a name looked up again: a session
@@ -320,16 +357,16 @@ async def send_to_bridge(
     # see taskloom.remote.inbox), and must not be offered it. Against the dead one it fails.
     for _ in range(2):  # a try not answered in time is made once more, with the same id
         try:
-            reply = await asyncio.wait_for(
-                actor.deliver.remote(message_id, request, wait), wait + _TAKE_WAIT_S
-            )
+            reply = await asyncio.wait_for(deliver(message_id, request, wait), wait + grace)
         except TimeoutError:
             continue
         except Exception as exc:  # its actor died (the session ended) or the cluster is gone
-            raise ToolError(f"the session at {address} could not be reached: {exc}") from None
+            raise ToolError(
+                f"the session at {address} could not be reached: {exc}; {MAY_HAVE_BEEN_DELIVERED}"
+            ) from None
         if not (isinstance(reply, dict) and str(reply.get("error", "")).startswith(_NOT_TAKEN)):
             break
-    return _delivered(address, reply)
+    return _delivered(address, reply, wait)
 
 
 async def _actor_of(cluster: Cluster, session_id: str, address: str) -> Any:
@@ -360,16 +397,27 @@ async def _actor_of(cluster: Cluster, session_id: str, address: str) -> Any:
         ) from None
 
 
-def _delivered(address: str, reply: Any) -> str:
+def _delivered(address: str, reply: Any, wait: float) -> str:
     """The row id from the recipient's answer, or the ToolError it stands for."""
     if isinstance(reply, dict) and reply.get("ok") is True and isinstance(reply.get("id"), str):
         return str(reply["id"])
+    if isinstance(reply, dict) and str(reply.get("error", "")).startswith(_NOT_TAKEN):
+        # It stays in the recipient's queue: the session may still take and commit it.
+        raise ToolError(
+            f"the session at {address} did not take the message within {wait:g} s; it stays "
+            f"queued there, so {MAY_HAVE_BEEN_DELIVERED}"
+        )
     if isinstance(reply, dict) and reply.get("ok") is False:
         error = reply.get("error") or "no reason given"
         raise ToolError(f"the session at {address} refused the message: {error}")
     if reply is None:
-        raise ToolError(f"the session at {address} did not answer within {DELIVER_WAIT_S:g} s")
-    raise ToolError(f"the session at {address} sent a malformed reply: {str(reply)[:200]!r}")
+        raise ToolError(
+            f"the session at {address} did not answer within {wait:g} s; {MAY_HAVE_BEEN_DELIVERED}"
+        )
+    raise ToolError(
+        f"the session at {address} sent a malformed reply: {str(reply)[:200]!r}; "
+        f"{MAY_HAVE_BEEN_DELIVERED}"
+    )
 
 
 async def bridge_peers(cluster: Cluster) -> list[BridgePeer]:

@@ -159,3 +159,75 @@ async def test_a_script_may_not_spawn_a_type_the_rules_deny_nor_an_unknown_one(
             refused.content
         )
         await h.end()
+
+
+NON_OBJECTS = """
+import json, os
+
+request_fd, reply_fd = (int(fd) for fd in os.environ["TASKLOOM_WORKFLOW_FDS"].split(","))
+out, back = os.fdopen(request_fd, "w"), os.fdopen(reply_fd)
+for line in ('[1]', 'null', '"str"', '{not json', '{"id": 7, "op": "spawn"}'):
+    out.write(line + "\\n")
+    out.flush()
+    print("reply:", back.readline().strip())
+"""
+
+
+async def _script_result(tmp_path: Path, script: str) -> tuple[str, Any, float]:
+    """Run ``script`` as a workflow: its result text, its final state and how long it took."""
+    import time
+
+    from helpers import TIME_FACTOR
+    from taskloom.tasks.kinds import kind_of
+    from taskloom.testing import FunctionModel, Turn
+
+    model = FunctionModel(lambda r: Turn(text="looked"))
+    async with harness(tmp_path, model) as h:
+        tool = next(t for t in h.tools if t.name == "Workflow")
+        params = tool.validate({"description": "raw", "script": script})
+        assert isinstance(params, WorkflowInput), params
+        started = time.monotonic()
+        result = await tool.call(params, main_context(h))
+        assert not result.is_error, result.content
+        state = await h.runtime.wait(result.data["taskId"], 60 * TIME_FACTOR)
+        took = time.monotonic() - started
+        text = kind_of(state).result(state) or kind_of(state).error(state) or ""
+        await h.end()
+    return text, state, took
+
+
+async def test_every_request_line_gets_a_reply_even_one_that_is_not_an_object(
+    tmp_path: Path,
+) -> None:
+    text, state, _ = await _script_result(tmp_path, NON_OBJECTS)
+    assert state.status.value == "completed", text
+    for shown in ("list: '[1]'", "NoneType: 'null'", "str: '\\\"str\\\"'"):
+        assert f'"error": "ValueError: a request is a JSON object, got {shown}' in text, text
+    assert 'reply: {"error": "JSONDecodeError' in text
+    assert 'reply: {"error": "KeyError: \'prompt\'", "id": 7}' in text
+
+
+LEAVES_A_CHILD = """
+import os, sys, time
+
+pid = os.fork()
+if pid == 0:  # the child keeps the request pipe open, and would outlive the script
+    time.sleep(600)
+    os._exit(0)
+print("child", pid)
+"""
+
+
+async def test_the_workflow_ends_when_its_script_exits_and_kills_what_it_left(
+    tmp_path: Path,
+) -> None:
+    import re
+
+    from helpers import TIME_FACTOR, alive
+
+    text, state, took = await _script_result(tmp_path, LEAVES_A_CHILD)
+    assert state.status.value == "completed", text
+    found = re.search(r"child (\d+)", text)
+    assert found is not None, text
+    assert not alive(int(found.group(1)))  # killed, verified, before the workflow ended
+    assert took < 30 * TIME_FACTOR  # not the child's 600 s

@@ -9,8 +9,11 @@ agent through the same runner as a list workflow's (owner the workflow, its conc
 ``workflowMaxAgents``, the session's limits and budgets), ``wait`` and ``gather`` give their
 answers, ``send`` messages one. ``done/total`` counts the agents spawned so far.
 
-When the script exits 0 the workflow waits for the agents still running, then ends with the
-script's stdout tail and every agent's outcome. Any other exit fails the workflow with the
+Every request line gets a reply, one that is not a request an error. The workflow follows
+the script's exit, not its pipes: once the script has exited, what it left running (a child
+holding its pipe open, say) is killed, verified. When the script exits 0 the workflow waits
+for the agents still running, then ends with the script's stdout tail and every agent's
+outcome. Any other exit fails the workflow with the
 script's stderr tail; the agents still running are stopped.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shlex
 import sys
@@ -33,13 +37,15 @@ from taskloom.agents.workflow import (
     caller_policy,
     refused_agent_type,
 )
-from taskloom.errors import TaskloomError, ToolError
+from taskloom.errors import ToolError
 from taskloom.tasks.narrow import as_shell
 from taskloom.tasks.types import TaskStatus
 
 if TYPE_CHECKING:
     from taskloom.agents.service import AgentService
     from taskloom.tools.base import ToolContext
+
+log = logging.getLogger(__name__)
 
 #: Most characters of the script's stdout (and, on failure, stderr) in the workflow's result.
 TAIL_CHARS = 2000
@@ -112,7 +118,7 @@ class ScriptRun(WorkflowRun):
             os.close(reply_r)
         self.script_task = launched.task_id
         try:
-            await self._serve(request_r, reply_w)
+            await self._serve_until_exit(request_r, reply_w)
             await self._after_script()
         except BaseException:  # stopped: the kill that follows stops what they started
             self._cancel_all()
@@ -125,15 +131,47 @@ class ScriptRun(WorkflowRun):
         for agent in self._agents:
             agent.cancel()
 
-    async def _serve(self, request_fd: int, reply_fd: int) -> None:
-        """Answer the script's requests until it closes its end (it exited)."""
+    async def _serve_until_exit(self, request_fd: int, reply_fd: int) -> None:
+        """Answer the script's requests until it exits; then stop what it left running.
+
+        Not until its request pipe closes: a child the script left behind holds the pipe open,
+        and would keep the workflow running as long as it lives. What is left of the script's
+        processes is killed, verified, once it has exited.
+        """
+        from taskloom.process.kill import kill_tree
+
+        read_end, write_end = os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb")
+        serving = asyncio.ensure_future(self._serve(read_end, write_end))
+        ending = asyncio.ensure_future(self._script_end())
+        try:
+            done, _ = await asyncio.wait({serving, ending}, return_when=asyncio.FIRST_COMPLETED)
+            if serving in done:
+                serving.result()  # what broke the serving, if anything did
+            await ending  # the pipe may close before the script has exited
+        finally:
+            for task in (serving, ending, *self._replies):
+                task.cancel()  # nobody reads the replies of a script that exited
+            await asyncio.gather(serving, ending, return_exceptions=True)
+            read_end.close()
+            write_end.close()
+        report = await kill_tree(None, tag=self.script_task, grace=self.runtime.kill_grace)
+        if not report.verified:
+            log.warning("workflow %s: its script's processes survived: %s", self.task_id,
+                        report.survivors)  # fmt: skip
+
+    async def _script_end(self) -> None:
+        """Return once the script's task has ended."""
+        state = self.runtime.get(self.script_task)
+        while state is not None and not state.terminal:
+            state = await self.runtime.wait(self.script_task, END_WAIT_S)
+
+    async def _serve(self, read_end: Any, write_end: Any) -> None:
+        """Answer the script's requests as they come, until its request pipe closes."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=2**24)
-        read_end = os.fdopen(request_fd, "rb")
         transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), read_end
         )
-        write_end = os.fdopen(reply_fd, "wb")
         out, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, write_end)
         try:
             while line := await reader.readline():
@@ -146,13 +184,18 @@ class ScriptRun(WorkflowRun):
 
     async def _answer(self, line: bytes, out: asyncio.WriteTransport) -> None:
         """One request's reply, written when it is ready (a wait may take long)."""
-        request: dict[str, Any] = {}
+        request: Any = None
         try:
             request = json.loads(line)
+            if not isinstance(request, dict):
+                raise ValueError(
+                    f"a request is a JSON object, got {type(request).__name__}: "
+                    f"{line.decode(errors='replace').strip()[:200]!r}"
+                )
             reply = {"value": await self._do(request)}
         except _Failed as exc:
             reply = {"failed": str(exc)}
-        except (ToolError, TaskloomError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # every request line gets an answer, or its script hangs
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         reply["id"] = request.get("id") if isinstance(request, dict) else None
         if not out.is_closing():
@@ -227,10 +270,7 @@ class ScriptRun(WorkflowRun):
 
     async def _after_script(self) -> None:
         """The script exited: end the workflow as its exit says (see the module docstring)."""
-        state = self.runtime.get(self.script_task)
-        while state is not None and not state.terminal:
-            state = await self.runtime.wait(self.script_task, END_WAIT_S)
-        shell = as_shell(state)
+        shell = as_shell(self.runtime.get(self.script_task))
         code = shell.exit_code if shell is not None else None
         if code == 0:
             await asyncio.gather(*(asyncio.shield(a) for a in self._agents))

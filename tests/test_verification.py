@@ -317,11 +317,15 @@ def test_the_read_only_policy_lets_reads_tests_and_temp_writes_through(
 def test_inline_interpreter_code_is_refused_with_what_to_do_instead(tmp_path: Path) -> None:
     _, reason = _decision(tmp_path, "python -c 'print(1)'")
     assert "inline python code (-c)" in reason
-    assert "python -m pytest" in reason and "by its path" in reason
+    assert "python -m pytest" in reason
+    # Nothing steers it to a script of its own, which the policy could not judge.
+    assert "/tmp" not in reason and "temporary" not in reason and "by its path" not in reason
     _, reason = _decision(tmp_path, "git -C d commit -m x")
     assert "'git commit -m x'" in reason
     _, reason = _decision(tmp_path, "echo 'rm x' | sh")
-    assert "on its input" in reason
+    assert "on its input" in reason and "/tmp" not in reason and "by its path" not in reason
+    _, reason = _decision(tmp_path, "echo x > notes.md")
+    assert "notes.md" in reason and "/tmp" not in reason and "temporary" not in reason
 
 
 def _spawn_verifier() -> Turn:

@@ -21,7 +21,7 @@ Check = Callable[[list[str], bool, tuple[str, ...]], "str | None"]
 def fed_code(what: str) -> str:
     return (
         f"it feeds {what} the commands or code to run on its input, which cannot be judged "
-        "from the command's text; run a script by its path"
+        "from the command's text"
     )
 
 
@@ -78,8 +78,7 @@ def interpreter_check(program: str) -> Check | None:
 def _inline(program: str, option: str) -> str:
     return (
         f"it runs inline {program} code ({option}), which a read-only agent may not run: what "
-        "code does cannot be judged from its text. Run tests as `python -m pytest ...`, and "
-        "code as a script by its path (one may be written under the temporary directory)"
+        "code does cannot be judged from its text. Run tests as `python -m pytest ...`"
     )
 
 

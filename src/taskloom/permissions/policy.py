@@ -363,8 +363,7 @@ class PermissionPolicy:
             return None
         return (
             f"Permission to use {name} has been denied: this agent is read-only, and {why}. "
-            "Run commands that only read and test; a throw-away script may go under the "
-            "temporary directory (/tmp)."
+            "Run only commands that read and test, and do not try to change files another way."
         )
 
     def _person(self, name: str) -> Decision:

@@ -14,7 +14,7 @@ also denies, in every mode and whatever a PreToolUse hook answers:
   ``xargs``...), inside ``$(...)``, backticks and ``sh -c '...'``. It is refused for:
 
   - an output redirection to anything but ``/dev/null`` or a file under the temporary
-    directory (where a verifier may keep a throw-away script);
+    directory (scratch output);
   - a program or subcommand that changes files, the repository or the installed packages
     (:data:`WRITING_COMMANDS`; git's options before its subcommand, such as ``-C``, ``-c``,
     ``--git-dir``, are looked past), unless every file it writes is under the temporary

@@ -82,6 +82,62 @@ CP_COPIES = [
     "cp -S s a /tmp/b",  # -S's value is the suffix "s"
 ]
 
+#: Code fed on an input, programs known only at run time, wrappers that run a command.
+HIDDEN_WRITES = [
+    "python3 /dev/stdin <<< 'open(1)'",
+    "bash /dev/stdin <<< 'rm f'",
+    "source /dev/stdin <<< 'rm f'",
+    ". /dev/fd/0 <<< 'rm f'",
+    "sh /proc/self/fd/0 < cmds",
+    "bash <(echo 'rm f')",
+    "node /dev/stdin < code.js",
+    "$(echo rm) f",
+    "`echo rm` f",
+    "${RM:-rm} f",
+    "$'rm' f",
+    "$cmd f",
+    "busybox rm f",
+    "flock /tmp/l rm f",
+    "flock /tmp/l -c 'rm f'",
+    "flock -w 5 /tmp/l git commit -m x",
+    "flock .lock pytest",
+    "watch -n 1 rm f",
+    "watch 'echo x > f'",
+    "parallel rm ::: a b",
+    "parallel -j 4 rm {} ::: a b",
+    "cat cmds | parallel",
+    "script -c 'rm f' /dev/null",
+    "script -qc 'rm f' /tmp/log",
+    "script -c 'pytest'",
+    "su -c 'rm f'",
+    "su user -c 'rm f'",
+    "su user",
+    "awk -i inplace '{print}' f",
+    "gawk --include=inplace '{print}' f",
+    "sort -o f f",
+    "sort f --output=f",
+    "ed f",
+    "vim -c wq f",
+]
+
+HIDDEN_READS = [
+    "bash /tmp/check.sh",
+    "source .venv/bin/activate && pytest -q",
+    "python3 tests/check.py",
+    'for f in $(ls); do echo "$f"; done',
+    "echo $HOME",
+    "busybox ls",
+    "flock /tmp/l pytest -q",
+    "watch -n 1 git status",
+    "parallel -j 2 wc -l ::: a b",
+    "script -qc 'pytest -q' /dev/null",
+    "su user -c 'git status'",
+    "awk '{print $1}' f",
+    "sort -o /tmp/sorted f",
+    "sort -k 2 f",
+    "diff <(sort a) <(sort b)",
+]
+
 
 def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     policy = PermissionPolicy("bypassPermissions", (), tmp_path).read_only()
@@ -89,7 +145,7 @@ def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     return decision.behavior, decision.reason
 
 
-@pytest.mark.parametrize("command", HEREDOC_WRITES + SED_WRITES + CP_LINKS)
+@pytest.mark.parametrize("command", HEREDOC_WRITES + SED_WRITES + CP_LINKS + HIDDEN_WRITES)
 def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     tmp_path: Path, command: str
 ) -> None:
@@ -98,7 +154,7 @@ def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     assert "read-only" in reason
 
 
-@pytest.mark.parametrize("command", HEREDOC_READS + SED_READS + CP_COPIES)
+@pytest.mark.parametrize("command", HEREDOC_READS + SED_READS + CP_COPIES + HIDDEN_READS)
 def test_heredoc_bodies_comments_and_scripts_are_not_taken_for_commands(
     tmp_path: Path, command: str
 ) -> None:
@@ -110,3 +166,7 @@ def test_the_refusals_say_what_was_seen(tmp_path: Path) -> None:
     assert "rm -rf src" in _decide(tmp_path, "cat <<\\EOF\nhi\nEOF\nrm -rf src")[1]
     assert "sed -i" in _decide(tmp_path, "sed -ri s/a/b/ f")[1]
     assert "cp making links" in _decide(tmp_path, "cp -al src /tmp/q/")[1]
+    assert "known only when the command runs" in _decide(tmp_path, "$(echo rm) f")[1]
+    assert "on its input" in _decide(tmp_path, "bash /dev/stdin <<< 'rm f'")[1]
+    assert "lock file .lock" in _decide(tmp_path, "flock .lock pytest")[1]
+    assert "records the session in typescript" in _decide(tmp_path, "script -c 'pytest'")[1]

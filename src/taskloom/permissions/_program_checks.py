@@ -58,7 +58,7 @@ def interpreter_check(program: str) -> Check | None:
             if arg == "-":
                 return fed_code(program)
             if not arg.startswith("-"):
-                return None  # a script by its path
+                return fed_code(program) if fed_path(arg) else None  # a script by its path
             for j, letter in enumerate(arg[1:] if not arg.startswith("--") else ""):
                 if letter in inline:
                     return _inline(program, f"-{letter}")
@@ -271,3 +271,31 @@ def cp(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
     if seen & {"-s", "-l"} or _has_long(seen, "--symbolic-link", 4) or _has_long(seen, "--link", 3):
         return "it runs cp making links (-s, -l), which like ln may let a file be written"
     return _CP_WRITES(args, fed, allowed)
+
+
+_FED_PATH = re.compile(r"/dev/stdin|/dev/fd/\d+|/proc/(self|thread-self|\d+)/fd/\d+|<\(.*")
+
+
+def fed_path(arg: str) -> bool:
+    """Whether ``arg``, named as a script, is the command's input or a pipe (``<(...)``)."""
+    return _FED_PATH.fullmatch(arg) is not None
+
+
+def source(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``source`` / ``.``: a script by its path is not judged; its input or a pipe is fed code."""
+    return fed_code("the shell") if args and fed_path(args[0]) else None
+
+
+def sort(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``sort -o FILE`` writes FILE."""
+    files, _ = _saves(args, "okStT", "o", ("--output",))
+    outside = [f for f in files if outside_temp(f, allowed)]
+    return f"it runs sort -o {outside[0]}, which writes it" if outside else None
+
+
+def awk(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``awk -i inplace`` (gawk's in-place extension) edits its files."""
+    loaded, _ = _saves(args, "FvfilEW", "il", ("--include", "--load"))
+    if any(name.startswith("inplace") for name in loaded):
+        return "it runs awk -i inplace, which edits files in place"
+    return None

@@ -170,7 +170,7 @@ def without_redirections(words: list[str]) -> list[str]:
             skip = False
             continue
         found = _REDIRECTION.match(word)
-        if found is None:
+        if found is None or word.startswith(("<(", ">(")):  # a process substitution's pipe
             kept.append(word)
         else:
             skip = found.end() == len(word)  # the bare operator: its word follows

@@ -11,38 +11,58 @@ also denies, in every mode and whatever a PreToolUse hook answers:
   (:func:`shell_writes`). Each simple command is read after the shell's own words (``(``,
   ``{``, ``!``, ``if``/``then``/``do``/``case ... in`` and the like), variable assignments and
   wrappers (``env`` -- its ``-C`` and ``-S`` too --, ``sudo``, ``nice``, ``timeout``,
-  ``xargs``...), inside ``$(...)``, backticks and ``sh -c '...'``. It is refused for:
+  ``xargs``, ``busybox``...), inside ``$(...)``, backticks, ``sh -c '...'`` and the commands
+  ``flock``, ``watch``, ``parallel``, ``script -c`` and ``su -c`` run. Its text is read as
+  bash reads it (:mod:`taskloom.permissions._shell_text`): heredoc bodies are data,
+  comments nothing. It is refused for:
 
   - an output redirection to anything but ``/dev/null`` or a file under the temporary
     directory (scratch output);
   - a program or subcommand that changes files, the repository or the installed packages
     (:data:`WRITING_COMMANDS`; git's options before its subcommand, such as ``-C``, ``-c``,
     ``--git-dir``, are looked past), unless every file it writes is under the temporary
-    directory (``cp``, ``mv``, ``rm``, ``mkdir``, ``touch``, ``tee``);
+    directory (``cp``, ``mv``, ``rm``, ``mkdir``, ``touch``, ``tee``, ``sort -o``); ``sed -i``
+    and ``awk -i inplace`` as their options parse (``sed -ni``, ``sed -i.bak``); ``cp -s`` or
+    ``-l`` (a link written through writes what it points to), wherever it goes; editors
+    (``ed``, ``ex``, ``vi``); ``flock``'s lock file and ``script``'s record outside the
+    temporary directory;
+  - a program known only when the command runs (``$cmd``, ``$(...)`` or a backtick as the
+    program word);
   - ``find -delete``, ``-fprint*``, ``-fls``, and ``-exec`` of a writing command; ``tar``
     extracting or creating, ``unzip``, ``zip``, ``gzip`` and the like writing files;
     ``curl -o/-O`` and ``wget`` saving outside the temporary directory;
   - text run as commands: ``eval``, a shell reading its commands from its input (``| sh``,
-    ``bash <<EOF``);
+    ``bash <<EOF``, ``su`` or ``script`` without ``-c``, ``parallel`` without a command),
+    or from a pipe or its input named as a file (``/dev/stdin``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``, ``<(...)``; ``source`` too);
   - inline code of an interpreter (``python -c``, ``node -e``, ``perl -e``, ``ruby -e``...) or
     code fed on its input (``python -``): what code does cannot be judged from its text. A
     verifier runs tests as ``python -m pytest`` and scripts by their path.
 
 What is **not** caught: what a program does that its command line does not show -- a script
 run by its path, a test suite writing a cache, a build (``make``, ``npm run``, ``cargo
-build``), a formatter, ``awk``'s own ``print > file``, a program's configuration, variables
-expanded at run time (``$cmd``). The agent's prompt forbids those; the policy cannot see them.
+build``), a formatter, ``awk``'s own ``print > file``, sed's ``w`` and ``e`` commands, a
+program's configuration, variables expanded at run time in arguments (``rm $f``), links
+already in the tree a copy keeps (``cp -a``). The agent's prompt forbids those; the policy
+cannot see them.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
 from collections.abc import Iterable
 
 from taskloom.permissions import _program_checks as checks
-from taskloom.permissions._shell_text import redirect_target, scan, temp_roots, without_redirections
+from taskloom.permissions._shell_text import (
+    outside_temp,
+    redirect_target,
+    scan,
+    temp_roots,
+    without_redirections,
+)
 from taskloom.permissions.matchers import command_matches, split_command, with_hidden
 from taskloom.permissions.rules import PermissionRequest
 
@@ -50,7 +70,7 @@ from taskloom.permissions.rules import PermissionRequest
 WRITING_COMMANDS: tuple[str, ...] = (
     *(f"{p}:*" for p in ("rm", "rmdir", "mv", "cp", "touch", "mkdir", "ln", "chmod", "chown",
                          "chgrp", "truncate", "dd", "tee", "install", "patch", "shred",
-                         "unlink", "rsync", "mkfifo", "zip")),
+                         "unlink", "rsync", "mkfifo", "zip", "ed", "ex", "vi", "vim", "nvim")),
     "perl -i*", "perl *-pi*",
     *(f"git {s}:*" for s in ("add", "commit", "push", "checkout", "switch", "reset", "restore",
                              "rm", "mv", "stash", "apply", "am", "clean", "merge", "rebase",
@@ -90,6 +110,7 @@ _WRAPPERS: dict[str, frozenset[str]] = {
     "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
     "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"}),
     "doas": frozenset({"-u", "-C"}),
+    "busybox": frozenset(),
     "xargs": frozenset({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file",
                         "--delimiter", "--eof", "--replace", "--max-lines", "--max-args",
                         "--max-procs", "--max-chars", "--process-slot-var"}),
@@ -189,6 +210,11 @@ def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | 
     """Why the command ``argv`` writes files; ``fed``: more arguments come from ``xargs``."""
     if not argv:
         return None
+    if "$" in argv[0] or "`" in argv[0]:
+        return (
+            f"its program ({argv[0]}) is known only when the command runs, so what it does "
+            "cannot be judged from the command's text"
+        )
     program = os.path.basename(argv[0])
     args = argv[1:]
     if program == "git":
@@ -225,8 +251,10 @@ def _shell(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
         arg = args[i]
         if arg in ("--version", "--help"):
             return ""
-        if not arg.startswith(("-", "+")) or arg in ("-", "--"):
-            return None if arg not in ("-", "--") else checks.fed_code("a shell")
+        if arg in ("-", "--") or checks.fed_path(arg):
+            return checks.fed_code("a shell")
+        if not arg.startswith(("-", "+")):
+            return None  # a script by its path
         if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
             return _line_writes(args[i + 1], allowed) or "" if i + 1 < len(args) else ""
         if arg.startswith("-") and not arg.startswith("--") and "s" in arg[1:]:
@@ -257,8 +285,125 @@ def _find(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
     return None
 
 
+def _parse(
+    args: list[str], takes: frozenset[str], permute: bool = False
+) -> tuple[dict[str, str], list[str]]:
+    """A wrapper's options (name: value, "" for a flag) and its operands.
+
+    Args:
+        args: Its arguments.
+        takes: Its options that take a value (``-c CMD``, ``-cCMD``, ``--command=CMD``).
+        permute: Options may follow operands (GNU getopt); else the first operand ends them.
+    """
+    options: dict[str, str] = {}
+    operands: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            return options, operands + args[i:]
+        if not arg.startswith("-") or arg == "-":
+            operands.append(arg)
+            if not permute:
+                return options, operands + args[i:]
+            continue
+        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if not arg.startswith("--"):  # a cluster: -qc CMD, -cCMD
+            for j, letter in enumerate(arg[1:], start=2):
+                name, equals, value = f"-{letter}", "", ""
+                if name in takes:
+                    equals, value = ("=", arg[j:]) if arg[j:] else ("", "")
+                    break
+                options[name] = ""
+        if name in takes and not equals:
+            value = args[i] if i < len(args) else ""
+            i += 1
+        options[name] = value
+    return options, operands
+
+
+def _command_of(options: dict[str, str], names: tuple[str, ...]) -> str | None:
+    return next((options[n] for n in names if n in options), None)
+
+
+def _flock(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``flock [opts] FILE CMD...`` or ``FILE -c CMD``: it creates FILE; its command is judged."""
+    takes = frozenset(
+        {"-w", "--wait", "--timeout", "-E", "--conflict-exit-code", "-c", "--command"}
+    )
+    options, operands = _parse(args, takes)
+    if not operands:
+        return None
+    lock, rest = operands[0], operands[1:]
+    if not lock.isdigit() and rest and outside_temp(lock, allowed):
+        return f"it runs flock, which creates its lock file {lock}"
+    line = _command_of(options, ("-c", "--command"))
+    if rest[:1] in (["-c"], ["--command"]):
+        line = rest[1] if len(rest) > 1 else ""
+    elif line is None:
+        return _argv_writes(_unwrapped(rest)[0], fed, allowed)
+    return _line_writes(line, allowed) or ""
+
+
+def _watch(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``watch [opts] CMD...``: the command it runs again and again, judged."""
+    takes = frozenset({"-n", "--interval", "-q", "--equexit"})
+    _, operands = _parse(args, takes)
+    return _line_writes(" ".join(operands), allowed) or "" if operands else None
+
+
+def _parallel(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``parallel [opts] CMD ::: ARGS``: its command judged; commands on its input refused.
+
+    Its many options are not all known: the command is judged from every word before
+    ``:::`` on, so an option's value is never taken for the whole command.
+    """
+    words = list(itertools.takewhile(lambda w: not w.startswith(":::"), args))
+    starts = [i for i, w in enumerate(words) if not w.startswith("-")]
+    if not starts:
+        return None if fed else checks.fed_code("parallel")
+    for i in starts:
+        why = _argv_writes(_unwrapped(words[i:])[0], True, allowed)
+        if why is not None:
+            return why
+    return None
+
+
+def _script(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``script [-c CMD] [FILE]``: it records to FILE (``typescript``); its command judged."""
+    logs = ("-I", "--log-in", "-O", "--log-out", "-B", "--log-io", "-T", "--log-timing")
+    takes = frozenset({"-c", "--command", "-E", "--echo", "-m", "--logging-format", *logs})
+    options, operands = _parse(args, takes, permute=True)
+    if "-V" in options or "--version" in options or "-h" in options or "--help" in options:
+        return ""
+    written = [*operands[:1], *(options[o] for o in logs if o in options)] or ["typescript"]
+    outside = [w for w in written if outside_temp(w, allowed)]
+    if outside:
+        return f"it runs script, which records the session in {outside[0]}"
+    line = _command_of(options, ("-c", "--command"))
+    return checks.fed_code("script") if line is None else _line_writes(line, allowed) or ""
+
+
+def _su(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``su [-c CMD] [USER]``: its command judged; a shell reading its input refused."""
+    takes = frozenset({"-c", "--command", "-s", "--shell", "-g", "--group", "-G",
+                       "--supp-group", "-w", "--whitelist-environment"})  # fmt: skip
+    options, _ = _parse(args, takes, permute=True)
+    line = _command_of(options, ("-c", "--command"))
+    return checks.fed_code("su") if line is None else _line_writes(line, allowed) or ""
+
+
 _CHECKS: dict[str, checks.Check] = {
     **dict.fromkeys(_SHELLS, _shell),
+    **dict.fromkeys(("source", "."), checks.source),
+    **dict.fromkeys(("su", "runuser"), _su),
+    "flock": _flock,
+    "watch": _watch,
+    "parallel": _parallel,
+    "script": _script,
+    "sort": checks.sort,
+    **dict.fromkeys(("awk", "gawk"), checks.awk),
     "eval": _eval,
     "cp": checks.cp,
     "sed": checks.sed,

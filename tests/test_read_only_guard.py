@@ -138,6 +138,87 @@ HIDDEN_READS = [
     "diff <(sort a) <(sort b)",
 ]
 
+GIT_WRITES = [
+    "git branch newb",
+    "git branch -f main HEAD",
+    "git branch -u origin/main",
+    "git diff --output=f",
+    "git log --output=f",
+    "git log --output f",
+    "git archive -o x.tar HEAD",
+    "git archive --output=x.tar HEAD",
+    "git bundle create b.bundle HEAD",
+    "git hash-object -w f",
+    "git merge-file a b c",
+    "git remote update",
+    "git remote prune origin",
+    "git remote set-head origin -a",
+    "git rerere",
+    "git init-db",
+    "git stash",
+    "git stash pop",
+    "git tag v1",
+    "git tag -d v1",
+    "git config user.email a@b",
+    "git config --unset user.email",
+    "git config set user.email a@b",
+    "git worktree add ../w",
+    "git submodule update --init",
+    "git notes add -m x",
+    "git bisect start",
+    "git reflog expire --all",
+    "git -c core.pager='rm f' log",
+    "git -c alias.x='!rm f' x",
+    "git -c diff.x.textconv=sh log -p",
+    "git --config-env=core.editor=ED commit",
+    "git --config-env=core.pager=P log",
+    "GIT_PAGER='rm f' git log",
+    "env GIT_EXTERNAL_DIFF=./x git diff",
+    "PAGER='rm f' git log",
+    "export GIT_PAGER='rm f'",
+    "git --exec-path=/tmp/x status",
+    "git -C d commit -m x",
+]
+
+#: Ordinary reads, refused before.
+PLAIN_READS = [
+    "git stash list",
+    "git stash show -p stash@{0}",
+    "git tag",
+    "git tag -l 'v*'",
+    "git tag --contains HEAD",
+    "git config --get user.email",
+    "git config --list",
+    "git config -l",
+    "git config user.email",
+    "git config get user.email",
+    "git worktree list",
+    "git submodule status",
+    "git submodule",
+    "git notes list",
+    "git notes",
+    "git bisect log",
+    "git branch",
+    "git branch -a",
+    "git branch --format '%(refname)'",
+    "git branch --contains HEAD",
+    "git remote -v",
+    "git remote show origin",
+    "git reflog",
+    "git reflog show HEAD",
+    "git apply --check p.diff",
+    "git merge-file -p a b c",
+    "git format-patch --stdout -1",
+    "git -c color.ui=never log",
+    "git --no-pager log -3",
+    "GIT_AUTHOR_NAME=x git log",
+    "command -v python",
+    "command -V git",
+    "node --test",
+    "node --test tests/",
+    "sed -n '/-i/p' f",
+]
+
 
 def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     policy = PermissionPolicy("bypassPermissions", (), tmp_path).read_only()
@@ -145,7 +226,9 @@ def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     return decision.behavior, decision.reason
 
 
-@pytest.mark.parametrize("command", HEREDOC_WRITES + SED_WRITES + CP_LINKS + HIDDEN_WRITES)
+@pytest.mark.parametrize(
+    "command", HEREDOC_WRITES + SED_WRITES + CP_LINKS + HIDDEN_WRITES + GIT_WRITES
+)
 def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     tmp_path: Path, command: str
 ) -> None:
@@ -154,7 +237,9 @@ def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     assert "read-only" in reason
 
 
-@pytest.mark.parametrize("command", HEREDOC_READS + SED_READS + CP_COPIES + HIDDEN_READS)
+@pytest.mark.parametrize(
+    "command", HEREDOC_READS + SED_READS + CP_COPIES + HIDDEN_READS + PLAIN_READS
+)
 def test_heredoc_bodies_comments_and_scripts_are_not_taken_for_commands(
     tmp_path: Path, command: str
 ) -> None:

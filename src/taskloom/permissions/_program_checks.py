@@ -53,6 +53,8 @@ def interpreter_check(program: str) -> Check | None:
         i = 0
         while i < len(args):
             arg = args[i]
+            if name in ("node", "nodejs") and arg.split("=")[0] in ("--test", "--run"):
+                return None  # the test files (a package script) it finds: not fed code
             if arg in longs or arg.startswith(tuple(f"{o}=" for o in longs)):
                 return _inline(program, arg)
             if arg == "-":

@@ -19,8 +19,11 @@ also denies, in every mode and whatever a PreToolUse hook answers:
   - an output redirection to anything but ``/dev/null`` or a file under the temporary
     directory (scratch output);
   - a program or subcommand that changes files, the repository or the installed packages
-    (:data:`WRITING_COMMANDS`; git's options before its subcommand, such as ``-C``, ``-c``,
-    ``--git-dir``, are looked past), unless every file it writes is under the temporary
+    (:data:`WRITING_COMMANDS`; git as :mod:`taskloom.permissions._git_check` reads it: the
+    subcommands and forms that write -- ``git tag v1``, ``git stash``, ``git branch new``,
+    ``git config k v``, ``--output=`` -- not those that read -- ``git tag -l``, ``git stash
+    list``, ``git config --get`` --, and a ``-c``/``--config-env`` key or a variable such as
+    ``GIT_PAGER`` whose value git runs), unless every file it writes is under the temporary
     directory (``cp``, ``mv``, ``rm``, ``mkdir``, ``touch``, ``tee``, ``sort -o``); ``sed -i``
     and ``awk -i inplace`` as their options parse (``sed -ni``, ``sed -i.bak``); ``cp -s`` or
     ``-l`` (a link written through writes what it points to), wherever it goes; editors
@@ -56,6 +59,7 @@ import shlex
 from collections.abc import Iterable
 
 from taskloom.permissions import _program_checks as checks
+from taskloom.permissions._git_check import env_writes, git
 from taskloom.permissions._shell_text import (
     outside_temp,
     redirect_target,
@@ -72,18 +76,6 @@ WRITING_COMMANDS: tuple[str, ...] = (
                          "chgrp", "truncate", "dd", "tee", "install", "patch", "shred",
                          "unlink", "rsync", "mkfifo", "zip", "ed", "ex", "vi", "vim", "nvim")),
     "perl -i*", "perl *-pi*",
-    *(f"git {s}:*" for s in ("add", "commit", "push", "checkout", "switch", "reset", "restore",
-                             "rm", "mv", "stash", "apply", "am", "clean", "merge", "rebase",
-                             "cherry-pick", "revert", "tag", "pull", "fetch", "init",
-                             "worktree", "config", "branch -d", "branch -D", "branch -m",
-                             "branch -M", "branch -c", "branch -C", "branch --delete",
-                             "branch --move", "branch --copy", "gc", "prune", "repack",
-                             "pack-refs", "notes", "update-ref", "update-index",
-                             "checkout-index", "read-tree", "symbolic-ref", "submodule",
-                             "sparse-checkout", "bisect", "filter-branch", "replace", "lfs",
-                             "maintenance", "format-patch", "reflog expire", "reflog delete",
-                             "remote add", "remote remove", "remote rm", "remote rename",
-                             "remote set-url", "clone")),
     *(f"{pm}:*" for pm in ("pip install", "pip uninstall", "pip3 install", "uv add", "uv pip",
                            "uv sync", "poetry add", "poetry install", "npm install", "npm i",
                            "npm ci", "npm uninstall", "yarn add", "yarn install", "pnpm add",
@@ -140,15 +132,22 @@ def _line_writes(command: str, allowed: tuple[str, ...]) -> str | None:
         if target is not None:
             return f"it writes to {target} by an output redirection"
     for part in parts:
-        argv, fed = _argv(part)
+        argv, fed, assigned = _argv(part)
+        if argv[:1] == ["export"]:
+            assigned, argv = argv[1:], []
+        if not argv or os.path.basename(argv[0]) == "git":  # git runs a GIT_PAGER's value
+            assigned = [a for a in assigned if _ASSIGNMENT.fullmatch(a)]
+            why = env_writes(assigned)
+            if why is not None:
+                return why
         why = _argv_writes(argv, fed, allowed)
         if why is not None:
             return why
     return None
 
 
-def _argv(part: str) -> tuple[list[str], bool]:
-    """The words of the command ``part`` runs, and whether ``xargs`` adds to them."""
+def _argv(part: str) -> tuple[list[str], bool, list[str]]:
+    """The words of the command ``part`` runs, whether ``xargs`` adds, and variables set."""
     text = part.strip()
     if text.startswith("(") and not text.startswith("((") and text.endswith(")"):
         text = text[1:-1]  # a subshell
@@ -156,7 +155,10 @@ def _argv(part: str) -> tuple[list[str], bool]:
         words = shlex.split(text)
     except ValueError:  # unbalanced quotes: the shell would refuse it; judge the words
         words = text.split()
-    return _unwrapped(without_redirections(words))
+    words = without_redirections(words)
+    argv, fed = _unwrapped(words)
+    before = words[: len(words) - len(argv)]
+    return argv, fed, [w for w in before if _ASSIGNMENT.fullmatch(w)]
 
 
 def _unwrapped(words: list[str]) -> tuple[list[str], bool]:
@@ -194,6 +196,8 @@ def _after_wrapper(wrapper: str, words: list[str]) -> list[str]:
         option, words = words[0], words[1:]
         if option == "--":
             break
+        if wrapper == "command" and option in ("-v", "-V"):
+            return []  # it names the program, and runs nothing
         if wrapper == "env" and (option in ("-S", "--split-string") or option.startswith("-S")):
             value = option[2:] if option.startswith("-S") and option != "-S" else ""
             if not value and words:
@@ -217,8 +221,6 @@ def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | 
         )
     program = os.path.basename(argv[0])
     args = argv[1:]
-    if program == "git":
-        args = _without_git_globals(args)
     check = _CHECKS.get(program) or checks.interpreter_check(program)
     if check is not None:
         why = check(args, fed, allowed)
@@ -229,16 +231,6 @@ def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | 
         if command_matches(pattern, line):
             return f"it runs {line!r}, which changes files ({pattern})"
     return None
-
-
-def _without_git_globals(args: list[str]) -> list[str]:
-    """The arguments of git from its subcommand on (``-C d``, ``-c k=v``... dropped)."""
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        takes_value = args[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace",
-                                  "--super-prefix", "--config-env")  # fmt: skip
-        i += 2 if takes_value else 1
-    return args[i:]
 
 
 # -- what one program's arguments show ------------------------------------------------------
@@ -405,6 +397,7 @@ _CHECKS: dict[str, checks.Check] = {
     "sort": checks.sort,
     **dict.fromkeys(("awk", "gawk"), checks.awk),
     "eval": _eval,
+    "git": git,
     "cp": checks.cp,
     "sed": checks.sed,
     "mv": checks.temp_writer(False, frozenset({"-t", "-S", "--suffix"})),

@@ -219,6 +219,85 @@ PLAIN_READS = [
     "sed -n '/-i/p' f",
 ]
 
+PACKAGE_WRITES = [
+    "pip install x",
+    "pip -q install x",
+    "pip --quiet install x",
+    "pip --log /tmp/l install x",
+    "pip3.11 install x",
+    "python -m pip -q install x",
+    "python -m pip uninstall x",
+    "python3.11 -m pip install x",
+    "python3 -mpip install x",
+    "pip download x",
+    "pip wheel x",
+    "pip config set global.x y",
+    "npm update",
+    "npm audit fix",
+    "npm rm x",
+    "npm add x",
+    "npm link",
+    "npm version patch",
+    "npm pkg set name=x",
+    "npm init -y",
+    "npm --prefix x install",
+    "npm ci",
+    "yarn",
+    "yarn remove x",
+    "yarn upgrade",
+    "pnpm i",
+    "pnpm audit --fix",
+    "uv lock",
+    "uv remove x",
+    "uv venv",
+    "uv pip install x",
+    "uv export -o req.txt",
+    "poetry lock",
+    "poetry remove x",
+    "cargo add serde",
+    "go mod tidy",
+    "go install ./...",
+    "go env -w GOFLAGS=x",
+    "pipx install x",
+    "conda install x",
+    "conda config --set x y",
+    "apt-get install x",
+]
+
+PACKAGE_READS = [
+    "pip list",
+    "pip -q show x",
+    "pip3.11 freeze",
+    "python -m pip list",
+    "python3 -m pip --version",
+    "pip config list",
+    "npm ls",
+    "npm audit",
+    "npm audit --json",
+    "npm version",
+    "npm test",
+    "npm run build",
+    "npm view x version",
+    "yarn --version",
+    "yarn list",
+    "pnpm ls",
+    "uv tree",
+    "uv pip list",
+    "uv run pytest -q",
+    "uv export",
+    "poetry show",
+    "poetry env info",
+    "cargo test",
+    "cargo tree",
+    "go test ./...",
+    "go mod graph",
+    "go env GOPATH",
+    "go list -u -m all",
+    "conda list",
+    "conda config --show",
+    "python -m pytest -q",
+]
+
 
 def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     policy = PermissionPolicy("bypassPermissions", (), tmp_path).read_only()
@@ -227,7 +306,8 @@ def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize(
-    "command", HEREDOC_WRITES + SED_WRITES + CP_LINKS + HIDDEN_WRITES + GIT_WRITES
+    "command",
+    HEREDOC_WRITES + SED_WRITES + CP_LINKS + HIDDEN_WRITES + GIT_WRITES + PACKAGE_WRITES,
 )
 def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     tmp_path: Path, command: str
@@ -238,7 +318,8 @@ def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
 
 
 @pytest.mark.parametrize(
-    "command", HEREDOC_READS + SED_READS + CP_COPIES + HIDDEN_READS + PLAIN_READS
+    "command",
+    HEREDOC_READS + SED_READS + CP_COPIES + HIDDEN_READS + PLAIN_READS + PACKAGE_READS,
 )
 def test_heredoc_bodies_comments_and_scripts_are_not_taken_for_commands(
     tmp_path: Path, command: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from taskloom.permissions._package_checks import package_check
 from taskloom.permissions._shell_text import outside_temp
 
 #: A check of one program's arguments: why it writes; "" when it surely does not; None when
@@ -64,8 +65,12 @@ def interpreter_check(program: str) -> Check | None:
             for j, letter in enumerate(arg[1:] if not arg.startswith("--") else ""):
                 if letter in inline:
                     return _inline(program, f"-{letter}")
-                if letter in stops:
-                    return None
+                if letter in stops:  # ``-m pip``: a package manager is judged as one
+                    module, after = (
+                        (arg[j + 2 :], i + 1) if arg[j + 2 :] else (_at(args, i + 1), i + 2)
+                    )
+                    manager = package_check(module)
+                    return manager(args[after:], fed, allowed) if manager else None
                 if letter in takes:
                     i += 1 if j == len(arg) - 2 else 0
                     break
@@ -75,6 +80,10 @@ def interpreter_check(program: str) -> Check | None:
         return fed_code(program)
 
     return check
+
+
+def _at(args: list[str], index: int) -> str:
+    return args[index] if index < len(args) else ""
 
 
 def _inline(program: str, option: str) -> str:

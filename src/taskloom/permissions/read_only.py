@@ -23,7 +23,10 @@ also denies, in every mode and whatever a PreToolUse hook answers:
     subcommands and forms that write -- ``git tag v1``, ``git stash``, ``git branch new``,
     ``git config k v``, ``--output=`` -- not those that read -- ``git tag -l``, ``git stash
     list``, ``git config --get`` --, and a ``-c``/``--config-env`` key or a variable such as
-    ``GIT_PAGER`` whose value git runs), unless every file it writes is under the temporary
+    ``GIT_PAGER`` whose value git runs; a package manager as
+    :mod:`taskloom.permissions._package_checks` reads it, its options before the subcommand
+    looked past: ``pip -q install``, ``python3.11 -m pip install``, ``npm audit fix``, bare
+    ``yarn``, ``uv lock``, ``go mod tidy``...), unless every file it writes is under the temporary
     directory (``cp``, ``mv``, ``rm``, ``mkdir``, ``touch``, ``tee``, ``sort -o``); ``sed -i``
     and ``awk -i inplace`` as their options parse (``sed -ni``, ``sed -i.bak``); ``cp -s`` or
     ``-l`` (a link written through writes what it points to), wherever it goes; editors
@@ -60,6 +63,7 @@ from collections.abc import Iterable
 
 from taskloom.permissions import _program_checks as checks
 from taskloom.permissions._git_check import env_writes, git
+from taskloom.permissions._package_checks import package_check
 from taskloom.permissions._shell_text import (
     outside_temp,
     redirect_target,
@@ -76,12 +80,7 @@ WRITING_COMMANDS: tuple[str, ...] = (
                          "chgrp", "truncate", "dd", "tee", "install", "patch", "shred",
                          "unlink", "rsync", "mkfifo", "zip", "ed", "ex", "vi", "vim", "nvim")),
     "perl -i*", "perl *-pi*",
-    *(f"{pm}:*" for pm in ("pip install", "pip uninstall", "pip3 install", "uv add", "uv pip",
-                           "uv sync", "poetry add", "poetry install", "npm install", "npm i",
-                           "npm ci", "npm uninstall", "yarn add", "yarn install", "pnpm add",
-                           "pnpm install", "cargo install", "go install", "go get",
-                           "apt-get", "apt", "brew", "gem install")),
-    "python -m pip install*", "python3 -m pip install*",
+    *(f"{pm}:*" for pm in ("apt-get", "apt", "brew", "gem install", "dnf", "yum", "apk add")),
 )  # fmt: skip
 
 
@@ -221,7 +220,7 @@ def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | 
         )
     program = os.path.basename(argv[0])
     args = argv[1:]
-    check = _CHECKS.get(program) or checks.interpreter_check(program)
+    check = _CHECKS.get(program) or checks.interpreter_check(program) or package_check(program)
     if check is not None:
         why = check(args, fed, allowed)
         if why is not None:

@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
     {"teams"},
     {"harness", "main_thread", "started"},
     {"repl"},
-    {"cli", "__main__", "__init__"},
+    {"cli", "acp", "__main__", "__init__"},
 ]
 
 #: Known violations, to be removed (each must still exist: fixed ones leave this list).

@@ -124,6 +124,10 @@ def main() -> None:
         from taskloom.cli.remote_cmd import main_remote
 
         sys.exit(main_remote(args[1:]))
+    if args and args[0] == "acp":  # an editor's agent, on stdio
+        from taskloom.cli.acp_cmd import main_acp
+
+        sys.exit(main_acp(args[1:]))
     if args and args[0] == "teammate":  # the process of a teammate in a tmux pane
         from taskloom.cli.teammate_cmd import main_teammate
 

@@ -1,0 +1,124 @@
+"""ACP content both ways: a prompt's blocks as the user message, a transcript as updates.
+
+A prompt of text alone is a string, so that ``/name args`` runs a command as the REPL's does;
+one with images is a message of content blocks. A resource link is named for the model
+(``@uri``: it reads the file itself); an embedded resource's text is given as context, in a
+``<context ref="URI">`` element. Audio and binary resources other than images are refused:
+the model cannot take them.
+
+:func:`replay` turns a recorded conversation back into the updates that showed it
+(``session/load``): the user's prompts as ``user_message_chunk``, the answers as
+``agent_message_chunk`` and ``agent_thought_chunk``, each tool call as ``tool_call`` and its
+result as ``tool_call_update``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp.schema import (
+    BlobResourceContents,
+    EmbeddedResourceContentBlock,
+    ImageContentBlock,
+    ResourceContentBlock,
+    TextContentBlock,
+    TextResourceContents,
+)
+
+from taskloom.acp.updates import end_call, result_text, start_call
+from taskloom.messages import (
+    Base64Source,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UrlSource,
+)
+
+#: The image types the model takes.
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+class BadPrompt(ValueError):
+    """A prompt block the session cannot take (the message says which and why)."""
+
+
+def _image(block: ImageContentBlock | BlobResourceContents, index: int) -> ImageBlock:
+    mime = block.mime_type
+    if mime not in IMAGE_TYPES:
+        raise BadPrompt(f"prompt block {index}: image type {mime!r} is not one of {IMAGE_TYPES}")
+    data = block.data if isinstance(block, ImageContentBlock) else block.blob
+    if not data and isinstance(block, ImageContentBlock) and block.uri:
+        return ImageBlock(source=UrlSource(url=block.uri))
+    return ImageBlock(source=Base64Source(media_type=mime, data=data))  # type: ignore[arg-type]
+
+
+def _block(block: Any, index: int) -> TextBlock | ImageBlock:
+    if isinstance(block, TextContentBlock):
+        return TextBlock(text=block.text)
+    if isinstance(block, ImageContentBlock):
+        return _image(block, index)
+    if isinstance(block, ResourceContentBlock):
+        return TextBlock(text=f"@{_path_of(block.uri)}")
+    if isinstance(block, EmbeddedResourceContentBlock):
+        resource = block.resource
+        if isinstance(resource, TextResourceContents):
+            ref = _path_of(resource.uri)
+            return TextBlock(text=f'<context ref="{ref}">\n{resource.text}\n</context>')
+        if isinstance(resource, BlobResourceContents) and resource.mime_type in IMAGE_TYPES:
+            return _image(resource, index)
+        raise BadPrompt(f"prompt block {index}: a binary resource that is not an image")
+    kind = getattr(block, "type", type(block).__name__)
+    raise BadPrompt(f"prompt block {index}: {kind} content is not supported")
+
+
+def _path_of(uri: str) -> str:
+    """A ``file://`` URI as its path; any other URI as it is."""
+    return uri.removeprefix("file://") if uri.startswith("file://") else uri
+
+
+def prompt_of(blocks: Sequence[Any]) -> str | Message:
+    """The user message an ACP prompt is.
+
+    Raises:
+        BadPrompt: A block that cannot be taken, or no block at all.
+    """
+    if not blocks:
+        raise BadPrompt("the prompt is empty")
+    content = [_block(block, i) for i, block in enumerate(blocks)]
+    texts = [b.text for b in content if isinstance(b, TextBlock)]
+    if len(texts) == len(content):
+        return "\n".join(texts)
+    raise BadPrompt("images in a prompt are not supported yet")
+
+
+def replay(messages: Sequence[Message], cwd: Path) -> Iterator[Any]:
+    """The updates that show ``messages`` (a recorded conversation), in order."""
+    for message in messages:
+        for block in message.content:
+            yield from _replayed(message.role, block, cwd)
+
+
+def _replayed(role: str, block: Any, cwd: Path) -> Iterator[Any]:
+    if isinstance(block, TextBlock) and block.text:
+        if role == "user":
+            yield acp.update_user_message_text(block.text)
+        else:
+            yield acp.update_agent_message_text(block.text)
+    elif isinstance(block, ImageBlock) and isinstance(block.source, Base64Source):
+        image = acp.image_block(block.source.data, block.source.media_type)
+        yield acp.update_user_message(image) if role == "user" else acp.update_agent_message(image)
+    elif isinstance(block, ThinkingBlock) and block.thinking:
+        yield acp.update_agent_thought_text(block.thinking)
+    elif isinstance(block, ToolUseBlock):
+        yield start_call(block, cwd)
+    elif isinstance(block, ToolResultBlock):
+        yield end_call(block.tool_use_id, result_text(block.content), block.is_error)
+
+
+__all__ = ["IMAGE_TYPES", "BadPrompt", "prompt_of", "replay"]

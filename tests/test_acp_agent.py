@@ -15,9 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from helpers import TIME_FACTOR, needs, wait_until
+from helpers import TIME_FACTOR, needs, run_processes, wait_until
 from taskloom.harness import Options
 from taskloom.testing import ScriptedModel, ToolCall, Turn
 
@@ -119,3 +117,180 @@ async def test_a_prompt_streams_its_text_and_ends_its_turn(tmp_path: Path) -> No
         await wait_until(lambda: bool(editor.of("available_commands_update")), TIMEOUT)
         names = [c.name for c in editor.of("available_commands_update")[0].available_commands]
         assert "compact" in names
+
+
+def _prompt(client: Any, session_id: str, text: str) -> Any:
+    import acp
+
+    return asyncio.wait_for(
+        client.prompt(session_id=session_id, prompt=[acp.text_block(text)]), TIMEOUT
+    )
+
+
+async def test_read_and_edit_are_tool_calls_with_kinds_locations_and_a_diff(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_text("alpha\nbeta\n")
+    model = ScriptedModel(
+        [
+            Turn(tool_calls=(ToolCall("Read", {"file_path": str(target)}, id="read1"),)),
+            Turn(
+                tool_calls=(
+                    ToolCall(
+                        "Edit",
+                        {"file_path": str(target), "old_string": "beta", "new_string": "gamma"},
+                        id="edit1",
+                    ),
+                )
+            ),
+            Turn(
+                tool_calls=(
+                    ToolCall(
+                        "TodoWrite",
+                        {
+                            "todos": [
+                                {
+                                    "content": "Check",
+                                    "activeForm": "Checking",
+                                    "status": "in_progress",
+                                }
+                            ]
+                        },
+                        id="todo1",
+                    ),
+                )
+            ),
+            Turn(text="Done."),
+        ]
+    )
+    editor = Editor()
+    options = Options(model=model, cwd=tmp_path, permission_mode="acceptEdits")
+    async with connected(options, editor) as (client, _agent):
+        session = await _new(client, tmp_path)
+        said = await _prompt(client, session.session_id, "edit it")
+    assert said.stop_reason == "end_turn"
+    assert target.read_text() == "alpha\ngamma\n"
+    starts = {u.tool_call_id: u for u in editor.of("tool_call")}
+    assert starts["read1"].kind == "read"
+    assert starts["read1"].locations[0].path == str(target)
+    edit = starts["edit1"]
+    assert edit.kind == "edit"
+    (diff,) = edit.content
+    assert (diff.type, diff.path, diff.old_text, diff.new_text) == (
+        "diff",
+        str(target),
+        "beta",
+        "gamma",
+    )
+    ends = {u.tool_call_id: u for u in editor.of("tool_call_update") if u.status}
+    assert ends["read1"].status == "completed"
+    assert "beta" in ends["read1"].content[0].content.text
+    assert ends["edit1"].status == "completed"
+    (plan,) = editor.of("plan")
+    assert [(e.content, e.status) for e in plan.entries] == [("Check", "in_progress")]
+    assert editor.text() == "Done."
+
+
+async def test_permission_rejected_then_allowed_always_is_not_asked_again(
+    tmp_path: Path,
+) -> None:
+    command = {"command": "echo hello-acp"}
+    model = ScriptedModel(
+        [
+            Turn(tool_calls=(ToolCall("Bash", command, id="b1"),)),
+            Turn(text="It was refused."),
+            Turn(tool_calls=(ToolCall("Bash", command, id="b2"),)),
+            Turn(text="It ran."),
+            Turn(tool_calls=(ToolCall("Bash", command, id="b3"),)),
+            Turn(text="It ran again."),
+        ]
+    )
+    editor = Editor(choices=["reject_once", "allow_always"])
+    (tmp_path / ".git").mkdir()  # the project root: where the rule is saved
+    async with connected(Options(model=model, cwd=tmp_path), editor) as (client, _agent):
+        session = await _new(client, tmp_path)
+        await _prompt(client, session.session_id, "one")
+        assert len(editor.asked) == 1
+        (call, offered) = editor.asked[0]
+        assert call.tool_call_id == "b1" and call.kind == "execute"
+        assert offered == ["allow_once", "allow_always", "reject_once", "reject_always"]
+        ends = {u.tool_call_id: u for u in editor.of("tool_call_update") if u.status}
+        assert ends["b1"].status == "failed"
+        await _prompt(client, session.session_id, "two")
+        ends = {u.tool_call_id: u for u in editor.of("tool_call_update") if u.status}
+        assert ends["b2"].status == "completed"
+        assert "hello-acp" in ends["b2"].content[0].content.text
+        await _prompt(client, session.session_id, "three")
+    assert len(editor.asked) == 2  # the third call was allowed by the saved rule
+    ends = {u.tool_call_id: u for u in editor.of("tool_call_update") if u.status}
+    assert ends["b3"].status == "completed"
+    assert "Bash(echo:*)" in (tmp_path / ".taskloom" / "settings.local.json").read_text()
+
+
+LONG = "sleep 4317"
+
+
+def _long() -> list[Any]:
+    return run_processes(lambda p: LONG in " ".join(p.info.get("cmdline") or []))
+
+
+async def test_cancel_ends_the_turn_and_kills_its_command(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [Turn(tool_calls=(ToolCall("Bash", {"command": LONG}, id="long"),)), Turn(text="after")]
+    )
+    editor = Editor()
+    options = Options(model=model, cwd=tmp_path, permission_mode="bypassPermissions")
+    async with connected(options, editor) as (client, _agent):
+        session = await _new(client, tmp_path)
+        running = asyncio.ensure_future(_prompt(client, session.session_id, "run it"))
+        await wait_until(lambda: bool(_long()), TIMEOUT, "the long command to start")
+        await client.cancel(session_id=session.session_id)
+        said = await running
+        assert said.stop_reason == "cancelled"
+        await wait_until(lambda: not _long(), TIMEOUT, "the long command to be killed")
+        said = await _prompt(client, session.session_id, "go on")
+        assert said.stop_reason == "end_turn"
+        assert editor.text().endswith("after")
+
+
+async def test_a_finished_session_is_replayed_by_load(tmp_path: Path) -> None:
+    target = tmp_path / "a.txt"
+    target.write_text("content-of-a\n")
+    model = ScriptedModel(
+        [
+            Turn(tool_calls=(ToolCall("Read", {"file_path": str(target)}, id="r1"),)),
+            Turn(text="It says content-of-a."),
+        ]
+    )
+    first = Editor()
+    async with connected(Options(model=model, cwd=tmp_path), first) as (client, _agent):
+        session = await _new(client, tmp_path)
+        await _prompt(client, session.session_id, "read a.txt")
+    second = Editor()
+    async with connected(Options(model=ScriptedModel([]), cwd=tmp_path), second) as (client, _):
+        import acp
+
+        await client.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        loaded = await asyncio.wait_for(
+            client.load_session(cwd=str(tmp_path), session_id=session.session_id, mcp_servers=[]),
+            TIMEOUT,
+        )
+        assert loaded.modes.current_mode_id == "default"
+    kinds = [
+        u.session_update for u in second.updates if u.session_update != "available_commands_update"
+    ]
+    assert kinds == ["user_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"]
+    assert second.updates[0].content.text == "read a.txt"
+    assert second.of("tool_call")[0].tool_call_id == "r1"
+    assert second.text() == "It says content-of-a."
+
+
+async def test_set_mode_switches_the_permission_mode(tmp_path: Path) -> None:
+    editor = Editor()
+    async with connected(Options(model=ScriptedModel([]), cwd=tmp_path), editor) as (client, agent):
+        session = await _new(client, tmp_path)
+        await client.set_session_mode(session_id=session.session_id, mode_id="plan")
+        assert str(agent.sessions[session.session_id].harness.policy.mode) == "plan"
+        await wait_until(lambda: bool(editor.of("current_mode_update")), TIMEOUT)
+        assert editor.of("current_mode_update")[0].current_mode_id == "plan"

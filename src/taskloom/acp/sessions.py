@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import acp
+from acp.helpers import update_current_mode
 
 from taskloom.acp.updates import AcpObserver, Translator, UpdateSink
 from taskloom.conversation.next_input import Held, NextInput, Pending, Prompts
@@ -115,7 +116,7 @@ class AcpSession:
         mode = str(self.harness.policy.mode)
         if mode != self._mode:
             self._mode = mode
-            self.sink.put(acp.update_current_mode(mode))
+            self.sink.put(update_current_mode(mode))
             if self._mode_changed is not None:
                 self._mode_changed(mode)
 

@@ -42,12 +42,13 @@ def _argparse_flags(parser: argparse.ArgumentParser) -> list[str]:
 
 def _own_flags() -> dict[str, list[str]]:
     """The commands with a parser of their own (not typer's), by the name they are run as."""
-    from taskloom.cli import remote_cmd, teammate_cmd
+    from taskloom.cli import acp_cmd, remote_cmd, teammate_cmd
 
     remote = remote_cmd._parser()
     (sub,) = [a for a in remote._actions if isinstance(a, argparse._SubParsersAction)]
     flags = {f"remote {n}": _argparse_flags(p) for n, p in sub.choices.items()}
     flags["teammate"] = _argparse_flags(teammate_cmd._parser())
+    flags["acp"] = _argparse_flags(acp_cmd._parser())
     return flags
 
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from _common import child_env
 
 # This file is named acp.py: with its directory first on the path, ``import acp`` would find

@@ -90,9 +90,12 @@ class Run:
 
 
 #: Imported only on the path that needs them.
+# acp: the Agent Client Protocol library, imported only by `taskloom acp`.
 # markdownify and bs4: WebFetch's HTML to Markdown, imported only when a page is fetched.
 # nbformat: Read and NotebookEdit of Jupyter notebooks, imported only when one is touched.
-OPTIONAL_HEAVY = frozenset({"ray", "opentelemetry", "libtmux", "markdownify", "bs4", "nbformat"})
+OPTIONAL_HEAVY = frozenset(
+    {"ray", "opentelemetry", "libtmux", "markdownify", "bs4", "nbformat", "acp"}
+)
 
 
 def _spawn(cmd: list[str], env: dict[str, str], cwd: str, marker: str | None) -> Run:

@@ -294,3 +294,70 @@ async def test_set_mode_switches_the_permission_mode(tmp_path: Path) -> None:
         assert str(agent.sessions[session.session_id].harness.policy.mode) == "plan"
         await wait_until(lambda: bool(editor.of("current_mode_update")), TIMEOUT)
         assert editor.of("current_mode_update")[0].current_mode_id == "plan"
+
+
+async def test_commands_are_advertised_and_a_slash_prompt_runs_one(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    commands = tmp_path / ".claude" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "greet.md").write_text(
+        "---\ndescription: Greet someone\nargument-hint: NAME\n---\nSay hello to $ARGUMENTS.\n"
+    )
+    model = ScriptedModel([Turn(text="Hello, Ada.")])
+    editor = Editor()
+    async with connected(Options(model=model, cwd=tmp_path), editor) as (client, _agent):
+        session = await _new(client, tmp_path)
+        await wait_until(lambda: bool(editor.of("available_commands_update")), TIMEOUT)
+        (update,) = editor.of("available_commands_update")
+        advertised = {c.name: c for c in update.available_commands}
+        assert advertised["greet"].description == "Greet someone"
+        assert advertised["greet"].input.root.hint == "NAME"
+        await _prompt(client, session.session_id, "/greet Ada")
+    sent = str(model.requests[0].messages[-1].content)
+    assert "Say hello to Ada." in sent
+
+
+def test_the_clients_mcp_servers_become_the_sessions() -> None:
+    import json
+
+    from acp.schema import EnvVariable, HttpHeader, HttpMcpServer, McpServerStdio
+
+    from taskloom.acp.server import mcp_config
+
+    servers = [
+        McpServerStdio(
+            name="files",
+            command="mcp-files",
+            args=["--root", "/x"],
+            env=[EnvVariable(name="A", value="1")],
+        ),
+        HttpMcpServer(
+            type="http",
+            name="web",
+            url="http://localhost:9/mcp",
+            headers=[HttpHeader(name="K", value="v")],
+        ),
+    ]
+    (config,) = mcp_config(servers)
+    assert json.loads(config) == {
+        "mcpServers": {
+            "files": {"command": "mcp-files", "args": ["--root", "/x"], "env": {"A": "1"}},
+            "web": {"type": "http", "url": "http://localhost:9/mcp", "headers": {"K": "v"}},
+        }
+    }
+    assert mcp_config([]) == []
+
+
+async def test_stop_reasons_follow_the_model_and_the_turn_limit(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [
+            Turn(text="I won't.", stop_reason="refusal"),
+            Turn(tool_calls=(ToolCall("Glob", {"pattern": "*"}),)),
+            Turn(text="never reached"),
+        ]
+    )
+    options = Options(model=model, cwd=tmp_path, max_turns=1, permission_mode="bypassPermissions")
+    async with connected(options, Editor()) as (client, _agent):
+        session = await _new(client, tmp_path)
+        assert (await _prompt(client, session.session_id, "a")).stop_reason == "refusal"
+        assert (await _prompt(client, session.session_id, "b")).stop_reason == "max_turn_requests"

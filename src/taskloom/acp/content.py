@@ -116,7 +116,7 @@ def _replayed(role: str, block: Any, cwd: Path) -> Iterator[Any]:
     elif isinstance(block, ThinkingBlock) and block.thinking:
         yield acp.update_agent_thought_text(block.thinking)
     elif isinstance(block, ToolUseBlock):
-        yield start_call(block, cwd)
+        yield start_call(block, cwd, live=False)
     elif isinstance(block, ToolResultBlock):
         yield end_call(block.tool_use_id, result_text(block.content), block.is_error)
 

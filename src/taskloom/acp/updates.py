@@ -105,8 +105,12 @@ def tool_locations(name: str, params: dict[str, Any], cwd: Path) -> list[ToolCal
     return [ToolCallLocation(path=absolute, line=line if isinstance(line, int) else None)]
 
 
-def tool_content(name: str, params: dict[str, Any], cwd: Path) -> list[Any]:
-    """What a call shows before it runs: a ``diff`` for Write and Edit."""
+def tool_content(name: str, params: dict[str, Any], cwd: Path, *, live: bool = True) -> list[Any]:
+    """What a call shows before it runs: a ``diff`` for Write and Edit.
+
+    ``live``: the call is about to run, so a Write's old text is the file as it is now (a
+    replayed call's is not known: its diff is the new text alone).
+    """
     path = params.get("file_path")
     if not isinstance(path, str) or not path:
         return []
@@ -117,8 +121,9 @@ def tool_content(name: str, params: dict[str, Any], cwd: Path) -> list[Any]:
             return [acp.tool_diff_content(str(absolute), new, old)]
     if name == "Write" and isinstance(params.get("content"), str):
         before: str | None = None
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            before = absolute.read_text(encoding="utf-8")
+        if live:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                before = absolute.read_text(encoding="utf-8")
         return [acp.tool_diff_content(str(absolute), params["content"], before)]
     return []
 
@@ -138,14 +143,14 @@ def plan_of(params: dict[str, Any]) -> Any | None:
     return acp.update_plan(entries)
 
 
-def start_call(call: ToolUseBlock, cwd: Path, status: str = "pending") -> Any:
-    """The ``tool_call`` update announcing ``call``."""
+def start_call(call: ToolUseBlock, cwd: Path, *, live: bool = True) -> Any:
+    """The ``tool_call`` update announcing ``call`` (``live``: see :func:`tool_content`)."""
     return acp.start_tool_call(
         call.id,
         tool_title(call.name, call.input),
         kind=tool_kind(call.name),
-        status=status,  # type: ignore[arg-type]
-        content=tool_content(call.name, call.input, cwd) or None,
+        status="pending",
+        content=tool_content(call.name, call.input, cwd, live=live) or None,
         locations=tool_locations(call.name, call.input, cwd) or None,
         raw_input=call.input,
     )

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from helpers import TIME_FACTOR, needs, run_processes, wait_until
 from taskloom.harness import Options
 from taskloom.testing import ScriptedModel, ToolCall, Turn
@@ -361,3 +363,29 @@ async def test_stop_reasons_follow_the_model_and_the_turn_limit(tmp_path: Path) 
         session = await _new(client, tmp_path)
         assert (await _prompt(client, session.session_id, "a")).stop_reason == "refusal"
         assert (await _prompt(client, session.session_id, "b")).stop_reason == "max_turn_requests"
+
+
+async def test_resources_are_context_and_an_image_is_refused(tmp_path: Path) -> None:
+    import acp
+
+    model = ScriptedModel([Turn(text="Seen.")])
+    async with connected(Options(model=model, cwd=tmp_path), Editor()) as (client, _agent):
+        session = await _new(client, tmp_path)
+        blocks = [
+            acp.text_block("look"),
+            acp.resource_link_block("a.py", f"file://{tmp_path}/a.py"),
+            acp.resource_block(acp.embedded_text_resource("file:///b.py", "B = 2")),
+        ]
+        said = await asyncio.wait_for(
+            client.prompt(session_id=session.session_id, prompt=blocks), TIMEOUT
+        )
+        assert said.stop_reason == "end_turn"
+        with pytest.raises(acp.RequestError) as refused:
+            await client.prompt(
+                session_id=session.session_id, prompt=[acp.image_block("aGk=", "image/png")]
+            )
+    sent = str(model.requests[0].messages[-1].content)
+    assert f"@{tmp_path}/a.py" in sent
+    assert '<context ref="/b.py">\nB = 2\n</context>' in sent.replace("\\n", "\n")
+    assert refused.value.code == -32602
+    assert "images" in str(refused.value.data)

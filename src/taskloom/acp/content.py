@@ -1,10 +1,9 @@
 """ACP content both ways: a prompt's blocks as the user message, a transcript as updates.
 
-A prompt of text alone is a string, so that ``/name args`` runs a command as the REPL's does;
-one with images is a message of content blocks. A resource link is named for the model
-(``@uri``: it reads the file itself); an embedded resource's text is given as context, in a
-``<context ref="URI">`` element. Audio and binary resources other than images are refused:
-the model cannot take them.
+A prompt is a string, so that ``/name args`` runs a command as the REPL's does. A resource
+link is named for the model (``@path``: it reads the file itself); an embedded resource's
+text is given as context, in a ``<context ref="URI">`` element. Images, audio and binary
+resources are refused: taskloom's user messages carry text alone.
 
 :func:`replay` turns a recorded conversation back into the updates that showed it
 (``session/load``): the user's prompts as ``user_message_chunk``, the answers as
@@ -20,7 +19,6 @@ from typing import Any
 
 import acp
 from acp.schema import (
-    BlobResourceContents,
     EmbeddedResourceContentBlock,
     ImageContentBlock,
     ResourceContentBlock,
@@ -37,43 +35,28 @@ from taskloom.messages import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
-    UrlSource,
 )
-
-#: The image types the model takes.
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
 class BadPrompt(ValueError):
     """A prompt block the session cannot take (the message says which and why)."""
 
 
-def _image(block: ImageContentBlock | BlobResourceContents, index: int) -> ImageBlock:
-    mime = block.mime_type
-    if mime not in IMAGE_TYPES:
-        raise BadPrompt(f"prompt block {index}: image type {mime!r} is not one of {IMAGE_TYPES}")
-    data = block.data if isinstance(block, ImageContentBlock) else block.blob
-    if not data and isinstance(block, ImageContentBlock) and block.uri:
-        return ImageBlock(source=UrlSource(url=block.uri))
-    return ImageBlock(source=Base64Source(media_type=mime, data=data))  # type: ignore[arg-type]
-
-
-def _block(block: Any, index: int) -> TextBlock | ImageBlock:
+def _text(block: Any, index: int) -> str:
+    """What one prompt block says to the model."""
     if isinstance(block, TextContentBlock):
-        return TextBlock(text=block.text)
-    if isinstance(block, ImageContentBlock):
-        return _image(block, index)
+        return block.text
     if isinstance(block, ResourceContentBlock):
-        return TextBlock(text=f"@{_path_of(block.uri)}")
+        return f"@{_path_of(block.uri)}"
     if isinstance(block, EmbeddedResourceContentBlock):
         resource = block.resource
         if isinstance(resource, TextResourceContents):
             ref = _path_of(resource.uri)
-            return TextBlock(text=f'<context ref="{ref}">\n{resource.text}\n</context>')
-        if isinstance(resource, BlobResourceContents) and resource.mime_type in IMAGE_TYPES:
-            return _image(resource, index)
-        raise BadPrompt(f"prompt block {index}: a binary resource that is not an image")
-    kind = getattr(block, "type", type(block).__name__)
+            return f'<context ref="{ref}">\n{resource.text}\n</context>'
+        raise BadPrompt(f"prompt block {index}: a binary resource is not supported")
+    if isinstance(block, ImageContentBlock):
+        raise BadPrompt(f"prompt block {index}: images in a prompt are not supported")
+    kind = type(block).__name__
     raise BadPrompt(f"prompt block {index}: {kind} content is not supported")
 
 
@@ -82,19 +65,15 @@ def _path_of(uri: str) -> str:
     return uri.removeprefix("file://") if uri.startswith("file://") else uri
 
 
-def prompt_of(blocks: Sequence[Any]) -> str | Message:
-    """The user message an ACP prompt is.
+def prompt_of(blocks: Sequence[Any]) -> str:
+    """The prompt an ACP prompt's blocks are: their texts, one a line.
 
     Raises:
         BadPrompt: A block that cannot be taken, or no block at all.
     """
     if not blocks:
         raise BadPrompt("the prompt is empty")
-    content = [_block(block, i) for i, block in enumerate(blocks)]
-    texts = [b.text for b in content if isinstance(b, TextBlock)]
-    if len(texts) == len(content):
-        return "\n".join(texts)
-    raise BadPrompt("images in a prompt are not supported yet")
+    return "\n".join(_text(block, i) for i, block in enumerate(blocks))
 
 
 def replay(messages: Sequence[Message], cwd: Path) -> Iterator[Any]:
@@ -121,4 +100,4 @@ def _replayed(role: str, block: Any, cwd: Path) -> Iterator[Any]:
         yield end_call(block.tool_use_id, result_text(block.content), block.is_error)
 
 
-__all__ = ["IMAGE_TYPES", "BadPrompt", "prompt_of", "replay"]
+__all__ = ["BadPrompt", "prompt_of", "replay"]

@@ -12,8 +12,10 @@ times each:
   from its ``system/init`` line to its ``result`` line divided by the lines between (the
   baseline: the same turns, the same engine, another rendering).
 
-Reported: the best run of each side (noise only slows a run down) and the ratio of the
-per-update times, acp / print (1.0: an ACP update costs what a stream-json line does). A
+Reported: the best run of each side (noise only slows a run down), the ratio of the
+per-update times, acp / print (1.0: an ACP update costs what a stream-json line does), and
+the ratio of the whole turn's times (ACP sends fewer, larger updates: no per-event lines of
+the model's stream beyond its text and thinking deltas). A
 report, not a test: it exits 0 unless it cannot run at all. Smoke run:
 ``.venv/bin/python bench/acp.py --runs 1 --calls 5``.
 """
@@ -93,6 +95,7 @@ async def acp_run(model: str, work: Path, env: dict[str, str]) -> dict[str, floa
         raise RuntimeError(f"the acp run ended {said.stop_reason} with {client.updates} updates")
     return {
         "first_update_s": client.first - start,
+        "turn_ms": (done - sent) * 1000,
         "per_update_ms": (done - sent) * 1000 / client.updates,
         "updates": client.updates,
     }
@@ -121,7 +124,8 @@ def print_run(model: str, work: Path, env: dict[str, str]) -> dict[str, float]:
     proc.wait(timeout=120)
     if init is None or result is None or not lines:
         raise RuntimeError(f"print mode ended {proc.returncode} without its lines")
-    return {"per_line_ms": (result - init) * 1000 / lines, "lines": lines}
+    turn_ms = (result - init) * 1000
+    return {"turn_ms": turn_ms, "per_line_ms": turn_ms / lines, "lines": lines}
 
 
 def main() -> int:
@@ -140,6 +144,8 @@ def main() -> int:
     first = min(r["first_update_s"] for r in acp_runs)
     per_update = min(r["per_update_ms"] for r in acp_runs)
     per_line = min(r["per_line_ms"] for r in print_runs)
+    acp_turn = min(r["turn_ms"] for r in acp_runs)
+    print_turn = min(r["turn_ms"] for r in print_runs)
     report = {
         "runs": args.runs,
         "calls": args.calls,
@@ -149,6 +155,9 @@ def main() -> int:
         "acp_per_update_ms": round(per_update, 3),
         "print_per_line_ms": round(per_line, 3),
         "per_update_ratio_acp_over_print": round(per_update / per_line, 2),
+        "acp_turn_ms": round(acp_turn, 1),
+        "print_turn_ms": round(print_turn, 1),
+        "turn_ratio_acp_over_print": round(acp_turn / print_turn, 2),
     }
     print(json.dumps(report, indent=2))
     return 0

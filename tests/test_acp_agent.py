@@ -185,6 +185,12 @@ async def test_read_and_edit_are_tool_calls_with_kinds_locations_and_a_diff(
         "beta",
         "gamma",
     )
+    read_states = [u.status for u in editor.of("tool_call_update") if u.tool_call_id == "read1"]
+    assert read_states == ["in_progress", "completed"]
+    first = editor.updates.index(starts["read1"])
+    assert first < next(
+        i for i, u in enumerate(editor.updates) if getattr(u, "status", None) == "in_progress"
+    )
     ends = {u.tool_call_id: u for u in editor.of("tool_call_update") if u.status}
     assert ends["read1"].status == "completed"
     assert "beta" in ends["read1"].content[0].content.text

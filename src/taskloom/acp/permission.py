@@ -61,20 +61,12 @@ class AcpPrompter:
         ask: The connection's ``request_permission``.
         session_id: The ACP session the calls belong to.
         harness: The session (its policy gets the rules "always" adds).
-        started: Told that an allowed call of the main thread goes on (``in_progress``).
     """
 
-    def __init__(
-        self,
-        ask: Ask,
-        session_id: str,
-        harness: Harness | None = None,
-        started: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, ask: Ask, session_id: str, harness: Harness | None = None) -> None:
         self._ask = ask
         self.session_id = session_id
         self.harness = harness
-        self._started = started
 
     async def ask(
         self,
@@ -113,8 +105,6 @@ class AcpPrompter:
             if chosen == "reject_always":
                 self._add(decision, request, "deny")
             return PromptAnswer(allow=False, message=f"The user denied this {name} call.")
-        if agent_id is None and self._started is not None:
-            self._started(tool_use_id)
         if name == PLAN_TOOL:
             return PromptAnswer(
                 allow=True, mode="acceptEdits" if chosen == "allow_always" else None

@@ -209,11 +209,7 @@ class TaskloomAgent:
         acp_id = session_id or resume or ""
         sink = UpdateSink(lambda update: self.conn.session_update(acp_id, update))
         observer = AcpObserver(sink)
-        prompter = AcpPrompter(
-            self.conn.request_permission,
-            acp_id,
-            started=lambda call_id: sink.put(acp.update_tool_call(call_id, status="in_progress")),
-        )
+        prompter = AcpPrompter(self.conn.request_permission, acp_id)
         options = self.session_options(
             cwd, mcp_servers, observer, prompter, session_id=session_id, resume=resume
         )

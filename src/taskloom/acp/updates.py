@@ -259,6 +259,11 @@ class AcpObserver:
             self.streamed = True
             self.sink.put(acp.update_agent_thought_text(event.thinking))
 
+    def tool_event(self, agent_id: str | None, call: ToolUseBlock, result: object) -> None:
+        """A main-thread call starts (``result`` None): ``in_progress`` (its end is the event's)."""
+        if agent_id is None and result is None:
+            self.sink.put(acp.update_tool_call(call.id, status="in_progress"))
+
     def agent_message(self, agent_id: str, event: AssistantTurn | UserTurn) -> None:
         """A subagent's message: for the task view, if there is one."""
         if self.on_agent_message is not None:

@@ -421,6 +421,8 @@ class Engine:
             workdir=self.workdir,
             rules_base=self.config.rules_root(),
             hook_response=self._hooked("PostToolUse", tool.name),
+            text_files=self.config.text_files,
+            commands=self.config.commands,
         )
         policy = self.config.permissions
         pre = await self.run_hook(

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from taskloom.models.base import Model
     from taskloom.models.caching import CacheTtl
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
+    from taskloom.tools.backends import CommandRunner, TextFiles
     from taskloom.tools.base import Tool
 
 
@@ -69,6 +70,10 @@ class EngineConfig:
         instructions: Its instruction files (CLAUDE.md, AGENTS.md): those of a directory it
             first works in are added to its next user message. None: it has none (its
             definition omits them).
+        text_files: Where its file tools find text files (an editor's buffers); None: the
+            local disk (:mod:`taskloom.tools.backends`).
+        commands: Where its foreground Bash commands run (an editor's terminal); None:
+            locally.
     """
 
     model: Model
@@ -98,6 +103,8 @@ class EngineConfig:
     observer: EngineObserver | None = None
     meter: Meter | None = None
     instructions: ConversationInstructions | None = None
+    text_files: TextFiles | None = None
+    commands: CommandRunner | None = None
 
     def cache_ttl(self) -> CacheTtl | None:
         """How long its requests' prefixes are cached (None: not at all).

@@ -186,6 +186,9 @@ def main_config(
         # The session's budget is the spawner's (see taskloom.agents.compose.agent_service).
         meter=service.spawner.budgets.meter(runtime.session_id),
         instructions=ConversationInstructions(service.builder.instructions),
+        # The editor's buffers and terminal are the main thread's: its subagents work on disk.
+        text_files=options.text_files,
+        commands=options.commands,
     )
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from taskloom.mcp.program import McpMessageCaller
     from taskloom.models.base import Model
     from taskloom.permissions import PermissionPrompter
+    from taskloom.tools.backends import CommandRunner, TextFiles
     from taskloom.tools.base import Tool
 
 
@@ -99,6 +100,11 @@ class Options:
         join_team: Run as the teammate whose spec its lead wrote to this file, in the lead's
             team (the process ``taskloom teammate --join FILE`` runs in a pane), instead of
             as a session of its own.
+        text_files: Where the main thread's Read, Write and Edit find text files instead of
+            the local disk: an editor's buffers (:mod:`taskloom.tools.backends`; ACP builds it
+            from the client's capabilities). None: the disk.
+        commands: Where the main thread's foreground Bash commands run instead of as local
+            shell tasks: an editor's terminal. None: locally.
     """
 
     model: str | Model | None = None
@@ -141,6 +147,8 @@ class Options:
     teams: bool | None = None
     teammate_mode: str | None = None
     join_team: str | Path | None = None
+    text_files: TextFiles | None = None
+    commands: CommandRunner | None = None
 
     def check_session(self) -> None:
         """Check that the session fields go together.

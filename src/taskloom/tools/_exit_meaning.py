@@ -73,4 +73,18 @@ def exit_meaning(command: str, exit_code: int | None, stderr_written: bool) -> s
     return MEANINGS.get(name) if name is not None else None
 
 
-__all__ = ["MEANINGS", "exit_meaning", "last_command"]
+def stderr_shown(command: str, output: str) -> bool:
+    """Whether ``output``, stdout and stderr merged, holds a complaint of ``command``.
+
+    For where the two streams cannot be told apart (an editor's terminal): the commands of
+    :data:`MEANINGS` start what they say on stderr with their name (``grep: nofile: No such
+    file or directory``), bash its own with ``bash:`` (``bash: [: missing `]'``).
+    """
+    name = last_command(command)
+    if name is None:
+        return True  # nothing to look for: no meaning can be given anyway
+    prefixes = (f"{name}: ", "bash: ")
+    return any(line.startswith(prefixes) for line in output.splitlines())
+
+
+__all__ = ["MEANINGS", "exit_meaning", "last_command", "stderr_shown"]

@@ -108,24 +108,53 @@ def read_text(
     with open(path, "rb") as f:
         # The mtime before reading: a change during the read then shows up as "modified".
         stat = os.fstat(f.fileno())
-        head = f.read(SNIFF_BYTES)
-        if looks_binary(head, partial=len(head) == SNIFF_BYTES):
-            return (
-                tool_error(
-                    f"{path} looks like a binary file; Read shows text files, images (PNG, "
-                    "JPEG, GIF, WebP) and PDFs only."
-                ),
-                None,
-            )
-        if not head:
-            note = "<system-reminder>Warning: the file exists but the contents are empty."
-            empty = responses.read_text(path, "", start_line=1, num_lines=0, total_lines=0)
-            return ToolResult(note + "</system-reminder>", response=empty), stat.st_mtime_ns
-        if whole and stat.st_size > MAX_FILE_BYTES:
-            return too_large(path, stat.st_size), None
-        f.seek(0)
-        page = _Page(start, limit, budget_chars(max_tokens))
-        page.take(f)
+        return page_text(path, f, stat.st_size, stat.st_mtime_ns, start, limit, max_tokens, whole)
+
+
+def page_text(
+    path: str,
+    f: BinaryIO,
+    size: int,
+    version: int,
+    start: int,
+    limit: int,
+    max_tokens: int,
+    whole: bool,
+) -> tuple[ToolResult, int | None]:
+    """:func:`read_text` of the bytes of ``f`` (``size`` of them), whatever holds them.
+
+    Args:
+        path: The file's absolute path (for the messages).
+        f: Its content, at its start.
+        size: Its size in bytes.
+        version: What read-before-write records once it is shown (its mtime, or the digest
+            of an editor's text).
+        start: The first line (1-based).
+        limit: How many lines at most.
+        max_tokens: The output cap in (estimated) tokens.
+        whole: Neither offset nor limit was given: a file over the size bound is refused.
+
+    Returns:
+        The result, and ``version``; None when nothing of the file was shown.
+    """
+    head = f.read(SNIFF_BYTES)
+    if looks_binary(head, partial=len(head) == SNIFF_BYTES):
+        return (
+            tool_error(
+                f"{path} looks like a binary file; Read shows text files, images (PNG, "
+                "JPEG, GIF, WebP) and PDFs only."
+            ),
+            None,
+        )
+    if not head:
+        note = "<system-reminder>Warning: the file exists but the contents are empty."
+        empty = responses.read_text(path, "", start_line=1, num_lines=0, total_lines=0)
+        return ToolResult(note + "</system-reminder>", response=empty), version
+    if whole and size > MAX_FILE_BYTES:
+        return too_large(path, size), None
+    f.seek(0)
+    page = _Page(start, limit, budget_chars(max_tokens))
+    page.take(f)
     if not page.shown:
         # Not recorded as read: the model has seen none of the content.
         return (
@@ -151,7 +180,7 @@ def read_text(
         num_lines=len(page.shown),
         total_lines=page.total,
     )
-    return ToolResult(text, data=data, response=response), stat.st_mtime_ns
+    return ToolResult(text, data=data, response=response), version
 
 
 class _Page:

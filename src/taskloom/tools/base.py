@@ -30,6 +30,7 @@ from taskloom.tools.overflow import DEFAULT_MAX_RESULT_CHARS, bounded
 if TYPE_CHECKING:
     from taskloom.messages import ToolResultContent
     from taskloom.tasks.runtime import TaskRuntime
+    from taskloom.tools.backends import CommandRunner, TextFiles
     from taskloom.tools.workdir import WorkingDirectory
 
 
@@ -116,6 +117,10 @@ class ToolContext:
             (:attr:`ToolResult.response`): the tools whose shape costs work of its own (Write
             and Edit read and diff the file) build it only then. The engine says; a caller
             outside one gets it.
+        text_files: Where Read, Write and Edit find text files when not on the local disk
+            (an editor's buffers); None: the disk.
+        commands: Where Bash runs a foreground command when not as a local shell task (an
+            editor's terminal); None: locally.
     """
 
     runtime: TaskRuntime
@@ -130,6 +135,8 @@ class ToolContext:
     workdir: WorkingDirectory | None = None
     rules_base: Path | None = None
     hook_response: bool = True
+    text_files: TextFiles | None = None
+    commands: CommandRunner | None = None
 
 
 #: Longest tool error a model is shown. Errors quote what they refuse cut short (see

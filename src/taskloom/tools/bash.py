@@ -10,19 +10,24 @@ exit code 1 of ``grep``, ``diff``, ``test``… with nothing on stderr is an answ
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shlex
+import uuid
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field
 
 from taskloom.process.shell_env import shell_env
-from taskloom.settings import whole_number
-from taskloom.tasks.output import read_delta
+from taskloom.settings import ensure_private_dir, tasks_dir, whole_number
+from taskloom.tasks.output import human_size, read_delta
 from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ShellOutcome, run_shell
 from taskloom.tasks.types import TaskStatus
 from taskloom.tools import responses
-from taskloom.tools._exit_meaning import exit_meaning
+from taskloom.tools._exit_meaning import exit_meaning, stderr_shown
+from taskloom.tools.backends import CommandEnd, CommandRequest, CommandRunner
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
-from taskloom.tools.overflow import results_dir, save_file
+from taskloom.tools.overflow import results_dir, save_file, save_text
 
 #: Default inline limit (characters) of a command's output: more is saved to a file.
 DEFAULT_MAX_OUTPUT_CHARS = 30_000
@@ -33,6 +38,9 @@ MAX_OUTPUT_SETTING = "bashMaxOutputChars"
 MAX_OUTPUT_ENV = "BASH_MAX_OUTPUT_LENGTH"
 #: The setting that moves a command past its timeout to the background instead of killing it.
 AUTO_BACKGROUND_SETTING = "autoBackgroundShells"
+#: Output kept of a command run in an editor's terminal (its start is dropped past it): what
+#: is over the inline limit is saved to a file, as a local command's output file is.
+TERMINAL_OUTPUT_BYTES = 4 * 1024 * 1024
 
 DESCRIPTION = """Run a shell command (bash) and return its output.
 
@@ -136,6 +144,8 @@ class BashTool(Tool[BashInput]):
         background = bool(params.run_in_background)
         workdir = ctx.workdir
         notes = [n for n in [workdir.take_note() if workdir else None] if n]
+        if ctx.commands is not None and not background:
+            return await _in_terminal(ctx.commands, params, ctx, timeout_s, limit, notes)
         outcome = await run_shell(
             ctx.runtime,
             params.command,
@@ -188,6 +198,99 @@ class BashTool(Tool[BashInput]):
                 f"{text[:limit]}\n\n[Output too large and it could not be saved "
                 f"({exc.strerror or exc}): cut at {limit:,} characters; all of it is in {path}]"
             )
+
+
+async def _in_terminal(
+    runner: CommandRunner,
+    params: BashInput,
+    ctx: ToolContext,
+    timeout_s: float,
+    limit: int,
+    notes: list[str],
+) -> ToolResult:
+    """Run a foreground command through ``runner`` (an editor's terminal); the same result.
+
+    Its ``cd`` holds as a local command's does: the shell writes the directory it ends in to
+    a file of ours, read when it exits. A terminal on another machine cannot write it here;
+    then the working directory stays where it was.
+    """
+    runtime = ctx.runtime
+    workdir = ctx.workdir
+    script, cwd_file = params.command, None
+    if workdir is not None:
+        directory = ensure_private_dir(tasks_dir(runtime.session_id, runtime.home))
+        cwd_file = directory / f"terminal-{uuid.uuid4().hex}.cwd"
+        record = f"{{ pwd -P >| {shlex.quote(str(cwd_file))}; }} 2>/dev/null"
+        # On the command's line, so the line numbers its errors name stay its own.
+        script = f"trap {shlex.quote(record)} EXIT; {params.command}"
+    request = CommandRequest(
+        script=script,
+        command=params.command,
+        cwd=ctx.cwd,
+        env=shell_env(home=runtime.home),
+        timeout=timeout_s,
+        tool_use_id=ctx.tool_use_id,
+        output_limit=TERMINAL_OUTPUT_BYTES,
+    )
+    try:
+        end = await runner.run(request)
+        final_cwd = None if cwd_file is None or end.timed_out else _final_cwd(cwd_file)
+    except OSError as exc:
+        return tool_error(f"Bash cannot run: {exc.strerror or exc}")
+    finally:
+        if cwd_file is not None:
+            with contextlib.suppress(OSError):
+                cwd_file.unlink()
+    if workdir is not None:
+        moved = workdir.moved(final_cwd)
+        notes += [moved] if moved else []
+    output = await _terminal_output(end, limit, ctx)
+    if end.timed_out:
+        status = TaskStatus.KILLED
+    else:
+        status = TaskStatus.COMPLETED if end.exit_code == 0 else TaskStatus.FAILED
+    outcome = ShellOutcome(
+        task_id="",
+        status=status,
+        exit_code=end.exit_code,
+        output_file="",
+        backgrounded=False,
+        timed_out=end.timed_out,
+        stderr_written=stderr_shown(params.command, end.output),
+    )
+    data: dict[str, Any] = {
+        "status": status.value,
+        "exit_code": end.exit_code,
+        "backgrounded": False,
+        "terminal": True,
+    }
+    return _result(params.command, outcome, output, timeout_s, notes, data)
+
+
+def _final_cwd(path: Path) -> str | None:
+    """The directory a terminal's shell wrote it ended in; None when it wrote nothing here."""
+    try:
+        return path.read_text(encoding="utf-8", errors="surrogateescape").removesuffix("\n")
+    except OSError:
+        return None
+
+
+async def _terminal_output(end: CommandEnd, limit: int, ctx: ToolContext) -> str:
+    """A terminal command's output for the model, bounded as a local command's is."""
+    text = end.output
+    if end.cut:
+        text = f"[output truncated: only its last {human_size(TERMINAL_OUTPUT_BYTES)} kept]\n{text}"
+    if len(text) <= limit:
+        return text.rstrip("\n")
+    runtime = ctx.runtime
+    directory = results_dir(runtime.session_id, runtime.home)
+    try:
+        return await asyncio.to_thread(save_text, text, directory, ctx.tool_use_id)
+    except OSError as exc:
+        return (
+            f"{text[:limit]}\n\n[Output too large and it could not be saved "
+            f"({exc.strerror or exc}): cut at {limit:,} characters]"
+        )
 
 
 def _background_text(outcome: ShellOutcome, timeout_s: float, notes: list[str]) -> str:

@@ -9,12 +9,14 @@ from typing import Any
 from pydantic import Field
 
 from taskloom.tools import responses
+from taskloom.tools.backends import TextFiles, text_version
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 from taskloom.tools.read import (
     check_fresh,
     missing_file_error,
     number_lines,
     resolve_file_path,
+    served_by,
     target_path,
 )
 from taskloom.tools.write import settled_mtime
@@ -99,6 +101,9 @@ class Edit(Tool[EditInput]):
             return tool_error("No changes to make: old_string and new_string are exactly the same.")
         if os.path.isdir(path):
             return tool_error(f"{path} is a directory; Edit only edits files.")
+        served = await served_by(ctx, path)
+        if served is not None:
+            return await _edit_served(served, path, params, ctx)
         try:
             return _edit(path, params, ctx)
         except FileExistsError:
@@ -118,21 +123,7 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
             created.write(params.new_string.encode("utf-8"))
             created.flush()
             ctx.files.seen[path] = os.fstat(created.fileno()).st_mtime_ns
-        response = None
-        if ctx.hook_response:  # the shape only a hook reads
-            response = responses.edit(
-                path,
-                "",
-                params.new_string,
-                original=None,
-                updated=params.new_string,
-                replace_all=params.replace_all,
-            )
-        return ToolResult(
-            f"File created successfully at: {path}",
-            data={"type": "create", "filePath": path},
-            response=response,
-        )
+        return _created(path, params, ctx)
     with f:
         before = os.fstat(f.fileno())
         stale = check_fresh(path, before.st_mtime_ns, ctx, "editing")
@@ -142,19 +133,77 @@ def _edit(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
             text = f.read().decode("utf-8")
         except UnicodeDecodeError:
             return tool_error(f"{path} is not UTF-8 text; Edit cannot change it safely.")
-        replaced = _replace(text, params, path)
-        if isinstance(replaced, ToolResult):
-            return replaced
-        new_text, first, new, count = replaced
+        edited = _edited(path, text, params, ctx)
+        if isinstance(edited, ToolResult):
+            return edited
+        new_text, result = edited
         f.seek(0)
         f.write(new_text.encode("utf-8"))
         f.truncate()
         f.flush()
         ctx.files.seen[path] = settled_mtime(f.fileno(), before)
+    return result
+
+
+async def _edit_served(
+    files: TextFiles, path: str, params: EditInput, ctx: ToolContext
+) -> ToolResult:
+    """Edit a file the editor holds: the same checks and result as on the disk."""
+    try:
+        text = await files.read(path)
+    except OSError as exc:
+        return tool_error(f"Cannot edit {path}: {exc.strerror or exc}")
+    if text is None:
+        if params.old_string:
+            return missing_file_error(path, ctx)
+        new_text, result = params.new_string, _created(path, params, ctx)
+    else:
+        stale = check_fresh(path, text_version(text), ctx, "editing")
+        if stale is not None:
+            return stale
+        edited = _edited(path, text, params, ctx)
+        if isinstance(edited, ToolResult):
+            return edited
+        new_text, result = edited
+    try:
+        await files.write(path, new_text)
+    except OSError as exc:
+        return tool_error(f"Cannot edit {path}: {exc.strerror or exc}")
+    ctx.files.seen[path] = text_version(new_text)
+    return result
+
+
+def _created(path: str, params: EditInput, ctx: ToolContext) -> ToolResult:
+    """What the model (and a PostToolUse hook) is told of a file an empty old_string made."""
+    response = None
+    if ctx.hook_response:  # the shape only a hook reads
+        response = responses.edit(
+            path,
+            "",
+            params.new_string,
+            original=None,
+            updated=params.new_string,
+            replace_all=params.replace_all,
+        )
+    return ToolResult(
+        f"File created successfully at: {path}",
+        data={"type": "create", "filePath": path},
+        response=response,
+    )
+
+
+def _edited(
+    path: str, text: str, params: EditInput, ctx: ToolContext
+) -> tuple[str, ToolResult] | ToolResult:
+    """The file's new text and what the model is told of it, or why it cannot be edited."""
+    replaced = _replace(text, params, path)
+    if isinstance(replaced, ToolResult):
+        return replaced
+    new_text, first, new, count = replaced
     start_line = new_text.count("\n", 0, first) + 1
     snippet = _snippet(new_text, start_line, start_line + new.count("\n"))
     what = f" All {count} occurrences were replaced." if params.replace_all else ""
-    return ToolResult(
+    return new_text, ToolResult(
         f"The file {path} has been updated.{what} Here's the result of running `cat -n` on a "
         f"snippet of the edited file:\n{snippet}",
         data={"type": "update", "filePath": path},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import io
 import os
 from typing import Any, ClassVar
 
@@ -26,10 +27,12 @@ from taskloom.tools._text import (
     MAX_FILE_BYTES,
     SNIFF_BYTES,
     looks_binary,
+    page_text,
     read_max_tokens,
     read_text,
 )
 from taskloom.tools._text import number_lines as number_lines  # Edit's snippets use it
+from taskloom.tools.backends import TextFiles, text_version
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
 
 
@@ -203,6 +206,9 @@ class Read(Tool[ReadInput]):
                 f"{path} is a directory, not a file. Use Glob to find files in it, or run "
                 "`ls` via Bash to list it."
             )
+        served = await served_by(ctx, path) if params.pages is None else None
+        if served is not None:
+            return await _read_served(served, path, params, ctx)
         if not os.path.exists(path):
             return missing_file_error(path, ctx)
         if not os.path.isfile(path):
@@ -219,6 +225,65 @@ class Read(Tool[ReadInput]):
         if mtime_ns is not None:
             ctx.files.seen[path] = mtime_ns
         return result
+
+
+async def served_by(ctx: ToolContext, path: str) -> TextFiles | None:
+    """Who holds the text of ``path`` when not the local disk (None: the disk).
+
+    An editor, when the session has one (:mod:`taskloom.tools.backends`). Read, Write and
+    Edit ask alike, so a file is always read and written on the same side.
+    """
+    served = ctx.text_files
+    if served is None or not served.serves(path):
+        return None
+    return None if await asyncio.to_thread(_kept_local, path) else served
+
+
+def _kept_local(path: str) -> bool:
+    """Whether a file served by an editor is still read from the disk (the editor holds text).
+
+    Notebooks, images, PDFs and other binary files are shown from the disk as they always
+    are; so is what is not a regular file, which Read refuses.
+    """
+    if is_notebook(path):
+        return True
+    if not os.path.lexists(path):
+        return False  # a new buffer the editor has not saved yet
+    if not os.path.isfile(path):
+        return True  # opening a FIFO would block
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:
+        return True  # the disk's error is the one to tell
+    binary = looks_binary(head, partial=len(head) == SNIFF_BYTES)
+    return sniff_image(head) is not None or binary or is_pdf(path, head, binary=binary)
+
+
+async def _read_served(
+    files: TextFiles, path: str, params: ReadInput, ctx: ToolContext
+) -> ToolResult:
+    """Read a text file the editor holds: the same lines, bounds and result as from the disk."""
+    try:
+        text = await files.read(path)
+    except OSError as exc:
+        return tool_error(f"Cannot read {path}: {exc.strerror or exc}")
+    if text is None:
+        return missing_file_error(path, ctx)
+    max_tokens = read_max_tokens(ctx.settings)
+    if isinstance(max_tokens, str):
+        return tool_error(max_tokens)
+    data = text.encode("utf-8", "replace")
+    start = max(params.offset or 1, 1)
+    limit = params.limit or DEFAULT_LIMIT
+    whole = params.offset is None and params.limit is None
+    result, version = await asyncio.to_thread(
+        page_text, path, io.BytesIO(data), len(data), text_version(text), start, limit,
+        max_tokens, whole,
+    )  # fmt: skip
+    if version is not None:
+        ctx.files.seen[path] = version
+    return result
 
 
 def _read(path: str, params: ReadInput, max_tokens: int) -> tuple[ToolResult, int | None]:

@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import Field
 
 from taskloom.tools import responses
+from taskloom.tools.backends import TextFiles, text_version
 from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
-from taskloom.tools.read import check_fresh, resolve_file_path, target_path
+from taskloom.tools.read import check_fresh, resolve_file_path, served_by, target_path
 
 
 class WriteInput(ToolInput):
@@ -65,6 +66,9 @@ class Write(Tool[WriteInput]):
             return path
         if os.path.isdir(path):
             return tool_error(f"{path} is a directory; Write only writes files.")
+        served = await served_by(ctx, path)
+        if served is not None:
+            return await _write_served(served, path, params, ctx)
         content = params.content
         try:
             stat = os.stat(path)
@@ -94,22 +98,53 @@ class Write(Tool[WriteInput]):
         except OSError as exc:
             return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
         ctx.files.seen[path] = mtime_ns
-        response = None
-        if ctx.hook_response:
-            response = responses.write(
-                path, params.content, original=original, created=stat is None
-            )
-        if stat is None:
-            return ToolResult(
-                f"File created successfully at: {path}",
-                data={"type": "create", "filePath": path},
-                response=response,
-            )
+        return _written(path, params, ctx, original, created=stat is None)
+
+
+async def _write_served(
+    files: TextFiles, path: str, params: WriteInput, ctx: ToolContext
+) -> ToolResult:
+    """Write a file the editor holds: the same checks and result as on the disk."""
+    try:
+        current = await files.read(path)
+    except OSError as exc:
+        return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
+    content = params.content
+    original: str | None = None
+    if current is not None:
+        stale = check_fresh(path, text_version(current), ctx, "writing to")
+        if stale is not None:
+            return stale
+        if ctx.hook_response and len(current) <= responses.MAX_ORIGINAL_CHARS:
+            original = current
+        if _crlf_head(current[:8192].encode("utf-8", "replace")) and "\r\n" not in content:
+            content = content.replace("\n", "\r\n")  # as on the disk: see Write.call
+    try:
+        await files.write(path, content)
+    except OSError as exc:
+        return tool_error(f"Cannot write {path}: {exc.strerror or exc}")
+    ctx.files.seen[path] = text_version(content)
+    return _written(path, params, ctx, original, created=current is None)
+
+
+def _written(
+    path: str, params: WriteInput, ctx: ToolContext, original: str | None, *, created: bool
+) -> ToolResult:
+    """What the model (and a PostToolUse hook) is told of a file written."""
+    response = None
+    if ctx.hook_response:
+        response = responses.write(path, params.content, original=original, created=created)
+    if created:
         return ToolResult(
-            f"The file {path} has been updated successfully.",
-            data={"type": "update", "filePath": path},
+            f"File created successfully at: {path}",
+            data={"type": "create", "filePath": path},
             response=response,
         )
+    return ToolResult(
+        f"The file {path} has been updated successfully.",
+        data={"type": "update", "filePath": path},
+        response=response,
+    )
 
 
 def _earlier(path: str, size: int) -> str | None:
@@ -161,6 +196,10 @@ def settled_mtime(fd: int, before: os.stat_result | None) -> int:
 def _uses_crlf(path: str) -> bool:
     """Whether the file's first line ends in CRLF (how editors decide a file's convention)."""
     with open(path, "rb") as f:
-        head = f.read(8192)
+        return _crlf_head(f.read(8192))
+
+
+def _crlf_head(head: bytes) -> bool:
+    """Whether the first line of ``head`` ends in CRLF."""
     newline = head.find(b"\n")
     return newline > 0 and head[newline - 1 : newline] == b"\r"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -29,6 +30,9 @@ pytestmark = needs("acp")
 SESSION = "acp-session-1"
 TERMINAL = ClientCapabilities(terminal=True)
 LONG = "sleep 4321"
+#: Other tests' long commands (tests may run at the same time).
+LONGER = "sleep 4322"
+LONGEST = "sleep 4323"
 
 
 def _bash(command: str, **extra: object) -> Turn:
@@ -48,8 +52,8 @@ async def _run(editor: BufferEditor, cwd: Path, turns: list[Turn]) -> list[tuple
     return [(e.call.id, e.result) for e in events if isinstance(e, taskloom.ToolDone)]
 
 
-def _long_commands() -> list[psutil.Process]:
-    return run_processes(lambda p: LONG in " ".join(p.info.get("cmdline") or []))
+def _long_commands(command: str = LONG) -> list[psutil.Process]:
+    return run_processes(lambda p: command in " ".join(p.info.get("cmdline") or []))
 
 
 async def test_bash_runs_in_the_editors_terminal_with_a_local_commands_result(
@@ -114,21 +118,52 @@ async def test_a_cancelled_call_kills_and_releases_its_terminal(tmp_path: Path) 
     async with connected(editor) as conn:
         runner = ClientTerminal(conn, SESSION)
         request = CommandRequest(
-            script=LONG, command=LONG, cwd=tmp_path, env={}, timeout=600.0,
+            script=LONGER, command=LONGER, cwd=tmp_path, env={}, timeout=600.0,
             tool_use_id="toolu_1", output_limit=1000,
         )  # fmt: skip
         call = asyncio.get_running_loop().create_task(runner.run(request))
-        await wait_until(lambda: len(_long_commands()) == 1, what="the command to start")
+        await wait_until(lambda: len(_long_commands(LONGER)) == 1, what="the command to start")
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
         (term,) = editor.terminals.values()
         assert term.killed and term.released
         assert runner.terminals == {"toolu_1": "term-1"}
-    assert _long_commands() == []
+    assert _long_commands(LONGER) == []
     # Sent straight to the client (no queue given): the terminal embedded in its call.
     (update,) = editor.updates
     assert update.tool_call_id == "toolu_1" and update.content[0].terminal_id == "term-1"
+
+
+async def test_a_call_cancelled_while_its_terminal_starts_still_stops_it(
+    tmp_path: Path,
+) -> None:
+    editor = BufferEditor()
+    started = editor.create_terminal
+    creating = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def slow_create(*args: Any, **kwargs: Any) -> Any:
+        creating.set()
+        await go_on.wait()  # the agent is cancelled before the client answers
+        return await started(*args, **kwargs)
+
+    editor.create_terminal = slow_create  # type: ignore[method-assign]
+    async with connected(editor) as conn:
+        runner = ClientTerminal(conn, SESSION)
+        request = CommandRequest(
+            script=LONGEST, command=LONGEST, cwd=tmp_path, env={}, timeout=600.0,
+            tool_use_id="toolu_2", output_limit=1000,
+        )  # fmt: skip
+        call = asyncio.get_running_loop().create_task(runner.run(request))
+        await asyncio.wait_for(creating.wait(), 10)
+        call.cancel()  # delivered before the client's answer, which is let go after it
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        (term,) = editor.terminals.values()
+        assert term.killed and term.released
+    assert _long_commands(LONGEST) == []
 
 
 async def test_output_over_the_limit_keeps_its_end_and_says_it_was_cut(tmp_path: Path) -> None:

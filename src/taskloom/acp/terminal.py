@@ -60,7 +60,12 @@ class ClientTerminal:
         Raises:
             OSError: The client could not start it, or failed while it ran.
         """
-        terminal_id = await self._create(request)
+        creating = asyncio.ensure_future(self._create(request))
+        try:
+            terminal_id = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            await self._stop_created(creating)
+            raise
         try:
             if request.tool_use_id:
                 self.terminals[request.tool_use_id] = terminal_id
@@ -75,6 +80,15 @@ class ClientTerminal:
             raise
         finally:
             await _shielded(self._release(terminal_id))
+
+    async def _stop_created(self, creating: asyncio.Future[str]) -> None:
+        """Cancelled while the client was starting it: stop it once the client says which."""
+        try:
+            terminal_id = await asyncio.wait_for(creating, KILL_WAIT_S)
+        except (TimeoutError, OSError):
+            return  # not started, or the client never said: nothing of ours to stop
+        await _shielded(self._kill(terminal_id))
+        await _shielded(self._release(terminal_id))
 
     async def _create(self, request: CommandRequest) -> str:
         ours = os.environ

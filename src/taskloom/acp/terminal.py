@@ -51,8 +51,6 @@ class ClientTerminal:
         self._conn = conn
         self._session_id = session_id
         self._updates = updates
-        #: The terminal each tool call ran in, by tool call id (what an end update embeds).
-        self.terminals: dict[str, str] = {}
 
     async def run(self, request: CommandRequest) -> CommandEnd:
         """Run ``request`` in a new terminal to its end, or kill it at its timeout.
@@ -68,7 +66,6 @@ class ClientTerminal:
             raise
         try:
             if request.tool_use_id:
-                self.terminals[request.tool_use_id] = terminal_id
                 await self._embed(request.tool_use_id, terminal_id)
             return await self._finish(terminal_id, request.timeout)
         except (acp.RequestError, ConnectionError) as exc:
@@ -134,7 +131,9 @@ class ClientTerminal:
             code = _exit_code(out.exit_status)
         if code is None:
             code = KILLED_EXIT_CODE if timed_out else 1
-        return CommandEnd(out.output, code, timed_out=timed_out, cut=bool(out.truncated))
+        return CommandEnd(
+            out.output, code, timed_out=timed_out, cut=bool(out.truncated), terminal_id=terminal_id
+        )
 
     async def _wait(self, terminal_id: str) -> Any:
         return await self._conn.wait_for_terminal_exit(

@@ -170,12 +170,16 @@ def result_text(content: str | list[Any]) -> str:
     return "\n".join(parts)
 
 
-def end_call(tool_use_id: str, text: str, is_error: bool) -> Any:
-    """The ``tool_call_update`` that ends a call: ``completed`` or ``failed``, with its result."""
+def end_call(tool_use_id: str, text: str, is_error: bool, terminal: str | None = None) -> Any:
+    """The ``tool_call_update`` that ends a call: ``completed`` or ``failed``, with its result.
+
+    ``terminal``: the client's terminal the call ran in, which stays its content.
+    """
+    content = [acp.tool_content(acp.text_block(text))] if text else None
     return acp.update_tool_call(
         tool_use_id,
         status="failed" if is_error else "completed",
-        content=[acp.tool_content(acp.text_block(text))] if text else None,
+        content=[acp.tool_terminal_ref(terminal)] if terminal else content,
         raw_output=text,
     )
 
@@ -314,7 +318,9 @@ class Translator:
 
     def tool_done(self, call: ToolUseBlock, result: ToolResult) -> None:
         """Send the end of ``call``."""
-        self.sink.put(end_call(call.id, result.content, result.is_error))
+        terminal = (result.data or {}).get("terminal_id")  # a Bash run in the editor's
+        terminal = terminal if isinstance(terminal, str) else None
+        self.sink.put(end_call(call.id, result.content, result.is_error, terminal))
 
 
 __all__ = [

@@ -89,12 +89,14 @@ class CommandEnd:
         exit_code: Its exit status (128 + N: ended by signal N).
         timed_out: It was killed at its timeout.
         cut: The start of its output was dropped (over the request's ``output_limit``).
+        terminal_id: Where it ran, for a front end to show (an editor's terminal id).
     """
 
     output: str
     exit_code: int
     timed_out: bool = False
     cut: bool = False
+    terminal_id: str | None = None
 
 
 class CommandRunner(Protocol):

@@ -262,7 +262,7 @@ async def _in_terminal(
         "status": status.value,
         "exit_code": end.exit_code,
         "backgrounded": False,
-        "terminal": True,
+        "terminal_id": end.terminal_id,  # the editor keeps showing it in the call
     }
     return _result(params.command, outcome, output, timeout_s, notes, data)
 

@@ -189,3 +189,24 @@ async def connected(editor: BufferEditor) -> AsyncIterator[Any]:
         await client.close()
         await asyncio.wait_for(serving, 10)
         await editor.close()
+
+
+@contextlib.asynccontextmanager
+async def agent_connected(options: Any, editor: BufferEditor) -> AsyncIterator[Any]:
+    """A client connection from ``editor`` to a TaskloomAgent built from ``options``."""
+    from acp.agent.connection import AgentSideConnection
+    from acp.client.connection import ClientSideConnection
+
+    from taskloom.acp.server import TaskloomAgent
+
+    agent = TaskloomAgent(options)
+    agent_end, client_end = memory_transport_pair()
+    agent_side = AgentSideConnection(agent, agent_end)  # type: ignore[arg-type]
+    client = ClientSideConnection(editor, client_end)  # type: ignore[arg-type]
+    try:
+        yield client
+    finally:
+        await agent.aclose()
+        await client.close()
+        await agent_side.close()
+        await editor.close()

@@ -40,6 +40,7 @@ from acp.schema import (
     UnstructuredCommandInput,
 )
 
+from taskloom.acp.client_fs import backends
 from taskloom.acp.content import BadPrompt, prompt_of, replay
 from taskloom.acp.permission import AcpPrompter
 from taskloom.acp.sessions import AcpSession
@@ -213,6 +214,8 @@ class TaskloomAgent:
         options = self.session_options(
             cwd, mcp_servers, observer, prompter, session_id=session_id, resume=resume
         )
+        # The client's buffers and terminals, when it offers them, for the main thread's tools.
+        options = backends(self.conn, self.client_capabilities, acp_id, sink.put).apply(options)
         harness = Harness(options)
         prompter.harness = harness
         try:

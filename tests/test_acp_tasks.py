@@ -166,7 +166,7 @@ async def test_a_background_agent_is_a_child_session_the_client_cancels(tmp_path
         assert child is not None and view.task_of(child) == agent.id
         (hello, *_) = sent.of("subagent_update", SESSION)
         assert hello["sessionId"] == child and hello["title"] == "long child"
-        assert hello["capabilities"] == {"cancel": {}}
+        assert hello["capabilities"] == {"cancel": {}} and hello["state"] == {"state": "running"}
         assert hello["description"].startswith("Agent (general-purpose)")
         await wait_until(lambda: sent.of("tool_call", child), what="the child's tool call")
         # Its updates are its own session's: its text, its tool call (and its command's).

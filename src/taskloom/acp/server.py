@@ -44,6 +44,7 @@ from taskloom.acp.client_fs import backends
 from taskloom.acp.content import BadPrompt, prompt_of, replay
 from taskloom.acp.permission import AcpPrompter
 from taskloom.acp.sessions import AcpSession
+from taskloom.acp.tasks_view import TaskView, connection_sender, subagents_offered
 from taskloom.acp.updates import AcpObserver, UpdateSink
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
@@ -73,6 +74,9 @@ class LineTransport:
         self._reader = reader
         self._writer = writer
         self._lock = asyncio.Lock()
+        #: The client's capabilities as sent in ``initialize`` (the library's model drops
+        #: those it does not know, such as ``subagents``).
+        self.client_capabilities: dict[str, Any] | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
         """Write one message (whole: one writer at a time)."""
@@ -98,6 +102,8 @@ class LineTransport:
                 kind = type(message).__name__
                 await self._error(None, -32600, "Invalid Request", f"a {kind}, not an object")
                 continue
+            if message.get("method") == "initialize" and isinstance(message.get("params"), dict):
+                self.client_capabilities = message["params"].get("clientCapabilities")
             return message
 
     async def _error(self, request_id: Any, code: int, text: str, details: str) -> None:
@@ -148,6 +154,8 @@ class TaskloomAgent:
         self.conn: Any = None
         #: What the client said it offers (``initialize``), for the backends that use it.
         self.client_capabilities: Any = None
+        #: The wire, which keeps the capabilities as sent (``subagents``).
+        self.transport: LineTransport | None = None
 
     def on_connect(self, conn: Any) -> None:
         """The connection to the client (its methods: updates, permission, fs, terminals)."""
@@ -209,7 +217,9 @@ class TaskloomAgent:
     ) -> AcpSession:
         acp_id = session_id or resume or ""
         sink = UpdateSink(lambda update: self.conn.session_update(acp_id, update))
-        observer = AcpObserver(sink)
+        offered = self.transport.client_capabilities if self.transport is not None else None
+        tasks = TaskView(acp_id, connection_sender(self.conn), subagents=subagents_offered(offered))
+        observer = AcpObserver(sink, agent_message=tasks.agent_message)
         prompter = AcpPrompter(self.conn.request_permission, acp_id)
         options = self.session_options(
             cwd, mcp_servers, observer, prompter, session_id=session_id, resume=resume
@@ -226,6 +236,8 @@ class TaskloomAgent:
                 raise _no_session(resume) from exc
             raise acp.RequestError.invalid_params({"details": describe(exc)}) from exc
         session = AcpSession(acp_id, harness, sink, observer)
+        session.tasks = tasks
+        tasks.attach(harness)
         self.sessions[acp_id] = session
         session.start()
         asyncio.get_running_loop().call_soon(sink.put, self._commands(harness))
@@ -321,6 +333,10 @@ class TaskloomAgent:
         session = self.sessions.get(session_id)
         if session is not None:
             session.cancel()
+            return
+        for session in list(self.sessions.values()):  # a child session: its task is stopped
+            if session.tasks is not None and await session.tasks.cancel(session_id):
+                return
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> None:
         """Go on in the permission mode ``mode_id``."""
@@ -357,7 +373,7 @@ async def serve(
     if reader is None or writer is None:
         reader, writer = await acp.stdio_streams()
     agent = TaskloomAgent(options)
-    transport = LineTransport(reader, writer)
+    transport = agent.transport = LineTransport(reader, writer)
     conn = AgentSideConnection(cast(Any, agent), transport, listening=False)
     try:
         await conn.listen()

@@ -33,6 +33,7 @@ from taskloom.messages import Message
 from taskloom.tasks.mailbox import MESSAGES
 
 if TYPE_CHECKING:
+    from taskloom.acp.tasks_view import TaskView
     from taskloom.harness import Harness
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class AcpSession:
             Held(runtime, me, when=lambda: self._ran),
         )
         self._worker: asyncio.Task[None] | None = None
+        #: Its tasks as the editor sees them (in-progress tool calls, child sessions).
+        self.tasks: TaskView | None = None
 
     def start(self) -> None:
         """Start taking prompts."""
@@ -197,6 +200,8 @@ class AcpSession:
             await self.harness.end()
         finally:
             await self.harness.aclose()
+            if self.tasks is not None:  # after the harness: its tasks' ends are told
+                await self.tasks.aclose()
 
 
 def _drain(prompts: Prompts[Turn]) -> list[Turn]:

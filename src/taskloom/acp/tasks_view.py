@@ -258,6 +258,7 @@ class TaskView:
             shown.child = f"sub-{uuid.uuid4().hex}"
             self._children[shown.child] = state.id
             self._put(shown.parent, self._announcement(shown.child, state, kind))
+            shown.ended = False  # announced running
             return shown
         self._put(
             shown.parent,
@@ -284,6 +285,7 @@ class TaskView:
             "title": kind.title(state) or state.description or state.id,
             "description": f"{noun}: {state.description}" if state.description else noun,
             "capabilities": {"cancel": {}},
+            "state": {"state": "running"},
             "_meta": {"taskloom": {"taskId": state.id, "taskType": state.type.value}},
         }
 
@@ -421,7 +423,7 @@ class TaskView:
             try:
                 await self._send(session_id, update)
             except Exception:  # a client gone or a bad update: the next ones are still tried
-                log.warning("sending a task update failed", exc_info=True)
+                log.debug("sending a task update failed", exc_info=True)
 
 
 def _progress_line(tool_uses: int | None, tokens: int | None, activity: str) -> str:

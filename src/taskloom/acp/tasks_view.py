@@ -330,14 +330,13 @@ class TaskView:
             self._end_call(shown, state, kind, self._output_text(shown))
 
     def _end_call(self, shown: _Shown, state: TaskState, kind: TaskKind, body: str) -> None:
-        if shown.ended:
-            return
-        shown.ended = True
         text = f"{capped(body)}\n{kind.summary(state)}" if body else kind.summary(state)
         update = self._call_update(shown, [text_content(text)])
         update["status"] = "completed" if state.status == TaskStatus.COMPLETED else "failed"
         update["rawOutput"] = {"status": state.status.value, **kind.event_fields(state)}
         self._put(shown.parent, update)
+        # Told for good: nothing is kept of it (a resumed agent opens its call again).
+        del self._shown[shown.task_id]
 
     def _call_update(self, shown: _Shown, content: list[dict[str, Any]]) -> dict[str, Any]:
         return {

@@ -15,10 +15,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from helpers import TIME_FACTOR, alive, harness, pids_with_env, wait_until
+from helpers import TIME_FACTOR, alive, harness, main_context, pids_with_env, wait_until
 from taskloom.acp.tasks_view import BATCH_S, TaskView, subagents_offered
+from taskloom.errors import ModelError
 from taskloom.models.base import ModelRequest
 from taskloom.models.scripted import FunctionModel, ToolCall, Turn
+from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.types import TaskStatus
 
 SESSION = "acp-session-1"
@@ -229,3 +231,88 @@ async def test_without_subagents_an_agent_is_a_tool_call_with_progress(tmp_path:
     assert end["status"] == "completed" and end["rawOutput"]["status"] == "completed"
     assert "the answer is 42" in text_of(end) and 'Agent "quick child" completed' in text_of(end)
     assert BATCH_S < 1
+
+
+async def test_a_teammate_is_a_child_session_with_its_commands_under_it(tmp_path: Path) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        if not request.metadata.get("teammate"):
+            return "lead"
+        if len(request.messages) == 1:
+            bg = {"command": "sleep 300", "run_in_background": True}
+            return Turn(text="on it", tool_calls=(ToolCall("Bash", bg),))
+        return "started it"
+
+    sent = Recorder()
+    view = TaskView(SESSION, sent.send, subagents=True)
+    model = FunctionModel(respond)
+    async with harness(tmp_path, model, teams=True, observer=view, wait_for_tasks=False) as h:
+        view.attach(h)
+        agent = next(t for t in h.tools if t.name == "Agent")
+        params = agent.validate({"description": "w", "prompt": "p", "name": "worker1"})
+        await agent.call(params, main_context(h))
+        mate = next(s for s in h.tasks() if kind_of(s).addresses(s))
+        await wait_until(lambda: view.child_session(mate.id) is not None, what="its session")
+        child = view.child_session(mate.id)
+        assert child is not None
+        await wait_until(lambda: sent.of("tool_call", child), what="its command's call")
+        shell = next(s for s in h.tasks() if kind_of(s).is_process)
+        pids = pids_with_env("TASKLOOM_TASK_ID", shell.id)
+        assert pids
+        assert await view.cancel(child)
+        await wait_until(lambda: not any(alive(p) for p in pids), what="its command gone")
+        await wait_until(
+            lambda: sent.of("subagent_update", SESSION)[-1].get("state", {}).get("state") == "idle",
+            what="the child idle",
+        )
+        await view.aclose()
+    hello = sent.of("subagent_update", SESSION)[0]
+    assert hello["title"].startswith("worker1@") and hello["description"].startswith("Teammate")
+    said = [text_of(u) for u in sent.of("agent_message_chunk", child)]
+    assert said in (["on it"], ["on it", "started it"])  # it may answer before it is stopped
+    # Its command is a call of its session: the teammate started it under its own name.
+    calls = {u["toolCallId"] for u in sent.of("tool_call", child)}
+    assert f"task-{shell.id}" in calls and not sent.of("tool_call", SESSION)
+    assert sent.of("subagent_update", SESSION)[-1]["state"]["stopReason"] == "cancelled"
+
+
+async def test_a_foreground_agent_is_a_child_session_and_its_failure_says_why(
+    tmp_path: Path,
+) -> None:
+    def respond(request: ModelRequest) -> Turn | str:
+        first = first_text(request)
+        if "ok job" in first:
+            return "fine"
+        if "bad job" in first:
+            raise ModelError("the model is down")
+        if len(request.messages) == 1:
+            calls = tuple(
+                ToolCall("Agent", {"description": f"{job} child", "prompt": f"{job} job"})
+                for job in ("ok", "bad")
+            )
+            return Turn(tool_calls=calls)
+        return "both ended"
+
+    sent = Recorder()
+    view = TaskView(SESSION, sent.send, subagents=True)
+    async with harness(tmp_path, FunctionModel(respond), observer=view, wait_for_tasks=False) as h:
+        view.attach(h)
+        await drain(h, "run them")  # the turn waits for both: they run in the foreground
+        ok = next(s for s in h.tasks() if s.description == "ok child")
+        bad = next(s for s in h.tasks() if s.description == "bad child")
+        assert bad.status == TaskStatus.FAILED and ok.status == TaskStatus.COMPLETED
+
+        def ends() -> dict[str, Any]:
+            return {
+                u["sessionId"]: u["state"]
+                for u in sent.of("subagent_update", SESSION)
+                if u.get("state", {}).get("state") == "idle"
+            }
+
+        await wait_until(lambda: len(ends()) == 2, what="both idle")
+        await view.aclose()
+    ok_child, bad_child = view.child_session(ok.id), view.child_session(bad.id)
+    assert ends()[ok_child] == {"state": "idle", "stopReason": "end_turn"}
+    failed = ends()[bad_child]
+    assert failed["stopReason"] == "error" and "the model is down" in failed["error"]["message"]
+    assert [text_of(u) for u in sent.of("agent_message_chunk", ok_child)] == ["fine"]
+    assert [text_of(u) for u in sent.of("user_message_chunk", ok_child)] == ["ok job"]

@@ -150,6 +150,8 @@ class TaskView:
         self._children: dict[str, str] = {}  # child session id -> task id
         self._out: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
         self._jobs: list[asyncio.Task[None]] = []
+        #: Set while a command is shown running: its output is read (else nothing polls).
+        self._commands = asyncio.Event()
 
     @property
     def observer(self) -> TaskView:
@@ -274,6 +276,8 @@ class TaskView:
             },
         )
         shown.ended = False
+        if not is_child_like(kind):
+            self._commands.set()
         return shown
 
     def _announcement(self, child: str, state: TaskState, kind: TaskKind) -> dict[str, Any]:
@@ -350,18 +354,19 @@ class TaskView:
     async def _poll(self) -> None:
         """Every :data:`BATCH_S`, one update per running command that printed meanwhile."""
         while True:
+            await self._commands.wait()
             await asyncio.sleep(BATCH_S)
-            if self._harness is None:
-                continue
+            running = 0
             for shown in list(self._shown.values()):
-                if shown.child is not None or shown.ended is not False:
+                state = self._harness.runtime.get(shown.task_id) if self._harness else None
+                if shown.child is not None or state is None or is_child_like(kind_of(state)):
                     continue
-                state = self._harness.runtime.get(shown.task_id)
-                if state is None or is_child_like(kind_of(state)):
-                    continue
+                running += 1
                 if self._read(shown, state):
                     content = [text_content(self._output_text(shown))]
                     self._put(shown.parent, self._call_update(shown, content))
+            if not running:
+                self._commands.clear()  # until the next command is shown
 
     def _read(self, shown: _Shown, state: TaskState) -> bool:
         """Read what the task printed since the last read; whether there was anything."""

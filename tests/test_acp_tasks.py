@@ -18,6 +18,7 @@ from typing import Any
 from helpers import TIME_FACTOR, alive, harness, main_context, pids_with_env, wait_until
 from taskloom.acp.tasks_view import BATCH_S, TaskView, subagents_offered
 from taskloom.errors import ModelError
+from taskloom.messages import ToolResultBlock
 from taskloom.models.base import ModelRequest
 from taskloom.models.scripted import FunctionModel, ToolCall, Turn
 from taskloom.tasks.kinds import kind_of
@@ -197,6 +198,10 @@ async def test_a_background_agent_is_a_child_session_the_client_cancels(tmp_path
     # The child's command is shown in the child's session, not in the parent's.
     assert [u["toolCallId"] for u in sent.of("tool_call", SESSION)] == []
     assert f"task-{shell.id}" in {u["toolCallId"] for u in sent.of("tool_call", child)}
+    # No call is left spinning in the idle child: the killed agent never records its results.
+    ends = {u["toolCallId"]: u["status"] for u in sent.of("tool_call_update", child)}
+    for call in sent.of("tool_call", child):
+        assert ends.get(call["toolCallId"]) in ("completed", "failed"), call
 
 
 async def test_without_subagents_an_agent_is_a_tool_call_with_progress(tmp_path: Path) -> None:
@@ -254,10 +259,14 @@ async def test_a_teammate_is_a_child_session_with_its_commands_under_it(tmp_path
         await wait_until(lambda: view.child_session(mate.id) is not None, what="its session")
         child = view.child_session(mate.id)
         assert child is not None
+        # The call is shown as the teammate asks for it; its command's task comes a little later.
         await wait_until(lambda: sent.of("tool_call", child), what="its command's call")
+        await wait_until(
+            lambda: any(kind_of(s).is_process for s in h.tasks()), what="its command's task"
+        )
         shell = next(s for s in h.tasks() if kind_of(s).is_process)
+        await wait_until(lambda: pids_with_env("TASKLOOM_TASK_ID", shell.id), what="its process")
         pids = pids_with_env("TASKLOOM_TASK_ID", shell.id)
-        assert pids
         assert await view.cancel(child)
         await wait_until(lambda: not any(alive(p) for p in pids), what="its command gone")
         await wait_until(
@@ -316,3 +325,39 @@ async def test_a_foreground_agent_is_a_child_session_and_its_failure_says_why(
     assert failed["stopReason"] == "error" and "the model is down" in failed["error"]["message"]
     assert [text_of(u) for u in sent.of("agent_message_chunk", ok_child)] == ["fine"]
     assert [text_of(u) for u in sent.of("user_message_chunk", ok_child)] == ["ok job"]
+
+
+async def test_a_foreground_agent_cancelled_from_the_client_tells_the_model_why(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "child-started"
+    results: list[str] = []
+
+    async def respond(request: ModelRequest) -> Turn | str:
+        if "child job" in first_text(request):
+            if len(request.messages) == 1:
+                return Turn(tool_calls=(ToolCall("Bash", {"command": f"touch {marker}"}),))
+            await asyncio.sleep(300)  # works on until stopped
+            return "never"
+        if len(request.messages) == 1:
+            spawn = {"description": "stuck child", "prompt": "child job"}
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        results.extend(
+            b.text() for m in request.messages for b in m.content if isinstance(b, ToolResultBlock)
+        )
+        return "the child was stopped"
+
+    sent = Recorder()
+    view = TaskView(SESSION, sent.send, subagents=True)
+    async with harness(tmp_path, FunctionModel(respond), observer=view, wait_for_tasks=False) as h:
+        view.attach(h)
+        turn = asyncio.create_task(drain(h, "run it"))
+        await wait_until(marker.exists, what="the child at work")
+        agent = next(s for s in h.tasks() if s.description == "stuck child")
+        child = view.child_session(agent.id)
+        assert child is not None and await view.cancel(child) is True
+        await asyncio.wait_for(turn, 10 * TIME_FACTOR)
+        await view.aclose()
+    (said,) = results
+    said = said.removeprefix("<tool_use_error>").removesuffix("</tool_use_error>")
+    assert said == f"Agent {agent.id} killed: stopped before it finished", said

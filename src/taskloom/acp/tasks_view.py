@@ -30,7 +30,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from taskloom.acp._child_updates import capped, message_updates, text_content
@@ -109,6 +109,7 @@ class _Shown:
         offset: How far its output file was read.
         tail: The last bytes read of it (at most ``TAIL_BYTES``).
         skipped: Bytes of its output not shown (before the tail).
+        open_calls: A child's tool calls shown running, whose results have not come yet.
     """
 
     task_id: str
@@ -119,6 +120,7 @@ class _Shown:
     offset: int = 0
     tail: bytes = b""
     skipped: int = 0
+    open_calls: set[str] = field(default_factory=set)
 
     @property
     def tool_call_id(self) -> str:
@@ -306,11 +308,20 @@ class TaskView:
         if not state.terminal:
             snapshot: dict[str, Any] = {"state": "running"}
         else:
+            self._close_calls(shown, state)
             snapshot = {"state": "idle", "stopReason": _STOP_REASONS[state.status]}
             if state.status == TaskStatus.FAILED:
                 message = kind_of(state).summary(state)
                 snapshot["error"] = {"code": -32603, "message": message}
         self._put(shown.parent, {**self._patch(shown.child), "state": snapshot})
+
+    def _close_calls(self, shown: _Shown, state: TaskState) -> None:
+        """End the child's calls shown running: a stopped agent never records their results."""
+        why = f"not finished: the agent {state.status.value} first"
+        for call in sorted(shown.open_calls):
+            update = {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "failed"}
+            self._put(shown.child or shown.parent, {**update, "content": [text_content(why)]})
+        shown.open_calls.clear()
 
     @staticmethod
     def _patch(child: str) -> dict[str, Any]:
@@ -408,6 +419,11 @@ class TaskView:
         if shown is None or shown.child is None:
             return
         for update in message_updates(event):
+            call = str(update.get("toolCallId", ""))
+            if update["sessionUpdate"] == "tool_call":
+                shown.open_calls.add(call)
+            elif update["sessionUpdate"] == "tool_call_update":
+                shown.open_calls.discard(call)
             self._put(shown.child, update)
 
     def hook_started(self, hook_id: str, event: str, name: str) -> None:

@@ -245,7 +245,8 @@ class Spawner:
         state = as_agent(self.runtime.get(run.agent_id))
         assert state is not None  # its record stays (evicted, it is read back)
         if state.status != TaskStatus.COMPLETED:
-            why = state.stopped_reason or state.error or ""
+            # A kill by TaskStop or from an editor records no reason of its own.
+            why = state.stopped_reason or state.error or "stopped before it finished"
             raise ToolError(f"Agent {run.agent_id} {state.status.value}: {why}")
         text = state.result or ""
         if len(text) > MAX_RESULT_CHARS:

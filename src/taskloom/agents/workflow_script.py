@@ -20,6 +20,7 @@ script's stderr tail; the agents still running are stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -148,6 +149,12 @@ class ScriptRun(WorkflowRun):
             if serving in done:
                 serving.result()  # what broke the serving, if anything did
             await ending  # the pipe may close before the script has exited
+        except BaseException:
+            # Stopped: kill the script before its pipes close under it, or it fails on the
+            # closed pipe first and is recorded failed instead of killed.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.runtime.kill(self.script_task))
+            raise
         finally:
             for task in (serving, ending, *self._replies):
                 task.cancel()  # nobody reads the replies of a script that exited

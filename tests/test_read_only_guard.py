@@ -28,6 +28,17 @@ HEREDOC_WRITES = [
     "cat <<EOF\nrm -rf src",
     # A substitution's redirection, even inside double quotes.
     'echo "$(echo x > README.md)"',
+    # An unquoted delimiter's body is expanded: its substitutions run.
+    "cat <<EOF\n$(rm -rf src)\nEOF",
+    "cat <<EOF\n`rm -rf src`\nEOF",
+    "cat <<-EOF\n\t$(rm -rf src)\n\tEOF",
+    "x=$(cat <<EOF\n$(rm -rf src)\nEOF\n)",
+    "cat <<EOF\n${x:=$(rm f)}\nEOF",
+    "cat <<EOF | grep x\n$(touch README.md)\nEOF",
+    "cat <<EOF >/tmp/out.txt\n$(rm -rf src)\n`echo y > README.md`\nEOF",
+    # Arithmetic's << shifts bits; it opens no heredoc.
+    "echo $(( 1<<2 ))\nrm -rf src\n2",
+    "(( x = 1<<2 ))\nrm -rf src\n2",
 ]
 
 #: Heredoc bodies are data; comments are nothing.
@@ -37,6 +48,10 @@ HEREDOC_READS = [
     "cat <<-EOF >/tmp/x\n\trm x > f\n\tEOF\nwc -l /tmp/x",
     "cat <<A >/tmp/a <<B\nrm x\nA\nrm y\nB",
     "grep -c '<<EOF' f",
+    # Data with no substitution, under an unquoted delimiter: nothing of it runs.
+    "cat <<EOF >/tmp/x\nrm -rf src $HOME and > quotes\nEOF\ncat /tmp/x",
+    "cat <<EOF\ntoday is $(date) in `pwd`\nEOF",
+    "echo $(( 1<<2 ))",
     "ls # > README.md; rm x",
     "git log --oneline  # don't > worry",
 ]
@@ -333,6 +348,8 @@ def test_the_refusals_say_what_was_seen(tmp_path: Path) -> None:
     assert "sed -i" in _decide(tmp_path, "sed -ri s/a/b/ f")[1]
     assert "cp making links" in _decide(tmp_path, "cp -al src /tmp/q/")[1]
     assert "known only when the command runs" in _decide(tmp_path, "$(echo rm) f")[1]
+    # A verifier that wrote "$PYTHON" is told what it can run instead.
+    assert ".venv/bin/python -m pytest" in _decide(tmp_path, '"$PYTHON" -m pytest')[1]
     assert "on its input" in _decide(tmp_path, "bash /dev/stdin <<< 'rm f'")[1]
     assert "lock file .lock" in _decide(tmp_path, "flock .lock pytest")[1]
     assert "records the session in typescript" in _decide(tmp_path, "script -c 'pytest'")[1]

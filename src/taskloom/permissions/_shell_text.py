@@ -5,7 +5,10 @@ or a heredoc is the same for the commands judged and for the redirections found:
 inside quotes or a comment starts no heredoc, a heredoc's delimiter is its word with the
 quoting removed (``<<\EOF``, ``<<'EOF'``, ``<<"EOF"`` all end at ``EOF``; ``<<-`` at
 ``EOF`` after tabs), and a heredoc never closed leaves the rest of the text judged as
-commands (erring towards judging data as commands, never the reverse).
+commands (erring towards judging data as commands, never the reverse). A body is data, but
+under an unquoted delimiter bash expands it: its command substitutions (``$(...)``, backticks)
+run, so they are kept as commands. Arithmetic's ``<<`` (``$(( 1<<2 ))``) shifts bits and opens
+no heredoc.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def scan(text: str) -> ShellText:
     """Read ``text`` as bash does (see the module docstring)."""
     out: list[str] = []
     found = ShellText()
-    pending: list[tuple[str, bool]] = []  # heredocs opened on this line: (delimiter, tabs)
+    pending: list[tuple[str, bool, bool]] = []  # opened on this line: (delimiter, tabs, expands)
     quote = ""  # ', ", or $' (ANSI-C quoting, where a backslash escapes)
     i = 0
     while i < len(text):
@@ -66,8 +69,16 @@ def scan(text: str) -> ShellText:
             i = len(text) if end < 0 else end  # a comment: nothing of it runs
         elif char == "\n":
             out.append(char)
-            i = _after_bodies(text, i + 1, pending)
+            i, bodies = _after_bodies(text, i + 1, pending)
+            out.extend(f": {sub}\n" for body in bodies for sub in substitutions(body))
             pending = []
+        elif text.startswith("$((", i) or (
+            text.startswith("((", i) and (i == 0 or text[i - 1] in _METACHARS)
+        ):
+            end = text.find("))", i)
+            end = len(text) if end < 0 else end + 2
+            out.append(text[i:end])  # arithmetic: its ``<<`` is a shift, not a heredoc
+            i = end
         elif text.startswith("<<<", i):
             out.append("<<<")
             i += 3
@@ -76,7 +87,8 @@ def scan(text: str) -> ShellText:
             start = i + (3 if strip_tabs else 2)
             delimiter, end = _delimiter(text, start)
             if delimiter:
-                pending.append((delimiter, strip_tabs))
+                quoted = any(c in text[start:end] for c in "\\'\"")
+                pending.append((delimiter, strip_tabs, not quoted))
             out.append(text[i:end])
             i = end
         elif char == ">" and not text.startswith(">(", i):
@@ -114,24 +126,56 @@ def _delimiter(text: str, start: int) -> tuple[str, int]:
     return "".join(word), min(i, len(text))
 
 
-def _after_bodies(text: str, start: int, pending: list[tuple[str, bool]]) -> int:
+def _after_bodies(
+    text: str, start: int, pending: list[tuple[str, bool, bool]]
+) -> tuple[int, list[str]]:
     """Where the commands go on after the bodies of ``pending`` heredocs begun at ``start``.
 
-    A body runs to its delimiter's own line; when one is never closed, everything from
-    ``start`` on is judged as commands.
+    Also returns the bodies bash expands (an unquoted delimiter's). A body runs to its
+    delimiter's own line; when one is never closed, everything from ``start`` on is judged as
+    commands (and no body is returned).
     """
     i = start
-    for delimiter, strip_tabs in pending:
+    expanded: list[str] = []
+    for delimiter, strip_tabs, expands in pending:
+        body_start = i
         while True:
             if i >= len(text):
-                return start  # never closed: nothing is data
+                return start, []  # never closed: nothing is data
             end = text.find("\n", i)
             end = len(text) if end < 0 else end
             line = text[i:end]
-            i = end + 1
             if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                if expands:
+                    expanded.append(text[body_start:i])
+                i = end + 1
                 break
-    return min(i, len(text))
+            i = end + 1
+    return min(i, len(text)), expanded
+
+
+def substitutions(body: str) -> list[str]:
+    """The command substitutions in ``body`` (``$(...)`` and backticks), as written."""
+    found: list[str] = []
+    i = 0
+    while i < len(body):
+        if body.startswith("$(", i):
+            depth, j = 0, i + 1
+            while j < len(body):
+                depth += {"(": 1, ")": -1}.get(body[j], 0)
+                if depth == 0:
+                    break
+                j += 1
+            found.append(body[i : j + 1])
+            i = j + 1
+        elif body[i] == "`" and body[i - 1 : i] != "\\":
+            end = body.find("`", i + 1)
+            end = len(body) if end < 0 else end
+            found.append(body[i : end + 1])
+            i = end + 1
+        else:
+            i += 1
+    return found
 
 
 def word_after(line: str, start: int) -> tuple[str, int]:

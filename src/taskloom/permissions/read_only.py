@@ -216,7 +216,8 @@ def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | 
     if "$" in argv[0] or "`" in argv[0]:
         return (
             f"its program ({argv[0]}) is known only when the command runs, so what it does "
-            "cannot be judged from the command's text"
+            "cannot be judged from the command's text; name the program itself or its path "
+            "(python -m pytest, .venv/bin/python -m pytest)"
         )
     program = os.path.basename(argv[0])
     args = argv[1:]

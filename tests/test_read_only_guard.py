@@ -36,6 +36,16 @@ HEREDOC_WRITES = [
     "cat <<EOF\n${x:=$(rm f)}\nEOF",
     "cat <<EOF | grep x\n$(touch README.md)\nEOF",
     "cat <<EOF >/tmp/out.txt\n$(rm -rf src)\n`echo y > README.md`\nEOF",
+    # A substitution whose extent a count of parentheses could misread is refused.
+    "cat <<EOF\n$(echo a\nrm f)\nEOF",
+    "cat <<EOF\n`echo \\`rm f\\``\nEOF",
+    'cat <<EOF\n$(echo ")"; rm f)\nEOF',
+    "cat <<EOF\n$(case a in a) rm f;; esac)\nEOF",
+    'echo $(echo ")"; rm f)',
+    "echo $(case a in a) rm f;; esac)",
+    # Nested subshells.
+    "((rm f) )",
+    "( (rm f) )",
     # Arithmetic's << shifts bits; it opens no heredoc.
     "echo $(( 1<<2 ))\nrm -rf src\n2",
     "(( x = 1<<2 ))\nrm -rf src\n2",
@@ -52,6 +62,10 @@ HEREDOC_READS = [
     "cat <<EOF >/tmp/x\nrm -rf src $HOME and > quotes\nEOF\ncat /tmp/x",
     "cat <<EOF\ntoday is $(date) in `pwd`\nEOF",
     "echo $(( 1<<2 ))",
+    # Plain substitutions are read surely.
+    "pytest -q $(git diff --name-only)",
+    'echo "$(date)" `pwd`',
+    "(( x = 1<<2 ))",
     "ls # > README.md; rm x",
     "git log --oneline  # don't > worry",
 ]

@@ -245,3 +245,35 @@ def redirect_target(command: str, roots: tuple[str, ...]) -> str | None:
         if outside_temp(target, roots):
             return target
     return None
+
+
+#: What makes a command substitution's extent unsure to a reader that counts parentheses: a
+#: quote or a backslash (a ``)`` or backtick that does not count), a line break, and ``case``
+#: (whose patterns end in a lone ``)``).
+_UNSURE_IN_SUBSTITUTION = re.compile(r"['\"\\\n]|\bcase\b")
+
+
+def unsure_substitution(text: str) -> str | None:
+    """A command substitution in ``text`` whose extent cannot be read surely; None if none.
+
+    Within one without quotes, backslashes, line breaks or ``case``, parentheses and
+    backticks mean what they seem, so the commands found in it are all it runs.
+    Single-quoted text is skipped; arithmetic (``$((``) is not a substitution.
+    """
+    quoted = False
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "'" and text[i - 1 : i] != "\\":
+            quoted = not quoted
+        elif not quoted and (
+            char == "`" or (text.startswith("$(", i) and not text.startswith("$((", i))
+        ):
+            span = substitutions(text[i:])[0]
+            inner = span[1:-1] if char == "`" else span[2:-1]
+            if _UNSURE_IN_SUBSTITUTION.search(inner):
+                return span
+            i += 1 if char == "`" else 2  # nested ones are checked in their turn
+            continue
+        i += 1
+    return None

@@ -32,6 +32,8 @@ also denies, in every mode and whatever a PreToolUse hook answers:
     ``-l`` (a link written through writes what it points to), wherever it goes; editors
     (``ed``, ``ex``, ``vi``); ``flock``'s lock file and ``script``'s record outside the
     temporary directory;
+  - a command substitution whose extent its text cannot show surely (a quote, a backslash, a
+    line break or ``case`` inside it: ``_shell_text.unsure_substitution``);
   - a program known only when the command runs (``$cmd``, ``$(...)`` or a backtick as the
     program word);
   - ``find -delete``, ``-fprint*``, ``-fls``, and ``-exec`` of a writing command; ``tar``
@@ -69,6 +71,7 @@ from taskloom.permissions._shell_text import (
     redirect_target,
     scan,
     temp_roots,
+    unsure_substitution,
     without_redirections,
 )
 from taskloom.permissions.matchers import command_matches, split_command, with_hidden
@@ -125,7 +128,14 @@ def shell_writes(request: PermissionRequest, temp_dirs: Iterable[str] = ()) -> s
 
 def _line_writes(command: str, allowed: tuple[str, ...]) -> str | None:
     """Why a command line writes files (its redirections, then each simple command)."""
-    parts = with_hidden(split_command(scan(command).commands))
+    commands = scan(command).commands
+    unsure = unsure_substitution(commands)
+    if unsure is not None:
+        return (
+            f"what its command substitution {unsure[:60]!r} runs cannot be read surely "
+            "(quotes, backslashes, line breaks or case inside it); run that command on its own"
+        )
+    parts = with_hidden(split_command(commands))
     for part in parts:  # a substitution's own redirections too, even inside "..."
         target = redirect_target(part, allowed)
         if target is not None:
@@ -148,8 +158,11 @@ def _line_writes(command: str, allowed: tuple[str, ...]) -> str | None:
 def _argv(part: str) -> tuple[list[str], bool, list[str]]:
     """The words of the command ``part`` runs, whether ``xargs`` adds, and variables set."""
     text = part.strip()
-    if text.startswith("(") and not text.startswith("((") and text.endswith(")"):
-        text = text[1:-1]  # a subshell
+    # A subshell, nested ones too (``((rm f) )``); arithmetic, ``(( ... ))``, is left.
+    arithmetic = text.startswith("((") and text.endswith("))")
+    while text.startswith("(") and text.endswith(")") and not arithmetic:
+        text = text[1:-1].strip()
+        arithmetic = text.startswith("((") and text.endswith("))")
     try:
         words = shlex.split(text)
     except ValueError:  # unbalanced quotes: the shell would refuse it; judge the words

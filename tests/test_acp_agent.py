@@ -96,6 +96,7 @@ async def test_initialize_says_what_taskloom_offers(tmp_path: Path) -> None:
     assert init.protocol_version == acp.PROTOCOL_VERSION
     assert caps.load_session is True
     assert caps.prompt_capabilities.embedded_context is True
+    assert caps.prompt_capabilities.image is True
     assert caps.mcp_capabilities.http is True
     assert init.agent_info.name == "taskloom"
     assert init.auth_methods == []
@@ -371,7 +372,7 @@ async def test_stop_reasons_follow_the_model_and_the_turn_limit(tmp_path: Path) 
         assert (await _prompt(client, session.session_id, "b")).stop_reason == "max_turn_requests"
 
 
-async def test_resources_are_context_and_an_image_is_refused(tmp_path: Path) -> None:
+async def test_resources_are_given_as_context(tmp_path: Path) -> None:
     import acp
 
     model = ScriptedModel([Turn(text="Seen.")])
@@ -386,12 +387,72 @@ async def test_resources_are_context_and_an_image_is_refused(tmp_path: Path) -> 
             client.prompt(session_id=session.session_id, prompt=blocks), TIMEOUT
         )
         assert said.stop_reason == "end_turn"
-        with pytest.raises(acp.RequestError) as refused:
-            await client.prompt(
-                session_id=session.session_id, prompt=[acp.image_block("aGk=", "image/png")]
-            )
     sent = str(model.requests[0].messages[-1].content)
     assert f"@{tmp_path}/a.py" in sent
     assert '<context ref="/b.py">\nB = 2\n</context>' in sent.replace("\\n", "\n")
+
+
+#: A 1x1 PNG, base64.
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+async def test_an_image_reaches_the_model_in_the_prompts_order(tmp_path: Path) -> None:
+    import acp
+
+    model = ScriptedModel([Turn(text="A red dot.")])
+    async with connected(Options(model=model, cwd=tmp_path), Editor()) as (client, _agent):
+        session = await _new(client, tmp_path)
+        blocks = [acp.text_block("what is"), acp.image_block(PNG, "image/png"), acp.text_block("?")]
+        said = await asyncio.wait_for(
+            client.prompt(session_id=session.session_id, prompt=blocks), TIMEOUT
+        )
+        assert said.stop_reason == "end_turn"
+    second = Editor()  # kept in the transcript: a load shows it again
+    async with connected(Options(model=ScriptedModel([]), cwd=tmp_path), second) as (client, _):
+        await client.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        await asyncio.wait_for(
+            client.load_session(cwd=str(tmp_path), session_id=session.session_id, mcp_servers=[]),
+            TIMEOUT,
+        )
+    shown = [u.content for u in second.of("user_message_chunk")]
+    assert [c.type for c in shown] == ["text", "image", "text"]
+    assert (shown[1].data, shown[1].mime_type) == (PNG, "image/png")
+    sent = model.requests[0].messages[-1].wire()["content"]
+    assert [b["type"] for b in sent] == ["text", "image", "text"]
+    assert sent[1]["source"] == {"type": "base64", "media_type": "image/png", "data": PNG}
+    assert (sent[0]["text"], sent[2]["text"]) == ("what is", "?")
+
+
+@pytest.mark.parametrize(
+    ("image", "named"),
+    [
+        ((PNG, "image/bmp"), "image/bmp"),
+        (("not base64!", "image/png"), "not base64"),
+        (("A" * (5 * 1024 * 1024 + 4), "image/png"), "over the 5,242,880"),
+    ],
+)
+async def test_an_image_the_api_would_refuse_is_refused_and_the_session_goes_on(
+    tmp_path: Path, image: tuple[str, str], named: str
+) -> None:
+    import acp
+
+    model = ScriptedModel([Turn(text="Still here.")])
+    async with connected(Options(model=model, cwd=tmp_path), Editor()) as (client, _agent):
+        session = await _new(client, tmp_path)
+        with pytest.raises(acp.RequestError) as refused:
+            await asyncio.wait_for(
+                client.prompt(
+                    session_id=session.session_id,
+                    prompt=[acp.text_block("see"), acp.image_block(*image)],
+                ),
+                TIMEOUT,
+            )
+        assert (await _prompt(client, session.session_id, "go on")).stop_reason == "end_turn"
     assert refused.value.code == -32602
-    assert "images" in str(refused.value.data)
+    assert "prompt block 1" in str(refused.value.data)
+    assert named in str(refused.value.data)
+    assert len(model.requests) == 1  # the refused prompt never reached the model
+

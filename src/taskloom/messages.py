@@ -104,7 +104,7 @@ class UrlSource(_Block):
 
 
 class ImageBlock(_Block):
-    """An image (in a tool result: what Read shows of an image file)."""
+    """An image: in a user's prompt, or in a tool result (what Read shows of an image file)."""
 
     type: Literal["image"] = "image"
     source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
@@ -141,6 +141,7 @@ class ToolResultBlock(_Block):
 
 ContentBlock = Annotated[
     TextBlock
+    | ImageBlock
     | ThinkingBlock
     | ToolUseBlock
     | ToolResultBlock

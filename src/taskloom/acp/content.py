@@ -1,9 +1,11 @@
 """ACP content both ways: a prompt's blocks as the user message, a transcript as updates.
 
-A prompt is a string, so that ``/name args`` runs a command as the REPL's does. A resource
-link is named for the model (``@path``: it reads the file itself); an embedded resource's
-text is given as context, in a ``<context ref="URI">`` element. Images, audio and binary
-resources are refused: taskloom's user messages carry text alone.
+A prompt of text is a string, so that ``/name args`` runs a command as the REPL's does. A
+resource link is named for the model (``@path``: it reads the file itself); an embedded
+resource's text is given as context, in a ``<context ref="URI">`` element. A prompt with
+images is a user message of text and image blocks in the prompt's order (an image in a format
+or of a size the Messages API refuses is refused here, naming the block). Audio and binary
+resources are refused: no provider taskloom speaks to takes them in a prompt.
 
 :func:`replay` turns a recorded conversation back into the updates that showed it
 (``session/load``): the user's prompts as ``user_message_chunk``, the answers as
@@ -13,9 +15,11 @@ result as ``tool_call_update``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import acp
 from acp.schema import (
@@ -28,8 +32,10 @@ from acp.schema import (
 
 from taskloom.acp.updates import end_call, result_text, start_call
 from taskloom.messages import (
+    MAX_IMAGE_BASE64_BYTES,
     Base64Source,
     ImageBlock,
+    ImageMediaType,
     Message,
     TextBlock,
     ThinkingBlock,
@@ -54,8 +60,6 @@ def _text(block: Any, index: int) -> str:
             ref = _path_of(resource.uri)
             return f'<context ref="{ref}">\n{resource.text}\n</context>'
         raise BadPrompt(f"prompt block {index}: a binary resource is not supported")
-    if isinstance(block, ImageContentBlock):
-        raise BadPrompt(f"prompt block {index}: images in a prompt are not supported")
     kind = type(block).__name__
     raise BadPrompt(f"prompt block {index}: {kind} content is not supported")
 
@@ -65,15 +69,48 @@ def _path_of(uri: str) -> str:
     return uri.removeprefix("file://") if uri.startswith("file://") else uri
 
 
-def prompt_of(blocks: Sequence[Any]) -> str:
-    """The prompt an ACP prompt's blocks are: their texts, one a line.
+def _image(block: ImageContentBlock, index: int) -> ImageBlock:
+    """An ACP image as an image block, checked as the Messages API would check it."""
+    where = f"prompt block {index}"
+    if block.mime_type not in get_args(ImageMediaType):
+        formats = ", ".join(get_args(ImageMediaType))
+        raise BadPrompt(f"{where}: an image of type {block.mime_type!r} (taken: {formats})")
+    if len(block.data) > MAX_IMAGE_BASE64_BYTES:
+        raise BadPrompt(
+            f"{where}: the image is {len(block.data):,} bytes of base64, over the "
+            f"{MAX_IMAGE_BASE64_BYTES:,} one image may take"
+        )
+    try:
+        base64.b64decode(block.data, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadPrompt(f"{where}: the image's data is not base64") from None
+    source = Base64Source(media_type=block.mime_type, data=block.data)  # type: ignore[arg-type]
+    return ImageBlock(source=source)
+
+
+def prompt_of(blocks: Sequence[Any]) -> str | Message:
+    """The prompt an ACP prompt's blocks are: their texts, one a line; with images, a message.
 
     Raises:
         BadPrompt: A block that cannot be taken, or no block at all.
     """
     if not blocks:
         raise BadPrompt("the prompt is empty")
-    return "\n".join(_text(block, i) for i, block in enumerate(blocks))
+    if not any(isinstance(block, ImageContentBlock) for block in blocks):
+        return "\n".join(_text(block, i) for i, block in enumerate(blocks))
+    content: list[TextBlock | ImageBlock] = []
+    texts: list[str] = []
+    for i, block in enumerate([*blocks, None]):
+        if block is not None and not isinstance(block, ImageContentBlock):
+            texts.append(_text(block, i))
+            continue
+        joined = "\n".join(texts)  # the texts before an image, as a prompt of text alone
+        if joined.strip():  # the API refuses a blank text block
+            content.append(TextBlock(text=joined))
+        texts = []
+        if block is not None:
+            content.append(_image(block, i))
+    return Message(role="user", content=list(content))
 
 
 def replay(messages: Sequence[Message], cwd: Path) -> Iterator[Any]:

@@ -46,7 +46,7 @@ _REQUEST_ID = re.compile(r'"request_id"\s*:\s*"([^"\\]{1,256})"')
 
 #: The content blocks a user message may hold (the API refuses a tool call or thinking there),
 #: and the fields each takes.
-_USER_BLOCKS = ("text", "tool_result")
+_USER_BLOCKS = ("text", "image", "tool_result")
 _BLOCK_FIELDS = {
     "text": {"type", "text", "cache_control"},
     "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},

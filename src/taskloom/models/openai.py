@@ -59,6 +59,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 IMAGES_ENV = "TASKLOOM_OPENAI_IMAGES"
 IMAGES_FOLLOW = "\n(The image is in the next message.)"
 NO_IMAGES = "\n(An image was returned, but this model takes no images, so it is not shown.)"
+NO_PROMPT_IMAGES = "(An image was attached, but this model takes no images, so it is not shown.)"
 
 STOP_REASONS = {
     "stop": "end_turn",
@@ -83,6 +84,8 @@ def to_chat_messages(
     the ``user`` message that follows the tool messages, as ``image_url`` parts with a
     ``data:`` URL; the tool message says they follow. With ``images_accepted`` False (a
     server without vision) the tool message says instead that the image cannot be shown.
+    A prompt's own images (a user message's image blocks) are ``image_url`` parts among its
+    text parts, in their order; without vision each is a line saying it was left out.
 
     No ``content`` is ever ``null``: an assistant message with tool calls and no text says
     ``""``, which every compatible server takes, while some refuse ``null`` (llama-cpp-python's
@@ -117,14 +120,38 @@ def to_chat_messages(
                 elif pictures:
                     text += NO_IMAGES
                 chat.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
-        if images:
+        own = _user_parts(message, images_accepted)
+        if images or any(part["type"] == "image_url" for part in own):
             # A tool message takes text only: the images come in a user message right after
             # the tool messages (the API wants those straight after the call), before any text.
-            texts_parts = [{"type": "text", "text": "\n\n".join(texts)}] if texts else []
-            chat.append({"role": "user", "content": [*images, *texts_parts]})
-        elif texts:
-            chat.append({"role": "user", "content": "\n\n".join(texts)})
+            chat.append({"role": "user", "content": [*images, *own]})
+        elif own:
+            chat.append({"role": "user", "content": "\n\n".join(p["text"] for p in own)})
     return chat
+
+
+def _user_parts(message: Message, images_accepted: bool) -> list[dict[str, Any]]:
+    """A user message's own text and images (not its tool results) as chat parts, in order.
+
+    Without vision, an image is a line saying it was left out, so the model knows of it.
+    """
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock) and images_accepted:
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block)}})
+        elif isinstance(block, ImageBlock):
+            parts.append({"type": "text", "text": NO_PROMPT_IMAGES})
+    return parts
+
+
+def _image_url(image: ImageBlock) -> str:
+    """Where the server finds an image: its URL, or a ``data:`` URL of its bytes."""
+    source = image.source
+    if isinstance(source, UrlSource):
+        return source.url
+    return f"data:{source.media_type};base64,{source.data}"
 
 
 def _images_from_env() -> bool:
@@ -143,12 +170,7 @@ def _image_parts(call_id: str, images: list[ImageBlock]) -> list[dict[str, Any]]
         {"type": "text", "text": f"The {label} from tool call {call_id}:"}
     ]
     for image in images:
-        source = image.source
-        if isinstance(source, UrlSource):
-            url = source.url
-        else:
-            url = f"data:{source.media_type};base64,{source.data}"
-        parts.append({"type": "image_url", "image_url": {"url": url}})
+        parts.append({"type": "image_url", "image_url": {"url": _image_url(image)}})
     return parts
 
 

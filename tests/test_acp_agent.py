@@ -456,3 +456,66 @@ async def test_an_image_the_api_would_refuse_is_refused_and_the_session_goes_on(
     assert named in str(refused.value.data)
     assert len(model.requests) == 1  # the refused prompt never reached the model
 
+
+async def test_loading_an_unknown_session_is_an_error_and_serving_goes_on(tmp_path: Path) -> None:
+    import acp
+
+    model = ScriptedModel([Turn(text="Still here.")])
+    async with connected(Options(model=model, cwd=tmp_path), Editor()) as (client, _agent):
+        await client.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        with pytest.raises(acp.RequestError) as refused:
+            await asyncio.wait_for(
+                client.load_session(cwd=str(tmp_path), session_id="no-such-one", mcp_servers=[]),
+                TIMEOUT,
+            )
+        session = await asyncio.wait_for(
+            client.new_session(cwd=str(tmp_path), mcp_servers=[]), TIMEOUT
+        )
+        assert (await _prompt(client, session.session_id, "hi")).stop_reason == "end_turn"
+    assert refused.value.code == -32602
+    assert "no-such-one" in str(refused.value.data)
+
+
+async def test_cancelling_an_unknown_session_changes_nothing(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [Turn(tool_calls=(ToolCall("Bash", {"command": LONG}, id="long"),)), Turn(text="after")]
+    )
+    options = Options(model=model, cwd=tmp_path, permission_mode="bypassPermissions")
+    async with connected(options, Editor()) as (client, _agent):
+        session = await _new(client, tmp_path)
+        running = asyncio.ensure_future(_prompt(client, session.session_id, "run it"))
+        await wait_until(lambda: bool(_long()), TIMEOUT, "the long command to start")
+        await client.cancel(session_id="task-no-such-child")  # a notification: no answer
+        await client.cancel(session_id=session.session_id + "-not")
+        # The running turn is untouched: the cancel of its own session is what ends it.
+        assert not running.done() and _long()
+        await client.cancel(session_id=session.session_id)
+        assert (await running).stop_reason == "cancelled"
+        await wait_until(lambda: not _long(), TIMEOUT, "the long command to be killed")
+
+
+async def test_a_prompt_sent_during_a_turn_runs_after_it_in_order(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def first_turn_waits(request: Any) -> Any:
+        if len(model.requests) == 1:
+            await gate.wait()
+        return Turn(text=f"answer {len(model.requests)}")
+
+    from taskloom.testing import FunctionModel
+
+    model = FunctionModel(first_turn_waits)
+    editor = Editor()
+    async with connected(Options(model=model, cwd=tmp_path), editor) as (client, _agent):
+        session = await _new(client, tmp_path)
+        first = asyncio.ensure_future(_prompt(client, session.session_id, "one"))
+        await wait_until(lambda: len(model.requests) == 1, TIMEOUT, "the first request")
+        second = asyncio.ensure_future(_prompt(client, session.session_id, "two"))
+        await asyncio.sleep(0.2 * TIME_FACTOR)  # the second had its chance to jump the queue
+        assert len(model.requests) == 1 and not second.done()
+        gate.set()
+        assert (await first).stop_reason == "end_turn"
+        assert (await second).stop_reason == "end_turn"
+    asked = [r.messages[-1].text() for r in model.requests]
+    assert asked == ["one", "two"]
+    assert editor.text() == "answer 1answer 2"

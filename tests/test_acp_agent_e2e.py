@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from helpers import TIME_FACTOR, clean_env, needs, run_cli, write_turns
+from helpers import TIME_FACTOR, clean_env, needs, run_cli, run_processes, wait_until, write_turns
 
 pytestmark = [pytest.mark.e2e, needs("acp")]
 
@@ -50,10 +50,10 @@ class Wire:
                 return message
 
 
-async def _agent(tmp_path: Path, turns: list[Any]) -> asyncio.subprocess.Process:
+async def _agent(tmp_path: Path, turns: list[Any], *flags: str) -> asyncio.subprocess.Process:
     model = write_turns(tmp_path / "turns.yaml", turns)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "taskloom", "acp", "--model", model,
+        sys.executable, "-m", "taskloom", "acp", "--model", model, *flags,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         cwd=tmp_path, env=clean_env(),
     )  # fmt: skip
@@ -122,3 +122,34 @@ def test_a_bad_flag_is_a_usage_error(tmp_path: Path) -> None:
     done = run_cli("acp", "--no-such-flag", cwd=tmp_path)
     assert done.returncode == 2
     assert "--no-such-flag" in done.stderr
+
+
+def _sleeps() -> list[Any]:
+    return run_processes(lambda p: "sleep 431" in " ".join(p.info.get("cmdline") or []))
+
+
+async def test_an_editor_that_goes_away_mid_turn_leaves_nothing_running(tmp_path: Path) -> None:
+    """The editor quits (its end of the pipe closes) while a command and a background shell
+    run: the agent ends every session, kills both, and exits 0."""
+    calls = [
+        {"name": "Bash", "input": {"command": "sleep 4318", "run_in_background": True}},
+        {"name": "Bash", "input": {"command": "sleep 4317"}},
+    ]
+    proc = await _agent(
+        tmp_path, [{"tool_calls": calls}, "never"], "--dangerously-skip-permissions"
+    )
+    wire = Wire(proc)
+    try:
+        await wire.request(1, "initialize", {"protocolVersion": 1})
+        await wire.answer(1)
+        await wire.request(2, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        session_id = (await wire.answer(2))["result"]["sessionId"]
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "run"}]}
+        await wire.request(3, "session/prompt", prompt)
+        await wait_until(lambda: len(_sleeps()) == 2, TIMEOUT, "both commands to start")
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        code = await asyncio.wait_for(proc.wait(), TIMEOUT)
+    assert code == 0
+    await wait_until(lambda: not _sleeps(), TIMEOUT, "both commands to be gone")

@@ -8,8 +8,9 @@ it, ``session/set_mode`` switches the permission mode. The slash commands are ad
 ``session/new`` and ``session/load``.
 
 The wire is :class:`LineTransport`: one JSON-RPC message a line, as the library's, except that
-a line that is not JSON (or not an object) is answered with a JSON-RPC error (``-32700``,
-``-32600``) instead of being dropped; the agent keeps serving. An unknown method gets the
+a line that is not JSON (or not a request or response) is answered with a JSON-RPC error
+(``-32700``, ``-32600``) instead of being dropped, and a line of any length is read (in
+bounded pieces: see :mod:`taskloom.acp.lines`); the agent keeps serving. An unknown method gets the
 library's ``-32601``; a request naming an unknown session ``-32602``.
 """
 
@@ -42,6 +43,7 @@ from acp.schema import (
 
 from taskloom.acp.client_fs import backends
 from taskloom.acp.content import BadPrompt, prompt_of, replay
+from taskloom.acp.lines import MAX_LINE_BYTES, BoundedLines, Overlong
 from taskloom.acp.permission import AcpPrompter
 from taskloom.acp.sessions import AcpSession
 from taskloom.acp.tasks_view import TaskView, connection_sender, subagents_offered
@@ -70,8 +72,14 @@ MODE_ALIASES = {"manual": "default", "auto": "default"}
 class LineTransport:
     """JSON-RPC messages, one a line, over a stream pair; bad lines are answered, not dropped."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        limit: int = MAX_LINE_BYTES,
+    ) -> None:
+        self._lines = BoundedLines(reader, limit)
+        self._limit = limit
         self._writer = writer
         self._lock = asyncio.Lock()
         #: The client's capabilities as sent in ``initialize`` (the library's model drops
@@ -88,9 +96,14 @@ class LineTransport:
     async def receive(self) -> dict[str, Any] | None:
         """The next message; None at the end of the input."""
         while True:
-            line = await self._reader.readline()
-            if not line:
+            line = await self._lines.next()
+            if line is None:
                 return None
+            if isinstance(line, Overlong):
+                answer = await self._overlong(line)
+                if answer is not None:
+                    return answer
+                continue
             if not line.strip():
                 continue
             try:
@@ -98,13 +111,28 @@ class LineTransport:
             except ValueError as exc:
                 await self._error(None, -32700, "Parse error", f"not JSON: {exc}")
                 continue
-            if not isinstance(message, dict):
-                kind = type(message).__name__
-                await self._error(None, -32600, "Invalid Request", f"a {kind}, not an object")
+            problem = _shape_problem(message)
+            if problem is not None:
+                request_id = message.get("id") if isinstance(message, dict) else None
+                await self._error(request_id, -32600, "Invalid Request", problem)
                 continue
             if message.get("method") == "initialize" and isinstance(message.get("params"), dict):
                 self.client_capabilities = message["params"].get("clientCapabilities")
-            return message
+            return cast("dict[str, Any]", message)
+
+    async def _overlong(self, line: Overlong) -> dict[str, Any] | None:
+        """Answer a line too long to hold.
+
+        For the client's answer to a request of ours, what is returned is the error that
+        request ends with, so the call waiting on it fails instead of hanging.
+        """
+        details = f"a line of {line.size:,} bytes, over the limit of {self._limit:,}"
+        log.warning("ACP: %s (id %r) was read past", details, line.request_id)
+        if line.is_request or line.request_id is None:
+            await self._error(line.request_id, -32600, "Invalid Request", details)
+            return None
+        error = {"code": -32600, "message": "Invalid Request", "data": {"details": details}}
+        return {"jsonrpc": "2.0", "id": line.request_id, "error": error}
 
     async def _error(self, request_id: Any, code: int, text: str, details: str) -> None:
         error = {"code": code, "message": text, "data": {"details": details}}
@@ -114,6 +142,17 @@ class LineTransport:
         """Close the output."""
         with contextlib.suppress(Exception):
             self._writer.close()
+
+
+def _shape_problem(message: Any) -> str | None:
+    """Why a parsed line is no JSON-RPC message (None: it is one)."""
+    if not isinstance(message, dict):
+        return f"a {type(message).__name__}, not an object"
+    if "method" in message:
+        return None if isinstance(message["method"], str) else "its method is not a string"
+    if "id" in message and ("result" in message or "error" in message):
+        return None
+    return "neither a request (a method) nor a response (an id and a result or error)"
 
 
 def mcp_config(servers: list[Any] | None) -> list[str]:

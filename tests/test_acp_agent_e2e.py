@@ -125,7 +125,8 @@ def test_a_bad_flag_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def _sleeps() -> list[Any]:
-    return run_processes(lambda p: "sleep 431" in " ".join(p.info.get("cmdline") or []))
+    # The sleeps themselves, not the shells that run them (a foreground call's wraps it).
+    return run_processes(lambda p: (p.info.get("cmdline") or [])[:1] == ["sleep"])
 
 
 async def test_an_editor_that_goes_away_mid_turn_leaves_nothing_running(tmp_path: Path) -> None:

@@ -429,9 +429,12 @@ async def test_an_image_reaches_the_model_in_the_prompts_order(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("image", "named"),
     [
-        ((PNG, "image/bmp"), "image/bmp"),
-        (("not base64!", "image/png"), "not base64"),
-        (("A" * (5 * 1024 * 1024 + 4), "image/png"), "over the 5,242,880"),
+        ((PNG, "image/bmp"), "'image/bmp', which the API does not take"),
+        (("not base64!", "image/png"), "not valid base64"),
+        (("A" * (5 * 1024 * 1024 + 4), "image/png"), "over the API's limit of 5,242,880"),
+        (("", "image/png"), "the image's data is empty"),  # a uri-only block has no data
+        ((PNG, "image/jpeg"), "of type image/png, not the image/jpeg it is said to be"),
+        (("QUJD", "image/png"), "not an image of type image/png"),
     ],
 )
 async def test_an_image_the_api_would_refuse_is_refused_and_the_session_goes_on(

@@ -39,9 +39,17 @@ def test_stream_json_input_takes_a_prompts_own_images() -> None:
     prompt = user_prompt(line)
     assert isinstance(prompt, Message) and isinstance(prompt.content[0], ImageBlock)
     assert prompt.wire()["content"] == [expected_image()]
-    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": "QQ=="}}
-    with pytest.raises(BadLine, match=r"message\.content\[0\]\.source\.media_type"):
-        user_prompt({"type": "user", "message": {"role": "user", "content": [bad]}})
+    for source, said in [
+        ({"media_type": "image/bmp", "data": "QQ=="}, r"source\.media_type: must be"),
+        ({"media_type": "image/png", "data": ""}, r"source\.data: empty"),
+        (
+            {"media_type": "image/jpeg", "data": PICTURE_B64},
+            r"source\.data: of type image/png, not the image/jpeg it is said to be",
+        ),
+    ]:
+        bad = {"type": "image", "source": {"type": "base64", **source}}
+        with pytest.raises(BadLine, match=said):
+            user_prompt({"type": "user", "message": {"role": "user", "content": [bad]}})
 
 
 async def test_anthropic_gets_the_prompts_image_as_it_is() -> None:
@@ -119,3 +127,27 @@ async def test_an_sdk_program_sends_an_image_and_the_model_gets_it(tmp_path: Pat
     sent = server.requests[0].body["messages"][-1]["content"]
     assert [b["type"] for b in sent] == ["text", "image"]
     assert sent[1]["source"] == expected_image()["source"]  # (and the cache breakpoint)
+
+
+async def test_a_commands_prompt_keeps_its_images_and_compact_refuses_them(
+    tmp_path: Path,
+) -> None:
+    from helpers import harness
+    from taskloom.errors import UserError
+    from taskloom.testing import ScriptedModel
+    from taskloom.testing import Turn as Scripted
+
+    commands = tmp_path / ".claude" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "look.md").write_text("Look closely at $ARGUMENTS.\n")
+    model = ScriptedModel([Scripted(text="A blue rectangle.")])
+    with_image = Message(role="user", content=[TextBlock(text="/look this"), png_block()])
+    async with harness(tmp_path, model) as h:
+        events = [e async for e in h.run(with_image)]
+        assert events[-1].reason == "end_turn"
+        compact = Message(role="user", content=[TextBlock(text="/compact"), png_block()])
+        with pytest.raises(UserError, match="/compact takes no image"):
+            _ = [e async for e in h.run(compact)]
+    sent = model.requests[0].messages[-1]
+    assert "Look closely at this." in sent.text()
+    assert [b.type for b in sent.content][-1] == "image"

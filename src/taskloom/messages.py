@@ -6,7 +6,8 @@ Every provider adapter converts to and from these; the engine, transcripts and t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import base64
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -86,6 +87,50 @@ class WebSearchResultBlock(_Block):
 MAX_IMAGE_BASE64_BYTES = 5 * 1024 * 1024
 #: The image formats the Messages API takes.
 ImageMediaType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+
+
+def image_media_type(head: bytes) -> ImageMediaType | None:
+    """The image format of bytes starting with ``head``, by their magic bytes.
+
+    None when they start no image of a format the API takes.
+    """
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def base64_image_problem(media_type: object, data: object) -> str | None:
+    """Why the Messages API would refuse a base64 image, in words that end "its data is".
+
+    ``data`` is the base64, ``media_type`` what it is said to be; None when the API takes it.
+    Once in a conversation, a refused image would make that request and every later one fail.
+    """
+    taken = get_args(ImageMediaType)
+    if media_type not in taken:
+        return f"of type {str(media_type)[:80]!r}, which the API does not take ({', '.join(taken)})"
+    if not isinstance(data, str) or not data:
+        return "empty" if data == "" else "not a string of base64"
+    if len(data) > MAX_IMAGE_BASE64_BYTES:
+        return (
+            f"{len(data):,} bytes of base64, over the API's limit of "
+            f"{MAX_IMAGE_BASE64_BYTES:,} for one image"
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        return "not valid base64"
+    found = image_media_type(raw[:16])
+    if found is None:
+        return f"not an image of type {media_type}"
+    if found != media_type:
+        return f"of type {found}, not the {media_type} it is said to be"
+    return None
 
 
 class Base64Source(_Block):

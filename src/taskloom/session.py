@@ -20,7 +20,7 @@ from taskloom.conversation.held import fold
 from taskloom.conversation.recorder import Recorder
 from taskloom.engine import Compacted, Engine, EngineConfig, EngineEvent, Finished
 from taskloom.errors import TaskloomError, UsageError, UserError
-from taskloom.messages import Message, TextBlock, ToolResultBlock
+from taskloom.messages import ImageBlock, Message, TextBlock, ToolResultBlock
 from taskloom.models.switch import ModelSwitch
 from taskloom.quoting import quote
 from taskloom.settings import db_path
@@ -147,6 +147,9 @@ class Session:
         """
         text = prompt_text(prompt)
         instructions = compact_command(text)
+        images = prompt_images(prompt)
+        if instructions is not None and images:
+            raise UserError("/compact takes no image: send the image in a prompt of its own")
         if instructions is not None:  # ``/compact [instructions]``: no turn, a compaction
             yield await self.compact(instructions or None)
             yield Finished("end_turn", "")
@@ -156,8 +159,9 @@ class Session:
         self._turns += 1
         try:
             command = self._command(text)
-            if command is not None:
+            if command is not None:  # the prompt's images go with the command's text
                 prompt = await self._command_prompt(*command)
+                prompt.content += images
             if text is not None:
                 prompt = await self._submitted(prompt, text)
             self._prompted = text is not None  # held notices go with a user's prompt
@@ -296,6 +300,13 @@ def prompt_text(prompt: str | Message | None) -> str | None:
     if not prompt.content or any(isinstance(b, ToolResultBlock) for b in prompt.content):
         return None
     return "\n".join(b.text for b in prompt.content if isinstance(b, TextBlock))
+
+
+def prompt_images(prompt: str | Message | None) -> list[ImageBlock]:
+    """The images a user's prompt holds (not those of tool results), in order."""
+    if prompt is None or isinstance(prompt, str):
+        return []
+    return [b for b in prompt.content if isinstance(b, ImageBlock)]
 
 
 def command_prompt(command: PromptCommand, args: str, text: str) -> Message:

@@ -15,11 +15,9 @@ result as ``tool_call_update``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import acp
 from acp.schema import (
@@ -32,15 +30,14 @@ from acp.schema import (
 
 from taskloom.acp.updates import end_call, result_text, start_call
 from taskloom.messages import (
-    MAX_IMAGE_BASE64_BYTES,
     Base64Source,
     ImageBlock,
-    ImageMediaType,
     Message,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    base64_image_problem,
 )
 
 
@@ -71,19 +68,9 @@ def _path_of(uri: str) -> str:
 
 def _image(block: ImageContentBlock, index: int) -> ImageBlock:
     """An ACP image as an image block, checked as the Messages API would check it."""
-    where = f"prompt block {index}"
-    if block.mime_type not in get_args(ImageMediaType):
-        formats = ", ".join(get_args(ImageMediaType))
-        raise BadPrompt(f"{where}: an image of type {block.mime_type!r} (taken: {formats})")
-    if len(block.data) > MAX_IMAGE_BASE64_BYTES:
-        raise BadPrompt(
-            f"{where}: the image is {len(block.data):,} bytes of base64, over the "
-            f"{MAX_IMAGE_BASE64_BYTES:,} one image may take"
-        )
-    try:
-        base64.b64decode(block.data, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadPrompt(f"{where}: the image's data is not base64") from None
+    problem = base64_image_problem(block.mime_type, block.data)
+    if problem is not None:
+        raise BadPrompt(f"prompt block {index}: the image's data is {problem}")
     source = Base64Source(media_type=block.mime_type, data=block.data)  # type: ignore[arg-type]
     return ImageBlock(source=source)
 
@@ -121,14 +108,15 @@ def replay(messages: Sequence[Message], cwd: Path) -> Iterator[Any]:
 
 
 def _replayed(role: str, block: Any, cwd: Path) -> Iterator[Any]:
+    said = acp.update_user_message if role == "user" else acp.update_agent_message
     if isinstance(block, TextBlock) and block.text:
-        if role == "user":
-            yield acp.update_user_message_text(block.text)
-        else:
-            yield acp.update_agent_message_text(block.text)
-    elif isinstance(block, ImageBlock) and isinstance(block.source, Base64Source):
-        image = acp.image_block(block.source.data, block.source.media_type)
-        yield acp.update_user_message(image) if role == "user" else acp.update_agent_message(image)
+        yield said(acp.text_block(block.text))
+    elif isinstance(block, ImageBlock):
+        source = block.source
+        if isinstance(source, Base64Source):
+            yield said(acp.image_block(source.data, source.media_type))
+        else:  # ACP images carry their data: one by URL is named instead
+            yield said(acp.text_block(f"[image: {source.url}]"))
     elif isinstance(block, ThinkingBlock) and block.thinking:
         yield acp.update_agent_thought_text(block.thinking)
     elif isinstance(block, ToolUseBlock):

@@ -13,7 +13,6 @@ Line numbers are stdin's: every line counts, the ``initialize`` request and blan
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import re
@@ -23,7 +22,12 @@ from typing import Any, BinaryIO, get_args
 
 from taskloom.cli.control import ControlChannel
 from taskloom.errors import clipped
-from taskloom.messages import MAX_IMAGE_BASE64_BYTES, ImageMediaType, Message
+from taskloom.messages import (
+    MAX_IMAGE_BASE64_BYTES,
+    ImageMediaType,
+    Message,
+    base64_image_problem,
+)
 from taskloom.untrusted import MAX_INPUT_DEPTH, clean_json, strict_loads
 
 log = logging.getLogger(__name__)
@@ -287,10 +291,9 @@ def _check_image_source(where: str, source: Any) -> None:
             f"{where}.data: {len(data):,} bytes of base64, over the API's limit of "
             f"{MAX_IMAGE_BASE64_BYTES:,} for one image"
         )
-    try:
-        base64.b64decode(data, validate=True)
-    except ValueError:
-        raise BadLine(f"{where}.data: not valid base64") from None
+    problem = base64_image_problem(media_type, data)  # not base64, or not what it says it is
+    if problem is not None:
+        raise BadLine(f"{where}.data: {problem}")
 
 
 def _kind(value: Any) -> str:

@@ -33,7 +33,7 @@ from prompt_toolkit.shortcuts import print_formatted_text
 
 from taskloom.errors import TaskloomError, describe, reason
 from taskloom.harness import Harness
-from taskloom.messages import TextBlock, ToolUseBlock
+from taskloom.messages import ImageBlock, TextBlock, ToolUseBlock
 from taskloom.models.base import TextDelta
 from taskloom.options import Options
 from taskloom.permissions import PromptAnswer, parse_rule
@@ -227,6 +227,8 @@ class Repl:
                     style = "prompt" if message.role == "user" else "assistant"
                     first = block.text.strip().splitlines()[0]
                     lines.append((style, ("> " if message.role == "user" else "") + first[:200]))
+                elif isinstance(block, ImageBlock) and message.role == "user":
+                    lines.append(("prompt", "> [image]"))
                 elif isinstance(block, ToolUseBlock):
                     lines.append(("tool", f"→ {call_line(block.name, block.input)}"))
         if lines:

@@ -13,7 +13,7 @@ import base64
 import os
 from typing import TYPE_CHECKING
 
-from taskloom.messages import MAX_IMAGE_BASE64_BYTES
+from taskloom.messages import MAX_IMAGE_BASE64_BYTES, image_media_type
 from taskloom.tools import responses
 from taskloom.tools.base import ToolResult, tool_error
 
@@ -35,15 +35,8 @@ _EXTENSIONS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".gif": "gif", ".
 
 def sniff_image(head: bytes) -> str | None:
     """The image format of a file starting with ``head`` (``png``, ``jpeg``, ...), if any."""
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if head.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if head.startswith((b"GIF87a", b"GIF89a")):
-        return "gif"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    return None
+    media_type = image_media_type(head)
+    return media_type.removeprefix("image/") if media_type else None
 
 
 def image_extension(path: str) -> str | None:

@@ -10,9 +10,12 @@ times each:
   from sending the prompt to its answer divided by the updates it streamed;
 * print: ``taskloom -p go --output-format stream-json --include-partial-messages``: the time
   from its ``system/init`` line to its ``result`` line divided by the lines between (the
-  baseline: the same turns, the same engine, another rendering).
+  baseline: the same turns, the same engine, another rendering), and the time from its spawn
+  to its first line after ``system/init`` (the baseline of the time to the first update: the
+  ACP side's clock starts after its spawn, at ``initialize``, so the ratio flatters it by
+  the few milliseconds of an exec).
 
-Reported: the best run of each side (noise only slows a run down), the ratio of the
+Reported: the median run of each side, the ratio of the first-update times, of the
 per-update times, acp / print (1.0: an ACP update costs what a stream-json line does), and
 the ratio of the whole turn's times (ACP sends fewer, larger updates: no per-event lines of
 the model's stream beyond its text and thinking deltas). A
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,9 +112,10 @@ def print_run(model: str, work: Path, env: dict[str, str]) -> dict[str, float]:
         "--include-partial-messages", "--model", model,
         "--permission-mode", "bypassPermissions",
     ]  # fmt: skip
+    spawned = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, cwd=work, text=True)
     assert proc.stdout is not None
-    init = result = None
+    init = result = first = None
     lines = 0
     for line in proc.stdout:
         kind = json.loads(line).get("type"), json.loads(line).get("subtype")
@@ -120,12 +125,23 @@ def print_run(model: str, work: Path, env: dict[str, str]) -> dict[str, float]:
         elif kind[0] == "result":
             result = now
         elif init is not None:
+            first = first or now
             lines += 1
     proc.wait(timeout=120)
-    if init is None or result is None or not lines:
+    if init is None or result is None or first is None:
         raise RuntimeError(f"print mode ended {proc.returncode} without its lines")
     turn_ms = (result - init) * 1000
-    return {"turn_ms": turn_ms, "per_line_ms": turn_ms / lines, "lines": lines}
+    return {
+        "turn_ms": turn_ms,
+        "per_line_ms": turn_ms / lines,
+        "lines": lines,
+        "first_line_s": first - spawned,
+    }
+
+
+def median(values: Any) -> float:
+    """The median of ``values``."""
+    return float(statistics.median(list(values)))
 
 
 def main() -> int:
@@ -136,22 +152,29 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-acp-") as tmp:
         work = Path(tmp)
         model = write_script(work, args.calls)
-        env = child_env(str(work / "pycache"), TASKLOOM_HOME=str(work / "home"))
+        env = child_env(
+            str(work / "pycache"),
+            TASKLOOM_HOME=str(work / "home"),
+            CLAUDE_CONFIG_DIR=str(work / "claude"),  # transcripts stay in the scratch dir
+        )
         acp_runs, print_runs = [], []
         for _ in range(args.runs):
             print_runs.append(print_run(model, work, env))
             acp_runs.append(asyncio.run(acp_run(model, work, env)))
-    first = min(r["first_update_s"] for r in acp_runs)
-    per_update = min(r["per_update_ms"] for r in acp_runs)
-    per_line = min(r["per_line_ms"] for r in print_runs)
-    acp_turn = min(r["turn_ms"] for r in acp_runs)
-    print_turn = min(r["turn_ms"] for r in print_runs)
+    first = median(r["first_update_s"] for r in acp_runs)
+    print_first = median(r["first_line_s"] for r in print_runs)
+    per_update = median(r["per_update_ms"] for r in acp_runs)
+    per_line = median(r["per_line_ms"] for r in print_runs)
+    acp_turn = median(r["turn_ms"] for r in acp_runs)
+    print_turn = median(r["turn_ms"] for r in print_runs)
     report = {
         "runs": args.runs,
         "calls": args.calls,
         "acp_updates": acp_runs[0]["updates"],
         "print_lines": print_runs[0]["lines"],
         "initialize_to_first_update_s": round(first, 3),
+        "print_spawn_to_first_line_s": round(print_first, 3),
+        "first_update_ratio_acp_over_print": round(first / print_first, 2),
         "acp_per_update_ms": round(per_update, 3),
         "print_per_line_ms": round(per_line, 3),
         "per_update_ratio_acp_over_print": round(per_update / per_line, 2),

@@ -328,6 +328,127 @@ PACKAGE_READS = [
 ]
 
 
+#: Writes a probe got past the guard; real bash wrote or deleted a file with each.
+PROBED_WRITES = [
+    # Process substitutions and arithmetic whose end a count of parentheses misreads.
+    'diff <(echo ")"; rm victim) a',
+    'cat a >(echo ")"; rm victim)',
+    "diff <(case a in a) rm victim;; esac) a",
+    'echo $((echo ")"); rm victim)',
+    "echo $((echo \\)); rm victim)",
+    "((echo ')) # '; rm victim) )",
+    'echo "don\'t" $(echo ")"; rm victim)',
+    # A '#' bash does not read as a comment.
+    "echo $(true)#; rm victim",
+    "echo $((1))#; rm victim",
+    "echo `ls #`; rm victim",
+    # A '<<' that is a shift, not a heredoc.
+    "echo $[1<<2]\nrm victim\n2]",
+    "echo ${x:1<<1}\nrm victim\n1}",
+    "a[1<<2]=5\nrm victim\n2]=5",
+    # Redirections to files named by digits or '-'.
+    "echo x > 5",
+    "echo x >-",
+    "echo x &>5",
+    "echo x >>8",
+    "echo x 2>9",
+    # Program words this reading splits otherwise than bash.
+    "{fd}>/dev/null rm victim",
+    "{fd}< a rm victim",
+    'case "x y" in "x y") rm victim;; esac',
+    "case a in a)rm victim;; esac",
+    "if true;then(rm victim);fi",
+    "for i in 1;do(rm victim);done",
+    "f(){ rm victim; }; f",
+    "time(rm victim)",
+    "coproc x { rm victim; }",
+    "r\\\nm victim",
+    "git com\\\nmit -qam x",
+    # Brace expansion and globs.
+    "{rm,victim}",
+    "sed {-i,s/v/w/,victim}",
+    "git {commit,-qam,x}",
+    "/usr/bin/r[m] victim",
+    # Wrappers.
+    "/usr/bin/time rm victim",
+    "taskset 1 rm victim",
+    "setpriv rm victim",
+    "prlimit rm victim",
+    "strace -o /dev/null rm victim",
+    "fakeroot rm victim",
+    "sg root -c 'rm victim'",
+    "env --split-string='rm victim'",
+    "env -iS'rm victim'",
+    "env 'BASH_FUNC_ls%%=() { rm victim; }' bash -c ls",
+    "bash --rcfile <(echo rm victim) -ic true",
+    "bash -c -- 'rm victim'",
+    "bash -c -e 'rm victim'",
+    # Builtins that run text or change what a name runs.
+    "trap 'rm victim' EXIT",
+    "mapfile -C 'rm victim #' -c 1 <<< x",
+    "x='$(rm victim)'; echo ${x@P}",
+    "shopt -s expand_aliases\nalias v='rm victim'\nv",
+    "shopt -s expand_aliases; BASH_ALIASES[v]='rm victim'\nv",
+    "hash -p /usr/bin/rm ls; ls victim",
+    "BASH_CMDS[ls]=/usr/bin/rm; ls victim",
+    # Fed paths written otherwise.
+    ". /dev/./stdin <<< 'rm victim'",
+    "source //dev/stdin <<< 'rm victim'",
+    "source /proc/$$/fd/0 <<< 'rm victim'",
+    "bash /dev/./stdin <<< 'rm victim'",
+    # Git: options and subcommands that write or run, variables set otherwise.
+    "git grep -Orm victim",
+    "git grep --open-files-in-pager=rm victim",
+    "git difftool -y -x rm",
+    "git ls-remote --upload-pack='rm victim;' .",
+    "git archive -ox.tar HEAD",
+    "git archive --remote=. --exec='rm victim;' HEAD",
+    "git diff --outp=o",
+    "git pack-objects p < /dev/null",
+    "git unpack-file HEAD:a",
+    "git mailinfo m p < /dev/null",
+    "git fast-export --export-marks=m HEAD",
+    "git interpret-trailers --in-place a",
+    "git bugreport",
+    "git merge-tree HEAD HEAD",
+    "git -c protocol.ext.allow=always ls-remote 'ext::rm victim'",
+    "printf -v GIT_EXTERNAL_DIFF rm; export GIT_EXTERNAL_DIFF; git diff",
+    "declare -x GIT_EXTERNAL_DIFF=rm; git diff",
+    "declare -n r=GIT_EXTERNAL_DIFF; r=rm; export GIT_EXTERNAL_DIFF; git diff",
+    "set -a; read GIT_EXTERNAL_DIFF <<< rm; git diff",
+    "for GIT_EXTERNAL_DIFF in rm; do export GIT_EXTERNAL_DIFF; git diff; done",
+    "HOME=/tmp/h git diff",
+    # Programs that write files.
+    "sort --out victim a",
+    "shuf -o victim a",
+    "uniq a victim",
+    "gzip -k a",
+    "split -l1 a",
+    "mknod p p",
+    "link a b",
+    "mktemp x.XXXX",
+    "mktemp -p . x.XXXX",
+]
+
+#: Reads next to those writes, still allowed.
+PROBED_READS = [
+    "git diff --output-indicator-new=+ HEAD",
+    "git grep -n foo",
+    "echo $((1+2)) $(( 16#ff ))",
+    "echo hi >&2",
+    "bash -c 'git status'",
+    "env -i PATH=/usr/bin ls",
+    "trap - EXIT",
+    "declare -p HOME",
+    "mktemp -d",
+    "gzip -dc a.gz",
+    "strace -f -o /tmp/s.log ls",
+    "time python -m pytest -q",
+    "git stash show -p stash@{0}",
+    "echo 'a{b,c}'",
+]
+
+
 def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
     policy = PermissionPolicy("bypassPermissions", (), tmp_path).read_only()
     decision = policy.decide(PermissionRequest("Bash", "execute", command, tmp_path))
@@ -336,7 +457,13 @@ def _decide(tmp_path: Path, command: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize(
     "command",
-    HEREDOC_WRITES + SED_WRITES + CP_LINKS + HIDDEN_WRITES + GIT_WRITES + PACKAGE_WRITES,
+    HEREDOC_WRITES
+    + SED_WRITES
+    + CP_LINKS
+    + HIDDEN_WRITES
+    + GIT_WRITES
+    + PACKAGE_WRITES
+    + PROBED_WRITES,
 )
 def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
     tmp_path: Path, command: str
@@ -348,7 +475,13 @@ def test_writes_behind_heredocs_quotes_comments_and_option_clusters_are_refused(
 
 @pytest.mark.parametrize(
     "command",
-    HEREDOC_READS + SED_READS + CP_COPIES + HIDDEN_READS + PLAIN_READS + PACKAGE_READS,
+    HEREDOC_READS
+    + SED_READS
+    + CP_COPIES
+    + HIDDEN_READS
+    + PLAIN_READS
+    + PACKAGE_READS
+    + PROBED_READS,
 )
 def test_heredoc_bodies_comments_and_scripts_are_not_taken_for_commands(
     tmp_path: Path, command: str
@@ -367,3 +500,7 @@ def test_the_refusals_say_what_was_seen(tmp_path: Path) -> None:
     assert "on its input" in _decide(tmp_path, "bash /dev/stdin <<< 'rm f'")[1]
     assert "lock file .lock" in _decide(tmp_path, "flock .lock pytest")[1]
     assert "records the session in typescript" in _decide(tmp_path, "script -c 'pytest'")[1]
+    assert "brace expansion '{rm,victim}'" in _decide(tmp_path, "{rm,victim}")[1]
+    assert "git bugreport, which is not known to only read" in _decide(tmp_path, "git bugreport")[1]
+    assert "it sets GIT_EXTERNAL_DIFF" in _decide(tmp_path, "declare -x GIT_EXTERNAL_DIFF=rm")[1]
+    assert "right after ')'" in _decide(tmp_path, "echo $(true)#; rm victim")[1]

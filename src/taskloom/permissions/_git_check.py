@@ -1,9 +1,12 @@
 """What git's arguments show: a read-only agent may read the repository, not change it.
 
 Git's own options before the subcommand are read: a ``-c`` or ``--config-env`` of a key
-that runs a command (a pager, an editor, an alias, a filter...) is refused, as are the
-environment variables that do the same (:func:`env_writes`). Then the subcommand: the ones
-that always write are refused; for the others, their options say whether they only read
+that runs a command (a pager, an editor, an alias, a filter, a protocol...) is refused, as
+are the environment variables that do the same (:func:`env_writes`). Then the subcommand: the
+ones that always write are refused, and so is one not known to only read (``git difftool``,
+``git mailinfo``, an alias); options that write or run (``--output`` or a prefix git takes
+for it, ``grep -O``, ``--upload-pack``, an ``ext::`` address) too. For the others, their
+options say whether they only read
 (``git stash list``, ``git tag -l``, ``git config --get``, ``git branch -a``) or write
 (``git stash``, ``git tag v1``, ``git config k v``, ``git branch new``).
 """
@@ -41,14 +44,32 @@ _READ_BARE: dict[str, frozenset[str]] = {
 }
 #: ... or write only when the first word is one of these.
 _WRITE_ACTIONS: dict[str, frozenset[str]] = {"reflog": frozenset({"expire", "delete"})}
+#: Subcommands that only read (with the option checks of :func:`_subcommand`); any other
+#: not judged by the tables above is refused, since git has many that write a file.
+_READS = frozenset({
+    "status", "log", "show", "diff", "diff-tree", "diff-index", "diff-files", "blame",
+    "annotate", "grep", "ls-files", "ls-tree", "ls-remote", "rev-parse", "rev-list",
+    "cat-file", "describe", "shortlog", "for-each-ref", "show-ref", "name-rev",
+    "merge-base", "count-objects", "version", "help", "var", "check-ignore", "check-attr",
+    "check-mailmap", "check-ref-format", "cherry", "range-diff", "whatchanged",
+    "verify-commit", "verify-tag", "verify-pack", "show-branch", "archive", "fsck",
+    "get-tar-commit-id", "column", "stripspace", "patch-id", "show-index", "fmt-merge-msg",
+    "request-pull", "interpret-trailers",
+})  # fmt: skip
+#: Options (as given, or a prefix git takes for them) that write a file or run a command:
+#: ``grep --open-files-in-pager=rm``, ``ls-remote --upload-pack=CMD``, ``archive --exec``.
+_WRITING_OPTIONS = ("--output", "--open-files-in-pager", "--upload-pack", "--exec",
+                    "--remote", "--in-place", "--lost-found", "--receive-pack")  # fmt: skip
+#: Short options that do the same, by subcommand (``grep -Orm``, ``archive -ox.tar``).
+_WRITING_LETTERS = {"grep": "O", "archive": "o", "ls-remote": "u"}
 #: Config keys whose value git runs (lower case; ``alias.x = !cmd`` too).
 _RUNS = re.compile(
-    r"(alias|pager|filter|include|includeif|browser|man|difftool|mergetool)\..*"
+    r"(alias|pager|filter|include|includeif|browser|man|difftool|mergetool|protocol)\..*"
     r"|.*\.(textconv|command|driver|helper|program|cmd|editor|pager|sshcommand|askpass"
     r"|hookspath|fsmonitor|gitproxy|external|difffilter|packobjectshook|browser|path)"
 )
 #: Environment variables whose value git runs or reads its configuration from.
-_RUNNING_ENV = re.compile(
+RUNNING_ENV = re.compile(
     r"GIT_(PAGER|EDITOR|SEQUENCE_EDITOR|SSH|SSH_COMMAND|ASKPASS|EXTERNAL_DIFF|PROXY_COMMAND"
     r"|EXEC_PATH|CONFIG|CONFIG_\w+)|PAGER|EDITOR|VISUAL|SSH_ASKPASS"
 )
@@ -60,7 +81,7 @@ def env_writes(assignments: list[str]) -> str | None:
     """Why variables set for a git command may run a command (``GIT_PAGER=...``), if so."""
     for assignment in assignments:
         name = assignment.split("=", 1)[0]
-        if _RUNNING_ENV.fullmatch(name):
+        if RUNNING_ENV.fullmatch(name):
             return f"it sets {name}, whose value git may run as a command"
     return None
 
@@ -84,14 +105,14 @@ def git(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
     return _subcommand(args[i], args[i + 1 :])
 
 
-def _subcommand(sub: str, rest: list[str]) -> str | None:
-    """Why ``git SUB REST`` writes; "" when it only reads; None for what is not known."""
+def _subcommand(sub: str, rest: list[str]) -> str:
+    """Why ``git SUB REST`` writes; "" when it only reads."""
     operands = [w for w in rest if not w.startswith("-")]
     options = {w.split("=", 1)[0] for w in rest if w.startswith("-")}
     first = operands[0] if operands else None
-    writes = sub in _WRITES
-    if "--output" in options or (sub == "archive" and "-o" in options):
-        return f"it runs git {sub} --output, which writes a file"
+    why = _writing_option(sub, rest)
+    if why is not None:
+        return why
     if sub in _READ_ACTIONS:
         writes = first not in _READ_ACTIONS[sub]
     elif sub in _WRITE_ACTIONS:
@@ -100,10 +121,32 @@ def _subcommand(sub: str, rest: list[str]) -> str | None:
         writes = first is not None and first not in _READ_BARE[sub]
     elif sub in _CONDITIONS:
         writes = _CONDITIONS[sub](operands, options)
-    elif sub not in _WRITES:
-        return None
+    elif sub not in _WRITES and sub not in _READS:
+        return (
+            f"it runs git {sub}, which is not known to only read (git has many subcommands "
+            "that write a file or run a command)"
+        )
+    else:
+        writes = sub in _WRITES
     line = " ".join(["git", sub, *rest])
     return f"it runs {line!r}, which changes the repository or its files" if writes else ""
+
+
+def _writing_option(sub: str, rest: list[str]) -> str | None:
+    """Why an option of ``git SUB`` writes a file or runs a command (``--outp=f`` too)."""
+    letters = _WRITING_LETTERS.get(sub, "")
+    for word in rest:
+        name = word.split("=", 1)[0]
+        if word.startswith("--") and len(name) >= 4:
+            if any(
+                o.startswith(name) for o in _WRITING_OPTIONS if o != "--remote" or sub == "archive"
+            ):
+                return f"it runs git {sub} {name}, which writes a file or runs a command"
+        elif word.startswith("-") and set(word[1:]) & set(letters):
+            return f"it runs git {sub} {word[:2]}, which writes a file or runs a command"
+        if "ext::" in word:
+            return "it names an ext:: address, for which git runs a command"
+    return None
 
 
 def _tag(operands: list[str], options: set[str]) -> bool:

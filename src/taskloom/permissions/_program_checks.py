@@ -7,6 +7,7 @@ read-only policy's list of writing commands decides).
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Callable
 
@@ -284,12 +285,16 @@ def cp(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
     return _CP_WRITES(args, fed, allowed)
 
 
-_FED_PATH = re.compile(r"/dev/stdin|/dev/fd/\d+|/proc/(self|thread-self|\d+)/fd/\d+|<\(.*")
+_FED_PATH = re.compile(r"(^|/)(dev/(stdin|fd/|tcp/|udp/)|proc/[^/]+/fd/)|^[<>]\(")
 
 
 def fed_path(arg: str) -> bool:
-    """Whether ``arg``, named as a script, is the command's input or a pipe (``<(...)``)."""
-    return _FED_PATH.fullmatch(arg) is not None
+    """Whether ``arg``, named as a script, is the command's input or a pipe (``<(...)``).
+
+    Read after its dots and doubled slashes (``/dev/./stdin``, ``//dev/stdin``), a process
+    named by its variable (``/proc/$$/fd/0``), and the network (``/dev/tcp/...``) too.
+    """
+    return _FED_PATH.search(posixpath.normpath(arg) if arg else arg) is not None
 
 
 def source(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
@@ -297,11 +302,54 @@ def source(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
     return fed_code("the shell") if args and fed_path(args[0]) else None
 
 
-def sort(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
-    """``sort -o FILE`` writes FILE."""
-    files, _ = _saves(args, "okStT", "o", ("--output",))
-    outside = [f for f in files if outside_temp(f, allowed)]
-    return f"it runs sort -o {outside[0]}, which writes it" if outside else None
+def output_option(program: str, takes: str) -> Check:
+    """``sort -o FILE``, ``shuf -o FILE``: FILE written (``--output`` or a prefix of it too)."""
+
+    def check(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+        longs = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+        prefixes = tuple(n for n in longs if len(n) > 3 and "--output".startswith(n))
+        files, _ = _saves(args, takes, "o", ("--output", *prefixes))
+        outside = [f for f in files if outside_temp(f, allowed)]
+        return f"it runs {program} -o {outside[0]}, which writes it" if outside else None
+
+    return check
+
+
+sort = output_option("sort", "okStT")
+
+
+def uniq(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``uniq IN OUT`` writes OUT."""
+    operands, i = [], 0
+    while i < len(args):
+        if args[i] in ("-f", "-s", "-w"):
+            i += 1
+        elif not args[i].startswith("-") or args[i] == "-":
+            operands.append(args[i])
+        i += 1
+    out = operands[1] if len(operands) > 1 else "-"
+    return f"it runs uniq writing {out}" if out != "-" and outside_temp(out, allowed) else None
+
+
+def mktemp(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+    """``mktemp`` creates its file in the temporary directory unless told where."""
+    options, rest = set(), []
+    where = None
+    for i, arg in enumerate(args):
+        name, _, value = arg.partition("=")
+        if arg == "-p" or name in ("--tmpdir", "-p"):
+            where = value or (args[i + 1] if i + 1 < len(args) else "")
+        if arg.startswith("-"):
+            options.add(name)
+        elif args[i - 1 : i] != ["-p"]:
+            rest.append(arg)
+    if options & {"-u", "--dry-run"}:
+        return ""
+    if where is not None and outside_temp(where, allowed):
+        return f"it runs mktemp creating a file in {where}"
+    if where is None and rest and not options & {"-t"} and outside_temp(rest[0], allowed):
+        return f"it runs mktemp creating {rest[0]}"
+    return ""
 
 
 def awk(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:

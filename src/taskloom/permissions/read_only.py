@@ -33,7 +33,17 @@ also denies, in every mode and whatever a PreToolUse hook answers:
     (``ed``, ``ex``, ``vi``); ``flock``'s lock file and ``script``'s record outside the
     temporary directory;
   - a command substitution whose extent its text cannot show surely (a quote, a backslash, a
-    line break or ``case`` inside it: ``_shell_text.unsure_substitution``);
+    line break or ``case`` inside it: ``_shell_text.unsure_substitution``; process
+    substitutions and ``$((`` too), and text bash may read otherwise (a ``#`` right after ``)``
+    or in backticks, quotes in arithmetic, ``<<`` inside ``${...}``, ``$[...]`` or a subscript);
+  - a program word with operators glued to it (``a)rm``, ``then(rm``), braces or glob
+    characters (``/bin/r[m]``), and a brace expansion anywhere (``sed {-i,s/a/b/,f}``);
+  - text bash runs later or a name it changes (:mod:`taskloom.permissions._bash_checks`):
+    ``trap``'s and ``mapfile -C``'s commands judged, ``alias`` definitions, ``hash -p``,
+    ``enable -f``, ``${x@P}``, ``set -a``, namerefs, and a variable a program runs or reads its
+    settings from (``GIT_EXTERNAL_DIFF``, ``BASH_ENV``, ``HOME``...) set in any way; wrappers not
+    known option by option (``taskset``, ``strace``, ``/usr/bin/time``...) with every
+    command their words may start judged;
   - a program known only when the command runs (``$cmd``, ``$(...)`` or a backtick as the
     program word);
   - ``find -delete``, ``-fprint*``, ``-fls``, and ``-exec`` of a writing command; ``tar``
@@ -49,7 +59,8 @@ also denies, in every mode and whatever a PreToolUse hook answers:
 
 What is **not** caught: what a program does that its command line does not show -- a script
 run by its path, a test suite writing a cache, a build (``make``, ``npm run``, ``cargo
-build``), a formatter, ``awk``'s own ``print > file``, sed's ``w`` and ``e`` commands, a
+build``), a formatter, ``awk``'s own ``print > file`` and ``system()``, sed's ``w`` and ``e``
+commands, arithmetic on a variable holding command text (``$((x))`` with ``x='a[$(cmd)]'``), a
 program's configuration, variables expanded at run time in arguments (``rm $f``), links
 already in the tree a copy keeps (``cp -a``). The agent's prompt forbids those; the policy
 cannot see them.
@@ -64,6 +75,13 @@ import shlex
 from collections.abc import Iterable
 
 from taskloom.permissions import _program_checks as checks
+from taskloom.permissions._bash_checks import (
+    builtin_checks,
+    line_unsure,
+    program_unsure,
+    protected_name,
+    sets_protected,
+)
 from taskloom.permissions._git_check import env_writes, git
 from taskloom.permissions._package_checks import package_check
 from taskloom.permissions._shell_text import (
@@ -81,7 +99,9 @@ from taskloom.permissions.rules import PermissionRequest
 WRITING_COMMANDS: tuple[str, ...] = (
     *(f"{p}:*" for p in ("rm", "rmdir", "mv", "cp", "touch", "mkdir", "ln", "chmod", "chown",
                          "chgrp", "truncate", "dd", "tee", "install", "patch", "shred",
-                         "unlink", "rsync", "mkfifo", "zip", "ed", "ex", "vi", "vim", "nvim")),
+                         "unlink", "rsync", "mkfifo", "mknod", "link", "split", "csplit",
+                         "ar", "zip", "sqlite3", "ssh-keygen", "gpg", "ed", "ex", "vi", "vim",
+                         "nvim")),
     "perl -i*", "perl *-pi*",
     *(f"{pm}:*" for pm in ("apt-get", "apt", "brew", "gem install", "dnf", "yum", "apk add")),
 )  # fmt: skip
@@ -128,13 +148,19 @@ def shell_writes(request: PermissionRequest, temp_dirs: Iterable[str] = ()) -> s
 
 def _line_writes(command: str, allowed: tuple[str, ...]) -> str | None:
     """Why a command line writes files (its redirections, then each simple command)."""
-    commands = scan(command).commands
+    text = scan(command)
+    if text.unsure:
+        return f"it cannot be read surely: {text.unsure}; write it plainly"
+    commands = text.commands
     unsure = unsure_substitution(commands)
     if unsure is not None:
         return (
             f"what its command substitution {unsure[:60]!r} runs cannot be read surely "
             "(quotes, backslashes, line breaks or case inside it); run that command on its own"
         )
+    why = line_unsure(commands)
+    if why is not None:
+        return why
     parts = with_hidden(split_command(commands))
     for part in parts:  # a substitution's own redirections too, even inside "..."
         target = redirect_target(part, allowed)
@@ -142,13 +168,9 @@ def _line_writes(command: str, allowed: tuple[str, ...]) -> str | None:
             return f"it writes to {target} by an output redirection"
     for part in parts:
         argv, fed, assigned = _argv(part)
-        if argv[:1] == ["export"]:
-            assigned, argv = argv[1:], []
-        if not argv or os.path.basename(argv[0]) == "git":  # git runs a GIT_PAGER's value
-            assigned = [a for a in assigned if _ASSIGNMENT.fullmatch(a)]
-            why = env_writes(assigned)
-            if why is not None:
-                return why
+        names = [n for n in map(protected_name, assigned) if n is not None]
+        if names:  # git runs a GIT_PAGER's value, bash reads BASH_ENV...
+            return env_writes(assigned) or sets_protected(names[0])
         why = _argv_writes(argv, fed, allowed)
         if why is not None:
             return why
@@ -163,6 +185,8 @@ def _argv(part: str) -> tuple[list[str], bool, list[str]]:
     while text.startswith("(") and text.endswith(")") and not arithmetic:
         text = text[1:-1].strip()
         arithmetic = text.startswith("((") and text.endswith("))")
+    if arithmetic:
+        return [], False, []  # it runs nothing; its substitutions are judged apart
     try:
         words = shlex.split(text)
     except ValueError:  # unbalanced quotes: the shell would refuse it; judge the words
@@ -178,7 +202,9 @@ def _unwrapped(words: list[str]) -> tuple[list[str], bool]:
     fed = False
     while words:
         word = words[0]
-        if word in _KEYWORDS or _ASSIGNMENT.fullmatch(word) or _CASE_PATTERN.fullmatch(word):
+        if word == "coproc" and len(words) > 2 and words[2][:1] in ("{", "("):
+            words = words[2:]  # ``coproc NAME { ...; }``: NAME is not the program
+        elif word in _KEYWORDS or _ASSIGNMENT.fullmatch(word) or _CASE_PATTERN.fullmatch(word):
             words = words[1:]
         elif word in ("for", "select"):
             return [], fed  # a loop's header runs nothing (its substitutions are looked into)
@@ -204,22 +230,43 @@ def _unwrapped(words: list[str]) -> tuple[list[str], bool]:
 def _after_wrapper(wrapper: str, words: list[str]) -> list[str]:
     """The command a wrapper runs: ``words`` past its options (``env -S`` split as it does)."""
     takes = _WRAPPERS[wrapper]
-    while words and words[0].startswith("-") and words[0] != "-":
+    while words and words[0].startswith("-") and (words[0] != "-" or wrapper == "env"):
         option, words = words[0], words[1:]
         if option == "--":
             break
         if wrapper == "command" and option in ("-v", "-V"):
             return []  # it names the program, and runs nothing
-        if wrapper == "env" and (option in ("-S", "--split-string") or option.startswith("-S")):
-            value = option[2:] if option.startswith("-S") and option != "-S" else ""
-            if not value and words:
-                value, words = words[0], words[1:]
-            words = [*value.split(), *words]
+        if wrapper == "env":
+            words = _after_env_option(option, words)
         elif option in takes and words:
             words = words[1:]
     if wrapper == "timeout" and words:
         words = words[1:]  # its duration
     return words
+
+
+def _after_env_option(option: str, words: list[str]) -> list[str]:
+    """``words`` after one of env's options: ``-S``'s string split into words, a value skipped.
+
+    Short options cluster (``-iS'rm f'``, ``-iu VAR``); ``--split-string`` may be abbreviated.
+    """
+    name, equals, value = option.partition("=")
+    if option.startswith("--"):
+        splits = len(name) > 3 and "--split-string".startswith(name)
+        takes = splits or any(o.startswith(name) for o in ("--unset", "--chdir"))
+    else:
+        letters = option[1:]
+        cut = next((k for k, c in enumerate(letters) if c in "SuC"), -1)
+        splits, takes = cut >= 0 and letters[cut] == "S", cut >= 0
+        value, equals = letters[cut + 1 :], "x" if cut >= 0 and letters[cut + 1 :] else ""
+    if takes and not equals and words:
+        value, words = words[0], words[1:]
+    if not splits:
+        return words
+    try:
+        return [*shlex.split(value), *words]
+    except ValueError:
+        return [*value.split(), *words]
 
 
 def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
@@ -231,6 +278,12 @@ def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | 
             f"its program ({argv[0]}) is known only when the command runs, so what it does "
             "cannot be judged from the command's text; name the program itself or its path "
             "(python -m pytest, .venv/bin/python -m pytest)"
+        )
+    if program_unsure(argv[0]):
+        return (
+            f"its program word ({argv[0]}) cannot be read surely: operators glued to it, "
+            "braces or glob characters, which bash reads or expands otherwise; write the "
+            "program plainly, apart from ( ) ; < > |"
         )
     program = os.path.basename(argv[0])
     args = argv[1:]
@@ -250,22 +303,39 @@ def _argv_writes(argv: list[str], fed: bool, allowed: tuple[str, ...]) -> str | 
 
 
 def _shell(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
-    """A shell: its ``-c`` command line judged; its commands read from its input refused."""
+    """A shell: its ``-c`` command line judged; its commands read from its input refused.
+
+    With ``-c`` the command line is its first word that is not an option, wherever the
+    ``-c`` stands (``bash -c -e 'rm f'``, ``bash -c -- 'rm f'``). An rc file fed from a pipe
+    (``--rcfile <(...)``) is fed code.
+    """
+    command = stdin = dashed = False
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg in ("--version", "--help"):
+        if arg in ("--version", "--help") and not command:
             return ""
-        if arg in ("-", "--") or checks.fed_path(arg):
-            return checks.fed_code("a shell")
-        if not arg.startswith(("-", "+")):
-            return None  # a script by its path
-        if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
-            return _line_writes(args[i + 1], allowed) or "" if i + 1 < len(args) else ""
-        if arg.startswith("-") and not arg.startswith("--") and "s" in arg[1:]:
+        if arg in ("-", "--"):
+            dashed, i = True, i + 1
             break
-        i += 2 if arg in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file") else 1
-    return None if fed else checks.fed_code("a shell")
+        if not arg.startswith(("-", "+")):
+            break
+        value = args[i + 1] if i + 1 < len(args) else ""
+        if arg in ("--rcfile", "--init-file") and checks.fed_path(value):
+            return checks.fed_code("a shell")
+        if not arg.startswith("--"):
+            command = command or "c" in arg[1:]
+            stdin = stdin or "s" in arg[1:]
+        long_value = arg in ("--rcfile", "--init-file")
+        i += 2 if long_value or (not arg.startswith("--") and arg[-1] in "oO") else 1
+    rest = args[i:]
+    if command:
+        return _line_writes(rest[0], allowed) or "" if rest else ""
+    if dashed or (rest and checks.fed_path(rest[0])):
+        return checks.fed_code("a shell")
+    if stdin or not rest:
+        return None if fed else checks.fed_code("a shell")
+    return None  # a script by its path
 
 
 def _eval(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
@@ -400,6 +470,7 @@ def _su(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
 
 
 _CHECKS: dict[str, checks.Check] = {
+    **builtin_checks(_line_writes, _argv_writes),
     **dict.fromkeys(_SHELLS, _shell),
     **dict.fromkeys(("source", "."), checks.source),
     **dict.fromkeys(("su", "runuser"), _su),
@@ -408,6 +479,9 @@ _CHECKS: dict[str, checks.Check] = {
     "parallel": _parallel,
     "script": _script,
     "sort": checks.sort,
+    "shuf": checks.output_option("shuf", "ino"),
+    "uniq": checks.uniq,
+    "mktemp": checks.mktemp,
     **dict.fromkeys(("awk", "gawk"), checks.awk),
     "eval": _eval,
     "git": git,
@@ -421,7 +495,7 @@ _CHECKS: dict[str, checks.Check] = {
     "tar": checks.tar,
     "unzip": checks.unpack("lvtpZz", ()),
     **dict.fromkeys(("gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "unzstd"),
-                    checks.unpack("cltk", ("--stdout", "--to-stdout", "--list", "--test"))),
+                    checks.unpack("clt", ("--stdout", "--to-stdout", "--list", "--test"))),
     "curl": checks.curl,
     "wget": checks.wget,
 }  # fmt: skip

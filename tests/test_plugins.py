@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from helpers import clean_env, harness, scripted_argv
 from taskloom.plugins import describe, load_plugins
@@ -222,14 +221,23 @@ async def test_a_session_runs_a_plugins_skill_agent_and_mcp_tool_and_its_hook(
     assert f"The plugin lives in {OURS.resolve()}." in ran
 
 
-def test_the_plugins_subcommand_lists_loaded_and_skipped(tmp_path: Path) -> None:
-    from taskloom.cli.commands import app
+def _command(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``taskloom ARGS`` prints, run in this process; it must exit 0."""
+    from taskloom.cli.commands import main_command
 
+    capsys.readouterr()
+    code = main_command(args)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_the_plugins_subcommand_lists_loaded_and_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "missing"
     args = ["plugins", "--json", "--plugin-dir", str(OURS), "--plugin-dir", str(missing)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = json.loads(_command(args, capsys))
     (plugin,) = report["plugins"]
     assert plugin["name"] == "loom-kit" and plugin["mcp_servers"] == ["plugin:loom-kit:echo"]
     assert plugin["hooks"] == ["PreToolUse"]
@@ -238,26 +246,23 @@ def test_the_plugins_subcommand_lists_loaded_and_skipped(tmp_path: Path) -> None
 
 
 def test_the_agents_subcommand_lists_plugin_agents_and_what_a_plugin_skipped(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from taskloom.cli.commands import app
-
     broken = tmp_path / "broken"
     (broken / ".claude-plugin").mkdir(parents=True)
     (broken / ".claude-plugin" / "plugin.json").write_text('{"name": "broken"}')
     (broken / "agents").mkdir()
     (broken / "agents" / "bad.md").write_text("---\nname: [unclosed\n---\nbody\n")
     args = ["agents", "--json", "--plugin-dir", str(REAL), "--plugin-dir", str(broken)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = json.loads(_command(args, capsys))
     active = {a["name"]: a for a in report["active"]}
     agent = active["accessibility-compliance:ui-visual-validator"]
     assert agent["source"] == "plugin" and agent["model"] == "sonnet"
     assert agent["file"] == str(REAL / "agents" / "ui-visual-validator.md")
     assert [s["file"] for s in report["skipped"]] == [str(broken / "agents" / "bad.md")]
-    table = CliRunner().invoke(app, ["agents", "--plugin-dir", str(REAL)], env={"COLUMNS": "300"})
-    assert "accessibility-compliance:ui-visual-validator" in table.stdout
+    monkeypatch.setenv("COLUMNS", "300")  # the table's cells whole, on one line
+    table = _command(["agents", "--plugin-dir", str(REAL)], capsys)
+    assert "accessibility-compliance:ui-visual-validator" in table
 
 
 @pytest.mark.e2e

@@ -26,27 +26,28 @@ def _rows() -> dict[str, str]:
     return {m.group(1): cell for m, cell in named if m is not None}
 
 
-def _typer_flags() -> dict[str, list[str]]:
-    import typer.main
-
-    from taskloom.cli.commands import app
-
-    group = typer.main.get_command(app)
-    commands = group.commands  # type: ignore[attr-defined]
-    return {name: [o for p in c.params for o in p.opts] for name, c in commands.items()}
-
-
 def _argparse_flags(parser: argparse.ArgumentParser) -> list[str]:
     return [o for a in parser._actions for o in a.option_strings if o not in ("-h", "--help")]
 
 
+def _subcommand_flags(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, list[str]]:
+    """Each subcommand of ``parser`` (named ``prefix`` + its name) and its flags."""
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {f"{prefix}{n}": _argparse_flags(p) for n, p in sub.choices.items()}
+
+
+def _command_flags() -> dict[str, list[str]]:
+    """The commands of :mod:`taskloom.cli.commands`, by the name they are run as."""
+    from taskloom.cli import commands
+
+    return _subcommand_flags(commands._parser())
+
+
 def _own_flags() -> dict[str, list[str]]:
-    """The commands with a parser of their own (not typer's), by the name they are run as."""
+    """The commands with a parser of their own, by the name they are run as."""
     from taskloom.cli import acp_cmd, remote_cmd, teammate_cmd
 
-    remote = remote_cmd._parser()
-    (sub,) = [a for a in remote._actions if isinstance(a, argparse._SubParsersAction)]
-    flags = {f"remote {n}": _argparse_flags(p) for n, p in sub.choices.items()}
+    flags = _subcommand_flags(remote_cmd._parser(), "remote ")
     flags["teammate"] = _argparse_flags(teammate_cmd._parser())
     flags["acp"] = _argparse_flags(acp_cmd._parser())
     return flags
@@ -66,12 +67,12 @@ def undocumented(rows: dict[str, str], commands: dict[str, list[str]]) -> list[s
 
 
 def test_every_subcommand_and_its_flags_are_documented() -> None:
-    missing = undocumented(_rows(), {**_typer_flags(), **_own_flags()})
+    missing = undocumented(_rows(), {**_command_flags(), **_own_flags()})
     assert missing == [], f"missing from docs/contracts.md §4's subcommands: {missing}"
 
 
 def test_the_docs_name_no_subcommand_that_does_not_exist() -> None:
-    known = {*_typer_flags(), *_own_flags()}
+    known = {*_command_flags(), *_own_flags()}
     assert [n for n in _rows() if n not in known] == []
 
 
@@ -95,7 +96,7 @@ def test_every_field_of_a_task_row_is_documented() -> None:
 
 
 def test_the_checker_finds_a_command_or_flag_the_docs_lack() -> None:
-    commands = {**_typer_flags(), **_own_flags()}
+    commands = {**_command_flags(), **_own_flags()}
     rows = _rows()
     rows["tasks"] = rows["tasks"].replace("[--json]", "")
     del rows["teams"]

@@ -133,16 +133,15 @@ def main() -> None:
 
         sys.exit(main_teammate(args[1:]))
     if args and args[0] in SUBCOMMANDS:
-        from taskloom.cli.commands import app  # typer is loaded only for subcommands
+        from taskloom.cli.commands import main_command
         from taskloom.errors import TaskloomError, UsageError, describe
 
         try:
-            app(args=args, prog_name="taskloom")
+            sys.exit(main_command(args))
         except (TaskloomError, OSError) as exc:
             # One line, as in print mode: a symlinked home or a broken store is not a crash.
             sys.stderr.write(describe(exc) + "\n")
             sys.exit(2 if isinstance(exc, UsageError) else 1)
-        return
     # Start-up makes tens of thousands of objects and frees almost none: collecting them
     # before the first request is wasted time (print mode turns collection back on once the
     # session is built). At exit the store is committed and closed and every child is

@@ -1,117 +1,132 @@
-"""The ``taskloom`` subcommands (demo, tasks, agents, plugins, peers, teams, worktrees)."""
+"""The ``taskloom`` subcommands (demo, tasks, agents, plugins, peers, teams, worktrees).
+
+argparse, as print mode and the other commands: one argument parser for the whole command
+line, and no command-line library of a dependency (typer, click) loaded by any of them.
+Each command's module is imported when it runs.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import argparse
+import sys
 
-import typer
-
-app = typer.Typer(
-    name="taskloom",
-    help="A multi-agent task runtime for LLM coding agents.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+DESCRIPTION = "A multi-agent task runtime for LLM coding agents."
 
 
-@app.command()
-def demo(
-    coordinator: Annotated[
-        bool,
-        typer.Option("--coordinator", help="Watch a coordinator direct three workers instead."),
-    ] = False,
-    team: Annotated[
-        bool,
-        typer.Option("--team", help="Watch a lead and two teammates split a task list instead."),
-    ] = False,
-) -> None:
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", dest="as_json", action="store_true", help="JSON for scripts.")
+
+
+def _plugin_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--plugin-dir",
+        dest="plugin_dirs",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="Also a plugin in this directory (repeatable).",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The subcommands' parser: ``taskloom NAME [flags]``."""
+    parser = argparse.ArgumentParser(prog="taskloom", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text)
+
+    demo = command("demo", "Watch a scripted model use real tools and background tasks.")
+    demo.add_argument(
+        "--coordinator", action="store_true", help="Watch a coordinator direct three workers."
+    )
+    demo.add_argument(
+        "--team", action="store_true", help="Watch a lead and two teammates split a task list."
+    )
+    tasks = command("tasks", "List tasks from the store (works while their session runs).")
+    tasks.add_argument("--session", help="Session id (default: the latest).")
+    tasks.add_argument(
+        "--all", dest="all_sessions", action="store_true", help="Tasks of every session."
+    )
+    _json_flag(tasks)
+    agents = command(
+        "agents", "List the agents in effect here, where each is defined, and what shadows what."
+    )
+    _plugin_dir_flag(agents)
+    _json_flag(agents)
+    plugins = command(
+        "plugins",
+        "List the plugins that load here (and --plugin-dir's), what each brings, what was skipped.",
+    )
+    _plugin_dir_flag(plugins)
+    _json_flag(plugins)
+    peers = "List the sessions SendMessage can reach: uds: here, bridge: on the Ray cluster."
+    _json_flag(command("peers", peers))
+    teams = "List the agent teams in the store: members, and how many tasks each list holds."
+    _json_flag(command("teams", teams))
+    worktrees = command(
+        "worktrees",
+        "List taskloom's git worktrees (.taskloom/worktrees/): branch, clean or dirty, age.",
+    )
+    worktrees.add_argument(
+        "--prune", action="store_true", help="Remove stale clean worktrees, keep the rest."
+    )
+    _json_flag(worktrees)
+    return parser
+
+
+def main_command(args: list[str]) -> int:
+    """Run the subcommand ``args`` names; its exit code (2: a bad command line)."""
+    parser = _parser()
+    ns, unknown = parser.parse_known_args(args)
+    name = ns.command
+    if unknown:  # said by the command's parser, with its usage line
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        sub.choices[name].error(f"unrecognized arguments: {' '.join(unknown)}")
+    if name == "demo":
+        return _demo(coordinator=ns.coordinator, team=ns.team)
+    if name == "tasks":
+        from taskloom.cli.tasks_cmd import list_tasks
+
+        return list_tasks(session=ns.session, all_sessions=ns.all_sessions, as_json=ns.as_json)
+    if name == "agents":
+        from taskloom.cli.agents_cmd import list_agents
+
+        return list_agents(ns.plugin_dirs, as_json=ns.as_json)
+    if name == "plugins":
+        from taskloom.cli.plugins_cmd import list_plugins
+
+        return list_plugins(ns.plugin_dirs, as_json=ns.as_json)
+    if name == "peers":
+        from taskloom.cli.peers_cmd import list_peers
+
+        return list_peers(as_json=ns.as_json)
+    if name == "teams":
+        from taskloom.cli.teams_cmd import list_teams
+
+        return list_teams(as_json=ns.as_json)
+    return _worktrees(prune=ns.prune, as_json=ns.as_json)
+
+
+def _demo(*, coordinator: bool, team: bool) -> int:
     """Watch a scripted model use real tools and background tasks."""
     if coordinator and team:
-        typer.echo("taskloom demo: --coordinator and --team are exclusive: choose one.", err=True)
-        raise typer.Exit(2)
+        sys.stderr.write("taskloom demo: --coordinator and --team are exclusive: choose one.\n")
+        return 2
     if team:
         from taskloom.cli.demo_team import run_demo as run_team_demo
 
-        raise typer.Exit(run_team_demo())
+        return run_team_demo()
     if coordinator:
         from taskloom.cli.demo_coordinator import run_demo as run_coordinator_demo
 
-        raise typer.Exit(run_coordinator_demo())
+        return run_coordinator_demo()
     from taskloom.cli.demo import run_demo
 
-    raise typer.Exit(run_demo())
+    return run_demo()
 
 
-@app.command()
-def tasks(
-    session: Annotated[
-        str | None, typer.Option("--session", help="Session id (default: the latest).")
-    ] = None,
-    all_sessions: Annotated[bool, typer.Option("--all", help="Tasks of every session.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
-) -> None:
-    """List tasks from the store (works while their session runs)."""
-    from taskloom.cli.tasks_cmd import list_tasks
-
-    raise typer.Exit(list_tasks(session=session, all_sessions=all_sessions, as_json=as_json))
-
-
-@app.command()
-def agents(
-    plugin_dirs: Annotated[
-        list[str] | None,
-        typer.Option("--plugin-dir", help="Also a plugin in this directory (repeatable)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
-) -> None:
-    """List the agents in effect here, where each is defined, and what shadows what."""
-    from taskloom.cli.agents_cmd import list_agents
-
-    raise typer.Exit(list_agents(plugin_dirs or [], as_json=as_json))
-
-
-@app.command()
-def plugins(
-    plugin_dirs: Annotated[
-        list[str] | None,
-        typer.Option("--plugin-dir", help="Also a plugin in this directory (repeatable)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
-) -> None:
-    """List the plugins that load here (and --plugin-dir's), what each brings, what was skipped."""
-    from taskloom.cli.plugins_cmd import list_plugins
-
-    raise typer.Exit(list_plugins(plugin_dirs or [], as_json=as_json))
-
-
-@app.command()
-def peers(
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
-) -> None:
-    """List the sessions SendMessage can reach: uds: here, bridge: on the Ray cluster."""
-    from taskloom.cli.peers_cmd import list_peers
-
-    raise typer.Exit(list_peers(as_json=as_json))
-
-
-@app.command()
-def teams(
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
-) -> None:
-    """List the agent teams in the store: members, and how many tasks each list holds."""
-    from taskloom.cli.teams_cmd import list_teams
-
-    raise typer.Exit(list_teams(as_json=as_json))
-
-
-@app.command()
-def worktrees(
-    prune: Annotated[
-        bool, typer.Option("--prune", help="Remove stale clean worktrees, keep the rest.")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
-) -> None:
+def _worktrees(*, prune: bool, as_json: bool) -> int:
     """List taskloom's git worktrees (.taskloom/worktrees/): branch, clean or dirty, age."""
     import asyncio
     import dataclasses
@@ -129,20 +144,24 @@ def worktrees(
     try:
         found, pruned = asyncio.run(collect())
     except WorktreeError as exc:
-        typer.echo(f"taskloom worktrees: {exc}", err=True)
-        raise typer.Exit(1) from None
+        sys.stderr.write(f"taskloom worktrees: {exc}\n")
+        return 1
     if as_json:
         report: dict[str, object] = {"worktrees": [dataclasses.asdict(w) for w in found]}
         if pruned is not None:
             report["pruned"] = [dataclasses.asdict(r) for r in pruned]
-        typer.echo(json.dumps(report, indent=2, default=str))
-        return
+        print(json.dumps(report, indent=2, default=str))
+        return 0
     for r in pruned or []:
-        typer.echo(f"{'kept' if r.kept else 'removed'} {r.path} ({r.branch}): {r.reason}")
+        print(f"{'kept' if r.kept else 'removed'} {r.path} ({r.branch}): {r.reason}")
     if not found:
-        typer.echo("No taskloom worktrees.")
+        print("No taskloom worktrees.")
     for w in found:
         state = "missing" if w.missing else ("clean" if w.clean else "dirty")
         age = "-" if w.age_s is None else span(w.age_s)
         in_use = "  (in use)" if w.in_use else ""
-        typer.echo(f"{w.path}  {w.branch or '(detached)'}  {state}  {age}{in_use}")
+        print(f"{w.path}  {w.branch or '(detached)'}  {state}  {age}{in_use}")
+    return 0
+
+
+__all__ = ["main_command"]

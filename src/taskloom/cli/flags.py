@@ -7,9 +7,9 @@ Each :class:`Flag` says how argparse reads it and what it fills: a field of
 added here cannot be parsed and then forgotten. The documentation is checked against the
 table (tests/test_flag_docs.py).
 
-argparse, not typer, on this path: print mode is what scripts start again and again, and typer
-costs ~0.1 s at import. Nothing heavier than argparse is imported here; a conversion imports
-what it needs when it runs.
+argparse, as every command of taskloom: print mode is what scripts start again and again, and
+a command-line library (typer, click) costs ~0.1 s at import. Nothing heavier than argparse is
+imported here; a conversion imports what it needs when it runs.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Harness, engine and tools as a local agent) that runs the agent in the foregroun
 what happens, one JSON object a line: ``progress`` (lines for the output file, usage so far),
 then ``result`` or ``error``. It stops when the actor that started it dies.
 
-argparse, not typer: it is started once per remote agent.
+argparse, as every command: it is started once per remote agent.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The lead starts it in a tmux pane of its own (``teammateMode: tmux``) with the s
 (:class:`~taskloom.teams.join.JoinSpec`); it runs until the teammate shuts down, is killed, or
 its lead's process ends. The pane shows the teammate's conversation as it goes.
 
-argparse, not typer: a process per teammate is started while its lead waits.
+argparse, as every command: a process per teammate is started while its lead waits.
 """
 
 from __future__ import annotations

@@ -1,0 +1,81 @@
+"""What a plain ``taskloom -p`` has loaded when it sends its first request (issue 34).
+
+The child is watched from outside taskloom: ``tests/startup_probe/sitecustomize.py``, loaded at
+interpreter start, notes ``sys.modules`` at the moment the request's first bytes are written to
+the socket, and when the store is opened. The model is the fake Anthropic server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_servers import FakeAnthropicServer
+from helpers import TIME_FACTOR, clean_env
+
+pytestmark = pytest.mark.e2e
+
+PROBE = Path(__file__).with_name("startup_probe")
+
+
+def probed_run(tmp_path: Path, *args: str) -> dict[str, dict[str, Any]]:
+    """Run ``taskloom -p hi --model sonnet ARGS``; the probe's events by name."""
+    events = tmp_path / "probe.jsonl"
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="hello")
+        env = clean_env(
+            ANTHROPIC_BASE_URL=server.url,
+            ANTHROPIC_API_KEY="test",
+            TASKLOOM_HOME=str(tmp_path / "home"),
+            TASKLOOM_STARTUP_PROBE=str(events),
+            PYTHONPATH=os.pathsep.join(p for p in (str(PROBE), os.environ.get("PYTHONPATH")) if p),
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", "hi", "--model", "sonnet", *args],
+            env=env, cwd=workdir, capture_output=True, text=True, timeout=60 * TIME_FACTOR,
+        )  # fmt: skip
+        assert len(server.requests) == 1
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "hello\n"
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    return {e["event"]: e for e in lines}
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return probed_run(tmp_path_factory.mktemp("plain"))
+
+
+def test_the_probe_sees_the_first_request_and_the_store(
+    plain_run: dict[str, dict[str, Any]],
+) -> None:
+    assert "taskloom" in plain_run["first_request"]["modules"]
+    assert plain_run["interpreter"]["t"] < plain_run["first_request"]["t"]
+    assert "store_opened" in plain_run
+
+
+def test_no_command_line_library_is_loaded_before_the_first_request(
+    plain_run: dict[str, dict[str, Any]],
+) -> None:
+    loaded = {m.split(".")[0] for m in plain_run["first_request"]["modules"]}
+    assert loaded & {"click", "typer", "rich"} == set()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 34: the messages and the tool inputs built before the first request are "
+    "still pydantic models",
+)
+def test_pydantic_is_not_loaded_before_the_first_request(
+    plain_run: dict[str, dict[str, Any]],
+) -> None:
+    loaded = {m.split(".")[0] for m in plain_run["first_request"]["modules"]}
+    assert loaded & {"pydantic", "pydantic_core"} == set()

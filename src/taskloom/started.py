@@ -263,7 +263,7 @@ def compose(
     from taskloom.agents.compose import agent_service, subagent_tools
     from taskloom.hooks import HookConfig
     from taskloom.prompts import main_system_prompt
-    from taskloom.teams.compose import session_team
+    from taskloom.teams.mode import teams_enabled
 
     opts, cwd, runtime, settings = base.options, base.cwd, base.runtime, base.settings
     profile = str(settings.get("toolProfile") or "claude")
@@ -279,14 +279,20 @@ def compose(
     def worker_tools() -> list[Tool[Any]]:
         return subagent_tools(agents(), base.mcp, profile)
 
-    team, member = session_team(
-        runtime, opts, settings, agents, cwd=cwd,
-        base_prompt=lambda: main_system_prompt(
-            cwd, opts.append_system_prompt, instructions=agents().builder.instructions.text()
-        ),
-        # The lead's own set (a coordinator's has no worker tools: its workers' set).
-        tools=lambda: tools() if not base.coordinator else worker_tools(),
-    )  # fmt: skip
+    team: TeamService | None = None
+    member: TeammateProcess | None = None
+    if opts.join_team is not None or teams_enabled(opts.teams, settings):
+        # Only a session with a team loads the teams' machinery (and their tools' models).
+        from taskloom.teams.compose import session_team
+
+        team, member = session_team(
+            runtime, opts, settings, agents, cwd=cwd,
+            base_prompt=lambda: main_system_prompt(
+                cwd, opts.append_system_prompt, instructions=agents().builder.instructions.text()
+            ),
+            # The lead's own set (a coordinator's has no worker tools: its workers' set).
+            tools=lambda: tools() if not base.coordinator else worker_tools(),
+        )  # fmt: skip
     prompter = member.prompter if member is not None else opts.prompter
     service = agent_service(
         runtime, opts, settings, cwd=cwd, model=base.model, policy=base.policy, hooks=hooks,

@@ -22,7 +22,8 @@ The first run of each command only warms caches and is left out.
 Phases: in each round one more run is watched by ``tests/startup_probe`` (loaded at interpreter
 start; it notes the first import of taskloom, httpx and pydantic, the store's opening and the
 first request's first bytes on the socket, see there); ``phase_*`` are the medians of those
-moments, from the spawn. It is a run of its own, as watching costs a little.
+moments, from the spawn, and ``peak_rss_mib_at_first_request`` the peak RSS by then. It is a
+run of its own, as watching costs a little.
 
 Bytecode: the children get a private ``PYTHONPYCACHEPREFIX`` (and ``PYTHONDONTWRITEBYTECODE``
 removed), as an installed taskloom has its ``.pyc`` files; ``--no-bytecode-cache`` measures
@@ -193,10 +194,13 @@ def _phases(env: dict[str, str], workdir: str, scratch: str) -> dict[str, float]
     start = time.monotonic()
     _taskloom_run({**env, "PYTHONPATH": path, "TASKLOOM_STARTUP_PROBE": events}, workdir)
     with open(events, encoding="utf-8") as lines:
-        moments = {e["event"]: e["t"] - start for e in map(json.loads, lines)}
+        seen = [json.loads(line) for line in lines]
+    moments = {e["event"]: e["t"] - start for e in seen}
     first = moments["first_request"]
     # Loaded only after the first request went out: not a phase of it.
-    return {name: t for name, t in moments.items() if t <= first}
+    phases = {name: t for name, t in moments.items() if t <= first}
+    phases["rss_mib"] = next(e["rss_mib"] for e in seen if e["event"] == "first_request")
+    return phases
 
 
 def _report_phases(label: str, phases: list[dict[str, float]]) -> None:
@@ -211,6 +215,8 @@ def _report_phases(label: str, phases: list[dict[str, float]]) -> None:
     for name in PHASES:
         if name not in met:
             print(f"{label}phase_{name.replace('import:', 'import_')}: after the first request")
+    rss = statistics.median(p["rss_mib"] for p in phases)
+    print(f"{label}peak_rss_mib_at_first_request_median: {rss:.1f}")
 
 
 def _imported(env: dict[str, str], workdir: str) -> set[str]:

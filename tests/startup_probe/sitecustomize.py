@@ -6,13 +6,14 @@ first import of a few packages (``import``) and for the store's opening (``sqlit
 and the socket the first model request is written to. Each event is appended to the file as a
 JSON line ``{"event", "t"}`` (``t``: ``time.monotonic()``, the clock every process shares);
 the first request's line also lists every module loaded at the moment its first bytes were
-sent (``modules``).
+sent (``modules``) and the peak RSS so far (``rss_mib``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import sys
 import time
@@ -43,7 +44,8 @@ def _install(path: str) -> None:
 
     def sent(data: Any) -> None:
         if "first_request" not in seen and bytes(data[:32]).startswith(REQUEST_STARTS):
-            record("first_request", modules=sorted(sys.modules))
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            record("first_request", modules=sorted(sys.modules), rss_mib=rss)
 
     send, sendall = socket.socket.send, socket.socket.sendall
 

@@ -423,6 +423,7 @@ class Engine:
             hook_response=self._hooked("PostToolUse", tool.name),
             text_files=self.config.text_files,
             commands=self.config.commands,
+            sandboxed=self.config.permissions is not None and self.config.permissions.is_read_only,
         )
         policy = self.config.permissions
         pre = await self.run_hook(

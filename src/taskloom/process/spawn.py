@@ -24,6 +24,7 @@ from pathlib import Path
 
 from taskloom.errors import ProcessError, quoted
 from taskloom.process.identity import process_start_time
+from taskloom.process.landlock import Sandbox, SandboxError, spawn_sandboxed
 
 TASK_ENV = "TASKLOOM_TASK_ID"
 SESSION_ENV = "TASKLOOM_SESSION_ID"
@@ -112,6 +113,7 @@ def spawn_shell(
     error_fd: int | None = None,
     prelude: str = "",
     pass_fds: Collection[int] = (),
+    sandbox: Sandbox | None = None,
 ) -> Child:
     """Start ``command`` under a shell in a new session with output bound to ``output_fd``.
 
@@ -129,16 +131,20 @@ def spawn_shell(
         prelude: Shell code run before ``command``, on its first line (not named in errors).
         pass_fds: Descriptors the child inherits, at the same numbers (a workflow script's
             pipes to its session); every other one is closed in it.
+        sandbox: Run it (and all it starts) under this Landlock sandbox: it may write
+            nothing but what the sandbox names (:mod:`taskloom.process.landlock`; the caller
+            checks :func:`~taskloom.process.landlock.available` first).
 
     Raises:
-        ProcessError: The shell could not be started.
+        ProcessError: The shell could not be started, or the sandbox not set up.
     """
     child_env = dict(os.environ if env is None else env)
     child_env[TASK_ENV] = task_id
     if session_id:
         child_env[SESSION_ENV] = session_id
-    try:
-        popen = subprocess.Popen(
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [shell or default_shell(), "-c", prelude + command],
             stdin=subprocess.DEVNULL,
             stdout=output_fd,
@@ -149,6 +155,11 @@ def spawn_shell(
             close_fds=True,
             pass_fds=tuple(pass_fds),
         )
+
+    try:
+        popen = start() if sandbox is None else spawn_sandboxed(sandbox, start)
+    except SandboxError as exc:
+        raise ProcessError(f"cannot sandbox {quoted(command)}: {exc}") from exc
     except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
         raise ProcessError(f"cannot start shell for {quoted(command)}: {exc}") from exc
     return Child(popen, task_id)

@@ -34,6 +34,7 @@ from taskloom.tasks._subscription import Subscription, TaskEvent
 from taskloom.tasks.claim import claim_session
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
+from taskloom.tasks.scratch import ScratchDirs
 from taskloom.tasks.types import TaskState, readable_state
 from taskloom.tasks.usage import UsageLedger
 from taskloom.tasks.watchdog import Watchdog
@@ -108,6 +109,8 @@ class TaskRuntime(TaskRegistry):
         self._started = False
         self._recorder: ProcessRecorder | None = None
         self._closers: list[Callable[[], Awaitable[None]]] = []
+        #: Where read-only agents' sandboxed commands may write (``TMPDIR``), per owner.
+        self.scratch = ScratchDirs()
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -236,6 +239,7 @@ class TaskRuntime(TaskRegistry):
                 }
                 await kill_lingering(self.store, self.session_id, tagged, self.kill_grace)
         await self.watchdog.close()
+        self.scratch.remove_all()
         for sub in list(self._subscribers):
             sub.close()
         self.store.end_session(self.session_id, self.clock.time())
@@ -354,6 +358,7 @@ class TaskRuntime(TaskRegistry):
             else:
                 jobs.append(self.kill(state.id))
         await asyncio.gather(*jobs, return_exceptions=True)
+        self.scratch.remove(owner)
         if owner != self.session_id:
             # Nothing new is queued for it; what its tasks said before it closed stays in its
             # mailbox (durable, set aside), and reaches it if it is resumed.

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from taskloom.errors import OutputError
+from taskloom.errors import OutputError, ProcessError
+from taskloom.process import landlock
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.input_wait import waiting_for_input
 from taskloom.process.kill import find_tree, kill_tree
@@ -56,6 +57,8 @@ DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
 #: How long a command's end waits for its followers' last read (a monitor's last lines).
 FOLLOW_GRACE_S = 2.0
+#: What a sandboxed command's directory file holds until its shell writes it (no path can).
+UNWRITTEN = "\0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +196,9 @@ class ShellHandle:
         path, self._cwd_file = self._cwd_file, None
         if path is not None:
             with contextlib.suppress(OSError):
-                self.final_cwd = path.read_text(encoding="utf-8", errors="surrogateescape")
-                self.final_cwd = self.final_cwd.removesuffix("\n")
+                text = path.read_text(encoding="utf-8", errors="surrogateescape")
+                # Still the mark it was made with: the shell never wrote it (killed).
+                self.final_cwd = None if text == UNWRITTEN else text.removesuffix("\n")
             with contextlib.suppress(OSError):
                 path.unlink()
 
@@ -325,6 +329,7 @@ async def run_shell(
     kind: Literal["bash", "monitor"] = "bash",
     track_cwd: bool = False,
     pass_fds: Collection[int] = (),
+    sandboxed: bool = False,
 ) -> ShellOutcome:
     """Run ``command`` as a shell task and return when it ends or goes to the background.
 
@@ -346,6 +351,10 @@ async def run_shell(
             (:mod:`taskloom.tasks.monitor`; run it in the background).
         track_cwd: Learn the directory the shell ends in (:attr:`ShellOutcome.cwd`).
         pass_fds: Descriptors the command inherits (see :func:`~taskloom.process.spawn_shell`).
+        sandboxed: A read-only agent's command: ``TMPDIR`` is its owner's scratch directory
+            (:mod:`taskloom.tasks.scratch`), and where the kernel has Landlock the command and
+            all it starts may write nothing else (:mod:`taskloom.process.landlock`) but
+            ``/dev/null``, the terminal devices and its directory file.
 
     Raises:
         TaskloomError: The output file or the process could not be created (the task is then
@@ -375,8 +384,11 @@ async def run_shell(
         # On the same line as the command, so the line numbers its errors name stay its own.
         record = f"pwd -P >| {shlex.quote(str(cwd_file))} 2>/dev/null"
         prelude = f"trap {shlex.quote(record)} EXIT; "
+    sandbox = None
+    if sandboxed:
+        env, sandbox = _sandbox(runtime, task_id, owner, env, cwd_file, output, error_fd)
     child = _spawn_recorded(
-        runtime, task_id, command, output, error_fd, cwd, env, prelude, pass_fds
+        runtime, task_id, command, output, error_fd, cwd, env, prelude, pass_fds, sandbox
     )
     handle = ShellHandle(
         runtime,
@@ -418,6 +430,38 @@ def _open_output(runtime: TaskRuntime, task_id: str) -> tuple[DiskTaskOutput, in
         raise
 
 
+def _sandbox(
+    runtime: TaskRuntime,
+    task_id: str,
+    owner: str,
+    env: Mapping[str, str] | None,
+    cwd_file: Path | None,
+    output: DiskTaskOutput,
+    error_fd: int,
+) -> tuple[dict[str, str], landlock.Sandbox | None]:
+    """A read-only command's environment (its scratch ``TMPDIR``) and sandbox.
+
+    The sandbox is None where the kernel has no Landlock (logged once): the text judge alone
+    then stands between the command and the files.
+    """
+    try:
+        scratch = runtime.scratch.of(owner)
+        if cwd_file is not None:
+            # The shell's trap writes it: a Landlock rule may name an existing file only.
+            cwd_file.write_text(UNWRITTEN, encoding="utf-8")
+    except OSError as exc:
+        output.close()
+        os.close(error_fd)
+        _fail(runtime, task_id)
+        raise ProcessError(f"cannot prepare the sandbox of a read-only command: {exc}") from exc
+    child_env = dict(os.environ if env is None else env)
+    child_env["TMPDIR"] = str(scratch)
+    if not landlock.available():
+        return child_env, None
+    files = (cwd_file,) if cwd_file is not None else ()
+    return child_env, landlock.Sandbox(directories=(scratch,), files=files)
+
+
 def _spawn_recorded(
     runtime: TaskRuntime,
     task_id: str,
@@ -428,6 +472,7 @@ def _spawn_recorded(
     env: Mapping[str, str] | None,
     prelude: str,
     pass_fds: Collection[int] = (),
+    sandbox: landlock.Sandbox | None = None,
 ) -> Child:
     """Start the command's shell, recorded so that no crash of ours can orphan it."""
     # Recorded by its tag before it can run, then by its pid: a SIGKILL of ours at any point
@@ -444,6 +489,7 @@ def _spawn_recorded(
                 error_fd=error_fd,
                 prelude=prelude,
                 pass_fds=pass_fds,
+                sandbox=sandbox,
             )
         except BaseException:
             output.close()

@@ -121,6 +121,9 @@ class ToolContext:
             (an editor's buffers); None: the disk.
         commands: Where Bash runs a foreground command when not as a local shell task (an
             editor's terminal); None: locally.
+        sandboxed: The agent is read-only: its shell commands (Bash, Monitor, a skill's
+            ``!`cmd```) run locally in a sandbox that lets them write nothing but a scratch
+            ``TMPDIR`` (see :func:`taskloom.tasks.shell.run_shell`).
     """
 
     runtime: TaskRuntime
@@ -137,6 +140,7 @@ class ToolContext:
     hook_response: bool = True
     text_files: TextFiles | None = None
     commands: CommandRunner | None = None
+    sandboxed: bool = False
 
 
 #: Longest tool error a model is shown. Errors quote what they refuse cut short (see

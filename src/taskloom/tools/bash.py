@@ -144,7 +144,8 @@ class BashTool(Tool[BashInput]):
         background = bool(params.run_in_background)
         workdir = ctx.workdir
         notes = [n for n in [workdir.take_note() if workdir else None] if n]
-        if ctx.commands is not None and not background:
+        # A read-only agent's commands run here, in the sandbox: never in an editor's terminal.
+        if ctx.commands is not None and not background and not ctx.sandboxed:
             return await _in_terminal(ctx.commands, params, ctx, timeout_s, limit, notes)
         outcome = await run_shell(
             ctx.runtime,
@@ -159,6 +160,7 @@ class BashTool(Tool[BashInput]):
             env=shell_env(home=ctx.runtime.home),
             agent_id=ctx.agent_id,
             track_cwd=workdir is not None and not background,
+            sandboxed=ctx.sandboxed,
         )
         data: dict[str, Any] = {
             "task_id": outcome.task_id,

@@ -68,6 +68,7 @@ class MonitorTool(Tool[MonitorInput]):
             agent_id=ctx.agent_id,
             kind="monitor",
             env=shell_env(home=ctx.runtime.home),  # `rg` as in Bash
+            sandboxed=ctx.sandboxed,
         )
         text = (
             f"Monitor started with ID: {outcome.task_id}. Each new line of its output will "

@@ -156,6 +156,8 @@ async def _run(script: str, pattern: str, command: PromptCommand, place: ShellPl
         cwd=place.cwd,
         env=shell_env(home=place.runtime.home),
         agent_id=place.agent_id,
+        # A read-only agent's (a skill it runs): sandboxed as its Bash commands are.
+        sandboxed=place.policy is not None and place.policy.is_read_only,
     )
     output = _output(outcome, limit)
     if outcome.timed_out:

@@ -8,12 +8,18 @@ unsandboxed start) measured in the same run:
 - ``preexec``: ``preexec_fn`` restricts the forked child before ``exec``;
 - ``launcher``: ``python -I -S -c`` restricts itself, then ``exec``\\ s the shell.
 
-Run: ``python bench/landlock_start.py [--rounds 200]``. Needs a kernel with Landlock.
+Then the cost as the Bash tool pays it: ``true`` run as a shell task
+(:func:`taskloom.tasks.shell.run_shell`, tracking its directory as Bash does) by a read-only
+agent (``sandboxed``) and by the main thread, interleaved, ``--tasks`` of each.
+
+Run: ``python bench/landlock_start.py [--rounds 200] [--tasks 20]``. Needs a kernel with
+Landlock.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -25,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskloom.process import landlock
+from taskloom.tasks.runtime import TaskRuntime
+from taskloom.tasks.shell import run_shell
 
 #: The least a launcher can be: ctypes, two calls, exec (no taskloom import).
 _LAUNCHER = """
@@ -40,6 +48,7 @@ def main() -> None:
     """Measure and print the medians and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--tasks", type=int, default=20)
     args = parser.parse_args()
     if landlock.abi_version() == 0:
         sys.exit("this kernel has no Landlock")
@@ -88,11 +97,34 @@ def main() -> None:
             way()
             times[name].append(time.perf_counter() - began)
     shutil.rmtree(scratch)
-    base = statistics.median(times["baseline"])
+    print(f"start and reap `bash -c true`, {args.rounds} rounds:")
+    _report(times)
+    print(f"`true` as a shell task (the Bash tool's path), {args.tasks} of each:")
+    _report(asyncio.run(_tasks(args.tasks)))
+
+
+async def _tasks(count: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"main thread": [], "read-only": []}
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["TASKLOOM_HOME"] = home
+        async with TaskRuntime() as rt:
+            for _ in range(count):
+                for name, sandboxed in (("main thread", False), ("read-only", True)):
+                    began = time.perf_counter()
+                    await run_shell(
+                        rt, "true", owner="agent-1", track_cwd=True, sandboxed=sandboxed
+                    )
+                    times[name].append(time.perf_counter() - began)
+    return times
+
+
+def _report(times: dict[str, list[float]]) -> None:
+    """Each way's median, its ratio to the first way's and the difference."""
+    base = statistics.median(next(iter(times.values())))
     for name, samples in times.items():
         median = statistics.median(samples)
         print(
-            f"{name:9} median {median * 1000:7.2f} ms  x{median / base:5.2f}  "
+            f"  {name:11} median {median * 1000:7.2f} ms  x{median / base:5.2f}  "
             f"(+{(median - base) * 1000:6.2f} ms)"
         )
 

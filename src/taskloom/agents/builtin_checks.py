@@ -31,8 +31,10 @@ command and saw its output.
 
 You may not change the project. You have no Edit, Write or NotebookEdit tool, and commands \
 that write files (redirections into the project, rm, mv, cp, touch, sed -i, git add/commit/\
-checkout/reset, package installs) are refused. If a check needs a helper script, write it \
-under /tmp and run it from there.
+checkout/reset, package installs) are refused, and on Linux the kernel stops any other write. \
+The one place you can write is your scratch directory, $TMPDIR (kept between your commands): \
+if a check needs a helper script, run `echo $TMPDIR` once, write the script under that path \
+(spelled out, not as $TMPDIR) and run it from there.
 
 How to work:
 1. Read what was asked and what was changed (git status, git diff, the files named).

@@ -63,7 +63,9 @@ build``), a formatter, ``awk``'s own ``print > file`` and ``system()``, sed's ``
 commands, arithmetic on a variable holding command text (``$((x))`` with ``x='a[$(cmd)]'``), a
 program's configuration, variables expanded at run time in arguments (``rm $f``), links
 already in the tree a copy keeps (``cp -a``). The agent's prompt forbids those; the policy
-cannot see them.
+cannot see them. Where the kernel has Landlock, the sandbox its commands run in stops them
+(:mod:`taskloom.process.landlock`; ``run_shell(sandboxed=True)``): this judge gives the model a
+clear refusal before anything runs, the sandbox is the guarantee behind it.
 """
 
 from __future__ import annotations

@@ -19,12 +19,15 @@ import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taskloom.errors import ProcessError, quoted
 from taskloom.process.identity import process_start_time
-from taskloom.process.landlock import Sandbox, SandboxError, spawn_sandboxed
+
+if TYPE_CHECKING:
+    from taskloom.process.landlock import Sandbox
 
 TASK_ENV = "TASKLOOM_TASK_ID"
 SESSION_ENV = "TASKLOOM_SESSION_ID"
@@ -157,9 +160,19 @@ def spawn_shell(
         )
 
     try:
-        popen = start() if sandbox is None else spawn_sandboxed(sandbox, start)
-    except SandboxError as exc:
-        raise ProcessError(f"cannot sandbox {quoted(command)}: {exc}") from exc
+        popen = start() if sandbox is None else _start_sandboxed(command, sandbox, start)
     except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in the command
         raise ProcessError(f"cannot start shell for {quoted(command)}: {exc}") from exc
     return Child(popen, task_id)
+
+
+def _start_sandboxed(
+    command: str, sandbox: Sandbox, start: Callable[[], subprocess.Popen[bytes]]
+) -> subprocess.Popen[bytes]:
+    # Imported only here: ctypes is not loaded by sessions that sandbox nothing.
+    from taskloom.process.landlock import SandboxError, spawn_sandboxed
+
+    try:
+        return spawn_sandboxed(sandbox, start)
+    except SandboxError as exc:
+        raise ProcessError(f"cannot sandbox {quoted(command)}: {exc}") from exc

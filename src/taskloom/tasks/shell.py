@@ -26,10 +26,9 @@ import shlex
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from taskloom.errors import OutputError, ProcessError
-from taskloom.process import landlock
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.input_wait import waiting_for_input
 from taskloom.process.kill import find_tree, kill_tree
@@ -48,6 +47,9 @@ from taskloom.tasks.watchdog import (
     Watch,
     looks_like_prompt,
 )
+
+if TYPE_CHECKING:
+    from taskloom.process.landlock import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -438,7 +440,7 @@ def _sandbox(
     cwd_file: Path | None,
     output: DiskTaskOutput,
     error_fd: int,
-) -> tuple[dict[str, str], landlock.Sandbox | None]:
+) -> tuple[dict[str, str], Sandbox | None]:
     """A read-only command's environment (its scratch ``TMPDIR``) and sandbox.
 
     The sandbox is None where the kernel has no Landlock (logged once): the text judge alone
@@ -456,6 +458,8 @@ def _sandbox(
         raise ProcessError(f"cannot prepare the sandbox of a read-only command: {exc}") from exc
     child_env = dict(os.environ if env is None else env)
     child_env["TMPDIR"] = str(scratch)
+    from taskloom.process import landlock  # ctypes: loaded by sessions that sandbox only
+
     if not landlock.available():
         return child_env, None
     files = (cwd_file,) if cwd_file is not None else ()
@@ -472,7 +476,7 @@ def _spawn_recorded(
     env: Mapping[str, str] | None,
     prelude: str,
     pass_fds: Collection[int] = (),
-    sandbox: landlock.Sandbox | None = None,
+    sandbox: Sandbox | None = None,
 ) -> Child:
     """Start the command's shell, recorded so that no crash of ours can orphan it."""
     # Recorded by its tag before it can run, then by its pid: a SIGKILL of ours at any point

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.filter import filter_tools, own_tools, read_only_offer, restrict_spawns
-from taskloom.agents.memory import load_memory, memory_project
+from taskloom.agents.memory import AgentMemory, load_memory, memory_project
 from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
@@ -210,17 +210,7 @@ class AgentBuilder:
             )
         # Explore and Plan omit them: search agents need no project rules (and save tokens).
         told = None if definition.omit_claude_md else ConversationInstructions(self.instructions)
-        prompt = "\n\n".join(
-            p
-            for p in (
-                definition.system_prompt.strip(),
-                memory.prompt() if memory is not None else "",
-                suffix,
-                environment(cwd),
-                told.base.text() if told is not None else "",
-            )
-            if p
-        )
+        prompt = _prompt(definition, memory, told, suffix, cwd)
         policy = self._policy_for(mode, definition.permission_mode)
         if definition.read_only:
             policy = _read_only(policy, cwd)
@@ -294,3 +284,21 @@ def _read_only(policy: PermissionPolicy | None, cwd: Path) -> PermissionPolicy:
     from taskloom.permissions import PermissionMode, PermissionPolicy
 
     return PermissionPolicy(PermissionMode.BYPASS_PERMISSIONS, (), cwd).read_only()
+
+
+def _prompt(
+    definition: AgentDefinition,
+    memory: AgentMemory | None,
+    told: ConversationInstructions | None,
+    suffix: str,
+    cwd: Path,
+) -> str:
+    """An agent's system prompt: its definition's, its memory, its place, its project's rules."""
+    parts = (
+        definition.system_prompt.strip(),
+        memory.prompt() if memory is not None else "",
+        suffix,
+        environment(cwd),
+        told.base.text() if told is not None else "",
+    )
+    return "\n\n".join(p for p in parts if p)

@@ -6,8 +6,10 @@ runs but cannot see what a program does (``awk 'BEGIN{system("rm f")}'``, sed's 
 kernel can: a command started with :func:`spawn_sandboxed` and everything it starts may read
 and execute any file but write none, except the paths its :class:`Sandbox` names (a scratch
 directory, given as ``TMPDIR``; the file where the shell records its last directory) and
-``/dev/null``, ``/dev/tty`` and ``/dev/pts``. Descriptors opened before (the output file the
-command writes to) are not affected: Landlock checks opening, not writing to an open file.
+``/dev/null``. From Landlock ABI 6 it is also scoped: it can signal no process outside it
+(the session, a daemon) and reach no abstract Unix socket outside it. Descriptors opened
+before (the output file the command writes to) are not affected: Landlock checks opening, not
+writing to an open file.
 
 How it is applied. Landlock restricts the calling *thread* and whatever it starts afterwards
 (``landlock_restrict_self``, after ``prctl(PR_SET_NO_NEW_PRIVS)``, which is per thread too).
@@ -42,6 +44,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import gc
 import logging
 import os
 import threading
@@ -88,8 +91,14 @@ _READ = EXECUTE | READ_FILE | READ_DIR
 _FILE_RIGHTS = READ_FILE | WRITE_FILE | TRUNCATE
 #: What the terminal devices may be used for besides reading (writing, ``stty``).
 _DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
-#: The devices writable in the sandbox, when they exist.
-DEVICES = ("/dev/null", "/dev/tty", "/dev/pts")
+#: The devices writable in the sandbox. Not the terminals: a command runs without one, and
+#: a pty's ioctls could type into another terminal's shell (TIOCSTI).
+DEVICES = ("/dev/null",)
+#: What a domain is scoped to from ABI 6: no signal to, and no abstract Unix socket of, a
+#: process outside it (a file rule cannot stop ``kill`` of the session or a daemon's socket).
+_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+_SCOPE_SIGNAL = 1 << 1
+_SCOPED_ABI = 6
 
 
 class _PathBeneath(ctypes.Structure):
@@ -100,6 +109,15 @@ class _PathBeneath(ctypes.Structure):
 class _RulesetAttr(ctypes.Structure):
     # Only its first field: every ABI version accepts the struct cut there.
     _fields_ = (("handled_access_fs", ctypes.c_uint64),)
+
+
+class _ScopedRulesetAttr(ctypes.Structure):
+    # From ABI 6: network rights (none handled: tests may use the network) and scopes.
+    _fields_ = (
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    )
 
 
 class SandboxError(OSError):
@@ -182,7 +200,9 @@ def build_ruleset(sandbox: Sandbox, abi: int | None = None) -> int:
     if abi <= 0:
         raise SandboxError(errno.EOPNOTSUPP, "Landlock is not available")
     handled = _ABI_RIGHTS[min(abi, len(_ABI_RIGHTS) - 1)]
-    attr = _RulesetAttr(handled)
+    attr: ctypes.Structure = _RulesetAttr(handled)
+    if abi >= _SCOPED_ABI:
+        attr = _ScopedRulesetAttr(handled, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL)
     try:
         ruleset = _syscall(
             _SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0
@@ -246,11 +266,17 @@ def spawn_sandboxed(sandbox: Sandbox, start: Callable[[], T], abi: int | None = 
         except BaseException as exc:  # handed to the caller's thread
             failure.append(exc)
 
+    # No collection while the restricted thread runs: it would run finalisers of any of our
+    # objects there, sandboxed (a file they meant to write refused).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         thread = threading.Thread(target=run, name="taskloom-landlock-spawn", daemon=True)
         thread.start()
         thread.join()
     finally:
+        if collecting:
+            gc.enable()
         os.close(ruleset)
     if failure:
         raise failure[0]

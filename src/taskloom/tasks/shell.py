@@ -61,6 +61,8 @@ MAX_TIMEOUT_S = 600.0
 FOLLOW_GRACE_S = 2.0
 #: What a sandboxed command's directory file holds until its shell writes it (no path can).
 UNWRITTEN = "\0"
+#: Most of the shell's last directory read back: a path is at most 4096 bytes (PATH_MAX).
+_CWD_BYTES = 4097
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +200,8 @@ class ShellHandle:
         path, self._cwd_file = self._cwd_file, None
         if path is not None:
             with contextlib.suppress(OSError):
-                text = path.read_text(encoding="utf-8", errors="surrogateescape")
+                with path.open("rb") as recorded:  # bounded: the command could fill it
+                    text = recorded.read(_CWD_BYTES).decode("utf-8", "surrogateescape")
                 # Still the mark it was made with: the shell never wrote it (killed).
                 self.final_cwd = None if text == UNWRITTEN else text.removesuffix("\n")
             with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import taskloom
+from helpers import TIME_FACTOR
 from taskloom.messages import ToolResultBlock
 from taskloom.process import landlock
 from taskloom.tasks.runtime import TaskRuntime
@@ -169,6 +170,47 @@ def test_the_handled_rights_follow_the_kernels_abi(tmp_path: Path) -> None:
     assert truncated(2)
     if landlock.abi_version() >= 3:
         assert not truncated(landlock.abi_version())
+
+
+@needs_landlock
+def test_a_sandboxed_command_signals_nothing_outside_and_writes_no_terminal(
+    tmp_path: Path,
+) -> None:
+    if landlock.abi_version() < 6:
+        pytest.skip("signals are scoped from Landlock ABI 6")
+    outside = subprocess.Popen(["sleep", "4319"])
+    try:
+        script = f"kill -0 {outside.pid}; echo kill=$?; : > /dev/ptmx; echo ptmx=$?"
+
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+
+        proc = landlock.spawn_sandboxed(landlock.Sandbox(), start)
+        said, _ = proc.communicate(timeout=30 * TIME_FACTOR)
+        assert said.decode().split() == ["kill=1", "ptmx=1"]
+        assert outside.poll() is None  # and what is not sandboxed can still signal it
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+def test_the_judge_refuses_programs_that_have_another_process_act() -> None:
+    from taskloom.permissions.read_only import _line_writes
+
+    for line in [
+        "tmux run-shell 'rm victim'",
+        "tmux -S /tmp/s send-keys -t x 'rm victim' Enter",
+        "kill -9 1",
+        "pkill -f taskloom",
+        "ssh localhost touch x",
+        "setfattr -n user.x -v 1 a",
+        "timeout 5 docker run x",
+    ]:
+        why = _line_writes(line, ("/tmp",))
+        assert why is not None and "another process act" in why, line
+    assert _line_writes("tmux -V", ("/tmp",)) is None
 
 
 def test_an_unavailable_sandbox_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -358,3 +358,32 @@ def awk(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
     if any(name.startswith("inplace") for name in loaded):
         return "it runs awk -i inplace, which edits files in place"
     return None
+
+
+#: Programs whose work is done by another process, outside anything that confines the
+#: command: a terminal multiplexer's server (tmux send-keys, run-shell), a remote or local
+#: shell (ssh), a container or cluster daemon, a debugger attached to another process, the
+#: scheduler, the service manager and the message bus; and programs that signal other
+#: processes or change files' attributes, which no file-writing rule covers.
+DELEGATES = frozenset(
+    {
+        "tmux", "screen", "ssh", "scp", "sftp", "mosh", "docker", "podman", "kubectl",
+        "ray", "gdb", "lldb", "at", "batch", "crontab", "systemctl", "loginctl", "busctl",
+        "dbus-send", "gdbus", "socat", "nc", "ncat", "netcat", "kill", "pkill", "killall",
+        "setfattr", "setfacl", "chattr",
+    }
+)  # fmt: skip
+
+
+def delegate(program: str) -> Check:
+    """The check of a program of :data:`DELEGATES`: refused unless it only says its version."""
+
+    def check(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
+        if args and all(a in _INFO for a in args):
+            return ""
+        return (
+            f"it runs {program}, which has another process act (a server, a daemon) or "
+            "signals processes or changes files' attributes: a read-only agent may not"
+        )
+
+    return check

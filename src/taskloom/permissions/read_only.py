@@ -472,6 +472,7 @@ def _su(args: list[str], fed: bool, allowed: tuple[str, ...]) -> str | None:
 
 
 _CHECKS: dict[str, checks.Check] = {
+    **{program: checks.delegate(program) for program in checks.DELEGATES},
     **builtin_checks(_line_writes, _argv_writes),
     **dict.fromkeys(_SHELLS, _shell),
     **dict.fromkeys(("source", "."), checks.source),

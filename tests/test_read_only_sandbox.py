@@ -220,3 +220,19 @@ def test_an_unavailable_sandbox_is_logged_once(caplog: pytest.LogCaptureFixture)
         landlock.warn_unavailable()
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
     assert "not sandboxed" in caplog.records[0].getMessage()
+
+
+def test_scratch_directories_of_a_killed_process_are_swept(tmp_path: Path) -> None:
+    from taskloom.tasks.scratch import sweep_orphans
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process now
+    orphan = tmp_path / f"taskloom-scratch-{gone.pid}-agent-x1"
+    (orphan / "sub").mkdir(parents=True)
+    (orphan / "sub" / "f").write_text("left")
+    mine = tmp_path / f"taskloom-scratch-{os.getpid()}-agent-x2"
+    mine.mkdir()
+    other = tmp_path / "taskloom-scratch-notapid"
+    other.mkdir()
+    assert sweep_orphans(tmp_path) == [orphan]
+    assert not orphan.exists() and mine.is_dir() and other.is_dir()

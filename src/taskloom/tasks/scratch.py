@@ -5,16 +5,49 @@ given to every command of it as ``TMPDIR``, so a helper script written by one co
 run by the next. It lives in the system's temporary directory (private: mode 0700), which
 the read-only text judge counts as scratch too, and is removed with everything in it when its
 owner closes (:meth:`TaskRuntime.close_owner <taskloom.tasks.runtime.TaskRuntime.close_owner>`)
-or the session does.
+or the session does. A process killed before it could remove its directories leaves them:
+their names carry its pid, and the next session that makes one removes those of processes
+that are gone (:func:`sweep_orphans`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
+
+_PREFIX = "taskloom-scratch-"
+_ORPHAN = re.compile(re.escape(_PREFIX) + r"(\d+)-")
+
+
+def sweep_orphans(root: Path | None = None) -> list[Path]:
+    """Remove the scratch directories of processes that are gone; those removed.
+
+    A directory whose process still runs (or whose pid another process now has) is kept.
+    """
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in Path(root or tempfile.gettempdir()).iterdir():
+            found = _ORPHAN.match(entry.name)
+            if found is None or _alive(int(found.group(1))) or not entry.is_dir():
+                continue
+            with contextlib.suppress(OSError):
+                shutil.rmtree(entry)
+                removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 class ScratchDirs:
@@ -23,6 +56,7 @@ class ScratchDirs:
     def __init__(self) -> None:
         """No directory yet: each is made when first asked for."""
         self._dirs: dict[str, Path] = {}
+        self._swept = False
 
     def of(self, owner: str) -> Path:
         """``owner``'s scratch directory, made now if it has none (or it was removed).
@@ -32,8 +66,12 @@ class ScratchDirs:
         """
         directory = self._dirs.get(owner)
         if directory is None or not directory.is_dir():
+            if not self._swept:
+                self._swept = True
+                sweep_orphans()
             label = re.sub(r"[^A-Za-z0-9_-]", "_", owner)[:40]
-            directory = Path(tempfile.mkdtemp(prefix=f"taskloom-scratch-{label}-")).resolve()
+            prefix = f"{_PREFIX}{os.getpid()}-{label}-"
+            directory = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
             self._dirs[owner] = directory
         return directory
 
@@ -50,4 +88,4 @@ class ScratchDirs:
             self.remove(owner)
 
 
-__all__ = ["ScratchDirs"]
+__all__ = ["ScratchDirs", "sweep_orphans"]

@@ -138,7 +138,7 @@ def main() -> int:
             watcher.start()
             began = time.monotonic()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "taskloom", "-p", "Fan out.", "--output-format",
+                [sys.executable, "-m", "taskloom", "-p", f"Fan out to {args.agents + 1} remote agents.", "--output-format",
                  "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
                  "--dangerously-skip-permissions", "--settings", settings],
                 cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -219,7 +219,7 @@ def test_a_detached_remote_agent_outlives_its_session_and_a_resume_takes_it_up(
     assert not (repo / "made-remotely.txt").exists()
     # Nothing of it is left on the cluster: no worker process, no actor.
     assert _workers() == []
-    actors = run_processes(lambda p: "_RemoteAgent" in " ".join(p.info.get("cmdline") or []))
+    actors = run_processes(lambda p: "_AgentHost" in " ".join(p.info.get("cmdline") or []))
     assert actors == [], [p.info.get("cmdline") for p in actors]
     # The credentials reached the worker in its environment only.
     assert {r.headers.get("x-api-key") for r in server.requests} == {"sk-remote-test"}

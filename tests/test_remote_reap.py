@@ -84,6 +84,18 @@ def _sleeps(seconds: int) -> list[Any]:
     return run_processes(lambda p: (p.info.get("cmdline") or [])[:2] == ["sleep", str(seconds)])
 
 
+def _is_worker(proc: Any) -> bool:
+    """A remote agent's worker: forked by its actor's zygote (``taskloom remote zygote``,
+    its command line), it works in its agent's scratch checkout (the zygote does not)."""
+    if "remote" not in (proc.info.get("cmdline") or [])[3:6]:
+        return False
+    try:
+        cwd = proc.cwd()
+    except Exception:  # gone meanwhile
+        return False
+    return Path(cwd).is_relative_to(tempfile.gettempdir()) and "taskloom-remote-" in cwd
+
+
 def _wait_for(what: str, cond: Any, timeout: float) -> None:
     """Poll ``cond`` (bounded): another process's state has no event to wait on."""
     deadline = time.monotonic() + timeout * TIME_FACTOR
@@ -112,7 +124,7 @@ def test_a_sigkilled_session_leaves_no_remote_command_worker_ray_process_or_file
     proc, seconds, home, err = _start(tmp_path, agents=3)
     try:
         _wait_for("three remote commands", lambda: len(_sleeps(seconds)) == 3, 120)
-        workers = run_processes(lambda p: "worker" in (p.info.get("cmdline") or [])[3:6])
+        workers = run_processes(_is_worker)
         rays = run_processes(lambda p: "ray" in " ".join(p.info.get("cmdline") or []))
         assert len(workers) == 3 and rays, (workers, rays)
         on_disk = _ours_on_disk()

@@ -5,7 +5,8 @@ answers) and lists the remote agents recorded in the store. ``taskloom remote wo
 FILE`` is what a remote agent's actor starts on the worker: a session of its own (the same
 Harness, engine and tools as a local agent) that runs the agent in the foreground and prints
 what happens, one JSON object a line: ``progress`` (lines for the output file, usage so far),
-then ``result`` or ``error``. It stops when the actor that started it dies.
+then ``result`` or ``error``. It stops when the actor that started it dies. ``taskloom remote
+zygote --fd N`` is a pooled actor's fork server of such workers (:mod:`taskloom.remote.zygote`).
 
 argparse, as every command: it is started once per remote agent.
 """
@@ -29,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="As one JSON object.")
     worker = sub.add_parser("worker", help="(internal) Run one remote agent on a worker.")
     worker.add_argument("--spec", required=True, type=Path, help="The spec its actor wrote.")
+    zygote = sub.add_parser("zygote", help="(internal) Fork remote agents' workers, warm.")
+    zygote.add_argument("--fd", required=True, type=int, help="The socket its actor passed.")
     return parser
 
 
@@ -37,6 +40,8 @@ def main_remote(args: list[str]) -> int:
     ns = _parser().parse_args(args)
     if ns.command == "status":
         return _status(ns.json)
+    if ns.command == "zygote":
+        return _zygote(ns.fd)
     return _worker(ns.spec)
 
 
@@ -92,6 +97,13 @@ def _status(as_json: bool) -> int:
 def _emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
+
+
+def _zygote(fd: int) -> int:
+    from taskloom.cli import _run, remote_view  # noqa: F401 (imported once, before any fork)
+    from taskloom.remote.zygote import serve
+
+    return serve(fd, _worker)
 
 
 def _worker(spec_path: Path) -> int:

@@ -41,7 +41,9 @@ import ray
 
 from taskloom.process.spawn import TASK_ENV
 from taskloom.process.sweep import NESTED_HOME
-from taskloom.remote.snapshot import SnapshotError, git
+from taskloom.remote.checkout import Bases, changes, checkout
+from taskloom.remote.zygote import BASES_ENV as _BASES_ENV
+from taskloom.remote.zygote import Zygote
 
 #: How long the worker has to stop once asked (SIGTERM), before SIGKILL (its owner's TaskStop
 #: waits for all of it, and is told within a few seconds).
@@ -53,16 +55,26 @@ _LINE_LIMIT = 8 * 1024 * 1024
 
 
 class _RemoteAgent:
-    """Runs one remote agent (see the module docstring)."""
+    """Runs one remote agent (see the module docstring); a plain object its host holds."""
 
-    def __init__(self, keep_events: bool = False) -> None:
+    def __init__(
+        self,
+        keep_events: bool = False,
+        zygote: Zygote | None = None,
+        bases: Bases | None = None,
+    ) -> None:
         """Nothing runs until :meth:`start`.
 
         ``keep_events``: keep every event (a detached actor: a later session follows it again
-        from where its parent stopped), not only those not sent yet.
+        from where its parent stopped), not only those not sent yet. ``zygote``: fork its
+        worker from there (a pooled actor's) rather than start one. ``bases``: where the
+        snapshots are unpacked (its host's, shared with the other agents it runs; None: in
+        its own scratch directory, removed with it).
         """
         self._keep = keep_events
-        self._proc: asyncio.subprocess.Process | None = None
+        self._zygote = zygote
+        self._bases = bases
+        self._proc: Any = None  # an asyncio process, or a forked one (same surface)
         self._home: Path | None = None
         self._stopping = False
         self._work: asyncio.Task[None] | None = None
@@ -73,12 +85,13 @@ class _RemoteAgent:
         self._grown: asyncio.Event | None = None
 
     async def start(
-        self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None = None
+        self, spec: dict[str, Any], bundle: Any, env: dict[str, str] | None = None
     ) -> bool:
         """Set the agent ``spec`` describes going on the snapshot ``bundle``; False if it was.
 
-        ``env``: the model's endpoint and credentials, for the agent's process only (never
-        written to a file here).
+        ``bundle``: its bytes, or a list holding the Ray object of them (fetched only if this
+        actor has not unpacked that snapshot yet). ``env``: the model's endpoint and
+        credentials, for the agent's process only (never written to a file here).
         """
         if self._work is not None:
             return False
@@ -105,7 +118,6 @@ class _RemoteAgent:
                 return
             await grown.wait()
 
-    @ray.method(concurrency_group="control")
     async def ack(self, count: int) -> None:
         """The follower has stored the first ``count`` events: they are not kept."""
         self._forget(count)
@@ -122,7 +134,7 @@ class _RemoteAgent:
         if grown is not None:
             grown.set()
 
-    async def _run(self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None) -> None:
+    async def _run(self, spec: dict[str, Any], bundle: Any, env: dict[str, str] | None) -> None:
         try:
             await self._work_on(spec, bundle, env)
         except Exception as exc:  # its copy could not be made, its process not started
@@ -131,17 +143,20 @@ class _RemoteAgent:
             self._done = True
             self._emit({"type": "end"})
 
-    async def _work_on(
-        self, spec: dict[str, Any], bundle: bytes, env: dict[str, str] | None
-    ) -> None:
+    async def _work_on(self, spec: dict[str, Any], bundle: Any, env: dict[str, str] | None) -> None:
         if spec.get("scratch"):  # chosen, and recorded, by its parent (a local Ray)
             scratch = Path(str(spec["scratch"]))
             scratch.mkdir(mode=0o700)
         else:
             scratch = Path(tempfile.mkdtemp(prefix="taskloom-remote-"))
         home = self._home = scratch / NESTED_HOME
+        ref = str(spec["snapshot_ref"])
+        bases = self._bases or Bases(str(scratch / "base"))
+        held = False
         try:
-            work, branch = await _checkout(scratch, bundle, spec)
+            base = await bases.hold(ref, lambda: _bundle_bytes(bundle))
+            held = True
+            work, branch = await checkout(scratch, base, spec)
             spec_file = scratch / "spec.json"
             # Its scratch is the worker's to remove if this actor dies first (killed).
             spec_file.write_text(
@@ -158,6 +173,22 @@ class _RemoteAgent:
             if self._stopping:  # stopped while its copy was made: nothing is started
                 self._emit({"type": "killed"})
                 return
+            await self._follow_worker(await self._launch(spec_file, work, env))
+            found = await changes(work, branch)
+            if found is not None:
+                self._emit({"type": "changes", "branch": branch, **found})
+        finally:
+            await _sweep(home)
+            shutil.rmtree(scratch, ignore_errors=True)
+            if held:
+                await bases.release(ref)
+
+    async def _launch(self, spec_file: Path, work: Path, env: dict[str, str]) -> Any:
+        """Its worker process: forked warm from the zygote, else started."""
+        proc: Any
+        if self._zygote is not None:
+            proc = self._proc = await self._zygote.launch(spec_file, work, env)
+        else:
             proc = self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", "taskloom", "remote", "worker",
                 "--spec", str(spec_file),
@@ -165,36 +196,33 @@ class _RemoteAgent:
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True, limit=_LINE_LIMIT,
             )  # fmt: skip
-            if self._stopping:  # stopped while it was being started: it stops at once
-                await self._end(proc)
-            self._emit({"type": "started", "node": socket.gethostname(), "pid": proc.pid})
-            assert proc.stdout is not None and proc.stderr is not None
-            errors: deque[str] = deque(maxlen=_STDERR_LINES)
-            drain = asyncio.ensure_future(_collect(proc.stderr, errors))
-            async for raw in proc.stdout:
-                with contextlib.suppress(ValueError):
-                    event = json.loads(raw)
-                    if isinstance(event, dict):
-                        self._emit(event)
-            code = await proc.wait()
-            await drain
-            if self._stopping:
-                self._emit({"type": "killed"})
-            elif code != 0:
-                tail = "\n".join(errors).strip()
-                self._emit({
-                    "type": "error",
-                    "error": f"its process on {socket.gethostname()} ended with exit code "
-                    f"{code}" + (f": {tail[-2000:]}" if tail else ""),
-                })  # fmt: skip
-            changes = await _changes(work, branch)
-            if changes is not None:
-                self._emit({"type": "changes", "branch": branch, **changes})
-        finally:
-            await _sweep(home)
-            shutil.rmtree(scratch, ignore_errors=True)
+        if self._stopping:  # stopped while it was being started: it stops at once
+            await self._end(proc)
+        return proc
 
-    @ray.method(concurrency_group="control")
+    async def _follow_worker(self, proc: Any) -> None:
+        """Its worker's events, as they come, then how it ended."""
+        self._emit({"type": "started", "node": socket.gethostname(), "pid": proc.pid})
+        assert proc.stdout is not None and proc.stderr is not None
+        errors: deque[str] = deque(maxlen=_STDERR_LINES)
+        drain = asyncio.ensure_future(_collect(proc.stderr, errors))
+        async for raw in proc.stdout:
+            with contextlib.suppress(ValueError):
+                event = json.loads(raw)
+                if isinstance(event, dict):
+                    self._emit(event)
+        code = await proc.wait()
+        await drain
+        if self._stopping:
+            self._emit({"type": "killed"})
+        elif code != 0:
+            tail = "\n".join(errors).strip()
+            self._emit({
+                "type": "error",
+                "error": f"its process on {socket.gethostname()} ended with exit code "
+                f"{code}" + (f": {tail[-2000:]}" if tail else ""),
+            })  # fmt: skip
+
     async def stop(self) -> bool:
         """End the worker process and all it started; whether one ran.
 
@@ -209,7 +237,7 @@ class _RemoteAgent:
         await self._end(proc)
         return True
 
-    async def _end(self, proc: asyncio.subprocess.Process) -> None:
+    async def _end(self, proc: Any) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -220,37 +248,6 @@ class _RemoteAgent:
             await proc.wait()
         if self._home is not None:
             await _sweep(self._home)
-
-
-async def _checkout(scratch: Path, bundle: bytes, spec: dict[str, Any]) -> tuple[Path, str]:
-    """The snapshot checked out on the agent's branch, in ``scratch/work``."""
-    work = scratch / "work"
-    work.mkdir()
-    path = scratch / "snapshot.bundle"
-    path.write_bytes(bundle)
-    branch = str(spec["branch"])
-    await git(work, "init", "-q")
-    await git(work, "fetch", "-q", str(path), f"{spec['snapshot_ref']}:refs/heads/{branch}")
-    await git(work, "checkout", "-q", branch)
-    await git(work, "tag", "taskloom-base")
-    path.unlink()
-    return work, branch
-
-
-async def _changes(work: Path, branch: str) -> dict[str, Any] | None:
-    """Commit what the agent changed; its bundle and diffstat, None if it changed nothing."""
-    try:
-        if (await git(work, "status", "--porcelain")).strip():
-            await git(work, "add", "-A")
-            await git(work, "commit", "-q", "--no-verify", "-m", "taskloom remote agent")
-        stat = (await git(work, "diff", "--stat", "taskloom-base", "HEAD")).strip()
-        if not stat:
-            return None
-        out = work.parent / "changes.bundle"
-        await git(work, "bundle", "create", "-q", str(out), branch, "^taskloom-base")
-        return {"bundle": out.read_bytes(), "diffstat": stat}
-    except SnapshotError as exc:
-        return {"error": f"its changes could not be bundled: {exc}"}
 
 
 async def _collect(stream: asyncio.StreamReader, into: deque[str]) -> None:
@@ -267,11 +264,105 @@ async def _sweep(home: Path) -> None:
         await sweep_store(db_path(home), grace=0.5)
 
 
-#: The actor class (no CPU of its own: its worker process runs the agent; ``stop`` and
-#: ``follow`` are served while it works, ``stop`` and ``ack`` apart from any number of
-#: ``follow`` calls a crashed parent may have left).
-RemoteAgentActor: Any = ray.remote(
-    num_cpus=0, max_concurrency=8, concurrency_groups={"control": 2}
-)(_RemoteAgent)  # type: ignore[call-overload]
+class _AgentHost:
+    """An actor's remote agents, by key (their task ids).
 
-__all__ = ["STOP_WAIT_S", "RemoteAgentActor"]
+    One for a detached actor; any number for a session's pooled one (see the module docstring).
+    """
+
+    def __init__(
+        self, warm: bool = False, keep_events: bool = False, base_dir: str | None = None
+    ) -> None:
+        """``warm``: fork the agents' workers from a zygote (started by :meth:`warm`).
+
+        ``keep_events``: see :class:`_RemoteAgent`. ``base_dir``: where the snapshots are
+        unpacked (a local Ray's directory, removed with it; None: a temporary directory).
+        """
+        self._keep = keep_events
+        self._zygote = Zygote() if warm else None
+        #: Shared by its agents if warm (a pool's: many agents of one snapshot); else each
+        #: agent's own, in its scratch directory (a detached actor is killed, with no last word).
+        self._bases = Bases(base_dir) if warm else None
+        self._agents: dict[str, _RemoteAgent] = {}
+        #: Keys stopped before they started (a start that comes after is refused).
+        self._stopped: set[str] = set()
+
+    async def warm(self, tag: str | None = None) -> int:
+        """Start its zygote (once), carrying ``tag`` (a local Ray's); this actor's pid."""
+        if self._zygote is not None:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **({TASK_ENV: tag} if tag else {})}
+            # The zygote ends with this actor, and takes the snapshots' bases with it.
+            if self._bases is not None:
+                env[_BASES_ENV] = str(self._bases.root)
+            await self._zygote.start(env)
+        return os.getpid()
+
+    async def start(
+        self, key: str, spec: dict[str, Any], bundle: Any, env: dict[str, str] | None = None
+    ) -> bool:
+        """Start agent ``key`` (see :meth:`_RemoteAgent.start`); False if it was, or stopped."""
+        if key in self._agents or key in self._stopped:
+            return False
+        agent = self._agents[key] = _RemoteAgent(self._keep, self._zygote, self._bases)
+        return await agent.start(spec, bundle, env)
+
+    async def follow(self, key: str, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+        """Agent ``key``'s events from number ``after`` on (see :meth:`_RemoteAgent.follow`)."""
+        agent = self._agents.get(key)
+        if agent is None:
+            yield {"type": "error", "error": f"no remote agent {key} on this actor"}
+            yield {"type": "end"}
+            return
+        async for event in agent.follow(after):
+            yield event
+
+    async def ack(self, key: str, count: int) -> None:
+        """The follower of agent ``key`` has stored its first ``count`` events."""
+        agent = self._agents.get(key)
+        if agent is not None:
+            await agent.ack(count)
+
+    async def stop(self, key: str) -> bool:
+        """Stop agent ``key`` and all it started (see :meth:`_RemoteAgent.stop`)."""
+        agent = self._agents.get(key)
+        if agent is None:
+            self._stopped.add(key)
+            return True
+        return await agent.stop()
+
+    async def forget(self, key: str) -> None:
+        """Its follower is done with agent ``key``: nothing of it is kept.
+
+        Its work, if any is left, ends on its own (it was stopped).
+        """
+        self._agents.pop(key, None)
+        self._stopped.discard(key)
+
+    async def close(self) -> None:
+        """Before it is killed (its agents have ended): its zygote ends, its bases go."""
+        if self._zygote is not None:
+            await self._zygote.close()
+        if self._bases is not None:
+            self._bases.remove_all()
+
+    async def agents(self) -> list[str]:
+        """The keys of the agents it holds (for tests and status)."""
+        return list(self._agents)
+
+
+async def _bundle_bytes(bundle: Any) -> bytes:
+    """The snapshot's bytes: given, or fetched now from the Ray object in a list.
+
+    (In a list, Ray does not fetch it for every call: only an actor that lacks it does.)
+    """
+    if isinstance(bundle, bytes):
+        return bundle
+    return bytes(await bundle[0])
+
+
+#: The actor class (no CPU of its own: its agents' worker processes run them). One event loop
+#: for all its calls: ``stop`` waits on a process its ``start`` made. As many calls at once as
+#: a session has agents, and more (a ``follow`` a crashed parent left).
+AgentHost: Any = ray.remote(num_cpus=0, max_concurrency=1000)(_AgentHost)  # type: ignore[call-overload]
+
+__all__ = ["STOP_WAIT_S", "AgentHost"]

@@ -62,12 +62,16 @@ class Connected:
         started_locally: Whether this session started it (and stops it).
         seconds: What connecting (or starting) took.
         cpus: The CPUs of a Ray started here (0 for a cluster's).
+        tag: The tag a Ray started here is recorded by (its processes carry it).
+        local_dir: The directory of a Ray started here (removed with it).
     """
 
     address: str
     started_locally: bool
     seconds: float
     cpus: int = 0
+    tag: str | None = None
+    local_dir: str | None = None
 
 
 def configured_address(settings: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
@@ -215,9 +219,9 @@ class Cluster:
         seconds = time.monotonic() - began
         if address is None:
             log.info("remote agents: started a local Ray in %.1f s", seconds)
-        return Connected(
-            address or "local", address is None, seconds, local_cpus if address is None else 0
-        )
+        if local is None:
+            return Connected(address or "local", False, seconds)
+        return Connected("local", True, seconds, local_cpus, local.tag, str(local.dir))
 
     async def close(self) -> None:
         """Let go of the cluster (a Ray started here is stopped, and what it left removed)."""

@@ -36,6 +36,7 @@ from taskloom.models.pricing import pricer
 from taskloom.process.sweep import reap_tags
 from taskloom.remote.cluster import Cluster, ClusterError
 from taskloom.remote.local import KILL_CHILDREN
+from taskloom.remote.pool import ActorPool
 from taskloom.remote.snapshot import Snapshot, SnapshotError, Snapshots, bring_back
 from taskloom.remote.spec import RemoteSpec, carried_env
 from taskloom.store import TagRow
@@ -80,6 +81,7 @@ class RemoteRun:
         cluster: Cluster | None = None,
         meter: Meter | None = None,
         prices: Mapping[str, Any] | None = None,
+        pool: ActorPool | None = None,
     ) -> None:
         """Drive the remote agent of task ``task_id`` (registered by the caller).
 
@@ -90,7 +92,8 @@ class RemoteRun:
         ``resumed``: the state an earlier process of the session left: its actor is followed
         on from there, on ``cluster``, instead of being started. ``meter``: its budgets' meter
         (opened for it: what it spends reaches them through the session's ledger, priced by
-        ``prices``, the setting ``modelPrices``).
+        ``prices``, the setting ``modelPrices``). ``pool``: the session's warm actors, where an
+        agent that is not detached runs (None: an actor of its own).
         """
         self.snapshots = snapshots or Snapshots()
         self.starting = starting or asyncio.Semaphore(1)
@@ -103,6 +106,7 @@ class RemoteRun:
         self.resumed = resumed
         self.cluster = cluster
         self.meter = meter
+        self.pool = pool if actor_name is None and resumed is None else None
         #: Prices its worker's reports (they carry tokens) for the session's ledger.
         self._price = pricer(prices if isinstance(prices, Mapping) else None)
         # What it spent before was counted by the process it ran for: only what its worker
@@ -113,6 +117,9 @@ class RemoteRun:
         self.branch = f"taskloom/remote-{task_id[1:9]}"
         self.driver: asyncio.Task[None] | None = None
         self._actor: Any = None
+        #: Its actor is the pool's (released at its end, not killed); or died under it.
+        self._pooled = False
+        self._actor_lost = False
         self._stopping = False
         self._ended_cleanly = False
         self._result: str | None = None
@@ -169,7 +176,7 @@ class RemoteRun:
         actor = self._actor
         if actor is not None:
             with contextlib.suppress(Exception):  # it may be dead already
-                await asyncio.wait_for(actor.stop.remote(), STOP_WAIT_S)
+                await asyncio.wait_for(actor.stop.remote(self.task_id), STOP_WAIT_S)
         if driver is not None and not driver.done():
             if actor is not None:  # its stream ends once its work has stopped
                 with contextlib.suppress(TimeoutError):
@@ -225,7 +232,7 @@ class RemoteRun:
         actor, seen = self._actor, self._seen
         if actor is not None:
             with contextlib.suppress(Exception):
-                actor.ack.remote(seen)  # what is stored here is not kept there
+                actor.ack.remote(self.task_id, seen)  # what is stored here is not kept there
         self.runtime.update(
             self.task_id,
             # Its owner (a subagent, or a caller waiting in the foreground) is gone by then.
@@ -246,7 +253,8 @@ class RemoteRun:
                     self._output = DiskTaskOutput.reopen(Path(self.resumed.output_file))
                     self._find_actor()
                 self._launched.set()
-                stream = self._actor.follow.options(num_returns="streaming").remote(self._seen)
+                follow = self._actor.follow.options(num_returns="streaming")
+                stream = follow.remote(self.task_id, self._seen)
                 async for ref in stream:
                     event = await ref
                     if event.get("type") == "end":
@@ -256,7 +264,7 @@ class RemoteRun:
                     self._seen += 1
                     await self._on(event)
                     if self.actor_name is not None and self._seen % _ACK_EVERY == 0:
-                        self._actor.ack.remote(self._seen)  # its journal shrinks
+                        self._actor.ack.remote(self.task_id, self._seen)  # its journal shrinks
                 self._ended_cleanly = True
             self._finish()
         except asyncio.CancelledError:
@@ -267,6 +275,7 @@ class RemoteRun:
             error = str(exc)
             self.runtime.update(self.task_id, lambda s: ended(s, error=error))
         except Exception as exc:  # Ray's: the actor died, its node was lost, the connection
+            self._actor_lost = True
             if self._stopping:
                 self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
             else:
@@ -290,31 +299,48 @@ class RemoteRun:
 
         import ray
 
-        from taskloom.remote.actor import RemoteAgentActor
-
         carried = carried_env(os.environ)
-        options: dict[str, Any] = {}
-        if not self.local:
-            # A cluster's workers: the credentials in the actor's runtime environment (this
-            # taskloom is the session's: see Cluster). A local Ray's idle workers are this
-            # process's own (same environment, same packages): taken as they are, in a
-            # fraction of a second, where a runtime environment of its own starts a new one.
-            # Ray must not SIGKILL the worker process as the actor exits (the local Ray is
-            # told so when it starts): the worker stops its commands itself then.
-            options["runtime_env"] = {"env_vars": {**carried, f"RAY_{KILL_CHILDREN}": "0"}}
-        if self.actor_name is not None:
-            options.update(name=self.actor_name, namespace=NAMESPACE, lifetime="detached")
-        spec = {**self.spec.__dict__, "branch": self.branch, "snapshot_ref": snapshot.ref}
+        spec = {
+            **self.spec.__dict__,
+            "branch": self.branch,
+            "snapshot_ref": snapshot.ref,
+            "snapshot_commit": snapshot.commit,
+        }
         await self._wait_turn(launching)
         if self._stopping:
             return
         if self.local:
             spec.update(self._record())
-        bundle = self.snapshots.payload(snapshot, ray.put)  # once for all its agents
-        self._actor = RemoteAgentActor.options(**options).remote(
-            keep_events=self.actor_name is not None
-        )
-        await self._actor.start.remote(spec, bundle, carried)
+        # Put once for all its agents; in a list, so that an actor fetches it only if it has
+        # not unpacked it yet (a warm actor runs many agents of one snapshot).
+        bundle = [self.snapshots.payload(snapshot, ray.put)]
+        if self.pool is not None:
+            actor = await self.pool.acquire()
+            self._pooled = True
+        else:
+            from taskloom.remote.actor import AgentHost
+
+            options = actor_options(self.local, carried)
+            if self.actor_name is not None:
+                options.update(name=self.actor_name, namespace=NAMESPACE, lifetime="detached")
+            actor = AgentHost.options(**options).remote(keep_events=self.actor_name is not None)
+        started = actor.start.remote(self.task_id, spec, bundle, carried)
+        self._actor = actor  # from now on a stop reaches it (after its start: in order)
+        await started
+
+    def _let_go_of(self, actor: Any) -> None:
+        """Its actor at its end: the pool's is released (or dropped if it died), its own killed."""
+        if self._pooled and self.pool is not None:
+            with contextlib.suppress(Exception):
+                actor.forget.remote(self.task_id)
+            self.pool.release(actor)
+            if self._actor_lost:
+                self.pool.lost(actor)
+            return
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(actor)
 
     def _record(self) -> dict[str, str]:
         """Record its tag and scratch checkout (a local Ray) before its actor is made.
@@ -499,20 +525,30 @@ class RemoteRun:
                 self._output.close()
             return
         if actor is not None:
-            import ray
-
             if not self._ended_cleanly:
                 # Its stream broke off (or this run was cancelled): its work is stopped first,
                 # or killing the actor would leave its process's commands running.
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(actor.stop.remote(), STOP_WAIT_S)
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+                    await asyncio.wait_for(actor.stop.remote(self.task_id), STOP_WAIT_S)
+            self._let_go_of(actor)
         await self._reap()
         if self._snapshot is not None:
             await self.snapshots.release(self._snapshot)
         if self._output is not None:
             self._output.close()
+
+
+def actor_options(local: bool, carried: dict[str, str]) -> dict[str, Any]:
+    """Ray's options for a remote agents' actor, on a local Ray or a cluster."""
+    if local:
+        # A local Ray's idle workers are this process's own (same environment, same
+        # packages): taken as they are, in a fraction of a second, where a runtime environment
+        # of its own starts a new one. Ray does not SIGKILL a worker's children as it exits
+        # (the local Ray is told so when it starts): the worker stops its commands itself.
+        return {}
+    # A cluster's workers: the credentials in the actor's runtime environment (this taskloom
+    # is the session's: see Cluster), and Ray told not to SIGKILL a worker's children.
+    return {"runtime_env": {"env_vars": {**carried, f"RAY_{KILL_CHILDREN}": "0"}}}
 
 
 def _why(exc: BaseException) -> str:
@@ -521,4 +557,4 @@ def _why(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-__all__ = ["NAMESPACE", "READY_WAIT_S", "STOP_WAIT_S", "RemoteRun"]
+__all__ = ["NAMESPACE", "READY_WAIT_S", "STOP_WAIT_S", "RemoteRun", "actor_options"]

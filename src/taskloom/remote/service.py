@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from typing import Any
 from taskloom.errors import ToolError
 from taskloom.events import Meter
 from taskloom.remote.cluster import Cluster, ClusterError, Connected
-from taskloom.remote.run import RemoteRun
+from taskloom.remote.pool import ActorPool
+from taskloom.remote.run import RemoteRun, actor_options
 from taskloom.remote.snapshot import Snapshots
-from taskloom.remote.spec import RemoteSpec
+from taskloom.remote.spec import RemoteSpec, carried_env
 from taskloom.settings import session_dir
 from taskloom.tasks.remote import RemoteAgentTaskState, ended, failed_to_start
 from taskloom.tasks.runtime import TaskRuntime
@@ -62,6 +64,9 @@ class RemoteAgents:
         remote = settings.get("remote")
         remote = remote if isinstance(remote, dict) else {}
         self._max_starting = remote.get("maxStarting")
+        self._pool_size = remote.get("poolSize")
+        #: The session's warm actors (made with its first remote agent that is not detached).
+        self.pool: ActorPool | None = None
         self.exit_policy = remote.get("exitPolicy", "cancel")
         prices = settings.get("modelPrices")
         self._prices = prices if isinstance(prices, Mapping) else None
@@ -98,6 +103,7 @@ class RemoteAgents:
         # A local Ray ends with the session, and its actors with it: nothing to detach from.
         detach = self.exit_policy == "detach" and not connected.started_locally
         actor = f"taskloom-{runtime.session_id}-{task_id}" if detach else None
+        pool = None if detach else await self._pool(connected)
         runtime.register(
             RemoteAgentTaskState(
                 id=task_id,
@@ -132,9 +138,21 @@ class RemoteAgents:
             actor_name=actor,
             meter=meter_for(task_id) if meter_for is not None else None,
             prices=self._prices,
+            pool=pool,
         )
         self._follow(run)
         return task_id, connected
+
+    async def _pool(self, connected: Connected) -> ActorPool:
+        """The session's pool of warm actors (made on first use: see taskloom.remote.pool)."""
+        if self.pool is None:
+            size = self._pool_size or connected.cpus or await _cluster_cpus()
+            options = actor_options(connected.started_locally, carried_env(os.environ))
+            if not connected.started_locally:
+                options["scheduling_strategy"] = "SPREAD"  # over the cluster's nodes
+            base_dir = str(Path(connected.local_dir) / "bases") if connected.local_dir else None
+            self.pool = ActorPool(int(size), options=options, tag=connected.tag, base_dir=base_dir)
+        return self.pool
 
     def policy_note(self, connected: Connected) -> str | None:
         """What the result says when ``remote.exitPolicy`` cannot apply here, if anything."""
@@ -212,7 +230,24 @@ class RemoteAgents:
                 driver.cancel()
             if late:
                 await asyncio.wait(late)
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            await pool.close()
         await self.cluster.close()
+
+
+async def _cluster_cpus() -> int:
+    """The CPUs of the cluster the session is connected to (1 if Ray does not say)."""
+    import ray
+
+    def ask() -> int:
+        resources: dict[str, Any] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        return int(resources.get("CPU") or 1)
+
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, ask)
+    except Exception:  # Ray's: the pool is then as small as it gets
+        return 1
 
 
 def _never_ran(state: RemoteAgentTaskState) -> RemoteAgentTaskState:

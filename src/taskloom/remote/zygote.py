@@ -1,0 +1,370 @@
+"""A warm start for remote agents' processes: a fork server, one per pooled actor.
+
+Starting ``taskloom remote worker`` costs about 0.6 s of CPU, most of it importing taskloom
+and building what its first session needs; on a local Ray of 2 CPUs, 20 agents starting at
+once queued for seconds behind each other's imports. A pooled actor (see
+:mod:`taskloom.remote.actor`) starts, once, ``taskloom remote zygote``: a process that imports
+what a worker uses (:data:`PRELOAD`), then waits on a Unix socket (``SOCK_SEQPACKET``, one
+message a request) for requests, each with the three descriptors of a worker's standard
+streams. For each it forks: the child starts a session of its own (a process group of its
+own, as an exec'd worker is), takes those streams, moves into the agent's checkout, takes the
+agent's environment and runs the worker's code; it never returns into the server's loop. The
+server answers with the child's pid, reaps it when it ends (a pidfd tells it) and says its
+exit code. The server runs nothing of any agent itself, and holds no thread (a fork copies
+only the forking thread): each child starts from the same state, with nothing of an earlier
+agent in it.
+
+The server ends when its actor does (its socket's other end closes); its children watch the
+actor, not the server (see ``taskloom remote worker``), and stop their commands if it dies.
+
+:class:`Zygote` is the actor's side. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import pkgutil
+import selectors
+import shutil
+import socket
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: The subpackages of taskloom a worker uses: every module of them is imported before any fork
+#: (about 0.45 s once; a forked worker then takes about 0.15 s of CPU to its answer, where an
+#: exec'd one takes 0.6 s). Not the REPL, ACP or the CLI's other commands, nor Ray.
+PRELOAD = (
+    "agents", "context", "conversation", "hooks", "mcp", "models", "permissions", "process",
+    "skills", "store", "tasks", "teams", "tools",
+)  # fmt: skip
+#: The variable naming the directory of its actor's snapshot bases (see
+#: :mod:`taskloom.remote.checkout`): removed by the server once its actor is gone (an actor
+#: killed has no last word).
+BASES_ENV = "TASKLOOM_REMOTE_BASES"
+#: Longest wait for the server to be ready (imports on a busy machine).
+READY_WAIT_S = 60.0
+#: Longest request or answer (a worker's environment).
+_MESSAGE = 1 << 20
+#: How much of the server's error output is kept, to say why it failed.
+_STDERR_LINES = 20
+
+
+class ZygoteError(RuntimeError):
+    """The fork server could not be started, or could not start a worker."""
+
+
+# -- the server (its own process) ------------------------------------------------------------
+
+
+def preload() -> None:
+    """Import what a worker uses (each module on its own: one that fails is skipped)."""
+    import taskloom
+
+    root = Path(taskloom.__file__).parent
+    for package in PRELOAD:
+        for info in pkgutil.walk_packages([str(root / package)], f"taskloom.{package}."):
+            if not info.name.endswith("__main__"):
+                with contextlib.suppress(Exception):
+                    importlib.import_module(info.name)
+
+
+def serve(fd: int, run: Callable[[Path], int]) -> int:
+    """Serve requests on the socket ``fd`` until its other end closes; the exit code.
+
+    ``run``: a worker's code (``taskloom remote worker``'s), given its spec file, in a child.
+    """
+    preload()
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    children: dict[int, int] = {}  # pidfd -> pid
+    _send(sock, {"ready": os.getpid()})
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is sock:
+                try:
+                    data, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 3)
+                except OSError:
+                    data, fds = b"", []
+                if not data:  # its actor is gone; the children watch the actor themselves
+                    if os.environ.get(BASES_ENV):
+                        shutil.rmtree(os.environ[BASES_ENV], ignore_errors=True)
+                    return 0
+                _fork(sock, selector, children, json.loads(data), fds, run)
+            else:
+                pidfd = int(key.fd)
+                selector.unregister(pidfd)
+                os.close(pidfd)
+                pid = children.pop(pidfd)
+                _, status = os.waitpid(pid, 0)
+                _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _fork(
+    sock: socket.socket,
+    selector: selectors.BaseSelector,
+    children: dict[int, int],
+    request: dict[str, Any],
+    fds: list[int],
+    run: Callable[[Path], int],
+) -> None:
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"id": request["id"], "error": str(exc)})
+        return
+    if pid == 0:
+        selector.close()
+        _child(sock, request, fds, run)  # never returns
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    children[pidfd] = pid
+    selector.register(pidfd, selectors.EVENT_READ)
+    _send(sock, {"id": request["id"], "pid": pid})
+
+
+def _child(
+    sock: socket.socket, request: dict[str, Any], fds: list[int], run: Callable[[Path], int]
+) -> None:
+    """The forked worker: its own session, streams, directory and environment; then its run."""
+    code = 1
+    try:
+        sock.close()
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for name in os.listdir("/proc/self/fd"):  # its siblings' pidfds, the received ones
+            if int(name) > 2:
+                with contextlib.suppress(OSError):
+                    os.close(int(name))
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        code = run(Path(request["spec"]))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # its actor is gone: the next receive ends the loop
+        sock.send(json.dumps(message).encode())
+
+
+# -- the actor's side ------------------------------------------------------------------------
+
+
+class Forked:
+    """A worker the server forked: what the actor needs of it (as of an exec'd process)."""
+
+    def __init__(self, pid: int, stdout: asyncio.StreamReader, stderr: asyncio.StreamReader):
+        """The worker ``pid``, its output streams."""
+        self.pid = pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self._ended: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def ended(self, code: int) -> None:
+        """Its exit code, as the server reaped it."""
+        if not self._ended.done():
+            self.returncode = code
+            self._ended.set_result(code)
+
+    async def wait(self) -> int:
+        """Its exit code, once it has ended."""
+        return await asyncio.shield(self._ended)
+
+
+class Zygote:
+    """The actor's fork server (see the module docstring)."""
+
+    def __init__(self) -> None:
+        """Nothing runs until :meth:`start`."""
+        self._sock: socket.socket | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._asked: dict[int, asyncio.Future[int]] = {}
+        self._running: dict[int, Forked] = {}
+        self._next = 0
+        self._errors: deque[str] = deque(maxlen=_STDERR_LINES)
+        #: Its background tasks (kept: the loop holds only weak references to them).
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    async def start(self, env: Mapping[str, str]) -> None:
+        """Start the server (once) and wait until it is ready.
+
+        Raises:
+            ZygoteError: It did not start, or not in time.
+        """
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().create_future()
+            self._tasks.add(asyncio.ensure_future(self._start(dict(env))))
+        await asyncio.shield(self._ready)
+
+    async def _start(self, env: dict[str, str]) -> None:
+        assert self._ready is not None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-P", "-m", "taskloom", "remote", "zygote",
+                "--fd", str(theirs.fileno()),
+                cwd="/", env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+                pass_fds=(theirs.fileno(),), start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            ours.close()
+            self._ready.set_exception(ZygoteError(f"the fork server did not start: {exc}"))
+            return
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        assert self._proc.stderr is not None
+        self._tasks.add(asyncio.ensure_future(self._collect(self._proc.stderr)))
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._readable)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), READY_WAIT_S)
+        except TimeoutError:
+            self._lost(f"it was not ready within {READY_WAIT_S:.0f} s")
+
+    async def _collect(self, stream: asyncio.StreamReader) -> None:
+        async for raw in stream:
+            self._errors.append(raw.decode(errors="replace").rstrip())
+
+    def _readable(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                data = self._sock.recv(_MESSAGE)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost("it ended")
+                return
+            self._on(json.loads(data))
+
+    def _on(self, message: dict[str, Any]) -> None:
+        if "ready" in message:
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+        elif "exit" in message:
+            forked = self._running.pop(int(message["exit"]), None)
+            if forked is not None:
+                forked.ended(int(message["code"]))
+        else:
+            asked = self._asked.pop(int(message["id"]), None)
+            if asked is not None and not asked.done():
+                if "pid" in message:
+                    asked.set_result(int(message["pid"]))
+                else:
+                    asked.set_exception(ZygoteError(str(message.get("error"))))
+
+    def _lost(self, why: str) -> None:
+        """The server is gone: nothing more is started; its children are watched directly."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
+        tail = "\n".join(self._errors).strip()
+        said = f": {tail[-2000:]}" if tail else ""
+        error = ZygoteError(f"the fork server failed: {why}{said}")
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(error)
+        for asked in self._asked.values():
+            if not asked.done():
+                asked.set_exception(error)
+        self._asked.clear()
+        for forked in self._running.values():
+            self._tasks.add(asyncio.ensure_future(_reaped_elsewhere(forked)))
+        self._running.clear()
+
+    async def launch(self, spec_file: Path, cwd: Path, env: Mapping[str, str]) -> Forked:
+        """Fork a worker running the agent ``spec_file`` describes, in ``cwd`` with ``env``.
+
+        Raises:
+            ZygoteError: The server is gone, or could not fork.
+        """
+        loop = asyncio.get_running_loop()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            sock = self._sock
+            if sock is None:
+                raise ZygoteError("the fork server is gone")
+            self._next += 1
+            asked = self._asked[self._next] = loop.create_future()
+            request = {"id": self._next, "spec": str(spec_file), "cwd": str(cwd), "env": dict(env)}
+            socket.send_fds(sock, [json.dumps(request).encode()], [null, out_w, err_w])
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        stdout = await _reader(out_r)
+        stderr = await _reader(err_r)
+        pid = await asked
+        forked = self._running[pid] = Forked(pid, stdout, stderr)
+        return forked
+
+    async def close(self) -> None:
+        """Stop the server (its children are their agents' to stop)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()  # it ends on that
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            try:
+                await asyncio.wait_for(proc.wait(), 2.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+
+async def _reader(fd: int) -> asyncio.StreamReader:
+    """An asyncio stream over the read end ``fd`` of a pipe (lines up to 8 MiB)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=8 * 1024 * 1024, loop=loop)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(fd, "rb", 0)
+    )
+    return reader
+
+
+async def _reaped_elsewhere(forked: Forked) -> None:
+    """A worker whose server died: its end is seen through a pidfd (its code is lost)."""
+    from taskloom.process.watch import wait_exit
+
+    with contextlib.suppress(OSError):
+        await wait_exit(forked.pid)
+    forked.ended(-1)
+
+
+__all__ = ["BASES_ENV", "PRELOAD", "Forked", "Zygote", "ZygoteError", "serve"]

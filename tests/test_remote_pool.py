@@ -1,0 +1,125 @@
+"""The session's pool of warm actors (taskloom.remote.pool), on a real local Ray.
+
+A local Ray of one CPU makes a pool of one actor: a second remote agent, spawned once the first
+has ended, runs on the same actor (its worker forked by the same zygote) and starts clean: a
+checkout of its own, without what the first one left. At the session's end nothing of the pool
+is left: no actor, no zygote, no worker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator_scenario import texts
+from fake_servers import FakeAnthropicServer, ToolCall, Turn
+from helpers import TIME_FACTOR, clean_env, needs, run_processes
+from team_scenario import events_of
+from test_remote import FINAL, _calls, _repo, _user_text
+
+pytestmark = [needs("ray"), pytest.mark.e2e, pytest.mark.slow]
+
+#: Prints the pid of the Ray actor the command runs under (its first ``ray::`` ancestor).
+ACTOR = (
+    'p=$$; while [ "$p" -gt 1 ]; do'
+    " case \"$(tr '\\0' ' ' </proc/$p/cmdline)\" in ray::*) echo ACTOR=$p; break;; esac;"
+    " p=$(cut -d' ' -f4 /proc/$p/stat); done"
+)
+JOBS = {
+    "a": f"{ACTOR}; echo left > left-by-a.txt; echo HOME=$TASKLOOM_HOME",
+    "b": f"{ACTOR}; ls; echo HOME=$TASKLOOM_HOME",
+}
+
+
+class OneThenAnother:
+    """The lead spawns agent a, waits for it, then agent b; each runs its job and answers with
+    all its command printed."""
+
+    def __init__(self) -> None:
+        self.lead_requests: list[dict[str, Any]] = []
+        self.answers: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        with self._lock:
+            first = " ".join(texts(body["messages"][0]["content"]))
+            job = next((j for j in JOBS if f"job {j}:" in first), None)
+            if job is not None:
+                if not _calls(body):
+                    return Turn(tool_calls=(ToolCall("Bash", {"command": JOBS[job]}),))
+                self.answers[job] = _user_text(body)
+                return Turn(text=f"answer {job}")
+            self.lead_requests.append(body)
+            return self._lead(body)
+
+    def _lead(self, body: dict[str, Any]) -> Turn:
+        spawned = [c for c in _calls(body) if c["name"] == "Agent"]
+        done = _user_text(body).count("<task-notification>")
+        if len(spawned) < 2 and done == len(spawned):
+            job = "ab"[len(spawned)]
+            spawn = {"description": f"remote {job}", "prompt": f"job {job}: run it",
+                     "subagent_type": "general-purpose", "isolation": "remote",
+                     "run_in_background": True}  # fmt: skip
+            return Turn(tool_calls=(ToolCall("Agent", spawn),))
+        if done >= 2:
+            return Turn(text=FINAL)
+        return Turn(text="Waiting.")
+
+
+def test_a_second_agent_reuses_the_warm_actor_starts_clean_and_the_pool_ends_with_the_session(
+    tmp_path: Path,
+) -> None:
+    repo = _repo(tmp_path)
+    script = OneThenAnother()
+    with FakeAnthropicServer(responder=script) as server:
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="sk-pool-test")
+        env["TASKLOOM_HOME"] = str(tmp_path / "home")
+        env.pop("RAY_ADDRESS", None)
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskloom", "-p", "Two remote agents, one after the other.",
+             "--output-format", "stream-json", "--verbose", "--model", "claude-sonnet-4-5",
+             "--dangerously-skip-permissions",
+             "--settings", json.dumps({"remote": {"localCpus": 1}})],
+            capture_output=True, text=True, timeout=180 * TIME_FACTOR, cwd=repo, env=env,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert events_of(proc.stdout)[-1]["result"] == FINAL
+    a, b = script.answers["a"], script.answers["b"]
+    # One actor for both: the pool's only one, warm when b came.
+    (actor_a,) = re.findall(r"ACTOR=(\d+)", a)
+    (actor_b,) = re.findall(r"ACTOR=(\d+)", b)
+    assert actor_a == actor_b, (a, b)
+    # b started clean: its own checkout (the project, not what a left there) and session.
+    assert "README.md" in b and "dirty.txt" in b and "left-by-a.txt" not in b, b
+    (home_a,) = re.findall(r"HOME=(\S+)", a)
+    (home_b,) = re.findall(r"HOME=(\S+)", b)
+    assert home_a != home_b
+    # a's change came back on a's branch only.
+    seen = _user_text(script.lead_requests[-1])
+    ids = re.findall(r"<task-id>(r[0-9a-z]{8})</task-id>", seen)
+    assert len(set(ids)) == 2 and seen.count("<status>completed</status>") == 2, seen
+    branches = {
+        i: subprocess.run(
+            ["git", "ls-tree", "--name-only", f"taskloom/remote-{i[1:9]}"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        for i in ids
+    }
+    assert sorted("left-by-a.txt" in files for files in branches.values()) == [False, True]
+    # The pool ended with the session: no actor, zygote or worker of it is left.
+    left = run_processes(
+        lambda p: any(
+            w in " ".join(p.info.get("cmdline") or []) for w in ("_AgentHost", "remote zygote")
+        )
+    )
+    assert left == [], [p.info.get("cmdline") for p in left]
+    assert run_processes() == []

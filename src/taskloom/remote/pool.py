@@ -56,16 +56,20 @@ class ActorPool:
         self._closed = False
 
     async def acquire(self) -> Any:
-        """The actor with the fewest agents, warm (made if the pool is not full); held.
+        """The warm actor with the fewest agents (else the first warming); held.
+
+        The first call makes one actor; once it is warm, the rest of the pool is made (not all
+        at once: the first agent would wait for every zygote's imports, on the same CPUs).
 
         Raises:
             Exception: Ray's, if its actor could not be made or warmed.
         """
         if self._closed:
             raise RuntimeError("the session's remote agents are being stopped")
-        while len(self._load) < self.size:
+        if not self._load:
             self._make()
-        actor = min(self._load, key=self._load.__getitem__)
+        warm = [a for a, w in self._warm.items() if w.done() and not w.exception()]
+        actor = min(warm or self._load, key=self._load.__getitem__)
         self._load[actor] += 1
         try:
             await asyncio.shield(self._warm[actor])
@@ -80,10 +84,16 @@ class ActorPool:
         actor = AgentHost.options(**self.options).remote(warm=True, base_dir=self.base_dir)
         self._load[actor] = 0
         self._warm[actor] = asyncio.ensure_future(_warm(actor, self.tag))
-        # One that failed to warm is dropped: the next agent gets another try.
-        self._warm[actor].add_done_callback(
-            lambda done: self.lost(actor) if not done.cancelled() and done.exception() else None
-        )
+        self._warm[actor].add_done_callback(lambda done: self._warmed(actor, done))
+
+    def _warmed(self, actor: Any, done: asyncio.Future[int]) -> None:
+        if done.cancelled() or self._closed:
+            return
+        if done.exception() is not None:
+            self.lost(actor)  # dropped: the next agent gets another try
+            return
+        while len(self._load) < self.size:  # the first is warm: the others now
+            self._make()
 
     def release(self, actor: Any) -> None:
         """One agent of ``actor`` is done."""

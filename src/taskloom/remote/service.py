@@ -34,7 +34,7 @@ from taskloom.tasks.types import TaskStatus, TaskType
 log = logging.getLogger(__name__)
 
 #: Remote agents starting at once on a cluster, unless the setting ``remote.maxStarting``
-#: says (on a local Ray: its CPUs).
+#: says (on a local Ray: 8 a CPU).
 _STARTING = 16
 _EXIT_POLICIES = ("cancel", "detach")
 #: Longest wait at the session's end for the runs still cleaning up (each bounds its own
@@ -123,9 +123,11 @@ class RemoteAgents:
             )
         )
         if self.starting is None:
-            # On a local Ray, as many as it has CPUs (their processes share them); on a
-            # cluster, more: its nodes start them.
-            size = self._max_starting or (connected.cpus or _STARTING)
+            # On a local Ray, 8 a CPU (a pooled actor forks a worker warm in about 0.1 s of
+            # CPU, detached agents go to a cluster), or as many as its CPUs without a pool
+            # (each starts a Ray worker and a taskloom); on a cluster, 16: its nodes start them.
+            per_cpu = 8 if pool is not None else 1
+            size = self._max_starting or (per_cpu * connected.cpus or _STARTING)
             self.starting = asyncio.Semaphore(max(1, int(size)))
         run = RemoteRun(
             runtime,
@@ -143,8 +145,14 @@ class RemoteAgents:
         self._follow(run)
         return task_id, connected
 
-    async def _pool(self, connected: Connected) -> ActorPool:
-        """The session's pool of warm actors (made on first use: see taskloom.remote.pool)."""
+    async def _pool(self, connected: Connected) -> ActorPool | None:
+        """The session's pool of warm actors (made on first use: see taskloom.remote.pool).
+
+        None with the setting ``remote.poolSize: 0``: each agent gets an actor of its own,
+        started cold (as detached agents do).
+        """
+        if self._pool_size is not None and int(self._pool_size) <= 0:
+            return None
         if self.pool is None:
             size = self._pool_size or connected.cpus or await _cluster_cpus()
             options = actor_options(connected.started_locally, carried_env(os.environ))

@@ -44,6 +44,13 @@ PRELOAD = (
     "agents", "context", "conversation", "hooks", "mcp", "models", "permissions", "process",
     "skills", "store", "tasks", "teams", "tools",
 )  # fmt: skip
+#: What a worker imports only once it runs (its session, its model's HTTP client).
+PRELOAD_MODULES = (
+    "httpx", "httpcore", "h11", "anyio", "anyio._backends._asyncio", "anyio.streams.tls",
+    "httpx_sse", "certifi", "importlib.metadata", "importlib.resources", "csv", "queue",
+    "psutil", "resource", "taskloom.harness", "taskloom.main_thread", "taskloom.plugins",
+    "taskloom.telemetry",
+)  # fmt: skip
 #: The variable naming the directory of its actor's snapshot bases (see
 #: :mod:`taskloom.remote.checkout`): removed by the server once its actor is gone (an actor
 #: killed has no last word).
@@ -73,6 +80,29 @@ def preload() -> None:
             if not info.name.endswith("__main__"):
                 with contextlib.suppress(Exception):
                     importlib.import_module(info.name)
+    for name in PRELOAD_MODULES:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    _complete_models()
+
+
+def _complete_models() -> None:
+    """Build the validators of taskloom's pydantic models now.
+
+    Pydantic defers it to a model's first use, which every worker would then pay for (about
+    30 ms of CPU).
+    """
+    try:
+        from pydantic import BaseModel
+    except ImportError:
+        return
+    pending: list[type[BaseModel]] = [BaseModel]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__.startswith("taskloom.") and not cls.__pydantic_complete__:
+            with contextlib.suppress(Exception):
+                cls.model_rebuild()
 
 
 def serve(fd: int, run: Callable[[Path], int]) -> int:

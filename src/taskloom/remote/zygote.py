@@ -72,9 +72,7 @@ class ZygoteError(RuntimeError):
 
 def preload() -> None:
     """Import what a worker uses (each module on its own: one that fails is skipped)."""
-    import taskloom
-
-    root = Path(taskloom.__file__).parent
+    root = Path(__file__).resolve().parents[1]  # the taskloom package
     for package in PRELOAD:
         for info in pkgutil.walk_packages([str(root / package)], f"taskloom.{package}."):
             if not info.name.endswith("__main__"):

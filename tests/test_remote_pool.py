@@ -123,3 +123,38 @@ def test_a_second_agent_reuses_the_warm_actor_starts_clean_and_the_pool_ends_wit
     )
     assert left == [], [p.info.get("cmdline") for p in left]
     assert run_processes() == []
+
+
+async def test_the_zygote_forks_each_worker_apart_reports_its_end_and_ends_with_its_actor(
+    tmp_path: Path,
+) -> None:
+    """The fork server alone (no Ray): it holds no thread when it forks (a fork copies only the
+    forking one), each worker it forks is a process of its own running the worker's code, its
+    exit code comes back, and closing its socket (its actor's end) ends it."""
+    import asyncio
+
+    import psutil
+
+    from helpers import wait_until
+    from taskloom.remote.zygote import Zygote
+
+    zygote = Zygote()
+    await asyncio.wait_for(zygote.start(clean_env()), 60 * TIME_FACTOR)
+    assert zygote.alive and zygote._proc is not None
+    server = psutil.Process(zygote._proc.pid)
+    assert server.num_threads() == 1
+    ran = []
+    for n in range(2):
+        cwd = tmp_path / f"w{n}"
+        cwd.mkdir()
+        # No such spec: the worker's code fails at once, saying so, with exit code 1.
+        forked = await zygote.launch(cwd / "missing.json", cwd, clean_env(MARK=str(n)))
+        errors = (await asyncio.wait_for(forked.stderr.read(), 30 * TIME_FACTOR)).decode()
+        assert await asyncio.wait_for(forked.wait(), 30 * TIME_FACTOR) == 1
+        assert "missing.json" in errors, errors
+        ran.append(forked.pid)
+    assert len(set(ran)) == 2 and server.pid not in ran
+    assert server.is_running() and server.num_threads() == 1  # it ran no worker's code itself
+    await zygote.close()
+    await wait_until(lambda: not server.is_running() or server.status() == "zombie", 10)
+    assert not zygote.alive

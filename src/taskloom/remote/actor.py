@@ -186,7 +186,7 @@ class _RemoteAgent:
     async def _launch(self, spec_file: Path, work: Path, env: dict[str, str]) -> Any:
         """Its worker process: forked warm from the zygote, else started."""
         proc: Any
-        if self._zygote is not None:
+        if self._zygote is not None and self._zygote.alive:  # else it died: started cold
             proc = self._proc = await self._zygote.launch(spec_file, work, env)
         else:
             proc = self._proc = await asyncio.create_subprocess_exec(

@@ -329,6 +329,12 @@ class Zygote:
             self._tasks.add(asyncio.ensure_future(_reaped_elsewhere(forked)))
         self._running.clear()
 
+    @property
+    def alive(self) -> bool:
+        """Whether it is ready and still there (else a worker is started, not forked)."""
+        ready = self._ready
+        return self._sock is not None and ready is not None and ready.done()
+
     async def launch(self, spec_file: Path, cwd: Path, env: Mapping[str, str]) -> Forked:
         """Fork a worker running the agent ``spec_file`` describes, in ``cwd`` with ``env``.
 

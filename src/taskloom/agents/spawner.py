@@ -478,4 +478,4 @@ def _finishing(run: AgentRun, runtime: TaskRuntime) -> bool:
     messages = run.engine.messages
     if not messages or messages[-1].role != "assistant" or messages[-1].tool_uses():
         return False
-    return not any(not s.terminal for s in runtime.list(owner=run.agent_id))
+    return not runtime.has_live_tasks(run.agent_id)

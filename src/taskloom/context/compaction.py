@@ -206,7 +206,7 @@ def _running(engine: Compactable) -> list[str]:
     Then the agent's todo list, as it stands.
     """
     board = engine.board
-    states = [s for s in board.runtime.list(owner=board.owner) if not s.terminal]
+    states = board.runtime.live(board.owner)
     members = [m for m in map(as_teammate, states) if m is not None]
     tasks = [s for s in states if as_teammate(s) is None]
     board.shown = {s.id for s in tasks}  # told here: not news for the next request

@@ -24,6 +24,7 @@ from taskloom.clock import Clock
 from taskloom.errors import TaskAccessDenied, TaskNotFound
 from taskloom.store import Store
 from taskloom.tasks._subscription import EventKind, Subscription, TaskEvent
+from taskloom.tasks._table import TaskTable
 from taskloom.tasks._waiters import EndWaiters
 from taskloom.tasks.ids import new_task_id
 from taskloom.tasks.kinds import TaskHandle, kind_of
@@ -75,7 +76,7 @@ class TaskRegistry:
             self.store, self.session_id, clock, mailbox=self.mailbox
         )
         self.notifications.on_ack = self._on_ack
-        self._tasks: dict[str, TaskState] = {}
+        self._tasks = TaskTable()
         # Every id this session has (in memory or evicted): the store is asked only for these.
         self._known_ids: set[str] = set()
         self._handles: dict[str, TaskHandle] = {}
@@ -126,7 +127,7 @@ class TaskRegistry:
                 if existing.terminal:
                     keep.update(notified=False, end_time=None)
                 merged = merged.replace(**keep)
-            self._tasks[state.id] = merged
+            self._tasks.put(merged)
             if handle is not None:
                 self._handles[state.id] = handle
             self.store.upsert_task_lazy(merged.id, merged.to_dict)
@@ -158,7 +159,7 @@ class TaskRegistry:
                 old = self._load(task_id)
                 if old is None:
                     return None
-                self._tasks[task_id] = old
+                self._tasks.put(old)
             new: TaskState = fn(old)  # type: ignore[arg-type]
             if new is old or new == old:
                 return old  # type: ignore[return-value]
@@ -175,7 +176,7 @@ class TaskRegistry:
                     # A foreground caller receives the result itself: no notification.
                     deliver = new.is_backgrounded
                 new = new.replace(**changes)
-            self._tasks[task_id] = new
+            self._tasks.put(new)
             self.store.upsert_task_lazy(task_id, new.to_dict)
             if deliver and new.owner not in self._closed_owners and kind_of(new).notifies(new):
                 self.notifications.enqueue(
@@ -254,7 +255,9 @@ class TaskRegistry:
         """Return tasks matching every given filter, oldest first."""
         wanted_status = set(statuses) if statuses is not None else None
         wanted_type = set(types) if types is not None else None
-        states = dict(self._tasks)
+        # An owner's tasks come from its index: an agent asks about its own on every turn.
+        held = self._tasks.owned(owner) if owner is not None else self._tasks.values()
+        states = {s.id: s for s in held}
         if include_evicted:
             for data in self.store.list_tasks(self.session_id):
                 if data["id"] not in states and (state := readable_state(data)) is not None:
@@ -272,9 +275,19 @@ class TaskRegistry:
 
     def has_live_tasks(self, owner: str | None = None) -> bool:
         """Whether any task (of ``owner``) is pending or running."""
-        return any(
-            not s.terminal and (owner is None or s.owner == owner) for s in self._tasks.values()
-        )
+        return self._tasks.has_live(owner)
+
+    def live(self, owner: str) -> States:
+        """``owner``'s tasks that are pending or running, oldest first.
+
+        What ``list(owner=owner)`` less the ended ones would be, at the cost of the live ones:
+        an owner that started thousands asks on each end.
+        """
+        return sorted(self._tasks.live_owned(owner), key=lambda s: s.start_time)
+
+    def live_counts(self) -> dict[TaskType, int]:
+        """How many tasks of each type are pending or running (in memory: live ones are)."""
+        return self._tasks.live_counts()
 
     def subtree(self, agent_id: str) -> States:
         """The tasks started by ``agent_id`` and, recursively, by the agents it started."""
@@ -368,7 +381,7 @@ class TaskRegistry:
                 return False
             if not kind_of(state).evictable(state, self.clock.time()):
                 return False
-            del self._tasks[task_id]
+            self._tasks.remove(task_id)
             self._handles.pop(task_id, None)
         self._publish("evicted", state)
         return True

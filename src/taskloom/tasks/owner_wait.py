@@ -42,8 +42,9 @@ def team_at_work(runtime: TaskRuntime, owner: str) -> bool:
     wake it, and its next idle notice says so.
     """
     return any(
-        not s.terminal and (kind_of(s).busy(s) or runtime.notifications.has_pending(s.id))
-        for s in runtime.list(owner=owner, types=[TaskType.IN_PROCESS_TEAMMATE])
+        s.type == TaskType.IN_PROCESS_TEAMMATE
+        and (kind_of(s).busy(s) or runtime.notifications.has_pending(s.id))
+        for s in runtime.live(owner)
     )
 
 
@@ -83,9 +84,10 @@ class OwnerWait:
 
     def live_tasks(self) -> bool:
         """Whether a task of the owner (not detached) still works."""
+        # Only the live ones are read: a main thread that started thousands asks this
+        # each time one of them ends.
         return any(
-            not s.terminal and s.exit_policy != "detach" and self._at_work(s)
-            for s in self.runtime.list(owner=self.owner)
+            s.exit_policy != "detach" and self._at_work(s) for s in self.runtime.live(self.owner)
         )
 
     def _at_work(self, state: TaskState) -> bool:
@@ -96,10 +98,7 @@ class OwnerWait:
         """
         if kind_of(state).busy(state) or self.runtime.notifications.has_pending(state.id):
             return True
-        return any(
-            not child.terminal and child.exit_policy != "detach"
-            for child in self.runtime.list(owner=state.id)
-        )
+        return any(child.exit_policy != "detach" for child in self.runtime.live(state.id))
 
     def must_wait(self) -> bool:
         """Whether the owner may not end yet: a task of it works, or a notification waits."""

@@ -185,10 +185,10 @@ class TaskRuntime(TaskRegistry):
             self._known_ids.add(state.id)
             if not state.terminal and outlives_session(state):
                 with self._lock:
-                    self._tasks[state.id] = state
+                    self._tasks.put(state)
             elif state.terminal and not state.notified:
                 with self._lock:
-                    self._tasks[state.id] = state
+                    self._tasks.put(state)
                 self.update(state.id, lambda s: s.replace(notified=True), _notify=True)
 
     async def _sweep_loop(self) -> None:
@@ -317,7 +317,7 @@ class TaskRuntime(TaskRegistry):
 
     async def kill_owned(self, owner: str) -> States:
         """Kill every live task started by ``owner``, concurrently."""
-        live = [s.id for s in self.list(owner=owner) if not s.terminal]
+        live = [s.id for s in self.live(owner)]
         return list(await asyncio.gather(*(self.kill(t) for t in live)))
 
     async def kill_shells_for_agent(self, agent_id: str) -> States:
@@ -338,18 +338,14 @@ class TaskRuntime(TaskRegistry):
         ``cancel`` tasks are killed, ``wait`` tasks are awaited (up to ``wait_limit``, then
         killed), ``detach`` tasks are let go.
         """
-        waiting = [
-            s.id for s in self.list(owner=owner) if not s.terminal and s.exit_policy == "wait"
-        ]
+        waiting = [s.id for s in self.live(owner) if s.exit_policy == "wait"]
         if waiting:
             await self._wait_all(waiting, wait_limit)
         await self._close_owner(owner)
 
     async def _close_owner(self, owner: str) -> None:
         jobs: list[Awaitable[object]] = []
-        for state in self.list(owner=owner):
-            if state.terminal:
-                continue
+        for state in self.live(owner):
             handle = self._handles.get(state.id)
             if state.exit_policy == "detach" and handle is not None:
                 jobs.append(handle.detach())

@@ -73,11 +73,7 @@ class TaskBoard:
         """
         ended = {n.task_id for n in delivered if n.kind == "terminal"} & self.shown
         calls = set(answered)
-        running = [
-            s
-            for s in self.runtime.list(owner=self.owner)
-            if s.type not in _NOT_LISTED and not s.terminal
-        ]
+        running = [s for s in self.runtime.live(self.owner) if s.type not in _NOT_LISTED]
         untold = [s for s in running if s.id not in self.shown and s.tool_use_id not in calls]
         # An end told by its notification is news for the others only: what still runs.
         news = bool(untold) or bool(ended and running)

@@ -54,9 +54,8 @@ class WaitBound:
         """
         fresh = [
             s
-            for s in self.runtime.list(owner=self.owner)
-            if not s.terminal
-            and s.exit_policy != "detach"
+            for s in self.runtime.live(self.owner)
+            if s.exit_policy != "detach"
             and s.id not in self._armed
             and not kind_of(s).ends_by_itself(s)
         ]

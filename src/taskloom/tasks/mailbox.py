@@ -52,6 +52,7 @@ from typing import Any, Literal
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError
 from taskloom.store import MailRow, Store
+from taskloom.tasks._pending import PendingRows
 from taskloom.tasks.types import Priority
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ class Mailbox:
         self._store = store
         self._session_id = session_id
         self._clock = clock
-        self._pending: dict[str, Letter] = {}
+        self._pending: PendingRows[Letter] = PendingRows()
         self._in_flight: dict[str, Letter] = {}
         # Rows for recipients that are gone for now (a stopped agent), by recipient: kept out
         # of every look at what is pending until the recipient is back.
@@ -196,7 +197,7 @@ class Mailbox:
                 created_at=row.created_at,
                 payload=row.payload,
             )
-            self._pending[letter.id] = letter
+            self._pending.add(letter)
             self._seq = max(self._seq, row.seq + 1)
             loaded.append(letter)
         for letter in loaded:
@@ -271,7 +272,7 @@ class Mailbox:
         if self.serves is not None and not self.serves(recipient):
             self._post_elsewhere(letter, commit)
             return letter
-        self._pending[letter.id] = letter
+        self._pending.add(letter)
         if commit:
             try:
                 self._store.flush()
@@ -344,19 +345,12 @@ class Mailbox:
 
     def pending(self, recipient: str | None = None, kind: Kinds = None) -> list[Letter]:
         """Rows not yet handed out (to ``recipient``, of ``kind``): ``next`` first, then by seq."""
-        found = [
-            letter
-            for letter in self._pending.values()
-            if (recipient is None or letter.recipient == recipient) and _matches(kind, letter.kind)
-        ]
+        found = self._pending.select(recipient, kind)
         return sorted(found, key=lambda letter: (letter.priority != "next", letter.seq))
 
     def has_pending(self, recipient: str | None = None, kind: Kinds = None) -> bool:
         """Whether anything waits to be handed out (to ``recipient``, of ``kind``)."""
-        return any(
-            (recipient is None or letter.recipient == recipient) and _matches(kind, letter.kind)
-            for letter in self._pending.values()
-        )
+        return self._pending.any(recipient, kind)
 
     def take(
         self,
@@ -378,7 +372,7 @@ class Mailbox:
             return []
         self._store.flush()  # nothing leaves the mailbox before it is durable
         for letter in batch:
-            del self._pending[letter.id]
+            self._pending.pop(letter.id)
             self._in_flight[letter.id] = letter
         return batch
 
@@ -406,7 +400,7 @@ class Mailbox:
         for i in ids:
             letter = self._in_flight.pop(i, None)
             if letter is not None:
-                self._pending[letter.id] = letter
+                self._pending.add(letter)
                 self._signal(letter)
 
     def hand_over(self, recipient: str) -> None:
@@ -416,7 +410,7 @@ class Mailbox:
         a row posted for a name before a teammate of that name had a process is its.
         """
         for letter in self.pending(recipient):
-            del self._pending[letter.id]
+            self._pending.pop(letter.id)
 
     def park(self, recipient: str) -> None:
         """Set aside what is pending for a recipient that stopped (durable, not handed out).
@@ -426,13 +420,14 @@ class Mailbox:
         rows = {letter.id: letter for letter in self.pending(recipient)}
         if rows:
             for letter_id in rows:
-                del self._pending[letter_id]
+                self._pending.pop(letter_id)
             self._parked.setdefault(recipient, {}).update(rows)
 
     def unpark(self, recipient: str) -> None:
         """The recipient is back: what was set aside for it is pending again."""
         rows = self._parked.pop(recipient, {})
-        self._pending.update(rows)
+        for letter in rows.values():
+            self._pending.add(letter)
         for letter in rows.values():
             self._signal(letter)
 
@@ -452,7 +447,7 @@ class Mailbox:
         wanted = list(ids)
         gone = [letter for i in wanted if (letter := self._pending.get(i)) is not None]
         for letter in gone:
-            del self._pending[letter.id]
+            self._pending.pop(letter.id)
             self._in_flight[letter.id] = letter
         if self.serves is not None:
             # Rows for addresses served elsewhere were never pending here: marked delivered in

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskloom.errors import ToolError
 from taskloom.messages import Message, TextBlock, ToolResultBlock
-from taskloom.tasks.kinds import kind_of
+from taskloom.tasks.kinds import kind_for, kind_of
 
 if TYPE_CHECKING:
     from taskloom.tasks.runtime import TaskRuntime
@@ -41,6 +41,8 @@ MAX_CONCURRENT = "maxConcurrentAgents"
 MAX_DEPTH = "maxAgentDepth"
 MAX_PER_TURN = "maxAgentsPerTurn"
 DEFAULTS = {MAX_CONCURRENT: 20, MAX_DEPTH: 3, MAX_PER_TURN: 10}
+
+T = TypeVar("T")
 
 #: The Agent tool's names: a call by its older name spawns too.
 AGENT_TOOLS = frozenset({"Agent", "Task"})
@@ -122,8 +124,9 @@ class SpawnLimits:
 
     def live(self) -> int:
         """The session's agents that have not ended, and the spawns and resumes under way."""
-        states = self.runtime.list()
-        return self.pending + sum(1 for s in states if kind_of(s).is_agent and not s.terminal)
+        # Counted by type, not by reading every state: each spawn of a fan-out asks.
+        counts = self.runtime.live_counts()
+        return self.pending + sum(n for t, n in counts.items() if kind_for(t).is_agent)
 
     def depth(self, owner: str) -> int:
         """How deep ``owner`` (a caller's task id, or the session's for the main thread) is.
@@ -231,22 +234,61 @@ def _turn_spawns(messages: list[Message], tool_use_id: str) -> tuple[int, int] |
     """
     prompt = _prompt(messages)
     after = messages[prompt[0] + 1 :] if prompt is not None else messages
-    failed = {
-        b.tool_use_id
-        for m in after
-        if m.role == "user"
-        for b in m.content
-        if isinstance(b, ToolResultBlock) and b.is_error
-    }
-    spawns: list[str] = []
+    failed = {b.tool_use_id for m in after if m.role == "user" for b in _errors(m)}
+    spawns = 0
     for message in after:
         if message.role != "assistant":
             continue
-        calls = [c.id for c in message.tool_uses() if c.name in AGENT_TOOLS]
-        if tool_use_id in calls:
-            return len(spawns) + len(calls), len(spawns) + calls.index(tool_use_id)
-        spawns.extend(c for c in calls if c not in failed)
+        calls = _agent_calls(message)
+        place = calls.get(tool_use_id)
+        if place is not None:
+            return spawns + len(calls), spawns + place
+        spawns += sum(1 for c in calls if c not in failed)
     return None
+
+
+#: The Agent calls of recent answers, by the answer's id(): an answer of N calls is asked
+#: about once per call, and must not be read N times (see :func:`_memo`).
+_CALLS: dict[int, tuple[Message, dict[str, int]]] = {}
+#: The failed results of recent tool-result messages, likewise.
+_ERRORS: dict[int, tuple[Message, list[ToolResultBlock]]] = {}
+#: How many messages each memo keeps (the newest: a turn's answers and results).
+_MEMO_SIZE = 64
+
+
+def _agent_calls(message: Message) -> dict[str, int]:
+    """The ids of an answer's Agent calls, each with its place among them."""
+
+    def read() -> dict[str, int]:
+        calls = [c.id for c in message.tool_uses() if c.name in AGENT_TOOLS]
+        return {call: place for place, call in enumerate(calls)}
+
+    return _memo(_CALLS, message, read)
+
+
+def _errors(message: Message) -> list[ToolResultBlock]:
+    """A user message's tool results that are errors."""
+
+    def read() -> list[ToolResultBlock]:
+        return [b for b in message.content if isinstance(b, ToolResultBlock) and b.is_error]
+
+    return _memo(_ERRORS, message, read)
+
+
+def _memo(memo: dict[int, tuple[Message, T]], message: Message, read: Callable[[], T]) -> T:
+    """``read()`` for ``message``, kept for the next look at the same message.
+
+    Keyed by identity (the message is kept with it, so its id cannot be reused meanwhile):
+    a conversation's messages are not changed once added.
+    """
+    found = memo.get(id(message))
+    if found is not None and found[0] is message:
+        return found[1]
+    value = read()
+    if len(memo) >= _MEMO_SIZE:
+        del memo[next(iter(memo))]
+    memo[id(message)] = (message, value)
+    return value
 
 
 def _prompt(messages: list[Message]) -> tuple[int, str] | None:

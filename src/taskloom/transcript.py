@@ -274,7 +274,9 @@ class TranscriptWriter:
         self.session_id = session_id
         private_dir(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        # Each line is written whole and at once: a buffered file would only hold a
+        # buffer per open transcript (a fan-out keeps thousands open).
+        self._fd = fd
         self._last_uuid: str | None = last_message_uuid(path)
         agent = sidechain_agent(path)
         self._fields: dict[str, Any] = {"isSidechain": agent is not None}
@@ -375,12 +377,16 @@ class TranscriptWriter:
             # Model output is cleaned before it gets here; anything else (a prompt from bytes
             # that were not UTF-8) must not make the line unwritable either.
             log.warning("%s: %d unpaired surrogate(s) replaced with U+FFFD", self.path, replaced)
-        self._file.write(line + "\n")
-        self._file.flush()
+        data = (line + "\n").encode("utf-8")
+        while data:
+            written = os.write(self._fd, data)
+            data = data[written:]
 
     def close(self) -> None:
         """Close the file."""
-        self._file.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def _now() -> str:

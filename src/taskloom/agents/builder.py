@@ -47,6 +47,8 @@ of what you found or did (paths, commands, results). Do not ask questions: no on
 
 #: The agent type of a spawn that names none, outside coordinator mode.
 DEFAULT_TYPE = "general-purpose"
+#: How many distinct system prompts the builder keeps to share (see ``AgentBuilder._shared``).
+_PROMPTS_KEPT = 16
 
 
 class AgentBuilder:
@@ -112,6 +114,9 @@ class AgentBuilder:
         self.allow_nesting = bool(settings.get("allowNestedAgents", False))
         # One model per alias for the whole session: its connections are shared.
         self._models: dict[str, Model] = {}
+        # The system prompts made lately, each kept once: a fan-out's agents of one type
+        # have the same one, and thousands of copies of it would cost each agent kilobytes.
+        self._prompts: dict[str, str] = {}
 
     async def aclose(self) -> None:
         """Close the models made for aliases (not the parent's, which its owner closes)."""
@@ -210,7 +215,8 @@ class AgentBuilder:
             )
         # Explore and Plan omit them: search agents need no project rules (and save tokens).
         told = None if definition.omit_claude_md else ConversationInstructions(self.instructions)
-        prompt = _prompt(definition, memory, told, suffix, cwd)
+        # The same text for every agent of a type: kept once (see _shared).
+        prompt = self._shared(_prompt(definition, memory, told, suffix, cwd))
         policy = self._policy_for(mode, definition.permission_mode)
         if definition.read_only:
             policy = _read_only(policy, cwd)
@@ -241,6 +247,16 @@ class AgentBuilder:
             observer=self.observer,
             instructions=told,
         )
+
+    def _shared(self, prompt: str) -> str:
+        """``prompt``, or the equal one made before (the last few are kept)."""
+        found = self._prompts.get(prompt)
+        if found is not None:
+            return found
+        if len(self._prompts) >= _PROMPTS_KEPT:
+            del self._prompts[next(iter(self._prompts))]
+        self._prompts[prompt] = prompt
+        return prompt
 
     def _model_for(self, spec: str | None) -> tuple[Model, str]:
         if not spec or spec == "inherit" or self.resolve_model is None:

@@ -24,7 +24,11 @@ __all__ = ["INVALID_INPUT_KEY"]  # re-exported: tools import it from here
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool as offered to the model."""
+    """A tool as offered to the model.
+
+    ``input_schema`` may be shared by every request that offers the tool: read it, never
+    change it (copy it to send something else).
+    """
 
     name: str
     description: str

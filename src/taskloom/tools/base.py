@@ -194,7 +194,11 @@ class Tool(ABC, Generic[InputT]):
     _schema_cache: ClassVar[dict[type, dict[str, Any]]] = {}
 
     def input_schema(self) -> dict[str, Any]:
-        """The JSON schema of the input, closed at every level."""
+        """The JSON schema of the input, closed at every level (a copy, to change)."""
+        return copy.deepcopy(self._class_schema())
+
+    def _class_schema(self) -> dict[str, Any]:
+        """The schema of the class's ``Input``, made once: shared, never to be changed."""
         cls = type(self)
         cached = Tool._schema_cache.get(cls)
         if cached is None:
@@ -204,10 +208,17 @@ class Tool(ABC, Generic[InputT]):
             else:
                 cached = generated_schema(self.Input)
             Tool._schema_cache[cls] = cached
-        return copy.deepcopy(cached)
+        return cached
 
     def spec(self) -> ToolSpec:
-        """How the tool is offered to the model."""
+        """How the tool is offered to the model.
+
+        A tool that does not change its schema offers the class's own, shared by every
+        request of every agent (see :class:`~taskloom.models.base.ToolSpec`): a fan-out's
+        thousands of agents each make requests, and copies would cost each the schemas.
+        """
+        if type(self).input_schema is Tool.input_schema:
+            return ToolSpec(self.name, self.description, self._class_schema())
         return ToolSpec(self.name, self.description, self.input_schema())
 
     def validate(self, raw: Any) -> InputT | ToolResult:

@@ -137,8 +137,13 @@ def task_params(data: dict[str, Any]) -> tuple[Any, ...]:
         data["end_time"],
         data["output_file"],
         int(data["notified"]),
-        json.dumps(data, separators=(",", ":")),
+        _ENCODER.encode(data),
     )
+
+
+# One encoder for every record: json.dumps with separators makes a new one per call, and
+# every task's record is encoded at each commit that writes it.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 #: Insert one mailbox row (parameters: :func:`mail_params`).

@@ -161,13 +161,15 @@ class TaskRegistry:
                     return None
                 self._tasks.put(old)
             new: TaskState = fn(old)  # type: ignore[arg-type]
-            if new is old or new == old:
+            # The status first: a transition differs there, and comparing every field of two
+            # states is the dearer test (a churn of tasks makes it twice per task).
+            if new is old or (new.status == old.status and new == old):
                 return old  # type: ignore[return-value]
             check_transition(task_id, old.status, new.status)
             deliver = _notify
+            kind = kind_of(new)
             if new.terminal and not old.terminal:
                 now = self.clock.time()
-                kind = kind_of(new)
                 changes: dict[str, object] = dict(kind.end_changes(new, now))
                 if new.end_time is None:
                     changes["end_time"] = now
@@ -178,12 +180,12 @@ class TaskRegistry:
                 new = new.replace(**changes)
             self._tasks.put(new)
             self.store.upsert_task_lazy(task_id, new.to_dict)
-            if deliver and new.owner not in self._closed_owners and kind_of(new).notifies(new):
-                self.notifications.enqueue(
+            if deliver and new.owner not in self._closed_owners and kind.notifies(new):
+                self.notifications.post(
                     owner=new.owner,
                     task_id=task_id,
                     text=render_terminal(new),
-                    priority=kind_of(new).priority(new),
+                    priority=kind.priority(new),
                 )
             waiters = self._end_waiters.take(task_id) if new.terminal else []
             if (new.terminal and not old.terminal) or _went_idle(old, new):
@@ -364,9 +366,9 @@ class TaskRegistry:
         """Record delivery of drained notifications; their ended tasks become evictable."""
         self.notifications.ack(notifications)
 
-    def _on_ack(self, notes: Notifications) -> None:
-        for note in notes:
-            self.evict(note.task_id)
+    def _on_ack(self, task_ids: Iterable[str]) -> None:
+        for task_id in task_ids:
+            self.evict(task_id)
 
     # -- eviction -----------------------------------------------------------------------------
 

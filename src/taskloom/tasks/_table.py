@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterator, ValuesView
 from typing import TypeVar
 
-from taskloom.tasks.types import TaskState, TaskType
+from taskloom.tasks.types import TERMINAL, TaskState, TaskType
 
 K = TypeVar("K")
 
@@ -54,12 +54,25 @@ class TaskTable:
 
     def put(self, state: TaskState) -> None:
         """Hold ``state``, replacing the one of the same id."""
-        self._unindex(self._states.get(state.id))
-        self._states[state.id] = state
-        self._by_owner.setdefault(state.owner, {})[state.id] = None
-        if not state.terminal:
+        task_id = state.id
+        old = self._states.get(task_id)
+        self._states[task_id] = state
+        live = state.status not in TERMINAL
+        if old is not None and old.owner == state.owner and old.type == state.type:
+            # An update (every task has several): only its end moves it, out of the live ones.
+            was_live = old.status not in TERMINAL
+            if was_live and not live:
+                _decrement(self._live, state.type)
+                _discard(self._live_by_owner, state.owner, task_id)
+            elif live and not was_live:  # resumed
+                self._live[state.type] += 1
+                self._live_by_owner.setdefault(state.owner, {})[task_id] = None
+            return
+        self._unindex(old)
+        self._by_owner.setdefault(state.owner, {})[task_id] = None
+        if live:
             self._live[state.type] += 1
-            self._live_by_owner.setdefault(state.owner, {})[state.id] = None
+            self._live_by_owner.setdefault(state.owner, {})[task_id] = None
 
     def remove(self, task_id: str) -> TaskState | None:
         """Stop holding ``task_id``'s state; the state, or None if it was not held."""

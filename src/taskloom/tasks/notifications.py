@@ -138,7 +138,8 @@ class NotificationQueue:
     ) -> None:
         """Bind the queue to a session's mailbox (a new one over ``store`` if not given)."""
         self.mailbox = mailbox or Mailbox(store, session_id, clock)
-        self.on_ack: Callable[[list[Notification]], None] | None = None
+        #: Told the ids of the tasks whose notifications were acknowledged (or discarded).
+        self.on_ack: Callable[[list[str]], None] | None = None
 
     def replay(self) -> list[Notification]:
         """Load every unacknowledged row of the session; return the notifications among them."""
@@ -154,10 +155,23 @@ class NotificationQueue:
         priority: Priority = "later",
     ) -> Notification:
         """Queue a notification durably (committed before it can be drained)."""
-        letter = self.mailbox.post(
+        return _note(
+            self.post(owner=owner, task_id=task_id, text=text, kind=kind, priority=priority)
+        )
+
+    def post(
+        self,
+        *,
+        owner: str,
+        task_id: str,
+        text: str,
+        kind: str = "terminal",
+        priority: Priority = "later",
+    ) -> Letter:
+        """:meth:`enqueue`, giving the mailbox's row (for the runtime, which needs no more)."""
+        return self.mailbox.post(
             recipient=owner, sender=task_id, kind=_KIND, topic=kind, priority=priority, body=text
         )
-        return _note(letter)
 
     def pending(self, owner: str | None = None) -> list[Notification]:
         """Notifications not yet handed out, ``next`` before ``later``, then in queue order."""
@@ -183,9 +197,9 @@ class NotificationQueue:
 
     def ack(self, notifications: Iterable[Notification]) -> None:
         """Record that ``notifications`` reached their owner; they will never be replayed."""
-        done = [_note(letter) for letter in self.mailbox.ack(n.id for n in notifications)]
+        done = self.mailbox.ack(n.id for n in notifications)
         if done and self.on_ack is not None:
-            self.on_ack(done)
+            self.on_ack([letter.sender for letter in done])
 
     def requeue(self, notifications: Iterable[Notification]) -> None:
         """Put back notifications that were drained but could not be delivered."""
@@ -193,10 +207,10 @@ class NotificationQueue:
 
     def discard_owner(self, owner: str) -> list[Notification]:
         """Drop (acknowledge) what is pending for an owner that no longer exists."""
-        gone = [_note(letter) for letter in self.mailbox.discard(owner, _KIND)]
+        gone = self.mailbox.discard(owner, _KIND)
         if gone and self.on_ack is not None:
-            self.on_ack(gone)
-        return gone
+            self.on_ack([letter.sender for letter in gone])
+        return [_note(letter) for letter in gone]
 
     async def wait_pending(self, timeout: float, owner: str | None = None) -> bool:
         """Wait until something is pending (for ``owner``); False on timeout."""

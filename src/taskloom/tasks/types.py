@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import inspect
 import logging
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
@@ -155,14 +156,18 @@ class TaskState:
         Status and type are ``str`` enums, which JSON writes as strings; a tuple field is
         given as a list.
         """
-        data = {name: getattr(self, name) for name in _field_names(type(self))}
-        for name, value in data.items():
-            if type(value) is tuple:
-                data[name] = list(value)
+        names, read = _reader(type(self))
+        values = read(self)
+        data = dict(zip(names, values, strict=True))
+        if tuple in map(type, values):  # rare: most kinds have no tuple field
+            for name, value in data.items():
+                if type(value) is tuple:
+                    data[name] = list(value)
         return data
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_READERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
 _SLOTS: dict[type, dict[str, Any]] = {}
 
 
@@ -171,6 +176,19 @@ def _field_names(cls: type) -> tuple[str, ...]:
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
     return names
+
+
+def _reader(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """The field names of ``cls`` and a function reading them all at once, as a tuple.
+
+    One ``attrgetter`` of every name: each record the store writes is read so, at every
+    commit that writes it.
+    """
+    made = _READERS.get(cls)
+    if made is None:
+        names = _field_names(cls)
+        made = _READERS[cls] = (names, operator.attrgetter(*names))
+    return made
 
 
 def _slot_descriptors(cls: type) -> dict[str, Any]:

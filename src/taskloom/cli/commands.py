@@ -43,12 +43,23 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--team", action="store_true", help="Watch a lead and two teammates split a task list."
     )
-    tasks = command("tasks", "List tasks from the store (works while their session runs).")
+    tasks = command(
+        "tasks", "List tasks from the store, a page at a time, oldest first (works while they run)."
+    )
     tasks.add_argument("--session", help="Session id (default: the latest).")
     tasks.add_argument(
         "--all", dest="all_sessions", action="store_true", help="Tasks of every session."
     )
     _json_flag(tasks)
+    tasks.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="The most rows shown (default 100 in the table, all with --json; 0: all).",
+    )
+    tasks.add_argument(
+        "--offset", type=int, default=0, metavar="N", help="Rows to skip first (paging)."
+    )
     agents = command(
         "agents", "List the agents in effect here, where each is defined, and what shadows what."
     )
@@ -88,7 +99,13 @@ def main_command(args: list[str]) -> int:
     if name == "tasks":
         from taskloom.cli.tasks_cmd import list_tasks
 
-        return list_tasks(session=ns.session, all_sessions=ns.all_sessions, as_json=ns.as_json)
+        return list_tasks(
+            session=ns.session,
+            all_sessions=ns.all_sessions,
+            as_json=ns.as_json,
+            limit=ns.limit,
+            offset=ns.offset,
+        )
     if name == "agents":
         from taskloom.cli.agents_cmd import list_agents
 

@@ -1,4 +1,10 @@
-"""``taskloom tasks``: list task records from the store."""
+"""``taskloom tasks``: list task records from the store, a page at a time.
+
+A session that fanned out holds thousands of tasks: the table shows one page of them
+(:data:`DEFAULT_PAGE` rows unless ``--limit`` says otherwise, ``--offset`` for the next) and
+says how many there are; only the rows shown are read and looked at (their output files,
+their kinds' notes). ``--json`` gives every row unless ``--limit`` or ``--offset`` is given.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from typing import Any
 from taskloom.clock import span
 from taskloom.settings import db_path
 from taskloom.store import Store
+
+#: How many rows the table shows when ``--limit`` is not given.
+DEFAULT_PAGE = 100
 
 
 def _size(path: str) -> int | None:
@@ -42,8 +51,14 @@ def _note(record: dict[str, Any]) -> str | None:
     return kind_of(state).status_note(state).strip() or None
 
 
-def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[dict[str, Any]]]:
-    """Return the chosen session id and its task rows (every session's with ``all_sessions``)."""
+def collect(
+    session: str | None, all_sessions: bool, *, limit: int | None = None, offset: int = 0
+) -> tuple[str | None, list[dict[str, Any]], int]:
+    """The chosen session id, one page of its task rows, and how many rows it has in all.
+
+    Every session's rows with ``all_sessions``; the page is at most ``limit`` rows (None: all)
+    after the first ``offset``, oldest first.
+    """
     store = Store(db_path())
     try:
         if all_sessions:
@@ -54,8 +69,9 @@ def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[d
             sessions = store.list_sessions()
             chosen = sessions[0].id if sessions else None
             if chosen is None:
-                return None, []
-        records = store.list_tasks(chosen)
+                return None, [], 0
+        records = store.list_tasks(chosen, limit=limit, offset=offset)
+        total = store.count_tasks(chosen) if limit is not None or offset else len(records)
     finally:
         store.close()
     now = time.time()
@@ -84,19 +100,38 @@ def collect(session: str | None, all_sessions: bool) -> tuple[str | None, list[d
                 "output_size": _size(rec.get("output_file") or ""),
             }
         )
-    return chosen, rows
+    return chosen, rows, total
 
 
-def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int:
-    """Print the tasks; returns the exit code."""
-    chosen, rows = collect(session, all_sessions)
+def list_tasks(
+    *,
+    session: str | None,
+    all_sessions: bool,
+    as_json: bool,
+    limit: int | None = None,
+    offset: int = 0,
+) -> int:
+    """Print one page of the tasks; returns the exit code.
+
+    Args:
+        session: The session (None: the latest).
+        all_sessions: Every session's tasks.
+        as_json: JSON rows for scripts.
+        limit: The most rows shown (None: :data:`DEFAULT_PAGE` in the table, all in JSON;
+            0: all).
+        offset: How many rows to skip first.
+    """
+    if limit is None and not as_json:
+        limit = DEFAULT_PAGE
+    chosen, rows, total = collect(session, all_sessions, limit=limit or None, offset=max(0, offset))
     if as_json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    where = "any session" if all_sessions else (f"session {chosen}" if chosen else "the store")
     if not rows:
-        where = "any session" if all_sessions else (f"session {chosen}" if chosen else "the store")
-        print(f"No tasks in {where}.")
+        beyond = f" past the first {offset}" if total else ""
+        print(f"No tasks in {where}{beyond}.")
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -115,7 +150,12 @@ def list_tasks(*, session: str | None, all_sessions: bool, as_json: bool) -> int
             _usage(row),
             _human(row["output_size"]),
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if len(rows) < total:
+        first, last = offset + 1, offset + len(rows)
+        hint = f"--offset {last} for the next page, " if last < total else ""
+        console.print(f"Rows {first}-{last} of {total} ({hint}--limit 0 for all).")
     return 0
 
 

@@ -296,10 +296,15 @@ class Store:
         session_id: str | None = None,
         statuses: Iterable[str] | None = None,
         types: Iterable[str] | None = None,
+        *,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
         """Return task state dicts, oldest first, optionally for one session, statuses, types.
 
-        ``types`` are the stored values (``remote_agent``).
+        ``types`` are the stored values (``remote_agent``). ``limit`` and ``offset`` give one
+        page of them (a session may hold thousands): at most ``limit`` after the first
+        ``offset``.
         """
         sql = "SELECT data FROM tasks"
         clauses: list[str] = []
@@ -315,7 +320,20 @@ class Store:
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY start_time"
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            params.extend((-1 if limit is None else max(0, limit), max(0, offset)))
         return [json.loads(r["data"]) for r in self._query(sql, params)]
+
+    def count_tasks(self, session_id: str | None = None) -> int:
+        """How many task records there are (of one session)."""
+        if session_id is None:
+            rows = self._query("SELECT COUNT(*) AS n FROM tasks", ())
+        else:
+            rows = self._query(
+                "SELECT COUNT(*) AS n FROM tasks WHERE session_id = ?", (session_id,)
+            )
+        return int(rows[0]["n"])
 
     # -- the mailbox ---------------------------------------------------------------------------
 

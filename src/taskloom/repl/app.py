@@ -62,6 +62,9 @@ _EXIT_WINDOW_S = 2.0
 #: How long a Ctrl+C whose hint was never drawn (nothing showed the status line) still arms
 #: the next one.
 _UNSEEN_HINT_S = 10.0
+#: The panel is looked at (its next change, a redraw) at most this often: a fan-out's
+#: thousands of task events must not each cost a pass over its thousands of rows.
+_PANEL_TICK_S = 0.05
 
 
 def history_path(cwd: Path) -> Path:
@@ -350,6 +353,8 @@ class Repl:
                 await asyncio.wait_for(self._panel_changed.wait(), wait)
             self._panel_changed.clear()
             self.redraw()
+            # The events that come meanwhile are taken in the next look, together.
+            await asyncio.sleep(_PANEL_TICK_S)
 
     # -- input --------------------------------------------------------------------------------
 

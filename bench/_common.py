@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import os
 import resource
+import shutil
 import subprocess
+import tempfile
 import time
+
+
+@functools.cache
+def scratch_config_dir() -> str:
+    """A Claude configuration directory of this run's own, removed when the run ends.
+
+    Given to every measured child as ``CLAUDE_CONFIG_DIR``: their transcripts go there, not
+    into the user's ``~/.claude/projects``, and no setting of the user's changes a figure.
+    """
+    path = tempfile.mkdtemp(prefix="taskloom-bench-config-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def child_env(pycache: str | None, **extra: str) -> dict[str, str]:
@@ -14,8 +30,10 @@ def child_env(pycache: str | None, **extra: str) -> dict[str, str]:
 
     With ``pycache``, bytecode is cached there (``PYTHONPYCACHEPREFIX``), as an installed
     taskloom has its .pyc files: without them every run would pay for compiling the package.
+    ``CLAUDE_CONFIG_DIR`` is :func:`scratch_config_dir` unless ``extra`` names another.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env["CLAUDE_CONFIG_DIR"] = scratch_config_dir()
     env.update(extra)
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)

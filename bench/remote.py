@@ -41,6 +41,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _common import scratch_config_dir
+
 from coordinator_scenario import texts
 from fake_servers import FakeAnthropicServer, ToolCall, Turn
 
@@ -191,6 +193,7 @@ def _run(agents: int, remote: dict[str, Any]) -> dict[str, float] | None:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RAY_"))}
             env.update(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="bench")
             env["TASKLOOM_HOME"] = str(home)
+            env["CLAUDE_CONFIG_DIR"] = scratch_config_dir()  # transcripts not in ~/.claude
             settings = json.dumps({"remote": {"localCpus": os.cpu_count() or 2, **remote}})
             watcher = threading.Thread(target=_watch, args=(home, seen, stop), daemon=True)
             watcher.start()

@@ -3,7 +3,8 @@
 ``tests/ts/acp_editor.mjs`` is an editor on the official TypeScript SDK that offers
 ``fs.readTextFile``, ``fs.writeTextFile`` and ``terminal``: it keeps a buffer map that differs
 from the disk, runs terminals as real child processes and answers permission requests from a
-list. It starts ``taskloom acp`` (a scripted model) and, as this test tells it, opens a session,
+list. It starts ``taskloom acp`` against the fake Anthropic server (the real wire format) and,
+as this test tells it, opens a session,
 prompts a Read, an Edit and a Bash; prompts three identical Bash calls whose permission it
 answers reject, then allow-always (the third is not asked); prompts a long command and cancels
 it; and, on a new agent process, loads the finished session. Everything is asserted here from
@@ -21,7 +22,8 @@ from typing import Any
 import psutil
 import pytest
 
-from helpers import TIME_FACTOR, alive, clean_env, needs, node_modules, wait_until, write_turns
+from fake_servers import FakeAnthropicServer, ToolCall, Turn
+from helpers import TIME_FACTOR, alive, clean_env, needs, node_modules, wait_until
 
 pytestmark = [pytest.mark.e2e, needs("acp")]
 
@@ -32,23 +34,23 @@ LONG = "sleep 4339"
 ECHO = {"command": "echo hello-acp"}
 
 
-def _call(name: str, call_id: str, **tool_input: Any) -> dict[str, Any]:
-    return {"tool_calls": [{"name": name, "id": call_id, "input": tool_input}]}
+def _call(name: str, call_id: str, **tool_input: Any) -> Turn:
+    return Turn(tool_calls=(ToolCall(name, tool_input, id=call_id),))
 
 
-def _turns(notes: Path) -> list[Any]:
+def _turns(notes: Path) -> list[Turn]:
     """The model's turns over the three prompts (the last one's answer is never asked for)."""
     return [
         _call("Read", "read", file_path=str(notes)),
         _call("Edit", "edit", file_path=str(notes), old_string="draft", new_string="final"),
         _call("Bash", "cat", command="cat notes.txt"),
-        "Edited.",
+        Turn(text="Edited."),
         _call("Bash", "b1", **ECHO),
         _call("Bash", "b2", **ECHO),
         _call("Bash", "b3", **ECHO),
-        "Asked twice.",
+        Turn(text="Asked twice."),
         _call("Bash", "long", command=LONG),
-        "after",
+        Turn(text="after"),
     ]
 
 
@@ -118,17 +120,20 @@ async def test_the_npm_editor_reads_edits_runs_asks_cancels_and_loads(tmp_path: 
     (work / ".git").mkdir(parents=True)  # the project root: where "always" saves its rule
     notes = work / "notes.txt"
     notes.write_text("saved\n")
-    env = {**clean_env(), "TASKLOOM_HOME": str(tmp_path / "home")}
+    server = FakeAnthropicServer()
+    server.start()
+    for turn in _turns(notes):
+        server.add(turn)
+    env = {
+        **clean_env(),
+        "TASKLOOM_HOME": str(tmp_path / "home"),
+        "ANTHROPIC_BASE_URL": server.url,
+        "ANTHROPIC_API_KEY": "test",
+    }
     config = {
         "nodeModules": str(node_modules()),
         "command": sys.executable,
-        "args": [
-            "-m",
-            "taskloom",
-            "acp",
-            "--model",
-            write_turns(tmp_path / "t.yaml", _turns(notes)),
-        ],
+        "args": ["-m", "taskloom", "acp", "--model", "sonnet"],
         "cwd": str(work),
         "env": env,
         "buffers": {str(notes): "unsaved draft\n"},
@@ -169,6 +174,8 @@ async def test_the_npm_editor_reads_edits_runs_asks_cancels_and_loads(tmp_path: 
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
+        server.close()
+    assert len(server.requests) == 9  # every answer asked for, the last one's never
     assert (first["stopReason"], second["stopReason"], third["stopReason"]) == (
         "end_turn", "end_turn", "cancelled",
     )  # fmt: skip

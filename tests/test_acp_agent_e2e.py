@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fake_servers import FakeAnthropicServer, Turn
 from helpers import TIME_FACTOR, clean_env, needs, run_cli, run_processes, wait_until, write_turns
 
 pytestmark = [pytest.mark.e2e, needs("acp")]
@@ -92,7 +93,6 @@ async def test_bad_lines_unknown_methods_and_sessions_get_errors_and_it_keeps_se
 async def test_the_client_library_drives_the_process(tmp_path: Path) -> None:
     import acp
 
-    model = write_turns(tmp_path / "turns.yaml", ["Hello over stdio."])
     updates: list[Any] = []
 
     class Client:
@@ -102,18 +102,23 @@ async def test_the_client_library_drives_the_process(tmp_path: Path) -> None:
         async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
             raise AssertionError("nothing here asks")
 
-    async with acp.spawn_agent_process(
-        Client(), sys.executable, "-m", "taskloom", "acp", "--model", model,
-        cwd=tmp_path, env=clean_env(),
-    ) as (conn, _proc):  # fmt: skip
-        await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
-        session = await asyncio.wait_for(
-            conn.new_session(cwd=str(tmp_path), mcp_servers=[]), TIMEOUT
-        )
-        said = await asyncio.wait_for(
-            conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")]), TIMEOUT
-        )
+    with FakeAnthropicServer() as server:  # the provider's real wire format
+        server.add(Turn(text="Hello over stdio."))
+        env = clean_env(ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test")
+        async with acp.spawn_agent_process(
+            Client(), sys.executable, "-m", "taskloom", "acp", "--model", "sonnet",
+            cwd=tmp_path, env=env,
+        ) as (conn, _proc):  # fmt: skip
+            await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), TIMEOUT)
+            session = await asyncio.wait_for(
+                conn.new_session(cwd=str(tmp_path), mcp_servers=[]), TIMEOUT
+            )
+            said = await asyncio.wait_for(
+                conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")]),
+                TIMEOUT,
+            )
     assert said.stop_reason == "end_turn"
+    assert server.requests[0].body["messages"][-1]["content"][0]["text"] == "hi"
     text = "".join(u.content.text for u in updates if u.session_update == "agent_message_chunk")
     assert text == "Hello over stdio."
 

@@ -151,3 +151,26 @@ async def test_a_commands_prompt_keeps_its_images_and_compact_refuses_them(
     sent = model.requests[0].messages[-1]
     assert "Look closely at this." in sent.text()
     assert [b.type for b in sent.content][-1] == "image"
+
+
+async def test_a_compaction_that_keeps_no_turn_keeps_the_prompts_image(tmp_path: Path) -> None:
+    from helpers import harness
+    from taskloom.testing import FunctionModel
+
+    def summarize(request: ModelRequest) -> str:
+        return "<summary>1. The user showed a picture.</summary>"
+
+    model = FunctionModel(summarize, name="claude-sonnet-4-5")
+    async with harness(tmp_path, model) as h:
+        engine = h.session.engine
+        # An answer too long for the turns a compaction keeps (a quarter of the window).
+        engine.messages = [
+            Message.user("start"),
+            Message(role="assistant", content=[TextBlock(text="x" * 1_000_000)]),
+            asking(),
+        ]
+        await h.session.compact()
+        head = engine.messages[0]
+    assert len(engine.messages) == 1  # nothing kept but the summary and the loose prompt
+    assert [b.type for b in head.content][-3:] == ["text", "image", "text"]
+    assert head.wire()["content"][-2] == expected_image()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from taskloom.context.window import estimate_tokens
 from taskloom.errors import ModelError, TaskloomError
 from taskloom.events import Compacted
-from taskloom.messages import ContentBlock, Message, TextBlock, ToolResultBlock
+from taskloom.messages import ContentBlock, ImageBlock, Message, TextBlock, ToolResultBlock
 from taskloom.models.base import SUMMARY_PURPOSE, ModelRequest
 from taskloom.tasks.narrow import as_teammate
 from taskloom.tasks.statuses import TaskBoard, render
@@ -183,12 +183,13 @@ def kept_turns(messages: Sequence[Message], budget: int) -> list[Message]:
 def _loose_text(messages: Sequence[Message], tail: Sequence[Message]) -> list[ContentBlock]:
     """What the conversation's last user message says that no kept turn carries on.
 
-    With no turn kept, the notifications and messages in its last user message (its tool
-    results are summarized) stay word for word after the summary.
+    With no turn kept, the prompt, notifications and messages in its last user message, and
+    the prompt's images, stay as they were after the summary (its tool results are
+    summarized).
     """
     if tail or not messages or messages[-1].role != "user":
         return []
-    return [b for b in messages[-1].content if isinstance(b, TextBlock)]
+    return [b for b in messages[-1].content if isinstance(b, TextBlock | ImageBlock)]
 
 
 def _summary_text(summary: str, trigger: Trigger, kept: bool) -> str:

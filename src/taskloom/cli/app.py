@@ -99,19 +99,9 @@ def _start_debug_log(options: PrintOptions, notes: list[str]) -> None:
 
 def _print_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> PrintOptions:
     """What the flags ask for (the flags' table fills both classes); bad values exit."""
-    # pydantic looks for plugins by scanning every installed distribution the first time a
-    # model is built (~10 ms). We use none; skip the scan without leaking the setting into
-    # the environment of the commands we run.
-    previous = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
-    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
-    try:
-        from taskloom.cli.print_mode import PrintOptions
-        from taskloom.harness import Options
-    finally:
-        if previous is None:
-            del os.environ["PYDANTIC_DISABLE_PLUGINS"]
-        else:
-            os.environ["PYDANTIC_DISABLE_PLUGINS"] = previous
+    from taskloom.cli.print_mode import PrintOptions
+    from taskloom.harness import Options
+
     fields = fields_of(parser, ns)
     session = Options(cwd=os.getcwd(), **fields.session)
     return PrintOptions(**fields.printed, session=session)

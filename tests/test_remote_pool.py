@@ -158,3 +158,30 @@ async def test_the_zygote_forks_each_worker_apart_reports_its_end_and_ends_with_
     await zygote.close()
     await wait_until(lambda: not server.is_running() or server.status() == "zombie", 10)
     assert not zygote.alive
+
+
+async def test_a_worker_that_ends_at_once_is_never_waited_for_in_vain(tmp_path: Path) -> None:
+    """Its end can come in the same read as its pid, before launch() has registered it."""
+    import asyncio
+    import time
+
+    from taskloom.remote.zygote import Zygote
+
+    zygote = Zygote()
+    await asyncio.wait_for(zygote.start(clean_env()), 60 * TIME_FACTOR)
+    try:
+        launching = asyncio.ensure_future(
+            zygote.launch(tmp_path / "missing.json", tmp_path, clean_env())
+        )
+        await asyncio.sleep(0)  # launch() has sent its request and awaits its answer
+        assert zygote._next == 1
+        # Not a wait for an event: the loop is held on purpose while the worker starts,
+        # fails and is reaped, so that its pid and its end wait together on the socket (the
+        # race a loaded machine runs into by itself).
+        time.sleep(1.0)
+        forked = await asyncio.wait_for(launching, 30 * TIME_FACTOR)
+        code = await asyncio.wait_for(forked.wait(), 30 * TIME_FACTOR)
+        await forked.stderr.read()
+    finally:
+        await zygote.close()
+    assert code == 1

@@ -233,6 +233,8 @@ class Zygote:
         self._ready: asyncio.Future[None] | None = None
         self._asked: dict[int, asyncio.Future[int]] = {}
         self._running: dict[int, Forked] = {}
+        #: Exit codes of workers that ended before :meth:`launch` registered them.
+        self._exited: dict[int, int] = {}
         self._next = 0
         self._errors: deque[str] = deque(maxlen=_STDERR_LINES)
         #: Its background tasks (kept: the loop holds only weak references to them).
@@ -299,9 +301,12 @@ class Zygote:
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
         elif "exit" in message:
-            forked = self._running.pop(int(message["exit"]), None)
+            pid, code = int(message["exit"]), int(message["code"])
+            forked = self._running.pop(pid, None)
             if forked is not None:
-                forked.ended(int(message["code"]))
+                forked.ended(code)
+            else:  # it ended before launch() took its pid (both came in one read)
+                self._exited[pid] = code
         else:
             asked = self._asked.pop(int(message["id"]), None)
             if asked is not None and not asked.done():
@@ -363,7 +368,12 @@ class Zygote:
         stdout = await _reader(out_r)
         stderr = await _reader(err_r)
         pid = await asked
-        forked = self._running[pid] = Forked(pid, stdout, stderr)
+        forked = Forked(pid, stdout, stderr)
+        code = self._exited.pop(pid, None)
+        if code is None:
+            self._running[pid] = forked
+        else:
+            forked.ended(code)
         return forked
 
     async def close(self) -> None:

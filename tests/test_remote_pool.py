@@ -185,3 +185,17 @@ async def test_a_worker_that_ends_at_once_is_never_waited_for_in_vain(tmp_path: 
     finally:
         await zygote.close()
     assert code == 1
+
+
+def test_each_actor_keeps_its_bases_apart_from_the_pools_other_actors(tmp_path: Path) -> None:
+    """Actors of a pool share a local Ray's directory; one that ends removes its own bases,
+    never those another actor's agents still borrow objects from."""
+    from taskloom.remote.checkout import Bases
+
+    shared = tmp_path / "bases"
+    first, second = Bases(str(shared)), Bases(str(shared))
+    assert first.root != second.root
+    assert first.root.parent == second.root.parent == shared
+    (second.root / "objects").mkdir()
+    first.remove_all()
+    assert not first.root.exists() and (second.root / "objects").is_dir()

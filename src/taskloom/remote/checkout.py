@@ -29,7 +29,11 @@ class Bases:
     """The bare repositories an actor unpacked its snapshots into, by snapshot ref."""
 
     def __init__(self, root: str | None = None) -> None:
-        """Keep them under ``root`` (made if need be; None: a temporary directory)."""
+        """Keep them in a directory of their own under ``root`` (None: the temporary one).
+
+        Of their own: the actors of a pool share ``root`` (a local Ray's directory), and an
+        actor that ends removes its bases, which other actors' agents still borrow from.
+        """
         self._root_given = root
         self._root: Path | None = None
         self._made: dict[str, asyncio.Future[Path]] = {}
@@ -39,11 +43,11 @@ class Bases:
     def root(self) -> Path:
         """Where they are (made on first use)."""
         if self._root is None:
+            parent = None
             if self._root_given:
-                self._root = Path(self._root_given)
-                self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            else:
-                self._root = Path(tempfile.mkdtemp(prefix="taskloom-bases-"))
+                parent = Path(self._root_given)
+                parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._root = Path(tempfile.mkdtemp(prefix="taskloom-bases-", dir=parent))
         return self._root
 
     async def hold(self, ref: str, bundle: Callable[[], Awaitable[bytes]]) -> Path:

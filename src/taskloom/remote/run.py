@@ -275,7 +275,9 @@ class RemoteRun:
             error = str(exc)
             self.runtime.update(self.task_id, lambda s: ended(s, error=error))
         except Exception as exc:  # Ray's: the actor died, its node was lost, the connection
-            self._actor_lost = True
+            # Only a dead actor is dropped from the pool: killing a shared one for another
+            # error (this agent's own) would end every agent it runs.
+            self._actor_lost = _actor_died(exc)
             if self._stopping:
                 self.runtime.update(self.task_id, lambda s: ended(s, killed=True))
             else:
@@ -549,6 +551,13 @@ def actor_options(local: bool, carried: dict[str, str]) -> dict[str, Any]:
     # A cluster's workers: the credentials in the actor's runtime environment (this taskloom
     # is the session's: see Cluster), and Ray told not to SIGKILL a worker's children.
     return {"runtime_env": {"env_vars": {**carried, f"RAY_{KILL_CHILDREN}": "0"}}}
+
+
+def _actor_died(exc: BaseException) -> bool:
+    """Whether ``exc`` says the actor is gone (dead, unreachable, its node lost)."""
+    import ray.exceptions
+
+    return isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.RaySystemError)
 
 
 def _why(exc: BaseException) -> str:

@@ -1,19 +1,22 @@
 """The Ray actor a remote agent runs in, on a worker of the cluster.
 
-One actor per agent. :meth:`RemoteAgentActor.start` sets its work going: it clones the
-parent's snapshot (a git bundle) into a directory of its own, starts ``taskloom remote worker``
-there — the same engine and tools as a local agent, in a process (and process group) of its
-own, its shells in theirs — and keeps, in order, what that process prints (one JSON object a
-line: progress, then the result or an error). Once it is done, what the agent changed is
-committed on top of the snapshot and kept as a bundle, with its diffstat.
+An :class:`AgentHost` actor runs agents by task id: one of a session's pool of warm actors
+runs many, each apart (a detached agent gets a named actor of its own). Its ``start`` sets an
+agent's work going: it checks out the parent's snapshot (a git bundle) into a directory of the
+agent's own, starts ``taskloom remote worker`` there (forked from the actor's fork server
+when it is warm, :mod:`taskloom.remote.zygote`) — the same engine and tools as a local agent,
+in a process (and process group) of its own, its shells in theirs — and keeps, in order, what
+that process prints (one JSON object a line: progress, then the result or an error). Once it
+is done, what the agent changed is committed on top of the snapshot and kept as a bundle, with
+its diffstat.
 
-:meth:`RemoteAgentActor.follow` is a streaming generator of those events from a given one on:
+:meth:`AgentHost.follow` is a streaming generator of those events from a given one on:
 the parent follows it while it runs. The work does not depend on the stream: a parent that lets
 go (its exit policy ``detach``: the actor is then named and detached) or dies leaves the agent
 working, and a later session follows on from the last event it had. An actor whose events
 nobody can follow again (not detached) keeps only those not yet sent.
 
-:meth:`RemoteAgentActor.stop` (TaskStop) ends the worker process (SIGTERM: it stops its shells;
+:meth:`AgentHost.stop` (TaskStop) ends the worker process (SIGTERM: it stops its shells;
 SIGKILL after a bound) and the event stream then ends normally; whatever is left of the process
 groups the worker recorded is swept before the directory is removed. A worker whose actor dies
 (killed, its node lost) sees it through a pidfd and stops as well.

@@ -181,7 +181,10 @@ def _child(
         os.environ.update(request["env"])
         code = run(Path(request["spec"]))
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        # As the interpreter exits: no code is 0; a message (printed) is 1.
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
     except BaseException:
         import traceback
 

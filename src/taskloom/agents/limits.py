@@ -26,6 +26,7 @@ The refusals are tool errors naming the limit, the figure and the setting that r
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -67,11 +68,18 @@ _NOT_WORK = (
 #: A count of things: a number in digits or words (``twelve``, ``twenty-four``, ``thirty
 #: one``), at most two words (``12 test files``, ``50 of the files``), then a plural noun that
 #: is not one of :data:`_NOT_WORK`. ``line 404`` or ``port 8080 service`` count nothing.
-_COUNT = re.compile(
+_COUNT = (
     rf"\b(?:(\d{{1,6}})|({_TEN_WORDS})(?:[\s-]+({_UNIT_WORDS}))?|({_UNIT_WORDS}))"
-    rf"(?:\s+[a-z][\w'-]*){{0,2}}?\s+(?!(?:{_NOT_WORK})\b)[a-z][\w'-]*s\b",
-    re.IGNORECASE,
+    rf"(?:\s+[a-z][\w'-]*){{0,2}}?\s+(?!(?:{_NOT_WORK})\b)[a-z][\w'-]*s\b"
 )
+
+
+@functools.cache
+def _count_pattern() -> re.Pattern[str]:
+    # Compiled on first use: it takes about 5 ms, which every start-up would pay before its
+    # first request, and only a turn that spawns agents reads it.
+    return re.compile(_COUNT, re.IGNORECASE)
+
 #: What the harness wraps around a prompt that is not the asker's own words.
 _NOT_ASKED = re.compile(r"<(task-notification|system-reminder)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 
@@ -317,7 +325,7 @@ def asked_for(messages: list[Message]) -> int:
     prompt = _prompt(messages)
     if prompt is None:
         return 0
-    return max((_value(m) for m in _COUNT.finditer(prompt[1])), default=0)
+    return max((_value(m) for m in _count_pattern().finditer(prompt[1])), default=0)
 
 
 def _value(match: re.Match[str]) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import secrets as real_secrets
 from typing import TypeVar
 
 import pytest
@@ -13,6 +13,7 @@ from taskloom.tasks.ids import ID_ALPHABET, PREFIXES, is_task_id, new_task_id, t
 from taskloom.tasks.types import TaskType
 
 T = TypeVar("T")
+real_urandom = os.urandom
 
 ID_RE = re.compile(r"^[bartwmd][0-9a-z]{8}$")
 
@@ -81,40 +82,56 @@ def test_known_shapes_are_task_ids() -> None:
     assert type_of("dzzzzzzzz") is TaskType.DREAM
 
 
-class _RecordingSecrets:
-    """Stands in for ``secrets``: records ``randbelow`` calls, delegates to the real one."""
+def test_ids_come_from_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
 
-    def __init__(self) -> None:
-        self.calls: list[int] = []
+    def urandom(n: int) -> bytes:
+        reads.append(n)
+        return real_urandom(n)
 
-    def randbelow(self, n: int) -> int:
-        self.calls.append(n)
-        return real_secrets.randbelow(n)
-
-
-def test_ids_come_from_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    recorder = _RecordingSecrets()
-    monkeypatch.setattr(ids, "secrets", recorder)
-    count = 25
-    made = [new_task_id(TaskType.LOCAL_AGENT) for _ in range(count)]
-    # One draw per id, over the whole id space: every one of the 36**8 tails is possible.
-    assert recorder.calls == [36**8] * count
+    monkeypatch.setattr(ids, "_POOL", ids._Pool())
+    monkeypatch.setattr(ids.os, "urandom", urandom)
+    made = [new_task_id(TaskType.LOCAL_AGENT) for _ in range(25)]
+    # Read ahead: one read serves many ids (6 bytes each, redrawn 0.8 % of the time).
+    assert reads == [ids.POOL_BYTES]
     assert all(ID_RE.fullmatch(m) for m in made)
+    assert len(set(made)) == 25
 
 
 @pytest.mark.parametrize(
     ("drawn", "tail"),
     [(0, "00000000"), (36**8 - 1, "zzzzzzzz"), (1 + 2 * 36 + 35 * 36**7, "12000000"[:7] + "z")],
 )
-def test_id_tail_is_exactly_what_secrets_drew(
+def test_id_tail_is_exactly_what_was_drawn(
     monkeypatch: pytest.MonkeyPatch, drawn: int, tail: str
 ) -> None:
-    class Scripted:
-        def randbelow(self, n: int) -> int:
-            return drawn
-
-    monkeypatch.setattr(ids, "secrets", Scripted())
+    monkeypatch.setattr(ids, "_draw_below_space", lambda: drawn)
     assert new_task_id(TaskType.LOCAL_BASH) == "b" + tail
+
+
+def test_draws_over_the_limit_are_drawn_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Six bytes over the largest multiple of 36**8 below 2**48 would bias the low ids.
+    over = (ids._DRAW_LIMIT).to_bytes(6, "big")
+    kept = (36**8 + 5).to_bytes(6, "big")
+    monkeypatch.setattr(ids, "_POOL", ids._Pool())
+    monkeypatch.setattr(ids.os, "urandom", lambda n: (over + kept).ljust(n, b"\0"))
+    assert new_task_id(TaskType.LOCAL_BASH) == "b50000000"
+
+
+def test_a_forked_child_does_not_repeat_its_parents_bytes() -> None:
+    ids.random_hex(1)  # the pool holds bytes read ahead, which the child inherits
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read_fd)
+        os.write(write_fd, ids.random_hex(64).encode())
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        child = pipe.read()
+    os.waitpid(pid, 0)
+    assert len(child) == 128
+    assert child != ids.random_hex(64)
 
 
 def test_alphabet_is_0_9a_z() -> None:

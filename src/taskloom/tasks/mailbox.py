@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -53,6 +52,7 @@ from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError
 from taskloom.store import MailRow, Store
 from taskloom.tasks._pending import PendingRows
+from taskloom.tasks.ids import random_hex
 from taskloom.tasks.types import Priority
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class Mailbox:
             raise ValueError(f"a {kind} row {'needs' if kind in PROTOCOL else 'has no'} payload")
         kind = self._promoted_kind(recipient, sender, kind)
         letter = Letter(
-            id=secrets.token_hex(8),
+            id=random_hex(8),
             seq=self._seq,
             recipient=recipient,
             sender=sender,

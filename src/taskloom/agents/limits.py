@@ -80,6 +80,7 @@ def _count_pattern() -> re.Pattern[str]:
     # first request, and only a turn that spawns agents reads it.
     return re.compile(_COUNT, re.IGNORECASE)
 
+
 #: What the harness wraps around a prompt that is not the asker's own words.
 _NOT_ASKED = re.compile(r"<(task-notification|system-reminder)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 

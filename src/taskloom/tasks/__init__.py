@@ -1,9 +1,5 @@
 """The Task runtime: one abstraction for everything that runs concurrently.
 
-Importing the package registers the built-in task kinds, so that every state, however it was
-obtained (run here, or read back from the store), finds its kind.
+The built-in task kinds are imported when their type is first asked for (see
+:mod:`taskloom.tasks.kinds`), not with the package: a session loads only those it meets.
 """
-
-from taskloom.tasks import agent, dream, mcp_monitor, remote, shell_kind, teammate, workflow
-
-__all__ = ["agent", "dream", "mcp_monitor", "remote", "shell_kind", "teammate", "workflow"]

@@ -125,7 +125,7 @@ class PluginSet:
 
     def hook_config(self) -> HookConfig:
         """Every plugin's hooks, run after the settings' hooks."""
-        from taskloom.hooks import HookConfig
+        from taskloom.hooks.config import HookConfig
 
         config = HookConfig()
         for plugin in self.plugins:

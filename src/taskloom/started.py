@@ -261,7 +261,7 @@ def compose(
             aliases named and those the program chose are added to it.
     """
     from taskloom.agents.compose import agent_service, subagent_tools
-    from taskloom.hooks import HookConfig
+    from taskloom.hooks.config import HookConfig
     from taskloom.prompts import main_system_prompt
     from taskloom.teams.mode import teams_enabled
 

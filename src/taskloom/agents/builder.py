@@ -269,7 +269,7 @@ class AgentBuilder:
     def _hooks_for(self, definition: AgentDefinition) -> HookConfig | None:
         if not definition.hooks:
             return self.hooks
-        from taskloom.hooks import HookConfig
+        from taskloom.hooks.config import HookConfig
 
         own = HookConfig.parse(definition.hooks, source=f"agent {definition.agent_type}")
         return self.hooks.merged(own) if self.hooks else own

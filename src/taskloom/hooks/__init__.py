@@ -1,6 +1,8 @@
 """Hooks in Claude Code's settings format: configuration and the runner."""
 
-from taskloom.hooks.background import Background, BackgroundHooks, background_hooks
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from taskloom.hooks.config import (
     AGENT_EVENTS,
     DEFAULT_TIMEOUT_S,
@@ -15,15 +17,44 @@ from taskloom.hooks.config import (
     ToolCall,
     compile_matcher,
 )
-from taskloom.hooks.runner import (
-    KILL_GRACE_S,
-    MAX_CAPTURE_BYTES,
-    HookListener,
-    HookOutcome,
-    HookResult,
-    PermissionDecision,
-    run_hooks,
-)
+
+if TYPE_CHECKING:
+    from taskloom.hooks.background import Background, BackgroundHooks, background_hooks
+    from taskloom.hooks.runner import (
+        KILL_GRACE_S,
+        MAX_CAPTURE_BYTES,
+        HookListener,
+        HookOutcome,
+        HookResult,
+        PermissionDecision,
+        run_hooks,
+    )
+
+#: Names of the runner and of background hooks, imported when first asked for: a session
+#: reads its hook configuration at start-up, and runs a hook (spawning a process) later if
+#: ever.
+_LAZY = {
+    "Background": "background",
+    "BackgroundHooks": "background",
+    "background_hooks": "background",
+    "KILL_GRACE_S": "runner",
+    "MAX_CAPTURE_BYTES": "runner",
+    "HookListener": "runner",
+    "HookOutcome": "runner",
+    "HookResult": "runner",
+    "PermissionDecision": "runner",
+    "run_hooks": "runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AGENT_EVENTS",

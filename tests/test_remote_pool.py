@@ -161,7 +161,8 @@ async def test_the_zygote_forks_each_worker_apart_reports_its_end_and_ends_with_
 
 
 async def test_a_worker_that_ends_at_once_is_never_waited_for_in_vain(tmp_path: Path) -> None:
-    """Its end can come in the same read as its pid, before launch() has registered it."""
+    """Its pid, and anything after it, can come in one read before launch() goes on (it is
+    held until launch() has registered it: its end cannot be missed)."""
     import asyncio
     import time
 

@@ -46,7 +46,7 @@ from taskloom.process.spawn import TASK_ENV
 from taskloom.process.sweep import NESTED_HOME
 from taskloom.remote.checkout import Bases, changes, checkout
 from taskloom.remote.zygote import BASES_ENV as _BASES_ENV
-from taskloom.remote.zygote import Zygote
+from taskloom.remote.zygote import Zygote, ZygoteError
 
 #: How long the worker has to stop once asked (SIGTERM), before SIGKILL (its owner's TaskStop
 #: waits for all of it, and is told within a few seconds).
@@ -188,10 +188,13 @@ class _RemoteAgent:
 
     async def _launch(self, spec_file: Path, work: Path, env: dict[str, str]) -> Any:
         """Its worker process: forked warm from the zygote, else started."""
-        proc: Any
+        proc: Any = None
         if self._zygote is not None and self._zygote.alive:  # else it died: started cold
-            proc = self._proc = await self._zygote.launch(spec_file, work, env)
-        else:
+            # It may die (or fail to fork) during the launch: no worker of it ever runs
+            # then (see Zygote.launch), and this one is started cold.
+            with contextlib.suppress(ZygoteError):
+                proc = self._proc = await self._zygote.launch(spec_file, work, env)
+        if proc is None:
             proc = self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", "taskloom", "remote", "worker",
                 "--spec", str(spec_file),

@@ -188,6 +188,57 @@ async def test_a_worker_that_ends_at_once_is_never_waited_for_in_vain(tmp_path: 
     assert code == 1
 
 
+async def test_no_agent_gets_an_actor_that_failed_to_warm_and_a_dead_one_is_replaced() -> None:
+    """On a real local Ray: an actor killed while it warms is never handed out, even to an
+    agent asking the moment its warm-up fails; a pool actor that died is made again."""
+    import asyncio
+    import time
+
+    import ray
+    from ray.exceptions import RayActorError
+
+    from helpers import wait_until
+    from taskloom.remote.cluster import Cluster
+    from taskloom.remote.pool import ActorPool
+    from taskloom.remote.run import actor_options
+
+    cluster = Cluster({"remote": {"localCpus": 2}}, env={})
+    connected = await cluster.connect()
+    pool = ActorPool(2, options=actor_options(True, {}), tag=connected.tag)
+    try:
+        first = asyncio.ensure_future(pool.acquire())
+        await wait_until(lambda: bool(pool.actors()), 10, "the first actor")
+        (doomed,) = pool.actors()
+        warming = pool._warm[doomed]
+        ray.kill(doomed)  # while its zygote imports
+        # Asked at the first turn of the loop after its warm-up failed (an agent whose turn
+        # came then): stepping the loop, not waiting on the warm-up, is the point (bounded).
+        deadline = time.monotonic() + 60 * TIME_FACTOR
+        while not warming.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0)
+        async with asyncio.timeout(120 * TIME_FACTOR):
+            given = await pool.acquire()
+        assert given is not doomed and doomed not in pool.actors()
+        with pytest.raises(RayActorError):
+            await first
+        # The rest of the pool, once that one is warm; then one dies under its agents.
+        await wait_until(lambda: len(pool.actors()) == 2, 10, "the pool made")
+        (other,) = [a for a in pool.actors() if a is not given]
+        await asyncio.wait_for(asyncio.shield(pool._warm[other]), 120 * TIME_FACTOR)
+        pool.release(given)
+        ray.kill(given)
+        pool.lost(given)  # as an agent's run does when Ray says its actor died
+        assert pool.actors() == [other]
+        assert await pool.acquire() is other
+        assert len(pool.actors()) == 2  # a new one in the dead one's place
+        (new,) = [a for a in pool.actors() if a is not other]
+        await asyncio.wait_for(asyncio.shield(pool._warm[new]), 120 * TIME_FACTOR)
+        assert await new.agents.remote() == []
+    finally:
+        await pool.close()
+        await cluster.close()
+
+
 def test_each_actor_keeps_its_bases_apart_from_the_pools_other_actors(tmp_path: Path) -> None:
     """Actors of a pool share a local Ray's directory; one that ends removes its own bases,
     never those another actor's agents still borrow objects from."""

@@ -59,16 +59,20 @@ class ActorPool:
         """The warm actor with the fewest agents (else the first warming); held.
 
         The first call makes one actor; once it is warm, the rest of the pool is made (not all
-        at once: the first agent would wait for every zygote's imports, on the same CPUs).
+        at once: the first agent would wait for every zygote's imports, on the same CPUs). One
+        that died, or failed to warm, is made again here, once the others are warm.
 
         Raises:
             Exception: Ray's, if its actor could not be made or warmed.
         """
         if self._closed:
             raise RuntimeError("the session's remote agents are being stopped")
+        # Every actor here is warm or warming: one whose warm-up failed left as it failed.
+        warm = [a for a, w in self._warm.items() if w.done()]
         if not self._load:
             self._make()
-        warm = [a for a, w in self._warm.items() if w.done() and not w.exception()]
+        elif warm and len(warm) == len(self._load) < self.size:
+            self._make()  # in the place of one that died (or failed to warm)
         actor = min(warm or self._load, key=self._load.__getitem__)
         self._load[actor] += 1
         try:
@@ -83,17 +87,20 @@ class ActorPool:
 
         actor = AgentHost.options(**self.options).remote(warm=True, base_dir=self.base_dir)
         self._load[actor] = 0
-        self._warm[actor] = asyncio.ensure_future(_warm(actor, self.tag))
-        self._warm[actor].add_done_callback(lambda done: self._warmed(actor, done))
+        self._warm[actor] = asyncio.ensure_future(self._warm_up(actor))
 
-    def _warmed(self, actor: Any, done: asyncio.Future[int]) -> None:
-        if done.cancelled() or self._closed:
-            return
-        if done.exception() is not None:
-            self.lost(actor)  # dropped: the next agent gets another try
-            return
-        while len(self._load) < self.size:  # the first is warm: the others now
+    async def _warm_up(self, actor: Any) -> int:
+        try:
+            pid = int(await actor.warm.remote(self.tag))
+        except Exception:
+            # Dropped as it fails (not in a callback after: an agent asking in between would
+            # be given it); the next agent gets another try.
+            if not self._closed:
+                self.lost(actor)
+            raise
+        while not self._closed and len(self._load) < self.size:  # the first is warm: the rest
             self._make()
+        return pid
 
     def release(self, actor: Any) -> None:
         """One agent of ``actor`` is done."""
@@ -129,10 +136,6 @@ class ActorPool:
 async def _close(actor: Any) -> None:
     with contextlib.suppress(Exception):  # dead, or never warmed: killed all the same
         await actor.close.remote()
-
-
-async def _warm(actor: Any, tag: str | None) -> int:
-    return int(await actor.warm.remote(tag))
 
 
 def _kill(actor: Any) -> None:

@@ -1,22 +1,41 @@
 """The Tool base: typed input, JSON schema, flags, and the context a call runs in.
 
-A tool declares a pydantic ``Input`` model. Its JSON schema (what the model is offered) has
+A tool has a pydantic ``Input`` model. Its JSON schema (what the model is offered) has
 ``additionalProperties: false`` at every object level. Raw input from the model is validated
 before the call; a failure becomes a tool error that names each offending field, so the model
 can correct itself — it never reaches ``call`` and never raises out of the engine.
+
+Input models off the start-up path: a session imports every built-in tool to offer it, and
+offering needs only the schema, which the built-in tools write out (``static_schema``).
+Importing pydantic and defining the models would cost a run without tool calls most of its
+start-up over its dependencies; so a built-in tool names its model instead of importing it::
+
+    if TYPE_CHECKING:
+        from taskloom.tools.inputs.glob import GlobInput
+
+    class Glob(Tool["GlobInput"]):
+        input_model = "taskloom.tools.inputs.glob:GlobInput"
+        static_schema = (input_model, INPUT_SCHEMA)
+
+and ``Glob.Input`` (or ``tool.Input``) imports ``taskloom.tools.inputs.glob`` when first read:
+by the first call's validation, or a schema generated. The input modules are the only ones of
+a tool that import pydantic (see :mod:`taskloom.tools.inputs`), and neither does this module:
+:class:`ToolInput` lives there (named here on first use), and :func:`describe_errors` and
+:meth:`Tool.validate` import pydantic's ``ValidationError`` only once a model has been loaded.
+A tool defined elsewhere (a function tool, an MCP tool, a library's) sets ``Input`` to its
+model class directly, as before; ``Input`` set in a class wins over ``input_model``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
-
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from taskloom.errors import clipped
 from taskloom.messages import TextBlock, ToolResultBlock
@@ -28,23 +47,25 @@ from taskloom.permissions.rules import ToolKind as ToolKind
 from taskloom.tools.overflow import DEFAULT_MAX_RESULT_CHARS, bounded
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from taskloom.messages import ToolResultContent
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.backends import CommandRunner, TextFiles
+    from taskloom.tools.inputs import ToolInput as ToolInput
     from taskloom.tools.workdir import WorkingDirectory
 
 
-class ToolInput(BaseModel):
-    """Base of every tool's input model: unknown fields are errors.
+def __getattr__(name: str) -> Any:
+    """``ToolInput``, imported (with pydantic) when first named: see the module docstring."""
+    if name == "ToolInput":
+        from taskloom.tools.inputs import ToolInput
 
-    Models are built when first used (``defer_build``), not when their module is imported:
-    a session imports every tool, and most of them are never called.
-    """
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+        return ToolInput
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-InputT = TypeVar("InputT", bound=ToolInput)
+InputT = TypeVar("InputT", bound="ToolInput")
 
 
 @dataclass(slots=True)
@@ -163,16 +184,41 @@ def clip_error(message: str) -> str:
     return f"{message[:half]}\n… [{cut:,} characters cut] …\n{message[-half:]}"
 
 
+class _NamedInput:
+    """``Tool.Input`` of a tool that names its model (``input_model``): imported when read."""
+
+    def __get__(self, tool: object, owner: type[Tool[Any]]) -> type[ToolInput]:
+        where = owner.input_model
+        if where is None:
+            raise AttributeError(f"{owner.__name__} has neither Input nor input_model")
+        model = _loaded.get(where)
+        if model is None:
+            module, _, name = where.partition(":")
+            model = _loaded[where] = getattr(importlib.import_module(module), name)
+        return model
+
+
+#: The models named by ``input_model`` loaded so far, by that name.
+_loaded: dict[str, type[ToolInput]] = {}
+
+
 class Tool(ABC, Generic[InputT]):
     """A model-facing tool.
 
-    Subclasses set ``name``, ``description``, ``Input``, ``kind`` and the flags, and
-    implement :meth:`call`.
+    Subclasses set ``name``, ``description``, ``Input`` (or ``input_model``), ``kind`` and the
+    flags, and implement :meth:`call`.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
-    Input: ClassVar[type[ToolInput]]
+    if TYPE_CHECKING:
+        #: The input model: set by the class, or imported from :attr:`input_model`.
+        Input: ClassVar[type[ToolInput]]
+    else:
+        Input = _NamedInput()
+    #: ``"module:Class"``: where the input model is, imported when ``Input`` is first read
+    #: (see the module docstring). Used while the class sets no ``Input`` itself.
+    input_model: ClassVar[str | None] = None
     kind: ClassVar[ToolKind] = "other"
     #: Who may approve a call beyond its kind: ``ask`` and ``person`` tools ask (see
     #: :data:`~taskloom.permissions.rules.Approval`).
@@ -187,10 +233,11 @@ class Tool(ABC, Generic[InputT]):
     #: Longest text result shown inline (characters); a longer one is saved to a file and
     #: previewed (:mod:`taskloom.tools.overflow`). None: the tool bounds its results itself.
     max_result_chars: ClassVar[int | None] = DEFAULT_MAX_RESULT_CHARS
-    #: ``(Input, schema)``: the closed schema of ``Input`` written out, for the tools offered
-    #: at every start-up. Generating it would build the pydantic model (models are built
-    #: lazily, when a call is first validated). Used only while ``Input`` is that model.
-    static_schema: ClassVar[tuple[type[ToolInput], dict[str, Any]] | None] = None
+    #: ``(model, schema)``: the closed schema of the input model written out, for the tools
+    #: offered at every start-up: generating it would import and build the model. ``model``
+    #: is the class's ``input_model`` (or its ``Input``); the schema is used only while the
+    #: class's input is that model (a subclass setting another ``Input`` gets its own).
+    static_schema: ClassVar[tuple[str | type[ToolInput], dict[str, Any]] | None] = None
     _schema_cache: ClassVar[dict[type, dict[str, Any]]] = {}
 
     def input_schema(self) -> dict[str, Any]:
@@ -203,7 +250,7 @@ class Tool(ABC, Generic[InputT]):
         cached = Tool._schema_cache.get(cls)
         if cached is None:
             static = self.static_schema
-            if static is not None and static[0] is self.Input:
+            if static is not None and static[0] == input_key(cls):
                 cached = static[1]
             else:
                 cached = generated_schema(self.Input)
@@ -233,8 +280,11 @@ class Tool(ABC, Generic[InputT]):
                 f"InputValidationError: {self.name} input must be a JSON object, got: "
                 f"{clipped(str(raw[INVALID_INPUT_KEY]))}"
             )
+        model = self.Input  # imports pydantic with it, if a named model
+        from pydantic import ValidationError
+
         try:
-            return self.Input.model_validate(raw)  # type: ignore[return-value]
+            return model.model_validate(raw)  # type: ignore[return-value]
         except ValidationError as exc:
             return tool_error(f"InputValidationError: {self.name}: {describe_errors(exc)}")
 
@@ -301,6 +351,21 @@ def by_name(tools: Sequence[Tool[Any]]) -> dict[str, Tool[Any]]:
         for alias in tool.aliases:
             table.setdefault(alias, tool)
     return table
+
+
+def input_key(cls: type[Tool[Any]]) -> str | type[ToolInput] | None:
+    """What names ``cls``'s input model without importing it (:attr:`Tool.static_schema`'s key).
+
+    The ``Input`` the class (or its nearest base that sets one) sets, else its
+    ``input_model``.
+    """
+    for klass in cls.__mro__:
+        declared = vars(klass).get("Input")
+        if isinstance(declared, _NamedInput):
+            return cls.input_model
+        if declared is not None:
+            return declared  # type: ignore[no-any-return]
+    return None
 
 
 def generated_schema(model: type[ToolInput]) -> dict[str, Any]:

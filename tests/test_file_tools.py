@@ -15,13 +15,11 @@ from hypothesis import strategies as st
 from taskloom.tools.base import Tool, ToolContext, ToolResult
 from taskloom.tools.edit import Edit
 from taskloom.tools.glob import Glob, glob_to_regex
-from taskloom.tools.grep import (
-    Grep,
-    GrepInput,
-    format_result,
-)
+from taskloom.tools.grep import Grep, format_result
 from taskloom.tools.grep_search import Query, ripgrep, run_python, run_ripgrep
-from taskloom.tools.read import Read, ReadInput
+from taskloom.tools.inputs.grep import GrepInput
+from taskloom.tools.inputs.read import ReadInput
+from taskloom.tools.read import Read
 from taskloom.tools.write import Write
 
 # Module-level so anyio sees it when parametrized tests are generated (conftest adds the

@@ -14,7 +14,8 @@ from taskloom import messages
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tools.base import Tool, ToolContext, ToolResult
 from taskloom.tools.edit import Edit
-from taskloom.tools.read import Read, ReadInput
+from taskloom.tools.inputs.read import ReadInput
+from taskloom.tools.read import Read
 from taskloom.tools.write import Write
 
 CAP_CHARS = 25_000 * 4  # the default cap, 25,000 tokens, at 4 characters a token

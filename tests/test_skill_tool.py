@@ -14,7 +14,7 @@ import pytest
 
 import taskloom
 from taskloom.testing import ScriptedModel, ToolCall, Turn
-from taskloom.tools.base import generated_schema
+from taskloom.tools.base import generated_schema, input_key
 from taskloom.tools.skill import SkillTool
 
 STAMP = """\
@@ -119,8 +119,9 @@ async def test_no_skill_tool_without_skills(tmp_path: Path) -> None:
 
 def test_the_static_schema_is_the_generated_one() -> None:
     assert SkillTool.static_schema is not None
-    model, schema = SkillTool.static_schema
-    assert json.dumps(schema) == json.dumps(generated_schema(model))
+    key, schema = SkillTool.static_schema
+    assert key == input_key(SkillTool)
+    assert json.dumps(schema) == json.dumps(generated_schema(SkillTool.Input))
 
 
 async def test_an_agent_preloads_its_definitions_skills(project: Path) -> None:

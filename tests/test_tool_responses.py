@@ -22,7 +22,8 @@ from taskloom.tools import responses
 from taskloom.tools.base import FileState, ToolContext, ToolResult
 from taskloom.tools.bash import BashTool
 from taskloom.tools.edit import Edit
-from taskloom.tools.write import Write, WriteInput
+from taskloom.tools.inputs.write import WriteInput
+from taskloom.tools.write import Write
 
 
 def test_a_patch_of_a_new_file_adds_every_line_from_line_zero() -> None:

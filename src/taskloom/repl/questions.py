@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from taskloom.tools.ask_user import AskUserQuestionInput, Question, answer_text
+from taskloom.tools.ask_user import answer_text
+from taskloom.tools.inputs.ask_user import AskUserQuestionInput, Question
 
 PLAN_TOOL = "ExitPlanMode"
 QUESTION_TOOL = "AskUserQuestion"

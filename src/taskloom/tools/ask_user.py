@@ -10,11 +10,12 @@ run, or dontAsk mode) the call is a tool error saying so.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, model_validator
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.ask_user import AskUserQuestionInput, Question
 
 #: Claude Code's answer when the user refused the call with no words of their own.
 REJECTED = (
@@ -36,79 +37,6 @@ Usage notes:
 - If you recommend a specific option, make that the first option in the list and add \
 "(Recommended)" at the end of the label
 - Ask 1 to 4 questions at a time, each with 2 to 4 options"""
-
-
-class QuestionOption(ToolInput):
-    """One choice of a question."""
-
-    label: str = Field(
-        description=(
-            "The display text for this option that the user will see and select. Should be "
-            "concise (1-5 words) and clearly describe the choice."
-        )
-    )
-    description: str = Field(
-        description=(
-            "Explanation of what this option means or what will happen if chosen. Useful for "
-            "providing context about trade-offs or implications."
-        )
-    )
-
-
-class Question(ToolInput):
-    """One question."""
-
-    question: str = Field(
-        description=(
-            "The complete question to ask the user. Should be clear, specific, and end with a "
-            "question mark."
-        )
-    )
-    header: str = Field(
-        description=(
-            'Very short label displayed as a chip/tag (max 12 chars). Examples: "Auth method", '
-            '"Library", "Approach".'
-        )
-    )
-    options: list[QuestionOption] = Field(
-        min_length=2,
-        max_length=4,
-        description=(
-            "The available choices for this question. Must have 2-4 options. There should be "
-            "no 'Other' option, that will be provided automatically."
-        ),
-    )
-    multiSelect: bool = Field(  # Claude Code's field name
-        default=False,
-        description=(
-            "Set to true to allow the user to select multiple options instead of just one."
-        ),
-    )
-
-    @model_validator(mode="after")
-    def _distinct_labels(self) -> Self:
-        labels = [o.label for o in self.options]
-        if len(set(labels)) != len(labels):
-            raise ValueError("option labels must be unique within each question")
-        return self
-
-
-class AskUserQuestionInput(ToolInput):
-    """AskUserQuestion's input."""
-
-    questions: list[Question] = Field(
-        min_length=1, max_length=4, description="Questions to ask the user (1-4 questions)"
-    )
-    answers: dict[str, str] | None = Field(
-        default=None, description="User answers collected by the permission component"
-    )
-
-    @model_validator(mode="after")
-    def _distinct_questions(self) -> Self:
-        texts = [q.question for q in self.questions]
-        if len(set(texts)) != len(texts):
-            raise ValueError("question texts must be unique")
-        return self
 
 
 #: :class:`AskUserQuestionInput`'s closed schema written out (see ``Tool.static_schema``):
@@ -268,13 +196,13 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class AskUserQuestionTool(Tool[AskUserQuestionInput]):
+class AskUserQuestionTool(Tool["AskUserQuestionInput"]):
     """Asks the user; the answers come back in the input (see the module docstring)."""
 
     name = "AskUserQuestion"
     description = DESCRIPTION
-    Input = AskUserQuestionInput
-    static_schema = (AskUserQuestionInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.ask_user:AskUserQuestionInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "read"
     approval = "person"
 
@@ -322,4 +250,4 @@ def answer_text(question: Question, chosen: list[int], own: str = "") -> str:
     return ", ".join(parts)
 
 
-__all__ = ["AskUserQuestionInput", "AskUserQuestionTool", "Question", "answer_text"]
+__all__ = ["AskUserQuestionTool", "answer_text"]

@@ -14,9 +14,7 @@ import contextlib
 import shlex
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskloom.process.shell_env import shell_env
 from taskloom.settings import ensure_private_dir, tasks_dir, whole_number
@@ -26,8 +24,11 @@ from taskloom.tasks.types import TaskStatus
 from taskloom.tools import responses
 from taskloom.tools._exit_meaning import exit_meaning, stderr_shown
 from taskloom.tools.backends import CommandEnd, CommandRequest, CommandRunner
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.overflow import results_dir, save_file, save_text
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.bash import BashInput
 
 #: Default inline limit (characters) of a command's output: more is saved to a file.
 DEFAULT_MAX_OUTPUT_CHARS = 30_000
@@ -61,21 +62,6 @@ DESCRIPTION = """Run a shell command (bash) and return its output.
   stderr is an answer (no match, files differ, condition false), not an error.
 - Commands cannot be answered interactively: use non-interactive flags (e.g. --yes).
 - Give a short `description` (5-10 words) of what the command does."""
-
-
-class BashInput(ToolInput):
-    """Input of :class:`BashTool`."""
-
-    command: str = Field(description="The command to run.")
-    timeout: int | None = Field(
-        default=None,
-        ge=1,
-        description="Timeout in milliseconds (default 120000; above 600000 counts as 600000).",
-    )
-    description: str | None = Field(default=None, description="What the command does.")
-    run_in_background: bool | None = Field(
-        default=None, description="Run in the background and return at once."
-    )
 
 
 #: :class:`BashInput`'s closed schema written out, so that offering the tool does not build
@@ -119,13 +105,13 @@ def max_output_chars(settings: dict[str, Any]) -> int | str:
     return min(value, MAX_OUTPUT_CHARS_CAP)
 
 
-class BashTool(Tool[BashInput]):
+class BashTool(Tool["BashInput"]):
     """Shell commands through the task runtime."""
 
     name = "Bash"
     description = DESCRIPTION
-    Input = BashInput
-    static_schema = (BashInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.bash:BashInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "execute"
     #: Bash bounds its own results (:func:`max_output_chars`), reading its output file.
     max_result_chars: ClassVar[int | None] = None

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
 from taskloom.tools.backends import TextFiles, text_version
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.read import (
     check_fresh,
     missing_file_error,
@@ -21,22 +19,14 @@ from taskloom.tools.read import (
 )
 from taskloom.tools.write import settled_mtime
 
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.edit import EditInput
+
 #: Lines of context shown around the edited region.
 SNIPPET_CONTEXT = 4
 #: Longest edited region shown in full in the result.
 SNIPPET_MAX_LINES = 30
 _LINE_NUMBER_PREFIX = re.compile(r"^\s*\d+\t", re.MULTILINE)
-
-
-class EditInput(ToolInput):
-    """Input of :class:`Edit`."""
-
-    file_path: str = Field(description="The absolute path of the file to modify.")
-    old_string: str = Field(description="The exact text to replace.")
-    new_string: str = Field(description="The text to put in its place (must differ).")
-    replace_all: bool = Field(
-        default=False, description="Replace every occurrence of old_string (default false)."
-    )
 
 
 #: :class:`EditInput`'s closed schema written out, so that offering the tool does not build
@@ -63,7 +53,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class Edit(Tool[EditInput]):
+class Edit(Tool["EditInput"]):
     """Replaces an exact piece of text in a file."""
 
     name = "Edit"
@@ -84,8 +74,8 @@ class Edit(Tool[EditInput]):
         "- Line endings are preserved: write \\n, a CRLF file stays CRLF.\n"
         "- Prefer editing existing files to creating new ones."
     )
-    Input = EditInput
-    static_schema = (EditInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.edit:EditInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "edit"
 
     def permission_target(self, params: EditInput, ctx: ToolContext) -> str | None:

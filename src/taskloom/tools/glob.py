@@ -9,28 +9,18 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
 from taskloom.tools._walk import _MAGIC, VCS_DIRS, glob_to_regex, iter_search_files
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.glob import GlobInput
 
 MAX_RESULTS = 100
 #: Walks stop after this long; the results found so far are returned with a note.
 WALK_TIMEOUT_S = 20.0
-
-
-class GlobInput(ToolInput):
-    """Input of :class:`Glob`."""
-
-    pattern: str = Field(description='The glob pattern to match files against, e.g. "**/*.py".')
-    path: str | None = Field(
-        default=None,
-        description="The directory to search in; defaults to the current working directory. "
-        "Omit it for the default rather than passing null or an empty string.",
-    )
 
 
 #: :class:`GlobInput`'s closed schema written out, so that offering the tool does not build
@@ -57,7 +47,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class Glob(Tool[GlobInput]):
+class Glob(Tool["GlobInput"]):
     """Finds files by name pattern."""
 
     name = "Glob"
@@ -77,8 +67,8 @@ class Glob(Tool[GlobInput]):
         "- Use it to find files by name; to search file contents use Grep.\n"
         "- Several searches that may be useful are best done as several calls in one message."
     )
-    Input = GlobInput
-    static_schema = (GlobInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.glob:GlobInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
 

@@ -10,17 +10,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
 from taskloom.tools._walk import is_binary_file
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.grep_search import (
     MAX_COLLECT,
     Found,
-    Mode,
     Query,
     ripgrep,
     run_python,
@@ -28,77 +25,11 @@ from taskloom.tools.grep_search import (
 )
 from taskloom.tools.read import truncate_line
 
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.grep import GrepInput
+
 #: Entries shown when the call gives no ``head_limit`` (Claude Code's default).
 DEFAULT_HEAD_LIMIT = 250
-
-
-class GrepInput(ToolInput):
-    """Input of :class:`Grep`."""
-
-    pattern: str = Field(description="The regular expression to search file contents for.")
-    path: str | None = Field(
-        default=None,
-        description="File or directory to search (default: current working directory).",
-    )
-    glob: str | None = Field(
-        default=None,
-        description='Only search files matching this glob, e.g. "*.js" or "src/**/*.{ts,tsx}"; '
-        'several separated by spaces; "!pattern" excludes.',
-    )
-    type: str | None = Field(
-        default=None, description='File type to search, e.g. "py", "js", "rust", "go", "md".'
-    )
-    output_mode: Mode = Field(
-        default="files_with_matches",
-        description='"files_with_matches" (default) lists matching files, newest first; '
-        '"content" shows matching lines; "count" shows matches per file.',
-    )
-    case_insensitive: bool = Field(default=False, alias="-i", description="Ignore case.")
-    line_numbers: bool = Field(
-        default=True, alias="-n", description="Show line numbers (content mode only; default true)."
-    )
-    after: int | None = Field(
-        default=None, alias="-A", ge=0, description="Lines to show after each match (content mode)."
-    )
-    before: int | None = Field(
-        default=None,
-        alias="-B",
-        ge=0,
-        description="Lines to show before each match (content mode).",
-    )
-    around: int | None = Field(
-        default=None,
-        alias="-C",
-        ge=0,
-        description="Lines to show before and after each match (content mode); same as context.",
-    )
-    context: int | None = Field(
-        default=None,
-        ge=0,
-        description="Lines to show before and after each match (content mode); same as -C.",
-    )
-    only_matching: bool = Field(
-        default=False,
-        alias="-o",
-        description="Show only the matched part of each matching line, one per output line "
-        "(content mode).",
-    )
-    multiline: bool = Field(
-        default=False,
-        description="Let a match span lines: . matches newlines and the pattern may contain "
-        "\\n. Default false: each line is matched on its own.",
-    )
-    head_limit: int | None = Field(
-        default=None,
-        ge=0,
-        description="Show at most N lines / files / counts (like | head -N). Default 250; "
-        "0 for no limit.",
-    )
-    offset: int = Field(
-        default=0,
-        ge=0,
-        description="Skip the first N lines / files / counts, to page with head_limit.",
-    )
 
 
 #: :class:`GrepInput`'s closed schema written out, so that offering the tool does not build
@@ -194,7 +125,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class Grep(Tool[GrepInput]):
+class Grep(Tool["GrepInput"]):
     """Searches file contents with a regular expression."""
 
     name = "Grep"
@@ -218,8 +149,8 @@ class Grep(Tool[GrepInput]):
         "- Hidden files are searched; .gitignore'd files, binary files and symlinks are not.\n"
         "- For open-ended searches that may take several rounds, use the Agent tool instead."
     )
-    Input = GrepInput
-    static_schema = (GrepInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.grep:GrepInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
 

@@ -7,14 +7,15 @@ settled it returns the final output, as often as asked.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.types import TaskState
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.tasks import MAX_OUTPUT_BYTES, find_task
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.jobs import JobIdInput, JobListInput
 
 
 def _final_output(state: TaskState) -> str:
@@ -24,12 +25,6 @@ def _final_output(state: TaskState) -> str:
 def _line(state: TaskState) -> str:
     note = kind_of(state).status_note(state)
     return f"{state.id} {state.type.value} {state.status.value}{note} {state.description}"
-
-
-class JobIdInput(ToolInput):
-    """A job id."""
-
-    job_id: str = Field(description="The job id returned when the job started.")
 
 
 #: :class:`JobIdInput`'s closed schema written out (see ``Tool.static_schema``), so that
@@ -45,7 +40,7 @@ JOB_ID_SCHEMA: dict[str, Any] = {
 }
 
 
-class JobOutputTool(Tool[JobIdInput]):
+class JobOutputTool(Tool["JobIdInput"]):
     """``job_output``: a job's status, and its final output once settled."""
 
     name = "job_output"
@@ -54,8 +49,8 @@ class JobOutputTool(Tool[JobIdInput]):
         "job ids you start, do independent work instead of polling, and collect the jobs "
         "you need before answering."
     )
-    Input = JobIdInput
-    static_schema = (JobIdInput, JOB_ID_SCHEMA)
+    input_model = "taskloom.tools.inputs.jobs:JobIdInput"
+    static_schema = (input_model, JOB_ID_SCHEMA)
     kind = "other"
     concurrency_safe = True
 
@@ -69,10 +64,6 @@ class JobOutputTool(Tool[JobIdInput]):
         return ToolResult(f"{_line(found)}\n{_final_output(found)}".rstrip())
 
 
-class JobListInput(ToolInput):
-    """No input."""
-
-
 #: :class:`JobListInput`'s closed schema written out (see ``Tool.static_schema``), so that
 #: offering the tool does not build the model; tests check it is the generated one.
 JOB_LIST_SCHEMA: dict[str, Any] = {
@@ -83,13 +74,13 @@ JOB_LIST_SCHEMA: dict[str, Any] = {
 }
 
 
-class JobListTool(Tool[JobListInput]):
+class JobListTool(Tool["JobListInput"]):
     """``job_list``: the caller's jobs."""
 
     name = "job_list"
     description = "List your background jobs with their status."
-    Input = JobListInput
-    static_schema = (JobListInput, JOB_LIST_SCHEMA)
+    input_model = "taskloom.tools.inputs.jobs:JobListInput"
+    static_schema = (input_model, JOB_LIST_SCHEMA)
     kind = "other"
     concurrency_safe = True
 
@@ -102,13 +93,13 @@ class JobListTool(Tool[JobListInput]):
         return ToolResult("\n".join(_line(j) for j in jobs))
 
 
-class JobKillTool(Tool[JobIdInput]):
+class JobKillTool(Tool["JobIdInput"]):
     """``job_kill``: cancel a job."""
 
     name = "job_kill"
     description = "Cancel a running background job."
-    Input = JobIdInput
-    static_schema = (JobIdInput, JOB_ID_SCHEMA)
+    input_model = "taskloom.tools.inputs.jobs:JobIdInput"
+    static_schema = (input_model, JOB_ID_SCHEMA)
     kind = "other"
 
     async def call(self, params: JobIdInput, ctx: ToolContext) -> ToolResult:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.process.shell_env import shell_env
 from taskloom.tasks.monitor import BATCH_S
 from taskloom.tasks.shell import run_shell
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult
+from taskloom.tools.base import Tool, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.monitor import MonitorInput
 
 DESCRIPTION = f"""Watch a long-lived command (a log, a build, a server) and be told of each new
 line of its output.
@@ -20,13 +21,6 @@ line of its output.
 - For "tell me when the build fails": `tail -F build.log | grep --line-buffered -i error`.
   Filter in the command: every line it prints reaches you.
 - Give a short `description` of what it watches."""
-
-
-class MonitorInput(ToolInput):
-    """Input of :class:`MonitorTool`."""
-
-    command: str = Field(description="The command to run and watch.")
-    description: str | None = Field(default=None, description="What it watches.")
 
 
 #: :class:`MonitorInput`'s closed schema written out (see ``Tool.static_schema``).
@@ -42,13 +36,13 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class MonitorTool(Tool[MonitorInput]):
+class MonitorTool(Tool["MonitorInput"]):
     """Monitors (shell tasks of kind ``monitor``) through the task runtime."""
 
     name = "Monitor"
     description = DESCRIPTION
-    Input = MonitorInput
-    static_schema = (MonitorInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.monitor:MonitorInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "execute"
 
     def permission_target(self, params: MonitorInput, ctx: ToolContext) -> str | None:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.tools._notebook import (
     NotebookError,
@@ -25,33 +23,12 @@ from taskloom.tools._notebook import (
     language,
     parse,
 )
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.read import check_fresh, missing_file_error, resolve_file_path, target_path
 from taskloom.tools.write import settled_mtime
 
-
-class NotebookEditInput(ToolInput):
-    """Input of :class:`NotebookEdit`."""
-
-    notebook_path: str = Field(
-        description="The absolute path to the Jupyter notebook file to edit (must be absolute, "
-        "not relative)"
-    )
-    cell_id: str | None = Field(
-        default=None,
-        description="The ID of the cell to edit. When inserting a new cell, the new cell will be "
-        "inserted after the cell with this ID, or at the beginning if not specified.",
-    )
-    new_source: str = Field(description="The new source for the cell")
-    cell_type: Literal["code", "markdown"] | None = Field(
-        default=None,
-        description="The type of the cell (code or markdown). If not specified, it defaults to "
-        "the current cell type. If using edit_mode=insert, this is required.",
-    )
-    edit_mode: Literal["replace", "insert", "delete"] | None = Field(
-        default=None,
-        description="The type of edit to make (replace, insert, delete). Defaults to replace.",
-    )
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.notebook_edit import NotebookEditInput
 
 
 #: :class:`NotebookEditInput`'s closed schema written out, so that offering the tool does not
@@ -90,7 +67,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class NotebookEdit(Tool[NotebookEditInput]):
+class NotebookEdit(Tool["NotebookEditInput"]):
     """Replaces, inserts or deletes one cell of a notebook that was Read first."""
 
     name = "NotebookEdit"
@@ -104,8 +81,8 @@ class NotebookEdit(Tool[NotebookEditInput]):
         "without one). Use edit_mode=delete to delete the cell with cell_id. You must Read the "
         "notebook in this conversation before editing it."
     )
-    Input = NotebookEditInput
-    static_schema = (NotebookEditInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.notebook_edit:NotebookEditInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "edit"
 
     def permission_target(self, params: NotebookEditInput, ctx: ToolContext) -> str | None:

@@ -11,11 +11,12 @@ is told to keep planning. Both are the main thread's: subagents and teammates ne
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.plan_mode import EnterPlanModeInput, ExitPlanModeInput
 
 ENTERED = (
     "Entered plan mode. You should now focus on exploring the codebase and designing an "
@@ -68,21 +69,6 @@ use AskUserQuestion first. Do not ask for approval any other way (e.g. "Is this 
 okay?"): this tool is how the plan is approved."""
 
 
-class EnterPlanModeInput(ToolInput):
-    """EnterPlanMode takes no input."""
-
-
-class ExitPlanModeInput(ToolInput):
-    """ExitPlanMode's input."""
-
-    plan: str = Field(
-        description=(
-            "The plan you came up with, that you want to run by the user for approval. "
-            "Supports markdown. The plan should be pretty concise."
-        )
-    )
-
-
 #: :class:`EnterPlanModeInput`'s closed schema written out (see ``Tool.static_schema``): offered at
 #: every start-up, it is not generated then.
 ENTER_SCHEMA: dict[str, Any] = {
@@ -111,13 +97,13 @@ EXIT_SCHEMA: dict[str, Any] = {
 }
 
 
-class EnterPlanModeTool(Tool[EnterPlanModeInput]):
+class EnterPlanModeTool(Tool["EnterPlanModeInput"]):
     """Switches the session to plan mode, once approved."""
 
     name = "EnterPlanMode"
     description = ENTER_DESCRIPTION
-    Input = EnterPlanModeInput
-    static_schema = (EnterPlanModeInput, ENTER_SCHEMA)
+    input_model = "taskloom.tools.inputs.plan_mode:EnterPlanModeInput"
+    static_schema = (input_model, ENTER_SCHEMA)
     kind = "read"
     approval = "ask"
     concurrency_safe = True
@@ -139,13 +125,13 @@ class EnterPlanModeTool(Tool[EnterPlanModeInput]):
         return ToolResult(f"{ENTERED}\n\n{PLAN_STEPS}", data={"message": ENTERED})
 
 
-class ExitPlanModeTool(Tool[ExitPlanModeInput]):
+class ExitPlanModeTool(Tool["ExitPlanModeInput"]):
     """Presents the plan; approved, leaves plan mode (see the module docstring)."""
 
     name = "ExitPlanMode"
     description = EXIT_DESCRIPTION
-    Input = ExitPlanModeInput
-    static_schema = (ExitPlanModeInput, EXIT_SCHEMA)
+    input_model = "taskloom.tools.inputs.plan_mode:ExitPlanModeInput"
+    static_schema = (input_model, EXIT_SCHEMA)
     kind = "read"
     approval = "person"
 

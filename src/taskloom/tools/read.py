@@ -13,9 +13,7 @@ import asyncio
 import difflib
 import io
 import os
-from typing import Any, ClassVar
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskloom.tools._media import MAX_IMAGE_SIDE, image_extension, read_image, sniff_image
 from taskloom.tools._notebook import is_notebook, read_notebook
@@ -33,7 +31,10 @@ from taskloom.tools._text import (
 )
 from taskloom.tools._text import number_lines as number_lines  # Edit's snippets use it
 from taskloom.tools.backends import TextFiles, text_version
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.read import ReadInput
 
 
 def resolve_file_path(file_path: str, ctx: ToolContext) -> str | ToolResult:
@@ -94,30 +95,6 @@ def truncate_line(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + LINE_TRUNCATED
 
 
-class ReadInput(ToolInput):
-    """Input of :class:`Read`."""
-
-    file_path: str = Field(description="The absolute path of the file to read.")
-    offset: int | None = Field(
-        default=None,
-        ge=0,
-        description="The 1-based line number to start reading at. Only give it for files too "
-        "long to read at once.",
-    )
-    limit: int | None = Field(
-        default=None,
-        ge=1,
-        description=f"How many lines to read (default {DEFAULT_LIMIT}). Only give it for files "
-        "too long to read at once.",
-    )
-    pages: str | None = Field(
-        default=None,
-        description=f'PDF files only: the pages to read, e.g. "3", "1-5" or "2,4-6" (1-based; '
-        f"at most {MAX_PAGES_PER_CALL} a call). Required for a PDF of more than "
-        f"{MAX_PAGES_WITHOUT_RANGE} pages.",
-    )
-
-
 #: :class:`ReadInput`'s closed schema written out, so that offering the tool does not build
 #: the model (it is built when a call is first validated); tests check it is the one
 #: generated, byte for byte.
@@ -151,7 +128,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class Read(Tool[ReadInput]):
+class Read(Tool["ReadInput"]):
     """Shows a text file with line numbers, an image, or a PDF's text; remembers the read."""
 
     name = "Read"
@@ -185,8 +162,8 @@ class Read(Tool[ReadInput]):
         "- Reading several files you may need is best done with several Read calls in one "
         "message."
     )
-    Input = ReadInput
-    static_schema = (ReadInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.read:ReadInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
     #: Bounded by its own token cap (a setting may raise it): never saved to a file.

@@ -14,9 +14,7 @@ that grants tools asks first, as any tool that asks does (an allow rule ``Skill(
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import TaskloomError
 from taskloom.models.base import ToolSpec
@@ -24,13 +22,16 @@ from taskloom.models.switch import ModelSwitch
 from taskloom.permissions.rules import Approval
 from taskloom.skills.catalog import PromptCommand, SkillCatalog
 from taskloom.skills.expand import allow_rules, instructions
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.prompt_shell import (
     PromptShellError,
     ShellPlace,
     has_commands,
     run_prompt_commands,
 )
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.skill import SkillInput
 
 #: The longest description of one skill in the listing, in characters.
 MAX_LISTED_DESCRIPTION = 250
@@ -63,13 +64,6 @@ relevant Skill tool BEFORE generating any other response about the task
 been loaded - follow the instructions directly instead of calling this tool again"""
 
 
-class SkillInput(ToolInput):
-    """The Skill tool's input."""
-
-    skill: str = Field(description='The skill name. E.g., "commit", "review-pr", or "pdf"')
-    args: str | None = Field(default=None, description="Optional arguments for the skill")
-
-
 #: :class:`SkillInput`'s closed schema written out (see ``Tool.static_schema``).
 SKILL_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
@@ -97,7 +91,7 @@ def listing(commands: list[PromptCommand]) -> str:
     return "\n".join(lines)
 
 
-class SkillTool(Tool[SkillInput]):
+class SkillTool(Tool["SkillInput"]):
     """Loads a skill's instructions and allows its tools for the turn (see the module).
 
     Args:
@@ -106,8 +100,8 @@ class SkillTool(Tool[SkillInput]):
 
     name = "Skill"
     description = DESCRIPTION
-    Input = SkillInput
-    static_schema = (SkillInput, SKILL_SCHEMA)
+    input_model = "taskloom.tools.inputs.skill:SkillInput"
+    static_schema = (input_model, SKILL_SCHEMA)
     kind = "read"
     #: The instructions are the point of the call: never cut to a preview.
     max_result_chars = None
@@ -177,4 +171,4 @@ class SkillTool(Tool[SkillInput]):
         return ToolResult(f"Launching skill: {name}\n\n{text}", data=data)
 
 
-__all__ = ["SKILL_SCHEMA", "SkillInput", "SkillTool", "listing"]
+__all__ = ["SKILL_SCHEMA", "SkillTool", "listing"]

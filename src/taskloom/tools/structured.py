@@ -9,13 +9,14 @@ accepted value is kept in :attr:`StructuredOutput.value` for the run's result.
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskloom.errors import UsageError
 from taskloom.messages import INVALID_INPUT_KEY
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolKind, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolKind, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.structured import StructuredValue
 
 NAME = "StructuredOutput"
 DESCRIPTION = (
@@ -30,12 +31,6 @@ REMINDER = (
 )
 #: Reminders before the run gives up (``error_max_structured_output_retries``).
 MAX_REMINDERS = 3
-
-
-class StructuredValue(ToolInput):
-    """Input of :class:`StructuredOutput`: whatever JSON object the schema accepts."""
-
-    value: dict[str, Any] = Field(default_factory=dict)
 
 
 def check_schema(schema: Any) -> dict[str, Any]:
@@ -55,12 +50,12 @@ def check_schema(schema: Any) -> dict[str, Any]:
     return schema
 
 
-class StructuredOutput(Tool[StructuredValue]):
+class StructuredOutput(Tool["StructuredValue"]):
     """The structured final answer of one session."""
 
     name: ClassVar[str] = NAME
     description: ClassVar[str] = DESCRIPTION
-    Input = StructuredValue
+    input_model = "taskloom.tools.inputs.structured:StructuredValue"
     kind: ClassVar[ToolKind] = "read"  # it only hands its input back: nothing to approve
 
     def __init__(self, schema: dict[str, Any]) -> None:
@@ -87,6 +82,8 @@ class StructuredOutput(Tool[StructuredValue]):
                 f"Output does not match the required schema: {'; '.join(lines)}. Call {NAME} "
                 "again with a corrected answer."
             )
+        from taskloom.tools.inputs.structured import StructuredValue
+
         return StructuredValue.model_construct(value=dict(raw))
 
     async def call(self, params: StructuredValue, ctx: ToolContext) -> ToolResult:

@@ -6,9 +6,7 @@ session): one agent cannot read or stop another's work.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field, model_validator
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import TaskAccessDenied, TaskNotFound, clipped
 from taskloom.tasks.kinds import kind_of
@@ -16,11 +14,12 @@ from taskloom.tasks.narrow import as_shell
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import TaskState
 from taskloom.tools import responses
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.tasks import TaskOutputInput, TaskStopInput
 
 MAX_OUTPUT_BYTES = 30_000
-DEFAULT_WAIT_MS = 30_000
-MAX_WAIT_MS = 600_000
 
 
 def find_task(runtime: TaskRuntime, task_id: str, caller: str) -> TaskState | ToolResult:
@@ -70,16 +69,6 @@ def describe(
     return "\n".join(lines), data
 
 
-class TaskOutputInput(ToolInput):
-    """Input of :class:`TaskOutputTool`."""
-
-    task_id: str = Field(description="The id of the task (from Bash, Agent or a notification).")
-    block: bool = Field(default=True, description="Wait for the task to finish.")
-    timeout: int = Field(
-        default=DEFAULT_WAIT_MS, ge=0, le=MAX_WAIT_MS, description="Longest wait in ms."
-    )
-
-
 #: :class:`TaskOutputInput`'s closed schema written out (see ``Tool.static_schema``), so that
 #: offering the tool does not build the model; tests check it is the generated one.
 TASK_OUTPUT_SCHEMA: dict[str, Any] = {
@@ -108,7 +97,7 @@ TASK_OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class TaskOutputTool(Tool[TaskOutputInput]):
+class TaskOutputTool(Tool["TaskOutputInput"]):
     """Read a background task's status and new output (or an agent's result)."""
 
     name = "TaskOutput"
@@ -118,8 +107,8 @@ class TaskOutputTool(Tool[TaskOutputInput]):
         "answer. With block=true (default) it waits up to `timeout` ms for the task to end. "
         "You are notified when tasks end, so prefer doing other work to waiting here."
     )
-    Input = TaskOutputInput
-    static_schema = (TaskOutputInput, TASK_OUTPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.tasks:TaskOutputInput"
+    static_schema = (input_model, TASK_OUTPUT_SCHEMA)
     kind = "other"
     concurrency_safe = True
 
@@ -147,19 +136,6 @@ class TaskOutputTool(Tool[TaskOutputInput]):
         return ToolResult(text, data=data, response=response)
 
 
-class TaskStopInput(ToolInput):
-    """Input of :class:`TaskStopTool`."""
-
-    task_id: str | None = Field(default=None, description="The id of the task to stop.")
-    shell_id: str | None = Field(default=None, description="Deprecated: use task_id.")
-
-    @model_validator(mode="after")
-    def _one_id(self) -> TaskStopInput:
-        if not (self.task_id or self.shell_id):
-            raise ValueError("task_id is required")
-        return self
-
-
 #: :class:`TaskStopInput`'s closed schema written out (see ``Tool.static_schema``), so that
 #: offering the tool does not build the model; tests check it is the generated one.
 TASK_STOP_SCHEMA: dict[str, Any] = {
@@ -173,7 +149,7 @@ TASK_STOP_SCHEMA: dict[str, Any] = {
 }
 
 
-class TaskStopTool(Tool[TaskStopInput]):
+class TaskStopTool(Tool["TaskStopInput"]):
     """Stop a running background task."""
 
     name = "TaskStop"
@@ -181,8 +157,8 @@ class TaskStopTool(Tool[TaskStopInput]):
         "Stop a running background task (shell command or agent) by its id. The command and "
         "every process it started are terminated."
     )
-    Input = TaskStopInput
-    static_schema = (TaskStopInput, TASK_STOP_SCHEMA)
+    input_model = "taskloom.tools.inputs.tasks:TaskStopInput"
+    static_schema = (input_model, TASK_STOP_SCHEMA)
     kind = "other"
 
     async def call(self, params: TaskStopInput, ctx: ToolContext) -> ToolResult:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import Field, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from taskloom.messages import Message, TextBlock, ToolUseBlock
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
-Status = Literal["pending", "in_progress", "completed"]
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.todo import Status, TodoItem, TodoWriteInput
+
 
 #: What the model is told after each call (Claude Code's words).
 MODIFIED = (
@@ -54,22 +54,6 @@ Each call replaces the whole list. Each todo has:
 Keep exactly one task in_progress at a time. Mark a task completed only when it is fully \
 done: with tests failing, an implementation partial or an error unresolved, keep it \
 in_progress and add a task for what blocks it. Remove tasks that are no longer relevant."""
-
-
-class TodoItem(ToolInput):
-    """One todo."""
-
-    content: str = Field(min_length=1, description="What needs to be done (imperative form)")
-    status: Status = Field(description="pending, in_progress or completed")
-    activeForm: str = Field(  # Claude Code's field name
-        min_length=1, description="The task in the present continuous, shown while it runs"
-    )
-
-
-class TodoWriteInput(ToolInput):
-    """TodoWrite's input."""
-
-    todos: list[TodoItem] = Field(description="The updated todo list")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +118,11 @@ class TodoList:
                         continue
                 if raw is None:
                     continue
+                # Only a conversation with a list imports the model (and pydantic).
+                from pydantic import ValidationError
+
+                from taskloom.tools.inputs.todo import TodoWriteInput
+
                 try:
                     parsed = TodoWriteInput.model_validate(raw)
                 except ValidationError:
@@ -183,13 +172,13 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class TodoWriteTool(Tool[TodoWriteInput]):
+class TodoWriteTool(Tool["TodoWriteInput"]):
     """Replaces the calling agent's todo list."""
 
     name = "TodoWrite"
     description = DESCRIPTION
-    Input = TodoWriteInput
-    static_schema = (TodoWriteInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.todo:TodoWriteInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "other"
 
     async def call(self, params: TodoWriteInput, ctx: ToolContext) -> ToolResult:
@@ -206,4 +195,4 @@ class TodoWriteTool(Tool[TodoWriteInput]):
         return ToolResult(MODIFIED, data=data, response=data)
 
 
-__all__ = ["MODIFIED", "SUMMARY_HEAD", "Todo", "TodoItem", "TodoList", "TodoWriteTool"]
+__all__ = ["MODIFIED", "SUMMARY_HEAD", "Todo", "TodoList", "TodoWriteTool"]

@@ -17,36 +17,21 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.tool_search import ToolSearchInput
 
 #: The tool's name (the request builder finds it by this name).
 TOOL_SEARCH = "ToolSearch"
-#: How many matches a keyword search returns when ``max_results`` is not given.
-DEFAULT_MAX_RESULTS = 5
 #: The answer when nothing matches (Claude Code's words).
 NO_MATCH = "No matching deferred tools found"
 
 _SELECT = re.compile(r"^select:(.+)$", re.IGNORECASE | re.DOTALL)
 _FUNCTION = re.compile(r"<function>(.*?)</function>", re.DOTALL)
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-
-
-class ToolSearchInput(ToolInput):
-    """Input of :class:`ToolSearchTool`."""
-
-    query: str = Field(
-        description='What to look for among the deferred tools: "select:<tool_name>" (several '
-        "separated by commas) to fetch tools by name, or keywords to search."
-    )
-    max_results: int = Field(
-        default=DEFAULT_MAX_RESULTS,
-        ge=1,
-        description=f"The most tools a keyword search returns (default {DEFAULT_MAX_RESULTS}).",
-    )
 
 
 #: :class:`ToolSearchInput`'s closed schema written out (see :attr:`Tool.static_schema`);
@@ -72,7 +57,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class ToolSearchTool(Tool[ToolSearchInput]):
+class ToolSearchTool(Tool["ToolSearchInput"]):
     """Finds deferred tools and gives their full definitions, which makes them callable.
 
     Args:
@@ -97,8 +82,8 @@ class ToolSearchTool(Tool[ToolSearchInput]):
         '- "notebook jupyter": keyword search, the max_results best matches\n'
         '- "+slack send": "slack" must be in the name; the other words rank the matches'
     )
-    Input = ToolSearchInput
-    static_schema = (ToolSearchInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.tool_search:ToolSearchInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "other"
     concurrency_safe = True
     #: Definitions are what it is for: a long answer is shown whole, never saved to a file.

@@ -14,9 +14,7 @@ own, since the turn needs its answer and the bounds keep it short.
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskloom.errors import ModelError
 from taskloom.messages import Message
@@ -24,7 +22,10 @@ from taskloom.models.base import WEB_FETCH_PURPOSE, ModelRequest
 from taskloom.tools import responses
 from taskloom.tools._fetch import FetchError, Page, PageCache, Redirect, checked_url, fetch
 from taskloom.tools._web import agent_model, ask, small_model
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolKind, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolKind, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.web_fetch import WebFetchInput
 
 #: Characters of the page the small model is given (Claude Code's bound).
 MAX_MARKDOWN_CHARS = 100_000
@@ -65,13 +66,6 @@ quotation marks should never be word-for-word the same.
  - Never produce or reproduce exact song lyrics."""
 
 
-class WebFetchInput(ToolInput):
-    """WebFetch's input."""
-
-    url: str = Field(description="The URL to fetch content from")
-    prompt: str = Field(description="The prompt to run on the fetched content")
-
-
 _SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "description": "WebFetch's input.",
@@ -84,7 +78,7 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-class WebFetch(Tool[WebFetchInput]):
+class WebFetch(Tool["WebFetchInput"]):
     """Fetch a URL and answer a prompt about it with the session's small model.
 
     Args:
@@ -93,10 +87,10 @@ class WebFetch(Tool[WebFetchInput]):
 
     name = "WebFetch"
     description = DESCRIPTION
-    Input = WebFetchInput
+    input_model = "taskloom.tools.inputs.web_fetch:WebFetchInput"
     kind: ClassVar[ToolKind] = "fetch"
     concurrency_safe = True
-    static_schema = (WebFetchInput, _SCHEMA)
+    static_schema = (input_model, _SCHEMA)
 
     def __init__(self, cache: PageCache | None = None) -> None:
         self.cache = cache if cache is not None else PAGES

@@ -20,17 +20,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
-
-from pydantic import Field
 
 from taskloom.errors import ModelError
 from taskloom.messages import Message, TextBlock, WebSearchResultBlock
 from taskloom.models.base import WEB_SEARCH_PURPOSE, Model, ModelRequest
 from taskloom.tools import responses
 from taskloom.tools._web import agent_model, anthropic, ask, offers_server_search
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolKind, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolKind, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.web_search import WebSearchInput
 
 #: The setting naming a search endpoint (see the module docstring).
 ENDPOINT_SETTING = "webSearchUrl"
@@ -65,18 +66,6 @@ Usage notes:
   - Use the current year from the environment when searching for recent information"""
 
 
-class WebSearchInput(ToolInput):
-    """WebSearch's input."""
-
-    query: str = Field(min_length=2, description="The search query to use")
-    allowed_domains: list[str] | None = Field(
-        default=None, description="Only include search results from these domains"
-    )
-    blocked_domains: list[str] | None = Field(
-        default=None, description="Never include search results from these domains"
-    )
-
-
 _SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "description": "WebSearch's input.",
@@ -105,15 +94,15 @@ def web_search_available(model: Model, settings: Mapping[str, Any]) -> bool:
     return bool(settings.get(ENDPOINT_SETTING)) or offers_server_search(model)
 
 
-class WebSearch(Tool[WebSearchInput]):
+class WebSearch(Tool["WebSearchInput"]):
     """Search the web through a configured endpoint or the Anthropic API's own search."""
 
     name = "WebSearch"
     description = DESCRIPTION
-    Input = WebSearchInput
+    input_model = "taskloom.tools.inputs.web_search:WebSearchInput"
     kind: ClassVar[ToolKind] = "fetch"
     concurrency_safe = True
-    static_schema = (WebSearchInput, _SCHEMA)
+    static_schema = (input_model, _SCHEMA)
 
     async def call(self, params: WebSearchInput, ctx: ToolContext) -> ToolResult:
         """Search, then format the results as Claude Code does."""

@@ -10,14 +10,13 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.hooks import HookConfig
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.tools.inputs.worktree_tools import EnterWorktreeInput, ExitWorktreeInput
     from taskloom.worktrees import Worktree
 
 
@@ -38,29 +37,6 @@ class WorktreeSession:
 
 #: A subagent (a fork carries these tools) must not move the session it belongs to.
 _MAIN_ONLY = "{tool} is only available to the main session, not to subagents."
-
-
-class EnterWorktreeInput(ToolInput):
-    """Input of :class:`EnterWorktreeTool`."""
-
-    name: str | None = Field(
-        default=None,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$",
-        description="A name for the worktree (letters, digits, '-', '_', '.'); random if omitted.",
-    )
-
-
-class ExitWorktreeInput(ToolInput):
-    """Input of :class:`ExitWorktreeTool`."""
-
-    action: Literal["keep", "remove"] = Field(
-        description="keep: leave the worktree and its branch on disk; remove: delete both."
-    )
-    discard_changes: bool = Field(
-        default=False,
-        description="With remove: confirm that uncommitted changes and commits may be lost.",
-    )
 
 
 class _WorktreeTool:
@@ -100,7 +76,7 @@ ENTER_SCHEMA: dict[str, Any] = {
 }
 
 
-class EnterWorktreeTool(_WorktreeTool, Tool[EnterWorktreeInput]):
+class EnterWorktreeTool(_WorktreeTool, Tool["EnterWorktreeInput"]):
     """Create a worktree and make it the session's working directory."""
 
     name = "EnterWorktree"
@@ -109,8 +85,8 @@ class EnterWorktreeTool(_WorktreeTool, Tool[EnterWorktreeInput]):
         ".taskloom/worktrees/) and switch the session's working directory into it. Use only "
         "when the user explicitly asks for a worktree. Fails if the session is already in one."
     )
-    Input = EnterWorktreeInput
-    static_schema = (EnterWorktreeInput, ENTER_SCHEMA)
+    input_model = "taskloom.tools.inputs.worktree_tools:EnterWorktreeInput"
+    static_schema = (input_model, ENTER_SCHEMA)
     kind = "other"
 
     async def call(self, params: EnterWorktreeInput, ctx: ToolContext) -> ToolResult:
@@ -163,7 +139,7 @@ EXIT_SCHEMA: dict[str, Any] = {
 }
 
 
-class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
+class ExitWorktreeTool(_WorktreeTool, Tool["ExitWorktreeInput"]):
     """Leave the worktree EnterWorktree made, keeping or removing it."""
 
     name = "ExitWorktree"
@@ -173,8 +149,8 @@ class ExitWorktreeTool(_WorktreeTool, Tool[ExitWorktreeInput]):
         "deletes both, and refuses when there are uncommitted changes or new commits unless "
         "discard_changes=true."
     )
-    Input = ExitWorktreeInput
-    static_schema = (ExitWorktreeInput, EXIT_SCHEMA)
+    input_model = "taskloom.tools.inputs.worktree_tools:ExitWorktreeInput"
+    static_schema = (input_model, EXIT_SCHEMA)
     kind = "other"
 
     async def call(self, params: ExitWorktreeInput, ctx: ToolContext) -> ToolResult:

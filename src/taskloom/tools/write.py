@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
 from taskloom.tools.backends import TextFiles, text_version
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.read import check_fresh, resolve_file_path, served_by, target_path
 
-
-class WriteInput(ToolInput):
-    """Input of :class:`Write`."""
-
-    file_path: str = Field(description="The absolute path of the file to write.")
-    content: str = Field(description="The complete new content of the file.")
+if TYPE_CHECKING:
+    from taskloom.tools.inputs.write import WriteInput
 
 
 #: :class:`WriteInput`'s closed schema written out, so that offering the tool does not build
@@ -35,7 +29,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class Write(Tool[WriteInput]):
+class Write(Tool["WriteInput"]):
     """Creates or overwrites a whole file."""
 
     name = "Write"
@@ -51,8 +45,8 @@ class Write(Tool[WriteInput]):
         "- An existing file that uses CRLF line endings keeps them.\n"
         "- Do not create documentation or README files unless asked to."
     )
-    Input = WriteInput
-    static_schema = (WriteInput, INPUT_SCHEMA)
+    input_model = "taskloom.tools.inputs.write:WriteInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "edit"
 
     def permission_target(self, params: WriteInput, ctx: ToolContext) -> str | None:

@@ -19,14 +19,12 @@ from taskloom.agents.dream_tools import (
     TEMP_SUFFIX,
     Change,
     MemoryDelete,
-    MemoryDeleteInput,
     MemoryRead,
-    MemoryReadInput,
     MemoryScope,
     MemoryWrite,
-    MemoryWriteInput,
     sweep_leftovers,
 )
+from taskloom.agents.inputs.dream_tools import MemoryDeleteInput, MemoryReadInput, MemoryWriteInput
 from taskloom.agents.memory import MAX_CHARS, MAX_LINES, memory_dir
 from taskloom.errors import UsageError
 from taskloom.models.base import ModelRequest

@@ -30,7 +30,7 @@ from taskloom.models.base import ModelRequest
 from taskloom.tasks.mailbox import HELD
 from taskloom.tasks.teammate import TeammateTaskState
 from taskloom.testing import FunctionModel, ToolCall, Turn
-from taskloom.tools.base import generated_schema
+from taskloom.tools.base import generated_schema, input_key
 from team_scenario import _calls as wire_calls
 
 _NOTICE = re.compile(
@@ -107,7 +107,7 @@ async def test_the_lead_s_prompt_names_the_rules_and_its_send_message_may_ask(
     async with harness(tmp_path, model, teams=True, system_prompt="Be brief.") as h:
         assert h.session.engine.config.system_prompt == "Be brief."  # replaced: left whole
     static = LeadSendMessageTool.static_schema
-    assert static is not None and static[0] is LeadSendMessageTool.Input
+    assert static is not None and static[0] == input_key(LeadSendMessageTool)
     assert json.dumps(static[1]) == json.dumps(generated_schema(LeadSendMessageTool.Input))
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from helpers import TIME_FACTOR, harness, main_context
-from taskloom.agents.workflow_tool import WorkflowInput, WorkflowTool, plan, render_prompts
+from taskloom.agents.inputs.workflow_tool import WorkflowInput
+from taskloom.agents.workflow_tool import WorkflowTool, plan, render_prompts
 from taskloom.errors import ToolError
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.kinds import kind_of

@@ -8,7 +8,8 @@ from typing import Any
 import psutil
 
 from helpers import TIME_FACTOR, harness, main_context
-from taskloom.agents.workflow_tool import WorkflowInput, WorkflowTool
+from taskloom.agents.inputs.workflow_tool import WorkflowInput
+from taskloom.agents.workflow_tool import WorkflowTool
 from taskloom.models.base import ModelRequest
 from taskloom.tasks.types import TaskStatus
 from taskloom.testing import FunctionModel, ToolCall, Turn

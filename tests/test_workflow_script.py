@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from helpers import harness, main_context
-from taskloom.agents.workflow_tool import WorkflowInput, plan
+from taskloom.agents.inputs.workflow_tool import WorkflowInput
+from taskloom.agents.workflow_tool import plan
 from taskloom.errors import ToolError
 from taskloom.gate import permit
 from taskloom.permissions import PermissionPolicy

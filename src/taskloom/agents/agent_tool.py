@@ -5,15 +5,14 @@ from __future__ import annotations
 import copy
 import os
 import re
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import Field, model_validator
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import ToolError, quoted
 from taskloom.tools import responses
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.agents.inputs.agent_tool import AgentInput
     from taskloom.agents.service import AgentService, SpawnResult
     from taskloom.tasks.usage import Latest
 
@@ -49,44 +48,6 @@ conversation and shares your prompt cache; it runs in the background and reports
 - Start a fresh agent (name its `subagent_type`) when the task needs that type's tools or
   prompt, or a context without yours; its prompt must then say everything.
 - A fork may not fork again."""
-
-AgentMode = Literal["acceptEdits", "bypassPermissions", "default", "dontAsk", "plan"]
-
-
-class AgentInput(ToolInput):
-    """Input of :class:`AgentTool`."""
-
-    description: str = Field(description="A short (3-5 word) description of the task.")
-    prompt: str = Field(description="The task for the agent to perform.")
-    subagent_type: str | None = Field(default=None, description="The agent type to use.")
-    model: Literal["sonnet", "opus", "haiku"] | None = Field(
-        default=None, description="Model override for this agent."
-    )
-    run_in_background: bool | None = Field(
-        default=None, description="Run in the background; you are notified when it ends."
-    )
-    name: str | None = Field(default=None, description="A name to address it by (SendMessage).")
-    team_name: str | None = Field(default=None, description="Team to spawn a teammate into.")
-    mode: AgentMode | None = Field(default=None, description="Permission mode for the agent.")
-    isolation: Literal["worktree", "remote"] | None = Field(
-        default=None, description="Run in an isolated git worktree, or remotely."
-    )
-    cwd: str | None = Field(default=None, description="Absolute working directory.")
-    max_tokens_budget: int | None = Field(
-        default=None, ge=1, description="Token budget of the agent and the agents it starts."
-    )
-    max_tool_calls: int | None = Field(
-        default=None, ge=1, description="Tool-call budget of the agent and the agents it starts."
-    )
-    max_seconds: float | None = Field(
-        default=None, gt=0, description="Wall-time budget of the agent and its agents, seconds."
-    )
-
-    @model_validator(mode="after")
-    def _exclusive(self) -> AgentInput:
-        if self.cwd is not None and self.isolation is not None:
-            raise ValueError("cwd and isolation cannot be used together")
-        return self
 
 
 #: The Agent call's budget fields, offered when the setting ``agentBudgets`` is on.
@@ -154,14 +115,14 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class AgentTool(Tool[AgentInput]):
+class AgentTool(Tool["AgentInput"]):
     """Spawns subagents through an :class:`~taskloom.agents.service.AgentService`."""
 
     name = "Agent"
     aliases = ("Task",)  # its name before Claude Code 2.1, still in models' habits
     description = DESCRIPTION
-    Input = AgentInput
-    static_schema = (AgentInput, INPUT_SCHEMA)
+    input_model = "taskloom.agents.inputs.agent_tool:AgentInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "other"
     concurrency_safe = True
 

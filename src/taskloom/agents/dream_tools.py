@@ -31,12 +31,18 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.agents.memory import MAX_CHARS, MAX_LINES
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.agents.inputs.dream_tools import (
+        MemoryDeleteInput,
+        MemoryListInput,
+        MemoryReadInput,
+        MemoryWriteInput,
+    )
 
 #: The suffix of a temporary file :func:`replace_file` writes before its rename.
 TEMP_SUFFIX = ".dream-tmp"
@@ -210,16 +216,12 @@ class MemoryScope:
         return "\n".join(lines)
 
 
-class MemoryListInput(ToolInput):
-    """Input of :class:`MemoryList`."""
-
-
-class MemoryList(Tool[MemoryListInput]):
+class MemoryList(Tool["MemoryListInput"]):
     """Lists the files of the memory directories."""
 
     name = "MemoryList"
     description = "Lists every file of the memory directories you tidy, with sizes and lines."
-    Input = MemoryListInput
+    input_model = "taskloom.agents.inputs.dream_tools:MemoryListInput"
     kind = "read"
     concurrency_safe = True
 
@@ -232,18 +234,12 @@ class MemoryList(Tool[MemoryListInput]):
         return ToolResult(self.scope.listing())
 
 
-class MemoryReadInput(ToolInput):
-    """Input of :class:`MemoryRead`."""
-
-    file_path: str = Field(description="The absolute path of a file in a memory directory.")
-
-
-class MemoryRead(Tool[MemoryReadInput]):
+class MemoryRead(Tool["MemoryReadInput"]):
     """Reads one file of the memory directories."""
 
     name = "MemoryRead"
     description = "Reads a whole file of the memory directories (absolute path)."
-    Input = MemoryReadInput
+    input_model = "taskloom.agents.inputs.dream_tools:MemoryReadInput"
     kind = "read"
     concurrency_safe = True
 
@@ -268,17 +264,7 @@ class MemoryRead(Tool[MemoryReadInput]):
         return ToolResult(text or "(empty file)")
 
 
-class MemoryWriteInput(ToolInput):
-    """Input of :class:`MemoryWrite`."""
-
-    file_path: str = Field(description="The absolute path of a file in a memory directory.")
-    content: str = Field(description="The complete new content of the file.")
-    reason: str = Field(
-        min_length=1, description="Why, in a few words (e.g. merged two notes on X)."
-    )
-
-
-class MemoryWrite(Tool[MemoryWriteInput]):
+class MemoryWrite(Tool["MemoryWriteInput"]):
     """Creates or replaces one file of the memory directories, atomically."""
 
     name = "MemoryWrite"
@@ -287,7 +273,7 @@ class MemoryWrite(Tool[MemoryWriteInput]):
         "atomically. An index (MEMORY.md) must stay within "
         f"{MAX_LINES} lines and {MAX_CHARS} characters. Give the reason for the change."
     )
-    Input = MemoryWriteInput
+    input_model = "taskloom.agents.inputs.dream_tools:MemoryWriteInput"
     kind = "edit"
 
     def __init__(self, scope: MemoryScope) -> None:
@@ -324,17 +310,7 @@ class MemoryWrite(Tool[MemoryWriteInput]):
         return ToolResult(f"{path}: {action} ({len(data)} bytes).")
 
 
-class MemoryDeleteInput(ToolInput):
-    """Input of :class:`MemoryDelete`."""
-
-    file_path: str = Field(description="The absolute path of a note in a memory directory.")
-    reason: str = Field(
-        min_length=1,
-        description="Why it may go: stale (what makes it so) or merged into which note.",
-    )
-
-
-class MemoryDelete(Tool[MemoryDeleteInput]):
+class MemoryDelete(Tool["MemoryDeleteInput"]):
     """Removes one note of the memory directories, with the reason."""
 
     name = "MemoryDelete"
@@ -343,7 +319,7 @@ class MemoryDelete(Tool[MemoryDeleteInput]):
         "stale (say what shows it) or merged into another note (say which). Never an index; "
         "a note its directory's MEMORY.md still names must first be taken out of the index."
     )
-    Input = MemoryDeleteInput
+    input_model = "taskloom.agents.inputs.dream_tools:MemoryDeleteInput"
     kind = "edit"
 
     def __init__(self, scope: MemoryScope) -> None:

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
 from taskloom.errors import ToolError
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.agents.inputs.list_peers import ListPeersInput
     from taskloom.agents.service import AgentService
     from taskloom.remote.cluster import Cluster
 
@@ -81,16 +80,7 @@ async def find_peers(
     return found, None
 
 
-class ListPeersInput(ToolInput):
-    """Input of :class:`ListPeersTool`."""
-
-    include_self: bool = Field(
-        default=False,
-        description="Whether to include the current session in the list. Defaults to false.",
-    )
-
-
-class ListPeersTool(Tool[ListPeersInput]):
+class ListPeersTool(Tool["ListPeersInput"]):
     """The sessions this one can message (see the module docstring)."""
 
     name = "ListPeers"
@@ -100,7 +90,7 @@ class ListPeersTool(Tool[ListPeersInput]):
         "for sessions on the Ray cluster. Only sessions running with --listen are listed. Use "
         "an address as SendMessage's to."
     )
-    Input = ListPeersInput
+    input_model = "taskloom.agents.inputs.list_peers:ListPeersInput"
     kind = "read"
     concurrency_safe = True
 
@@ -131,4 +121,4 @@ class ListPeersTool(Tool[ListPeersInput]):
         return ToolResult(text, data=data)
 
 
-__all__ = ["ListPeersInput", "ListPeersTool", "Peer", "find_peers"]
+__all__ = ["ListPeersTool", "Peer", "find_peers"]

@@ -4,37 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
 from taskloom.errors import TaskError, ToolError
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.agents.inputs.send_message import SendMessageInput
     from taskloom.agents.service import AgentService
-
-
-#: What ``to`` may be (the same text in the model and in :data:`INPUT_SCHEMA`).
-TO_DESCRIPTION = (
-    'The recipient: an agent\'s id or the name it was given; "*" for every running agent '
-    "you may message; the session id, for the main session (from an agent); or "
-    '"uds:<socket path>" for another taskloom session on this machine, or '
-    '"bridge:<session id>" for one on the Ray cluster (text only; see ListPeers).'
-)
-#: What ``message`` may be.
-MESSAGE_DESCRIPTION = (
-    'Text, or a structured object: {"type": "shutdown_request", "reason"?}, '
-    '{"type": "shutdown_response", "request_id", "approve": bool, "reason"?} or '
-    '{"type": "plan_approval_response", "request_id", "approve": bool, '
-    '"feedback"?}.'
-)
-
-
-class SendMessageInput(ToolInput):
-    """Input of :class:`SendMessageTool`."""
-
-    to: str = Field(description=TO_DESCRIPTION)
-    message: str | dict[str, Any] = Field(description=MESSAGE_DESCRIPTION)
-    summary: str | None = Field(default=None, description="A 5-10 word preview.")
 
 
 #: :class:`SendMessageInput`'s closed schema written out (see ``Tool.static_schema``), so that
@@ -43,28 +18,25 @@ INPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "description": "Input of :class:`SendMessageTool`.",
     "properties": {
-        "to": {"description": TO_DESCRIPTION, "type": "string"},
+        "to": {
+            "description": 'The recipient: an agent\'s id or the name it was given; "*" for every '
+            "running agent you may message; the session id, for the main session (from an "
+            'agent); or "uds:<socket path>" for another taskloom session on this machine, or '
+            '"bridge:<session id>" for one on the Ray cluster (text only; see ListPeers).',
+            "type": "string",
+        },
         "message": {
             "anyOf": [{"type": "string"}, {"additionalProperties": True, "type": "object"}],
-            "description": MESSAGE_DESCRIPTION,
+            "description": 'Text, or a structured object: {"type": "shutdown_request", '
+            '"reason"?}, {"type": "shutdown_response", "request_id", "approve": bool, '
+            '"reason"?} or {"type": "plan_approval_response", "request_id", "approve": bool, '
+            '"feedback"?}.',
         },
         "summary": {"type": "string", "description": "A 5-10 word preview."},
     },
     "required": ["to", "message"],
     "type": "object",
 }
-
-
-#: What ``notify_when_idle`` does (the team lead's SendMessage only).
-NOTIFY_DESCRIPTION = (
-    "Teammates only: wake me with their next idle notice (else it comes with my next turn)."
-)
-
-
-class LeadSendMessageInput(SendMessageInput):
-    """Input of :class:`LeadSendMessageTool`."""
-
-    notify_when_idle: bool = Field(default=False, description=NOTIFY_DESCRIPTION)
 
 
 #: :class:`LeadSendMessageInput`'s closed schema written out (see :data:`INPUT_SCHEMA`).
@@ -75,14 +47,15 @@ LEAD_INPUT_SCHEMA: dict[str, Any] = {
         **INPUT_SCHEMA["properties"],
         "notify_when_idle": {
             "default": False,
-            "description": NOTIFY_DESCRIPTION,
+            "description": "Teammates only: wake me with their next idle notice (else it comes "
+            "with my next turn).",
             "type": "boolean",
         },
     },
 }
 
 
-class SendMessageTool(Tool[SendMessageInput]):
+class SendMessageTool(Tool["SendMessageInput"]):
     """Messages between agents, and to other sessions."""
 
     name = "SendMessage"
@@ -97,8 +70,8 @@ class SendMessageTool(Tool[SendMessageInput]):
         "shutdown_response, plan_approval_response); a shutdown_request gets a request_id, "
         "which the result tells you."
     )
-    Input = SendMessageInput
-    static_schema = (SendMessageInput, INPUT_SCHEMA)
+    input_model = "taskloom.agents.inputs.send_message:SendMessageInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "other"
 
     def __init__(self, service: AgentService) -> None:
@@ -108,6 +81,8 @@ class SendMessageTool(Tool[SendMessageInput]):
     async def call(self, params: SendMessageInput, ctx: ToolContext) -> ToolResult:
         """Queue, broadcast, resume or hand over."""
         # The lead's own variant may ask for the recipients' next idle notices to wake it.
+        from taskloom.agents.inputs.send_message import LeadSendMessageInput
+
         notify = isinstance(params, LeadSendMessageInput) and params.notify_when_idle
         try:
             delivery = await self.service.deliver(
@@ -121,5 +96,5 @@ class SendMessageTool(Tool[SendMessageInput]):
 class LeadSendMessageTool(SendMessageTool):
     """SendMessage for a team lead: it may ask to be woken by a teammate's next idle notice."""
 
-    Input = LeadSendMessageInput
-    static_schema = (LeadSendMessageInput, LEAD_INPUT_SCHEMA)
+    input_model = "taskloom.agents.inputs.send_message:LeadSendMessageInput"
+    static_schema = (input_model, LEAD_INPUT_SCHEMA)

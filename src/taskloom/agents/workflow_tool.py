@@ -22,12 +22,11 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
 from taskloom.errors import ToolError
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolKind, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolKind, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.agents.inputs.workflow_tool import WorkflowInput
     from taskloom.agents.service import AgentService
     from taskloom.agents.workflow import WorkflowSpec
 
@@ -57,31 +56,6 @@ each item is independent; for a few different tasks use Agent.
 - You get the workflow's task id at once, and ONE notification when every agent has ended,
   with each one's answer and output file. TaskOutput shows its progress (done/total);
   TaskStop stops it and all its agents. A failed agent is reported, not fatal."""
-
-
-class WorkflowInput(ToolInput):
-    """Input of :class:`WorkflowTool`."""
-
-    description: str = Field(description="A short (3-5 word) description of the workflow.")
-    items: list[Any] | None = Field(
-        default=None,
-        min_length=1,
-        description="The work items, one agent each (strings, numbers, objects).",
-    )
-    prompt: str | None = Field(
-        default=None, description="Each agent's prompt: a template with {item}, {index}."
-    )
-    script: str | None = Field(
-        default=None,
-        description="Instead of items and prompt: a Python script that runs the agents.",
-    )
-    subagent_type: str | None = Field(default=None, description="The agents' type.")
-    concurrency: int | None = Field(
-        default=None, ge=1, description="The most agents running at once (default 16)."
-    )
-    reduce: str | None = Field(
-        default=None, description="The prompt of a last agent given every result to combine."
-    )
 
 
 #: :class:`WorkflowInput`'s closed schema written out (see ``Tool.static_schema``), so that
@@ -255,13 +229,13 @@ def _form(params: WorkflowInput) -> tuple[list[Any], str]:
     return params.items, params.prompt
 
 
-class WorkflowTool(Tool[WorkflowInput]):
+class WorkflowTool(Tool["WorkflowInput"]):
     """Runs workflows of subagents through an :class:`~taskloom.agents.service.AgentService`."""
 
     name = "Workflow"
     description = DESCRIPTION
-    Input = WorkflowInput
-    static_schema = (WorkflowInput, INPUT_SCHEMA)
+    input_model = "taskloom.agents.inputs.workflow_tool:WorkflowInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "other"
     concurrency_safe = True
 
@@ -335,7 +309,6 @@ __all__ = [
     "MAX_AGENTS",
     "MAX_CONCURRENCY",
     "SCRIPT_COMMAND",
-    "WorkflowInput",
     "WorkflowTool",
     "plan",
     "render_prompts",

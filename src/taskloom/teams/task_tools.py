@@ -13,9 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError, TaskloomError, clipped
@@ -23,7 +21,15 @@ from taskloom.store import TaskRow, TeamTables, TeamTaskError
 from taskloom.store.teams import open_blockers
 from taskloom.teams.model import LEAD_NAME, TeamError
 from taskloom.teams.roster import check_name
-from taskloom.tools.base import InputT, Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import InputT, Tool, ToolContext, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.teams.inputs.task_tools import (
+        TaskCreateInput,
+        TaskGetInput,
+        TaskListInput,
+        TaskUpdateInput,
+    )
 
 NOT_IN_TEAM = (
     "Not in a team. Create one with TeamCreate, or spawn a teammate with Agent and a name."
@@ -35,11 +41,6 @@ COMPLETED_HINT = (
 )
 #: The store's names of changed fields as the model wrote them.
 _FIELD_NAMES = {"active_form": "activeForm", "blocked_by": "blockedBy"}
-STATUS_DESCRIPTION = (
-    "in_progress when you start (claims it if nobody owns it), completed when done, deleted "
-    "to remove it."
-)
-Status = Literal["pending", "in_progress", "completed", "deleted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +109,6 @@ class _BoardTool(Tool[InputT]):
         self.board = board
 
 
-class TaskCreateInput(ToolInput):
-    """Input of :class:`TaskCreateTool`."""
-
-    subject: str = Field(description="A brief title, in the imperative (Run the tests).")
-    description: str = Field(description="What needs to be done, and how to know it is done.")
-    activeForm: str | None = Field(
-        default=None, description="Shown while the task runs, present continuous (Running tests)."
-    )
-    metadata: dict[str, Any] | None = Field(
-        default=None, description="Arbitrary data to attach to the task."
-    )
-
-
 #: :class:`TaskCreateInput`'s closed schema written out (``Tool.static_schema``).
 INPUT_SCHEMA_CREATE: dict[str, Any] = {
     "additionalProperties": False,
@@ -149,7 +137,7 @@ INPUT_SCHEMA_CREATE: dict[str, Any] = {
 }
 
 
-class TaskCreateTool(_BoardTool[TaskCreateInput]):
+class TaskCreateTool(_BoardTool["TaskCreateInput"]):
     """Add a task to the team's task list."""
 
     name = "TaskCreate"
@@ -159,8 +147,8 @@ class TaskCreateTool(_BoardTool[TaskCreateInput]):
         "with TaskUpdate and owner. Use it for work that others can pick up or that you "
         "must track; link tasks with TaskUpdate addBlocks/addBlockedBy."
     )
-    Input = TaskCreateInput
-    static_schema = (TaskCreateInput, INPUT_SCHEMA_CREATE)
+    input_model = "taskloom.teams.inputs.task_tools:TaskCreateInput"
+    static_schema = (input_model, INPUT_SCHEMA_CREATE)
 
     async def call(self, params: TaskCreateInput, ctx: ToolContext) -> ToolResult:
         """Create the task, then run the TaskCreated hooks (a block deletes it again)."""
@@ -199,12 +187,6 @@ class TaskCreateTool(_BoardTool[TaskCreateInput]):
         )
 
 
-class TaskGetInput(ToolInput):
-    """Input of :class:`TaskGetTool`."""
-
-    taskId: str = Field(description='The task\'s number, such as "1".')
-
-
 #: :class:`TaskGetInput`'s closed schema written out (``Tool.static_schema``).
 INPUT_SCHEMA_GET: dict[str, Any] = {
     "additionalProperties": False,
@@ -215,7 +197,7 @@ INPUT_SCHEMA_GET: dict[str, Any] = {
 }
 
 
-class TaskGetTool(_BoardTool[TaskGetInput]):
+class TaskGetTool(_BoardTool["TaskGetInput"]):
     """Read one task of the team's task list."""
 
     name = "TaskGet"
@@ -223,8 +205,8 @@ class TaskGetTool(_BoardTool[TaskGetInput]):
         "Read one task of your team's task list: subject, status, description, owner, and "
         "which tasks it blocks or is blocked by. Read a task before starting it."
     )
-    Input = TaskGetInput
-    static_schema = (TaskGetInput, INPUT_SCHEMA_GET)
+    input_model = "taskloom.teams.inputs.task_tools:TaskGetInput"
+    static_schema = (input_model, INPUT_SCHEMA_GET)
     kind = "read"
     concurrency_safe = True
 
@@ -253,10 +235,6 @@ class TaskGetTool(_BoardTool[TaskGetInput]):
         return ToolResult("\n".join(lines), data={"task": task_json(task)})
 
 
-class TaskListInput(ToolInput):
-    """Input of :class:`TaskListTool`."""
-
-
 #: :class:`TaskListInput`'s closed schema written out (``Tool.static_schema``).
 INPUT_SCHEMA_LIST: dict[str, Any] = {
     "additionalProperties": False,
@@ -266,7 +244,7 @@ INPUT_SCHEMA_LIST: dict[str, Any] = {
 }
 
 
-class TaskListTool(_BoardTool[TaskListInput]):
+class TaskListTool(_BoardTool["TaskListInput"]):
     """List the team's tasks."""
 
     name = "TaskList"
@@ -275,8 +253,8 @@ class TaskListTool(_BoardTool[TaskListInput]):
         "waits for. Call it when you finish a task, to find the next one: prefer the lowest "
         "numbered pending task with no owner and no open blockers."
     )
-    Input = TaskListInput
-    static_schema = (TaskListInput, INPUT_SCHEMA_LIST)
+    input_model = "taskloom.teams.inputs.task_tools:TaskListInput"
+    static_schema = (input_model, INPUT_SCHEMA_LIST)
     kind = "read"
     concurrency_safe = True
 
@@ -300,31 +278,6 @@ class TaskListTool(_BoardTool[TaskListInput]):
         return ToolResult("\n".join(lines), data={"tasks": [task_json(t) for t in tasks]})
 
 
-class TaskUpdateInput(ToolInput):
-    """Input of :class:`TaskUpdateTool`."""
-
-    taskId: str = Field(description='The task\'s number, such as "1".')
-    subject: str | None = Field(default=None, description="A new title.")
-    description: str | None = Field(default=None, description="A new description.")
-    activeForm: str | None = Field(default=None, description="A new present-continuous form.")
-    status: Status | None = Field(
-        default=None,
-        description=STATUS_DESCRIPTION,
-    )
-    addBlocks: list[str] | None = Field(
-        default=None, description="Tasks that cannot start until this one is completed."
-    )
-    addBlockedBy: list[str] | None = Field(
-        default=None, description="Tasks that must be completed before this one starts."
-    )
-    owner: str | None = Field(
-        default=None, description="The member who should do it ('' to unassign)."
-    )
-    metadata: dict[str, Any] | None = Field(
-        default=None, description="Keys to merge into the task's metadata (null removes one)."
-    )
-
-
 #: :class:`TaskUpdateInput`'s closed schema written out (``Tool.static_schema``).
 INPUT_SCHEMA_UPDATE: dict[str, Any] = {
     "additionalProperties": False,
@@ -337,7 +290,8 @@ INPUT_SCHEMA_UPDATE: dict[str, Any] = {
         "status": {
             "enum": ["pending", "in_progress", "completed", "deleted"],
             "type": "string",
-            "description": STATUS_DESCRIPTION,
+            "description": "in_progress when you start (claims it if nobody owns it), completed "
+            "when done, deleted to remove it.",
         },
         "addBlocks": {
             "items": {"type": "string"},
@@ -361,7 +315,7 @@ INPUT_SCHEMA_UPDATE: dict[str, Any] = {
 }
 
 
-class TaskUpdateTool(_BoardTool[TaskUpdateInput]):
+class TaskUpdateTool(_BoardTool["TaskUpdateInput"]):
     """Change a task: start, complete, assign, link or delete it."""
 
     name = "TaskUpdate"
@@ -371,8 +325,8 @@ class TaskUpdateTool(_BoardTool[TaskUpdateInput]):
         "assign it to a teammate (they are told); addBlocks/addBlockedBy link tasks (a task "
         "cannot start while a task it is blocked by is open); status deleted removes it."
     )
-    Input = TaskUpdateInput
-    static_schema = (TaskUpdateInput, INPUT_SCHEMA_UPDATE)
+    input_model = "taskloom.teams.inputs.task_tools:TaskUpdateInput"
+    static_schema = (input_model, INPUT_SCHEMA_UPDATE)
 
     async def call(self, params: TaskUpdateInput, ctx: ToolContext) -> ToolResult:
         """Apply the changes by the store's rules; report what changed."""

@@ -7,28 +7,22 @@ deleting it is refused while a teammate is still active, and keeps the team's ta
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import StoreError
 from taskloom.signals import emit
 from taskloom.teams.model import TeamError
 from taskloom.teams.roster import Roster
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.teams.inputs.team_tools import (
+        TeamCreateInput,
+        TeamDeleteInput,
+    )
 
 ONLY_LEAD = "Only the team lead can create or delete a team."
 NO_TEAM = "No team to delete."
-TEAM_NAME_DESCRIPTION = (
-    'The team\'s name: 1-64 letters, digits, "-" or "_". Teammates are addressed as name@team.'
-)
-
-
-class TeamCreateInput(ToolInput):
-    """Input of :class:`TeamCreateTool`."""
-
-    team_name: str = Field(description=TEAM_NAME_DESCRIPTION)
-    description: str | None = Field(default=None, description="What the team is for.")
 
 
 #: :class:`TeamCreateInput`'s closed schema written out (``Tool.static_schema``).
@@ -36,7 +30,11 @@ INPUT_SCHEMA_CREATE: dict[str, Any] = {
     "additionalProperties": False,
     "description": "Input of :class:`TeamCreateTool`.",
     "properties": {
-        "team_name": {"description": TEAM_NAME_DESCRIPTION, "type": "string"},
+        "team_name": {
+            "description": 'The team\'s name: 1-64 letters, digits, "-" or "_". Teammates are '
+            "addressed as name@team.",
+            "type": "string",
+        },
         "description": {"type": "string", "description": "What the team is for."},
     },
     "required": ["team_name"],
@@ -44,7 +42,7 @@ INPUT_SCHEMA_CREATE: dict[str, Any] = {
 }
 
 
-class TeamCreateTool(Tool[TeamCreateInput]):
+class TeamCreateTool(Tool["TeamCreateInput"]):
     """Create the caller's team, with the caller as its lead."""
 
     name = "TeamCreate"
@@ -54,8 +52,8 @@ class TeamCreateTool(Tool[TeamCreateInput]):
         "TaskList, TaskUpdate) and message each other with SendMessage. You can lead one "
         "team at a time; end it with TeamDelete once every teammate has shut down."
     )
-    Input = TeamCreateInput
-    static_schema = (TeamCreateInput, INPUT_SCHEMA_CREATE)
+    input_model = "taskloom.teams.inputs.team_tools:TeamCreateInput"
+    static_schema = (input_model, INPUT_SCHEMA_CREATE)
 
     def __init__(self, roster: Roster, is_lead: Callable[[ToolContext], bool]) -> None:
         """Create teams in ``roster``; ``is_lead`` tells whether the caller is the lead."""
@@ -90,10 +88,6 @@ class TeamCreateTool(Tool[TeamCreateInput]):
         )
 
 
-class TeamDeleteInput(ToolInput):
-    """Input of :class:`TeamDeleteTool`."""
-
-
 #: :class:`TeamDeleteInput`'s closed schema written out (``Tool.static_schema``).
 INPUT_SCHEMA_DELETE: dict[str, Any] = {
     "additionalProperties": False,
@@ -103,7 +97,7 @@ INPUT_SCHEMA_DELETE: dict[str, Any] = {
 }
 
 
-class TeamDeleteTool(Tool[TeamDeleteInput]):
+class TeamDeleteTool(Tool["TeamDeleteInput"]):
     """Delete the caller's team (its task list stays)."""
 
     name = "TeamDelete"
@@ -111,8 +105,8 @@ class TeamDeleteTool(Tool[TeamDeleteInput]):
         "Delete the team you lead and its member list, once every teammate has shut down "
         "(ask them with SendMessage and a shutdown_request). The task list is kept."
     )
-    Input = TeamDeleteInput
-    static_schema = (TeamDeleteInput, INPUT_SCHEMA_DELETE)
+    input_model = "taskloom.teams.inputs.team_tools:TeamDeleteInput"
+    static_schema = (input_model, INPUT_SCHEMA_DELETE)
 
     def __init__(self, roster: Roster, is_lead: Callable[[ToolContext], bool]) -> None:
         """Delete teams from ``roster``; ``is_lead`` tells whether the caller is the lead."""

@@ -80,6 +80,22 @@ async def find_peers(
     return found, None
 
 
+#: :class:`ListPeersInput`'s closed schema written out (see ``Tool.static_schema``), so that
+#: offering the tool does not import the model; tests check it is the generated one.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`ListPeersTool`.",
+    "properties": {
+        "include_self": {
+            "default": False,
+            "description": "Whether to include the current session in the list. Defaults to false.",
+            "type": "boolean",
+        }
+    },
+    "type": "object",
+}
+
+
 class ListPeersTool(Tool["ListPeersInput"]):
     """The sessions this one can message (see the module docstring)."""
 
@@ -91,6 +107,7 @@ class ListPeersTool(Tool["ListPeersInput"]):
         "an address as SendMessage's to."
     )
     input_model = "taskloom.agents.inputs.list_peers:ListPeersInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "read"
     concurrency_safe = True
 

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from taskloom.mcp.watch import McpEvent
 from taskloom.tasks.mcp_monitor import McpMonitorRun, McpMonitorState
 from taskloom.tasks.monitor import BATCH_S
 from taskloom.tasks.types import TaskStatus, TaskType
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.mcp.inputs.monitor import MonitorMcpInput
     from taskloom.mcp.manager import McpManager
     from taskloom.tasks.runtime import TaskRuntime
 
@@ -41,21 +40,6 @@ DESCRIPTION = f"""Watch an MCP server of this session and be told of its events.
   the result) or the server goes away (then it fails, saying why). Every event is also written
   to the file the result names.
 - Give a short `description` of what it watches."""
-
-Level = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
-
-
-class MonitorMcpInput(ToolInput):
-    """Input of :class:`MonitorMcpTool`."""
-
-    server: str = Field(description="The MCP server's name.")
-    resource: str | None = Field(
-        default=None, description="The URI of the resource to watch; omit for the server's log."
-    )
-    level: Level | None = Field(
-        default=None, description="Without a resource: the least severe log level to be told."
-    )
-    description: str | None = Field(default=None, description="What it watches.")
 
 
 class _Watcher:
@@ -113,7 +97,39 @@ class _Watcher:
             run.fail(self.gone)
 
 
-class MonitorMcpTool(Tool[MonitorMcpInput]):
+#: :class:`MonitorMcpInput`'s closed schema written out (see ``Tool.static_schema``): offered
+#: with the first request of a session with MCP servers, it is not generated then.
+INPUT_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "description": "Input of :class:`MonitorMcpTool`.",
+    "properties": {
+        "server": {"description": "The MCP server's name.", "type": "string"},
+        "resource": {
+            "type": "string",
+            "description": "The URI of the resource to watch; omit for the server's log.",
+        },
+        "level": {
+            "enum": [
+                "debug",
+                "info",
+                "notice",
+                "warning",
+                "error",
+                "critical",
+                "alert",
+                "emergency",
+            ],
+            "type": "string",
+            "description": "Without a resource: the least severe log level to be told.",
+        },
+        "description": {"type": "string", "description": "What it watches."},
+    },
+    "required": ["server"],
+    "type": "object",
+}
+
+
+class MonitorMcpTool(Tool["MonitorMcpInput"]):
     """MCP monitors (``monitor_mcp`` tasks) of the session's MCP servers.
 
     Args:
@@ -122,7 +138,8 @@ class MonitorMcpTool(Tool[MonitorMcpInput]):
 
     name = "MonitorMcp"
     description = DESCRIPTION
-    Input = MonitorMcpInput
+    input_model = "taskloom.mcp.inputs.monitor:MonitorMcpInput"
+    static_schema = (input_model, INPUT_SCHEMA)
     kind = "read"  # it reads what a server says; nothing changes
 
     def __init__(self, manager: McpManager) -> None:
@@ -233,4 +250,4 @@ class MonitorMcpTool(Tool[MonitorMcpInput]):
         return f"Contents of {uri} now:\n{text}"
 
 
-__all__ = ["MonitorMcpInput", "MonitorMcpTool"]
+__all__ = ["MonitorMcpTool"]

@@ -11,10 +11,13 @@ import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from taskloom.models.base import INVALID_INPUT_KEY
-from taskloom.tools.base import Tool, ToolContext, ToolInput, ToolKind, ToolResult, tool_error
+from taskloom.tools.base import Tool, ToolContext, ToolKind, ToolResult, tool_error
+
+if TYPE_CHECKING:
+    from taskloom.mcp.inputs.tool import McpArguments
 
 
 class McpCaller(Protocol):
@@ -54,13 +57,7 @@ def mcp_tool_name(server: str, tool: str) -> str:
     return f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
 
 
-class McpArguments(ToolInput):
-    """The arguments of an MCP tool call, passed on unchecked (the server validates them)."""
-
-    arguments: dict[str, Any] = {}
-
-
-class McpTool(Tool[McpArguments]):
+class McpTool(Tool["McpArguments"]):
     """One tool of one MCP server; calls go through the :class:`McpManager`.
 
     Use :meth:`create`: ``name`` and ``description`` are class attributes in the Tool
@@ -69,7 +66,7 @@ class McpTool(Tool[McpArguments]):
 
     name: ClassVar[str] = "mcp"
     description: ClassVar[str] = "A tool of an MCP server."
-    Input = McpArguments
+    input_model = "taskloom.mcp.inputs.tool:McpArguments"
     # An MCP tool can do anything; the permission layer asks unless a rule allows it.
     kind: ClassVar[ToolKind] = "execute"
 
@@ -103,6 +100,8 @@ class McpTool(Tool[McpArguments]):
                 f"InputValidationError: {self.name} input must be a JSON object, got: "
                 f"{raw[INVALID_INPUT_KEY]}"
             )
+        from taskloom.mcp.inputs.tool import McpArguments
+
         return McpArguments.model_construct(arguments=dict(raw))
 
     async def call(self, params: McpArguments, ctx: ToolContext) -> ToolResult:

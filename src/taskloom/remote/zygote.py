@@ -111,6 +111,7 @@ def _complete_models() -> None:
         from pydantic import BaseModel
     except ImportError:
         return
+    _load_input_models()
     pending: list[type[BaseModel]] = [BaseModel]
     while pending:
         cls = pending.pop()
@@ -118,6 +119,23 @@ def _complete_models() -> None:
         if cls.__module__.startswith("taskloom.") and not cls.__pydantic_complete__:
             with contextlib.suppress(Exception):
                 cls.model_rebuild()
+
+
+def _load_input_models() -> None:
+    """Import every tool's input model, so that :func:`_complete_models` builds it too.
+
+    Built-in tools name their models and import them only on first use (see
+    :mod:`taskloom.tools.base`): importing the tools' modules defines none.
+    """
+    from taskloom.tools.base import Tool
+
+    pending: list[type[Tool[Any]]] = [*Tool.__subclasses__()]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.input_model is not None:
+            with contextlib.suppress(Exception):
+                _ = cls.Input  # imports the model's module
 
 
 def serve(fd: int, run: Callable[[Path], int]) -> int:

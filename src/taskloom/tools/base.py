@@ -7,8 +7,9 @@ can correct itself — it never reaches ``call`` and never raises out of the eng
 
 Input models off the start-up path: a session imports every built-in tool to offer it, and
 offering needs only the schema, which the built-in tools write out (``static_schema``).
-Importing pydantic and defining the models would cost a run without tool calls most of its
-start-up over its dependencies; so a built-in tool names its model instead of importing it::
+Importing pydantic and defining some forty models would cost every run, most of which call few
+tools, tens of milliseconds before its first request; so a built-in tool names its model
+instead of importing it::
 
     if TYPE_CHECKING:
         from taskloom.tools.inputs.glob import GlobInput

@@ -25,8 +25,6 @@ import secrets
 from collections.abc import Collection
 from typing import Any
 
-from pydantic_core import from_json
-
 from taskloom.messages import INVALID_INPUT_KEY, Message, TextBlock, ThinkingBlock, ToolUseBlock
 
 log = logging.getLogger(__name__)
@@ -195,6 +193,10 @@ def tool_use_block(
     except UnsendableNumber:
         return ToolUseBlock(id=tool_id, name=name, input={}, defect=BAD_NUMBER)
     except ValueError:
+        # Rare (a cut-off call): its parser is imported only here, so that importing this
+        # module (on every run's path to the first request) does not load it.
+        from pydantic_core import from_json
+
         try:
             value = from_json(raw, allow_partial=True, allow_inf_nan=False)
         except ValueError:  # pydantic's own depth limit lands here too

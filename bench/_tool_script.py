@@ -160,7 +160,7 @@ async def drive(root: Path) -> list[dict[str, Any]]:
             content = (
                 block.content
                 if isinstance(block.content, str)
-                else [b.model_dump() for b in block.content]
+                else [b.dump() for b in block.content]
             )
             shown[-1].update(content=content, is_error=block.is_error)
         step = len(shown)

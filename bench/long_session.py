@@ -39,7 +39,7 @@ def priced(run: Run) -> tuple[float, dict[str, int]]:
     cost = 0.0
     totals: dict[str, int] = {}
     for _, usage in run.served:
-        cost += price.cost(Usage.model_validate(usage))
+        cost += price.cost(Usage.from_dict(usage))
         for key, value in usage.items():
             if isinstance(value, int):
                 totals[key] = totals.get(key, 0) + value

@@ -252,7 +252,7 @@ async def test_task_stop_ends_the_whole_subtree_and_the_childs_notice_reaches_it
         assert "resumed" in reply
         await rt.wait(parent.agent_id, 10)
         await wait_until(lambda: rt.get(parent.agent_id).terminal, what="the resumed parent")  # type: ignore[union-attr]
-        seen = json.dumps([m.model_dump() for m in parent_requests[-1].messages])
+        seen = json.dumps([m.full() for m in parent_requests[-1].messages])
         assert f"<task-id>{child.id}</task-id>" in seen and "<status>killed</status>" in seen
 
 

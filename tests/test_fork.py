@@ -51,9 +51,7 @@ async def test_a_fork_continues_the_parents_exact_prefix_and_cannot_fork_again(
     assert first_main.system.endswith("\n\nPARENT SYSTEM PROMPT")
     assert [t.name for t in first_fork.tools] == [t.name for t in first_main.tools]
     n = len(parent_prefix)
-    assert [m.model_dump() for m in first_fork.messages[:n]] == [
-        m.model_dump() for m in parent_prefix
-    ]
+    assert [m.full() for m in first_fork.messages[:n]] == [m.full() for m in parent_prefix]
     directive = first_fork.messages[n]
     assert isinstance(directive.content[0], ToolResultBlock)
     text = directive.content[-1]

@@ -74,7 +74,7 @@ async def test_a_worktree_agent_keeps_its_memory_in_the_main_checkout_outside_it
             (index,) = re.findall(r'<memory file="([^"]+)">', request.system)
             note = {"file_path": index, "content": "- kept outside the worktree\n"}
             return Turn(tool_calls=(ToolCall("Write", note),))
-        results.append(json.dumps(request.messages[-1].model_dump()))
+        results.append(json.dumps(request.messages[-1].full()))
         return "noted"
 
     async with harness(tmp_path, FunctionModel(respond), agents=AGENTS) as h:

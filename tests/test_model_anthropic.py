@@ -137,7 +137,7 @@ async def test_thinking_and_signature(fake: FakeAnthropicServer, model: Anthropi
     events, msg = await run(model, request())
     thinking = [e for e in events if isinstance(e, ThinkingDelta)]
     assert "".join(t.thinking for t in thinking) == "Let me reason about it."
-    assert msg.content[0].model_dump()["signature"].startswith("sig_fake_")
+    assert msg.content[0].dump()["signature"].startswith("sig_fake_")
     assert msg.text() == "42"
 
 

@@ -126,7 +126,7 @@ async def test_reasoning_content_becomes_thinking(
     fake.add_turn(text="4", thinking="two plus two")
     events, msg = await run(model, request())
     assert [e.index for e in events if isinstance(e, ThinkingDelta)] == [0, 0, 0]
-    assert msg.content[0].model_dump()["thinking"] == "two plus two"
+    assert msg.content[0].dump()["thinking"] == "two plus two"
     assert msg.text() == "4"
 
 

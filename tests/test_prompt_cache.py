@@ -142,9 +142,7 @@ def test_hour_cache_writes_cost_twice_the_input_and_five_minute_ones_a_quarter_m
     price = list_price("claude-sonnet-4-5")
     assert price is not None
     split = {"ephemeral_5m_input_tokens": 400_000, "ephemeral_1h_input_tokens": 600_000}
-    usage = Usage.model_validate(
-        {"cache_creation_input_tokens": 1_000_000, "cache_creation": split}
-    )
+    usage = Usage.from_dict({"cache_creation_input_tokens": 1_000_000, "cache_creation": split})
     assert price.cost(usage) == pytest.approx(0.4 * 3.75 + 0.6 * 6.0)
     # Not split (a proxy, or a sum): all five-minute writes.
     assert price.cost(Usage(cache_creation_input_tokens=1_000_000)) == pytest.approx(3.75)
@@ -167,7 +165,7 @@ async def test_the_usage_of_a_streamed_answer_keeps_its_cache_split() -> None:
     usage = done[0].message.usage
     assert usage is not None and usage.cache_creation_input_tokens == 30
     assert usage.hour_cache_writes == 30
-    assert usage.model_dump()["cache_creation"] == split
+    assert usage.dump()["cache_creation"] == split
 
 
 def test_the_environment_date_stays_the_sessions_after_midnight(
@@ -232,7 +230,7 @@ def test_an_other_process_report_prices_its_hour_writes_as_the_process_did() -> 
     from taskloom.tasks.usage import UsageLedger, report_fields, report_in
 
     split = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 800_000}
-    response = Usage.model_validate(
+    response = Usage.from_dict(
         {"input_tokens": 10, "cache_creation_input_tokens": 1_000_000, "cache_creation": split}
     )
     pane = UsageLedger(pricer())  # a teammate's process, which made the call
@@ -250,7 +248,7 @@ def test_an_other_process_report_prices_its_hour_writes_as_the_process_did() -> 
 
 
 def test_marks_a_program_put_on_its_messages_give_way_to_ours() -> None:
-    own = TextBlock.model_validate(
+    own = TextBlock.from_dict(
         {"type": "text", "text": "old", "cache_control": {"type": "ephemeral"}}
     )
     history = [

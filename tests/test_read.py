@@ -204,7 +204,7 @@ async def test_a_png_is_returned_as_an_image_block(ctx: ToolContext) -> None:
     assert result.blocks is not None
     (image,) = result.blocks
     assert isinstance(image, messages.ImageBlock)
-    assert image.model_dump() == {
+    assert image.dump() == {
         "type": "image",
         "source": {
             "type": "base64",
@@ -242,7 +242,7 @@ async def test_image_formats_and_dimensions_come_from_the_header(
     result = await run(Read(), ctx, file_path=name)
     assert result.content.startswith(f"Image {size} {kind}, "), result.content
     assert result.blocks is not None and isinstance(result.blocks[0], messages.ImageBlock)
-    assert result.blocks[0].source.model_dump()["media_type"] == f"image/{kind}"
+    assert result.blocks[0].source.dump()["media_type"] == f"image/{kind}"
 
 
 async def test_images_the_api_would_refuse_are_refused_with_the_reason(ctx: ToolContext) -> None:

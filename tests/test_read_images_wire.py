@@ -148,4 +148,4 @@ async def test_a_post_tool_use_hooks_context_keeps_the_image(tmp_path: Path) -> 
     (result,) = seen
     assert isinstance(result.content, list)
     assert "<hook-feedback>noted</hook-feedback>" in result.content[0].text  # type: ignore[union-attr]
-    assert result.content[1].model_dump() == expected_image()
+    assert result.content[1].dump() == expected_image()

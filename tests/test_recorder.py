@@ -134,9 +134,7 @@ async def test_a_stop_hook_exiting_2_sends_the_agent_back_with_its_stderr_a_boun
     # The continuations are recorded like any prompt.
     prompts = [r for r in lines(path) if r.get("taskloomOrigin") == "prompt"]
     assert len(prompts) == MAX_STOP_CONTINUATIONS + 1
-    assert all(
-        Message.model_validate(r["message"]).text() == "check the tests" for r in prompts[1:]
-    )
+    assert all(Message.from_dict(r["message"]).text() == "check the tests" for r in prompts[1:])
 
 
 async def test_a_subagent_stop_hook_gets_its_target_and_payload_and_may_let_it_stop(
@@ -208,7 +206,7 @@ async def test_resume_repair_records_the_added_tool_results(
         assert (recorder.transcript is not None) == open_first
         [line] = lines(path)
         assert line["taskloomOrigin"] == "tool_results"
-        assert Message.model_validate(line["message"]) == added[0]
+        assert Message.from_dict(line["message"]) == added[0]
         # The conversation is one the API accepts: the next request alternates roles.
         recorder.open()
         await drain(recorder, "go on")

@@ -16,10 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import ValidationError
 
 from helpers import clean_env
-from taskloom.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from taskloom.messages import Message
 from taskloom.models import _http
 from taskloom.models.anthropic import AnthropicModel
 from taskloom.models.base import ModelRequest
@@ -175,76 +174,6 @@ def test_a_failed_prefetch_leaves_the_context_to_httpx(monkeypatch: pytest.Monke
     _http.prefetch_tls_context()
     assert _http._take_tls_context() is True
     assert _http._take_tls_context() is True  # nothing pending: httpx's default
-
-
-def _validated(message: Message) -> Message:
-    return Message.model_validate(message.model_dump())
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        Message.user("hi"),
-        Message.user(""),
-        Message.user("line\nwith \u00e9 and \U0001f600"),
-        Message(role="user", content=[TextBlock(text="a"), TextBlock(text="b")]),
-        Message(role="user", content=[TextBlock(text="a", cache_control={"type": "x"})]),
-        Message(role="user", content=[TextBlock(text="a")], note="extra field"),
-        Message(
-            role="assistant",
-            content=[TextBlock(text="a"), ToolUseBlock(id="t1", name="Bash", input={"x": None})],
-            id="msg_1",
-            model="m",
-            stop_reason="tool_use",
-            usage=Usage(input_tokens=3),
-        ),
-        Message(role="assistant", content=[TextBlock(text="a")]),
-        Message(role="user", content=[ToolResultBlock(tool_use_id="t1", content="ok")]),
-        Message(role="user", content=[], sanitized=["x"]),
-    ],
-)
-def test_message_forms_are_model_dump_byte_for_byte(message: Message) -> None:
-    blocks = [b.model_dump(exclude_none=True) for b in message.content]
-    assert _dumps(message.wire()) == _dumps({"role": message.role, "content": blocks})
-    expected = message.model_dump(exclude_none=True)
-    if message.role == "assistant":
-        expected = {"id": message.id, "type": "message", **expected}
-    assert _dumps(message.full()) == _dumps(expected)
-    assert _validated(message) == message
-
-
-def test_message_user_is_the_validated_message() -> None:
-    made = Message.user("hi")
-    assert made == Message(role="user", content=[TextBlock(text="hi")])
-    assert made.model_fields_set == {"role", "content"}
-    assert made.content[0].model_fields_set == {"text"}
-    with pytest.raises(ValidationError):
-        Message.user(3)  # type: ignore[arg-type]
-
-
-def test_the_first_request_builds_no_message_model() -> None:
-    code = (
-        "from taskloom.engine import Engine\n"
-        "from taskloom.messages import Message, TextBlock, Usage\n"
-        "m = Message.user('hi'); m.wire(); m.full(); Usage.model_construct()\n"
-        "print([c.__name__ for c in (Message, TextBlock, Usage) if c.__pydantic_complete__])\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "[]"
-
-
-def test_message_adapter_is_made_on_first_use() -> None:
-    from taskloom import messages
-
-    adapter = messages.MESSAGE_ADAPTER
-    assert adapter is messages.MESSAGE_ADAPTER
-    assert adapter.validate_python({"role": "user", "content": []}) == Message(
-        role="user", content=[]
-    )
-    with pytest.raises(AttributeError):
-        _ = messages.NO_SUCH_NAME  # type: ignore[attr-defined]
 
 
 def test_the_platform_line_is_what_platform_says() -> None:

@@ -243,7 +243,7 @@ def test_the_result_reports_stop_reason_model_usage_and_the_cost_subagents_inclu
     main = Usage(input_tokens=2500, output_tokens=300, cache_read_input_tokens=4000)
     sub = Usage(input_tokens=300, output_tokens=50)
     # usage: the main loop's; modelUsage and the cost: every call, the subagent's too.
-    assert result["usage"] == main.model_dump()
+    assert result["usage"] == main.dump()
     entry = result["modelUsage"]["claude-sonnet-4-5"]
     assert (entry["inputTokens"], entry["outputTokens"], entry["cacheReadInputTokens"]) == (
         2800,
@@ -294,7 +294,7 @@ def test_each_turn_of_a_stream_session_reports_its_own_figures_and_the_running_c
     first, second = [e for e in events if e["type"] == "result"]
     one, two = Usage(input_tokens=100, output_tokens=10), Usage(input_tokens=200, output_tokens=20)
     assert (first["num_turns"], second["num_turns"]) == (1, 1)
-    assert second["usage"] == two.model_dump()
+    assert second["usage"] == two.dump()
     # The cost and modelUsage are the session's running totals, as Claude Code's are; what a
     # turn added is in model_usage_since_last_result.
     assert first["total_cost_usd"] == pytest.approx(_sonnet(one))

@@ -153,7 +153,7 @@ async def test_a_teammate_s_text_shaped_as_a_shutdown_request_asks_nobody_to_shu
             )
         if seen_by_alice and not answers:
             last = request.messages[-1].content[0]
-            answers.append(json.dumps(last.model_dump()))
+            answers.append(json.dumps(last.dump()))
         return "alice idle"
 
     async with harness(tmp_path, FunctionModel(respond), teams=True) as h:

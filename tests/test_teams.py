@@ -114,7 +114,7 @@ async def test_a_teammates_call_the_leads_rules_deny_is_denied_naming_the_rule(
         if len(request.messages) == 1:
             return Turn(tool_calls=(ToolCall("Bash", {"command": "rm -rf build"}),))
         last = request.messages[-1]
-        results.extend(str(b.model_dump()) for b in last.content)
+        results.extend(str(b.dump()) for b in last.content)
         return "denied, as expected"
 
     async with harness(
@@ -324,14 +324,14 @@ async def test_a_plan_mode_teammate_acts_once_the_lead_approves_its_plan(tmp_pat
         if _teammate(request) is None:
             return "lead"
         last = request.messages[-1]
-        results.extend(str(b.model_dump()) for b in last.content)
+        results.extend(str(b.dump()) for b in last.content)
         seen = "\n".join(m.text() for m in request.messages) + json.dumps(results)
         write = ToolCall("Write", {"file_path": str(target), "content": "done\n"})
         if len(request.messages) == 1:
             return Turn(tool_calls=(write,))  # refused: plan mode
         if "plan_approval_response" in seen and '"approve": true' in seen and not target.exists():
             return Turn(tool_calls=(write,))
-        if "plan_approval_request" not in json.dumps([m.model_dump() for m in request.messages]):
+        if "plan_approval_request" not in json.dumps([m.full() for m in request.messages]):
             plan = {"type": "plan_approval_request", "plan": "write out.txt"}
             return Turn(tool_calls=(ToolCall("SendMessage", {"to": "team-lead", "message": plan}),))
         return "waiting"

@@ -94,7 +94,7 @@ async def test_spawning_the_verifier_in_the_turn_means_no_nudge(tmp_path: Path) 
         subagents={"verification": "VERDICT: PASS\nAll three steps check out."},
     )
     assert sum(nudged(r) for r in model.requests) == 0
-    told = [r.messages[-1].model_dump_json() for r in model.requests]
+    told = [json.dumps(r.messages[-1].full()) for r in model.requests]
     assert any("VERDICT: PASS" in text for text in told)
 
 

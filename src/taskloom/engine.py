@@ -95,8 +95,6 @@ class Engine:
         #: parent's nor its subagents').
         self.workdir = WorkingDirectory(config.place(), config.shell_roots())
         self.tools = by_name(config.tools)
-        # Constructed, not validated: nothing to check, and building the model (pydantic's
-        # first build costs tens of milliseconds) can wait until an answer arrives.
         #: Its latest request's context (input, cache reads and writes): not usage, which the
         #: session's ledger counts (under :attr:`ledger_key`).
         self.context_tokens = 0

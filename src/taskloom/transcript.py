@@ -467,7 +467,7 @@ def load_messages(path: Path) -> list[Message]:
             # Claude Code writes a plain prompt as a string.
             raw = {**raw, "content": [{"type": "text", "text": raw["content"]}]}
         try:
-            message = Message.model_validate(raw)
+            message = Message.from_dict(raw)
         except (ValueError, TypeError) as exc:
             log.warning("%s:%d: unreadable transcript line skipped (%s)", path, number, exc)
             continue

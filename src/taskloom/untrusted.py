@@ -220,7 +220,7 @@ def without_empty_text(message: Message) -> Message:
         content = [TextBlock(text=NO_CONTENT)]
     if len(content) == len(message.content):
         return message
-    return message.model_copy(update={"content": content})
+    return message.replace(content=content)
 
 
 def vet_answer(message: Message, seen_ids: Collection[str]) -> Message:
@@ -250,7 +250,7 @@ def vet_answer(message: Message, seen_ids: Collection[str]) -> Message:
     for note in notes:
         log.warning("model output changed: %s", note)
     sanitized = [*(message.sanitized or []), *notes]
-    return message.model_copy(update={"content": content, "sanitized": sanitized, **update})
+    return message.replace(content=content, sanitized=sanitized, **update)
 
 
 def _vet_block(block: Any, used: set[str], notes: list[str]) -> Any:
@@ -259,14 +259,14 @@ def _vet_block(block: Any, used: set[str], notes: list[str]) -> Any:
         if not n:
             return block
         notes.append(f"text: {n} unpaired surrogate(s) replaced with U+FFFD")
-        return block.model_copy(update={"text": text})
+        return block.replace(text=text)
     if isinstance(block, ThinkingBlock):
         thinking, n = clean_text(block.thinking)
         signature, m = clean_text(block.signature)
         if not n + m:
             return block
         notes.append(f"thinking: {n + m} unpaired surrogate(s) replaced with U+FFFD")
-        return block.model_copy(update={"thinking": thinking, "signature": signature})
+        return block.replace(thinking=thinking, signature=signature)
     if isinstance(block, ToolUseBlock):
         return _vet_call(block, used, notes)
     return block
@@ -307,4 +307,4 @@ def _vet_call(call: ToolUseBlock, used: set[str], notes: list[str]) -> ToolUseBl
     used.add(tool_id)
     if defect != call.defect:
         update["defect"] = defect
-    return call.model_copy(update=update) if update else call
+    return call.replace(**update) if update else call

@@ -418,7 +418,7 @@ def render(
         duration_ms=result.duration_ms,
         total_tokens=result.total_tokens,
         tool_uses=result.total_tool_uses,
-        usage=used.model_dump() if used is not None else None,
+        usage=used.dump() if used is not None else None,
         model=latest.model if latest is not None else None,
         worktree=(kept, result.extra.get("worktreeBranch")) if kept else None,
     )

@@ -480,7 +480,7 @@ def early_result(emitter: Emitter, started: float, text: str) -> dict[str, Any]:
         "session_id": emitter.session_id,
         "stop_reason": None,
         "total_cost_usd": 0,
-        "usage": Usage().model_dump(),
+        "usage": Usage().dump(),
         "modelUsage": {},
         "permission_denials": [],
     }

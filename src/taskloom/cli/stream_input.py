@@ -26,6 +26,7 @@ from taskloom.messages import (
     MAX_IMAGE_BASE64_BYTES,
     ImageMediaType,
     Message,
+    MessageError,
     base64_image_problem,
 )
 from taskloom.untrusted import MAX_INPUT_DEPTH, clean_json, strict_loads
@@ -213,23 +214,12 @@ def user_prompt(message: dict[str, Any]) -> str | Message:
         raise BadLine("a user message needs content (message.content: a string or blocks)")
     for i, block in enumerate(content):
         _check_block(f"message.content[{i}]", block)
-    from pydantic import ValidationError
-
-    from taskloom.messages import MESSAGE_ADAPTER
-
     try:
-        return MESSAGE_ADAPTER.validate_python({"role": "user", "content": content})
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        loc = list(first["loc"])
-        if len(loc) > 2 and isinstance(loc[1], int) and loc[2] == content[loc[1]].get("type"):
-            del loc[2]  # the union's tag: the block's type, not a field of it
-        where = "message." + ".".join(
-            f"[{p}]" if isinstance(p, int) else str(p) for p in loc
-        ).replace(".[", "[")
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise BadLine(f"{where}: {first['msg']}{more}") from None
+        return Message.from_dict({"role": "user", "content": content})
+    except MessageError as exc:
+        where, problem = exc.errors[0]
+        more = f" (and {len(exc.errors) - 1} more)" if len(exc.errors) > 1 else ""
+        raise BadLine(f"message.{where}: {problem}{more}") from None
 
 
 def _check_block(where: str, block: Any, kinds: tuple[str, ...] = _USER_BLOCKS) -> None:

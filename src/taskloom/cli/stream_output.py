@@ -104,7 +104,7 @@ class _Stream:
 
 def _ending(event: MessageComplete) -> list[dict[str, Any]]:
     message = event.message
-    usage = (message.usage or Usage()).model_dump()
+    usage = (message.usage or Usage()).dump()
     delta = {"stop_reason": message.stop_reason, "stop_sequence": None}
     return [
         {"type": "message_delta", "delta": delta, "usage": usage},
@@ -278,7 +278,7 @@ class TurnAccount:
         out: dict[str, Any] = {
             "duration_api_ms": int((engine.api_seconds - self.api_seconds) * 1000),
             "num_turns": engine.num_turns - self.num_turns,
-            "usage": engine.runtime.usage.usage(engine.ledger_key, self.mark).model_dump(),
+            "usage": engine.runtime.usage.usage(engine.ledger_key, self.mark).dump(),
         }
         if self.tap is not None:
             out.update(self.tap.result_fields(engine.runtime.usage, engine.config.settings))

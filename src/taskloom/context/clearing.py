@@ -105,12 +105,12 @@ def clear_old_results(messages: Sequence[Message], *, keep_turns: int, save_dir:
             stub = _stub(block, calls.get(block.tool_use_id), save_dir)
             if stub is None:
                 continue
-            content[j] = block.model_copy(update={"content": stub})
+            content[j] = block.replace(content=stub)
             freed += _tokens(block.text(), len(block.images())) - _tokens(stub, 0)
             count += 1
             changed = True
         if changed:
-            out[i] = message.model_copy(update={"content": content})
+            out[i] = message.replace(content=content)
     return Cleared(out, count, max(0, freed))
 
 

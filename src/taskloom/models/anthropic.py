@@ -102,7 +102,7 @@ class _Assembly:
             blocks = [b for _, b in sorted(self.blocks.items())]
             content = [self._build(b, last=b is blocks[-1]) for b in blocks]
             # A proxy that reports nothing leaves it unknown (None), not 0.
-            usage = Usage.model_validate(self.usage) if self.usage else None
+            usage = Usage.from_dict(self.usage) if self.usage else None
             yield MessageComplete(
                 Message(
                     role="assistant",
@@ -124,7 +124,7 @@ class _Assembly:
         if block.kind == "server_tool_use":
             return ServerToolUseBlock(id=block.tool_id, name=block.tool_name, input=_object(text))
         if block.kind == "web_search_tool_result":
-            return WebSearchResultBlock.model_validate(block.whole)
+            return WebSearchResultBlock.from_dict(block.whole)
         return tool_use_block(
             block.tool_id, block.tool_name, text, stop_reason=self.stop_reason, last=last
         )

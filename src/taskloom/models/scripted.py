@@ -68,13 +68,17 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Turn:
-    """One scripted model response."""
+    """One scripted model response.
+
+    ``usage``: its counts (a dict of them is read as :meth:`Usage.from_dict` reads it); None:
+    estimated from the request's and the answer's text.
+    """
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     thinking: str = ""
     stop_reason: str | None = None
-    usage: Usage | None = None
+    usage: Usage | dict[str, Any] | None = None
     delay: float = 0.0
 
     @classmethod
@@ -103,7 +107,7 @@ class Turn:
             tool_calls=tuple(calls),
             thinking=str(raw.get("thinking") or ""),
             stop_reason=raw.get("stop_reason"),
-            usage=Usage(**usage) if isinstance(usage, dict) else None,
+            usage=Usage.from_dict(usage) if isinstance(usage, dict) else None,
             delay=float(raw.get("delay") or 0.0),
         )
 
@@ -198,7 +202,8 @@ async def _events(turn: Turn, request: ModelRequest, name: str) -> AsyncIterator
         blocks.append(ToolUseBlock(id=call_id, name=call.name, input=call.input))
         index += 1
     output = turn.text + turn.thinking + "".join(json.dumps(c.input) for c in turn.tool_calls)
-    usage = turn.usage or Usage(
+    usage = Usage.from_dict(turn.usage) if isinstance(turn.usage, dict) else turn.usage
+    usage = usage or Usage(
         input_tokens=_estimate_tokens(_request_text(request)),
         output_tokens=_estimate_tokens(output),
     )

@@ -66,8 +66,8 @@ class TokenCounts(Protocol):
 class Tokens:
     """Token counts, summed (Anthropic's field names): what the ledger keeps per model.
 
-    A plain dataclass, not the messages' pydantic ``Usage``: the task layer imports this module
-    and must not bring pydantic into a process that only runs commands.
+    Not the messages' ``Usage``: the ledger sums counts and keeps the one-hour writes as a
+    count of their own.
     """
 
     input_tokens: int = 0
@@ -86,7 +86,7 @@ class Tokens:
         """Everything the model read: input plus cache reads and writes."""
         return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
 
-    def model_dump(self) -> dict[str, int]:
+    def dump(self) -> dict[str, int]:
         """The counts as a dict, as a ``Usage`` dumps them."""
         return {
             "input_tokens": self.input_tokens,

@@ -165,7 +165,7 @@ def request_messages(tools: Sequence[Tool[Any]], messages: Sequence[Message]) ->
     names = "\n".join(sorted(n for n in search.deferred if n in offered))
     block = TextBlock(text=f"<available-deferred-tools>\n{names}\n</available-deferred-tools>")
     first = messages[0]
-    return [first.model_copy(update={"content": [block, *first.content]}), *messages[1:]]
+    return [first.replace(content=[block, *first.content]), *messages[1:]]
 
 
 def loaded_tools(messages: Sequence[Message], deferred: Collection[str]) -> list[str]:

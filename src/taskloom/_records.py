@@ -155,7 +155,11 @@ def parse_record(cls: type[R], raw: object, path: str, errors: Errors) -> R | No
     fields: dict[str, Any] = {}
     for name, check in checks.items():
         if name in raw:
-            fields[name] = check(raw[name], _at(path, name), errors)
+            value = raw[name]
+            if _PLAIN.get(check) is type(value):
+                fields[name] = value  # the common case, without a call or a path made
+            else:
+                fields[name] = check(value, _at(path, name), errors)
         elif name in cls._REQUIRED:
             errors.append((_at(path, name), "Field required"))
     if len(errors) > before:
@@ -317,3 +321,7 @@ def tagged(*classes: type[Record]) -> Check:
         return BAD if made is None else made
 
     return check
+
+
+#: Checks whose value of exactly this type is kept as it is (parse_record's fast path).
+_PLAIN: dict[Check, type] = {string: str, integer: int}

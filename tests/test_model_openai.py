@@ -26,7 +26,7 @@ from taskloom.models.base import (
     ToolSpec,
     ToolUseStart,
 )
-from taskloom.models.openai import OpenAIModel, to_chat_messages
+from taskloom.models.openai import OpenAIModel, to_chat_messages, to_usage
 
 BASH = ToolSpec(
     "Bash",
@@ -470,3 +470,22 @@ def test_a_session_on_llama_cpp_runs_its_tool_loop_and_says_usage_is_unknown(
     assert first["modelUsage"] == first["model_usage_since_last_result"]
     assert proc.stderr.count("reported no token usage") == 1, proc.stderr
     assert server.url in proc.stderr
+
+
+def test_usage_counts_are_read_as_integers_and_cached_tokens_as_cache_reads() -> None:
+    raw = {
+        "prompt_tokens": 10.0,
+        "completion_tokens": "3",
+        "prompt_tokens_details": {"cached_tokens": 4},
+    }
+    usage = to_usage(raw)
+    assert usage.dump() == {
+        "input_tokens": 6,
+        "output_tokens": 3,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 4,
+    }
+    assert type(usage.input_tokens) is int and type(usage.output_tokens) is int
+    assert to_usage({"prompt_tokens": None}).context_tokens == 0
+    with pytest.raises(ValueError, match="output_tokens: Input should be a valid integer"):
+        to_usage({"completion_tokens": "many"})

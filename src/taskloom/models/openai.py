@@ -181,11 +181,16 @@ def to_usage(raw: Any) -> Usage:
     details = raw.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     cached = cached if isinstance(cached, int) else 0
-    return Usage(
-        input_tokens=max(0, (raw.get("prompt_tokens") or 0) - cached),
-        output_tokens=raw.get("completion_tokens") or 0,
-        cache_read_input_tokens=cached,
+    # Read as data from outside: a count a server sends as 12.0 or "12" is an integer.
+    usage = Usage.from_dict(
+        {
+            "input_tokens": raw.get("prompt_tokens") or 0,
+            "output_tokens": raw.get("completion_tokens") or 0,
+        }
     )
+    usage.input_tokens = max(0, usage.input_tokens - cached)
+    usage.cache_read_input_tokens = cached
+    return usage
 
 
 @dataclass(slots=True, eq=False)  # identity: calls are keys in the block order

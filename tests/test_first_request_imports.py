@@ -69,11 +69,6 @@ def test_no_command_line_library_is_loaded_before_the_first_request(
     assert loaded & {"click", "typer", "rich"} == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34: the messages and the tool inputs built before the first request are "
-    "still pydantic models",
-)
 def test_pydantic_is_not_loaded_before_the_first_request(
     plain_run: dict[str, dict[str, Any]],
 ) -> None:

@@ -12,7 +12,6 @@ import enum
 import importlib
 import inspect
 import logging
-import operator
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,13 +137,14 @@ class TaskState:
         times faster: it copies slots directly instead of re-running ``__init__``, which
         matters on the runtime's hot path (three copies per task).
         """
-        copy, setters = _copier(type(self))
-        if not changes.keys() <= setters.keys():
-            unknown = sorted(changes.keys() - setters.keys())
-            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(unknown)}")
+        copy, setters = _COPIERS.get(type(self)) or _copier(type(self))
         new: Self = copy(self)
-        for name, value in changes.items():
-            setters[name](new, value)
+        try:
+            for name, value in changes.items():
+                setters[name](new, value)
+        except KeyError:  # an unknown name: the copy is dropped, nothing was changed
+            unknown = sorted(changes.keys() - setters.keys())
+            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(unknown)}") from None
         return new
 
     @property
@@ -158,19 +158,17 @@ class TaskState:
         Status and type are ``str`` enums, which JSON writes as strings; a tuple field is
         given as a list.
         """
-        names, read = _reader(type(self))
-        values = read(self)
-        data = dict(zip(names, values, strict=True))
-        if tuple in map(type, values):  # rare: most kinds have no tuple field
-            for name, value in data.items():
-                if type(value) is tuple:
-                    data[name] = list(value)
-        return data
+        make = _DICT_MAKERS.get(type(self)) or _dict_maker(type(self))
+        return make(self)
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-_READERS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+_DICT_MAKERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
 _SLOTS: dict[type, dict[str, Any]] = {}
+# Annotations (as written) that no tuple can satisfy: to_dict takes such a field as it is.
+_SCALARS = frozenset(
+    {"str", "int", "float", "bool", "None", "TaskType", "TaskStatus", "ExitPolicy", "Priority"}
+)
 
 
 def _field_names(cls: type) -> tuple[str, ...]:
@@ -180,16 +178,41 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return names
 
 
-def _reader(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    """The field names of ``cls`` and a function reading them all at once, as a tuple.
+def _scalar(annotation: object) -> bool:
+    """Whether a field so annotated never holds a tuple (if in doubt: False, it is tested)."""
+    if isinstance(annotation, type):
+        return annotation in (str, int, float, bool)
+    if not isinstance(annotation, str):
+        return False
+    return all(
+        part in _SCALARS or part.startswith("Literal[")
+        for part in (p.strip() for p in annotation.split("|"))
+    )
 
-    One ``attrgetter`` of every name: each record the store writes is read so, at every
-    commit that writes it.
+
+def _as_list(value: Any) -> Any:
+    return list(value) if type(value) is tuple else value
+
+
+def _dict_maker(cls: type) -> Callable[[Any], dict[str, Any]]:
+    """A function giving the ``to_dict`` of a ``cls`` instance.
+
+    Generated once per class, one dict display of every field in order (as :func:`_copier`
+    generates its copy): each record the store writes is built so, at every commit that
+    writes it. Only a field whose annotation admits a tuple is tested for one.
     """
-    made = _READERS.get(cls)
+    made = _DICT_MAKERS.get(cls)
     if made is None:
-        names = _field_names(cls)
-        made = _READERS[cls] = (names, operator.attrgetter(*names))
+        items = []
+        for field in dataclasses.fields(cls):
+            read = f"self.{field.name}"
+            if not _scalar(field.type):
+                read = f"as_list({read})"
+            items.append(f"{field.name!r}: {read}")
+        namespace: dict[str, Any] = {"as_list": _as_list}
+        # Field names only: they come from the class.
+        exec(f"def to_dict(self):\n    return {{{', '.join(items)}}}", namespace)
+        made = _DICT_MAKERS[cls] = namespace["to_dict"]
     return made
 
 

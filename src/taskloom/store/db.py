@@ -32,6 +32,8 @@ from taskloom.store.rows import MailRow, ProcessRow, SessionRow, TagRow
 from taskloom.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _T = TypeVar("_T")
+#: How many values :meth:`Store.add_mail_values` takes (a MailRow's fields but delivered_at).
+_MAIL_FIELDS = 12
 
 
 class Store:
@@ -340,6 +342,21 @@ class Store:
     def add_mail(self, row: MailRow) -> None:
         """Queue a mailbox row durably (committed with the next group commit)."""
         self.write(_sql.INSERT_MAIL, _sql.mail_params(row))
+
+    def add_mail_values(self, *values: Any) -> None:
+        """:meth:`add_mail` of a row given as its values, in :class:`MailRow`'s order.
+
+        ``values``: id, seq, session_id, recipient, sender, kind, topic, priority, body,
+        summary, created_at, payload (the row is undelivered). For the mailbox, which posts a
+        row per task notification: a ``MailRow`` built only to be read back costs more than
+        queueing the write.
+
+        Raises:
+            TypeError: Not one value per field.
+        """
+        if len(values) != _MAIL_FIELDS:
+            raise TypeError(f"a mailbox row has {_MAIL_FIELDS} fields, not {len(values)}")
+        self._writes.write(_sql.INSERT_MAIL, values)
 
     def undelivered_mail(self, session_id: str) -> list[MailRow]:
         """Return a session's mailbox rows not yet acknowledged, in posting order."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.quoting import escape
 from taskloom.store import Store
+from taskloom.tasks._records import positional_maker
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.mailbox import Kind, Letter, Mailbox
 from taskloom.tasks.types import Priority, TaskState
@@ -220,14 +221,18 @@ class NotificationQueue:
 _KIND: Kind = "notification"
 
 
+# Notification(**fields) at less than half the cost: one is handed out per task end.
+_make_note = positional_maker(Notification)
+
+
 def _note(letter: Letter) -> Notification:
-    return Notification(
-        id=letter.id,
-        seq=letter.seq,
-        owner=letter.recipient,
-        task_id=letter.sender,
-        kind=letter.topic,
-        priority=letter.priority,
-        text=letter.body,
-        created_at=letter.created_at,
+    return _make_note(
+        letter.id,
+        letter.seq,
+        letter.recipient,
+        letter.sender,
+        letter.topic,
+        letter.priority,
+        letter.body,
+        letter.created_at,
     )

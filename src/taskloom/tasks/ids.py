@@ -86,11 +86,15 @@ def new_task_id(task_type: TaskType) -> str:
     bias, unlike ``byte % 36``).
     """
     n = _draw_below_space()
-    chars = []
-    for _ in range(ID_LENGTH):
-        n, digit = divmod(n, 36)
-        chars.append(ID_ALPHABET[digit])
-    return PREFIXES[task_type] + "".join(chars)
+    # Two digits at a time, least significant first (a churn makes an id per task).
+    n, d01 = divmod(n, 1296)
+    n, d23 = divmod(n, 1296)
+    d67, d45 = divmod(n, 1296)
+    return PREFIXES[task_type] + _PAIRS[d01] + _PAIRS[d23] + _PAIRS[d45] + _PAIRS[d67]
+
+
+#: Every number below 36**2 as its two digits, the least significant first.
+_PAIRS: tuple[str, ...] = tuple(low + high for high in ID_ALPHABET for low in ID_ALPHABET)
 
 
 def is_task_id(value: str) -> bool:

@@ -65,7 +65,8 @@ class PendingRows(Generic[Letter]):
 
     def add(self, letter: Letter) -> None:
         """Hold ``letter`` (a row of the same id is replaced)."""
-        self.pop(letter.id)
+        if letter.id in self._rows:
+            self.pop(letter.id)
         self._rows[letter.id] = letter
         by_kind = self._index.setdefault(letter.recipient, {})
         by_kind.setdefault(letter.kind, {})[letter.id] = letter

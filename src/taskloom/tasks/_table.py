@@ -10,7 +10,6 @@ of the live tasks of each type.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, ValuesView
 from typing import TypeVar
 
@@ -27,7 +26,9 @@ class TaskTable:
         self._states: dict[str, TaskState] = {}
         # Insertion-ordered id sets (dicts), one per owner with a task in memory.
         self._by_owner: dict[str, dict[str, None]] = {}
-        self._live: Counter[TaskType] = Counter()
+        # Plain dicts, not Counters: a Counter's __missing__ and __delitem__ are Python code,
+        # and every task of a churn adds one and takes it away.
+        self._live: dict[TaskType, int] = {}
         # The live ones of each owner too: the main thread of a fan-out asks which of its
         # thousands still run each time one ends.
         self._live_by_owner: dict[str, dict[str, None]] = {}
@@ -65,13 +66,13 @@ class TaskTable:
                 _decrement(self._live, state.type)
                 _discard(self._live_by_owner, state.owner, task_id)
             elif live and not was_live:  # resumed
-                self._live[state.type] += 1
+                self._live[state.type] = self._live.get(state.type, 0) + 1
                 self._live_by_owner.setdefault(state.owner, {})[task_id] = None
             return
         self._unindex(old)
         self._by_owner.setdefault(state.owner, {})[task_id] = None
         if live:
-            self._live[state.type] += 1
+            self._live[state.type] = self._live.get(state.type, 0) + 1
             self._live_by_owner.setdefault(state.owner, {})[task_id] = None
 
     def remove(self, task_id: str) -> TaskState | None:
@@ -117,12 +118,12 @@ def _discard(index: dict[str, dict[str, None]], owner: str, task_id: str) -> Non
             del index[owner]
 
 
-def _decrement(counter: Counter[K], key: K) -> None:
-    left = counter[key] - 1
+def _decrement(counter: dict[K, int], key: K) -> None:
+    left = counter.get(key, 0) - 1
     if left > 0:
         counter[key] = left
     else:
-        del counter[key]
+        counter.pop(key, None)
 
 
 __all__ = ["TaskTable"]

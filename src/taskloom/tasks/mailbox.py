@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -119,6 +120,7 @@ class Letter:
 
 # Letter(**fields) at less than half the cost: a row is posted per task end.
 _make_letter = positional_maker(Letter)
+_SEQ = operator.attrgetter("seq")
 
 #: Which kinds a look at the mailbox is about: one, several, or None for any.
 Kinds = Kind | tuple[Kind, ...] | None
@@ -340,8 +342,13 @@ class Mailbox:
 
     def pending(self, recipient: str | None = None, kind: Kinds = None) -> list[Letter]:
         """Rows not yet handed out (to ``recipient``, of ``kind``): ``next`` first, then by seq."""
-        found = self._pending.select(recipient, kind)
-        return sorted(found, key=lambda letter: (letter.priority != "next", letter.seq))
+        # By seq, then the ``next`` ones moved ahead (both stable): what sorting on (priority,
+        # seq) gives, without a key tuple built per row in Python.
+        found = sorted(self._pending.select(recipient, kind), key=_SEQ)
+        first = [letter for letter in found if letter.priority == "next"]
+        if not first or len(first) == len(found):
+            return found
+        return first + [letter for letter in found if letter.priority != "next"]
 
     def has_pending(self, recipient: str | None = None, kind: Kinds = None) -> bool:
         """Whether anything waits to be handed out (to ``recipient``, of ``kind``)."""

@@ -71,13 +71,15 @@ class GroupCommit:
         """Queue a write; it commits with the others at the end of this loop iteration."""
         with self._lock:
             self._pending.append((sql, params))
-            self._schedule_locked()
+            if not self._flush_scheduled:  # tested here: a churn writes thrice per task
+                self._schedule_locked()
 
     def write_task(self, task_id: str, make: Callable[[], dict[str, Any]]) -> None:
         """Queue a task record built by ``make()`` at commit time (only the latest is built)."""
         with self._lock:
             self._pending_tasks[task_id] = make
-            self._schedule_locked()
+            if not self._flush_scheduled:
+                self._schedule_locked()
 
     def _schedule_locked(self) -> None:
         if self._flush_scheduled:

@@ -36,6 +36,7 @@ from taskloom.tasks.notifications import (
 )
 from taskloom.tasks.output import DiskTaskOutput, output_path
 from taskloom.tasks.types import (
+    TERMINAL,
     Priority,
     TaskState,
     TaskStatus,
@@ -131,7 +132,8 @@ class TaskRegistry:
             if handle is not None:
                 self._handles[state.id] = handle
             self.store.upsert_task_lazy(merged.id, merged.to_dict)
-        self._publish("registered", merged)
+        if self._subscribers:
+            self._publish("registered", merged)
         return merged  # type: ignore[return-value]
 
     def attach_handle(self, task_id: str, handle: TaskHandle) -> None:
@@ -165,10 +167,14 @@ class TaskRegistry:
             # states is the dearer test (a churn of tasks makes it twice per task).
             if new is old or (new.status == old.status and new == old):
                 return old  # type: ignore[return-value]
-            check_transition(task_id, old.status, new.status)
+            if new.status != old.status:
+                check_transition(task_id, old.status, new.status)
             deliver = _notify
             kind = kind_of(new)
-            if new.terminal and not old.terminal:
+            # The statuses tested directly, not through ``terminal``: this is the runtime's
+            # hottest path, a churn of tasks takes it twice per task.
+            ends = new.status in TERMINAL and old.status not in TERMINAL
+            if ends:
                 now = self.clock.time()
                 changes: dict[str, object] = dict(kind.end_changes(new, now))
                 if new.end_time is None:
@@ -187,13 +193,15 @@ class TaskRegistry:
                     text=render_terminal(new),
                     priority=kind.priority(new),
                 )
-            waiters = self._end_waiters.take(task_id) if new.terminal else []
-            if (new.terminal and not old.terminal) or _went_idle(old, new):
+            terminal = new.status in TERMINAL
+            waiters = self._end_waiters.take(task_id) if terminal else []
+            if (terminal and old.status not in TERMINAL) or _went_idle(old, new):
                 self._end_waiters.signal()
         for fut in waiters:
             if not fut.done():
                 fut.set_result(new)
-        self._publish("updated", new)
+        if self._subscribers:
+            self._publish("updated", new)
         return new  # type: ignore[return-value]
 
     def notify(
@@ -385,7 +393,8 @@ class TaskRegistry:
                 return False
             self._tasks.remove(task_id)
             self._handles.pop(task_id, None)
-        self._publish("evicted", state)
+        if self._subscribers:
+            self._publish("evicted", state)
         return True
 
     def sweep(self) -> int:

@@ -375,8 +375,15 @@ class TaskRegistry:
         self.notifications.ack(notifications)
 
     def _on_ack(self, task_ids: Iterable[str]) -> None:
-        for task_id in task_ids:
-            self.evict(task_id)
+        # One lock and one reading of the clock for the batch: a churn acknowledges
+        # notifications ten at a time.
+        with self._lock:
+            now = self.clock.time()
+            evicted = (self._evict_locked(task_id, now) for task_id in task_ids)
+            gone = [state for state in evicted if state is not None]
+        if self._subscribers:
+            for state in gone:
+                self._publish("evicted", state)
 
     # -- eviction -----------------------------------------------------------------------------
 
@@ -386,16 +393,23 @@ class TaskRegistry:
         A kind may keep its tasks a while after they end, for a UI that shows them.
         """
         with self._lock:
-            state = self._tasks.get(task_id)
-            if state is None or not state.terminal or not state.notified:
-                return False
-            if not kind_of(state).evictable(state, self.clock.time()):
-                return False
-            self._tasks.remove(task_id)
-            self._handles.pop(task_id, None)
+            state = self._evict_locked(task_id, self.clock.time())
+        if state is None:
+            return False
         if self._subscribers:
             self._publish("evicted", state)
         return True
+
+    def _evict_locked(self, task_id: str, now: float) -> TaskState | None:
+        """:meth:`evict` at ``now``, the lock held; the state dropped, if it was."""
+        state = self._tasks.get(task_id)
+        if state is None or state.status not in TERMINAL or not state.notified:
+            return None
+        if not kind_of(state).evictable(state, now):
+            return None
+        self._tasks.remove(task_id)
+        self._handles.pop(task_id, None)
+        return state
 
     def sweep(self) -> int:
         """Evict every task that may be evicted; returns how many were."""

@@ -64,7 +64,8 @@ class Notification:
 
 
 def _tag(name: str, value: object) -> str:
-    return f"<{name}>{escape(str(value))}</{name}>"
+    text = value if type(value) is str else str(value)  # a notification per task end
+    return f"<{name}>{escape(text)}</{name}>"
 
 
 def render_notification(
@@ -114,7 +115,8 @@ def render_terminal(state: TaskState) -> str:
         task_id=state.id,
         tool_use_id=state.tool_use_id,
         output_file=state.output_file or None,
-        status=state.status.value,
+        # str() of a StrEnum is its value, without enum's property (Python code) in between.
+        status=str(state.status),
         summary=kind.summary(state),
         result=kind.result(state),
         usage=kind.usage(state),

@@ -100,7 +100,13 @@ def test_ids_come_from_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("drawn", "tail"),
-    [(0, "00000000"), (36**8 - 1, "zzzzzzzz"), (1 + 2 * 36 + 35 * 36**7, "12000000"[:7] + "z")],
+    [
+        (0, "00000000"),
+        (36**8 - 1, "zzzzzzzz"),
+        (1 + 2 * 36 + 35 * 36**7, "12000000"[:7] + "z"),
+        # Each digit its own, least significant first: across the pairs it is written in.
+        (sum(d * 36**i for i, d in enumerate([1, 2, 3, 4, 33, 34, 35, 10])), "1234xyza"),
+    ],
 )
 def test_id_tail_is_exactly_what_was_drawn(
     monkeypatch: pytest.MonkeyPatch, drawn: int, tail: str

@@ -116,6 +116,31 @@ async def test_rows_are_handed_out_by_priority_then_posting_order(home: Path) ->
         store.close()
 
 
+async def test_a_requeued_row_goes_back_to_its_place_in_posting_order(home: Path) -> None:
+    store = Store(db_path(home))
+    try:
+        box = Mailbox(store, "s1")
+        cases: list[tuple[str, Priority]] = [
+            ("l1", "later"),
+            ("n1", "next"),
+            ("l2", "later"),
+            ("n2", "next"),
+        ]
+        for body, priority in cases:
+            box.post(recipient="s1", sender="t", kind="message", body=body, priority=priority)
+        taken = box.take("s1")
+        assert [x.body for x in taken] == ["n1", "n2", "l1", "l2"]
+        # Put back in reverse: each is held again after the ones put back before it.
+        box.requeue(x.id for x in reversed(taken))
+        assert [x.body for x in box.pending("s1")] == ["n1", "n2", "l1", "l2"]
+        later = [x for x in taken if x.priority == "later"]
+        assert [x.body for x in box.take("s1", priority="later")] == ["l1", "l2"]
+        box.requeue(x.id for x in reversed(later))
+        assert [x.body for x in box.pending("s1")] == ["n1", "n2", "l1", "l2"]
+    finally:
+        store.close()
+
+
 async def test_a_waiting_recipient_is_woken_by_the_row_written_for_it(home: Path) -> None:
     store = Store(db_path(home))
     try:

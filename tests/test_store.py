@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -271,6 +272,32 @@ def test_notifications_add_order_and_ack(store: Store) -> None:
     with other_connection(store.path) as conn:
         stamps = dict(conn.execute("SELECT id, delivered_at FROM notifications"))
     assert stamps == {"late": 99.0, "early-a": 99.0, "early-b": None, "other": None}
+
+
+def test_a_row_given_as_values_is_the_row_add_mail_writes(store: Store) -> None:
+    row = note("v1", 3, 7.0, payload="")
+    store.add_mail(row)
+    values = (
+        "v2",
+        4,
+        "s1",
+        row.recipient,
+        row.sender,
+        row.kind,
+        row.topic,
+        row.priority,
+        row.body,
+        row.summary,
+        8.0,
+        row.payload,
+    )
+    store.add_mail_values(*values)
+    first, second = store.undelivered_mail("s1")
+    assert first == row
+    assert second == dataclasses.replace(row, id="v2", seq=4, created_at=8.0)
+    with pytest.raises(TypeError):
+        store.add_mail_values(*values[:-1])
+    assert len(store.undelivered_mail("s1")) == 2
 
 
 def test_notification_ids_are_unique(store: Store) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import json
 from typing import Any
@@ -361,3 +362,54 @@ def test_replace_returns_a_new_state() -> None:
     assert (running.status, running.pid, running.command) == (R, 7, "ls")
     assert (state.status, state.pid) == (P, None)
     assert isinstance(running, ShellTaskState)
+
+
+def test_replace_refuses_an_unknown_field_naming_it() -> None:
+    state = ShellTaskState(id="b00000004")
+    with pytest.raises(TypeError, match="no field\\(s\\) bogus, other"):
+        state.replace(status=R, other=1, bogus=2)
+    assert state.status == P
+
+
+@pytest.mark.parametrize("cls", [ShellTaskState, AgentTaskState])
+def test_built_in_states_take_what_their_dataclass_init_takes(cls: type[TaskState]) -> None:
+    fields = dataclasses.fields(cls)
+    bare = cls(id="x00000000")
+    assert all(getattr(bare, f.name) == f.default for f in fields if f.name != "id")
+    assert list(inspect.signature(cls).parameters) == [f.name for f in fields]
+    assert all(p.kind is p.KEYWORD_ONLY for p in inspect.signature(cls).parameters.values())
+    given = {f.name: f"value of {f.name}" for f in fields}
+    full = cls(**given)  # type: ignore[arg-type]
+    assert all(getattr(full, name) == value for name, value in given.items())
+    with pytest.raises(TypeError, match="id"):
+        cls()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bogus"):
+        cls(id="x00000000", bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        cls("x00000000")  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bare.status = R  # type: ignore[misc]
+
+
+Names = tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _OddState(TaskState):
+    """Fields annotated in ways to_dict cannot read as scalars."""
+
+    TYPE = TaskType.DREAM
+    type: TaskType = TaskType.DREAM
+    names: Names = ()
+    anything: object = None
+    label: str = ""
+
+
+def test_to_dict_gives_a_tuple_field_as_a_list_however_it_is_annotated() -> None:
+    state = _OddState(id="d00000000", names=("a", "b"), anything=(1, (2, 3)), label="l")
+    data = state.to_dict()
+    assert data["names"] == ["a", "b"]
+    assert data["anything"] == [1, (2, 3)]  # the field's own tuple only, as before
+    assert data["label"] == "l"
+    assert list(data) == [f.name for f in dataclasses.fields(_OddState)]
+    assert json.loads(json.dumps(data))["anything"] == [1, [2, 3]]

@@ -52,8 +52,8 @@ from typing import Any, Literal
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError
 from taskloom.store import Store
+from taskloom.tasks._makers import positional_maker
 from taskloom.tasks._pending import PendingRows
-from taskloom.tasks._records import positional_maker
 from taskloom.tasks.ids import random_hex
 from taskloom.tasks.types import Priority
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.quoting import escape
 from taskloom.store import Store
-from taskloom.tasks._records import positional_maker
+from taskloom.tasks._makers import positional_maker
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.mailbox import Kind, Letter, Mailbox
 from taskloom.tasks.types import Priority, TaskState

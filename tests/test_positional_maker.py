@@ -1,4 +1,4 @@
-"""The generated constructor of the runtime's frozen records (tasks/_records.py)."""
+"""The generated constructor of the runtime's frozen records (tasks/_makers.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from taskloom.tasks._records import positional_maker
+from taskloom.tasks._makers import positional_maker
 from taskloom.tasks.mailbox import Letter
 from taskloom.tasks.notifications import Notification
 

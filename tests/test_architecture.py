@@ -308,10 +308,8 @@ KNOWN_PRIVATE: set[tuple[str, str]] = set()
 
 def state_class_names() -> set[str]:
     """The names of taskloom's task state classes (TaskState and every subclass of it)."""
-    from taskloom.tasks.kinds import registered_kinds
+    import taskloom.tasks  # noqa: F401  (registers the kinds, which bring their state classes)
     from taskloom.tasks.types import TaskState
-
-    registered_kinds()  # imports the built-in kinds, which bring their state classes
 
     found, todo = {"TaskState"}, [TaskState]
     while todo:
@@ -425,10 +423,8 @@ def variant_field_names() -> set[str]:
     """The fields the state classes add to TaskState's, less :data:`SHARED_FIELD_NAMES`."""
     import dataclasses
 
-    from taskloom.tasks.kinds import registered_kinds
+    import taskloom.tasks  # noqa: F401  (registers the kinds, which bring their state classes)
     from taskloom.tasks.types import TaskState
-
-    registered_kinds()  # imports the built-in kinds, which bring their state classes
 
     base = {f.name for f in dataclasses.fields(TaskState)}
     found: set[str] = set()

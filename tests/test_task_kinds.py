@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -475,27 +474,3 @@ async def test_a_task_let_go_at_the_session_s_end_is_not_cut_by_the_stopping_bud
     await rt.close(timeout=0.05)
     assert handle.handed_over and handle.kills == 0
     assert rt.get(task_id).status == TaskStatus.RUNNING  # type: ignore[union-attr]
-
-
-_LAZY_KINDS_CHECK = """
-import sys
-from taskloom.tasks.runtime import TaskRuntime
-from taskloom.tasks.types import TaskType, state_from_dict
-from taskloom.tasks.kinds import kind_for
-loaded = sorted(m for m in sys.modules if m in {
-    "taskloom.tasks.dream", "taskloom.tasks.workflow", "taskloom.tasks.mcp_monitor"})
-print(loaded)
-record = {"type": "dream", "id": "d00000000", "status": "completed"}
-print(type(state_from_dict(record)).__name__)
-print(type(kind_for(TaskType.LOCAL_WORKFLOW)).__name__)
-"""
-
-
-def test_a_kind_is_imported_when_its_type_is_first_met(tmp_path: Path) -> None:
-    # The runtime does not import every kind at start-up; a stored record of a kind not yet
-    # imported is still read back as its own state class, and its kind serves it.
-    out = subprocess.run(
-        [sys.executable, "-c", _LAZY_KINDS_CHECK],
-        capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True, cwd=tmp_path,
-    )  # fmt: skip
-    assert out.stdout.split("\n")[:3] == ["[]", "DreamTaskState", "WorkflowKind"]

@@ -1,5 +1,9 @@
 """The Task runtime: one abstraction for everything that runs concurrently.
 
-The built-in task kinds are imported when their type is first asked for (see
-:mod:`taskloom.tasks.kinds`), not with the package: a session loads only those it meets.
+Importing the package registers the built-in task kinds, so that every state, however it was
+obtained (run here, or read back from the store), finds its kind.
 """
+
+from taskloom.tasks import agent, dream, mcp_monitor, remote, shell_kind, teammate, workflow
+
+__all__ = ["agent", "dream", "mcp_monitor", "remote", "shell_kind", "teammate", "workflow"]

@@ -11,10 +11,9 @@ from its own module; :class:`TaskKind` itself serves every type no kind has clai
 defaults are what any task needs and nothing more).
 
 The built-in kinds (:mod:`taskloom.tasks.shell_kind`, :mod:`taskloom.tasks.agent`,
-:mod:`taskloom.tasks.teammate`, ...) are imported, and so registered, the first time their type
-is asked for (:data:`~taskloom.tasks.types.KIND_MODULES`): a state read back from the store
-finds its kind even if nothing in the process has run a task of that kind yet, and a session
-pays only for the kinds it meets.
+:mod:`taskloom.tasks.teammate`) are registered when the ``taskloom.tasks`` package is imported,
+so that a state read back from the store finds its kind even if nothing in the process has run
+a task of that kind yet.
 """
 
 from __future__ import annotations
@@ -22,15 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
-from taskloom.tasks.types import (
-    KIND_MODULES,
-    Priority,
-    TaskState,
-    TaskStatus,
-    TaskType,
-    load_kind,
-    use_state_class,
-)
+from taskloom.tasks.types import Priority, TaskState, TaskStatus, TaskType, use_state_class
 from taskloom.tasks.usage import Reported
 
 _NO_CHANGES: Mapping[str, object] = {}
@@ -327,7 +318,6 @@ def register_kind(kind: TaskKind) -> TaskKind | None:
     """
     if kind.task_type is None:
         raise ValueError(f"{type(kind).__name__} has no task_type")
-    load_kind(kind.task_type)  # the built-in first: imported later, it would replace this one
     use_state_class(kind.task_type, kind.state_class)  # checked first: a bad one registers nothing
     previous = _KINDS.get(kind.task_type)
     _KINDS[kind.task_type] = kind
@@ -342,16 +332,12 @@ def unregister_kind(task_type: TaskType) -> TaskKind | None:
 
 def kind_for(task_type: TaskType) -> TaskKind:
     """The kind serving ``task_type`` (the defaults of :class:`TaskKind` if none is)."""
-    kind = _KINDS.get(task_type)
-    if kind is None:
-        load_kind(task_type)
-        kind = _KINDS.get(task_type, _FALLBACK)
-    return kind
+    return _KINDS.get(task_type, _FALLBACK)
 
 
 def kind_of(state: TaskState) -> TaskKind:
     """The kind serving ``state``'s type."""
-    return _KINDS.get(state.type) or kind_for(state.type)
+    return _KINDS.get(state.type, _FALLBACK)
 
 
 def kind_of_record(record: Mapping[str, object]) -> TaskKind:
@@ -374,9 +360,7 @@ def outlives_session(state: TaskState | Mapping[str, object]) -> bool:
 
 
 def registered_kinds() -> dict[TaskType, TaskKind]:
-    """Every registered kind by its type (the built-in ones imported first)."""
-    for task_type in KIND_MODULES:
-        load_kind(task_type)
+    """Every registered kind by its type."""
     return dict(_KINDS)
 
 

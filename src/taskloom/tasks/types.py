@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib
 import inspect
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, TypeVar
@@ -363,29 +361,12 @@ class AgentTaskState(TaskState):
 
 #: The state class of each type built in. The other types' classes come with their kinds
 #: (see :func:`use_state_class`: ``remote_agent``, ``in_process_teammate``,
-#: ``local_workflow``, ``monitor_mcp`` and ``dream``).
+#: ``local_workflow``, ``monitor_mcp`` and ``dream``), registered when
+#: :mod:`taskloom.tasks` is imported.
 STATE_CLASSES: dict[TaskType, type[TaskState]] = {
     cls.TYPE: cls for cls in (ShellTaskState, AgentTaskState)
 }
 _BROUGHT: dict[TaskType, type[TaskState]] = {}
-#: The module of each built-in kind, imported (and so registered) the first time its type is
-#: asked for: a session imports only the kinds it meets, not all seven at start-up.
-KIND_MODULES: dict[TaskType, str] = {
-    TaskType.LOCAL_BASH: "taskloom.tasks.shell_kind",
-    TaskType.LOCAL_AGENT: "taskloom.tasks.agent",
-    TaskType.REMOTE_AGENT: "taskloom.tasks.remote",
-    TaskType.IN_PROCESS_TEAMMATE: "taskloom.tasks.teammate",
-    TaskType.LOCAL_WORKFLOW: "taskloom.tasks.workflow",
-    TaskType.MONITOR_MCP: "taskloom.tasks.mcp_monitor",
-    TaskType.DREAM: "taskloom.tasks.dream",
-}
-
-
-def load_kind(task_type: TaskType) -> None:
-    """Import the module of ``task_type``'s built-in kind, which registers it (once)."""
-    name = KIND_MODULES.get(task_type)
-    if name is not None and name not in sys.modules:
-        importlib.import_module(name)
 
 
 def use_state_class(task_type: TaskType, cls: type[TaskState] | None) -> None:
@@ -411,12 +392,8 @@ def use_state_class(task_type: TaskType, cls: type[TaskState] | None) -> None:
 
 
 def state_class(task_type: TaskType) -> type[TaskState] | None:
-    """The class records of ``task_type`` are read back as (None: no kind brings one)."""
-    found = _BROUGHT.get(task_type) or STATE_CLASSES.get(task_type)
-    if found is None and KIND_MODULES.get(task_type) not in sys.modules:
-        load_kind(task_type)
-        found = _BROUGHT.get(task_type)
-    return found
+    """The class records of ``task_type`` are read back as (None: its kind is not loaded)."""
+    return _BROUGHT.get(task_type) or STATE_CLASSES.get(task_type)
 
 
 def state_from_dict(data: dict[str, Any]) -> TaskState:

@@ -7,6 +7,7 @@ and vetting steps on their own.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -367,6 +368,69 @@ async def test_an_event_of_the_wrong_shape_is_a_model_error_not_a_crash() -> Non
         async for _ in model._transport._guard(model._parser("m")(sse())):
             pass
     assert info.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("start", "problem"),
+    [
+        ({"type": "tool_use", "id": None, "name": "Bash"}, "content[0].id"),
+        ({"type": "tool_use", "id": "toolu_1", "name": 7}, "content[0].name"),
+        ({"type": "text", "text": "hi", "message_id": 123}, "id"),
+    ],
+)
+async def test_an_answer_of_the_wrong_types_is_a_model_error_not_a_crash(
+    start: dict[str, object], problem: str
+) -> None:
+    # A null or numeric id or name would pass into the conversation (and a transcript that
+    # refuses it on resume), or crash the engine later: it ends the request, to be retried.
+    from httpx_sse import ServerSentEvent
+
+    from taskloom.errors import ModelError
+    from taskloom.models.anthropic import AnthropicModel
+    from taskloom.models.openai import OpenAIModel
+
+    message_id = start.pop("message_id", "msg_1")
+    events = [
+        {"type": "message_start", "message": {"id": message_id, "model": "m"}},
+        {"type": "content_block_start", "index": 0, "content_block": start},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+        {"type": "message_stop"},
+    ]
+
+    async def sse() -> AsyncIterator[ServerSentEvent]:
+        for data in events:
+            yield ServerSentEvent(event=str(data["type"]), data=json.dumps(data))
+
+    model = AnthropicModel("m", api_key="k", base_url="http://127.0.0.1:9")
+    said = f"unreadable stream event: .*{re.escape(problem)}"
+    with pytest.raises(ModelError, match=said) as info:
+        async for _ in model._transport._guard(model._parser("m")(sse())):
+            pass
+    assert info.value.retryable
+    if problem == "content[0].name":  # the same answer from a Chat Completions server
+        chunk = {
+            "id": "c1",
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [{"index": 0, "id": "call_1", "function": {"name": 7}}]
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        }
+
+        async def chunks() -> AsyncIterator[ServerSentEvent]:
+            yield ServerSentEvent(data=json.dumps(chunk))
+            yield ServerSentEvent(data="[DONE]")
+
+        openai = OpenAIModel("m", api_key="k", base_url="http://127.0.0.1:9")
+        with pytest.raises(ModelError, match=said):
+            async for _ in openai._transport._guard(openai._parser("m")(chunks())):
+                pass
 
 
 async def test_inputs_a_tool_refuses_are_quoted_cut_short(tmp_path: Path) -> None:

@@ -105,6 +105,37 @@ class Record:
                 data[key] = value
         return data
 
+    def checked(self) -> Self:
+        """This record, once its fields and those of the records in it pass the checks.
+
+        The checks are :meth:`from_dict`'s: a record built from a provider's stream was never
+        read through it.
+
+        Raises:
+            MessageError: A field holds what :meth:`from_dict` would refuse; it names each.
+        """
+        errors: Errors = []
+        self._check_into("", errors)
+        if errors:
+            raise MessageError(errors)
+        return self
+
+    def _check_into(self, path: str, errors: Errors) -> None:
+        for name, check in self._CHECKS.items():
+            value, at = getattr(self, name), _at(path, name)
+            if value is None and name not in self._REQUIRED:
+                continue
+            if isinstance(value, Record):
+                value._check_into(at, errors)
+            elif isinstance(value, list) and any(isinstance(v, Record) for v in value):
+                for i, item in enumerate(value):
+                    if isinstance(item, Record):
+                        item._check_into(_at(at, i), errors)
+                    else:
+                        check([item], at, errors)
+            else:
+                check(value, at, errors)
+
     @classmethod
     def from_dict(cls, raw: object) -> Self:
         """One read from data from outside (its JSON form), checked; an instance taken as is.

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from helpers import TIME_FACTOR, clean_env, needs, wait_until
-from taskloom.remote.zygote import Forked, Zygote
+from taskloom.remote.zygote import Forked, Zygote, ZygoteError
 
 pytestmark = [pytest.mark.e2e]
 
@@ -212,3 +212,20 @@ async def test_a_cancelled_launch_runs_nothing_and_keeps_nothing(tmp_path: Path)
         assert zygote._exited == {} and list(zygote._running.values()) == [second]
         os.killpg(second.pid, signal.SIGTERM)
         assert (await _ended(second))[0] == -signal.SIGTERM
+
+
+async def test_a_launch_under_way_when_the_zygote_is_closed_fails_rather_than_waits(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "spec.json"
+    os.mkfifo(fifo)
+    async with _zygote() as zygote:
+        server = _server(zygote)
+        os.kill(server.pid, signal.SIGSTOP)  # the request is queued, not answered
+        launching = asyncio.ensure_future(zygote.launch(fifo, tmp_path, clean_env()))
+        await wait_until(lambda: bool(zygote._asked), 10, "the request sent")
+        closing = asyncio.ensure_future(zygote.close())
+        with pytest.raises(ZygoteError, match="let go"):
+            await asyncio.wait_for(launching, 10 * TIME_FACTOR)
+        os.kill(server.pid, signal.SIGCONT)
+        await asyncio.wait_for(closing, 30 * TIME_FACTOR)

@@ -87,7 +87,10 @@ class ActorPool:
 
         actor = AgentHost.options(**self.options).remote(warm=True, base_dir=self.base_dir)
         self._load[actor] = 0
-        self._warm[actor] = asyncio.ensure_future(self._warm_up(actor))
+        warming = self._warm[actor] = asyncio.ensure_future(self._warm_up(actor))
+        # An actor made in the background may fail with no agent ever awaiting it: its
+        # failure is read here, not logged as never retrieved.
+        warming.add_done_callback(lambda done: done.cancelled() or done.exception())
 
     async def _warm_up(self, actor: Any) -> int:
         try:

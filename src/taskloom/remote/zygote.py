@@ -412,6 +412,10 @@ class Zygote:
         room, self._room = self._room, None
         if room is not None and not room.done():
             room.set_result(None)  # its waiters see the server gone
+        for asked in self._asked.values():  # a launch under way would wait for ever
+            if not asked.done():
+                asked.set_exception(ZygoteError("the fork server was let go"))
+        self._asked.clear()
         for forked in self._running.values():
             self._keep(_reaped_elsewhere(forked))
         self._running.clear()

@@ -6,7 +6,8 @@ the fields from outside it does not declare in ``extra``; :meth:`Record.from_dic
 from data from outside, checking each field as the pydantic models the messages once were
 did (their lax mode: an integral float or a string of digits is a count, ``1`` or ``"true"``
 is true), and raises :class:`MessageError` naming the path of each problem in pydantic's
-words, so that what a caller showed of an error reads as before.
+words for the common cases (a union's field gives one problem where pydantic gave one per
+member, and a few odd values are worded otherwise).
 
 A record class declares ``_FIELDS`` (its fields in JSON order), ``_CHECKS`` (a check per
 field), ``_REQUIRED`` and, for a block, its ``type`` tag as a class attribute.
@@ -154,7 +155,12 @@ R = TypeVar("R", bound=Record)
 
 
 def _dumped(value: Any) -> Any:
-    """A field's JSON form: records dumped, containers copied (a dump is the caller's)."""
+    """A field's JSON form: records dumped, the top level of a list or dict copied.
+
+    What the containers hold is shared with the record (a tool call's nested input): a
+    caller that changes a dump deeper than its top level copies it first, as the request
+    builders do.
+    """
     if isinstance(value, Record):
         return value.dump()
     if isinstance(value, list):

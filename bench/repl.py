@@ -231,6 +231,7 @@ class _Source:
     view: TranscriptView
     panel: TaskPanel
     asks: PermissionAsks
+    todos: tuple[Any, ...] = ()  # no todo list: the redraw measured is the task panel's
     busy: bool = True
     turn_seconds: int = 12
     reasoning: bool = False

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from taskloom.tools._walk import glob_to_regex
 from taskloom.tools.base import Tool, ToolContext, ToolResult
 from taskloom.tools.edit import Edit
-from taskloom.tools.glob import Glob, glob_to_regex
+from taskloom.tools.glob import Glob
 from taskloom.tools.grep import Grep, format_result
 from taskloom.tools.grep_search import Query, ripgrep, run_python, run_ripgrep
 from taskloom.tools.inputs.grep import GrepInput

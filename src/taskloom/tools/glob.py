@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
-from taskloom.tools._walk import _MAGIC, VCS_DIRS, glob_to_regex, iter_search_files
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
@@ -125,6 +124,8 @@ def compile_pattern(base: str, pattern: str) -> tuple[str, re.Pattern[str], int 
     become part of the start directory, so the walk starts deeper; an anchored pattern without
     ``**`` matches files exactly as deep as it is, so the walk goes no deeper.
     """
+    from taskloom.tools._walk import glob_to_regex  # the walk's module: loaded at first use
+
     anchored = "/" in pattern.rstrip("/")
     start, rest = _split_literal_prefix(base, pattern)
     max_depth = rest.count("/") if anchored and "**" not in rest else None
@@ -133,6 +134,8 @@ def compile_pattern(base: str, pattern: str) -> tuple[str, re.Pattern[str], int 
 
 def _split_literal_prefix(base: str, pattern: str) -> tuple[str, str]:
     """Move leading wildcard-free segments into the directory, so the walk starts deeper."""
+    from taskloom.tools._walk import _MAGIC
+
     if os.path.isabs(pattern):
         base, pattern = os.sep, pattern.lstrip("/")
     segments = pattern.split("/")
@@ -168,6 +171,8 @@ def _walk_glob(
     symlinks and version-control directories skipped. Only the newest are kept, in a heap:
     a pattern matching a million files costs no more memory than one matching a hundred.
     """
+    from taskloom.tools._walk import VCS_DIRS, iter_search_files
+
     walk = _Walk()
     if not os.path.isdir(start):
         return walk  # the pattern's literal directories do not exist

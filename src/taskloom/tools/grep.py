@@ -13,19 +13,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
-from taskloom.tools._walk import is_binary_file
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
-from taskloom.tools.grep_search import (
-    MAX_COLLECT,
-    Found,
-    Query,
-    ripgrep,
-    run_python,
-    run_ripgrep,
-)
 from taskloom.tools.read import truncate_line
 
 if TYPE_CHECKING:
+    from taskloom.tools.grep_search import Found, Query
     from taskloom.tools.inputs.grep import GrepInput
 
 #: Entries shown when the call gives no ``head_limit`` (Claude Code's default).
@@ -168,6 +160,11 @@ class Grep(Tool["GrepInput"]):
 
     async def call(self, params: GrepInput, ctx: ToolContext) -> ToolResult:
         """Search, then format and page the result."""
+        # The search (and the process runner under it) is loaded at the first search, not
+        # when the tool is offered: off the start-up path.
+        from taskloom.tools._walk import is_binary_file
+        from taskloom.tools.grep_search import Found, Query, ripgrep, run_python, run_ripgrep
+
         root = os.path.normpath(os.path.join(ctx.cwd, params.path or "."))
         if not os.path.exists(root):
             return tool_error(f"Path does not exist: {root}")
@@ -246,7 +243,7 @@ def format_result(
         offset: Entries to skip first.
         cwd: Paths under it are shown relative to it; None keeps them as searched.
     """
-    incomplete = "" if found.complete else _INCOMPLETE
+    incomplete = "" if found.complete else _incomplete()
     if not found.lines:
         empty = "No files found" if q.mode == "files_with_matches" else "No matches found"
         return ToolResult(empty + incomplete, response=responses.grep(q.mode, [], total=0))
@@ -284,10 +281,13 @@ def format_result(
     return ToolResult(body + incomplete, data=data, response=response)
 
 
-_INCOMPLETE = (
-    f"\n\n(The search stopped collecting after {MAX_COLLECT >> 20} MiB of output: results "
-    "are incomplete. Narrow the path, glob or pattern.)"
-)
+def _incomplete() -> str:
+    from taskloom.tools.grep_search import MAX_COLLECT
+
+    return (
+        f"\n\n(The search stopped collecting after {MAX_COLLECT >> 20} MiB of output: results "
+        "are incomplete. Narrow the path, glob or pattern.)"
+    )
 
 
 def _pagination_note(limit: int, offset: int, shown: int, total: int, unit: str) -> str:

@@ -13,9 +13,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.agents.filter import filter_tools, own_tools, read_only_offer, restrict_spawns
-from taskloom.agents.memory import AgentMemory, load_memory, memory_project
-from taskloom.agents.run import sidechain_path
 from taskloom.engine import EngineConfig, EngineObserver
 from taskloom.errors import ToolError
 from taskloom.instructions import ConversationInstructions, Instructions
@@ -28,6 +25,7 @@ from taskloom.tools.deferral import with_tool_search
 if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.loader import AgentCatalog
+    from taskloom.agents.memory import AgentMemory
     from taskloom.hooks import HookConfig
     from taskloom.models.base import Model
     from taskloom.permissions import PermissionPolicy, PermissionPrompter
@@ -183,6 +181,11 @@ class AgentBuilder:
             suffix: What its prompt says of its place, after its definition's (a teammate's
                 is the team's section, not a subagent's).
         """
+        # What configuring an agent takes is loaded at the first spawn: off the start-up path.
+        from taskloom.agents.filter import filter_tools, own_tools, read_only_offer, restrict_spawns
+        from taskloom.agents.memory import load_memory, memory_project
+        from taskloom.agents.run import sidechain_path
+
         chosen, model_name = self._model_for(model or definition.model)
         offered: dict[str, Tool[Any]] = {}
         for tool in self.tools():

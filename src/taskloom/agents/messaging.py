@@ -25,18 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskloom.agents import structured_messages
-from taskloom.agents.bookkeeping import recorded
 from taskloom.agents.budget import Budget, Budgets
-from taskloom.agents.run import AgentRun, sidechain_path
 from taskloom.errors import TaskError, ToolError
-from taskloom.pairing import repair
 from taskloom.quoting import quote
 from taskloom.signals import emit
 from taskloom.tasks.agent import resumed
 from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.types import AgentTaskState, TaskType
-from taskloom.transcript import load_messages
 
 if TYPE_CHECKING:
     from taskloom.agents.builder import AgentBuilder
@@ -44,6 +39,7 @@ if TYPE_CHECKING:
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import Environments
     from taskloom.agents.limits import Slot, SpawnLimits
+    from taskloom.agents.run import AgentRun
     from taskloom.agents.team_port import TeamPort
     from taskloom.remote.cluster import Cluster
     from taskloom.tasks.runtime import TaskRuntime
@@ -419,6 +415,12 @@ class Messenger:
         return self.builder.definition(agent_type)
 
     async def _resume(self, agent_id: str, state: AgentTaskState) -> None:
+        # What resuming takes is loaded at the first resume: off the start-up path.
+        from taskloom.agents.bookkeeping import recorded
+        from taskloom.agents.run import AgentRun, sidechain_path
+        from taskloom.pairing import repair
+        from taskloom.transcript import load_messages
+
         run = self.runs.get(agent_id)
         if run is None and self.budgets is not None:  # of an earlier process: as it was then
             definition = self._definition(state.agent_type)
@@ -502,6 +504,8 @@ def _checked(message: str | dict[str, Any], summary: str | None) -> _Letter:
     """
     if isinstance(message, str):
         return _Letter(message, summary or "")
+    from taskloom.agents import structured_messages  # loaded at the first structured message
+
     checked = structured_messages.validate(message)
     kind = checked["type"]
     request_id = checked.get("request_id") if kind == "shutdown_request" else None

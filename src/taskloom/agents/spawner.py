@@ -22,15 +22,10 @@ from typing import TYPE_CHECKING, Any
 from taskloom._aio import finish_despite_cancel
 from taskloom.agents._remote_spawn import RemoteSpawner
 from taskloom.agents.budget import Budget, Budgets
-from taskloom.agents.builder import DEFAULT_TYPE
-from taskloom.agents.fork import NESTED_FORK_ERROR, fork_enabled, fork_messages, is_fork
 from taskloom.agents.limits import Slot, SpawnLimits
-from taskloom.agents.run import AgentRun
 from taskloom.agents.spawn_request import SpawnRequest, SpawnResult, auto_background_ms, launched
-from taskloom.agents.watch import watch_agent, watch_stuck
 from taskloom.errors import ToolError
 from taskloom.signals import emit
-from taskloom.tasks.agent import failed_to_start
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
@@ -39,6 +34,7 @@ if TYPE_CHECKING:
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import AgentEnvironment, Environments
+    from taskloom.agents.run import AgentRun
     from taskloom.engine import Engine
     from taskloom.tasks.runtime import TaskRuntime
     from taskloom.tools.base import ToolContext
@@ -112,6 +108,11 @@ class Spawner:
             slot.release()  # did not register (it failed, or a remote agent ran)
 
     async def _spawn(self, request: SpawnRequest, ctx: ToolContext, slot: Slot) -> SpawnResult:
+        # What running an agent takes is loaded at the first spawn: off the start-up path.
+        from taskloom.agents.builder import DEFAULT_TYPE
+        from taskloom.agents.fork import fork_enabled
+        from taskloom.agents.run import AgentRun
+
         # With forks on, naming no type forks the caller; but not where an omitted type
         # means another default (a coordinator's workers).
         forks = fork_enabled(self.settings) and self.builder.default_type == DEFAULT_TYPE
@@ -219,6 +220,8 @@ class Spawner:
         slot.release()  # counted as a live agent from now on
 
     async def _abandon(self, agent_id: str, env: AgentEnvironment, exc: BaseException) -> None:
+        from taskloom.tasks.agent import failed_to_start
+
         self.budgets.close(agent_id)
         await env.abandon()
         error = f"could not start: {exc}" if str(exc) else "could not start"
@@ -272,6 +275,9 @@ class Spawner:
 
     async def _fork(self, request: SpawnRequest, ctx: ToolContext, slot: Slot) -> SpawnResult:
         """A background copy of the calling agent, with the directive appended."""
+        from taskloom.agents.fork import NESTED_FORK_ERROR, fork_messages, is_fork
+        from taskloom.agents.run import AgentRun
+
         parent: Engine | None = ctx.engine
         if parent is None:
             raise ToolError("Fork is not available here: no parent conversation to copy.")
@@ -336,6 +342,8 @@ class Spawner:
 
         Its budgets end then too.
         """
+        from taskloom.agents.watch import watch_agent, watch_stuck
+
         agent_id = run.agent_id
         unwatch = watch_agent(
             self.runtime,

@@ -29,7 +29,6 @@ from taskloom.skills.expand import allow_rules, instructions, invocation, parse_
 from taskloom.tasks.mailbox import HELD, MESSAGES, Letter
 from taskloom.tasks.owner_wait import held_due
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.tools.prompt_shell import ShellPlace, has_commands, run_prompt_commands
 from taskloom.tools.todo import TodoList
 from taskloom.transcript import TranscriptWriter, copy_transcript, load_messages, transcript_path
 
@@ -200,6 +199,10 @@ class Session:
         Raises:
             PromptShellError: One of its shell commands was refused or failed.
         """
+        # Shell commands in prompts (and the Bash tool's code) are loaded at the first command
+        # run, not at start-up.
+        from taskloom.tools.prompt_shell import ShellPlace, has_commands, run_prompt_commands
+
         config = self.engine.config
         text = instructions(command, args, self.id)
         if has_commands(text):

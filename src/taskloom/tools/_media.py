@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING
 
 from taskloom.messages import MAX_IMAGE_BASE64_BYTES, image_media_type
 from taskloom.tools import responses
+from taskloom.tools._text import MAX_IMAGE_SIDE as MAX_IMAGE_SIDE
 from taskloom.tools.base import ToolResult, tool_error
 
 if TYPE_CHECKING:
     from taskloom.messages import ImageMediaType
-
-#: The Messages API refuses images with a side longer than this, in pixels.
-MAX_IMAGE_SIDE = 8000
 
 #: Format name -> media type, for the formats the API takes.
 MEDIA_TYPES: dict[str, ImageMediaType] = {

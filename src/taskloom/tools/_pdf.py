@@ -13,11 +13,10 @@ import re
 from typing import Any
 
 from taskloom.tools import responses
+from taskloom.tools._text import MAX_PAGES_PER_CALL as MAX_PAGES_PER_CALL
+from taskloom.tools._text import MAX_PAGES_WITHOUT_RANGE as MAX_PAGES_WITHOUT_RANGE
 from taskloom.tools._text import budget_chars
 from taskloom.tools.base import ToolResult, tool_error
-
-MAX_PAGES_PER_CALL = 20
-MAX_PAGES_WITHOUT_RANGE = 10
 
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 

@@ -33,6 +33,14 @@ CHARS_PER_TOKEN = 4
 NOTE_ROOM = 400
 #: How much of a file is sniffed for NUL bytes and UTF-8 validity.
 SNIFF_BYTES = 8192
+# Read's bounds for PDFs and images (:mod:`~taskloom.tools._pdf`, :mod:`~taskloom.tools._media`)
+# are here, with the text bounds, so that describing Read loads neither reader.
+#: Most pages of a PDF read in one call.
+MAX_PAGES_PER_CALL = 20
+#: A PDF of more pages than this must be read by pages.
+MAX_PAGES_WITHOUT_RANGE = 10
+#: The Messages API refuses images with a side longer than this, in pixels.
+MAX_IMAGE_SIDE = 8000
 _CHUNK = 1 << 16
 
 

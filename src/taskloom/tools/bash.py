@@ -22,7 +22,6 @@ from taskloom.tasks.output import human_size, read_delta
 from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ShellOutcome, run_shell
 from taskloom.tasks.types import TaskStatus
 from taskloom.tools import responses
-from taskloom.tools._exit_meaning import exit_meaning, stderr_shown
 from taskloom.tools.backends import CommandEnd, CommandRequest, CommandRunner
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.overflow import results_dir, save_file, save_text
@@ -202,6 +201,8 @@ async def _in_terminal(
     a file of ours, read when it exits. A terminal on another machine cannot write it here;
     then the working directory stays where it was.
     """
+    from taskloom.tools._exit_meaning import stderr_shown  # read once a command ends
+
     runtime = ctx.runtime
     workdir = ctx.workdir
     script, cwd_file = params.command, None
@@ -306,6 +307,8 @@ def _result(
     data: dict[str, Any],
 ) -> ToolResult:
     """A foreground command's result: its output, then what its end means, then notes."""
+    from taskloom.tools._exit_meaning import exit_meaning  # read once a command ends
+
     if outcome.timed_out:
         tail = [f"Command timed out after {timeout_s:g}s", f"Exit code {outcome.exit_code}"]
         error = True

@@ -15,14 +15,15 @@ import io
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from taskloom.tools._media import MAX_IMAGE_SIDE, image_extension, read_image, sniff_image
 from taskloom.tools._notebook import is_notebook, read_notebook
-from taskloom.tools._pdf import MAX_PAGES_PER_CALL, MAX_PAGES_WITHOUT_RANGE, is_pdf, read_pdf
 from taskloom.tools._text import (
     CHARS_PER_TOKEN,
     DEFAULT_LIMIT,
     DEFAULT_READ_MAX_TOKENS,
     MAX_FILE_BYTES,
+    MAX_IMAGE_SIDE,
+    MAX_PAGES_PER_CALL,
+    MAX_PAGES_WITHOUT_RANGE,
     SNIFF_BYTES,
     looks_binary,
     page_text,
@@ -222,6 +223,9 @@ def _kept_local(path: str) -> bool:
     Notebooks, images, PDFs and other binary files are shown from the disk as they always
     are; so is what is not a regular file, which Read refuses.
     """
+    from taskloom.tools._media import sniff_image
+    from taskloom.tools._pdf import is_pdf
+
     if is_notebook(path):
         return True
     if not os.path.lexists(path):
@@ -265,6 +269,10 @@ async def _read_served(
 
 def _read(path: str, params: ReadInput, max_tokens: int) -> tuple[ToolResult, int | None]:
     """The file as text, an image or a PDF's pages, by what its first bytes say it is."""
+    # The image and PDF readers are loaded at the first Read, not when Read is offered.
+    from taskloom.tools._media import image_extension, read_image, sniff_image
+    from taskloom.tools._pdf import is_pdf, read_pdf
+
     with open(path, "rb") as f:
         head = f.read(SNIFF_BYTES)
     image = sniff_image(head)

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # The diff of Edit's and Write's responses, its cost bounded (see that module).
-from taskloom.tools._patch import PATCH_CONTEXT as PATCH_CONTEXT
-from taskloom.tools._patch import structured_patch as structured_patch
 
 #: Longest earlier content (characters) a Write or Edit response carries and diffs, as the
 #: reference's 10 MiB: past it ``originalFile`` is null and ``structuredPatch`` empty ("the
@@ -97,6 +95,16 @@ def read_image(
         "dimensions": dimensions,
     }
     return {"type": "image", "file": file}
+
+
+def structured_patch(before: str, after: str) -> list[dict[str, Any]]:
+    """The hunks from ``before`` to ``after`` (see :mod:`taskloom.tools._patch`).
+
+    The diff is loaded at the first edit or write, not when the tools are offered.
+    """
+    from taskloom.tools import _patch
+
+    return _patch.structured_patch(before, after)
 
 
 def read_pdf(path: str, *, original_size: int, pages: Sequence[int], text: str) -> dict[str, Any]:

@@ -74,3 +74,36 @@ def test_pydantic_is_not_loaded_before_the_first_request(
 ) -> None:
     loaded = {m.split(".")[0] for m in plain_run["first_request"]["modules"]}
     assert loaded & {"pydantic", "pydantic_core"} == set()
+
+
+#: Modules a tool's call or an agent's spawn, resume or watch needs, not offering the tool or
+#: making the session's agent service: loaded at first use (DESIGN §3.7, issue 34).
+FIRST_USE_ONLY = frozenset(
+    {
+        "taskloom.agents.activity",
+        "taskloom.agents.bookkeeping",
+        "taskloom.agents.filter",
+        "taskloom.agents.memory",
+        "taskloom.agents.run",
+        "taskloom.agents.structured_messages",
+        "taskloom.agents.stuck",
+        "taskloom.agents.watch",
+        "taskloom.process.run",
+        "taskloom.tools._exit_meaning",
+        "taskloom.tools._media",
+        "taskloom.tools._patch",
+        "taskloom.tools._pdf",
+        "taskloom.tools._walk",
+        "taskloom.tools.grep_search",
+        "taskloom.tools.prompt_shell",
+    }
+)
+
+
+def test_what_only_a_call_or_a_spawn_needs_is_not_loaded_before_the_first_request(
+    plain_run: dict[str, dict[str, Any]],
+) -> None:
+    loaded = set(plain_run["first_request"]["modules"])
+    assert "taskloom.tools.grep" in loaded  # the tools are offered: they are loaded
+    assert "taskloom.agents.spawner" in loaded  # and so is the agent service
+    assert loaded & FIRST_USE_ONLY == set()

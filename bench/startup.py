@@ -19,6 +19,12 @@ line (click and rich) as a side effect unless a stand-in is registered first, as
 does; the floors do the same, and ``httpx_cli_floor`` is the dependency floor with it.
 The first run of each command only warms caches and is left out.
 
+``request_floor``: bench/_request_floor.py, the least a program does to send the request (a
+SQLite database opened, one streamed POST over an ``httpx.AsyncClient``), measured as
+taskloom's first request is; unlike the import floors it includes what sending loads and
+builds (the transport's async backend, the client's TLS context). Printed beside the target,
+which stays against ``dependency_floor``.
+
 Phases: in each round one more run is watched by ``tests/startup_probe`` (loaded at interpreter
 start; it notes the first import of taskloom, httpx and pydantic, the store's opening and the
 first request's first bytes on the socket, see there); ``phase_*`` are the medians of those
@@ -95,6 +101,8 @@ FLOORS = {
 #: The most the first request may take over the dependency floor.
 OVER_FLOOR_TARGET_S = 0.06
 PROBE = Path(__file__).resolve().parent.parent / "tests" / "startup_probe"
+#: The request floor's program (see there): it sends the request itself.
+REQUEST_FLOOR = Path(__file__).resolve().parent / "_request_floor.py"
 #: The probe's events reported as phases, in the order a run should meet them.
 PHASES = (
     "interpreter",
@@ -159,6 +167,12 @@ def _spawn(cmd: list[str], env: dict[str, str], cwd: str, marker: str | None) ->
 
 
 def _taskloom_run(env: dict[str, str], workdir: str, extra: tuple[str, ...] = ()) -> Run:
+    exe = str(Path(sys.executable).with_name("taskloom"))
+    return _request_run([exe, "-p", "hi", "--model", "sonnet", *extra], env, workdir, bool(extra))
+
+
+def _request_run(cmd: list[str], env: dict[str, str], workdir: str, mcp: bool) -> Run:
+    """Run ``cmd`` against a fake Anthropic server; its first request is stamped on arrival."""
     with FakeAnthropicServer() as server:
         first = threading.Event()
         stamp: list[float] = []
@@ -167,19 +181,18 @@ def _taskloom_run(env: dict[str, str], workdir: str, extra: tuple[str, ...] = ()
         def responder(body: dict[str, object]) -> dict[str, str]:
             if not first.is_set():
                 stamp.append(time.monotonic())
-                tools = body.get("tools")
+                tools = body.get("tools") or []
                 offered.extend(t["name"] for t in tools if isinstance(t, dict))  # type: ignore[union-attr]
                 first.set()
             return {"text": REPLY}
 
         server.responder = responder  # type: ignore[assignment]
         env = {**env, "ANTHROPIC_BASE_URL": server.url}
-        exe = str(Path(sys.executable).with_name("taskloom"))
         start = time.monotonic()
-        run = _spawn([exe, "-p", "hi", "--model", "sonnet", *extra], env, workdir, REPLY)
+        run = _spawn(cmd, env, workdir, REPLY)
         if not stamp:
-            raise RuntimeError("taskloom never reached the model")
-        missing = [t for t in MCP_TOOLS if extra and t not in offered]
+            raise RuntimeError(f"{cmd[0]} never reached the model")
+        missing = [t for t in MCP_TOOLS if mcp and t not in offered]
         if missing:
             raise RuntimeError(f"the first request did not offer the MCP tools {missing}")
         return Run(stamp[0] - start, run.result, run.exit, run.rss_mib, run.cpu)
@@ -300,6 +313,7 @@ def main() -> int:
         envs["baseline_"] = _child_env(base_home, pycache, str(Path(args.compare).resolve()))
     floor_env = _child_env(home, pycache, None)
     floors: dict[str, list[Run]] = {name: [] for name in FLOORS}
+    request_floors: list[Run] = []
     runs: dict[str, list[Run]] = {label: [] for label in envs}
     mcp_args = ("--mcp-config", _mcp_config(scratch)) if args.mcp else ()
     mcp_runs: list[Run] = []
@@ -310,6 +324,9 @@ def main() -> int:
                 name: _spawn([sys.executable, "-c", code], floor_env, workdir, None)
                 for name, code in FLOORS.items()
             }
+            request_floor = _request_run(
+                [sys.executable, str(REQUEST_FLOOR)], floor_env, workdir, False
+            )
             round_runs = {label: _taskloom_run(env, workdir) for label, env in envs.items()}
             mcp_run = _taskloom_run(envs[""], workdir, mcp_args) if args.mcp else None
             round_phases = {label: _phases(env, workdir, scratch) for label, env in envs.items()}
@@ -320,6 +337,7 @@ def main() -> int:
                     mcp_runs.append(mcp_run)
                 for name, run in floor_runs.items():
                     floors[name].append(run)
+                request_floors.append(request_floor)
                 for label, run in round_runs.items():
                     runs[label].append(run)
         imported = _imported(envs[""], workdir)
@@ -341,6 +359,10 @@ def main() -> int:
         mcp_first, _, _ = _report("mcp_", mcp_runs)
         print(f"mcp_first_request_over_no_mcp_s: {mcp_first - first:.3f}")
     dependency = statistics.median(r.exit for r in floors["dependency_floor"])
+    request_floor = statistics.median(r.first_request for r in request_floors)
+    print(f"request_floor_first_request_s_median: {request_floor:.3f}")
+    print(f"request_floor_cpu_s_median: {statistics.median(r.cpu for r in request_floors):.3f}")
+    print(f"first_request_over_request_floor_s: {first - request_floor:.3f}")
     print(f"first_request_over_dependency_floor_s: {first - dependency:.3f}")
     _verdict(
         first - dependency <= OVER_FLOOR_TARGET_S,

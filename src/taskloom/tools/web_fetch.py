@@ -20,19 +20,19 @@ from taskloom.errors import ModelError
 from taskloom.messages import Message
 from taskloom.models.base import WEB_FETCH_PURPOSE, ModelRequest
 from taskloom.tools import responses
-from taskloom.tools._fetch import FetchError, Page, PageCache, Redirect, checked_url, fetch
 from taskloom.tools._web import agent_model, ask, small_model
 from taskloom.tools.base import Tool, ToolContext, ToolKind, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.tools._fetch import Page, PageCache, Redirect
     from taskloom.tools.inputs.web_fetch import WebFetchInput
 
 #: Characters of the page the small model is given (Claude Code's bound).
 MAX_MARKDOWN_CHARS = 100_000
 TRUNCATED = "\n\n[Content truncated due to length...]"
 ANSWER_MAX_TOKENS = 4096
-#: Every session's fetches share it, as Claude Code's process does.
-PAGES = PageCache()
+#: Every session's fetches share it, as Claude Code's process does (made at the first fetch).
+_pages: PageCache | None = None
 
 DESCRIPTION = """\
 - Fetches content from a specified URL and processes it using an AI model
@@ -82,7 +82,7 @@ class WebFetch(Tool["WebFetchInput"]):
     """Fetch a URL and answer a prompt about it with the session's small model.
 
     Args:
-        cache: Where fetched pages are kept (default: the process's :data:`PAGES`).
+        cache: Where fetched pages are kept (default: the process's shared one).
     """
 
     name = "WebFetch"
@@ -93,7 +93,19 @@ class WebFetch(Tool["WebFetchInput"]):
     static_schema = (input_model, _SCHEMA)
 
     def __init__(self, cache: PageCache | None = None) -> None:
-        self.cache = cache if cache is not None else PAGES
+        self._cache = cache
+
+    @property
+    def cache(self) -> PageCache:
+        """Where fetched pages are kept: the one given, else the process's shared cache."""
+        global _pages
+        if self._cache is not None:
+            return self._cache
+        if _pages is None:
+            from taskloom.tools._fetch import PageCache  # the fetcher loads at first use
+
+            _pages = PageCache()
+        return _pages
 
     def permission_target(self, params: WebFetchInput, ctx: ToolContext) -> str | None:
         """The URL: ``WebFetch(domain:…)`` rules match its host."""
@@ -101,6 +113,8 @@ class WebFetch(Tool["WebFetchInput"]):
 
     async def call(self, params: WebFetchInput, ctx: ToolContext) -> ToolResult:
         """Fetch (or take from the cache), then ask the small model."""
+        from taskloom.tools._fetch import FetchError, Redirect, checked_url, fetch
+
         started = time.monotonic()
         model = agent_model(ctx)
         if model is None:

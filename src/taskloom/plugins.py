@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -378,6 +377,8 @@ def _exporting_root(entry: Any, root: Path) -> Any:
     """
     if not isinstance(entry, dict) or not isinstance(entry.get("hooks"), list):
         return entry  # malformed: left for the hooks' parser to report
+    import shlex  # only a plugin with hooks needs it
+
     export = f"export CLAUDE_PLUGIN_ROOT={shlex.quote(str(root))}; "
     hooks = [
         {**h, "command": export + h["command"]}

@@ -25,7 +25,6 @@ Code's tools append).
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -171,6 +170,8 @@ def _search(projects: Path, session_id: str) -> Path | None:
     """The transcript of ``session_id`` in any project directory (the first by name), if any."""
     if "/" in session_id or session_id in ("", ".", ".."):
         return None
+    import glob  # only a resume by id from another project searches
+
     try:
         found = projects.glob(f"*/{glob.escape(session_id)}.jsonl")  # an id is no pattern
         elsewhere = sorted(p for p in found if p.is_file())

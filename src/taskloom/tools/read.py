@@ -10,7 +10,6 @@ moved since, so the model never overwrites changes it has not seen.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import io
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -63,6 +62,8 @@ def missing_file_error(path: str, ctx: ToolContext) -> ToolResult:
         siblings = os.listdir(parent)
     except OSError:
         siblings = []
+    import difflib  # only a missing file's error suggests names
+
     stem = os.path.splitext(name)[0]
     similar = [s for s in siblings if os.path.splitext(s)[0] == stem and s != name]
     similar += [s for s in difflib.get_close_matches(name, siblings, n=3) if s not in similar]

@@ -23,10 +23,10 @@ from helpers import PERSISTED, TIME_FACTOR, harness
 from taskloom.engine import Engine, EngineConfig, ToolDone
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
+from taskloom.tasks import shell as shell_module
 from taskloom.tasks.runtime import TaskRuntime
 from taskloom.tasks.types import TaskStatus
 from taskloom.testing import FunctionModel, ScriptedModel, ToolCall, Turn
-from taskloom.tools import bash as bash_module
 from taskloom.tools.base import Tool, ToolResult
 from taskloom.tools.bash import BashTool
 from taskloom.tools.registry import core_tools
@@ -135,7 +135,7 @@ async def test_a_timeout_over_ten_minutes_is_accepted_and_capped(
     assert "600000" in tool.input_schema()["properties"]["timeout"]["description"]
     assert "600000" in tool.description
     # The cap, made short here: a timeout of 900000 ms runs for the cap, not for 15 minutes.
-    monkeypatch.setattr(bash_module, "MAX_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(shell_module, "MAX_TIMEOUT_S", 1.0)  # read at the call
     (ok, capped) = await run_calls(
         tmp_path, [bash("echo hi", timeout=900_000), bash("sleep 30", timeout=900_000)]
     )

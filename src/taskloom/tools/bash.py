@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from taskloom.process.shell_env import shell_env
 from taskloom.settings import ensure_private_dir, tasks_dir, whole_number
 from taskloom.tasks.output import human_size, read_delta
-from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ShellOutcome, run_shell
 from taskloom.tasks.types import TaskStatus
 from taskloom.tools import responses
 from taskloom.tools.backends import CommandEnd, CommandRequest, CommandRunner
@@ -27,6 +25,7 @@ from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.overflow import results_dir, save_file, save_text
 
 if TYPE_CHECKING:
+    from taskloom.tasks.shell import ShellOutcome
     from taskloom.tools.inputs.bash import BashInput
 
 #: Default inline limit (characters) of a command's output: more is saved to a file.
@@ -121,6 +120,9 @@ class BashTool(Tool["BashInput"]):
 
     async def call(self, params: BashInput, ctx: ToolContext) -> ToolResult:
         """Run the command through :func:`taskloom.tasks.shell.run_shell`."""
+        # The shell task's machinery (handoff, input watch, kill) loads with the first command.
+        from taskloom.tasks.shell import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, run_shell
+
         limit = max_output_chars(ctx.settings)
         if isinstance(limit, str):
             return tool_error(f"Bash cannot run: {limit}")
@@ -201,6 +203,9 @@ async def _in_terminal(
     a file of ours, read when it exits. A terminal on another machine cannot write it here;
     then the working directory stays where it was.
     """
+    import shlex
+
+    from taskloom.tasks.shell import ShellOutcome
     from taskloom.tools._exit_meaning import stderr_shown  # read once a command ends
 
     runtime = ctx.runtime

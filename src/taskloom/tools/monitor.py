@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 from taskloom.process.shell_env import shell_env
 from taskloom.tasks.monitor import BATCH_S
-from taskloom.tasks.shell import run_shell
 from taskloom.tools.base import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -51,6 +50,8 @@ class MonitorTool(Tool["MonitorInput"]):
 
     async def call(self, params: MonitorInput, ctx: ToolContext) -> ToolResult:
         """Start it in the background."""
+        from taskloom.tasks.shell import run_shell  # loaded with the first command
+
         outcome = await run_shell(
             ctx.runtime,
             params.command,

@@ -93,7 +93,7 @@ class Messenger:
         teams: TeamPort | None = None,
         budgets: Budgets | None = None,
         on_resumed: Callable[[AgentRun, asyncio.Task[None]], None] | None = None,
-        limits: SpawnLimits | None = None,
+        limits: Callable[[], SpawnLimits] | None = None,
         bridge_address: str | None = None,
         bridge_cluster: Callable[[], Cluster] | None = None,
     ) -> None:
@@ -113,7 +113,7 @@ class Messenger:
             budgets: The session's budgets: a resumed agent is counted as a spawned one is.
             on_resumed: Told of each resumed run and its driver (the spawner watches it as
                 it watches a spawned one).
-            limits: The session's spawning limits: a resume is admitted under
+            limits: Gives the session's spawning limits: a resume is admitted under
                 ``maxConcurrentAgents`` as a spawn is (None: unbounded).
             bridge_address: This session's ``bridge:`` address, if it listens on the cluster.
             bridge_cluster: The session's Ray cluster, for ``bridge:`` messages.
@@ -339,7 +339,7 @@ class Messenger:
         if self.limits is None:
             return None
         try:
-            return self.limits.admit_resume(agent_id)
+            return self.limits().admit_resume(agent_id)
         except ToolError as exc:
             # Dropped rather than kept for later: a message turning up at some later resume,
             # after the sender has moved on, would be worse than one it knows to send again.

@@ -97,10 +97,10 @@ class AgentService:
             teams=teams,
             budgets=self.spawner.budgets,
             on_resumed=self.spawner.resumed,
-            limits=self.spawner.limits,
+            limits=lambda: self.spawner.limits,  # made at the first resume
             bridge_address=bridge_address,
             # One connection to Ray per process: the remote agents' (see RemoteSpawner.share).
-            bridge_cluster=self.spawner.remote.cluster,
+            bridge_cluster=lambda: self.spawner.remote.cluster(),  # Ray only if it is asked
         )
 
     @property

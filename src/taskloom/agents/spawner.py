@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
-from taskloom.agents._remote_spawn import RemoteSpawner
 from taskloom.agents.budget import Budget, Budgets
-from taskloom.agents.limits import Slot, SpawnLimits
 from taskloom.agents.spawn_request import SpawnRequest, SpawnResult, auto_background_ms, launched
 from taskloom.errors import ToolError
 from taskloom.signals import emit
@@ -31,9 +29,11 @@ from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.types import AgentTaskState, TaskStatus, TaskType
 
 if TYPE_CHECKING:
+    from taskloom.agents._remote_spawn import RemoteSpawner
     from taskloom.agents.builder import AgentBuilder
     from taskloom.agents.definition import AgentDefinition
     from taskloom.agents.environment import AgentEnvironment, Environments
+    from taskloom.agents.limits import Slot, SpawnLimits
     from taskloom.agents.run import AgentRun
     from taskloom.engine import Engine
     from taskloom.tasks.runtime import TaskRuntime
@@ -77,14 +77,34 @@ class Spawner:
         self.budgets = Budgets(
             runtime.session_id, self._stop_saying, runtime.usage, on_spend=self._spent
         )
-        #: The session's remote agents (Ray is imported only when the first starts).
         if session_budget:
             self.budgets.limit_session(session_budget)  # before anything is spent
-        self.remote = RemoteSpawner(runtime, builder, self.budgets)
-        #: How many agents may run, and how deep they may nest: this process's count (a pane
-        #: teammate runs a process of its own, with a count of its own).
-        self.limits = SpawnLimits(runtime, lambda: self.settings)
+        # Both made at first use (a spawn, a resume): a session that starts no agent never
+        # loads their modules.
+        self._remote: RemoteSpawner | None = None
+        self._limits: SpawnLimits | None = None
         self._on_session_spent = on_session_spent
+
+    @property
+    def remote(self) -> RemoteSpawner:
+        """The session's remote agents (Ray is imported only when the first starts)."""
+        if self._remote is None:
+            from taskloom.agents._remote_spawn import RemoteSpawner
+
+            self._remote = RemoteSpawner(self.runtime, self.builder, self.budgets)
+        return self._remote
+
+    @property
+    def limits(self) -> SpawnLimits:
+        """How many agents may run, and how deep they may nest: this process's count.
+
+        A pane teammate runs a process of its own, with a count of its own.
+        """
+        if self._limits is None:
+            from taskloom.agents.limits import SpawnLimits
+
+            self._limits = SpawnLimits(self.runtime, lambda: self.settings)
+        return self._limits
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -331,6 +351,8 @@ class Spawner:
 
     def take_up_remote(self, cwd: Path) -> None:
         """A resumed session: follow again the detached remote agents its last process left."""
+        if self._remote is None and not self.runtime.list(types=[TaskType.REMOTE_AGENT]):
+            return  # none to follow (every start asks): the remote spawner is not made
         self.remote.take_up(cwd)
 
     def resumed(self, run: AgentRun, driver: asyncio.Task[None]) -> None:
@@ -471,7 +493,8 @@ class Spawner:
     async def close_remote(self) -> None:
         """Once the session's tasks are stopped: let go of the Ray cluster and budget clocks."""
         await self.budgets.aclose()
-        await self.remote.close()
+        if self._remote is not None:
+            await self._remote.close()
 
     def _launched(self, agent_id: str, agent_type: str, request: SpawnRequest) -> SpawnResult:
         return launched(request, agent_id, agent_type, str(self.runtime.output_path(agent_id)))

@@ -13,16 +13,6 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, Any
 
-from taskloom.tools._notebook import (
-    NotebookError,
-    cell_id,
-    dumps,
-    find_cell,
-    has_cell_ids,
-    is_notebook,
-    language,
-    parse,
-)
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.read import check_fresh, missing_file_error, resolve_file_path, target_path
 from taskloom.tools.write import settled_mtime
@@ -91,6 +81,8 @@ class NotebookEdit(Tool["NotebookEditInput"]):
 
     async def call(self, params: NotebookEditInput, ctx: ToolContext) -> ToolResult:
         """Make the edit, or say precisely why it cannot be made."""
+        from taskloom.tools._notebook import is_notebook  # the notebook code loads at a call
+
         path = resolve_file_path(params.notebook_path, ctx)
         if isinstance(path, ToolResult):
             return path
@@ -114,6 +106,8 @@ class NotebookEdit(Tool["NotebookEditInput"]):
 
 
 def _edit(path: str, params: NotebookEditInput, mode: str, ctx: ToolContext) -> ToolResult:
+    from taskloom.tools._notebook import NotebookError, cell_id, dumps, language, parse
+
     with open(path, "r+b") as f:  # held open across check, read and write
         before = os.fstat(f.fileno())
         stale = check_fresh(path, before.st_mtime_ns, ctx, "editing")
@@ -162,6 +156,8 @@ def _apply(
 ) -> tuple[str, Any, int] | ToolResult:
     """Edit ``notebook`` in place: (the mode done, the cell, its index), or an error."""
     import nbformat
+
+    from taskloom.tools._notebook import find_cell, has_cell_ids
 
     cells = notebook.cells
     index = 0

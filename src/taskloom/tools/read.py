@@ -14,7 +14,6 @@ import io
 import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from taskloom.tools._notebook import is_notebook, read_notebook
 from taskloom.tools._text import (
     CHARS_PER_TOKEN,
     DEFAULT_LIMIT,
@@ -225,6 +224,7 @@ def _kept_local(path: str) -> bool:
     are; so is what is not a regular file, which Read refuses.
     """
     from taskloom.tools._media import sniff_image
+    from taskloom.tools._notebook import is_notebook
     from taskloom.tools._pdf import is_pdf
 
     if is_notebook(path):
@@ -270,8 +270,9 @@ async def _read_served(
 
 def _read(path: str, params: ReadInput, max_tokens: int) -> tuple[ToolResult, int | None]:
     """The file as text, an image or a PDF's pages, by what its first bytes say it is."""
-    # The image and PDF readers are loaded at the first Read, not when Read is offered.
+    # The image, PDF and notebook readers are loaded at the first Read, not when it is offered.
     from taskloom.tools._media import image_extension, read_image, sniff_image
+    from taskloom.tools._notebook import is_notebook, read_notebook
     from taskloom.tools._pdf import is_pdf, read_pdf
 
     with open(path, "rb") as f:

@@ -19,7 +19,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
 from taskloom.clock import SYSTEM_CLOCK, Clock
@@ -34,10 +34,12 @@ from taskloom.tasks._subscription import Subscription, TaskEvent
 from taskloom.tasks.claim import claim_session
 from taskloom.tasks.directory import Directory
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
-from taskloom.tasks.scratch import ScratchDirs
 from taskloom.tasks.types import TaskState, readable_state
 from taskloom.tasks.usage import UsageLedger
-from taskloom.tasks.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from taskloom.tasks.scratch import ScratchDirs
+    from taskloom.tasks.watchdog import Watchdog
 
 #: How often the safety-net eviction sweep runs.
 DEFAULT_SWEEP_INTERVAL_S = 60.0
@@ -102,15 +104,33 @@ class TaskRuntime(TaskRegistry):
         self.usage = usage or UsageLedger()
         #: Whether its agents' transcripts are written (see ``keep_transcripts``).
         self.keep_transcripts = keep_transcripts
-        self.watchdog = Watchdog(clock)
+        # Made at first use (a command, an agent, a bounded wait): see the properties.
+        self._watchdog: Watchdog | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
         self._stop_waiting = asyncio.Event()
         self._started = False
         self._recorder: ProcessRecorder | None = None
         self._closers: list[Callable[[], Awaitable[None]]] = []
-        #: Where read-only agents' sandboxed commands may write (``TMPDIR``), per owner.
-        self.scratch = ScratchDirs()
+        self._scratch: ScratchDirs | None = None
+
+    @property
+    def watchdog(self) -> Watchdog:
+        """What watches the session's commands and agents for stalls and deadlines."""
+        if self._watchdog is None:
+            from taskloom.tasks.watchdog import Watchdog
+
+            self._watchdog = Watchdog(self.clock)
+        return self._watchdog
+
+    @property
+    def scratch(self) -> ScratchDirs:
+        """Where read-only agents' sandboxed commands may write (``TMPDIR``), per owner."""
+        if self._scratch is None:
+            from taskloom.tasks.scratch import ScratchDirs
+
+            self._scratch = ScratchDirs()
+        return self._scratch
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -238,8 +258,10 @@ class TaskRuntime(TaskRegistry):
                     s.id for s in self.list() if kind_of(s).is_process and s.exit_policy != "detach"
                 }
                 await kill_lingering(self.store, self.session_id, tagged, self.kill_grace)
-        await self.watchdog.close()
-        self.scratch.remove_all()
+        if self._watchdog is not None:
+            await self._watchdog.close()
+        if self._scratch is not None:
+            self._scratch.remove_all()
         for sub in list(self._subscribers):
             sub.close()
         self.store.end_session(self.session_id, self.clock.time())
@@ -354,7 +376,8 @@ class TaskRuntime(TaskRegistry):
             else:
                 jobs.append(self.kill(state.id))
         await asyncio.gather(*jobs, return_exceptions=True)
-        self.scratch.remove(owner)
+        if self._scratch is not None:
+            self._scratch.remove(owner)
         if owner != self.session_id:
             # Nothing new is queued for it; what its tasks said before it closed stays in its
             # mailbox (durable, set aside), and reaches it if it is resumed.

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.runtime import TaskRuntime
-from taskloom.tasks.watchdog import Watch
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +51,8 @@ class WaitBound:
         Each task waited for the first time is stated in the log: what is waited for, and for
         how long at most.
         """
+        from taskloom.tasks.watchdog import Watch  # loaded when a wait is bounded
+
         fresh = [
             s
             for s in self.runtime.live(self.owner)

@@ -77,25 +77,38 @@ def test_pydantic_is_not_loaded_before_the_first_request(
 
 
 #: Modules a tool's call or an agent's spawn, resume or watch needs, not offering the tool or
-#: making the session's agent service: loaded at first use (DESIGN §3.7, issue 34).
+#: making the session's agent service and runtime: loaded at first use (DESIGN §3.7, issue 34).
 FIRST_USE_ONLY = frozenset(
     {
+        "taskloom.agents._remote_spawn",
         "taskloom.agents.activity",
         "taskloom.agents.bookkeeping",
         "taskloom.agents.filter",
+        "taskloom.agents.limits",
         "taskloom.agents.memory",
         "taskloom.agents.run",
         "taskloom.agents.structured_messages",
         "taskloom.agents.stuck",
         "taskloom.agents.watch",
+        "taskloom.process.input_wait",
         "taskloom.process.run",
+        "taskloom.tasks.handoff",
+        "taskloom.tasks.scratch",
+        "taskloom.tasks.shell",
+        "taskloom.tasks.watchdog",
         "taskloom.tools._exit_meaning",
+        "taskloom.tools._fetch",
         "taskloom.tools._media",
+        "taskloom.tools._notebook",
         "taskloom.tools._patch",
         "taskloom.tools._pdf",
         "taskloom.tools._walk",
         "taskloom.tools.grep_search",
         "taskloom.tools.prompt_shell",
+        # The standard library's, imported by our modules only where a rare path needs them.
+        "difflib",
+        "glob",
+        "shlex",
     }
 )
 

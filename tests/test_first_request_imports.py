@@ -77,7 +77,8 @@ def test_pydantic_is_not_loaded_before_the_first_request(
 
 
 #: Modules a tool's call or an agent's spawn, resume or watch needs, not offering the tool or
-#: making the session's agent service and runtime: loaded at first use (DESIGN §3.7, issue 34).
+#: making the session's agent service and runtime (an editor's files and terminal neither): loaded
+#: at first use (DESIGN §3.7, issue 34).
 FIRST_USE_ONLY = frozenset(
     {
         "taskloom.agents._remote_spawn",
@@ -103,6 +104,7 @@ FIRST_USE_ONLY = frozenset(
         "taskloom.tools._patch",
         "taskloom.tools._pdf",
         "taskloom.tools._walk",
+        "taskloom.tools.backends",
         "taskloom.tools.grep_search",
         "taskloom.tools.prompt_shell",
         # The standard library's, imported by our modules only where a rare path needs them.

@@ -20,12 +20,12 @@ from taskloom.settings import ensure_private_dir, tasks_dir, whole_number
 from taskloom.tasks.output import human_size, read_delta
 from taskloom.tasks.types import TaskStatus
 from taskloom.tools import responses
-from taskloom.tools.backends import CommandEnd, CommandRequest, CommandRunner
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.overflow import results_dir, save_file, save_text
 
 if TYPE_CHECKING:
     from taskloom.tasks.shell import ShellOutcome
+    from taskloom.tools.backends import CommandEnd, CommandRunner
     from taskloom.tools.inputs.bash import BashInput
 
 #: Default inline limit (characters) of a command's output: more is saved to a file.
@@ -207,6 +207,7 @@ async def _in_terminal(
 
     from taskloom.tasks.shell import ShellOutcome
     from taskloom.tools._exit_meaning import stderr_shown  # read once a command ends
+    from taskloom.tools.backends import CommandRequest  # only an editor's terminal runs it
 
     runtime = ctx.runtime
     workdir = ctx.workdir

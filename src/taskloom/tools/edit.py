@@ -7,7 +7,6 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
-from taskloom.tools.backends import TextFiles, text_version
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.read import (
     check_fresh,
@@ -20,6 +19,7 @@ from taskloom.tools.read import (
 from taskloom.tools.write import settled_mtime
 
 if TYPE_CHECKING:
+    from taskloom.tools.backends import TextFiles
     from taskloom.tools.inputs.edit import EditInput
 
 #: Lines of context shown around the edited region.
@@ -139,6 +139,8 @@ async def _edit_served(
     files: TextFiles, path: str, params: EditInput, ctx: ToolContext
 ) -> ToolResult:
     """Edit a file the editor holds: the same checks and result as on the disk."""
+    from taskloom.tools.backends import text_version  # only an editor's files need it
+
     try:
         text = await files.read(path)
     except OSError as exc:

@@ -29,10 +29,10 @@ from taskloom.tools._text import (
     read_text,
 )
 from taskloom.tools._text import number_lines as number_lines  # Edit's snippets use it
-from taskloom.tools.backends import TextFiles, text_version
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 
 if TYPE_CHECKING:
+    from taskloom.tools.backends import TextFiles
     from taskloom.tools.inputs.read import ReadInput
 
 
@@ -246,6 +246,8 @@ async def _read_served(
     files: TextFiles, path: str, params: ReadInput, ctx: ToolContext
 ) -> ToolResult:
     """Read a text file the editor holds: the same lines, bounds and result as from the disk."""
+    from taskloom.tools.backends import text_version  # only an editor's files need it
+
     try:
         text = await files.read(path)
     except OSError as exc:

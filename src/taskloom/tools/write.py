@@ -6,11 +6,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from taskloom.tools import responses
-from taskloom.tools.backends import TextFiles, text_version
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 from taskloom.tools.read import check_fresh, resolve_file_path, served_by, target_path
 
 if TYPE_CHECKING:
+    from taskloom.tools.backends import TextFiles
     from taskloom.tools.inputs.write import WriteInput
 
 
@@ -99,6 +99,8 @@ async def _write_served(
     files: TextFiles, path: str, params: WriteInput, ctx: ToolContext
 ) -> ToolResult:
     """Write a file the editor holds: the same checks and result as on the disk."""
+    from taskloom.tools.backends import text_version  # only an editor's files need it
+
     try:
         current = await files.read(path)
     except OSError as exc:

@@ -110,6 +110,7 @@ FIRST_USE_ONLY = frozenset(
         # The standard library's, imported by our modules only where a rare path needs them.
         "difflib",
         "glob",
+        "secrets",
         "shlex",
     }
 )

@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import re
-import secrets
 from collections.abc import Collection
 from typing import Any
 
@@ -295,6 +294,8 @@ def _vet_call(call: ToolUseBlock, used: set[str], notes: list[str]) -> ToolUseBl
         # The API wants one result per id and unique ids: the repeat gets an id of its own,
         # so its error result pairs with it and the first call keeps its result. An id the
         # API would refuse on the next request (no id, odd characters) is renamed too.
+        import secrets  # a renamed id only
+
         fresh = f"toolu_taskloom_{secrets.token_hex(8)}"
         if tool_id in used:
             defect = defect or duplicate_id(tool_id)

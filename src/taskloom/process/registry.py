@@ -17,7 +17,6 @@ import contextlib
 import contextvars
 import logging
 import os
-import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -117,6 +116,8 @@ def recorded_tag(
         tag: Use this tag instead of a fresh one (a shell task's id).
     """
     recorder = recorder or current_recorder()
+    import secrets  # a fresh tag only (a hook, a git call): not at start-up
+
     record = TagRecord(tag or f"{prefix}-{secrets.token_hex(6)}")
     if recorder is not None:
         try:

@@ -7,7 +7,6 @@ ExitWorktree acts only on the worktree EnterWorktree made, never on one the mode
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +99,8 @@ class EnterWorktreeTool(_WorktreeTool, Tool["EnterWorktreeInput"]):
                 "another one"
             )
         # Loaded on first use, not with the tool: most sessions never enter a worktree.
+        import secrets
+
         from taskloom.worktrees import WorktreeError, create_worktree
 
         name = params.name or f"wt-{secrets.token_hex(4)}"

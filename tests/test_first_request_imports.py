@@ -76,8 +76,8 @@ def test_pydantic_is_not_loaded_before_the_first_request(
     assert loaded & {"pydantic", "pydantic_core"} == set()
 
 
-#: Modules a tool's call or an agent's spawn, resume or watch needs, not offering the tool or
-#: making the session's agent service and runtime (an editor's files and terminal neither): loaded
+#: Modules a tool's call, an agent's spawn, resume or watch, an editor's files or terminal, or a
+#: kill needs, not offering the tool or making the session's agent service and runtime: loaded
 #: at first use (DESIGN §3.7, issue 34).
 FIRST_USE_ONLY = frozenset(
     {
@@ -92,6 +92,7 @@ FIRST_USE_ONLY = frozenset(
         "taskloom.agents.stuck",
         "taskloom.agents.watch",
         "taskloom.process.input_wait",
+        "taskloom.process.kill",
         "taskloom.process.run",
         "taskloom.tasks.handoff",
         "taskloom.tasks.scratch",

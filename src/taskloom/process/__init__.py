@@ -1,9 +1,15 @@
 """Child processes: spawn in a new process group, verified tree kill, orphan sweep."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
-from taskloom.process.kill import KillReport, kill_tree
 from taskloom.process.spawn import SESSION_ENV, TASK_ENV, Child, spawn_shell
-from taskloom.process.sweep import sweep_orphans
+
+if TYPE_CHECKING:
+    from taskloom.process.kill import KillReport, kill_tree
+    from taskloom.process.sweep import sweep_orphans
 
 __all__ = [
     "SESSION_ENV",
@@ -17,3 +23,17 @@ __all__ = [
     "spawn_shell",
     "sweep_orphans",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The kill and the sweep load when asked for: importing any taskloom.process module runs
+    # this package first, and a start with nothing to kill needs neither (issue 34).
+    if name in ("KillReport", "kill_tree"):
+        from taskloom.process import kill
+
+        return getattr(kill, name)
+    if name == "sweep_orphans":
+        from taskloom.process import sweep
+
+        return sweep.sweep_orphans
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

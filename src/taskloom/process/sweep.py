@@ -24,12 +24,14 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
-from taskloom.process.kill import KillReport, kill_tree
 from taskloom.store import ProcessRow, Store, TagRow
+
+if TYPE_CHECKING:
+    from taskloom.process.kill import KillReport
 
 #: Where a session that works inside an owned directory keeps its state: a remote agent's
 #: worker runs with ``TASKLOOM_HOME`` there, in its scratch checkout.
@@ -85,7 +87,9 @@ async def sweep_orphans(
         if not owner_alive(t) and (owner_pid is None or t.owner_pid == owner_pid)
     ]
     if not orphaned and not orphaned_tags:
-        return swept
+        return swept  # the usual start: the kill is not even loaded
+    from taskloom.process.kill import kill_tree
+
     led = [r for r in orphaned if leader_alive(r)]
     reports = await asyncio.gather(
         *(
@@ -116,6 +120,8 @@ async def reap_tags(store: Store, rows: list[TagRow], *, grace: float) -> bool:
     """
     if not rows:
         return True
+    from taskloom.process.kill import kill_tree
+
     owned = [r.path for r in rows if r.path]
     report = await kill_tree(None, tag={r.tag for r in rows}, grace=grace, holding=owned)
     if not report.verified:

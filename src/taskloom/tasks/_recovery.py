@@ -22,7 +22,6 @@ from typing import Any
 
 from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
-from taskloom.process.kill import kill_tree
 from taskloom.process.sweep import owner_alive, remove_owned
 from taskloom.store import ProcessRow, SessionRow, Store, TagRow
 from taskloom.tasks.claim import owner_gone
@@ -118,6 +117,8 @@ async def kill_lingering(
             still leaves nothing behind.
         grace: Seconds between SIGTERM and SIGKILL.
     """
+    from taskloom.process.kill import kill_tree  # at the close, not at the start
+
     try:
         rows = [r for r in store.list_processes() if r.session_id == session_id and not r.detached]
         tagged = store.list_tags(session_id)

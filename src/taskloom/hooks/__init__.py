@@ -1,8 +1,8 @@
 """Hooks in Claude Code's settings format: configuration and the runner."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from taskloom._lazy import lazy_exports
 from taskloom.hooks.config import (
     AGENT_EVENTS,
     DEFAULT_TIMEOUT_S,
@@ -33,27 +33,21 @@ if TYPE_CHECKING:
 #: Names of the runner and of background hooks, imported when first asked for: a session
 #: reads its hook configuration at start-up, and runs a hook (spawning a process) later if
 #: ever.
-_LAZY = {
-    "Background": "background",
-    "BackgroundHooks": "background",
-    "background_hooks": "background",
-    "KILL_GRACE_S": "runner",
-    "MAX_CAPTURE_BYTES": "runner",
-    "HookListener": "runner",
-    "HookOutcome": "runner",
-    "HookResult": "runner",
-    "PermissionDecision": "runner",
-    "run_hooks": "runner",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Background": "background",
+        "BackgroundHooks": "background",
+        "background_hooks": "background",
+        "KILL_GRACE_S": "runner",
+        "MAX_CAPTURE_BYTES": "runner",
+        "HookListener": "runner",
+        "HookOutcome": "runner",
+        "HookResult": "runner",
+        "PermissionDecision": "runner",
+        "run_hooks": "runner",
+    },
+)
 
 
 __all__ = [

@@ -6,8 +6,9 @@ Importing this package is cheap: the configuration is plain JSON, and :class:`Mc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from taskloom._lazy import lazy_exports
 from taskloom.mcp.config import (
     McpConfigError,
     McpServerConfig,
@@ -38,14 +39,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy so that reading the configuration never pays for the manager's imports.
-    if name in ("McpManager", "McpTool"):
-        from taskloom.mcp import manager
-
-        return getattr(manager, name)
-    if name == "McpMessageCaller":
-        from taskloom.mcp import program
-
-        return program.McpMessageCaller
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Lazy so that reading the configuration never pays for the manager's imports.
+__getattr__ = lazy_exports(
+    __name__, {"McpManager": "manager", "McpTool": "manager", "McpMessageCaller": "program"}
+)

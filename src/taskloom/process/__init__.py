@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from taskloom._lazy import lazy_exports
 from taskloom.process.identity import boot_id, is_same_process, process_start_time
 from taskloom.process.spawn import SESSION_ENV, TASK_ENV, Child, spawn_shell
 
@@ -25,15 +26,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The kill and the sweep load when asked for: importing any taskloom.process module runs
-    # this package first, and a start with nothing to kill needs neither (issue 34).
-    if name in ("KillReport", "kill_tree"):
-        from taskloom.process import kill
-
-        return getattr(kill, name)
-    if name == "sweep_orphans":
-        from taskloom.process import sweep
-
-        return sweep.sweep_orphans
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The kill and the sweep load when asked for: importing any taskloom.process module runs this
+# package first, and a start with nothing to kill needs neither (issue 34).
+__getattr__ = lazy_exports(
+    __name__, {"KillReport": "kill", "kill_tree": "kill", "sweep_orphans": "sweep"}
+)

@@ -4,9 +4,9 @@ The teams' tables (:mod:`taskloom.store.teams`) are imported when one of their n
 asked for: most sessions never load a team.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from taskloom._lazy import lazy_exports
 from taskloom.store.db import Store
 from taskloom.store.rows import MailRow, ProcessRow, SessionRow, TagRow
 
@@ -20,17 +20,13 @@ if TYPE_CHECKING:
         TeamTaskError,
     )
 
-_TEAMS = frozenset(
-    {"TASK_STATUSES", "MemberRow", "TaskRow", "TeamRow", "TeamTables", "TeamTaskError"}
+__getattr__ = lazy_exports(
+    __name__,
+    dict.fromkeys(
+        ("TASK_STATUSES", "MemberRow", "TaskRow", "TeamRow", "TeamTables", "TeamTaskError"),
+        "teams",
+    ),
 )
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _TEAMS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.teams"), name)
-    globals()[name] = value
-    return value
 
 
 __all__ = [

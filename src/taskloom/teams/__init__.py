@@ -7,8 +7,9 @@ The names below are imported when first asked for: every session asks whether te
 (:mod:`taskloom.teams.mode`), and most never load a team.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from taskloom._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from taskloom.teams.model import LEAD_NAME, Member, Team, TeamError, lead_agent_id
@@ -16,21 +17,15 @@ if TYPE_CHECKING:
 
 __all__ = ["LEAD_NAME", "PALETTE", "Member", "Roster", "Team", "TeamError", "lead_agent_id"]
 
-_LAZY = {
-    "LEAD_NAME": "model",
-    "Member": "model",
-    "Team": "model",
-    "TeamError": "model",
-    "lead_agent_id": "model",
-    "PALETTE": "roster",
-    "Roster": "roster",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "LEAD_NAME": "model",
+        "Member": "model",
+        "Team": "model",
+        "TeamError": "model",
+        "lead_agent_id": "model",
+        "PALETTE": "roster",
+        "Roster": "roster",
+    },
+)

@@ -97,18 +97,18 @@ async def test_unacknowledged_rows_are_replayed_after_reopening_the_store(home: 
         again.close()
 
 
+def _post_later_and_next(box: Mailbox, kind: Kind) -> None:
+    """Post l1, n1, l2, n2 to s1, each ``later`` or ``next`` as its name says."""
+    for body in ("l1", "n1", "l2", "n2"):
+        priority: Priority = "next" if body.startswith("n") else "later"
+        box.post(recipient="s1", sender="t", kind=kind, body=body, priority=priority)
+
+
 async def test_rows_are_handed_out_by_priority_then_posting_order(home: Path) -> None:
     store = Store(db_path(home))
     try:
         box = Mailbox(store, "s1")
-        cases: list[tuple[str, Priority]] = [
-            ("l1", "later"),
-            ("n1", "next"),
-            ("l2", "later"),
-            ("n2", "next"),
-        ]
-        for body, priority in cases:
-            box.post(recipient="s1", sender="t", kind="notification", body=body, priority=priority)
+        _post_later_and_next(box, "notification")
         assert [x.body for x in box.take("s1", priority="next")] == ["n1", "n2"]
         box.post(recipient="s1", sender="t", kind="notification", body="n3", priority="next")
         assert [x.body for x in box.take("s1")] == ["n3", "l1", "l2"]
@@ -120,14 +120,7 @@ async def test_a_requeued_row_goes_back_to_its_place_in_posting_order(home: Path
     store = Store(db_path(home))
     try:
         box = Mailbox(store, "s1")
-        cases: list[tuple[str, Priority]] = [
-            ("l1", "later"),
-            ("n1", "next"),
-            ("l2", "later"),
-            ("n2", "next"),
-        ]
-        for body, priority in cases:
-            box.post(recipient="s1", sender="t", kind="message", body=body, priority=priority)
+        _post_later_and_next(box, "message")
         taken = box.take("s1")
         assert [x.body for x in taken] == ["n1", "n2", "l1", "l2"]
         # Put back in reverse: each is held again after the ones put back before it.

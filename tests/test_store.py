@@ -21,6 +21,7 @@ import pytest
 from taskloom.errors import StoreError
 from taskloom.settings import db_path
 from taskloom.store import MailRow, ProcessRow, SessionRow, Store
+from taskloom.store._sql import mail_params
 from taskloom.store.schema import SCHEMA_VERSION
 from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskStatus
 
@@ -277,24 +278,12 @@ def test_notifications_add_order_and_ack(store: Store) -> None:
 def test_a_row_given_as_values_is_the_row_add_mail_writes(store: Store) -> None:
     row = note("v1", 3, 7.0, payload="")
     store.add_mail(row)
-    values = (
-        "v2",
-        4,
-        "s1",
-        row.recipient,
-        row.sender,
-        row.kind,
-        row.topic,
-        row.priority,
-        row.body,
-        row.summary,
-        8.0,
-        row.payload,
-    )
+    expected = dataclasses.replace(row, id="v2", seq=4, created_at=8.0)
+    values = mail_params(expected)  # the values in the order of the table's insert
     store.add_mail_values(*values)
     first, second = store.undelivered_mail("s1")
     assert first == row
-    assert second == dataclasses.replace(row, id="v2", seq=4, created_at=8.0)
+    assert second == expected
     with pytest.raises(TypeError):
         store.add_mail_values(*values[:-1])
     assert len(store.undelivered_mail("s1")) == 2

@@ -84,6 +84,17 @@ async def _feed(fifo: Path, text: bytes) -> None:
         os.close(fd)
 
 
+async def _launch_unanswered(
+    zygote: Zygote, spec: Path
+) -> tuple[psutil.Process, asyncio.Future[Forked]]:
+    """A launch whose request is sent to a stopped server: queued, not answered yet."""
+    server = _server(zygote)
+    os.kill(server.pid, signal.SIGSTOP)  # the fixture lets it go on (SIGCONT) at the end
+    launching = asyncio.ensure_future(zygote.launch(spec, spec.parent, clean_env()))
+    await wait_until(lambda: bool(zygote._asked), 10, "the request sent")
+    return server, launching
+
+
 async def _ended(forked: Forked) -> tuple[int, str]:
     errors = await asyncio.wait_for(forked.stderr.read(), 30 * TIME_FACTOR)
     return await asyncio.wait_for(forked.wait(), 30 * TIME_FACTOR), errors.decode()
@@ -193,10 +204,7 @@ async def test_a_cancelled_launch_runs_nothing_and_keeps_nothing(tmp_path: Path)
     fifo = tmp_path / "spec.json"
     os.mkfifo(fifo)
     async with _zygote() as zygote:
-        server = _server(zygote)
-        os.kill(server.pid, signal.SIGSTOP)
-        launching = asyncio.ensure_future(zygote.launch(fifo, tmp_path, clean_env()))
-        await wait_until(lambda: bool(zygote._asked), 10, "the request sent")
+        server, launching = await _launch_unanswered(zygote, fifo)
         launching.cancel()
         with pytest.raises(asyncio.CancelledError):
             await launching
@@ -220,10 +228,7 @@ async def test_a_launch_under_way_when_the_zygote_is_closed_fails_rather_than_wa
     fifo = tmp_path / "spec.json"
     os.mkfifo(fifo)
     async with _zygote() as zygote:
-        server = _server(zygote)
-        os.kill(server.pid, signal.SIGSTOP)  # the request is queued, not answered
-        launching = asyncio.ensure_future(zygote.launch(fifo, tmp_path, clean_env()))
-        await wait_until(lambda: bool(zygote._asked), 10, "the request sent")
+        server, launching = await _launch_unanswered(zygote, fifo)
         closing = asyncio.ensure_future(zygote.close())
         with pytest.raises(ZygoteError, match="let go"):
             await asyncio.wait_for(launching, 10 * TIME_FACTOR)

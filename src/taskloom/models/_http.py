@@ -419,11 +419,15 @@ class HttpTransport:
         """``events``, with any failure to make sense of the stream as a :class:`ModelError`.
 
         A provider can send events of any shape; a parser's TypeError on one must end the
-        request as a (retryable) protocol error, not the run as an internal error.
+        request as a (retryable) protocol error, not the run as an internal error. The answer a
+        parser assembled passes the checks of data from outside here, as its blocks were built
+        unchecked: a null or numeric id or name is such an error too.
         """
         async with aclosing(events):
             try:
                 async for event in events:
+                    if isinstance(event, MessageComplete):
+                        event.message.checked()
                     yield event
             except (ModelError, SSEError, httpx.TransportError):
                 raise

@@ -111,7 +111,7 @@ class _Assembly:
                     model=self.model,
                     stop_reason=self.stop_reason,
                     usage=usage,
-                ).checked()  # a null or numeric id or name: a retried protocol error
+                )
             )
         # "ping" and event types newer than this client are skipped on purpose.
 

@@ -390,6 +390,6 @@ class OpenAIModel(HttpModel):
                 )
             if msg.usage is None:
                 self._no_usage(msg.model)
-            yield MessageComplete(msg.message().checked())
+            yield MessageComplete(msg.message())
 
         return parse

@@ -16,8 +16,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "taskloom"
 
 #: The layers, bottom up. A module may import from its own layer and the layers below.
 LAYERS: list[set[str]] = [
-    {"errors", "messages", "_records", "_lazy", "settings", "clock", "_aio", "_version", "signals"}
-    | {"quoting"}
+    {"errors", "messages", "_records", "_lazy", "_dataclass", "settings", "clock", "_aio"}
+    | {"_version", "signals", "quoting"}
     | {"frontmatter", "workflow_client"},
     {"store"},
     {"process"},

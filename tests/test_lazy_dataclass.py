@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+import taskloom
 from helpers import TIME_FACTOR
 from taskloom import _dataclass
 from taskloom._dataclass import dataclass as lazy_dataclass
@@ -304,3 +305,21 @@ def test_every_dataclass_of_taskloom_is_written_whole() -> None:
     count, bad = out.stdout.split(" ", 1)
     assert int(count) > 50  # most classes are not used by importing their modules
     assert bad.strip() == "[]"
+
+
+def test_the_source_declares_dataclasses_with_ours() -> None:
+    root = Path(taskloom.__file__).parent
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "_dataclass.py"
+        and (
+            "@dataclasses.dataclass" in (text := path.read_text())
+            or any(
+                line.startswith("from dataclasses import")
+                and "dataclass" in line.split("import")[1].replace(" ", "").split(",")
+                for line in text.splitlines()
+            )
+        )
+    ]
+    assert offenders == []

@@ -7,10 +7,11 @@ and the harness build configurations without touching the loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ Importing these does not import the engine's loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.messages import Message, ToolUseBlock
 from taskloom.tasks.notifications import Notification
 from taskloom.tools.base import ToolResult

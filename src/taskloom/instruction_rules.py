@@ -19,9 +19,9 @@ import functools
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from taskloom._dataclass import dataclass
 from taskloom.frontmatter import parse_yaml, split_frontmatter
 from taskloom.instruction_imports import Scope
 

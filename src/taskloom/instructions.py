@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import UsageError
 from taskloom.instruction_imports import (
     Approval,

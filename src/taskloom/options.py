@@ -7,9 +7,11 @@ Every entry point fills one: the command line from its flags, a program from its
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from taskloom._dataclass import dataclass
 
 if TYPE_CHECKING:
     from taskloom.events import EngineObserver

@@ -36,10 +36,11 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.agents.definition import AgentDefinition
 from taskloom.frontmatter import parse_yaml, split_frontmatter
 from taskloom.settings import claude_config_dir

@@ -17,9 +17,10 @@ harness is either not started or has every part.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from taskloom._dataclass import dataclass
 
 if TYPE_CHECKING:
     from taskloom.agents.bridge import BridgeListener

@@ -25,11 +25,12 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.hooks import HookConfig, HookResult, run_hooks
 from taskloom.process.git import GitError, git

@@ -21,11 +21,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import acp
 
+from taskloom._dataclass import dataclass
 from taskloom.acp.terminal import ClientTerminal
 
 if TYPE_CHECKING:

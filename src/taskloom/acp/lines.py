@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass
+
+from taskloom._dataclass import dataclass
 
 #: Longest line held, in bytes: a prompt of several images of the API's 5 MB each, or the
 #: text of a large file the editor sends back.

@@ -18,12 +18,13 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 import acp
 from acp.helpers import update_current_mode
 
+from taskloom._dataclass import dataclass
 from taskloom.acp.updates import AcpObserver, Translator, UpdateSink
 from taskloom.conversation.next_input import Held, NextInput, Pending, Prompts
 from taskloom.conversation.turn_driver import TurnDriver, TurnEnd

@@ -30,9 +30,10 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.acp._child_updates import capped, message_updates, text_content
 from taskloom.errors import TaskloomError
 from taskloom.tasks.kinds import TaskKind, kind_of

@@ -19,9 +19,9 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.agents.peers import commit_request
 from taskloom.errors import ToolError, UserError
 from taskloom.remote.cluster import Cluster, ClusterError

@@ -24,9 +24,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.tasks.usage import Spent, UsageLedger
 
 #: The share of a budget at which the subtree is told to wrap up.

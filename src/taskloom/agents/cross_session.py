@@ -11,10 +11,10 @@ sender is told it was delivered only once the recipient has committed it to its 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import ToolError
 
 if TYPE_CHECKING:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TypeVar
 
+from taskloom._dataclass import dataclass
 from taskloom.permissions.policy import PermissionMode
 from taskloom.permissions.rules import split_rule_list
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom._dataclass import dataclass
 from taskloom.agents.budget import Budget
 from taskloom.agents.dream_tools import (
     INDEX,

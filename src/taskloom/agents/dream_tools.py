@@ -29,10 +29,10 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.agents.memory import MAX_CHARS, MAX_LINES
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 

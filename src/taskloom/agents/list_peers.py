@@ -10,10 +10,10 @@ same two kinds; its result has the same lines (``address (name) @ cwd``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import ToolError
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 

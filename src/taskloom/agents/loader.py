@@ -21,10 +21,11 @@ import json
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import ModuleType
 
+from taskloom._dataclass import dataclass
 from taskloom.agents.builtins import BUILTIN_AGENTS
 from taskloom.agents.definition import AgentDefinition
 from taskloom.errors import UsageError

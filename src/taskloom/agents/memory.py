@@ -17,9 +17,9 @@ working directories).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
+from taskloom._dataclass import dataclass
 from taskloom.settings import claude_config_dir, find_project_root
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.agents.budget import Budget, Budgets
 from taskloom.errors import TaskError, ToolError
 from taskloom.quoting import quote

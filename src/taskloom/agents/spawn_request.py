@@ -7,9 +7,10 @@ Also how long the Agent tool waits for a foreground agent before it moves to the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.agents.budget import Budget
 
 if TYPE_CHECKING:

@@ -21,8 +21,9 @@ import json
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from taskloom._dataclass import dataclass
 
 #: The same call this many times in a row is a loop.
 REPEATS = 5

@@ -31,11 +31,11 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom._dataclass import dataclass
 from taskloom.agents.limits import MAX_CONCURRENT, limit
 from taskloom.agents.spawn_request import SpawnRequest
 from taskloom.errors import TaskloomError, ToolError

@@ -18,10 +18,10 @@ from the system prompt — so the order in which the members' turns interleave d
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.messages import Message, TextBlock, ToolResultBlock
 from taskloom.models.base import ModelRequest
 from taskloom.models.scripted import FunctionModel, ToolCall, Turn

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from taskloom._dataclass import dataclass
 
 #: The argument group of the flags of Claude Code's print mode (and those the Agent SDKs pass)
 #: that taskloom has no feature for: accepted rather than refused, so that a program passing

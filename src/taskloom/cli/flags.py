@@ -15,9 +15,9 @@ imported here; a conversion imports what it needs when it runs.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.cli.flag_kinds import (
     Convert,
     Flag,

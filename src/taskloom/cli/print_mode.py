@@ -20,9 +20,9 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TextIO
 
+from taskloom._dataclass import dataclass
 from taskloom.cli.json_lines import MAX_LINE_CHARS
 from taskloom.cli.json_lines import fitted as _fitted
 from taskloom.cli.print_options import PrintOptions as PrintOptions  # its flags, re-exported

@@ -6,8 +6,9 @@ session to run; :mod:`taskloom.cli.flags` says which flag fills which field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from taskloom._dataclass import dataclass
 from taskloom.options import Options
 
 

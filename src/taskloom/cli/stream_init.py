@@ -23,6 +23,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.hooks import HookConfig
 from taskloom.session import COMPACT_COMMAND
 
@@ -53,7 +54,7 @@ _NOT_USED = (
 )
 
 
-@dataclasses.dataclass
+@dataclass
 class ProgramSetup:
     """What the program's ``initialize`` made of the session's options.
 

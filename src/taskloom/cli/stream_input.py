@@ -17,9 +17,9 @@ import contextlib
 import logging
 import re
 import threading
-from dataclasses import dataclass
 from typing import Any, BinaryIO, get_args
 
+from taskloom._dataclass import dataclass
 from taskloom.cli.control import ControlChannel
 from taskloom.errors import clipped
 from taskloom.messages import (

@@ -24,9 +24,10 @@ model's ``modelUsage`` entry has ``responsesWithoutUsage`` and the result ``usag
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.engine import AssistantTurn, UserTurn
 from taskloom.messages import Usage
 from taskloom.models.base import (

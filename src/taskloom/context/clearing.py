@@ -23,9 +23,9 @@ import json
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from taskloom._dataclass import dataclass
 from taskloom.context.window import CHARS_PER_TOKEN, IMAGE_TOKENS
 from taskloom.messages import Message, ToolResultBlock, ToolUseBlock
 from taskloom.tools.overflow import keep_text

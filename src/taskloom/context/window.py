@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.messages import Message, Usage
 from taskloom.models.windows import warn_once
 

@@ -20,10 +20,11 @@ hooks (:mod:`taskloom.session`), an agent's progress and life cycle (:mod:`taskl
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.engine import AssistantTurn, Compacted, Engine, EngineEvent, UserTurn
 from taskloom.messages import Message, TextBlock
 from taskloom.pairing import repair

@@ -21,8 +21,9 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from taskloom._dataclass import dataclass
 
 R = TypeVar("R")
 

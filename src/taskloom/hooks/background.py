@@ -30,9 +30,9 @@ import logging
 import secrets
 import weakref
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.quoting import quote
 
 if TYPE_CHECKING:

@@ -17,11 +17,12 @@ import enum
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import SettingsError, TaskloomError, UsageError
 from taskloom.permissions.matchers import find_rule
 from taskloom.permissions.rules import PermissionRequest, Rule, parse_rule

@@ -21,10 +21,11 @@ import os
 import time
 import uuid
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.hooks.background import Background, async_request
 from taskloom.hooks.config import (

@@ -29,10 +29,11 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import UsageError, UserError
 from taskloom.settings import find_project_root, read_json_file, taskloom_home
 

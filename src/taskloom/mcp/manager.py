@@ -27,7 +27,7 @@ import secrets
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from inspect import signature
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import anyio
 
 from taskloom._aio import finish_despite_cancel
+from taskloom._dataclass import dataclass
 from taskloom._version import __version__
 from taskloom.mcp._sdk import (
     describe,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
+from taskloom._dataclass import dataclass
 from taskloom.models.base import INVALID_INPUT_KEY
 from taskloom.tools.base import Tool, ToolContext, ToolKind, ToolResult, tool_error
 

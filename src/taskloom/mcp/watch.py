@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from taskloom._dataclass import dataclass
 
 EventKind = Literal["resource", "log", "progress"]
 

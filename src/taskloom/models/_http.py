@@ -26,12 +26,13 @@ import ssl
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Self
 
 import httpx
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import ModelError, UsageError
 from taskloom.models._refusal import is_validation_error, summary
 from taskloom.models.base import MessageComplete, StreamEvent

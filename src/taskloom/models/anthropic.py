@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import httpx
 from httpx_sse import ServerSentEvent
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import ModelError
 from taskloom.messages import (
     ContentBlock,

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.messages import INVALID_INPUT_KEY, Message
 from taskloom.models.caching import CacheTtl
 from taskloom.settings import DEFAULT_MAX_OUTPUT_TOKENS

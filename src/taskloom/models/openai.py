@@ -17,13 +17,14 @@ import os
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 from httpx_sse import ServerSentEvent
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import ModelError, UsageError
 from taskloom.messages import (
     ContentBlock,

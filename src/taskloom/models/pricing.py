@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.tasks.usage import Pricer, TokenCounts
 
 CACHE_WRITE_FACTOR = 1.25

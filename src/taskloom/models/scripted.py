@@ -38,10 +38,11 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import ModelError, UsageError
 from taskloom.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 from taskloom.models.base import (

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from taskloom._dataclass import dataclass
 
 #: A check of one program's arguments (see :mod:`taskloom.permissions._program_checks`).
 Check = Callable[[list[str], bool, tuple[str, ...]], "str | None"]

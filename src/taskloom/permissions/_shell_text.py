@@ -20,7 +20,9 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from taskloom._dataclass import dataclass
 
 #: Characters that end an unquoted word.
 _METACHARS = " \t\n;&|<>()"

@@ -8,9 +8,9 @@ a changed input, or denies it with a message for the model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.permissions.rules import Decision, PermissionRequest
 

@@ -8,10 +8,11 @@ the content must balance or be escaped (``Bash(python -c "print\(1\)")``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import UsageError
 
 Behavior = Literal["allow", "deny", "ask"]

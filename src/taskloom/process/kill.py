@@ -22,9 +22,10 @@ import os
 import signal
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from taskloom._dataclass import dataclass
 from taskloom.process.identity import process_start_time
 from taskloom.process.spawn import TASK_ENV
 

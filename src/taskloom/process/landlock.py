@@ -49,9 +49,10 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from taskloom._dataclass import dataclass
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ import contextvars
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import StoreError
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.store import Store, TagRow

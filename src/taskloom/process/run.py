@@ -31,10 +31,10 @@ import os
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from taskloom._aio import finish_despite_cancel
+from taskloom._dataclass import dataclass
 from taskloom.errors import ProcessError, clipped
 from taskloom.process.kill import kill_tree
 from taskloom.process.registry import TagRecord, recorded_tag

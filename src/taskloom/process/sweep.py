@@ -22,10 +22,10 @@ import contextlib
 import logging
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import StoreError
 from taskloom.process.identity import is_same_process
 from taskloom.store import ProcessRow, Store, TagRow

@@ -26,10 +26,10 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.process.registry import ProcessRecorder
 from taskloom.remote.local import LocalRay

@@ -14,9 +14,9 @@ import asyncio
 import contextlib
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.process.git import GitError
 from taskloom.process.git import git as run_git

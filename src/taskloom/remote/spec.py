@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from taskloom._dataclass import dataclass
 
 #: The environment a remote agent's process gets: the model's endpoint and credentials, a
 #: proxy. In the actor's runtime environment only: never in a log or an output.

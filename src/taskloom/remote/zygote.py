@@ -47,6 +47,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from taskloom._dataclass import realize_all
+
 #: The subpackages of taskloom a worker uses: every module of them is imported before any fork
 #: (about 0.45 s once; a forked worker then takes about 0.15 s of CPU to its answer, where an
 #: exec'd one takes 0.6 s). Not the REPL, ACP or the CLI's other commands, nor Ray.
@@ -99,6 +101,7 @@ def preload() -> None:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
     _complete_models()
+    realize_all()  # the dataclasses' methods too, once, not in every worker
 
 
 def _complete_models() -> None:

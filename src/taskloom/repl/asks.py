@@ -21,9 +21,9 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import UsageError
 from taskloom.permissions import Decision, PermissionRequest, PromptAnswer, PromptError
 from taskloom.repl.questions import QuestionForm

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.tasks.kinds import kind_of
 from taskloom.tasks.narrow import as_teammate

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from prompt_toolkit.utils import get_cwidth
 
+from taskloom._dataclass import dataclass
 from taskloom.clock import span
 from taskloom.tasks.kinds import Progress, kind_of
 from taskloom.tasks.types import TaskState, TaskStatus

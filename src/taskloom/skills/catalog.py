@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
+
+from taskloom._dataclass import dataclass
 
 log = logging.getLogger("taskloom.skills")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from taskloom._dataclass import dataclass
 
 
 @dataclass(frozen=True, slots=True)

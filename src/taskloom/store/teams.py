@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, replace
+from dataclasses import astuple, replace
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.store.db import Store
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Literal
 
+from taskloom._dataclass import dataclass
 from taskloom.tasks.types import TaskState
 
 EventKind = Literal["registered", "updated", "evicted"]

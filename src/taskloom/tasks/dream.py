@@ -10,9 +10,9 @@ start it and has nothing to do with it); what it changed is in its output file, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
+from taskloom._dataclass import dataclass
 from taskloom.tasks.kinds import Progress, Shown, ShownField, TaskKind, register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 

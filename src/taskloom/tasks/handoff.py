@@ -11,10 +11,10 @@ cancelled caller takes its foreground task down with it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskloom._aio import finish_despite_cancel
+from taskloom._dataclass import dataclass
 
 if TYPE_CHECKING:
     from taskloom.tasks.runtime import TaskRuntime

@@ -46,9 +46,9 @@ import json
 import logging
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from taskloom._dataclass import dataclass
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError
 from taskloom.store import Store

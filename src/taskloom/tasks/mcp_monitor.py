@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import OutputError, TaskloomError
 from taskloom.tasks.kinds import Progress, Shown, ShownField, TaskKind, register_kind
 from taskloom.tasks.monitor import BATCH_S, MAX_CHARS

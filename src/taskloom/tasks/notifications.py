@@ -21,8 +21,8 @@ crash, whatever was not acknowledged is replayed when the session is resumed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
+from taskloom._dataclass import dataclass
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.quoting import escape
 from taskloom.store import Store

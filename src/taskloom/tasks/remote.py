@@ -10,9 +10,9 @@ result. Nothing here knows Ray.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from taskloom._dataclass import dataclass
 from taskloom.tasks.agent import MAX_ACTIVITIES, AgentKind
 from taskloom.tasks.kinds import register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType

@@ -24,10 +24,10 @@ import logging
 import os
 import shlex
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import OutputError, ProcessError
 from taskloom.process.identity import boot_id, process_start_time
 from taskloom.process.input_wait import waiting_for_input

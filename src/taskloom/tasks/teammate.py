@@ -11,9 +11,9 @@ its loop broke) is reported by one, since nothing else would tell the lead.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import ClassVar
 
+from taskloom._dataclass import dataclass
 from taskloom.tasks.kinds import Progress, Shown, TaskKind, answer_shown, register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 from taskloom.tasks.usage import Reported, report_in

@@ -12,9 +12,9 @@ import enum
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
+from taskloom._dataclass import dataclass, declared_frozen
 from taskloom.errors import InvalidTransition
 
 _log = logging.getLogger(__name__)
@@ -382,8 +382,7 @@ def use_state_class(task_type: TaskType, cls: type[TaskState] | None) -> None:
         return
     if getattr(cls, "TYPE", None) != task_type or not issubclass(cls, TaskState):
         raise ValueError(f"{cls.__name__} is not a state class of type {task_type.value!r}")
-    params = cls.__dict__.get("__dataclass_params__")
-    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+    if not declared_frozen(cls) or "__slots__" not in cls.__dict__:
         # States are shared between the runtime, the store and UIs, and copied slot by slot.
         raise ValueError(
             f"{cls.__name__} must be declared @dataclass(frozen=True, kw_only=True, slots=True)"

@@ -28,8 +28,10 @@ each task kind's to say (``TaskKind.usage_from_elsewhere``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NamedTuple, Protocol
+
+from taskloom._dataclass import dataclass
 
 #: The key under which a report from another process carries its usage per model.
 REPORT_KEY = "usage_by_model"

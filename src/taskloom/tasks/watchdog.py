@@ -19,8 +19,9 @@ import inspect
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from taskloom._dataclass import dataclass
 from taskloom.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)

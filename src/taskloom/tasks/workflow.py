@@ -8,9 +8,9 @@ told to its owner once, with what every agent answered and where each one's outp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
+from taskloom._dataclass import dataclass
 from taskloom.tasks.kinds import Progress, Shown, ShownField, TaskKind, register_kind
 from taskloom.tasks.types import TaskState, TaskStatus, TaskType
 

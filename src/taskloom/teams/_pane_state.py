@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import StoreError
 from taskloom.tasks.narrow import as_teammate
 from taskloom.tasks.teammate import TeammateTaskState, idle, progressed, working

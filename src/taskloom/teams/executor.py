@@ -12,9 +12,9 @@ to the backend ``teammateMode`` chose.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.agents.builder import DEFAULT_TYPE
 from taskloom.errors import UsageError
 from taskloom.tasks.teammate import TeammateTaskState, working

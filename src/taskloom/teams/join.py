@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import UsageError
 from taskloom.settings import ensure_private_dir, session_dir
 

@@ -6,9 +6,9 @@ scripts written for one read the other; times there are epoch milliseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError
 from taskloom.store import MemberRow, TeamRow
 

@@ -23,10 +23,10 @@ import asyncio
 import os
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import TaskloomError, clipped
 from taskloom.process.run import ProgramError, run_program
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskloom._aio import finish_despite_cancel
+from taskloom._dataclass import dataclass
 from taskloom.errors import ToolError
 
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ has joined under yet (the message waits for whoever does).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.clock import SYSTEM_CLOCK, Clock
 from taskloom.errors import StoreError, TaskloomError, clipped
 from taskloom.store import TaskRow, TeamTables, TeamTaskError

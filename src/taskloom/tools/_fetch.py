@@ -15,10 +15,10 @@ import ipaddress
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from taskloom._dataclass import dataclass
 from taskloom._version import __version__
 
 if TYPE_CHECKING:

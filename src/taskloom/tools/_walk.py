@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from taskloom._dataclass import dataclass
 
 #: Version-control metadata: never searched or listed (ripgrep is given the same list).
 VCS_DIRS = (".git", ".svn", ".hg", ".bzr", ".jj", ".sl")

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from taskloom._dataclass import dataclass
 
 
 class TextFiles(Protocol):

@@ -34,10 +34,11 @@ import dataclasses
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import clipped
 from taskloom.messages import TextBlock, ToolResultBlock
 from taskloom.models.base import INVALID_INPUT_KEY, ToolSpec

@@ -8,9 +8,10 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.tools import responses
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 

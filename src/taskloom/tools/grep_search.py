@@ -18,10 +18,10 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from taskloom._dataclass import dataclass
 from taskloom.process.run import ProgramError, run_program
 from taskloom.process.shell_env import bundled_rg
 from taskloom.tools._walk import VCS_DIRS, iter_search_files

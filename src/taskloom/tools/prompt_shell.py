@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.errors import UserError
 from taskloom.permissions.rules import PermissionRequest
 from taskloom.process.shell_env import shell_env

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.messages import Message, TextBlock, ToolUseBlock
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 

@@ -7,10 +7,10 @@ ExitWorktree acts only on the worktree EnterWorktree made, never on one the mode
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskloom._dataclass import dataclass
 from taskloom.hooks import HookConfig
 from taskloom.tools.base import Tool, ToolContext, ToolResult, tool_error
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
+from helpers import TIME_FACTOR
 from taskloom.tasks._makers import positional_maker
 from taskloom.tasks.mailbox import Letter
 from taskloom.tasks.notifications import Notification
@@ -73,3 +76,32 @@ class _Checked:
 def test_a_class_it_would_get_wrong_is_refused(cls: type) -> None:
     with pytest.raises(TypeError):
         positional_maker(cls)
+
+
+_FIRST_USE = """
+import taskloom.tasks.mailbox as mailbox, taskloom.tasks.notifications as notes
+from taskloom import _dataclass
+from taskloom.tasks.types import AgentTaskState, ShellTaskState, TaskType
+classes = (ShellTaskState, AgentTaskState, mailbox.Letter, notes.Notification)
+print([c in _dataclass._WAITING for c in classes])
+shell = ShellTaskState(id="b1", type=TaskType.LOCAL_BASH, command="ls")
+agent = AgentTaskState(id="a1", type=TaskType.LOCAL_AGENT, prompt="p")
+print(type(shell).__init__.__globals__.get("set0") is not None, repr(shell)[:40])
+print(shell == ShellTaskState(id="b1", type=TaskType.LOCAL_BASH, command="ls"), agent.prompt)
+print(mailbox._make_letter is not mailbox._first_letter, notes._make_note is notes._first_note)
+"""
+
+
+def test_the_churn_constructors_are_written_on_first_use() -> None:
+    # A fresh interpreter: importing the modules writes none of these classes (nor their
+    # makers); the first state made gets the direct __init__, the same state as before.
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_USE],
+        capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
+    )  # fmt: skip
+    assert out.stdout.splitlines() == [
+        "[True, True, True, True]",
+        "True ShellTaskState(id='b1', type=<TaskType.L",
+        "True p",
+        "False True",
+    ]

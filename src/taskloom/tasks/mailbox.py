@@ -118,8 +118,14 @@ class Letter:
         return found if isinstance(found, dict) else None
 
 
+def _first_letter(*values: Any) -> Letter:
+    global _make_letter
+    _make_letter = positional_maker(Letter)  # on first use, as Letter's own methods
+    return _make_letter(*values)
+
+
 # Letter(**fields) at less than half the cost: a row is posted per task end.
-_make_letter = positional_maker(Letter)
+_make_letter: Callable[..., Letter] = _first_letter
 _SEQ = operator.attrgetter("seq")
 
 #: Which kinds a look at the mailbox is about: one, several, or None for any.

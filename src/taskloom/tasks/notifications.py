@@ -21,6 +21,7 @@ crash, whatever was not acknowledged is replayed when the session is resumed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from taskloom._dataclass import dataclass
 from taskloom.clock import SYSTEM_CLOCK, Clock
@@ -223,8 +224,14 @@ class NotificationQueue:
 _KIND: Kind = "notification"
 
 
+def _first_note(*values: Any) -> Notification:
+    global _make_note
+    _make_note = positional_maker(Notification)  # on first use, as Notification's own methods
+    return _make_note(*values)
+
+
 # Notification(**fields) at less than half the cost: one is handed out per task end.
-_make_note = positional_maker(Notification)
+_make_note: Callable[..., Notification] = _first_note
 
 
 def _note(letter: Letter) -> Notification:

@@ -124,3 +124,37 @@ def test_what_only_a_call_or_a_spawn_needs_is_not_loaded_before_the_first_reques
     assert "taskloom.tools.grep" in loaded  # the tools are offered: they are loaded
     assert "taskloom.agents.spawner" in loaded  # and so is the agent service
     assert loaded & FIRST_USE_ONLY == set()
+
+
+_FLOOR_THEN_REQUEST = """
+import asyncio, sys
+{imports}
+before = set(sys.modules)
+
+async def main():
+    async with httpx.AsyncClient() as client:
+        async with client.stream("POST", sys.argv[1] + "/v1/messages", json={{}}) as answer:
+            await answer.aread()
+
+asyncio.run(main())
+print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_the_dependency_floor_imports_what_a_first_request_loads() -> None:
+    # bench/startup.py measures taskloom's first request against a floor that imports what no
+    # first request over httpx avoids: after those imports, a streamed POST loads nothing new
+    # (anyio, for one, imports its backend only when a connection is first made).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        import startup  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    with FakeAnthropicServer() as server:
+        server.add_turn(text="hello")
+        script = _FLOOR_THEN_REQUEST.format(imports=startup.FLOORS["dependency_floor"])
+        out = subprocess.run(
+            [sys.executable, "-c", script, server.url],
+            capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
+        )  # fmt: skip
+    assert out.stdout.strip() == "[]"

@@ -113,6 +113,8 @@ FIRST_USE_ONLY = frozenset(
         "glob",
         "secrets",
         "shlex",
+        "uuid",  # and platform, which it imports (a session's ids come from tasks.ids)
+        "platform",
     }
 )
 

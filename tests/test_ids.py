@@ -142,3 +142,14 @@ def test_a_forked_child_does_not_repeat_its_parents_bytes() -> None:
 
 def test_alphabet_is_0_9a_z() -> None:
     assert ID_ALPHABET == "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def test_new_uuid_is_a_version_4_uuid_as_the_uuid_module_writes_it() -> None:
+    import uuid
+
+    made = [ids.new_uuid() for _ in range(2000)]
+    assert len(set(made)) == len(made)
+    for text in made[:200]:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+        assert str(parsed) == text

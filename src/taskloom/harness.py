@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,7 @@ from taskloom.started import (
     session_model,
     session_runtime,
 )
+from taskloom.tasks.ids import new_uuid
 
 if TYPE_CHECKING:
     from taskloom.agents.dream import Dreamer
@@ -82,7 +82,7 @@ class Harness:
         self.cwd = Path(opts.cwd).absolute()
         # Known now, except for a continued conversation (found when the session starts).
         forked = opts.fork_session and bool(opts.resume or opts.continue_session)
-        self._session_id = opts.session_id or (None if forked else opts.resume) or str(uuid.uuid4())
+        self._session_id = opts.session_id or (None if forked else opts.resume) or new_uuid()
         self._resuming: str | None = opts.resume
         self._stack = contextlib.AsyncExitStack()
         self._state: Started | None = None

@@ -159,11 +159,11 @@ class Options:
             UsageError: ``session_id`` is not a UUID, names a new id for a continued session
                 that is not forked, or ``fork_session`` has nothing to fork.
         """
-        import uuid
-
         from taskloom.errors import UsageError
 
         if self.session_id is not None:
+            import uuid  # only here: it imports platform, a millisecond of every start-up
+
             try:
                 uuid.UUID(self.session_id)
             except ValueError:

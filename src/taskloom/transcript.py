@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import unicodedata
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from taskloom._version import __version__
 from taskloom.errors import UsageError
 from taskloom.messages import Message, TextBlock
 from taskloom.settings import claude_config_dir, ensure_private_dir, refuse_symlinks, session_dir
+from taskloom.tasks.ids import new_uuid
 from taskloom.untrusted import clean_text
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,7 @@ class TranscriptWriter:
         extra: dict[str, Any] = {"taskloomOrigin": origin} if origin is not None else {}
         if compact_summary:
             extra["isCompactSummary"] = True
-        line_id = str(uuid.uuid4())
+        line_id = new_uuid()
         record = {
             "parentUuid": self._last_uuid,
             **self._fields,
@@ -335,7 +335,7 @@ class TranscriptWriter:
         ``logicalParentUuid`` is the message before it), and :func:`load_messages` reads
         only what follows the last one.
         """
-        line_id = str(uuid.uuid4())
+        line_id = new_uuid()
         record = {
             "parentUuid": None,
             "logicalParentUuid": self._last_uuid,
@@ -496,7 +496,7 @@ def copy_transcript(source: Path, target: Path, session_id: str) -> None:
         old = record.get("uuid")
         if record.get("type") not in MESSAGE_TYPES or not isinstance(old, str):
             continue
-        mapping[old] = str(uuid.uuid4())
+        mapping[old] = new_uuid()
         parent = record.get("parentUuid")
         lines.append(
             _compact(

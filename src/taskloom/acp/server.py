@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,6 +50,7 @@ from taskloom.acp.updates import AcpObserver, UpdateSink
 from taskloom.errors import TaskloomError, UsageError, describe
 from taskloom.harness import Harness, Options
 from taskloom.session import COMPACT_COMMAND
+from taskloom.tasks.ids import new_uuid
 
 if TYPE_CHECKING:
     from taskloom.permissions import PermissionPrompter
@@ -231,7 +231,7 @@ class TaskloomAgent:
         self, cwd: str, mcp_servers: list[Any] | None = None, **kwargs: Any
     ) -> acp.NewSessionResponse:
         """Start a session in ``cwd`` with the client's MCP servers."""
-        session = await self._open(cwd, mcp_servers, session_id=str(uuid.uuid4()))
+        session = await self._open(cwd, mcp_servers, session_id=new_uuid())
         return acp.NewSessionResponse(session_id=session.session_id, modes=self._modes(session))
 
     async def load_session(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from taskloom._dataclass import dataclass
 from taskloom.acp._child_updates import capped, message_updates, text_content
 from taskloom.errors import TaskloomError
+from taskloom.tasks.ids import random_hex
 from taskloom.tasks.kinds import TaskKind, kind_of
 from taskloom.tasks.narrow import as_agent
 from taskloom.tasks.output import read_delta
@@ -260,7 +260,7 @@ class TaskView:
         shown = _Shown(state.id, self._parent_of(state))
         self._shown[state.id] = shown
         if is_child_like(kind) and self.subagents:
-            shown.child = f"sub-{uuid.uuid4().hex}"
+            shown.child = f"sub-{random_hex(16)}"
             self._children[shown.child] = state.id
             self._put(shown.parent, self._announcement(shown.child, state, kind))
             shown.ended = False  # announced running

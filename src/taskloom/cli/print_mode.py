@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
@@ -34,6 +33,7 @@ from taskloom.harness import Harness, Options
 from taskloom.messages import Message
 from taskloom.session import COMPACT_COMMAND
 from taskloom.skills.catalog import PromptCommand
+from taskloom.tasks.ids import new_uuid
 from taskloom.tasks.runtime import Subscription, TaskRuntime
 from taskloom.untrusted import clean_text
 
@@ -87,7 +87,7 @@ class Emitter:
         """Write one object as a JSON line (stream-json only)."""
         if self.fmt == "stream-json":
             obj.setdefault("session_id", self.session_id)
-            obj.setdefault("uuid", str(uuid.uuid4()))
+            obj.setdefault("uuid", new_uuid())
             line, _ = clean_text(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
             # Model output is cleaned already; a prompt or tool output from bytes that were
             # not UTF-8 must not make the line unwritable either.
@@ -500,7 +500,7 @@ def _write_result(
     if opts.output_format == "stream-json":
         emitter.line(result)
     elif opts.output_format == "json":
-        result["uuid"] = str(uuid.uuid4())
+        result["uuid"] = new_uuid()
         out.write(json.dumps(result, ensure_ascii=False, separators=(",", ":")) + "\n")
     elif result["subtype"] == "success":
         text = result["result"]

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Coroutine, Mapping
 from dataclasses import field
 from pathlib import Path
@@ -38,6 +37,7 @@ from taskloom.hooks.config import (
     ToolCall,
 )
 from taskloom.process.run import FirstLine, ProgramError, run_program
+from taskloom.tasks.ids import new_uuid
 
 _log = logging.getLogger("taskloom.hooks")
 
@@ -238,7 +238,7 @@ async def _heard(
     """Run one hook, telling ``listener`` (if any) of its start and end."""
     if listener is None:
         return await run
-    hook_id = str(uuid.uuid4())
+    hook_id = new_uuid()
     listener.hook_started(hook_id, event, name)
     try:
         result = await run

@@ -3,7 +3,8 @@
 Output files are named after ids, so an id must not be guessable: a predictable id would let
 another local user plant a symlink at the output path before the task starts.
 
-The random bytes (of task ids and of mail ids, :func:`random_hex`) come from ``os.urandom``,
+The random bytes (of task ids, of mail ids, :func:`random_hex`, and of the UUIDs of sessions
+and transcript lines, :func:`new_uuid`) come from ``os.urandom``,
 read 4 KiB at a time: a system call per id was an eighth of a churn of short tasks. A forked
 child drops what its parent had read, so the two never hand out the same bytes.
 """
@@ -69,6 +70,19 @@ os.register_at_fork(after_in_child=_POOL.drop)
 def random_hex(nbytes: int) -> str:
     """``nbytes`` random bytes from the CSPRNG as hex (what ``secrets.token_hex`` gives)."""
     return _POOL.take(nbytes).hex()
+
+
+def new_uuid() -> str:
+    """A random UUID (version 4) as text: what ``str(uuid.uuid4())`` gives.
+
+    From the same read-ahead bytes; the :mod:`uuid` module is not imported (it imports
+    :mod:`platform`, a millisecond of every start-up).
+    """
+    raw = bytearray(_POOL.take(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # the version, 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _draw_below_space() -> int:

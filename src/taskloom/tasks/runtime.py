@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from taskloom.tasks._registry import States, TaskRegistry
 from taskloom.tasks._subscription import Subscription, TaskEvent
 from taskloom.tasks.claim import claim_session
 from taskloom.tasks.directory import Directory
+from taskloom.tasks.ids import new_uuid
 from taskloom.tasks.kinds import TaskHandle, kind_of, outlives_session
 from taskloom.tasks.types import TaskState, readable_state
 from taskloom.tasks.usage import UsageLedger
@@ -88,7 +88,7 @@ class TaskRuntime(TaskRegistry):
         """
         home = home or taskloom_home()
         super().__init__(
-            session_id=session_id or str(uuid.uuid4()),
+            session_id=session_id or new_uuid(),
             home=home,
             store=store or Store(db_path(home)),
             clock=clock,

@@ -370,9 +370,9 @@ def _launcher(
 ) -> Launcher:
     """Makes the spec a teammate's process starts from, out of the lead's options."""
     import os
-    import uuid
 
     from taskloom.process.identity import process_start_time
+    from taskloom.tasks.ids import new_uuid
     from taskloom.teams.join import JoinSpec
     from taskloom.teams.panes import PaneError
 
@@ -418,7 +418,7 @@ def _launcher(
             mode=spec.mode or (str(policy.mode) if policy is not None else None),
             lead_prompts=options.prompter is not None,
             options=inherited,
-            process_session=str(uuid.uuid4()),
+            process_session=new_uuid(),
             keep_transcript=runtime.keep_transcripts,
         )
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskloom.process.shell_env import shell_env
 from taskloom.settings import ensure_private_dir, tasks_dir, whole_number
+from taskloom.tasks.ids import random_hex
 from taskloom.tasks.output import human_size, read_delta
 from taskloom.tasks.types import TaskStatus
 from taskloom.tools import responses
@@ -214,7 +214,7 @@ async def _in_terminal(
     script, cwd_file = params.command, None
     if workdir is not None:
         directory = ensure_private_dir(tasks_dir(runtime.session_id, runtime.home))
-        cwd_file = directory / f"terminal-{uuid.uuid4().hex}.cwd"
+        cwd_file = directory / f"terminal-{random_hex(16)}.cwd"
         record = f"{{ pwd -P >| {shlex.quote(str(cwd_file))}; }} 2>/dev/null"
         # On the command's line, so the line numbers its errors name stay its own.
         script = f"trap {shlex.quote(record)} EXIT; {params.command}"

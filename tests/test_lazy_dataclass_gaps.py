@@ -1,0 +1,292 @@
+"""Where taskloom._dataclass's classes still differ from dataclasses' (review of issue 34).
+
+Each test states what :func:`dataclasses.dataclass` does and fails on ours today: they are
+marked ``xfail(strict=True)``, so that a fix makes them pass and the mark must then go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from helpers import TIME_FACTOR
+from taskloom._dataclass import dataclass as lazy_dataclass
+
+HERE = Path(__file__).parent
+#: ``ClassVar`` under another name: dataclasses resolves it in the module; ours reads the text.
+CV = ClassVar
+
+gap = functools.partial(pytest.mark.xfail, strict=True)
+
+
+@gap(reason="realize() sets the template's __init__ over one assigned after decoration")
+def test_an_init_assigned_after_decoration_survives_the_first_use() -> None:
+    @lazy_dataclass(frozen=True, slots=True)
+    class Scaled:
+        x: int = 0
+
+    def init(self: Any, x: int = 0) -> None:
+        object.__setattr__(self, "x", x * 10)
+
+    Scaled.__init__ = init  # type: ignore[method-assign]  # as tasks.types._fast_init does
+    dataclasses.fields(Scaled)  # any question about the class writes it
+    assert Scaled(1).x == 10  # dataclasses: the assigned __init__ stays
+
+
+_FAST_AFTER_READ_BACK = """
+from taskloom.tasks import types
+types.state_from_dict({"id": "b00000000", "type": "local_bash", "command": "ls"})
+types.ShellTaskState(id="b00000001", command="ls")
+print("set0" in types.ShellTaskState.__init__.__code__.co_names)
+"""
+
+
+@gap(reason="the first state read back writes the class, which drops _fast_init's __init__")
+def test_the_fast_state_init_survives_a_state_read_back_first() -> None:
+    # A resumed session (or `taskloom tasks`) reads states back before it makes one: the
+    # direct __init__ of tasks.types._fast_init (40 % cheaper) must still be the one used.
+    out = subprocess.run(
+        [sys.executable, "-c", _FAST_AFTER_READ_BACK],
+        capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "True"
+
+
+_UNPICKLE_FIRST = """
+import json, pickle, sys
+import lazy_gap_records
+print(json.dumps([repr(o) for o in pickle.loads(sys.stdin.buffer.read())]))
+"""
+
+
+@gap(reason="_setstate_first sets the state itself, past an inherited __setstate__")
+def test_unpickling_first_honours_an_inherited_setstate() -> None:
+    import lazy_gap_records as r
+
+    old = [r.EagerVersioned(1), r.LazyVersioned(1)]
+    for obj in old:
+        del obj.__dict__["added_later"]  # as an older version pickled it
+    out = subprocess.run(
+        [sys.executable, "-c", _UNPICKLE_FIRST], input=pickle.dumps(old), capture_output=True,
+        timeout=60 * TIME_FACTOR, check=True, cwd=HERE,
+    )  # fmt: skip
+    eager, lazy = json.loads(out.stdout)
+    assert eager == "EagerVersioned(n=1, added_later='upgraded')"
+    assert lazy == "LazyVersioned(n=1, added_later='upgraded')"
+
+
+class _Root:
+    dropped = False
+
+    @property
+    def value(self) -> int:
+        return 1
+
+    def who(self) -> str:
+        return "root"
+
+    def drop(self) -> None:
+        _Root.dropped = True
+
+
+def _logged(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@gap(reason="_repoint reaches neither a cached_property, a wrapper's __wrapped__ nor fdel")
+@pytest.mark.parametrize("how", ["cached_property", "wraps", "deleter"])
+def test_super_in_a_decorated_method(how: str) -> None:
+    @lazy_dataclass
+    class Leaf(_Root):
+        n: int = 0
+
+        @functools.cached_property
+        def value(self) -> int:  # type: ignore[override]
+            return super().value + 1
+
+        @_logged
+        def who(self) -> str:
+            return "leaf of " + super().who()
+
+        @property
+        def gone(self) -> int:
+            return 0
+
+        @gone.deleter
+        def gone(self) -> None:
+            super().drop()
+
+    leaf = Leaf()
+    if how == "cached_property":
+        assert leaf.value == 2
+    elif how == "wraps":
+        assert leaf.who() == "leaf of root"
+    else:
+        del leaf.gone
+        assert _Root.dropped
+
+
+@gap(reason="before its first use the class holds the Field objects of field(...) defaults")
+def test_a_field_default_read_on_the_class_before_first_use() -> None:
+    @lazy_dataclass
+    class Defaults:
+        x: int = field(default=3)
+        items: list[int] = field(default_factory=list)
+
+    assert Defaults.x == 3
+    assert not hasattr(Defaults, "items")
+
+
+@gap(reason="__init__ is the (*args, **kwargs) stand-in and __match_args__ is not set yet")
+def test_signature_and_match_args_before_first_use() -> None:
+    @lazy_dataclass
+    class Point:
+        x: int
+        y: int = 2
+
+    assert str(inspect.signature(Point)) == "(x: 'int', y: 'int' = 2) -> None"
+    assert Point.__match_args__ == ("x", "y")  # type: ignore[attr-defined]
+
+
+@gap(reason="_declares_no_field reads the annotation's text, not what the name is bound to")
+def test_a_classvar_under_another_name_with_slots() -> None:
+    @lazy_dataclass(slots=True)
+    class Limited:
+        LIMIT: CV[int] = 5
+        x: int = 0
+
+    assert Limited.LIMIT == 5
+    assert Limited.__slots__ == ("x",)  # type: ignore[attr-defined]
+
+
+@gap(reason="a failed first use leaves the template half processed: the retry differs")
+def test_a_class_declared_wrong_fails_the_same_way_every_time() -> None:
+    @lazy_dataclass
+    class Wrong:
+        a: list[int] = field(default_factory=list)
+        b: int  # type: ignore[misc]  # no default after one with a default
+
+    for _ in range(2):
+        with pytest.raises(TypeError, match="non-default argument 'b' follows default"):
+            Wrong(b=1)
+
+
+@gap(reason="only __init__ and unpickling write the class; a subclass's own __init__ skips it")
+def test_a_subclass_with_its_own_init_has_the_dataclass_methods() -> None:
+    @lazy_dataclass
+    class Base:
+        x: int = 0
+
+    class Own(Base):
+        def __init__(self) -> None:  # not the dataclass's, and it does not call it
+            self.x = 1
+
+    assert repr(Own()).endswith("Own(x=1)")
+    assert Own() == Own()
+
+
+@gap(reason="the class statement's class is remade: what saw it first saw another class")
+def test_what_the_class_statement_registers_is_the_class_returned() -> None:
+    registered: list[type] = []
+
+    class Registry:
+        def __init_subclass__(cls, **kwargs: Any) -> None:
+            super().__init_subclass__(**kwargs)
+            registered.append(cls)
+
+    def register(cls: type) -> type:
+        registered.append(cls)
+        return cls
+
+    @lazy_dataclass
+    @register
+    class Plugin(Registry):
+        n: int = 0
+
+    assert registered == [Plugin, Plugin]  # __init_subclass__, then the inner decorator
+
+
+@gap(reason="_LOCK is not reset in a forked child: one held by another thread stays held")
+def test_a_fork_while_another_thread_writes_a_class_does_not_hang_the_child() -> None:
+    blocking, entered, release = threading.Event(), threading.Event(), threading.Event()
+
+    class Slow:
+        def __init_subclass__(cls, **kwargs: Any) -> None:
+            super().__init_subclass__(**kwargs)
+            if blocking.is_set():  # the slotted class dataclasses makes while writing ours
+                entered.set()
+                release.wait(timeout=30 * TIME_FACTOR)
+
+    @lazy_dataclass(slots=True)
+    class Written(Slow):
+        n: int = 0
+
+    @lazy_dataclass
+    class Other:
+        n: int = 0
+
+    blocking.set()
+    writer = threading.Thread(target=Written)
+    writer.start()
+    try:
+        assert entered.wait(timeout=10 * TIME_FACTOR)
+        pid = os.fork()
+        if pid == 0:  # the child: a bounded first use of another class, then out
+            code = 3
+            try:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)  # pytest-timeout's is inherited
+                signal.alarm(int(5 * TIME_FACTOR))
+                Other()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)  # bounded: the child's alarm ends it
+    finally:
+        release.set()
+        writer.join(timeout=10 * TIME_FACTOR)
+    assert os.waitstatus_to_exitcode(status) == 0  # -SIGALRM: it hung on the lock
+
+
+_BY_VALUE = """
+import sys
+from ray import cloudpickle
+from taskloom._dataclass import dataclass
+
+@dataclass
+class Shipped:
+    n: int = 0
+
+sys.stdout.buffer.write(cloudpickle.dumps(Shipped))  # of __main__: by value, as Ray sends it
+"""
+_RECEIVED = "import pickle, sys; print(repr(pickle.loads(sys.stdin.buffer.read())(3)))"
+
+
+@gap(reason="a waiting class pickled by value arrives with stand-ins and nothing to write")
+def test_a_class_pickled_by_value_can_be_used() -> None:
+    pytest.importorskip("ray")
+    sent = subprocess.run(
+        [sys.executable, "-c", _BY_VALUE],
+        capture_output=True, timeout=120 * TIME_FACTOR, check=True,
+    )  # fmt: skip
+    out = subprocess.run(  # another process: one that never wrote the class
+        [sys.executable, "-c", _RECEIVED], input=sent.stdout,
+        capture_output=True, timeout=120 * TIME_FACTOR,
+    )  # fmt: skip
+    assert out.stdout.decode().strip() == "Shipped(n=3)", out.stderr.decode()[-300:]

@@ -223,6 +223,20 @@ def test_what_the_class_statement_registers_is_the_class_returned() -> None:
     assert registered == [Plugin, Plugin]  # __init_subclass__, then the inner decorator
 
 
+@gap(reason="the remake calls the bases' __init_subclass__ without the statement's keywords")
+def test_a_class_statement_with_keywords() -> None:
+    class Kinded:
+        def __init_subclass__(cls, *, kind: str, **kwargs: Any) -> None:
+            super().__init_subclass__(**kwargs)
+            cls.kind = kind  # type: ignore[attr-defined]
+
+    @lazy_dataclass
+    class Shell(Kinded, kind="shell"):
+        n: int = 0
+
+    assert Shell().kind == "shell"  # type: ignore[attr-defined]
+
+
 @gap(reason="_LOCK is not reset in a forked child: one held by another thread stays held")
 def test_a_fork_while_another_thread_writes_a_class_does_not_hang_the_child() -> None:
     blocking, entered, release = threading.Event(), threading.Event(), threading.Event()

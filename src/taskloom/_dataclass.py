@@ -7,22 +7,30 @@ a session's first request and never made in it (the states of task kinds it does
 the rows of tables it does not read), so :func:`dataclass` here, called as that one is, leaves
 the work to the class's first use:
 
-- its first instance (its ``__init__``, or unpickling, which calls ``__setstate__``);
-- or any question about it: :func:`dataclasses.fields`, :func:`~dataclasses.replace`,
-  :func:`~dataclasses.is_dataclass` and whatever else reads ``__dataclass_fields__`` or
-  ``__dataclass_params__``.
+- an instance made (``__init__``), unpickled (``__setstate__``), shown, compared or hashed;
+- any question about the class: :func:`dataclasses.fields`, :func:`~dataclasses.replace`,
+  :func:`~dataclasses.is_dataclass`, :func:`inspect.signature`, ``__match_args__`` and
+  whatever else reads ``__dataclass_fields__`` or ``__dataclass_params__``.
 
 The class returned is a new class made from the class statement's namespace, as
 ``slots=True`` makes one (here whether or not slots are asked for, and with its slots at
-once, as slots cannot be added later). The class statement's own class is kept as a template:
-the first use runs :func:`dataclasses.dataclass` on it, then copies what that added onto the
-returned class, ``__init__`` last, under a lock, so that a thread using the class meanwhile
-waits for it rather than seeing half a class. Closure cells (``super()`` in a method, and the
-class a frozen ``__setattr__`` checks) are pointed at the returned class.
+once, as slots cannot be added later): a decorator listed below this one sees the class
+statement's class, as under ``slots=True``. Until the first use the returned class holds
+stand-ins for the methods above, each of which writes the class and then calls what was
+written. The class statement's own class is kept as a template: the first use runs
+:func:`dataclasses.dataclass` on it, then copies what that added onto the returned class,
+under a lock; the class leaves the waiting list last, so that a thread using it meanwhile
+waits for it rather than seeing half a class. What was set on the class after decoration (a
+faster ``__init__``) is kept. Closure cells that hold the template (``super()`` in a method,
+a wrapped one's or a property's, and the class a frozen ``__setattr__`` checks) are pointed at
+the returned class.
 
-A class that brings its own ``__init__``, ``__setstate__`` or ``__slots__`` has nothing to
-wait for and is made at once. :func:`realize_all` makes every class still waiting (a process
-about to fork children that will use them, a test).
+Made at once, as :mod:`dataclasses` makes it: a class that brings its own ``__init__``,
+``__setstate__`` or ``__slots__``, one whose bases take part in its making (a base's
+``__init_subclass__``, which may take the class statement's keywords, or a metaclass of
+their own). :func:`realize_all` writes every class still waiting (a process about to fork
+children that will use them, a test); :func:`when_written` runs code once a class is
+written.
 
 Type checkers see :func:`dataclasses.dataclass` itself.
 """
@@ -31,93 +39,238 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import inspect
+import os
+import sys
 import threading
+import types
+import typing
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 _T = TypeVar("_T")
 _FIELDS = "__dataclass_fields__"
 _PARAMS = "__dataclass_params__"
 #: What a class may bring that the first use could not replace or wait in.
 _OWN_METHODS = ("__init__", "__setstate__", "__slots__")
-#: Annotations that declare no field (``ClassVar``, ``InitVar``, the ``KW_ONLY`` marker).
-_NOT_FIELDS = frozenset({"ClassVar", "InitVar", "KW_ONLY"})
+#: What an annotation may name that declares no field.
+_NOT_FIELDS = (typing.ClassVar, dataclasses.InitVar, dataclasses.KW_ONLY)
 #: The namespace entries a class statement's class has that its remake must not copy.
 _OWN_DESCRIPTORS = ("__dict__", "__weakref__")
+#: Class attributes that stand in, until the first use, for what writing the class sets.
+_ASKED = (_FIELDS, _PARAMS, "__match_args__", "__signature__")
+#: Bases whose ``__init_subclass__`` may run twice (on the template, then on the remake).
+_PLAIN_BASES = (object, typing.Generic)
 
-#: Held while a class is made, and by anything that waits for one being made.
+#: Held while a class is written, and by anything that waits for one being written.
 _LOCK = threading.RLock()
+
+
+def _fresh_lock() -> None:
+    global _LOCK
+    _LOCK = threading.RLock()  # another thread may have held it when this process forked
+
+
+# A fork waits for a class being written, and the child gets a lock no thread holds.
+os.register_at_fork(
+    before=lambda: _LOCK.acquire(),
+    after_in_parent=lambda: _LOCK.release(),
+    after_in_child=_fresh_lock,
+)
 
 
 class _Waiting:
     """A class whose dataclass methods are not written yet, and how to write them."""
 
-    __slots__ = ("before", "fields", "made", "options", "slots", "template")
+    __slots__ = (
+        "before", "error", "fields", "hooks", "made", "options", "set", "stand_ins", "template",
+        "writing",
+    )  # fmt: skip
 
     def __init__(
-        self, made: type, template: type, options: dict[str, Any], fields: list[str]
+        self,
+        made: type,
+        template: type,
+        options: dict[str, Any],
+        fields: list[str],
+        stand_ins: dict[str, Any],
     ) -> None:
         self.made = made
         self.template = template
         self.options = options
         #: Every field's name, the bases' first (the slots, for a slotted class).
         self.fields = fields
-        self.slots = frozenset(made.__dict__.get("__slots__", ()))
         #: The template's namespace before :mod:`dataclasses` added to it.
         self.before = dict(template.__dict__)
+        #: The remake's own namespace as made (what differs at the first use was set since).
+        self.set = dict(made.__dict__)
+        #: What runs once the class is written (see :func:`when_written`).
+        self.hooks: list[Callable[[type], None]] = []
+        #: The stand-ins put on the class, by name.
+        self.stand_ins = stand_ins
+        #: Being written (by the thread holding the lock: a hook may ask about the class).
+        self.writing = False
+        #: Why writing it failed, if it did (it fails the same way every time).
+        self.error: Exception | None = None
 
 
 #: The classes waiting for their first use, by class.
 _WAITING: dict[type, _Waiting] = {}
 
 
-class _Realizing:
-    """Stands for ``__dataclass_fields__`` or ``__dataclass_params__`` until the class is made."""
+class _Asked:
+    """Stands for a class attribute that writing the class sets: reading it writes it."""
 
-    __slots__ = ("name", "owner")
+    __slots__ = ("name", "written")
 
-    def __init__(self, owner: type, name: str) -> None:
-        self.owner = owner
+    def __init__(self, written: list[type], name: str) -> None:
+        self.written = written  # the class, once made
         self.name = name
 
     def __get__(self, obj: object, cls: type | None = None) -> Any:
-        realize(self.owner)
-        return self.owner.__dict__[self.name]
+        owner = _written(self.written)
+        for klass in owner.__mro__:  # written now: the class's own, or a base's
+            if self.name in klass.__dict__:
+                value = klass.__dict__[self.name]
+                return None if isinstance(value, _Asked) else value
+        raise AttributeError(self.name)
 
 
 def _deferred(cls: type, options: dict[str, Any]) -> type:
-    own = cls.__dict__
-    if any(name in own for name in _OWN_METHODS) or _FIELDS in own:
+    if not _can_wait(cls):
         return dataclasses.dataclass(cls, **options)
-    slots = options.get("slots", False)
-    weakref_slot = options.get("weakref_slot", False)
-    if weakref_slot and not slots:
+    if options.get("weakref_slot") and not options.get("slots"):
         raise TypeError("weakref_slot is True but slots is False")
     fields = _field_names(cls)
-    namespace = {k: v for k, v in own.items() if k not in _OWN_DESCRIPTORS}
-    if slots:
-        inherited = {name for base in cls.__mro__[1:-1] for name in _slots_of(base)}
-        wanted = [*fields, *(["__weakref__"] if weakref_slot else [])]
-        namespace["__slots__"] = tuple(name for name in wanted if name not in inherited)
-        for name in fields:
-            namespace.pop(name, None)  # a default is the template's; the slot is the made's
-        if options.get("frozen"):
-            namespace.setdefault("__getstate__", _frozen_getstate)
-            namespace.setdefault("__setstate__", _frozen_setstate)
-    namespace.setdefault("__setstate__", _setstate_first)
-    namespace["__init__"] = _init_first
+    namespace = _namespace(cls, options, fields)
+    written: list[type] = []  # the stand-ins' class, once made
+    stand_ins = _add_stand_ins(namespace, written, frozen=bool(options.get("frozen")))
+    for name in _ASKED:
+        if name not in namespace:
+            namespace[name] = stand_ins[name] = _Asked(written, name)
     made: type = type(cls)(cls.__name__, cls.__bases__, namespace)
     made.__qualname__ = cls.__qualname__
-    for name in (_FIELDS, _PARAMS):
-        setattr(made, name, _Realizing(made, name))
-    _repoint(namespace.values(), cls, made)
-    _WAITING[made] = _Waiting(made, cls, options, fields)
+    written.append(made)
+    _repoint(cls.__dict__.values(), cls, made)  # the class statement's own functions
+    _WAITING[made] = _Waiting(made, cls, options, fields, stand_ins)
     return made
 
 
+def _can_wait(cls: type) -> bool:
+    """Whether ``cls`` can be remade and written later (see the module)."""
+    own = cls.__dict__
+    if any(name in own for name in _OWN_METHODS) or _FIELDS in own:
+        return False
+    if type(cls) not in (type, abc.ABCMeta):
+        return False
+    return all(
+        "__init_subclass__" not in base.__dict__ or base in _PLAIN_BASES for base in cls.__mro__[1:]
+    )
+
+
+def _namespace(cls: type, options: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    """The remake's namespace: the class statement's, with what a written class would have."""
+    namespace = {k: v for k, v in cls.__dict__.items() if k not in _OWN_DESCRIPTORS}
+    if options.get("slots"):
+        inherited = {name for base in cls.__mro__[1:-1] for name in _slots_of(base)}
+        wanted = [*fields, *(["__weakref__"] if options.get("weakref_slot") else [])]
+        namespace["__slots__"] = tuple(name for name in wanted if name not in inherited)
+        for name in fields:
+            namespace.pop(name, None)  # a default is the template's; the slot is the made's
+        if options.get("frozen"):  # as dataclasses adds them, for pickling
+            namespace.setdefault("__getstate__", _frozen_getstate)
+            namespace.setdefault("__setstate__", _frozen_setstate)
+        return namespace
+    for name in fields:  # a field's default on the class, as dataclasses leaves it
+        value = namespace.get(name)
+        if isinstance(value, dataclasses.Field):
+            if value.default is dataclasses.MISSING:
+                del namespace[name]
+            else:
+                namespace[name] = value.default
+    return namespace
+
+
+def _add_stand_ins(
+    namespace: dict[str, Any], written: list[type], *, frozen: bool
+) -> dict[str, Any]:
+    """Methods that write the class (``written[0]`` once made), then call what was written.
+
+    Each is put in ``namespace`` unless the class statement defined that method; returns
+    those put, by name.
+    """
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        _written(written).__init__(self, *args, **kwargs)
+
+    def __repr__(self: Any) -> str:
+        shown: str = _written(written).__repr__(self)
+        return shown
+
+    def __eq__(self: Any, other: object) -> bool:
+        equal: bool = _written(written).__eq__(self, other)
+        return equal
+
+    def __hash__(self: Any) -> int:
+        written_hash = _written(written).__hash__
+        if written_hash is None:
+            raise TypeError(f"unhashable type: {type(self).__name__!r}")
+        hashed: int = written_hash(self)
+        return hashed
+
+    def __setstate__(self: Any, state: Any) -> None:
+        _written(written)
+        _set_state(self, state)
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        _written(written).__setattr__(self, name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        _written(written).__delattr__(self, name)
+
+    methods: list[Callable[..., Any]] = [__init__, __repr__, __eq__, __hash__, __setstate__]
+    if frozen:  # only a frozen class's are written; another's would be left in the way
+        methods += [__setattr__, __delattr__]
+    put: dict[str, Any] = {}
+    for fn in methods:
+        if fn.__name__ not in namespace:
+            namespace[fn.__name__] = put[fn.__name__] = fn
+    return put
+
+
+#: The code of every stand-in method (each class has its own functions, of this code).
+_STAND_IN_CODE = frozenset(
+    c for c in _add_stand_ins.__code__.co_consts if isinstance(c, types.CodeType)
+)
+
+
+def _is_stand_in(value: object) -> bool:
+    """Whether a class attribute is one of the stand-ins."""
+    return isinstance(value, _Asked) or getattr(value, "__code__", None) in _STAND_IN_CODE
+
+
+def _written(written: list[type]) -> Any:
+    """The stand-ins' class, written (its functions are called unbound, with an instance)."""
+    realize(written[0])
+    return written[0]
+
+
+def _set_state(obj: Any, state: Any) -> None:
+    """Set an unpickled instance's state, its class written: as :mod:`pickle` would."""
+    setstate = getattr(type(obj), "__setstate__", None)
+    if setstate is not None and not _is_stand_in(setstate):
+        setstate(obj, state)
+        return
+    inner, slotted = state if isinstance(state, tuple) and len(state) == 2 else (state, None)
+    if inner:
+        obj.__dict__.update(inner)
+    for name, value in (slotted or {}).items():
+        object.__setattr__(obj, name, value)
+
+
 def _field_names(cls: type) -> list[str]:
-    """Every field of ``cls``, in :mod:`dataclasses` order, without making any class."""
+    """Every field of ``cls``, in :mod:`dataclasses` order, without writing any class."""
     names: dict[str, None] = {}
     for base in reversed(cls.__mro__[1:]):
         waiting = _WAITING.get(base)
@@ -125,21 +278,32 @@ def _field_names(cls: type) -> list[str]:
             names.update(dict.fromkeys(waiting.fields))
         elif _FIELDS in base.__dict__:
             names.update(dict.fromkeys(f.name for f in dataclasses.fields(base)))
+    module = sys.modules.get(cls.__module__)
+    scope = vars(module) if module is not None else {}
     for name, annotation in inspect.get_annotations(cls).items():
-        if not _declares_no_field(annotation):
+        if not _declares_no_field(annotation, scope):
             names[name] = None
     return list(names)
 
 
-def _declares_no_field(annotation: Any) -> bool:
-    if isinstance(annotation, str):  # postponed (``from __future__ import annotations``)
-        head = annotation.split("[", 1)[0].strip().rsplit(".", 1)[-1]
-        return head in _NOT_FIELDS
-    if annotation is dataclasses.KW_ONLY or annotation is dataclasses.InitVar:
-        return True
+def _declares_no_field(annotation: Any, scope: dict[str, Any]) -> bool:
+    """Whether an annotation is ``ClassVar``, ``InitVar`` or ``KW_ONLY``.
+
+    One written as text is read as :mod:`dataclasses` reads it: its name looked up in the
+    class's module.
+    """
+    if isinstance(annotation, str):
+        head = annotation.split("[", 1)[0].strip()
+        first, _, rest = head.partition(".")
+        found = scope.get(first)
+        for part in rest.split(".") if rest else ():
+            found = getattr(found, part, None)
+        annotation = found
     if isinstance(annotation, dataclasses.InitVar):
         return True
-    return annotation is ClassVar or getattr(annotation, "__origin__", None) is ClassVar
+    return any(annotation is kind for kind in _NOT_FIELDS) or (
+        getattr(annotation, "__origin__", None) is typing.ClassVar
+    )
 
 
 def _slots_of(cls: type) -> Iterable[str]:
@@ -147,52 +311,110 @@ def _slots_of(cls: type) -> Iterable[str]:
     return (slots,) if isinstance(slots, str) else slots
 
 
-def _repoint(values: Iterable[Any], old: type, new: type) -> None:
-    """Point the closure cells of these functions that hold ``old`` at ``new``."""
-    for value in values:
-        for fn in (value, *(getattr(value, a, None) for a in ("__func__", "fget", "fset"))):
-            for cell in getattr(fn, "__closure__", None) or ():
+#: What holds a method's function: the descriptors a class statement may hold functions in.
+_HOLDERS = (
+    types.FunctionType, staticmethod, classmethod, property, functools.cached_property,
+    functools.partialmethod,
+)  # fmt: skip
+
+
+def _functions(values: Iterable[Any]) -> list[types.FunctionType]:
+    """The functions of these namespace values: methods, and what wraps or is wrapped."""
+    found: list[types.FunctionType] = []
+    seen: set[int] = set()
+    stack: list[Any] = [value for value in values if isinstance(value, _HOLDERS)]
+    while stack:
+        value = stack.pop()
+        if value is None or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, types.FunctionType):
+            found.append(value)
+            stack.append(getattr(value, "__wrapped__", None))
+            for cell in value.__closure__ or ():
                 try:
-                    if cell.cell_contents is old:
-                        cell.cell_contents = new
+                    inner = cell.cell_contents
                 except ValueError:  # an empty cell
                     continue
+                if isinstance(inner, types.FunctionType):
+                    stack.append(inner)
+        elif isinstance(value, staticmethod | classmethod):
+            stack.append(value.__func__)
+        elif isinstance(value, property):
+            stack.extend((value.fget, value.fset, value.fdel))
+        elif isinstance(value, functools.cached_property | functools.partialmethod):
+            stack.append(value.func)
+    return found
+
+
+def _repoint(values: Iterable[Any], old: type, new: type) -> None:
+    """Point the closure cells of these values' functions that hold ``old`` at ``new``."""
+    for fn in _functions(values):
+        for cell in fn.__closure__ or ():
+            try:
+                if cell.cell_contents is old:
+                    cell.cell_contents = new
+            except ValueError:
+                continue
 
 
 def realize(cls: type) -> None:
-    """Write ``cls``'s dataclass methods now, if they are not written yet (thread-safe)."""
+    """Write ``cls``'s dataclass methods now, if they are not written yet (thread-safe).
+
+    Raises:
+        TypeError: The class is declared wrong (as :func:`dataclasses.dataclass` says), or
+            it still has its stand-ins but nothing to write them from (it was pickled by
+            value before it was written).
+    """
     with _LOCK:
         waiting = _WAITING.get(cls)
         if waiting is None:
+            if _is_stand_in(cls.__dict__.get("__init__")):
+                raise TypeError(
+                    f"{cls.__qualname__} was copied (pickled by value) before its dataclass "
+                    "methods were written: write them first (taskloom._dataclass.realize)"
+                )
             return
-        template, made = waiting.template, waiting.made
-        # With slots=True its methods are written for slots (a field set by no argument is
-        # set from its default: there is no class attribute to read it from) and a slotted
-        # class made of the template, which is dropped: ``made`` has its slots already.
-        dataclasses.dataclass(template, **waiting.options)
-        added = {
-            name: value
-            for name, value in template.__dict__.items()
-            if waiting.before.get(name, _Waiting) is not value and name not in waiting.slots
-        }
-        _repoint(added.values(), template, made)
-        init = added.pop("__init__", None)
-        for name, value in added.items():
-            setattr(made, name, value)
-        for name in waiting.before:  # a field's default that dataclasses took off the class
-            gone = name not in template.__dict__ and name not in waiting.slots
-            if gone and name in made.__dict__:
-                delattr(made, name)
-        if made.__dict__.get("__setstate__") is _setstate_first:
-            delattr(made, "__setstate__")
-        if isinstance(made, abc.ABCMeta):
-            abc.update_abstractmethods(made)  # type: ignore[arg-type]
-        del _WAITING[made]
-        # Last: a thread that finds the stand-in waits on the lock, then finds all of it.
-        if init is not None:
-            made.__init__ = init  # type: ignore[misc]
-        else:
-            delattr(made, "__init__")
+        if waiting.error is not None:  # the template is half processed: not tried again
+            raise type(waiting.error)(*waiting.error.args)
+        if waiting.writing:
+            return  # by this thread, which holds the lock: a hook asked about the class
+        waiting.writing = True
+        try:
+            _write(waiting)
+        except Exception as exc:
+            waiting.error = exc
+            raise
+        for hook in waiting.hooks:
+            hook(waiting.made)
+        del _WAITING[waiting.made]  # last: a thread that sees it waiting waits on the lock
+
+
+def _write(waiting: _Waiting) -> None:
+    """Run dataclasses on the template; copy what it added onto the class made."""
+    template, made = waiting.template, waiting.made
+    # With slots=True its methods are written for slots (a field set by no argument is set
+    # from its default: there is no class attribute to read it from) and a slotted class
+    # is made of the template, which is dropped: ``made`` has its slots already.
+    dataclasses.dataclass(template, **waiting.options)
+    slots = frozenset(made.__dict__.get("__slots__", ()))
+    added = {
+        name: value
+        for name, value in template.__dict__.items()
+        if waiting.before.get(name, _Waiting) is not value and name not in slots
+    }
+    _repoint(added.values(), template, made)
+    for name, value in added.items():
+        if made.__dict__.get(name, _Waiting) is waiting.set.get(name, _Waiting):
+            setattr(made, name, value)  # unless set since (a faster __init__)
+    for name in waiting.before:  # a field's default that dataclasses took off the class
+        if name not in template.__dict__ and name not in slots and name in made.__dict__:
+            delattr(made, name)
+    for name, stand_in in waiting.stand_ins.items():  # those nothing replaced
+        if made.__dict__.get(name) is stand_in:
+            delattr(made, name)
+    if isinstance(made, abc.ABCMeta):
+        abc.update_abstractmethods(made)  # type: ignore[arg-type]
 
 
 def realize_all() -> None:
@@ -202,8 +424,18 @@ def realize_all() -> None:
             realize(cls)
 
 
+def when_written(cls: type, hook: Callable[[type], None]) -> None:
+    """Run ``hook(cls)`` once ``cls``'s dataclass methods are written (now, if they are)."""
+    with _LOCK:
+        waiting = _WAITING.get(cls)
+        if waiting is None:
+            hook(cls)
+        else:
+            waiting.hooks.append(hook)
+
+
 def declared_frozen(cls: type) -> bool | None:
-    """Whether ``cls`` itself is declared a frozen dataclass, without making it.
+    """Whether ``cls`` itself is declared a frozen dataclass, without writing it.
 
     None: ``cls`` is not declared a dataclass (it may inherit from one).
     """
@@ -212,35 +444,6 @@ def declared_frozen(cls: type) -> bool | None:
         return bool(waiting.options.get("frozen"))
     params = cls.__dict__.get(_PARAMS)
     return None if params is None else bool(params.frozen)
-
-
-def _init_first(self: Any, *args: Any, **kwargs: Any) -> None:
-    """Stands for ``__init__`` until the class is made, which it does first."""
-    init: Callable[..., None] = _made_for(self).__init__  # type: ignore[misc]
-    init(self, *args, **kwargs)
-
-
-def _setstate_first(self: Any, state: Any) -> None:
-    """Unpickles an instance of a class not made yet: makes it, then sets ``state``."""
-    cls = _made_for(self)
-    setstate = cls.__dict__.get("__setstate__")
-    if setstate is not None:
-        setstate(self, state)
-        return
-    inner, slotted = state if isinstance(state, tuple) and len(state) == 2 else (state, None)
-    if inner:
-        self.__dict__.update(inner)
-    for name, value in (slotted or {}).items():
-        object.__setattr__(self, name, value)
-
-
-def _made_for(self: Any) -> type:
-    """Make the class whose stand-in was reached through ``self``; that class."""
-    for cls in type(self).__mro__:
-        if cls in _WAITING or cls.__dict__.get("__init__") is _init_first:
-            realize(cls)
-            return cls
-    raise TypeError(f"{type(self).__qualname__} has no class waiting to be made")
 
 
 def _frozen_getstate(self: Any) -> list[Any]:
@@ -267,4 +470,4 @@ if TYPE_CHECKING:
 else:
     dataclass = _dataclass
 
-__all__ = ["dataclass", "declared_frozen", "realize", "realize_all"]
+__all__ = ["dataclass", "declared_frozen", "realize", "realize_all", "when_written"]

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
-from taskloom._dataclass import dataclass, declared_frozen
+from taskloom._dataclass import dataclass, declared_frozen, when_written
 from taskloom.errors import InvalidTransition
 
 _log = logging.getLogger(__name__)
@@ -253,25 +253,20 @@ def _fast_init(cls: type[_St]) -> type[_St]:
 
     The frozen dataclass's own sets each field through ``object.__setattr__``; this one takes
     the same keyword-only arguments, with the same defaults, and costs 40 % less (a churn of
-    tasks makes a state per task). It is written when the first instance is made, as the
-    class's dataclass methods are (see :mod:`taskloom._dataclass`).
+    tasks makes a state per task). It is written with the class's own methods, on the class's
+    first use (see :mod:`taskloom._dataclass`).
     """
-
-    def first(self: Any, **fields: Any) -> None:
-        _faster_init(cls)(self, **fields)
-
-    cls.__init__ = first  # type: ignore[method-assign]
+    when_written(cls, _faster_init)
     return cls
 
 
-def _faster_init(cls: type) -> Callable[..., None]:
-    """Write and set ``cls``'s direct ``__init__``; the dataclass's if a field needs more."""
-    fields = dataclasses.fields(cls)  # the class is written first, its own __init__ set
+def _faster_init(cls: type) -> None:
+    """Set ``cls``'s direct ``__init__``, unless a field needs more than a default."""
+    fields = dataclasses.fields(cls)
     if hasattr(cls, "__post_init__") or any(
         not f.init or f.default_factory is not dataclasses.MISSING for f in fields
     ):
-        written: Callable[..., None] = cls.__init__  # type: ignore[misc]
-        return written
+        return
     setters = _copier(cls)[1]
     namespace: dict[str, Any] = {}
     params, lines = [], []
@@ -285,11 +280,10 @@ def _faster_init(cls: type) -> Callable[..., None]:
         lines.append(f"    set{i}(self, {field.name})")
     # Field names only: they come from the class.
     exec(f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(lines), namespace)
-    init: Callable[..., None] = namespace["__init__"]
+    init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__annotations__ = dict(cls.__init__.__annotations__)  # type: ignore[misc]
     cls.__init__ = init  # type: ignore[misc]
-    return init
 
 
 @_fast_init

@@ -147,11 +147,12 @@ def test_the_dependency_floor_imports_what_a_first_request_loads() -> None:
     # bench/startup.py measures taskloom's first request against a floor that imports what no
     # first request over httpx avoids: after those imports, a streamed POST loads nothing new
     # (anyio, for one, imports its backend only when a connection is first made).
+    saved = sys.path[:]  # the bench puts its own directory first (where acp.py would shadow acp)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     try:
         import startup  # type: ignore[import-not-found]
     finally:
-        sys.path.pop(0)
+        sys.path[:] = saved
     with FakeAnthropicServer() as server:
         server.add_turn(text="hello")
         script = _FLOOR_THEN_REQUEST.format(imports=startup.FLOORS["dependency_floor"])

@@ -270,6 +270,18 @@ class Harness:
         if found is not None:
             self._session_id = self._resuming = found
 
+    def write_turn_records(self) -> None:
+        """Write now the methods of the records every turn makes.
+
+        A record class's methods are written at its first use (:mod:`taskloom._dataclass`),
+        which otherwise falls to the first turn, some milliseconds into its answer. A front
+        end that waits for its first prompt (ACP, stream-json input) calls this first.
+        """
+        from taskloom._dataclass import realize
+
+        for cls in _turn_records():
+            realize(cls)
+
     def run(self, prompt: str | Message) -> AsyncGenerator[EngineEvent, None]:
         """Run one prompt on the main thread; typed events, the last is ``Finished``.
 
@@ -429,3 +441,24 @@ async def run(prompt: str, **options: Any) -> str:
         finally:
             await harness.end()
     return answer
+
+
+def _turn_records() -> tuple[type, ...]:
+    """The record classes a turn makes.
+
+    Its events, the model's request and stream, a tool call's context, verdict and result,
+    and the usage counted.
+    """
+    from taskloom import events, gate
+    from taskloom.context.window import Fullness
+    from taskloom.hooks.config import ToolCall
+    from taskloom.models import base
+    from taskloom.tasks.usage import Figures, Tokens
+    from taskloom.tools.base import ToolContext, ToolResult
+
+    return (
+        events.UserTurn, events.AssistantTurn, events.ToolDone, events.Finished, Fullness,
+        base.ModelRequest, base.ToolSpec, base.TextDelta, base.ThinkingDelta, base.ToolUseStart,
+        base.ToolInputDelta, base.MessageComplete, ToolContext, ToolCall, gate.Verdict,
+        ToolResult, Tokens, Figures,
+    )  # fmt: skip

@@ -274,6 +274,7 @@ class TaskloomAgent:
             if resume is not None and not harness.claimed:
                 raise _no_session(resume) from exc
             raise acp.RequestError.invalid_params({"details": describe(exc)}) from exc
+        harness.write_turn_records()  # while the editor waits for its session, not its answer
         session = AcpSession(acp_id, harness, sink, observer)
         session.tasks = tasks
         tasks.attach(harness)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import taskloom
-from helpers import TIME_FACTOR, clean_env
+from helpers import clean_env
 from taskloom.cli.print_mode import init_event
 from taskloom.errors import SettingsError
 from taskloom.testing import ScriptedModel, ToolCall, Turn
@@ -344,21 +344,21 @@ async def test_session_start_context_waits_for_a_prompt_that_is_recorded(tmp_pat
 
 
 _TURN_WRITES = """
-import asyncio, sys, tempfile
+import asyncio
 from pathlib import Path
 import taskloom
 from taskloom import _dataclass
 from taskloom.testing import ScriptedModel, ToolCall, Turn
 
 async def main() -> None:
-    work = Path(sys.argv[1])
+    work = Path.cwd()
     (work / "a.txt").write_text("hello\\n")
     model = ScriptedModel([
         Turn(text="Reading", tool_calls=[ToolCall("Read", {"file_path": str(work / "a.txt")})]),
         Turn(text="Done."),
     ])
     async with taskloom.Harness(model=model, cwd=work) as h:
-        if sys.argv[2] == "ahead":
+        if WHEN == "ahead":
             h.write_turn_records()
         before = set(_dataclass._WAITING)
         [e async for e in h.run("go")]
@@ -374,10 +374,7 @@ asyncio.run(main())
 def test_the_records_a_turn_makes_can_be_written_ahead(tmp_path: Path, when: str) -> None:
     # A fresh interpreter: a turn with a tool call writes its record classes (their methods
     # are written on first use), unless write_turn_records wrote them all before it.
-    out = subprocess.run(
-        [sys.executable, "-c", _TURN_WRITES, str(tmp_path), when],
-        capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
-        env=clean_env(TASKLOOM_HOME=str(tmp_path / "home")),
-    )  # fmt: skip
+    out = run_python(f"WHEN = {when!r}\n" + _TURN_WRITES, tmp_path)
+    assert out.returncode == 0, out.stderr
     count = int(out.stdout.split()[0])
     assert count == 0 if when == "ahead" else count >= 10, out.stdout

@@ -59,7 +59,7 @@ _NOT_FIELDS = (typing.ClassVar, dataclasses.InitVar, dataclasses.KW_ONLY)
 #: The namespace entries a class statement's class has that its remake must not copy.
 _OWN_DESCRIPTORS = ("__dict__", "__weakref__")
 #: Class attributes that stand in, until the first use, for what writing the class sets.
-_ASKED = (_FIELDS, _PARAMS, "__match_args__", "__signature__")
+_ASKED = (_FIELDS, _PARAMS, "__match_args__", "__signature__", "__doc__")
 #: Bases whose ``__init_subclass__`` may run twice (on the template, then on the remake).
 _PLAIN_BASES = (object, typing.Generic)
 
@@ -140,14 +140,14 @@ class _Asked:
 def _deferred(cls: type, options: dict[str, Any]) -> type:
     if not _can_wait(cls):
         return dataclasses.dataclass(cls, **options)
-    if options.get("weakref_slot") and not options.get("slots"):
-        raise TypeError("weakref_slot is True but slots is False")
+    _check(cls, options)
     fields = _field_names(cls)
     namespace = _namespace(cls, options, fields)
     written: list[type] = []  # the stand-ins' class, once made
-    stand_ins = _add_stand_ins(namespace, written, frozen=bool(options.get("frozen")))
+    stand_ins = _add_stand_ins(namespace, written, options)
+    _settle_hash(namespace, stand_ins, options, explicit=_explicit_hash(cls.__dict__))
     for name in _ASKED:
-        if name not in namespace:
+        if name not in namespace or (name == "__doc__" and namespace[name] is None):
             namespace[name] = stand_ins[name] = _Asked(written, name)
     made: type = type(cls)(cls.__name__, cls.__bases__, namespace)
     made.__qualname__ = cls.__qualname__
@@ -155,6 +155,26 @@ def _deferred(cls: type, options: dict[str, Any]) -> type:
     _repoint(cls.__dict__.values(), cls, made)  # the class statement's own functions
     _WAITING[made] = _Waiting(made, cls, options, fields, stand_ins)
     return made
+
+
+def _check(cls: type, options: dict[str, Any]) -> None:
+    """Raise, at the class statement, what dataclasses raises there for these options."""
+    own = cls.__dict__
+    if options.get("order") and not options.get("eq", True):
+        raise ValueError("eq must be true if order is true")
+    if options.get("weakref_slot") and not options.get("slots"):
+        raise TypeError("weakref_slot is True but slots is False")
+    overwritten = [
+        *(["__hash__"] if options.get("unsafe_hash") and _explicit_hash(own) else []),
+        *(n for n in ("__setattr__", "__delattr__") if options.get("frozen") and n in own),
+    ]
+    if overwritten:
+        raise TypeError(f"Cannot overwrite attribute {overwritten[0]} in class {cls.__name__}")
+
+
+def _explicit_hash(own: Any) -> bool:
+    """Whether a class statement defined ``__hash__`` (not the None that ``__eq__`` implies)."""
+    return "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
 
 
 def _can_wait(cls: type) -> bool:
@@ -192,13 +212,35 @@ def _namespace(cls: type, options: dict[str, Any], fields: list[str]) -> dict[st
     return namespace
 
 
+def _settle_hash(
+    namespace: dict[str, Any], stand_ins: dict[str, Any], options: dict[str, Any], *, explicit: bool
+) -> None:
+    """Leave the ``__hash__`` stand-in only where dataclasses adds a ``__hash__``.
+
+    Where it sets None (``eq`` without ``frozen``) that is set now; where it adds none the
+    inherited one is right already: ``issubclass(cls, Hashable)`` answers as it will.
+    """
+    if explicit or "__hash__" not in stand_ins:
+        return
+    eq, frozen = options.get("eq", True), options.get("frozen", False)
+    if options.get("unsafe_hash") or (eq and frozen):
+        return
+    del stand_ins["__hash__"]
+    if eq:
+        namespace["__hash__"] = None
+    else:
+        del namespace["__hash__"]
+
+
 def _add_stand_ins(
-    namespace: dict[str, Any], written: list[type], *, frozen: bool
+    namespace: dict[str, Any], written: list[type], options: dict[str, Any]
 ) -> dict[str, Any]:
     """Methods that write the class (``written[0]`` once made), then call what was written.
 
-    Each is put in ``namespace`` unless the class statement defined that method; returns
-    those put, by name.
+    Each is put in ``namespace`` unless the class statement defined that method, or
+    dataclasses will not write it (``repr=False``, ``eq=False``, not frozen): what the class
+    inherits is right already. ``__init__`` and ``__setstate__``, which make instances, are
+    always stood in for. Returns those put, by name.
     """
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -229,8 +271,14 @@ def _add_stand_ins(
     def __delattr__(self: Any, name: str) -> None:
         _written(written).__delattr__(self, name)
 
-    methods: list[Callable[..., Any]] = [__init__, __repr__, __eq__, __hash__, __setstate__]
-    if frozen:  # only a frozen class's are written; another's would be left in the way
+    methods: list[Callable[..., Any]] = [__init__, __setstate__]
+    if options.get("repr", True):
+        methods.append(__repr__)
+    if options.get("eq", True):
+        methods.append(__eq__)
+    if options.get("eq", True) or options.get("unsafe_hash"):  # settled by _settle_hash
+        methods.append(__hash__)
+    if options.get("frozen"):
         methods += [__setattr__, __delattr__]
     put: dict[str, Any] = {}
     for fn in methods:
@@ -266,7 +314,7 @@ def _set_state(obj: Any, state: Any) -> None:
     if inner:
         obj.__dict__.update(inner)
     for name, value in (slotted or {}).items():
-        object.__setattr__(obj, name, value)
+        setattr(obj, name, value)  # as pickle and copy set slots
 
 
 def _field_names(cls: type) -> list[str]:
@@ -322,7 +370,7 @@ def _functions(values: Iterable[Any]) -> list[types.FunctionType]:
     """The functions of these namespace values: methods, and what wraps or is wrapped."""
     found: list[types.FunctionType] = []
     seen: set[int] = set()
-    stack: list[Any] = [value for value in values if isinstance(value, _HOLDERS)]
+    stack: list[Any] = [value for value in values if isinstance(value, _HOLDERS) or _wraps(value)]
     while stack:
         value = stack.pop()
         if value is None or id(value) in seen:
@@ -344,7 +392,17 @@ def _functions(values: Iterable[Any]) -> list[types.FunctionType]:
             stack.extend((value.fget, value.fset, value.fdel))
         elif isinstance(value, functools.cached_property | functools.partialmethod):
             stack.append(value.func)
+        elif _wraps(value):  # functools.lru_cache, and the like
+            stack.append(vars(value)["__wrapped__"])
     return found
+
+
+def _wraps(value: object) -> bool:
+    """Whether a callable that is not a function wraps one (``functools.update_wrapper``)."""
+    try:
+        return callable(value) and "__wrapped__" in vars(value)
+    except TypeError:  # no __dict__
+        return False
 
 
 def _repoint(values: Iterable[Any], old: type, new: type) -> None:
@@ -365,6 +423,7 @@ def realize(cls: type) -> None:
         TypeError: The class is declared wrong (as :func:`dataclasses.dataclass` says), or
             it still has its stand-ins but nothing to write them from (it was pickled by
             value before it was written).
+        Exception: What a :func:`when_written` hook raised (the class is written).
     """
     with _LOCK:
         waiting = _WAITING.get(cls)
@@ -385,13 +444,45 @@ def realize(cls: type) -> None:
         except Exception as exc:
             waiting.error = exc
             raise
-        for hook in waiting.hooks:
+        except BaseException:  # a Ctrl-C: the next use writes it from the start
+            _restore(waiting)
+            raise
+        try:
+            _run_hooks(waiting)
+        finally:
+            del _WAITING[waiting.made]  # last: a thread that sees it waiting waits on the lock
+
+
+def _run_hooks(waiting: _Waiting) -> None:
+    """Run the class's :func:`when_written` hooks, each of them; raise the first error."""
+    failed: Exception | None = None
+    for hook in waiting.hooks:
+        try:
             hook(waiting.made)
-        del _WAITING[waiting.made]  # last: a thread that sees it waiting waits on the lock
+        except Exception as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
+def _restore(waiting: _Waiting) -> None:
+    """Put back the template as the class statement made it, to be written again."""
+    template = waiting.template
+    for name in list(template.__dict__):
+        if name not in waiting.before:
+            delattr(template, name)
+    for name, value in waiting.before.items():
+        if name not in _OWN_DESCRIPTORS and template.__dict__.get(name, _Waiting) is not value:
+            setattr(template, name, value)
+    waiting.writing = False
 
 
 def _write(waiting: _Waiting) -> None:
-    """Run dataclasses on the template; copy what it added onto the class made."""
+    """Run dataclasses on the template; copy what it added onto the class made.
+
+    ``__setstate__`` and ``__init__`` are set last: until then a thread that makes or
+    unpickles an instance reaches their stand-ins, which wait for the lock.
+    """
     template, made = waiting.template, waiting.made
     # With slots=True its methods are written for slots (a field set by no argument is set
     # from its default: there is no class attribute to read it from) and a slotted class
@@ -404,23 +495,47 @@ def _write(waiting: _Waiting) -> None:
         if waiting.before.get(name, _Waiting) is not value and name not in slots
     }
     _repoint(added.values(), template, made)
+    last = {name: added.pop(name, None) for name in ("__setstate__", "__init__")}
     for name, value in added.items():
-        if made.__dict__.get(name, _Waiting) is waiting.set.get(name, _Waiting):
-            setattr(made, name, value)  # unless set since (a faster __init__)
+        _put(waiting, name, value)
     for name in waiting.before:  # a field's default that dataclasses took off the class
         if name not in template.__dict__ and name not in slots and name in made.__dict__:
             delattr(made, name)
-    for name, stand_in in waiting.stand_ins.items():  # those nothing replaced
-        if made.__dict__.get(name) is stand_in:
+    for name, stand_in in waiting.stand_ins.items():  # those nothing replaces
+        if name not in last and made.__dict__.get(name) is stand_in:
             delattr(made, name)
     if isinstance(made, abc.ABCMeta):
         abc.update_abstractmethods(made)  # type: ignore[arg-type]
+    for name, value in last.items():
+        if value is not None:
+            _put(waiting, name, value)
+        elif made.__dict__.get(name, _Waiting) is waiting.stand_ins.get(name):
+            delattr(made, name)
+
+
+def _put(waiting: _Waiting, name: str, value: Any) -> None:
+    """Set what dataclasses wrote on the class made, unless it was set there since."""
+    if waiting.made.__dict__.get(name, _Waiting) is waiting.set.get(name, _Waiting):
+        setattr(waiting.made, name, value)  # else kept: a faster __init__, say
 
 
 def realize_all() -> None:
-    """Write the methods of every class still waiting for its first use."""
+    """Write the methods of every class still waiting for its first use.
+
+    A class declared wrong is passed over: its first use raises what dataclasses says.
+    """
     with _LOCK:
         for cls in list(_WAITING):
+            try:
+                realize(cls)
+            except Exception:  # raised again at the class's first use
+                continue
+
+
+def realize_module(name: str) -> None:
+    """Write every class still waiting that module ``name`` defines."""
+    with _LOCK:
+        for cls in [c for c in _WAITING if c.__module__ == name]:
             realize(cls)
 
 
@@ -470,4 +585,6 @@ if TYPE_CHECKING:
 else:
     dataclass = _dataclass
 
-__all__ = ["dataclass", "declared_frozen", "realize", "realize_all", "when_written"]
+__all__ = [
+    "dataclass", "declared_frozen", "realize", "realize_all", "realize_module", "when_written",
+]  # fmt: skip

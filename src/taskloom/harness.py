@@ -274,13 +274,16 @@ class Harness:
         """Write now the methods of the records every turn makes.
 
         A record class's methods are written at its first use (:mod:`taskloom._dataclass`),
-        which otherwise falls to the first turn, some milliseconds into its answer. A front
-        end that waits for its first prompt (ACP, stream-json input) calls this first.
+        which otherwise falls to the first turn, some milliseconds into its answer: about
+        8 ms. A front end that waits for its first prompt may call this first, the ACP
+        server does (before it answers ``session/new``). The session model's own records
+        (its stream parser's) are written too.
         """
-        from taskloom._dataclass import realize
+        from taskloom._dataclass import realize, realize_module
 
         for cls in _turn_records():
             realize(cls)
+        realize_module(type(self.started.model).__module__)
 
     def run(self, prompt: str | Message) -> AsyncGenerator[EngineEvent, None]:
         """Run one prompt on the main thread; typed events, the last is ``Finished``.
@@ -447,10 +450,11 @@ def _turn_records() -> tuple[type, ...]:
     """The record classes a turn makes.
 
     Its events, the model's request and stream, a tool call's context, verdict and result,
-    and the usage counted.
+    the usage counted, and how a turn of the ACP server or of stream-json input ends.
     """
     from taskloom import events, gate
     from taskloom.context.window import Fullness
+    from taskloom.conversation.turn_driver import TurnEnd
     from taskloom.hooks.config import ToolCall
     from taskloom.models import base
     from taskloom.tasks.usage import Figures, Tokens
@@ -460,5 +464,5 @@ def _turn_records() -> tuple[type, ...]:
         events.UserTurn, events.AssistantTurn, events.ToolDone, events.Finished, Fullness,
         base.ModelRequest, base.ToolSpec, base.TextDelta, base.ThinkingDelta, base.ToolUseStart,
         base.ToolInputDelta, base.MessageComplete, ToolContext, ToolCall, gate.Verdict,
-        ToolResult, Tokens, Figures,
+        ToolResult, Tokens, Figures, TurnEnd,
     )  # fmt: skip

@@ -170,7 +170,6 @@ async def _run_print(opts: PrintOptions, emitter: Emitter, started: float) -> in
         if not gc.isenabled():  # the CLI held collection off for the start-up (see app.py)
             gc.freeze()
             gc.enable()
-        harness.write_turn_records()
         emitter.line(init_event(harness))
         try:
             result = await run_turn(

@@ -541,7 +541,6 @@ async def run_stream(
             if not gc.isenabled():  # the CLI held collection off for the start-up
                 gc.freeze()
                 gc.enable()
-            harness.write_turn_records()  # before the program's first message, not after
             session = StreamSession(opts, harness, emitter, channel, setup)
             try:
                 return await session.serve(reader, read)

@@ -54,6 +54,9 @@ A = TypeVar("A")
 
 OVERHEAD_TARGET_S = 0.5
 RSS_TARGET_MIB = 60.0
+#: Carried by this bench's children (and their commands): what it left running is told apart
+#: from the same command of another program on the machine (another test's ``sleep 30``).
+RUN_MARK = f"coordinator-bench-{os.getpid()}-{os.urandom(4).hex()}"
 
 
 @dataclass
@@ -82,7 +85,11 @@ class TimedScript(CoordinatorScript):
 
 def _env(server: FakeAnthropicServer, home: str, pycache: str | None) -> dict[str, str]:
     return child_env(
-        pycache, ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="bench", TASKLOOM_HOME=home
+        pycache,
+        ANTHROPIC_BASE_URL=server.url,
+        ANTHROPIC_API_KEY="bench",
+        TASKLOOM_HOME=home,
+        TASKLOOM_BENCH_RUN=RUN_MARK,
     )
 
 
@@ -145,11 +152,19 @@ def interleaved(
 
 
 def _left_running() -> int:
-    """Processes of the slow worker's command still alive (each run must stop its own)."""
+    """Processes of the slow worker's command still alive (each run must stop its own).
+
+    Only this bench's: they carry its mark, so that the same command of another program
+    (another test under pytest-xdist) is not counted.
+    """
     found = 0
-    for proc in psutil.process_iter(["cmdline"]):
-        if proc.info["cmdline"] == SLOW_COMMAND.split():
-            found += 1
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["cmdline"] != SLOW_COMMAND.split() or proc.info["status"] == "zombie":
+            continue
+        try:
+            found += proc.environ().get("TASKLOOM_BENCH_RUN") == RUN_MARK
+        except psutil.Error:  # gone meanwhile, or another user's
+            continue
     return found
 
 

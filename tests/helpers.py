@@ -9,6 +9,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -213,6 +214,27 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     env.update(extra)
     return env
+
+
+def run_python(
+    code: str,
+    *args: str,
+    cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
+    input: bytes | str | None = None,
+    text: bool = True,
+    check: bool = False,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[Any]:
+    """Run ``python -c code ARGS`` in a fresh interpreter of the suite's, output captured.
+
+    The environment is :func:`clean_env` unless ``env`` is given; the wait is ``timeout``
+    seconds scaled by ``TASKLOOM_TEST_TIME_FACTOR``. ``text=False`` for bytes in and out.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=clean_env() if env is None else env,
+        input=input, text=text, capture_output=True, check=check, timeout=timeout * TIME_FACTOR,
+    )  # fmt: skip
 
 
 def harness(cwd: Path, model: Any, **options: Any) -> Any:

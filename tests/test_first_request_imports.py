@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fake_servers import FakeAnthropicServer
-from helpers import TIME_FACTOR, clean_env
+from helpers import TIME_FACTOR, clean_env, run_python
 
 pytestmark = pytest.mark.e2e
 
@@ -156,8 +156,5 @@ def test_the_dependency_floor_imports_what_a_first_request_loads() -> None:
     with FakeAnthropicServer() as server:
         server.add_turn(text="hello")
         script = _FLOOR_THEN_REQUEST.format(imports=startup.FLOORS["dependency_floor"])
-        out = subprocess.run(
-            [sys.executable, "-c", script, server.url],
-            capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
-        )  # fmt: skip
+        out = run_python(script, server.url, check=True)
     assert out.stdout.strip() == "[]"

@@ -4,15 +4,13 @@ documented examples, run as they are written."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import taskloom
-from helpers import clean_env
+from helpers import run_python
 from taskloom.cli.print_mode import init_event
 from taskloom.errors import SettingsError
 from taskloom.testing import ScriptedModel, ToolCall, Turn
@@ -24,23 +22,12 @@ def code_blocks(path: Path, lang: str) -> list[str]:
     return re.findall(rf"^```{lang}\n(.*?)^```", path.read_text(), re.S | re.M)
 
 
-def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=clean_env(),
-    )
-
-
 def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     readme = ROOT / "README.md"
     (turns,) = code_blocks(readme, "yaml")
     (code,) = code_blocks(readme, "python")
     (tmp_path / "turns.yaml").write_text(turns)
-    proc = run_python(code, tmp_path)
+    proc = run_python(code, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "tool: hello from a tool",
@@ -54,7 +41,7 @@ def test_the_library_example_with_a_tool_and_a_background_agent_runs(tmp_path: P
     example = next(c for c in code_blocks(doc, "python") if "@taskloom.tool" in c)
     (tmp_path / "turns.yaml").write_text(turns)
     (tmp_path / "README.md").write_text("one two three four\n")
-    proc = run_python(example, tmp_path)
+    proc = run_python(example, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("notified: a")
@@ -67,7 +54,7 @@ def test_the_library_example_with_a_tool_and_a_background_agent_runs(tmp_path: P
 def test_the_runtime_example_runs(tmp_path: Path) -> None:
     doc = ROOT / "docs" / "library.md"
     example = next(c for c in code_blocks(doc, "python") if "run_shell" in c)
-    proc = run_python(example, tmp_path)
+    proc = run_python(example, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "<status>completed</status>" in proc.stdout
     assert 'Background command "echo built" completed (exit code 0)' in proc.stdout
@@ -88,9 +75,7 @@ def test_importing_taskloom_imports_nothing_heavy() -> None:
         "import sys, taskloom; heavy = [m for m in ('pydantic', 'httpx', 'taskloom.engine') "
         "if m in sys.modules]; print(heavy)"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    proc = run_python(code, check=True)
     assert proc.stdout.strip() == "[]"
 
 
@@ -374,7 +359,7 @@ asyncio.run(main())
 def test_the_records_a_turn_makes_can_be_written_ahead(tmp_path: Path, when: str) -> None:
     # A fresh interpreter: a turn with a tool call writes its record classes (their methods
     # are written on first use), unless write_turn_records wrote them all before it.
-    out = run_python(f"WHEN = {when!r}\n" + _TURN_WRITES, tmp_path)
+    out = run_python(f"WHEN = {when!r}\n" + _TURN_WRITES, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     count = int(out.stdout.split()[0])
     assert count == 0 if when == "ahead" else count >= 10, out.stdout

@@ -12,8 +12,6 @@ import dataclasses
 import importlib
 import inspect
 import pickle
-import subprocess
-import sys
 import threading
 from dataclasses import KW_ONLY, FrozenInstanceError, InitVar, field
 from pathlib import Path
@@ -22,7 +20,7 @@ from typing import Any, ClassVar
 import pytest
 
 import taskloom
-from helpers import TIME_FACTOR
+from helpers import TIME_FACTOR, run_python
 from taskloom import _dataclass
 from taskloom._dataclass import dataclass as lazy_dataclass
 from taskloom._dataclass import declared_frozen
@@ -153,10 +151,9 @@ def test_an_instance_unpickled_first_writes_its_class() -> None:
         "objs = pickle.loads(sys.stdin.buffer.read()); print([repr(o) for o in objs]); "
         "one = r.Frozen(1, ('a',)); print(objs[0] == one, hash(objs[0]) == hash(one))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], input=pickle.dumps(made), capture_output=True,
-        timeout=60 * TIME_FACTOR, check=True, cwd=Path(__file__).parent,
-    )  # fmt: skip
+    out = run_python(
+        script, input=pickle.dumps(made), text=False, check=True, cwd=Path(__file__).parent
+    )
     lines = out.stdout.decode().splitlines()
     assert lines == [
         "[True, True, True]",
@@ -301,10 +298,7 @@ print(len(waiting), bad)
 def test_every_dataclass_of_taskloom_is_written_whole() -> None:
     # A fresh interpreter imports every module; each class still waiting is written, whole:
     # no stand-in left, and a slotted one has a slot for every field (or its base has).
-    out = subprocess.run(
-        [sys.executable, "-c", _WRITE_ALL],
-        capture_output=True, text=True, timeout=120 * TIME_FACTOR, check=True,
-    )  # fmt: skip
+    out = run_python(_WRITE_ALL, check=True, timeout=120)
     count, bad = out.stdout.split(" ", 1)
     assert int(count) > 50  # most classes are not used by importing their modules
     assert bad.strip() == "[]"

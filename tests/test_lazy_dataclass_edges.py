@@ -15,8 +15,6 @@ import json
 import os
 import pickle
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import field
@@ -25,7 +23,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from helpers import TIME_FACTOR
+from helpers import TIME_FACTOR, run_python
 from taskloom._dataclass import dataclass as lazy_dataclass
 
 HERE = Path(__file__).parent
@@ -57,10 +55,7 @@ print("set0" in types.ShellTaskState.__init__.__code__.co_names)
 def test_the_fast_state_init_survives_a_state_read_back_first() -> None:
     # A resumed session (or `taskloom tasks`) reads states back before it makes one: the
     # direct __init__ of tasks.types._fast_init (40 % cheaper) must still be the one used.
-    out = subprocess.run(
-        [sys.executable, "-c", _FAST_AFTER_READ_BACK],
-        capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
-    )  # fmt: skip
+    out = run_python(_FAST_AFTER_READ_BACK, check=True)
     assert out.stdout.strip() == "True"
 
 
@@ -77,10 +72,7 @@ def test_unpickling_first_honours_an_inherited_setstate() -> None:
     old = [r.EagerVersioned(1), r.LazyVersioned(1)]
     for obj in old:
         del obj.__dict__["added_later"]  # as an older version pickled it
-    out = subprocess.run(
-        [sys.executable, "-c", _UNPICKLE_FIRST], input=pickle.dumps(old), capture_output=True,
-        timeout=60 * TIME_FACTOR, check=True, cwd=HERE,
-    )  # fmt: skip
+    out = run_python(_UNPICKLE_FIRST, input=pickle.dumps(old), text=False, check=True, cwd=HERE)
     eager, lazy = json.loads(out.stdout)
     assert eager == "EagerVersioned(n=1, added_later='upgraded')"
     assert lazy == "LazyVersioned(n=1, added_later='upgraded')"
@@ -294,14 +286,9 @@ def test_a_class_pickled_by_value_before_it_is_written_says_so() -> None:
     # cloudpickle copies a class of __main__ by value, stand-ins and all, without what they
     # write it from: using it is a clear error, not a recursion.
     pytest.importorskip("ray")
-    sent = subprocess.run(
-        [sys.executable, "-c", _BY_VALUE],
-        capture_output=True, timeout=120 * TIME_FACTOR, check=True,
-    )  # fmt: skip
-    out = subprocess.run(  # another process: one that never wrote the class
-        [sys.executable, "-c", _RECEIVED], input=sent.stdout,
-        capture_output=True, timeout=120 * TIME_FACTOR,
-    )  # fmt: skip
+    sent = run_python(_BY_VALUE, text=False, check=True, timeout=120)
+    # Another process: one that never wrote the class.
+    out = run_python(_RECEIVED, input=sent.stdout, text=False, timeout=120)
     assert out.returncode == 1
     assert "TypeError: Shipped was copied (pickled by value) before its dataclass methods" in (
         out.stderr.decode()

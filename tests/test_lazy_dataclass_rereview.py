@@ -14,7 +14,6 @@ import copy
 import dataclasses
 import functools
 import json
-import subprocess
 import sys
 import threading
 import types
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 from fake_servers import FakeAnthropicServer
-from helpers import TIME_FACTOR, clean_env
+from helpers import TIME_FACTOR, clean_env, run_python
 from taskloom import _dataclass
 from taskloom._dataclass import dataclass as lazy_dataclass
 from taskloom._dataclass import realize, when_written
@@ -103,9 +102,8 @@ def test_a_turn_over_a_real_provider_writes_nothing_after_write_turn_records(
             tool_calls=[("Read", {"file_path": str(tmp_path / "a.txt")})],
         )  # fmt: skip
         server.add_turn(text="Done.")
-        out = subprocess.run(
-            [sys.executable, "-c", _PROVIDER_TURN, str(tmp_path)],
-            capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
+        out = run_python(
+            _PROVIDER_TURN, str(tmp_path), check=True,
             env=clean_env(
                 ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test",
                 TASKLOOM_HOME=str(tmp_path / "home"), CLAUDE_CONFIG_DIR=str(tmp_path / "cc"),

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 
-from helpers import TIME_FACTOR
+from helpers import run_python
 from taskloom.tasks._makers import positional_maker
 from taskloom.tasks.mailbox import Letter
 from taskloom.tasks.notifications import Notification
@@ -95,10 +93,7 @@ print(mailbox._make_letter is not mailbox._first_letter, notes._make_note is not
 def test_the_churn_constructors_are_written_on_first_use() -> None:
     # A fresh interpreter: importing the modules writes none of these classes (nor their
     # makers); the first state made gets the direct __init__, the same state as before.
-    out = subprocess.run(
-        [sys.executable, "-c", _FIRST_USE],
-        capture_output=True, text=True, timeout=60 * TIME_FACTOR, check=True,
-    )  # fmt: skip
+    out = run_python(_FIRST_USE, check=True)
     assert out.stdout.splitlines() == [
         "[True, True, True, True]",
         "True ShellTaskState(id='b1', type=<TaskType.L",
